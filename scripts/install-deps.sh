@@ -1,0 +1,32 @@
+#!/usr/bin/env bash
+# Installs the Debian packages strata needs to build, test and demo.
+# Idempotent: quick when everything is present. Needs root (apt-get).
+set -euo pipefail
+
+PKGS=(
+  build-essential cmake make pkg-config clang llvm
+  libbpf-dev bpftool libelf-dev libdw-dev zlib1g-dev
+  libsqlite3-dev sqlite3 libzstd-dev libprotobuf-dev protobuf-compiler
+  libcpp-httplib-dev libssl-dev libgtest-dev libgmock-dev
+  linux-perf bpftrace python3 python3-torch iproute2 procps
+)
+if [[ "${STRATA_WITH_CLICKHOUSE:-0}" == 1 ]]; then PKGS+=(clickhouse-server clickhouse-client); fi
+if [[ "${STRATA_WITH_BROWSER:-0}" == 1 ]]; then PKGS+=(chromium nodejs npm); fi
+
+missing=()
+for p in "${PKGS[@]}"; do
+  if ! dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed"; then
+    missing+=("$p")
+  fi
+done
+if ((${#missing[@]} == 0)); then
+  exit 0
+fi
+if [[ $(id -u) != 0 ]]; then
+  echo "install-deps: missing Debian packages: ${missing[*]}; run as root or install them with apt-get" >&2
+  exit 2
+fi
+echo "install-deps: installing ${missing[*]}"
+export DEBIAN_FRONTEND=noninteractive
+apt-get update -qq
+apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null

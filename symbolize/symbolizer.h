@@ -1,0 +1,65 @@
+// Symbolization: turns normalized frames (build id + file offset, kernel address) into function
+// names. Split from normalization (blazesym's habit): the node normalizes, symbols are resolved once
+// per build id and cached, anywhere.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "common/frame.h"
+#include "common/result.h"
+
+namespace strata::symbolize {
+
+struct Symbol {
+  std::string function;  // demangled
+  std::string file;      // source file, when debug info tells (may stay empty)
+  int line = 0;
+};
+
+// Reads the GNU build id note of an ELF file, as lowercase hex.
+Result<std::string> read_build_id(const std::string& path);
+
+// C++ demangling; returns the input unchanged when it is not a mangled name.
+std::string demangle(const std::string& name);
+
+// Symbols of one ELF file: .symtab, else .dynsym; and those of its separate debug file when
+// .gnu_debuglink (or /usr/lib/debug/.build-id/xx/yyyy.debug) names one that exists.
+class ElfSymbols {
+ public:
+  static Result<std::unique_ptr<ElfSymbols>> open(const std::string& path);
+  virtual ~ElfSymbols() = default;
+  // Lookup by file offset (what the node normalized to); mapped to a virtual address through the
+  // PT_LOAD program headers.
+  virtual std::optional<Symbol> lookup_file_offset(uint64_t file_offset) const = 0;
+  // Lookup by ELF virtual address.
+  virtual std::optional<Symbol> lookup_vaddr(uint64_t vaddr) const = 0;
+  virtual const std::string& build_id() const = 0;
+  virtual size_t symbol_count() const = 0;
+};
+
+// Kernel symbols from /proc/kallsyms (or another file in that format, for tests).
+class Kallsyms {
+ public:
+  static Result<std::unique_ptr<Kallsyms>> load(const std::string& path = "/proc/kallsyms");
+  virtual ~Kallsyms() = default;
+  virtual std::optional<Symbol> lookup(uint64_t address) const = 0;
+};
+
+// Resolves frames in place. Caches per build id (and per path for files without one); a file that
+// cannot be read is remembered as such, so it is tried once.
+class Symbolizer {
+ public:
+  virtual ~Symbolizer() = default;
+  // Fills function/file/line of each frame that it can resolve; leaves the others as they are.
+  virtual void symbolize(std::vector<Frame>& frames) = 0;
+};
+
+// The default: ELF files by path (the frame's module), checked against the frame's build id when
+// both are known; kernel frames from kallsyms.
+std::unique_ptr<Symbolizer> make_caching_symbolizer(const std::string& kallsyms_path = "/proc/kallsyms");
+
+}  // namespace strata::symbolize
