@@ -11,20 +11,20 @@
 namespace strata::report {
 
 struct ProfileSample {
-  uint32_t stack_index = 0;  // into Profile::stacks
+  uint32_t stack_index = 0;  // into Profile::stacks; out of range reads as an empty stack
   uint32_t pid = 0;
   uint32_t tid = 0;
-  std::string comm;          // thread name
-  uint64_t count = 0;        // samples (on-CPU) or microseconds blocked (off-CPU)
+  std::string comm;    // thread name
+  uint64_t count = 0;  // samples (on-CPU) or microseconds blocked (off-CPU)
 };
 
 struct Profile {
-  std::string kind = "oncpu";       // oncpu | offcpu
+  std::string kind = "oncpu";        // oncpu | offcpu
   std::string value_unit = "count";  // pprof unit of sample values: count | microseconds
-  uint64_t period_ns = 0;           // sampling period, for pprof's period field
-  uint64_t start_ns = 0;            // wall-clock start of the data (unix ns)
+  uint64_t period_ns = 0;            // sampling period, for pprof's period field
+  uint64_t start_ns = 0;             // wall-clock start of the data (unix ns)
   uint64_t duration_ns = 0;
-  std::vector<Stack> stacks;        // each leaf first
+  std::vector<Stack> stacks;  // each leaf first
   std::vector<ProfileSample> samples;
 
   uint64_t total() const {

@@ -1,0 +1,396 @@
+// Exporters on a made-up profile: folded lines, the pprof file (read back with the generated class
+// and with the real protoc CLI), and the top table.
+#include <gtest/gtest.h>
+#include <unistd.h>
+#include <zlib.h>
+
+#include <cstdlib>
+#include <filesystem>
+#include <fstream>
+#include <map>
+#include <sstream>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "profile.pb.h"
+#include "report/exporters.h"
+
+namespace strata::report {
+namespace {
+
+namespace fs = std::filesystem;
+namespace pb = perftools::profiles;
+
+constexpr char kAppBuildId[] = "aa11bb22cc33";
+constexpr char kLibcBuildId[] = "dd44ee55";
+constexpr char kFooBuildId[] = "ff66";
+
+Frame native(std::string function, std::string module, std::string build_id, uint64_t offset) {
+  Frame f;
+  f.kind = FrameKind::kNative;
+  f.function = std::move(function);
+  f.module = std::move(module);
+  f.build_id = std::move(build_id);
+  f.offset = offset;
+  return f;
+}
+
+Frame kernel(std::string function, uint64_t address) {
+  Frame f;
+  f.kind = FrameKind::kKernel;
+  f.function = std::move(function);
+  f.module = "[kernel]";
+  f.offset = address;
+  return f;
+}
+
+Frame app(std::string function, uint64_t offset) {
+  return native(std::move(function), "/opt/bin/app", kAppBuildId, offset);
+}
+
+// Stacks are leaf first, as the kernel gives them.
+Profile sample_profile() {
+  Profile p;
+  p.period_ns = 10'101'010;  // 99 Hz
+  p.start_ns = 1'700'000'000'000'000'000;
+  p.duration_ns = 5'000'000'000;
+  p.stacks = {
+      {app("work", 0x1100), app("main", 0x1000)},
+      {kernel("vfs_read", 0xffffffff81234567), native("read", "/usr/lib/libc.so.6", kLibcBuildId, 0x10f0),
+       app("main", 0x1010)},
+      // Unresolved code in a known module keeps its place as module+0xoffset.
+      {native("", "/usr/lib/libfoo.so", kFooBuildId, 0x1a2b), app("main", 0x1020)},
+      // The same stack as #0 stored twice (e.g. from two windows): lines must merge.
+      {app("work", 0x1100), app("main", 0x1000)},
+  };
+  p.samples = {
+      {0, 10, 10, "app", 5},
+      {3, 10, 11, "worker", 2},
+      {1, 10, 10, "app", 3},
+      {2, 10, 11, "worker", 1},
+  };
+  return p;
+}
+
+std::vector<std::string> lines_of(const std::string& text) {
+  std::vector<std::string> lines;
+  std::istringstream in(text);
+  for (std::string line; std::getline(in, line);) lines.push_back(line);
+  return lines;
+}
+
+uint64_t folded_total(const std::string& text) {
+  uint64_t total = 0;
+  for (const auto& line : lines_of(text)) total += std::stoull(line.substr(line.rfind(' ') + 1));
+  return total;
+}
+
+std::string folded(const Profile& p, bool by_thread = false) {
+  std::ostringstream out;
+  write_folded(p, out, by_thread);
+  return out.str();
+}
+
+// A scratch directory per test, removed afterwards.
+class ScratchDir {
+ public:
+  ScratchDir() {
+    path_ = fs::temp_directory_path() / ("strata_report_test_" + std::to_string(getpid()) + "_" +
+                                         testing::UnitTest::GetInstance()->current_test_info()->name());
+    fs::remove_all(path_);
+    fs::create_directories(path_);
+  }
+  ~ScratchDir() {
+    std::error_code ec;
+    fs::remove_all(path_, ec);
+  }
+  const fs::path& path() const { return path_; }
+
+ private:
+  fs::path path_;
+};
+
+std::string read_file(const fs::path& path) {
+  std::ifstream in(path, std::ios::binary);
+  return {std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>()};
+}
+
+std::string gunzip(const fs::path& path) {
+  gzFile gz = gzopen(path.c_str(), "rb");
+  if (gz == nullptr) return "";
+  std::string data;
+  char buf[4096];
+  int n = 0;
+  while ((n = gzread(gz, buf, sizeof buf)) > 0) data.append(buf, static_cast<size_t>(n));
+  gzclose(gz);
+  return data;
+}
+
+TEST(Folded, RootFirstMergedAndSorted) {
+  EXPECT_EQ(folded(sample_profile()),
+            "main;libfoo.so+0x1a2b 1\n"
+            "main;read;vfs_read_[k] 3\n"
+            "main;work 7\n");
+}
+
+TEST(Folded, ByThreadPutsTheThreadAtTheRoot) {
+  EXPECT_EQ(folded(sample_profile(), true),
+            "app-10/10;main;read;vfs_read_[k] 3\n"
+            "app-10/10;main;work 5\n"
+            "worker-10/11;main;libfoo.so+0x1a2b 1\n"
+            "worker-10/11;main;work 2\n");
+}
+
+TEST(Folded, OutputDoesNotDependOnSampleOrder) {
+  Profile p = sample_profile();
+  const std::string before = folded(p);
+  std::reverse(p.samples.begin(), p.samples.end());
+  EXPECT_EQ(folded(p), before);
+}
+
+TEST(Folded, NamesAreSanitizedAndMarkedByKind) {
+  Frame py;
+  py.kind = FrameKind::kPython;
+  py.function = "train_step";
+  py.file = "train.py";
+  py.line = 42;
+  Frame py_no_line = py;
+  py_no_line.line = 0;
+  Frame unknown;  // nothing known at all
+  unknown.module = "[unknown]";
+  unknown.offset = 0x10;
+
+  EXPECT_EQ(folded_frame_name(py), "train_step (train.py:42)");
+  EXPECT_EQ(folded_frame_name(py_no_line), "train_step (train.py)");
+  EXPECT_EQ(folded_frame_name(kernel("do_sys_open", 1)), "do_sys_open_[k]");
+  EXPECT_EQ(folded_frame_name(unknown), "[unknown]+0x10");
+  EXPECT_EQ(folded_frame_name(app("a;b\nc\rd", 0)), "a:b c d");
+
+  Profile p;
+  p.stacks = {{app("x;y", 0)}};
+  p.samples = {{0, 1, 1, "bad;name\n", 2}};
+  EXPECT_EQ(folded(p, true), "bad:name -1/1;x:y 2\n");
+}
+
+TEST(Folded, EmptyOrMissingStacksKeepTheirSamples) {
+  Profile p;
+  p.stacks = {{}};
+  p.samples = {{0, 1, 1, "", 2}, {7, 1, 1, "", 3}, {0, 1, 1, "", 0}};
+  EXPECT_EQ(folded(p), "[no stack] 5\n");
+  EXPECT_EQ(folded_total(folded(p)), p.total());
+}
+
+class Pprof : public testing::Test {
+ protected:
+  // Writes the profile and reads it back as raw protobuf bytes.
+  std::string write_and_gunzip(const Profile& p) {
+    const fs::path gz = dir_.path() / "profile.pb.gz";
+    Status st = write_pprof(p, gz.string());
+    EXPECT_TRUE(st.ok()) << st.error().message;
+    const std::string compressed = read_file(gz);
+    // gzip magic: pprof and `go tool pprof` expect a gzip stream, not a bare zlib one.
+    EXPECT_GE(compressed.size(), 2u);
+    if (compressed.size() >= 2) {
+      EXPECT_EQ(static_cast<unsigned char>(compressed[0]), 0x1f);
+      EXPECT_EQ(static_cast<unsigned char>(compressed[1]), 0x8b);
+    }
+    return gunzip(gz);
+  }
+
+  ScratchDir dir_;
+};
+
+TEST_F(Pprof, RoundTripWithTheGeneratedClass) {
+  const Profile p = sample_profile();
+  pb::Profile out;
+  ASSERT_TRUE(out.ParseFromString(write_and_gunzip(p)));
+  auto str = [&](int64_t i) -> std::string {
+    EXPECT_GE(i, 0);
+    EXPECT_LT(i, out.string_table_size());
+    return i >= 0 && i < out.string_table_size() ? out.string_table(static_cast<int>(i)) : "";
+  };
+
+  ASSERT_GT(out.string_table_size(), 0);
+  EXPECT_EQ(out.string_table(0), "");
+  ASSERT_EQ(out.sample_type_size(), 1);
+  EXPECT_EQ(str(out.sample_type(0).type()), "samples");
+  EXPECT_EQ(str(out.sample_type(0).unit()), "count");
+  EXPECT_EQ(str(out.period_type().type()), "cpu");
+  EXPECT_EQ(str(out.period_type().unit()), "nanoseconds");
+  EXPECT_EQ(out.period(), 10'101'010);
+  EXPECT_EQ(out.time_nanos(), 1'700'000'000'000'000'000);
+  EXPECT_EQ(out.duration_nanos(), 5'000'000'000);
+
+  // Totals: equal to the profile's and to the folded output's.
+  int64_t total = 0;
+  for (const auto& s : out.sample()) {
+    ASSERT_EQ(s.value_size(), 1);
+    total += s.value(0);
+  }
+  EXPECT_EQ(static_cast<uint64_t>(total), p.total());
+  EXPECT_EQ(static_cast<uint64_t>(total), folded_total(folded(p)));
+
+  // One mapping per (module, build id), each with its file name and build id.
+  std::map<std::string, std::string> build_ids;  // filename -> build id
+  std::map<uint64_t, std::string> mapping_file;  // id -> filename
+  for (const auto& m : out.mapping()) {
+    EXPECT_NE(m.id(), 0u);
+    build_ids[str(m.filename())] = str(m.build_id());
+    mapping_file[m.id()] = str(m.filename());
+    EXPECT_TRUE(m.has_functions());
+  }
+  EXPECT_EQ(out.mapping_size(), 4);
+  EXPECT_EQ(build_ids, (std::map<std::string, std::string>{{"/opt/bin/app", kAppBuildId},
+                                                           {"/usr/lib/libc.so.6", kLibcBuildId},
+                                                           {"/usr/lib/libfoo.so", kFooBuildId},
+                                                           {"[kernel]", ""}}));
+
+  // One function per distinct name; the unresolved frame is named as in the folded output.
+  std::map<uint64_t, std::string> function_name;
+  for (const auto& f : out.function()) function_name[f.id()] = str(f.name());
+  EXPECT_EQ(out.function_size(), 5);
+
+  // One location per distinct frame: main appears at three offsets, work once though stored twice.
+  struct Loc {
+    std::string function, file;
+    uint64_t address;
+  };
+  std::map<uint64_t, Loc> locations;
+  for (const auto& l : out.location()) {
+    ASSERT_EQ(l.line_size(), 1);
+    locations[l.id()] = {function_name[l.line(0).function_id()], mapping_file[l.mapping_id()], l.address()};
+  }
+  EXPECT_EQ(out.location_size(), 7);
+
+  // Samples: leaf first, with pid/tid/thread labels.
+  ASSERT_EQ(out.sample_size(), 4);
+  std::vector<std::string> stack;
+  for (uint64_t id : out.sample(2).location_id()) stack.push_back(locations[id].function);
+  EXPECT_EQ(stack, (std::vector<std::string>{"vfs_read", "read", "main"}));
+  EXPECT_EQ(locations[out.sample(2).location_id(0)].address, 0xffffffff81234567u);
+  EXPECT_EQ(locations[out.sample(2).location_id(0)].file, "[kernel]");
+  EXPECT_EQ(locations[out.sample(3).location_id(0)].function, "libfoo.so+0x1a2b");
+  EXPECT_EQ(locations[out.sample(3).location_id(0)].address, 0x1a2bu);
+  EXPECT_EQ(locations[out.sample(3).location_id(0)].file, "/usr/lib/libfoo.so");
+
+  std::map<std::string, std::string> labels;
+  for (const auto& l : out.sample(1).label()) {
+    labels[str(l.key())] = l.str() != 0 ? str(l.str()) : std::to_string(l.num());
+  }
+  EXPECT_EQ(labels, (std::map<std::string, std::string>{{"pid", "10"}, {"tid", "11"}, {"thread", "worker"}}));
+}
+
+TEST_F(Pprof, OffCpuUsesItsUnitAndKind) {
+  Profile p = sample_profile();
+  p.kind = "offcpu";
+  p.value_unit = "microseconds";
+  p.period_ns = 0;
+  pb::Profile out;
+  ASSERT_TRUE(out.ParseFromString(write_and_gunzip(p)));
+  ASSERT_EQ(out.sample_type_size(), 1);
+  EXPECT_EQ(out.string_table(static_cast<int>(out.sample_type(0).type())), "offcpu");
+  EXPECT_EQ(out.string_table(static_cast<int>(out.sample_type(0).unit())), "microseconds");
+  EXPECT_FALSE(out.has_period_type());
+}
+
+TEST_F(Pprof, DecodesWithTheProtocCli) {
+  const char* source = std::getenv("STRATA_SOURCE");
+  ASSERT_NE(source, nullptr) << "STRATA_SOURCE is set by strata_test; run through ctest";
+  const fs::path raw = dir_.path() / "profile.pb";
+  const fs::path decoded = dir_.path() / "decoded.txt";
+  {
+    std::ofstream out(raw, std::ios::binary);
+    out << write_and_gunzip(sample_profile());
+  }
+  const std::string proto_dir = std::string(source) + "/proto";
+  const std::string cmd = std::string(STRATA_PROTOC) + " --decode perftools.profiles.Profile -I '" +
+                          proto_dir + "' '" + proto_dir + "/profile.proto' < '" + raw.string() + "' > '" +
+                          decoded.string() + "' 2>&1";
+  const int rc = std::system(cmd.c_str());
+  const std::string text = read_file(decoded);
+  ASSERT_EQ(rc, 0) << cmd << "\n" << text;
+  // Spot checks that protoc saw the same fields: names, build ids, the period.
+  EXPECT_NE(text.find("string_table: \"vfs_read\""), std::string::npos) << text;
+  EXPECT_NE(text.find(std::string("string_table: \"") + kAppBuildId + "\""), std::string::npos);
+  EXPECT_NE(text.find("period: 10101010"), std::string::npos);
+}
+
+TEST_F(Pprof, UnwritablePathIsAnError) {
+  Status st = write_pprof(sample_profile(), (dir_.path() / "no/such/dir/p.pb.gz").string());
+  ASSERT_FALSE(st.ok());
+  EXPECT_NE(st.error().message.find("no/such/dir/p.pb.gz"), std::string::npos) << st.error().message;
+}
+
+// name -> {self, total} from one section of the top table.
+std::map<std::string, std::pair<uint64_t, uint64_t>> top_section(const std::string& text,
+                                                                 const std::string& title) {
+  std::map<std::string, std::pair<uint64_t, uint64_t>> rows;
+  bool in_section = false;
+  for (const auto& line : lines_of(text)) {
+    if (line.empty()) {
+      in_section = false;
+      continue;
+    }
+    if (line == title) {
+      in_section = true;
+      continue;
+    }
+    if (!in_section || line.find("self%") != std::string::npos) continue;
+    std::istringstream in(line);
+    uint64_t self = 0, total = 0;
+    std::string self_pct, total_pct, name;
+    in >> self >> self_pct >> total >> total_pct;
+    std::getline(in >> std::ws, name);
+    rows[name] = {self, total};
+  }
+  return rows;
+}
+
+TEST(Top, SelfAndTotalWithRecursionCountedOnce) {
+  Profile p;
+  p.stacks = {
+      {app("f", 0x20), app("f", 0x24), app("main", 0x10)},  // f recursing into itself
+      {app("g", 0x30), app("f", 0x24), app("main", 0x10)},
+      {kernel("vfs_read", 0xffffffff81000000), app("main", 0x14)},
+  };
+  p.samples = {{0, 1, 1, "app", 4}, {1, 1, 1, "app", 6}, {2, 1, 2, "app", 2}};
+  std::ostringstream out;
+  write_top(p, out);
+  const std::string text = out.str();
+
+  EXPECT_EQ(lines_of(text).at(0), "oncpu: 12 samples in total") << text;
+  using Rows = std::map<std::string, std::pair<uint64_t, uint64_t>>;
+  const Rows expected = {
+      {"g [app]", {6, 6}}, {"f [app]", {4, 10}}, {"vfs_read [kernel]", {2, 2}}, {"main [app]", {0, 12}}};
+  // "by self" leaves out functions that are never the leaf.
+  Rows expected_self = expected;
+  expected_self.erase("main [app]");
+  EXPECT_EQ(top_section(text, "by self:"), expected_self) << text;
+  EXPECT_EQ(top_section(text, "by total:"), expected) << text;
+  EXPECT_NE(text.find(" 83.33%  f [app]"), std::string::npos) << text;  // 10 of 12
+
+  // Ordered: by self, g (6) before f (4); by total, main (12) before f (10).
+  EXPECT_LT(text.find("g [app]"), text.find("f [app]"));
+  const auto by_total = text.find("by total:");
+  EXPECT_LT(text.find("main [app]", by_total), text.find("f [app]", by_total));
+}
+
+TEST(Top, LimitAndEmptyProfile) {
+  std::ostringstream out;
+  write_top(sample_profile(), out, 1);
+  EXPECT_EQ(top_section(out.str(), "by self:").size(), 1u) << out.str();
+  EXPECT_EQ(top_section(out.str(), "by total:").size(), 1u) << out.str();
+
+  // Unresolved code is named by module and offset alone.
+  std::ostringstream all;
+  write_top(sample_profile(), all);
+  EXPECT_EQ(top_section(all.str(), "by self:").count("libfoo.so+0x1a2b"), 1u) << all.str();
+
+  std::ostringstream empty;
+  write_top(Profile{}, empty);
+  EXPECT_EQ(empty.str(), "oncpu: 0 samples in total\n");
+}
+
+}  // namespace
+}  // namespace strata::report
