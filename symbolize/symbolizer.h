@@ -26,11 +26,26 @@ Result<std::string> read_build_id(const std::string& path);
 // C++ demangling; returns the input unchanged when it is not a mangled name.
 std::string demangle(const std::string& name);
 
+// Where ElfSymbols looks for separate debug files, and whether it reads DWARF lines.
+struct ElfOptions {
+  // Root of the debug file tree: <root>/.build-id/xx/yyyy.debug and <root>/<dir>/<debuglink>.
+  // Tests point it at a temporary folder.
+  std::string debug_root = "/usr/lib/debug";
+  // file:line from DWARF (libdw) when the file or its debug file has line info. Keeps the
+  // DWARF file mapped while the ElfSymbols lives.
+  bool line_info = true;
+};
+
 // Symbols of one ELF file: .symtab, else .dynsym; and those of its separate debug file when
 // .gnu_debuglink (or /usr/lib/debug/.build-id/xx/yyyy.debug) names one that exists.
 class ElfSymbols {
  public:
   static Result<std::unique_ptr<ElfSymbols>> open(const std::string& path);
+  static Result<std::unique_ptr<ElfSymbols>> open(const std::string& path, const ElfOptions& options);
+  // The debug file <debug_root>/.build-id/xx/yyyy.debug alone, when its build id is build_id: for
+  // frames whose binary changed on disk since they were sampled.
+  static Result<std::unique_ptr<ElfSymbols>> open_build_id(const std::string& build_id,
+                                                           const ElfOptions& options = {});
   virtual ~ElfSymbols() = default;
   // Lookup by file offset (what the node normalized to); mapped to a virtual address through the
   // PT_LOAD program headers.
@@ -47,7 +62,14 @@ class Kallsyms {
   static Result<std::unique_ptr<Kallsyms>> load(const std::string& path = "/proc/kallsyms");
   virtual ~Kallsyms() = default;
   virtual std::optional<Symbol> lookup(uint64_t address) const = 0;
+  virtual size_t symbol_count() const = 0;
 };
+
+// JIT code named by a perf map, /tmp/perf-PID.map: lines of "START SIZE name", hex without 0x
+// (what V8, the JVM's perf-map-agent and Python 3.12's perf trampoline write). Reads the file on
+// every call: meant for the rare frame in anonymous memory, not for a hot loop.
+std::optional<Symbol> lookup_perf_map(int pid, uint64_t addr);
+std::optional<Symbol> lookup_perf_map_file(const std::string& path, uint64_t addr);
 
 // Resolves frames in place. Caches per build id (and per path for files without one); a file that
 // cannot be read is remembered as such, so it is tried once.
@@ -61,5 +83,11 @@ class Symbolizer {
 // The default: ELF files by path (the frame's module), checked against the frame's build id when
 // both are known; kernel frames from kallsyms.
 std::unique_ptr<Symbolizer> make_caching_symbolizer(const std::string& kallsyms_path = "/proc/kallsyms");
+
+struct SymbolizerOptions {
+  std::string kallsyms_path = "/proc/kallsyms";
+  ElfOptions elf;
+};
+std::unique_ptr<Symbolizer> make_caching_symbolizer(const SymbolizerOptions& options);
 
 }  // namespace strata::symbolize

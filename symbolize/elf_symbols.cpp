@@ -1,0 +1,322 @@
+#include <dwarf.h>
+#include <elfutils/libdw.h>
+#include <elfutils/libdwelf.h>
+#include <fcntl.h>
+#include <unistd.h>
+#include <zlib.h>
+
+#include <algorithm>
+#include <array>
+#include <cctype>
+#include <filesystem>
+#include <limits>
+#include <optional>
+
+#include "symbolize/elf_file.h"
+#include "symbolize/symbol_table.h"
+#include "symbolize/symbolizer.h"
+
+namespace strata::symbolize {
+
+namespace {
+
+constexpr uint64_t kNoLimit = std::numeric_limits<uint64_t>::max();
+
+// file:line from DWARF through libdw. The DWARF file is opened by libdw itself (mapped, not read
+// into memory: debug info can be gigabytes); a per-CU address table makes the lookup independent of
+// .debug_aranges, which clang does not emit.
+class LineTable {
+ public:
+  static std::unique_ptr<LineTable> open(const std::string& path) {
+    auto table = std::make_unique<LineTable>();
+    table->fd_ = UniqueFd(::open(path.c_str(), O_RDONLY | O_CLOEXEC));
+    if (table->fd_.get() < 0) return nullptr;
+    table->dwarf_.reset(dwarf_begin(table->fd_.get(), DWARF_C_READ));
+    if (!table->dwarf_) return nullptr;  // no DWARF: not an error, lines just stay empty
+    Dwarf_CU* cu = nullptr;
+    Dwarf_CU* next = nullptr;
+    Dwarf_Half version = 0;
+    uint8_t unit_type = 0;
+    Dwarf_Die cudie;
+    Dwarf_Die subdie;
+    while (dwarf_get_units(table->dwarf_.get(), cu, &next, &version, &unit_type, &cudie, &subdie) == 0) {
+      cu = next;
+      if (unit_type != DW_UT_compile && unit_type != DW_UT_skeleton) continue;
+      Dwarf_Addr base = 0, lo = 0, hi = 0;
+      ptrdiff_t off = 0;
+      while ((off = dwarf_ranges(&cudie, off, &base, &lo, &hi)) > 0) {
+        if (hi > lo) table->ranges_.push_back(CuRange{lo, hi, cudie});
+      }
+    }
+    if (table->ranges_.empty()) return nullptr;
+    std::sort(table->ranges_.begin(), table->ranges_.end(),
+              [](const CuRange& a, const CuRange& b) { return a.lo < b.lo; });
+    table->ranges_.shrink_to_fit();
+    return table;
+  }
+
+  // Not thread-safe: libdw fills its line caches on first use.
+  bool lookup(uint64_t vaddr, std::string& file, int& line) const {
+    auto it = std::upper_bound(ranges_.begin(), ranges_.end(), vaddr,
+                               [](uint64_t a, const CuRange& r) { return a < r.lo; });
+    // CU ranges rarely overlap; a few steps back covers the ones that do.
+    for (int i = 0; i < 4 && it != ranges_.begin(); ++i) {
+      --it;
+      if (vaddr >= it->hi) continue;
+      Dwarf_Die die = it->cu;
+      Dwarf_Line* l = dwarf_getsrc_die(&die, vaddr);
+      if (l == nullptr) continue;
+      const char* src = dwarf_linesrc(l, nullptr, nullptr);
+      int n = 0;
+      if (src == nullptr || dwarf_lineno(l, &n) != 0) continue;
+      file = src;
+      line = n;
+      return true;
+    }
+    return false;
+  }
+
+ private:
+  struct DwarfDeleter {
+    void operator()(Dwarf* d) const { dwarf_end(d); }
+  };
+  struct CuRange {
+    uint64_t lo;
+    uint64_t hi;
+    Dwarf_Die cu;
+  };
+  UniqueFd fd_;
+  std::unique_ptr<Dwarf, DwarfDeleter> dwarf_;  // after fd_: ended before the fd closes
+  std::vector<CuRange> ranges_;
+};
+
+struct Segment {
+  uint64_t offset;
+  uint64_t filesz;
+  uint64_t vaddr;
+};
+
+class ElfFile final : public ElfSymbols {
+ public:
+  ElfFile(std::string build_id, std::vector<Segment> segments, SymbolTable symbols,
+          std::unique_ptr<LineTable> lines)
+      : build_id_(std::move(build_id)),
+        segments_(std::move(segments)),
+        symbols_(std::move(symbols)),
+        lines_(std::move(lines)) {}
+
+  std::optional<Symbol> lookup_file_offset(uint64_t file_offset) const override {
+    for (const Segment& s : segments_) {
+      if (file_offset >= s.offset && file_offset - s.offset < s.filesz) {
+        return lookup_vaddr(file_offset - s.offset + s.vaddr);
+      }
+    }
+    return std::nullopt;
+  }
+
+  std::optional<Symbol> lookup_vaddr(uint64_t vaddr) const override {
+    const SymbolTable::Entry* e = symbols_.find(vaddr);
+    if (e == nullptr) return std::nullopt;
+    Symbol s;
+    s.function = demangle(std::string(symbols_.name(*e)));
+    if (lines_) lines_->lookup(vaddr, s.file, s.line);
+    return s;
+  }
+
+  const std::string& build_id() const override { return build_id_; }
+  size_t symbol_count() const override { return symbols_.size(); }
+
+ private:
+  std::string build_id_;
+  std::vector<Segment> segments_;
+  SymbolTable symbols_;
+  std::unique_ptr<LineTable> lines_;
+};
+
+// Adds the function symbols of every section of this type; returns how many.
+size_t add_function_symbols(Elf* elf, GElf_Word section_type, SymbolTable& table) {
+  size_t shnum = 0;
+  if (elf_getshdrnum(elf, &shnum) != 0) return 0;
+  // Section ends bound zero-size symbols, which otherwise run to the next symbol.
+  std::vector<uint64_t> section_end(shnum, kNoLimit);
+  Elf_Scn* scn = nullptr;
+  while ((scn = elf_nextscn(elf, scn)) != nullptr) {
+    GElf_Shdr sh;
+    size_t idx = elf_ndxscn(scn);
+    if (gelf_getshdr(scn, &sh) == nullptr || idx >= shnum) continue;
+    if (sh.sh_addr + sh.sh_size > sh.sh_addr) section_end[idx] = sh.sh_addr + sh.sh_size;
+  }
+  size_t added = 0;
+  scn = nullptr;
+  while ((scn = elf_nextscn(elf, scn)) != nullptr) {
+    GElf_Shdr sh;
+    if (gelf_getshdr(scn, &sh) == nullptr || sh.sh_type != section_type) continue;
+    Elf_Data* data = elf_getdata(scn, nullptr);
+    if (data == nullptr) continue;
+    GElf_Sym sym;
+    for (int i = 0; gelf_getsym(data, i, &sym) != nullptr; ++i) {
+      int type = GELF_ST_TYPE(sym.st_info);
+      if (type != STT_FUNC && type != STT_GNU_IFUNC) continue;
+      if (sym.st_shndx == SHN_UNDEF || sym.st_value == 0) continue;
+      const char* name = elf_strptr(elf, sh.sh_link, sym.st_name);
+      if (name == nullptr || *name == '\0') continue;
+      uint64_t limit = sym.st_shndx < shnum ? section_end[sym.st_shndx] : kNoLimit;
+      int bind = GELF_ST_BIND(sym.st_info);
+      int rank = bind == STB_GLOBAL ? 0 : bind == STB_WEAK ? 1 : 2;
+      table.add(sym.st_value, sym.st_size, limit, rank, name);
+      ++added;
+    }
+  }
+  return added;
+}
+
+std::vector<Segment> load_segments(Elf* elf) {
+  std::vector<Segment> segments;
+  size_t phnum = 0;
+  if (elf_getphdrnum(elf, &phnum) != 0) return segments;
+  std::vector<bool> exec;
+  std::vector<GElf_Phdr> loads;
+  for (size_t i = 0; i < phnum; ++i) {
+    GElf_Phdr ph;
+    if (gelf_getphdr(elf, static_cast<int>(i), &ph) == nullptr || ph.p_type != PT_LOAD) continue;
+    loads.push_back(ph);
+  }
+  // Code is never bss: executable segments without file bytes mean a separate debug file.
+  bool debug_only = std::any_of(loads.begin(), loads.end(), [](const GElf_Phdr& ph) {
+    return (ph.p_flags & PF_X) != 0 && ph.p_filesz == 0 && ph.p_memsz > 0;
+  });
+  uint64_t next_offset = 0;
+  for (const GElf_Phdr& ph : loads) {
+    if (!debug_only) {
+      segments.push_back(Segment{ph.p_offset, ph.p_filesz, ph.p_vaddr});
+    } else {
+      // objcopy --only-keep-debug zeroes file sizes and offsets. Rebuild them the way GNU ld
+      // and lld lay segments out: in order, each at the first offset past the previous one that
+      // is congruent to its vaddr modulo its alignment.
+      uint64_t align = ph.p_align != 0 && (ph.p_align & (ph.p_align - 1)) == 0 ? ph.p_align : 1;
+      uint64_t want = ph.p_vaddr & (align - 1);
+      uint64_t offset = (next_offset & ~(align - 1)) + want;
+      if (offset < next_offset) offset += align;
+      segments.push_back(Segment{offset, ph.p_memsz, ph.p_vaddr});
+      next_offset = offset + ph.p_memsz;
+    }
+    exec.push_back((ph.p_flags & PF_X) != 0);
+  }
+  // Executable segments first: where a page is shared by two segments, code is what frames hit.
+  std::vector<Segment> ordered;
+  for (int want_exec = 1; want_exec >= 0; --want_exec) {
+    for (size_t i = 0; i < segments.size(); ++i) {
+      if (exec[i] == (want_exec == 1)) ordered.push_back(segments[i]);
+    }
+  }
+  return ordered;
+}
+
+std::optional<uint32_t> file_crc32(int fd) {
+  std::array<unsigned char, 64 * 1024> buf;
+  uLong crc = crc32(0L, Z_NULL, 0);
+  off_t pos = 0;
+  for (;;) {
+    ssize_t n = ::pread(fd, buf.data(), buf.size(), pos);
+    if (n < 0 && errno == EINTR) continue;
+    if (n < 0) return std::nullopt;
+    if (n == 0) break;
+    crc = crc32(crc, buf.data(), static_cast<uInt>(n));
+    pos += n;
+  }
+  return static_cast<uint32_t>(crc);
+}
+
+bool same_file(const struct stat& a, const struct stat& b) {
+  return a.st_dev == b.st_dev && a.st_ino == b.st_ino;
+}
+
+bool is_hex(const std::string& s) {
+  return std::all_of(s.begin(), s.end(),
+                     [](unsigned char c) { return std::isxdigit(c) && !std::isupper(c); });
+}
+
+std::string build_id_debug_path(const std::string& build_id, const ElfOptions& options) {
+  return options.debug_root + "/.build-id/" + build_id.substr(0, 2) + "/" + build_id.substr(2) + ".debug";
+}
+
+// The separate debug file of main: by build id first (its id proves the match), then by
+// .gnu_debuglink in gdb's places, checked by CRC.
+std::optional<ElfHandle> find_debug_file(const ElfHandle& main, const std::string& build_id,
+                                         const ElfOptions& options) {
+  if (build_id.size() > 2 && is_hex(build_id)) {
+    auto h = open_elf(build_id_debug_path(build_id, options));
+    if (h && !same_file(h->st, main.st) && elf_build_id(h->elf.get()) == build_id) return std::move(*h);
+  }
+  GElf_Word crc = 0;
+  const char* link = dwelf_elf_gnu_debuglink(main.elf.get(), &crc);
+  if (link == nullptr || *link == '\0') return std::nullopt;
+  std::string name = link;
+  // A debuglink is a bare file name; anything else is not followed.
+  if (name.find('/') != std::string::npos || name == "." || name == "..") return std::nullopt;
+  std::error_code ec;
+  std::filesystem::path real = std::filesystem::canonical(main.path, ec);
+  std::string dir = (ec ? std::filesystem::path(main.path) : real).parent_path().string();
+  for (const std::string& candidate :
+       {dir + "/" + name, dir + "/.debug/" + name, options.debug_root + dir + "/" + name}) {
+    auto h = open_elf(candidate);
+    if (!h || same_file(h->st, main.st)) continue;
+    auto actual = file_crc32(h->fd.get());
+    if (actual && *actual == crc) return std::move(*h);
+  }
+  return std::nullopt;
+}
+
+Result<std::unique_ptr<ElfSymbols>> build(const ElfHandle& main, const std::string& build_id,
+                                          const std::optional<ElfHandle>& debug, const ElfOptions& options) {
+  SymbolTable table;
+  size_t n = add_function_symbols(main.elf.get(), SHT_SYMTAB, table);
+  if (n == 0 && debug) n = add_function_symbols(debug->elf.get(), SHT_SYMTAB, table);
+  if (n == 0) add_function_symbols(main.elf.get(), SHT_DYNSYM, table);
+  table.finish();
+  std::vector<Segment> segments = load_segments(main.elf.get());
+  if (segments.empty() && debug) segments = load_segments(debug->elf.get());
+  std::unique_ptr<LineTable> lines;
+  if (options.line_info) {
+    lines = LineTable::open(main.path);
+    if (!lines && debug) lines = LineTable::open(debug->path);
+  }
+  return std::unique_ptr<ElfSymbols>(
+      std::make_unique<ElfFile>(build_id, std::move(segments), std::move(table), std::move(lines)));
+}
+
+}  // namespace
+
+Result<std::string> read_build_id(const std::string& path) {
+  auto h = open_elf(path);
+  if (!h) return h.error();
+  std::string id = elf_build_id(h->elf.get());
+  if (id.empty()) return Error{path + " has no GNU build id note (linked without --build-id?)"};
+  return id;
+}
+
+Result<std::unique_ptr<ElfSymbols>> ElfSymbols::open(const std::string& path) {
+  return open(path, ElfOptions{});
+}
+
+Result<std::unique_ptr<ElfSymbols>> ElfSymbols::open(const std::string& path, const ElfOptions& options) {
+  auto main = open_elf(path);
+  if (!main) return main.error().context("reading symbols");
+  std::string build_id = elf_build_id(main->elf.get());
+  std::optional<ElfHandle> debug = find_debug_file(*main, build_id, options);
+  return build(*main, build_id, debug, options);
+}
+
+Result<std::unique_ptr<ElfSymbols>> ElfSymbols::open_build_id(const std::string& build_id,
+                                                              const ElfOptions& options) {
+  // Hex only: the id becomes part of a path.
+  if (build_id.size() < 4 || !is_hex(build_id)) return Error{"bad build id '" + build_id + "'"};
+  std::string path = build_id_debug_path(build_id, options);
+  auto h = open_elf(path);
+  if (!h) return h.error().context("no debug file for build id " + build_id);
+  std::string actual = elf_build_id(h->elf.get());
+  if (actual != build_id) return Error{path + " has build id '" + actual + "', not " + build_id};
+  return build(*h, build_id, std::nullopt, options);
+}
+
+}  // namespace strata::symbolize

@@ -1,0 +1,116 @@
+#include <cctype>
+#include <cerrno>
+#include <fstream>
+#include <sstream>
+
+#include "symbolize/symbol_table.h"
+#include "symbolize/symbolizer.h"
+
+namespace strata::symbolize {
+
+namespace {
+
+// kallsyms has no sizes: a symbol runs to the next one. No kernel function is near this long, so
+// addresses past the last symbol of a region (kernel text, each module) stay unresolved.
+constexpr uint64_t kMaxKernelSymbolSpan = 1 << 20;
+
+bool parse_hex(const std::string& s, uint64_t& out) {
+  if (s.empty() || s.size() > 16) return false;
+  uint64_t v = 0;
+  for (char c : s) {
+    int d;
+    if (c >= '0' && c <= '9')
+      d = c - '0';
+    else if (c >= 'a' && c <= 'f')
+      d = c - 'a' + 10;
+    else if (c >= 'A' && c <= 'F')
+      d = c - 'A' + 10;
+    else
+      return false;
+    v = (v << 4) | static_cast<uint64_t>(d);
+  }
+  out = v;
+  return true;
+}
+
+class KallsymsTable final : public Kallsyms {
+ public:
+  explicit KallsymsTable(SymbolTable table) : table_(std::move(table)) {}
+  std::optional<Symbol> lookup(uint64_t address) const override {
+    const SymbolTable::Entry* e = table_.find(address);
+    if (e == nullptr) return std::nullopt;
+    Symbol s;
+    s.function = std::string(table_.name(*e));
+    return s;
+  }
+  size_t symbol_count() const override { return table_.size(); }
+
+ private:
+  SymbolTable table_;
+};
+
+}  // namespace
+
+Result<std::unique_ptr<Kallsyms>> Kallsyms::load(const std::string& path) {
+  std::ifstream in(path);
+  if (!in) return Error::from_errno("cannot open " + path, errno);
+  SymbolTable table;
+  std::string line;
+  size_t text_symbols = 0;
+  size_t nonzero = 0;
+  while (std::getline(in, line)) {
+    // "ffffffff81000000 T _stext" or "ffffffffc0a01000 t helper\t[module]"
+    std::istringstream fields(line);
+    std::string addr_text, type, name;
+    if (!(fields >> addr_text >> type >> name) || type.size() != 1) continue;
+    char t = type[0];
+    if (t != 't' && t != 'T' && t != 'w' && t != 'W') continue;
+    uint64_t addr = 0;
+    if (!parse_hex(addr_text, addr)) continue;
+    ++text_symbols;
+    if (addr == 0) continue;
+    ++nonzero;
+    uint64_t limit = addr + kMaxKernelSymbolSpan < addr ? UINT64_MAX : addr + kMaxKernelSymbolSpan;
+    table.add(addr, 0, limit, t == 'T' ? 0 : 1, name);
+  }
+  if (in.bad()) return Error::from_errno("reading " + path, errno);
+  if (text_symbols == 0) return Error{path + ": no kernel text symbols (not a kallsyms file?)"};
+  if (nonzero == 0) {
+    return Error{path +
+                 ": all symbol addresses are zero: kernel.kptr_restrict hides them "
+                 "(run as root with CAP_SYSLOG, or set kernel.kptr_restrict=0)"};
+  }
+  table.finish();
+  return std::unique_ptr<Kallsyms>(std::make_unique<KallsymsTable>(std::move(table)));
+}
+
+std::optional<Symbol> lookup_perf_map_file(const std::string& path, uint64_t addr) {
+  std::ifstream in(path);
+  if (!in) return std::nullopt;
+  std::string line;
+  // Later lines win: a JIT reusing an address range appends the new code's line.
+  std::optional<Symbol> found;
+  while (std::getline(in, line)) {
+    std::istringstream fields(line);
+    std::string start_text, size_text;
+    if (!(fields >> start_text >> size_text)) continue;
+    std::string name;
+    std::getline(fields >> std::ws, name);  // names may contain spaces
+    while (!name.empty() && std::isspace(static_cast<unsigned char>(name.back()))) name.pop_back();
+    uint64_t start = 0, size = 0;
+    auto strip0x = [](std::string& s) {
+      if (s.size() > 2 && s[0] == '0' && (s[1] == 'x' || s[1] == 'X')) s = s.substr(2);
+    };
+    strip0x(start_text);
+    strip0x(size_text);
+    if (!parse_hex(start_text, start) || !parse_hex(size_text, size) || name.empty()) continue;
+    if (addr >= start && addr - start < size) found = Symbol{name, "", 0};
+  }
+  return found;
+}
+
+std::optional<Symbol> lookup_perf_map(int pid, uint64_t addr) {
+  return lookup_perf_map_file("/tmp/perf-" + std::to_string(pid) + ".map", addr);
+}
+
+}  // namespace strata::symbolize
