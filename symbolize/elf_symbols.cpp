@@ -23,14 +23,16 @@ namespace {
 constexpr uint64_t kNoLimit = std::numeric_limits<uint64_t>::max();
 
 // file:line from DWARF through libdw. The DWARF file is opened by libdw itself (mapped, not read
-// into memory: debug info can be gigabytes); a per-CU address table makes the lookup independent of
-// .debug_aranges, which clang does not emit.
+// into memory: debug info can be gigabytes; the price is that a file truncated in place while mapped
+// would fault, where installs replace files by rename). A per-CU address table makes the lookup
+// independent of .debug_aranges, which clang does not emit.
 class LineTable {
  public:
   static std::unique_ptr<LineTable> open(const std::string& path) {
     auto table = std::make_unique<LineTable>();
-    table->fd_ = UniqueFd(::open(path.c_str(), O_RDONLY | O_CLOEXEC));
-    if (table->fd_.get() < 0) return nullptr;
+    table->fd_ = UniqueFd(::open(path.c_str(), O_RDONLY | O_CLOEXEC | O_NONBLOCK));
+    struct stat st;
+    if (table->fd_.get() < 0 || ::fstat(table->fd_.get(), &st) != 0 || !S_ISREG(st.st_mode)) return nullptr;
     table->dwarf_.reset(dwarf_begin(table->fd_.get(), DWARF_C_READ));
     if (!table->dwarf_) return nullptr;  // no DWARF: not an error, lines just stay empty
     Dwarf_CU* cu = nullptr;
