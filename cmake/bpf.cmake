@@ -7,12 +7,19 @@ set(STRATA_BPF_GEN ${CMAKE_BINARY_DIR}/generated/bpf)
 file(MAKE_DIRECTORY ${STRATA_BPF_GEN})
 
 set(STRATA_VMLINUX_BTF /sys/kernel/btf/vmlinux CACHE FILEPATH "kernel BTF used to generate vmlinux.h")
-add_custom_command(
-  OUTPUT ${STRATA_BPF_GEN}/vmlinux.h
-  COMMAND ${BPFTOOL} btf dump file ${STRATA_VMLINUX_BTF} format c > ${STRATA_BPF_GEN}/vmlinux.h
-  COMMENT "Generating vmlinux.h from ${STRATA_VMLINUX_BTF}"
-  VERBATIM)
-add_custom_target(strata_vmlinux_h DEPENDS ${STRATA_BPF_GEN}/vmlinux.h)
+# vmlinux.h from the running kernel's BTF, made at configure time (CO-RE relocates against the
+# target kernel's BTF at load time, so one build runs on other kernels too).
+if(NOT EXISTS ${STRATA_BPF_GEN}/vmlinux.h)
+  if(NOT EXISTS ${STRATA_VMLINUX_BTF})
+    message(FATAL_ERROR "${STRATA_VMLINUX_BTF} not found: strata needs a kernel with BTF (CONFIG_DEBUG_INFO_BTF=y)")
+  endif()
+  execute_process(COMMAND ${BPFTOOL} btf dump file ${STRATA_VMLINUX_BTF} format c
+                  OUTPUT_FILE ${STRATA_BPF_GEN}/vmlinux.h RESULT_VARIABLE rc)
+  if(NOT rc EQUAL 0)
+    file(REMOVE ${STRATA_BPF_GEN}/vmlinux.h)
+    message(FATAL_ERROR "bpftool could not dump ${STRATA_VMLINUX_BTF}")
+  endif()
+endif()
 
 set(STRATA_BPF_SKELETONS "" CACHE INTERNAL "")
 

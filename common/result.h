@@ -12,12 +12,14 @@ namespace strata {
 
 struct Error {
   std::string message;  // what failed, on what, and what to do: one line
+  int exit_code = 1;    // for the CLI: 1 bad input / usage, 2 environment (permissions, kernel)
 
   static Error from_errno(const std::string& what, int err) {
     return Error{what + ": " + std::strerror(err)};
   }
   // Adds context in front: "opening store x.db: <inner>"
-  Error context(const std::string& ctx) const { return Error{ctx + ": " + message}; }
+  Error context(const std::string& ctx) const { return Error{ctx + ": " + message, exit_code}; }
+  Error environment() const { return Error{message, 2}; }
 };
 
 template <typename T>

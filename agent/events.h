@@ -1,0 +1,48 @@
+// Events as the agent's pipeline sees them, decoded from the kernel's layout (abi/) or made up by
+// tests. Everything above the live sources consumes these, so it runs without root.
+#pragma once
+
+#include <array>
+#include <cstdint>
+#include <string>
+#include <vector>
+
+namespace strata::agent {
+
+// A user frame as the kernel normalized it: build id + file offset, or a raw address when the
+// build id could not be read at sample time (page not resident, mmap lock contended).
+struct RawUserFrame {
+  bool has_build_id = false;
+  std::array<uint8_t, 20> build_id{};
+  uint64_t offset_or_ip = 0;
+};
+
+struct SampleEvent {
+  uint32_t pid = 0;
+  uint32_t tid = 0;
+  uint32_t cpu = 0;
+  uint64_t ts_ns = 0;  // CLOCK_MONOTONIC
+  std::string comm;    // thread name
+  std::vector<uint64_t> kstack;       // leaf first
+  std::vector<RawUserFrame> ustack;   // leaf first
+};
+
+struct ProcEvent {
+  enum class Type { kFork, kExec, kExit };
+  Type type = Type::kFork;
+  uint32_t pid = 0;
+  uint32_t ppid = 0;
+  uint64_t ts_ns = 0;
+  std::string comm;
+};
+
+// The seam between live sources and the rest (Falco's engines): a recorded file or a synthetic
+// generator can drive the same sink.
+class EventSink {
+ public:
+  virtual ~EventSink() = default;
+  virtual void on_sample(const SampleEvent& e) = 0;
+  virtual void on_proc(const ProcEvent& e) = 0;
+};
+
+}  // namespace strata::agent

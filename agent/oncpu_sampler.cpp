@@ -1,0 +1,244 @@
+#include "agent/oncpu_sampler.h"
+
+#include <bpf/bpf.h>
+#include <bpf/libbpf.h>
+#include <linux/perf_event.h>
+#include <sys/syscall.h>
+#include <unistd.h>
+
+#include <cstring>
+#include <fstream>
+#include <sstream>
+#include <string>
+
+#include "abi/oncpu.h"
+#include "agent/libbpf_log.h"
+#include "bpf/oncpu.skel.h"
+
+namespace strata::agent {
+namespace {
+
+constexpr int kCapSysAdmin = 21;
+constexpr int kCapPerfmon = 38;
+constexpr int kCapBpf = 39;
+
+uint64_t effective_caps() {
+  std::ifstream in("/proc/self/status");
+  std::string line;
+  while (std::getline(in, line)) {
+    if (line.rfind("CapEff:", 0) == 0) return std::stoull(line.substr(7), nullptr, 16);
+  }
+  return 0;
+}
+
+int perf_event_open(perf_event_attr* attr, int cpu) {
+  return static_cast<int>(syscall(SYS_perf_event_open, attr, -1, cpu, -1, PERF_FLAG_FD_CLOEXEC));
+}
+
+std::vector<int> online_cpus() {
+  std::vector<int> cpus;
+  std::ifstream in("/sys/devices/system/cpu/online");
+  std::string spec;
+  std::getline(in, spec);
+  std::stringstream ss(spec);
+  std::string part;
+  while (std::getline(ss, part, ',')) {
+    auto dash = part.find('-');
+    int lo = std::stoi(part.substr(0, dash));
+    int hi = dash == std::string::npos ? lo : std::stoi(part.substr(dash + 1));
+    for (int c = lo; c <= hi; ++c) cpus.push_back(c);
+  }
+  return cpus;
+}
+
+class LiveSampler final : public OnCpuSampler {
+ public:
+  ~LiveSampler() override {
+    ring_buffer__free(ring_);
+    for (auto* link : links_) bpf_link__destroy(link);
+    for (int fd : perf_fds_) close(fd);
+    oncpu_bpf__destroy(skel_);
+    if (stats_fd_ >= 0) close(stats_fd_);
+  }
+
+  Status init(const SamplerOptions& opts) {
+    setup_libbpf_logging();
+    skel_ = oncpu_bpf__open();
+    if (!skel_) return Error::from_errno("cannot open the on-CPU BPF program", errno);
+    skel_->rodata->follow_children = opts.follow_children;
+    auto cpus = online_cpus();
+    int ncpus = libbpf_num_possible_cpus();
+    uint32_t rb = opts.ringbuf_bytes_per_cpu * static_cast<uint32_t>(ncpus > 0 ? ncpus : 1);
+    uint32_t rb_pow2 = 1u << 20;  // at least 1 MiB, a power of two as the kernel requires
+    while (rb_pow2 < rb && rb_pow2 < (1u << 28)) rb_pow2 <<= 1;
+    bpf_map__set_max_entries(skel_->maps.events, rb_pow2);
+    bpf_map__set_max_entries(skel_->maps.targets, opts.max_targets);
+
+    if (int err = oncpu_bpf__load(skel_); err) {
+      return Error::from_errno("cannot load the on-CPU BPF program (see the libbpf messages above)", -err);
+    }
+    // Measure our own BPF run time; the kernel keeps these stats while the fd is open.
+    stats_fd_ = bpf_enable_stats(BPF_STATS_RUN_TIME);
+
+    for (int cpu : cpus) {
+      perf_event_attr attr{};
+      attr.size = sizeof(attr);
+      attr.type = PERF_TYPE_SOFTWARE;
+      attr.config = PERF_COUNT_SW_CPU_CLOCK;
+      attr.sample_period = 1'000'000'000ull / (opts.frequency_hz ? opts.frequency_hz : 99);
+      int fd = perf_event_open(&attr, cpu);
+      if (fd < 0) {
+        if (errno == ENODEV) continue;  // CPU went offline meanwhile
+        return Error::from_errno("perf_event_open(cpu-clock) on CPU " + std::to_string(cpu), errno);
+      }
+      perf_fds_.push_back(fd);
+      bpf_link* link = bpf_program__attach_perf_event(skel_->progs.on_cpu_sample, fd);
+      if (!link) return Error::from_errno("cannot attach the sampler to CPU " + std::to_string(cpu), errno);
+      links_.push_back(link);
+    }
+    if (int err = oncpu_bpf__attach(skel_); err) {
+      return Error::from_errno("cannot attach the process-tracking tracepoints", -err);
+    }
+    ring_ = ring_buffer__new(bpf_map__fd(skel_->maps.events), &LiveSampler::on_event, this, nullptr);
+    if (!ring_) return Error::from_errno("cannot open the sample ring buffer", errno);
+    return {};
+  }
+
+  Status add_target(uint32_t pid) override {
+    uint8_t one = 1;
+    if (bpf_map__update_elem(skel_->maps.targets, &pid, sizeof(pid), &one, sizeof(one), BPF_ANY) != 0) {
+      return Error::from_errno("cannot watch pid " + std::to_string(pid), errno);
+    }
+    return {};
+  }
+
+  Result<int> poll(int timeout_ms, EventSink& sink) override {
+    sink_ = &sink;
+    int n = ring_buffer__poll(ring_, timeout_ms);
+    sink_ = nullptr;
+    if (n < 0 && n != -EINTR) return Error::from_errno("polling the sample ring buffer", -n);
+    return n < 0 ? 0 : n;
+  }
+
+  SamplerCounters counters() const override {
+    SamplerCounters c;
+    int ncpus = libbpf_num_possible_cpus();
+    std::vector<uint64_t> values(ncpus > 0 ? ncpus : 1);
+    auto sum = [&](uint32_t key) -> uint64_t {
+      if (bpf_map__lookup_elem(skel_->maps.counters, &key, sizeof(key), values.data(),
+                               values.size() * sizeof(uint64_t), 0) != 0)
+        return 0;
+      uint64_t s = 0;
+      for (auto v : values) s += v;
+      return s;
+    };
+    c.samples = sum(STRATA_CNT_SAMPLES);
+    c.emitted = sum(STRATA_CNT_EMITTED);
+    c.ringbuf_drops = sum(STRATA_CNT_RINGBUF_DROP);
+    c.kstack_errors = sum(STRATA_CNT_KSTACK_ERR);
+    c.ustack_errors = sum(STRATA_CNT_USTACK_ERR);
+    c.proc_events = sum(STRATA_CNT_PROC_EVENTS);
+    c.proc_drops = sum(STRATA_CNT_PROC_DROP);
+    c.targets_full = sum(STRATA_CNT_TARGETS_FULL);
+    c.bpf_stats = stats_fd_ >= 0;
+    for (bpf_program* prog = bpf_object__next_program(skel_->obj, nullptr); prog;
+         prog = bpf_object__next_program(skel_->obj, prog)) {
+      bpf_prog_info info{};
+      uint32_t len = sizeof(info);
+      if (bpf_obj_get_info_by_fd(bpf_program__fd(prog), &info, &len) == 0) {
+        c.bpf_run_ns += info.run_time_ns;
+        c.bpf_run_cnt += info.run_cnt;
+      }
+    }
+    return c;
+  }
+
+ private:
+  static int on_event(void* ctx, void* data, size_t size) {
+    auto* self = static_cast<LiveSampler*>(ctx);
+    if (!self->sink_ || size < sizeof(uint32_t)) return 0;
+    uint32_t type;
+    std::memcpy(&type, data, sizeof(type));
+    if (type == STRATA_EV_SAMPLE) {
+      self->decode_sample(static_cast<const uint8_t*>(data), size);
+    } else if (size >= sizeof(strata_proc_event)) {
+      strata_proc_event raw;
+      std::memcpy(&raw, data, sizeof(raw));
+      ProcEvent e;
+      e.type = type == STRATA_EV_FORK   ? ProcEvent::Type::kFork
+               : type == STRATA_EV_EXEC ? ProcEvent::Type::kExec
+                                        : ProcEvent::Type::kExit;
+      e.pid = raw.pid;
+      e.ppid = raw.ppid;
+      e.ts_ns = raw.ts_ns;
+      e.comm.assign(raw.comm, strnlen(raw.comm, sizeof(raw.comm)));
+      self->sink_->on_proc(e);
+    }
+    return 0;
+  }
+
+  void decode_sample(const uint8_t* data, size_t size) {
+    if (size < sizeof(strata_sample)) return;
+    strata_sample hdr;
+    std::memcpy(&hdr, data, sizeof(hdr));
+    size_t need = sizeof(hdr) + hdr.kstack_len * sizeof(uint64_t) +
+                  hdr.ustack_len * sizeof(bpf_stack_build_id);
+    if (need > size) return;  // never trust a length: the layout is checked, not assumed
+    sample_.pid = hdr.pid;
+    sample_.tid = hdr.tid;
+    sample_.cpu = hdr.cpu;
+    sample_.ts_ns = hdr.ts_ns;
+    sample_.comm.assign(hdr.comm, strnlen(hdr.comm, sizeof(hdr.comm)));
+    const uint8_t* p = data + sizeof(hdr);
+    sample_.kstack.resize(hdr.kstack_len);
+    std::memcpy(sample_.kstack.data(), p, hdr.kstack_len * sizeof(uint64_t));
+    p += hdr.kstack_len * sizeof(uint64_t);
+    sample_.ustack.clear();
+    for (unsigned i = 0; i < hdr.ustack_len; ++i, p += sizeof(bpf_stack_build_id)) {
+      bpf_stack_build_id f;
+      std::memcpy(&f, p, sizeof(f));
+      if (f.status == BPF_STACK_BUILD_ID_EMPTY) break;
+      RawUserFrame u;
+      u.has_build_id = f.status == BPF_STACK_BUILD_ID_VALID;
+      if (u.has_build_id) {
+        std::memcpy(u.build_id.data(), f.build_id, u.build_id.size());
+        u.offset_or_ip = f.offset;
+      } else {
+        u.offset_or_ip = f.ip;
+      }
+      sample_.ustack.push_back(u);
+    }
+    sink_->on_sample(sample_);
+  }
+
+  oncpu_bpf* skel_ = nullptr;
+  ring_buffer* ring_ = nullptr;
+  std::vector<int> perf_fds_;
+  std::vector<bpf_link*> links_;
+  int stats_fd_ = -1;
+  EventSink* sink_ = nullptr;
+  SampleEvent sample_;  // reused: no allocation per sample once warm
+};
+
+}  // namespace
+
+Status check_bpf_permissions() {
+  uint64_t caps = effective_caps();
+  auto has = [&](int cap) { return (caps >> cap) & 1; };
+  if (has(kCapSysAdmin)) return {};
+  if (has(kCapBpf) && has(kCapPerfmon)) return {};
+  std::string missing;
+  if (!has(kCapBpf)) missing += "CAP_BPF";
+  if (!has(kCapPerfmon)) missing += std::string(missing.empty() ? "" : " and ") + "CAP_PERFMON";
+  return Error{"missing capability " + missing +
+               " (or CAP_SYS_ADMIN): run as root, or grant them with "
+               "`setcap cap_bpf,cap_perfmon,cap_sys_resource+ep $(which strata)`"};
+}
+
+Result<std::unique_ptr<OnCpuSampler>> OnCpuSampler::start(const SamplerOptions& opts) {
+  auto sampler = std::make_unique<LiveSampler>();
+  if (auto st = sampler->init(opts); !st) return st.error();
+  return std::unique_ptr<OnCpuSampler>(std::move(sampler));
+}
+
+}  // namespace strata::agent

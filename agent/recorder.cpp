@@ -1,0 +1,428 @@
+#include "agent/recorder.h"
+
+#include <fcntl.h>
+#include <signal.h>
+#include <sys/resource.h>
+#include <sys/stat.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <chrono>
+#include <cstring>
+#include <iomanip>
+#include <map>
+#include <ostream>
+#include <set>
+#include <sstream>
+#include <unordered_map>
+
+#include "agent/normalizer.h"
+#include "agent/process_info.h"
+#include "store/store.h"
+#include "symbolize/symbolizer.h"
+
+namespace strata::agent {
+namespace {
+
+volatile sig_atomic_t g_stop = 0;
+void on_stop_signal(int) { g_stop = 1; }
+
+double cpu_seconds_self() {
+  rusage ru{};
+  getrusage(RUSAGE_SELF, &ru);
+  return static_cast<double>(ru.ru_utime.tv_sec + ru.ru_stime.tv_sec) +
+         static_cast<double>(ru.ru_utime.tv_usec + ru.ru_stime.tv_usec) / 1e6;
+}
+
+// Finds CMD in PATH as execvp would; empty when it cannot be run.
+std::string resolve_command(const std::string& cmd) {
+  auto runnable = [](const std::string& p) {
+    struct stat st{};
+    return ::stat(p.c_str(), &st) == 0 && S_ISREG(st.st_mode) && access(p.c_str(), X_OK) == 0;
+  };
+  if (cmd.find('/') != std::string::npos) return runnable(cmd) ? cmd : "";
+  const char* path = std::getenv("PATH");
+  std::stringstream ss(path ? path : "/usr/local/bin:/usr/bin:/bin");
+  std::string dir;
+  while (std::getline(ss, dir, ':')) {
+    std::string p = (dir.empty() ? "." : dir) + "/" + cmd;
+    if (runnable(p)) return p;
+  }
+  return "";
+}
+
+uint64_t mix(uint64_t h, uint64_t v) {
+  h ^= v + 0x9e3779b97f4a7c15ull + (h << 6) + (h >> 2);
+  return h;
+}
+
+struct CountKey {
+  uint32_t pid, tid, stack;
+  std::string comm;
+  bool operator==(const CountKey& o) const {
+    return pid == o.pid && tid == o.tid && stack == o.stack && comm == o.comm;
+  }
+};
+struct CountKeyHash {
+  size_t operator()(const CountKey& k) const {
+    return mix(mix(mix(k.pid, k.tid), k.stack), std::hash<std::string>()(k.comm));
+  }
+};
+
+class Recorder final : public EventSink {
+ public:
+  Recorder(const RecordOptions& opts, std::ostream& log) : opts_(opts), log_(log) {
+    node_ = opts.node.empty() ? node_name() : opts.node;
+  }
+
+  Result<RecordSummary> run() {
+    // Validate everything the user gave before touching the kernel or the store.
+    std::string exe;
+    if (!opts_.command.empty()) {
+      exe = resolve_command(opts_.command[0]);
+      if (exe.empty()) return Error{"command not found or not executable: " + opts_.command[0]};
+    }
+    for (uint32_t pid : opts_.pids) {
+      if (!process_exists(pid)) return Error{"no such process: " + std::to_string(pid)};
+    }
+    if (auto st = check_bpf_permissions(); !st) return st.error().environment();
+
+    auto store = store::Store::open_sqlite(opts_.output, store::Store::Mode::kCreateOrAppend);
+    if (!store) return store.error();
+    store_ = std::move(*store);
+
+    SamplerOptions so;
+    so.frequency_hz = opts_.frequency_hz;
+    auto sampler = OnCpuSampler::start(so);
+    if (!sampler) return sampler.error().environment();
+    sampler_ = std::move(*sampler);
+
+    store::RecordingInfo info;
+    info.node = node_;
+    info.started_ns = unix_now_ns();
+    info.sample_hz = opts_.frequency_hz;
+    info.window_s = opts_.window_s;
+    if (!opts_.command.empty()) {
+      for (const auto& a : opts_.command) info.command += (info.command.empty() ? "" : " ") + a;
+    } else {
+      info.command = "-p";
+      for (size_t i = 0; i < opts_.pids.size(); ++i) info.command += (i ? "," : " ") + std::to_string(opts_.pids[i]);
+    }
+    auto rec = store_->begin_recording(info);
+    if (!rec) return rec.error();
+    recording_ = *rec;
+
+    struct sigaction sa{};
+    sa.sa_handler = on_stop_signal;  // no SA_RESTART: poll returns at once
+    sigaction(SIGINT, &sa, nullptr);
+    sigaction(SIGTERM, &sa, nullptr);
+
+    for (uint32_t pid : opts_.pids) {
+      if (auto st = sampler_->add_target(pid); !st) return st.error().environment();
+      see_process(pid, 0, "");
+    }
+    if (!opts_.command.empty()) {
+      if (auto st = spawn(exe); !st) return st.error();
+    }
+    return loop();
+  }
+
+  void on_sample(const SampleEvent& e) override {
+    // Identical raw stacks share one normalization per window: the per-sample cost is a hash.
+    uint64_t h = mix(e.pid, e.kstack.size());
+    for (uint64_t a : e.kstack) h = mix(h, a);
+    for (const auto& u : e.ustack) {
+      uint64_t id;
+      std::memcpy(&id, u.build_id.data(), sizeof id);
+      h = mix(mix(h, u.offset_or_ip), u.has_build_id ? id : 0);
+    }
+    auto it = raw_stack_index_.find(h);
+    uint32_t index;
+    if (it != raw_stack_index_.end()) {
+      index = it->second;
+    } else {
+      Stack stack;
+      normalizer_.normalize(e, stack);
+      index = static_cast<uint32_t>(window_stacks_.size());
+      window_stacks_.push_back(std::move(stack));
+      raw_stack_index_.emplace(h, index);
+    }
+    counts_[CountKey{e.pid, e.tid, index, e.comm}] += 1;
+    threads_.insert((static_cast<uint64_t>(e.pid) << 32) | e.tid);
+    if (!known_.count(e.pid)) see_process(e.pid, 0, "");
+  }
+
+  void on_proc(const ProcEvent& e) override {
+    switch (e.type) {
+      case ProcEvent::Type::kFork:
+        live_.insert(e.pid);
+        see_process(e.pid, e.ppid, e.comm);
+        break;
+      case ProcEvent::Type::kExec:
+        see_process(e.pid, 0, e.comm, /*refresh=*/true);
+        normalizer_.learn_process(e.pid);
+        break;
+      case ProcEvent::Type::kExit:
+        refresh_cpu(e.pid);
+        live_.erase(e.pid);
+        normalizer_.forget_process(e.pid);
+        break;
+    }
+  }
+
+ private:
+  void see_process(uint32_t pid, uint32_t ppid, const std::string& comm, bool refresh = false) {
+    if (known_.count(pid) && !refresh) return;
+    known_.insert(pid);
+    live_.insert(pid);
+    auto info = read_process_info(pid, node_);
+    store::ProcessInfo p;
+    if (info) {
+      p = *info;
+    } else {  // gone already: keep what the kernel told us
+      p.pid = pid;
+      p.ppid = ppid;
+      p.node = node_;
+      p.comm = comm;
+      p.command = "[" + comm + "]";
+      p.start_ns = unix_now_ns();
+    }
+    pending_processes_[pid] = p;
+    if (!cpu_first_.count(pid)) {
+      // Processes that existed before the recording count from now; children from zero.
+      bool preexisting = std::find(opts_.pids.begin(), opts_.pids.end(), pid) != opts_.pids.end();
+      auto cpu = process_cpu_ns(pid);
+      cpu_first_[pid] = preexisting && cpu ? *cpu : 0;
+      cpu_last_[pid] = cpu ? *cpu : 0;
+    }
+    if (info) normalizer_.learn_process(pid);
+  }
+
+  void refresh_cpu(uint32_t pid) {
+    if (auto cpu = process_cpu_ns(pid)) cpu_last_[pid] = *cpu;
+  }
+
+  Status spawn(const std::string& exe) {
+    int go[2], err[2];
+    if (pipe2(go, O_CLOEXEC) != 0 || pipe2(err, O_CLOEXEC) != 0) return Error::from_errno("pipe", errno);
+    pid_t pid = fork();
+    if (pid < 0) return Error::from_errno("fork", errno);
+    if (pid == 0) {
+      signal(SIGINT, SIG_DFL);
+      signal(SIGTERM, SIG_DFL);
+      char c;
+      // Wait until the parent watches us, so the first instructions are sampled too.
+      while (read(go[0], &c, 1) < 0 && errno == EINTR) {
+      }
+      std::vector<char*> argv;
+      for (const auto& a : opts_.command) argv.push_back(const_cast<char*>(a.c_str()));
+      argv.push_back(nullptr);
+      execv(exe.c_str(), argv.data());
+      int e = errno;
+      (void)!write(err[1], &e, sizeof e);
+      _exit(127);
+    }
+    close(go[0]);
+    close(err[1]);
+    child_ = pid;
+    if (auto st = sampler_->add_target(static_cast<uint32_t>(pid)); !st) {
+      kill(pid, SIGKILL);
+      waitpid(pid, nullptr, 0);
+      return st.error().environment();
+    }
+    cpu_first_[static_cast<uint32_t>(pid)] = 0;
+    (void)!write(go[1], "g", 1);
+    close(go[1]);
+    int child_errno = 0;
+    ssize_t n;
+    while ((n = read(err[0], &child_errno, sizeof child_errno)) < 0 && errno == EINTR) {
+    }
+    close(err[0]);
+    if (n == sizeof child_errno) {
+      waitpid(pid, nullptr, 0);
+      child_ = -1;
+      return Error{"cannot run " + opts_.command[0] + ": " + std::strerror(child_errno)};
+    }
+    see_process(static_cast<uint32_t>(pid), static_cast<uint32_t>(getpid()), opts_.command[0]);
+    return {};
+  }
+
+  Result<RecordSummary> loop() {
+    using clock = std::chrono::steady_clock;
+    auto start = clock::now();
+    auto window_start = start;
+    auto last_cpu_refresh = start;
+    window_start_unix_ = unix_now_ns();
+    double cpu0 = cpu_seconds_self();
+    bool done = false;
+    while (!done) {
+      auto n = sampler_->poll(200, *this);
+      if (!n) return n.error();
+      auto now = clock::now();
+      if (g_stop) done = true;
+      if (child_ > 0) {
+        int status = 0;
+        rusage ru{};
+        if (wait4(child_, &status, WNOHANG, &ru) == child_) {
+          summary_.command_exit = WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
+          child_cpu_ns_ = (static_cast<uint64_t>(ru.ru_utime.tv_sec + ru.ru_stime.tv_sec) * 1'000'000ull +
+                           static_cast<uint64_t>(ru.ru_utime.tv_usec + ru.ru_stime.tv_usec)) * 1000ull;
+          child_ = -1;
+          done = true;
+        }
+      }
+      if (now - last_cpu_refresh >= std::chrono::seconds(1)) {
+        last_cpu_refresh = now;
+        for (auto it = live_.begin(); it != live_.end();) {
+          if (!process_exists(*it)) {
+            it = live_.erase(it);
+            continue;
+          }
+          refresh_cpu(*it);
+          ++it;
+        }
+        if (opts_.command.empty() && live_.empty()) done = true;
+      }
+      if (opts_.duration_s > 0 && std::chrono::duration<double>(now - start).count() >= opts_.duration_s) done = true;
+      if (std::chrono::duration<double>(now - window_start).count() >= opts_.window_s) {
+        if (auto st = flush_window(); !st) return st.error();
+        window_start = now;
+      }
+    }
+    // Take what the kernel already produced, then close the last window.
+    for (int i = 0; i < 3; ++i) {
+      auto n = sampler_->poll(0, *this);
+      if (!n || *n == 0) break;
+    }
+    for (uint32_t pid : live_) refresh_cpu(pid);
+    summary_.agent_cpu_s = cpu_seconds_self() - cpu0;
+    summary_.wall_s = std::chrono::duration<double>(clock::now() - start).count();
+    if (auto st = flush_window(); !st) return st.error();
+
+    summary_.counters = sampler_->counters();
+    uint64_t target_ns = 0;
+    for (auto& [pid, first] : cpu_first_) target_ns += cpu_last_[pid] > first ? cpu_last_[pid] - first : 0;
+    if (child_cpu_ns_ > target_ns) target_ns = child_cpu_ns_;  // rusage also counts reaped descendants
+    summary_.target_cpu_s = static_cast<double>(target_ns) / 1e9;
+    summary_.processes = known_.size();
+    summary_.threads = threads_.size();
+    const auto& c = summary_.counters;
+    if (auto st = store_->begin(); !st) return st.error();
+    std::vector<std::pair<std::string, double>> stats = {
+        {"samples", static_cast<double>(c.samples)},
+        {"samples_emitted", static_cast<double>(c.emitted)},
+        {"samples_stored", static_cast<double>(summary_.samples_stored)},
+        {"ringbuf_drops", static_cast<double>(c.ringbuf_drops)},
+        {"kstack_errors", static_cast<double>(c.kstack_errors)},
+        {"ustack_errors", static_cast<double>(c.ustack_errors)},
+        {"proc_event_drops", static_cast<double>(c.proc_drops)},
+        {"agent_cpu_s", summary_.agent_cpu_s},
+        {"bpf_run_s", static_cast<double>(c.bpf_run_ns) / 1e9},
+        {"target_cpu_s", summary_.target_cpu_s},
+        {"wall_s", summary_.wall_s},
+    };
+    for (const auto& [k, v] : stats) {
+      if (auto st = store_->put_stat(recording_, k, v); !st) return st.error();
+    }
+    if (auto st = store_->end_recording(recording_, unix_now_ns()); !st) return st.error();
+    if (auto st = store_->commit(); !st) return st.error();
+    return summary_;
+  }
+
+  Status flush_window() {
+    uint64_t end_unix = unix_now_ns();
+    if (auto st = store_->begin(); !st) return st;
+    for (const auto& [pid, p] : pending_processes_) {
+      if (auto st = store_->put_process(recording_, p); !st) return st;
+    }
+    pending_processes_.clear();
+    std::vector<int64_t> ids(window_stacks_.size());
+    for (size_t i = 0; i < window_stacks_.size(); ++i) {
+      auto id = store_->intern_stack(window_stacks_[i]);
+      if (!id) return id.error();
+      ids[i] = *id;
+      stored_stacks_.insert(*id);
+    }
+    std::vector<store::StackCount> counts;
+    counts.reserve(counts_.size());
+    for (const auto& [k, v] : counts_) {
+      counts.push_back(store::StackCount{k.pid, k.tid, k.comm, ids[k.stack], v});
+      summary_.samples_stored += v;
+    }
+    if (!counts.empty()) {
+      auto st = store_->put_window(recording_, window_start_unix_, end_unix, store::CountKind::kOnCpu, counts);
+      if (!st) return st;
+      summary_.windows++;
+    }
+    // Symbolize what is new, once per build id (the symbolizer caches).
+    auto frames = store_->unsymbolized_frames();
+    if (!frames) return frames.error();
+    if (!frames->empty()) {
+      std::vector<Frame> fs;
+      fs.reserve(frames->size());
+      for (auto& r : *frames) fs.push_back(r.frame);
+      symbolizer_->symbolize(fs);
+      for (size_t i = 0; i < fs.size(); ++i) (*frames)[i].frame = std::move(fs[i]);
+      if (auto st = store_->update_frame_symbols(*frames); !st) return st;
+    }
+    if (auto st = store_->commit(); !st) return st;
+    summary_.distinct_stacks = stored_stacks_.size();
+    window_stacks_.clear();
+    raw_stack_index_.clear();
+    counts_.clear();
+    window_start_unix_ = end_unix;
+    return {};
+  }
+
+  RecordOptions opts_;
+  std::ostream& log_;
+  std::string node_;
+  std::unique_ptr<store::Store> store_;
+  std::unique_ptr<OnCpuSampler> sampler_;
+  std::unique_ptr<symbolize::Symbolizer> symbolizer_ = symbolize::make_caching_symbolizer();
+  Normalizer normalizer_;
+  int64_t recording_ = 0;
+  pid_t child_ = -1;
+  uint64_t child_cpu_ns_ = 0;
+  uint64_t window_start_unix_ = 0;
+
+  std::set<uint32_t> known_;
+  std::set<uint32_t> live_;
+  std::set<uint64_t> threads_;
+  std::set<int64_t> stored_stacks_;
+  std::map<uint32_t, store::ProcessInfo> pending_processes_;
+  std::unordered_map<uint32_t, uint64_t> cpu_first_, cpu_last_;
+
+  std::vector<Stack> window_stacks_;
+  std::unordered_map<uint64_t, uint32_t> raw_stack_index_;
+  std::unordered_map<CountKey, uint64_t, CountKeyHash> counts_;
+  RecordSummary summary_;
+};
+
+}  // namespace
+
+Result<RecordSummary> run_record(const RecordOptions& opts, std::ostream& log) {
+  Recorder r(opts, log);
+  return r.run();
+}
+
+void print_summary(const RecordSummary& s, const std::string& output, std::ostream& out) {
+  const auto& c = s.counters;
+  out << "strata: " << s.samples_stored << " samples from " << s.processes << " process(es), " << s.threads
+      << " thread(s), " << s.distinct_stacks << " distinct stacks, " << s.windows << " window(s) -> " << output
+      << "\n";
+  uint64_t lost = c.ringbuf_drops;
+  out << "strata: lost " << lost << " samples (ring buffer full: " << c.ringbuf_drops
+      << "); incomplete stacks: kernel " << c.kstack_errors << ", user " << c.ustack_errors << "\n";
+  double bpf_s = static_cast<double>(c.bpf_run_ns) / 1e9;
+  out << std::fixed << std::setprecision(3) << "strata: agent CPU " << s.agent_cpu_s * 1000 << " ms + BPF "
+      << bpf_s * 1000 << " ms" << (c.bpf_stats ? "" : " (BPF stats unavailable)");
+  if (s.target_cpu_s > 0) {
+    out << " = " << std::setprecision(3) << 100.0 * (s.agent_cpu_s + bpf_s) / s.target_cpu_s
+        << "% of the target's " << std::setprecision(2) << s.target_cpu_s << " s CPU";
+  }
+  out << " (wall " << std::setprecision(1) << s.wall_s << " s)\n";
+}
+
+}  // namespace strata::agent

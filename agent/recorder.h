@@ -1,0 +1,43 @@
+// `strata record`: watch a process tree (started here, or given by pid), sample it, aggregate per
+// window, write the store, and report the agent's own cost.
+#pragma once
+
+#include <cstdint>
+#include <iosfwd>
+#include <string>
+#include <vector>
+
+#include "agent/oncpu_sampler.h"
+#include "common/result.h"
+
+namespace strata::agent {
+
+struct RecordOptions {
+  unsigned frequency_hz = 99;
+  double window_s = 10;
+  double duration_s = 0;            // 0: until the targets exit (or Ctrl-C)
+  std::vector<uint32_t> pids;       // -p
+  std::vector<std::string> command; // -- CMD ARGS...
+  std::string output = "strata.db";
+  std::string node;                 // default: hostname
+};
+
+struct RecordSummary {
+  SamplerCounters counters;
+  uint64_t samples_stored = 0;
+  uint64_t windows = 0;
+  uint64_t processes = 0;
+  uint64_t threads = 0;
+  uint64_t distinct_stacks = 0;
+  double agent_cpu_s = 0;     // the agent's own CPU while the targets ran
+  double target_cpu_s = 0;    // the targets' CPU over the same time
+  double wall_s = 0;
+  int command_exit = -1;      // exit status of CMD (128+signal when killed), -1 with -p
+};
+
+Result<RecordSummary> run_record(const RecordOptions& opts, std::ostream& log);
+
+// The closing lines printed after a recording: samples, losses, the agent's cost.
+void print_summary(const RecordSummary& s, const std::string& output, std::ostream& out);
+
+}  // namespace strata::agent

@@ -1,0 +1,40 @@
+#include "cli/args.h"
+
+#include <cmath>
+#include <cstdlib>
+#include <sstream>
+
+namespace strata::cli {
+
+Result<uint64_t> parse_uint(const std::string& flag, const std::string& text, uint64_t min, uint64_t max) {
+  if (text.empty() || text.find_first_not_of("0123456789") != std::string::npos)
+    return Error{flag + ": not a number: '" + text + "'"};
+  errno = 0;
+  unsigned long long v = std::strtoull(text.c_str(), nullptr, 10);
+  if (errno == ERANGE || v < min || v > max)
+    return Error{flag + ": " + text + " is out of range [" + std::to_string(min) + ", " + std::to_string(max) + "]"};
+  return static_cast<uint64_t>(v);
+}
+
+Result<double> parse_seconds(const std::string& flag, const std::string& text) {
+  char* end = nullptr;
+  double v = std::strtod(text.c_str(), &end);
+  if (text.empty() || !end || *end != '\0' || !std::isfinite(v) || v <= 0 || v > 1e7)
+    return Error{flag + ": expected a positive number of seconds, got '" + text + "'"};
+  return v;
+}
+
+Result<std::vector<uint32_t>> parse_pid_list(const std::string& text) {
+  std::vector<uint32_t> pids;
+  std::stringstream ss(text);
+  std::string part;
+  while (std::getline(ss, part, ',')) {
+    auto v = parse_uint("-p", part, 1, 4194304);
+    if (!v) return v.error();
+    pids.push_back(static_cast<uint32_t>(*v));
+  }
+  if (pids.empty()) return Error{"-p: expected PID[,PID...]"};
+  return pids;
+}
+
+}  // namespace strata::cli

@@ -1,0 +1,44 @@
+#include <cstring>
+#include <exception>
+#include <iostream>
+#include <string>
+#include <vector>
+
+#include "cli/commands.h"
+
+namespace {
+
+const char* kUsage = R"(strata: find why distributed training is slow
+
+usage: strata <command> [options]
+
+commands:
+  record   sample a process tree with eBPF and write a store (SQLite)
+  report   print or export what a store holds (text, folded, pprof)
+
+Run `strata <command> --help` for the options of a command.
+)";
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  std::vector<std::string> args(argv + 1, argv + argc);
+  if (args.empty() || args[0] == "-h" || args[0] == "--help" || args[0] == "help") {
+    std::cout << kUsage;
+    return args.empty() ? 1 : 0;
+  }
+  if (args[0] == "--version") {
+    std::cout << "strata 0.1.0\n";
+    return 0;
+  }
+  std::string cmd = args[0];
+  args.erase(args.begin());
+  try {
+    if (cmd == "record") return strata::cli::record_main(args);
+    if (cmd == "report") return strata::cli::report_main(args);
+  } catch (const std::exception& e) {
+    // Only for the unexpected: recoverable errors travel as Result and are reported by the commands.
+    return strata::cli::fail(std::string("internal error: ") + e.what(), 1);
+  }
+  return strata::cli::fail("unknown command '" + cmd + "' (see strata --help)", 1);
+}

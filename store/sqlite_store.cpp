@@ -1,0 +1,465 @@
+// The embedded store: one SQLite file in WAL mode. Foreign, corrupt or newer files are refused
+// before anything is written to them.
+#include <sqlite3.h>
+#include <sys/stat.h>
+
+#include <cstring>
+#include <fstream>
+#include <map>
+#include <unordered_map>
+
+#include "store/store.h"
+
+namespace strata::store {
+namespace {
+
+const char* kSchema = R"sql(
+CREATE TABLE meta(key TEXT PRIMARY KEY, value TEXT NOT NULL);
+CREATE TABLE recordings(
+  id INTEGER PRIMARY KEY, node TEXT NOT NULL, command TEXT NOT NULL, started_ns INTEGER NOT NULL,
+  ended_ns INTEGER, sample_hz INTEGER NOT NULL, window_s REAL NOT NULL);
+CREATE TABLE processes(
+  id INTEGER PRIMARY KEY, recording_id INTEGER NOT NULL REFERENCES recordings(id), node TEXT NOT NULL,
+  pid INTEGER NOT NULL, ppid INTEGER NOT NULL, start_ns INTEGER NOT NULL, comm TEXT NOT NULL,
+  command TEXT NOT NULL, job TEXT NOT NULL, rank INTEGER NOT NULL, local_rank INTEGER NOT NULL,
+  world_size INTEGER NOT NULL, UNIQUE(recording_id, node, pid, start_ns));
+CREATE TABLE frames(
+  id INTEGER PRIMARY KEY, kind INTEGER NOT NULL, build_id TEXT NOT NULL, module TEXT NOT NULL,
+  offset INTEGER NOT NULL, function TEXT, file TEXT, line INTEGER,
+  UNIQUE(kind, build_id, module, offset));
+CREATE TABLE stacks(id INTEGER PRIMARY KEY, hash INTEGER NOT NULL, frames BLOB NOT NULL);
+CREATE INDEX stacks_by_hash ON stacks(hash);
+CREATE TABLE windows(
+  id INTEGER PRIMARY KEY, recording_id INTEGER NOT NULL REFERENCES recordings(id),
+  start_ns INTEGER NOT NULL, end_ns INTEGER NOT NULL);
+CREATE TABLE stack_counts(
+  window_id INTEGER NOT NULL REFERENCES windows(id), recording_id INTEGER NOT NULL, kind INTEGER NOT NULL,
+  pid INTEGER NOT NULL, tid INTEGER NOT NULL, thread_comm TEXT NOT NULL,
+  stack_id INTEGER NOT NULL REFERENCES stacks(id), value INTEGER NOT NULL);
+CREATE INDEX stack_counts_by_pid ON stack_counts(recording_id, pid);
+CREATE TABLE agent_stats(
+  recording_id INTEGER NOT NULL, key TEXT NOT NULL, value REAL NOT NULL, PRIMARY KEY(recording_id, key));
+)sql";
+
+// A prepared statement that finalizes itself.
+class Stmt {
+ public:
+  Stmt(sqlite3* db, const char* sql) { rc_ = sqlite3_prepare_v2(db, sql, -1, &s_, nullptr); }
+  ~Stmt() { sqlite3_finalize(s_); }
+  Stmt(const Stmt&) = delete;
+  Stmt& operator=(const Stmt&) = delete;
+  bool ok() const { return rc_ == SQLITE_OK; }
+  sqlite3_stmt* get() { return s_; }
+  Stmt& bind(int i, int64_t v) { sqlite3_bind_int64(s_, i, v); return *this; }
+  Stmt& bind(int i, double v) { sqlite3_bind_double(s_, i, v); return *this; }
+  Stmt& bind(int i, const std::string& v) {
+    sqlite3_bind_text(s_, i, v.data(), static_cast<int>(v.size()), SQLITE_TRANSIENT);
+    return *this;
+  }
+  Stmt& bind_blob(int i, const void* p, size_t n) {
+    sqlite3_bind_blob(s_, i, p, static_cast<int>(n), SQLITE_TRANSIENT);
+    return *this;
+  }
+  int step() { return sqlite3_step(s_); }
+  void reset() { sqlite3_reset(s_); sqlite3_clear_bindings(s_); }
+  int64_t i64(int c) { return sqlite3_column_int64(s_, c); }
+  double dbl(int c) { return sqlite3_column_double(s_, c); }
+  std::string text(int c) {
+    auto* t = sqlite3_column_text(s_, c);
+    return t ? std::string(reinterpret_cast<const char*>(t), sqlite3_column_bytes(s_, c)) : std::string();
+  }
+  bool is_null(int c) { return sqlite3_column_type(s_, c) == SQLITE_NULL; }
+  std::string blob(int c) {
+    auto* b = sqlite3_column_blob(s_, c);
+    return b ? std::string(static_cast<const char*>(b), sqlite3_column_bytes(s_, c)) : std::string();
+  }
+
+ private:
+  sqlite3_stmt* s_ = nullptr;
+  int rc_ = SQLITE_ERROR;
+};
+
+uint64_t hash_bytes(const void* data, size_t n) {  // FNV-1a, 64 bit
+  uint64_t h = 1469598103934665603ull;
+  auto* p = static_cast<const uint8_t*>(data);
+  for (size_t i = 0; i < n; ++i) h = (h ^ p[i]) * 1099511628211ull;
+  return h;
+}
+
+class SqliteStore final : public Store {
+ public:
+  explicit SqliteStore(std::string path) : path_(std::move(path)) {}
+  ~SqliteStore() override { sqlite3_close_v2(db_); }
+
+  Status open(Mode mode) {
+    struct stat st{};
+    bool exists = ::stat(path_.c_str(), &st) == 0;
+    if (exists && S_ISDIR(st.st_mode)) return Error{path_ + " is a directory, not a strata store"};
+    if (!exists && mode == Mode::kReadOnly) return Error{path_ + ": no such file"};
+    if (exists && st.st_size > 0) {
+      if (auto s = check_header(); !s) return s;
+      // Check in read-only mode first: a foreign file is never written.
+      if (auto s = open_db(SQLITE_OPEN_READONLY); !s) return s;
+      if (auto s = check_meta(); !s) return s;
+      if (mode == Mode::kReadOnly) return {};
+      sqlite3_close_v2(db_);
+      db_ = nullptr;
+      if (auto s = open_db(SQLITE_OPEN_READWRITE); !s) return s;
+      return configure();
+    }
+    if (mode == Mode::kReadOnly) return Error{path_ + " is empty: not a strata store"};
+    if (auto s = open_db(SQLITE_OPEN_READWRITE | SQLITE_OPEN_CREATE); !s) return s;
+    if (auto s = configure(); !s) return s;
+    if (auto s = exec("BEGIN"); !s) return s;
+    if (auto s = exec(kSchema); !s) return s;
+    Stmt m(db_, "INSERT INTO meta(key, value) VALUES('application','strata'),('schema_version',?)");
+    m.bind(1, std::to_string(kSchemaVersion));
+    if (m.step() != SQLITE_DONE) return err("writing metadata");
+    return exec("COMMIT");
+  }
+
+  Result<int64_t> begin_recording(const RecordingInfo& r) override {
+    Stmt s(db_, "INSERT INTO recordings(node, command, started_ns, sample_hz, window_s) VALUES(?,?,?,?,?)");
+    s.bind(1, r.node).bind(2, r.command).bind(3, static_cast<int64_t>(r.started_ns))
+        .bind(4, static_cast<int64_t>(r.sample_hz)).bind(5, r.window_s);
+    if (s.step() != SQLITE_DONE) return err("adding a recording");
+    return static_cast<int64_t>(sqlite3_last_insert_rowid(db_));
+  }
+
+  Status end_recording(int64_t recording, uint64_t ended_ns) override {
+    Stmt s(db_, "UPDATE recordings SET ended_ns=? WHERE id=?");
+    s.bind(1, static_cast<int64_t>(ended_ns)).bind(2, recording);
+    return s.step() == SQLITE_DONE ? Status{} : Status{err("ending a recording")};
+  }
+
+  Status put_process(int64_t recording, const ProcessInfo& p) override {
+    Stmt s(db_,
+           "INSERT INTO processes(recording_id,node,pid,ppid,start_ns,comm,command,job,rank,local_rank,world_size)"
+           " VALUES(?,?,?,?,?,?,?,?,?,?,?) ON CONFLICT(recording_id,node,pid,start_ns) DO UPDATE SET"
+           " comm=excluded.comm, command=excluded.command, job=excluded.job, rank=excluded.rank,"
+           " local_rank=excluded.local_rank, world_size=excluded.world_size");
+    s.bind(1, recording).bind(2, p.node).bind(3, static_cast<int64_t>(p.pid))
+        .bind(4, static_cast<int64_t>(p.ppid)).bind(5, static_cast<int64_t>(p.start_ns)).bind(6, p.comm)
+        .bind(7, p.command).bind(8, p.job).bind(9, static_cast<int64_t>(p.rank))
+        .bind(10, static_cast<int64_t>(p.local_rank)).bind(11, static_cast<int64_t>(p.world_size));
+    return s.step() == SQLITE_DONE ? Status{} : Status{err("adding process " + std::to_string(p.pid))};
+  }
+
+  Result<int64_t> intern_frame(const Frame& f) {
+    std::string key = std::to_string(static_cast<int>(f.kind)) + '\0' + f.build_id + '\0' + f.module + '\0' +
+                      std::to_string(f.offset);
+    if (f.kind == FrameKind::kPython) key += '\0' + f.function + '\0' + f.file;
+    auto it = frame_ids_.find(key);
+    if (it != frame_ids_.end()) return it->second;
+    if (!insert_frame_) {
+      insert_frame_ = std::make_unique<Stmt>(
+          db_, "INSERT INTO frames(kind,build_id,module,offset,function,file,line) VALUES(?,?,?,?,?,?,?)"
+               " ON CONFLICT(kind,build_id,module,offset) DO NOTHING");
+      select_frame_ = std::make_unique<Stmt>(
+          db_, "SELECT id FROM frames WHERE kind=? AND build_id=? AND module=? AND offset=?");
+    }
+    auto& ins = *insert_frame_;
+    ins.reset();
+    ins.bind(1, static_cast<int64_t>(f.kind)).bind(2, f.build_id).bind(3, f.module)
+        .bind(4, static_cast<int64_t>(f.offset));
+    if (!f.function.empty()) ins.bind(5, f.function);
+    if (!f.file.empty()) ins.bind(6, f.file);
+    if (f.line) ins.bind(7, static_cast<int64_t>(f.line));
+    if (ins.step() != SQLITE_DONE) return err("adding a frame");
+    auto& sel = *select_frame_;
+    sel.reset();
+    sel.bind(1, static_cast<int64_t>(f.kind)).bind(2, f.build_id).bind(3, f.module)
+        .bind(4, static_cast<int64_t>(f.offset));
+    if (sel.step() != SQLITE_ROW) return err("finding a frame");
+    int64_t id = sel.i64(0);
+    frame_ids_.emplace(std::move(key), id);
+    return id;
+  }
+
+  Result<int64_t> intern_stack(const Stack& stack) override {
+    std::vector<int64_t> ids;
+    ids.reserve(stack.size());
+    for (const auto& f : stack) {
+      auto id = intern_frame(f);
+      if (!id) return id.error();
+      ids.push_back(*id);
+    }
+    std::string blob(reinterpret_cast<const char*>(ids.data()), ids.size() * sizeof(int64_t));
+    auto cached = stack_ids_.find(blob);
+    if (cached != stack_ids_.end()) return cached->second;
+    int64_t h = static_cast<int64_t>(hash_bytes(blob.data(), blob.size()));
+    Stmt sel(db_, "SELECT id, frames FROM stacks WHERE hash=?");
+    sel.bind(1, h);
+    while (sel.step() == SQLITE_ROW) {
+      if (sel.blob(1) == blob) {
+        int64_t id = sel.i64(0);
+        stack_ids_.emplace(std::move(blob), id);
+        return id;
+      }
+    }
+    Stmt ins(db_, "INSERT INTO stacks(hash, frames) VALUES(?,?)");
+    ins.bind(1, h).bind_blob(2, blob.data(), blob.size());
+    if (ins.step() != SQLITE_DONE) return err("adding a stack");
+    int64_t id = sqlite3_last_insert_rowid(db_);
+    stack_ids_.emplace(std::move(blob), id);
+    return id;
+  }
+
+  Status put_window(int64_t recording, uint64_t start_ns, uint64_t end_ns, CountKind kind,
+                    const std::vector<StackCount>& counts) override {
+    Stmt w(db_, "INSERT INTO windows(recording_id,start_ns,end_ns) VALUES(?,?,?)");
+    w.bind(1, recording).bind(2, static_cast<int64_t>(start_ns)).bind(3, static_cast<int64_t>(end_ns));
+    if (w.step() != SQLITE_DONE) return err("adding a window");
+    int64_t window = sqlite3_last_insert_rowid(db_);
+    Stmt s(db_,
+           "INSERT INTO stack_counts(window_id,recording_id,kind,pid,tid,thread_comm,stack_id,value)"
+           " VALUES(?,?,?,?,?,?,?,?)");
+    for (const auto& c : counts) {
+      s.reset();
+      s.bind(1, window).bind(2, recording).bind(3, static_cast<int64_t>(kind))
+          .bind(4, static_cast<int64_t>(c.pid)).bind(5, static_cast<int64_t>(c.tid)).bind(6, c.thread_comm)
+          .bind(7, c.stack_id).bind(8, static_cast<int64_t>(c.value));
+      if (s.step() != SQLITE_DONE) return err("adding stack counts");
+    }
+    return {};
+  }
+
+  Status put_stat(int64_t recording, const std::string& key, double value) override {
+    Stmt s(db_, "INSERT OR REPLACE INTO agent_stats(recording_id,key,value) VALUES(?,?,?)");
+    s.bind(1, recording).bind(2, key).bind(3, value);
+    return s.step() == SQLITE_DONE ? Status{} : Status{err("adding a statistic")};
+  }
+
+  Result<std::vector<FrameRow>> unsymbolized_frames() override {
+    Stmt s(db_, "SELECT id,kind,build_id,module,offset FROM frames WHERE function IS NULL AND kind IN (0,1)");
+    std::vector<FrameRow> rows;
+    while (s.step() == SQLITE_ROW) {
+      FrameRow r;
+      r.id = s.i64(0);
+      r.frame.kind = static_cast<FrameKind>(s.i64(1));
+      r.frame.build_id = s.text(2);
+      r.frame.module = s.text(3);
+      r.frame.offset = static_cast<uint64_t>(s.i64(4));
+      rows.push_back(std::move(r));
+    }
+    return rows;
+  }
+
+  Status update_frame_symbols(const std::vector<FrameRow>& rows) override {
+    // An empty string marks "tried, unknown" so frames are not symbolized again and again.
+    Stmt s(db_, "UPDATE frames SET function=?, file=?, line=? WHERE id=?");
+    for (const auto& r : rows) {
+      s.reset();
+      s.bind(1, r.frame.function).bind(2, r.frame.file).bind(3, static_cast<int64_t>(r.frame.line)).bind(4, r.id);
+      if (s.step() != SQLITE_DONE) return err("updating frame symbols");
+    }
+    return {};
+  }
+
+  Status begin() override { return exec("BEGIN IMMEDIATE"); }
+  Status commit() override { return exec("COMMIT"); }
+
+  Result<report::Profile> load_profile(const ProfileFilter& f) override {
+    report::Profile p;
+    p.kind = f.kind == CountKind::kOnCpu ? "oncpu" : "offcpu";
+    p.value_unit = f.kind == CountKind::kOnCpu ? "count" : "microseconds";
+    {
+      std::string where = " WHERE 1=1";
+      if (f.recording) where += " AND id=" + std::to_string(*f.recording);
+      Stmt r(db_, ("SELECT MIN(started_ns), MAX(COALESCE(ended_ns, started_ns)), MAX(sample_hz) FROM recordings" +
+                    where).c_str());
+      if (r.step() == SQLITE_ROW && !r.is_null(0)) {
+        p.start_ns = static_cast<uint64_t>(r.i64(0));
+        p.duration_ns = static_cast<uint64_t>(r.i64(1) - r.i64(0));
+        int64_t hz = r.i64(2);
+        p.period_ns = hz > 0 ? 1'000'000'000ull / static_cast<uint64_t>(hz) : 0;
+      }
+    }
+    std::string sql =
+        "SELECT sc.pid, sc.tid, sc.thread_comm, sc.stack_id, SUM(sc.value) FROM stack_counts sc WHERE sc.kind=?";
+    if (f.pid) sql += " AND sc.pid=" + std::to_string(*f.pid);
+    if (f.tid) sql += " AND sc.tid=" + std::to_string(*f.tid);
+    if (f.recording) sql += " AND sc.recording_id=" + std::to_string(*f.recording);
+    if (f.rank) {
+      sql += " AND EXISTS (SELECT 1 FROM processes pr WHERE pr.recording_id=sc.recording_id AND pr.pid=sc.pid"
+             " AND pr.rank=" + std::to_string(*f.rank) + ")";
+    }
+    sql += " GROUP BY sc.pid, sc.tid, sc.thread_comm, sc.stack_id ORDER BY sc.pid, sc.tid, sc.stack_id";
+    Stmt s(db_, sql.c_str());
+    if (!s.ok()) return err("querying stack counts");
+    s.bind(1, static_cast<int64_t>(f.kind));
+    std::unordered_map<int64_t, uint32_t> stack_index;
+    std::vector<int64_t> stack_ids;
+    int rc;
+    while ((rc = s.step()) == SQLITE_ROW) {
+      report::ProfileSample smp;
+      smp.pid = static_cast<uint32_t>(s.i64(0));
+      smp.tid = static_cast<uint32_t>(s.i64(1));
+      smp.comm = s.text(2);
+      int64_t sid = s.i64(3);
+      smp.count = static_cast<uint64_t>(s.i64(4));
+      auto [it, inserted] = stack_index.emplace(sid, static_cast<uint32_t>(stack_ids.size()));
+      if (inserted) stack_ids.push_back(sid);
+      smp.stack_index = it->second;
+      p.samples.push_back(std::move(smp));
+    }
+    if (rc != SQLITE_DONE) return err("reading stack counts");
+    std::unordered_map<int64_t, Frame> frames;
+    Stmt fs(db_, "SELECT kind,build_id,module,offset,function,file,line FROM frames WHERE id=?");
+    Stmt ss(db_, "SELECT frames FROM stacks WHERE id=?");
+    p.stacks.resize(stack_ids.size());
+    for (size_t i = 0; i < stack_ids.size(); ++i) {
+      ss.reset();
+      ss.bind(1, stack_ids[i]);
+      if (ss.step() != SQLITE_ROW) return Error{"store is inconsistent: stack " + std::to_string(stack_ids[i]) + " missing"};
+      std::string blob = ss.blob(0);
+      if (blob.size() % sizeof(int64_t)) return Error{"store is corrupt: stack blob of odd size"};
+      std::vector<int64_t> ids(blob.size() / sizeof(int64_t));
+      std::memcpy(ids.data(), blob.data(), blob.size());
+      for (int64_t fid : ids) {
+        auto it = frames.find(fid);
+        if (it == frames.end()) {
+          fs.reset();
+          fs.bind(1, fid);
+          if (fs.step() != SQLITE_ROW) return Error{"store is inconsistent: frame " + std::to_string(fid) + " missing"};
+          Frame fr;
+          fr.kind = static_cast<FrameKind>(fs.i64(0));
+          fr.build_id = fs.text(1);
+          fr.module = fs.text(2);
+          fr.offset = static_cast<uint64_t>(fs.i64(3));
+          fr.function = fs.text(4);
+          fr.file = fs.text(5);
+          fr.line = static_cast<int>(fs.i64(6));
+          it = frames.emplace(fid, std::move(fr)).first;
+        }
+        p.stacks[i].push_back(it->second);
+      }
+    }
+    return p;
+  }
+
+  Result<std::vector<ProcessInfo>> processes(std::optional<int64_t> recording) override {
+    std::string sql =
+        "SELECT pid,ppid,start_ns,node,comm,command,job,rank,local_rank,world_size FROM processes";
+    if (recording) sql += " WHERE recording_id=" + std::to_string(*recording);
+    sql += " ORDER BY id";
+    Stmt s(db_, sql.c_str());
+    std::vector<ProcessInfo> out;
+    int rc;
+    while ((rc = s.step()) == SQLITE_ROW) {
+      ProcessInfo p;
+      p.pid = static_cast<uint32_t>(s.i64(0));
+      p.ppid = static_cast<uint32_t>(s.i64(1));
+      p.start_ns = static_cast<uint64_t>(s.i64(2));
+      p.node = s.text(3);
+      p.comm = s.text(4);
+      p.command = s.text(5);
+      p.job = s.text(6);
+      p.rank = static_cast<int>(s.i64(7));
+      p.local_rank = static_cast<int>(s.i64(8));
+      p.world_size = static_cast<int>(s.i64(9));
+      out.push_back(std::move(p));
+    }
+    if (rc != SQLITE_DONE) return err("reading processes");
+    return out;
+  }
+
+  Result<std::vector<std::pair<std::string, double>>> stats(int64_t recording) override {
+    Stmt s(db_, "SELECT key, value FROM agent_stats WHERE recording_id=? ORDER BY key");
+    s.bind(1, recording);
+    std::vector<std::pair<std::string, double>> out;
+    while (s.step() == SQLITE_ROW) out.emplace_back(s.text(0), s.dbl(1));
+    return out;
+  }
+
+  Result<std::optional<int64_t>> latest_recording() override {
+    Stmt s(db_, "SELECT MAX(id) FROM recordings");
+    if (s.step() != SQLITE_ROW) return err("reading recordings");
+    if (s.is_null(0)) return std::optional<int64_t>{};
+    return std::optional<int64_t>{s.i64(0)};
+  }
+
+ private:
+  Error err(const std::string& what) const {
+    return Error{path_ + ": " + what + ": " + (db_ ? sqlite3_errmsg(db_) : "no database")};
+  }
+
+  Status exec(const char* sql) {
+    char* msg = nullptr;
+    if (sqlite3_exec(db_, sql, nullptr, nullptr, &msg) != SQLITE_OK) {
+      std::string m = msg ? msg : "unknown error";
+      sqlite3_free(msg);
+      return Error{path_ + ": " + m};
+    }
+    return {};
+  }
+
+  Status check_header() {
+    std::ifstream in(path_, std::ios::binary);
+    char magic[16] = {};
+    in.read(magic, sizeof magic);
+    if (!in || std::memcmp(magic, "SQLite format 3", 16) != 0)
+      return Error{path_ + " is not a strata store (not an SQLite database)"};
+    return {};
+  }
+
+  Status open_db(int flags) {
+    if (sqlite3_open_v2(path_.c_str(), &db_, flags | SQLITE_OPEN_NOMUTEX, nullptr) != SQLITE_OK) {
+      Error e = err("cannot open");
+      sqlite3_close_v2(db_);
+      db_ = nullptr;
+      return e;
+    }
+    sqlite3_busy_timeout(db_, 5000);
+    return {};
+  }
+
+  Status check_meta() {
+    Stmt s(db_, "SELECT value FROM meta WHERE key='application'");
+    if (!s.ok()) {
+      std::string why = sqlite3_errmsg(db_);
+      if (why.find("no such table") != std::string::npos)
+        return Error{path_ + " is not a strata store (an SQLite database without strata's tables)"};
+      return Error{path_ + " cannot be read as a strata store: " + why};
+    }
+    if (s.step() != SQLITE_ROW || s.text(0) != "strata")
+      return Error{path_ + " is not a strata store (its metadata names another application)"};
+    Stmt v(db_, "SELECT value FROM meta WHERE key='schema_version'");
+    if (!v.ok() || v.step() != SQLITE_ROW) return Error{path_ + " is a damaged strata store: no schema version"};
+    int version = std::atoi(v.text(0).c_str());
+    if (version > kSchemaVersion)
+      return Error{path_ + " was written by a newer strata (schema " + std::to_string(version) +
+                   ", this build reads up to " + std::to_string(kSchemaVersion) + "): upgrade strata"};
+    if (version < 1) return Error{path_ + " is a damaged strata store: schema version " + v.text(0)};
+    // Touch every table we read so a foreign or damaged file fails here, not halfway.
+    for (const char* t : {"recordings", "processes", "frames", "stacks", "windows", "stack_counts"}) {
+      Stmt c(db_, (std::string("SELECT * FROM ") + t + " LIMIT 1").c_str());
+      int rc = c.ok() ? c.step() : SQLITE_ERROR;
+      if (rc != SQLITE_ROW && rc != SQLITE_DONE)
+        return Error{path_ + " is a damaged strata store: table " + t + ": " + sqlite3_errmsg(db_)};
+    }
+    return {};
+  }
+
+  Status configure() {
+    if (auto s = exec("PRAGMA journal_mode=WAL"); !s) return s;
+    return exec("PRAGMA synchronous=NORMAL");
+  }
+
+  std::string path_;
+  sqlite3* db_ = nullptr;
+  std::unordered_map<std::string, int64_t> frame_ids_;
+  std::unordered_map<std::string, int64_t> stack_ids_;
+  std::unique_ptr<Stmt> insert_frame_;
+  std::unique_ptr<Stmt> select_frame_;
+};
+
+}  // namespace
+
+Result<std::unique_ptr<Store>> Store::open_sqlite(const std::string& path, Mode mode) {
+  auto s = std::make_unique<SqliteStore>(path);
+  if (auto st = s->open(mode); !st) return st.error();
+  return std::unique_ptr<Store>(std::move(s));
+}
+
+}  // namespace strata::store

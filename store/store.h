@@ -1,0 +1,97 @@
+// strata's store: one logical schema (DESIGN §5), SQLite embedded by default. Writers intern
+// frames and stacks once and add windowed counts; readers load filtered profiles.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "common/frame.h"
+#include "common/result.h"
+#include "report/profile.h"
+
+namespace strata::store {
+
+inline constexpr int kSchemaVersion = 1;
+
+struct RecordingInfo {
+  std::string node;
+  std::string command;       // what was recorded: the command line, or "-p PID,..."
+  uint64_t started_ns = 0;   // unix ns
+  unsigned sample_hz = 0;
+  double window_s = 0;
+};
+
+struct ProcessInfo {
+  uint32_t pid = 0;
+  uint32_t ppid = 0;
+  uint64_t start_ns = 0;  // unix ns; with node and pid, identifies the process
+  std::string node;
+  std::string comm;
+  std::string command;    // full command line, space separated
+  std::string job;        // TORCHELASTIC_RUN_ID / STRATA_JOB, else empty
+  int rank = -1;
+  int local_rank = -1;
+  int world_size = -1;
+};
+
+enum class CountKind : int { kOnCpu = 0, kOffCpu = 1 };
+
+struct StackCount {
+  uint32_t pid = 0;
+  uint32_t tid = 0;
+  std::string thread_comm;
+  int64_t stack_id = 0;  // from intern_stack
+  uint64_t value = 0;    // samples (on-CPU) or microseconds (off-CPU)
+};
+
+struct ProfileFilter {
+  std::optional<uint32_t> pid;
+  std::optional<uint32_t> tid;
+  std::optional<int> rank;
+  std::optional<int64_t> recording;  // default: all recordings
+  CountKind kind = CountKind::kOnCpu;
+};
+
+struct FrameRow {
+  int64_t id = 0;
+  Frame frame;
+};
+
+class Store {
+ public:
+  enum class Mode {
+    kCreateOrAppend,  // create a new store, or append to an existing strata store
+    kReadOnly,        // an existing strata store; never written
+  };
+  // A file that is not a strata store (corrupt, foreign, newer schema) is refused with the reason,
+  // and left untouched.
+  static Result<std::unique_ptr<Store>> open_sqlite(const std::string& path, Mode mode);
+  virtual ~Store() = default;
+
+  // -- writing
+  virtual Result<int64_t> begin_recording(const RecordingInfo& info) = 0;
+  virtual Status end_recording(int64_t recording, uint64_t ended_ns) = 0;
+  virtual Status put_process(int64_t recording, const ProcessInfo& p) = 0;
+  // Returns the id of the stack (leaf first), adding its frames and itself if new.
+  virtual Result<int64_t> intern_stack(const Stack& stack) = 0;
+  virtual Status put_window(int64_t recording, uint64_t start_ns, uint64_t end_ns, CountKind kind,
+                            const std::vector<StackCount>& counts) = 0;
+  virtual Status put_stat(int64_t recording, const std::string& key, double value) = 0;
+  // Frames without a function name (for symbolization), and the update that fills them in.
+  virtual Result<std::vector<FrameRow>> unsymbolized_frames() = 0;
+  virtual Status update_frame_symbols(const std::vector<FrameRow>& rows) = 0;
+  // Writes are grouped: everything between begin/commit lands at once or not at all.
+  virtual Status begin() = 0;
+  virtual Status commit() = 0;
+
+  // -- reading
+  virtual Result<report::Profile> load_profile(const ProfileFilter& filter) = 0;
+  virtual Result<std::vector<ProcessInfo>> processes(std::optional<int64_t> recording = std::nullopt) = 0;
+  virtual Result<std::vector<std::pair<std::string, double>>> stats(int64_t recording) = 0;
+  virtual Result<std::optional<int64_t>> latest_recording() = 0;
+};
+
+}  // namespace strata::store
