@@ -1,0 +1,24 @@
+// Testbed-private entry points of the libcudart.so.13 stand-in, used by the libnccl.so.2 stand-in
+// to run its collectives on a stream the way NCCL's kernels run on the GPU. Not CUDA API.
+#pragma once
+
+#include <cuda_runtime_api.h>
+
+#include <cstddef>
+#include <cstdint>
+
+extern "C" {
+
+// Work the stream worker runs in order with the stream's other work; returns nonzero on failure
+// (recorded, the stream goes on).
+typedef int (*strataTestbedDeviceFn)(void* user);
+
+// Enqueues `fn(user)` on `stream` as device work of kind STRATA_TL_COLLECTIVE: it appears on the
+// device timeline as a kernel whose host stub is `stub` (an ncclDevKernel_* symbol), with `bytes`.
+// `fn` runs on the stream's worker thread, after the device's slowdown/hang checks.
+cudaError_t strataTestbedLaunchDeviceFn(cudaStream_t stream, const void* stub, uint64_t bytes,
+                                        strataTestbedDeviceFn fn, void* user);
+
+// The device the stream belongs to (for per-device state like a paced network link).
+int strataTestbedStreamDevice(cudaStream_t stream);
+}

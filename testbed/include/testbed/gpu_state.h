@@ -1,0 +1,48 @@
+/* The testbed's "hardware": the state of the node's simulated GPUs, shared by every process.
+ *
+ * One file, $STRATA_TESTBED_DIR/gpu-state (default dir /tmp/strata-testbed), mmapped shared.
+ * strata-sim writes the injected faults (slowdown, hang, throttle reasons); the libcudart stand-in
+ * reads them before each piece of device work and adds its busy time and allocations; the
+ * libnvidia-ml stand-in reports from it. Plain C structs so any process can map it.
+ * Fields are naturally aligned; C++ code accesses them with std::atomic_ref.
+ */
+#ifndef STRATA_TESTBED_GPU_STATE_H
+#define STRATA_TESTBED_GPU_STATE_H
+
+#include <stdint.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+#define STRATA_GPU_STATE_MAGIC 0x4554415453555047ull /* "GPUSTATE" */
+#define STRATA_GPU_STATE_VERSION 1u
+#define STRATA_GPU_STATE_MAX_DEVICES 16u
+
+struct strata_gpu_device_state {
+  /* set by the fault injector */
+  float slowdown;            /* multiplies every duration on the device; <= 1.0 means healthy */
+  uint32_t hang;             /* nonzero: the device executes nothing more until cleared */
+  uint64_t throttle_reasons; /* NVML clocks-event reasons the NVML stand-in reports (bitmask) */
+  uint64_t net_rate_bps;     /* 0 = unlimited; else the NCCL stand-in paces its sends (used only
+                                when network namespaces are unavailable) */
+  /* maintained by the libcudart stand-in */
+  uint64_t busy_ns;          /* cumulative device busy time */
+  uint64_t mem_used;         /* bytes currently allocated with cudaMalloc */
+  uint64_t reserved[11];
+};
+
+struct strata_gpu_state {
+  uint64_t magic;       /* STRATA_GPU_STATE_MAGIC */
+  uint32_t version;     /* STRATA_GPU_STATE_VERSION */
+  uint32_t num_devices; /* devices the node has (cudaGetDeviceCount, nvmlDeviceGetCount) */
+  uint64_t reserved[6];
+  struct strata_gpu_device_state dev[STRATA_GPU_STATE_MAX_DEVICES];
+};
+
+#ifdef __cplusplus
+static_assert(sizeof(struct strata_gpu_device_state) == 128, "device state layout");
+}
+#endif
+
+#endif /* STRATA_TESTBED_GPU_STATE_H */

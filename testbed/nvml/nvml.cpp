@@ -1,0 +1,245 @@
+// libnvidia-ml.so.1 stand-in: reports the simulated GPUs of the node from the shared gpu-state
+// file (gpu_state.h), including the faults strata-sim injects: a slowed device reports lowered SM
+// clocks and its throttle reasons, a hot one a high temperature. Utilization is the busy time the
+// libcudart stand-in accumulates, over the interval since the previous query of that device.
+#include <atomic>
+#include <cstdio>
+#include <cstring>
+#include <mutex>
+
+#include "testbed/common/testbed_env.h"
+#include "testbed/nvml_abi.h"
+
+#define NVML_EXPORT extern "C" __attribute__((visibility("default")))
+
+// The handle: one per device, owned by the library.
+struct nvmlDevice_st {
+  unsigned int index = 0;
+  std::mutex m;
+  uint64_t last_query_ns = 0;  // previous utilization query, for the busy-time delta
+  uint64_t last_busy_ns = 0;
+  unsigned int last_util = 0;
+};
+
+namespace testbed::nvml {
+namespace {
+
+constexpr unsigned int kMaxSmClock = 1980;    // MHz (H100 SXM boost)
+constexpr unsigned int kMaxMemClock = 2619;   // MHz
+constexpr unsigned int kMaxVideoClock = 1755; // MHz
+constexpr unsigned long long kMemTotal = 80ull << 30;
+
+std::atomic<int> g_init_count{0};
+nvmlDevice_st g_devices[STRATA_GPU_STATE_MAX_DEVICES];
+
+strata_gpu_device_state* state_of(nvmlDevice_t d) {
+  strata_gpu_state* s = map_gpu_state();
+  if (s == nullptr || d == nullptr) return nullptr;
+  return &s->dev[d->index];
+}
+
+bool valid(nvmlDevice_t d) {
+  if (d == nullptr) return false;
+  auto i = static_cast<size_t>(d - g_devices);
+  return i < STRATA_GPU_STATE_MAX_DEVICES && d == &g_devices[i];
+}
+
+float slowdown_of(strata_gpu_device_state* ds) {
+  float f = ds ? std::atomic_ref<float>(ds->slowdown).load(std::memory_order_relaxed) : 1.0f;
+  return f > 1.0f ? f : 1.0f;
+}
+
+unsigned long long reasons_of(strata_gpu_device_state* ds) {
+  return ds ? std::atomic_ref<uint64_t>(ds->throttle_reasons).load(std::memory_order_relaxed) : 0;
+}
+
+unsigned int utilization(nvmlDevice_t d) {
+  strata_gpu_device_state* ds = state_of(d);
+  uint64_t busy = ds ? std::atomic_ref<uint64_t>(ds->busy_ns).load(std::memory_order_relaxed) : 0;
+  uint64_t now = monotonic_ns();
+  std::lock_guard lock(d->m);
+  // Several streams can be busy at once: clamp to 100%, as NVML's "a kernel was running" does.
+  if (d->last_query_ns != 0 && now > d->last_query_ns) {
+    uint64_t delta = busy >= d->last_busy_ns ? busy - d->last_busy_ns : 0;
+    uint64_t pct = delta * 100 / (now - d->last_query_ns);
+    d->last_util = static_cast<unsigned int>(pct > 100 ? 100 : pct);
+  }
+  d->last_query_ns = now;
+  d->last_busy_ns = busy;
+  return d->last_util;
+}
+
+}  // namespace
+}  // namespace testbed::nvml
+
+using namespace testbed::nvml;
+
+#define REQUIRE_INIT() \
+  if (g_init_count.load() <= 0) return NVML_ERROR_UNINITIALIZED
+#define REQUIRE_DEVICE(d) \
+  REQUIRE_INIT();         \
+  if (!valid(d)) return NVML_ERROR_INVALID_ARGUMENT
+
+NVML_EXPORT nvmlReturn_t nvmlInit_v2(void) {
+  if (testbed::map_gpu_state() == nullptr) return NVML_ERROR_DRIVER_NOT_LOADED;
+  for (unsigned i = 0; i < STRATA_GPU_STATE_MAX_DEVICES; ++i) g_devices[i].index = i;
+  g_init_count.fetch_add(1);
+  return NVML_SUCCESS;
+}
+
+NVML_EXPORT nvmlReturn_t nvmlInit(void) { return nvmlInit_v2(); }
+
+NVML_EXPORT nvmlReturn_t nvmlShutdown(void) {
+  REQUIRE_INIT();
+  g_init_count.fetch_sub(1);
+  return NVML_SUCCESS;
+}
+
+NVML_EXPORT const char* nvmlErrorString(nvmlReturn_t result) {
+  switch (result) {
+    case NVML_SUCCESS: return "Success";
+    case NVML_ERROR_UNINITIALIZED: return "Uninitialized";
+    case NVML_ERROR_INVALID_ARGUMENT: return "Invalid Argument";
+    case NVML_ERROR_NOT_SUPPORTED: return "Not Supported";
+    case NVML_ERROR_NO_PERMISSION: return "Insufficient Permissions";
+    case NVML_ERROR_NOT_FOUND: return "Not Found";
+    case NVML_ERROR_INSUFFICIENT_SIZE: return "Insufficient Size";
+    case NVML_ERROR_DRIVER_NOT_LOADED: return "Driver Not Loaded";
+    case NVML_ERROR_GPU_IS_LOST: return "GPU is lost";
+    default: return "Unknown Error";
+  }
+}
+
+NVML_EXPORT nvmlReturn_t nvmlSystemGetDriverVersion(char* version, unsigned int length) {
+  REQUIRE_INIT();
+  if (version == nullptr) return NVML_ERROR_INVALID_ARGUMENT;
+  const char* v = "580.95.05";  // a driver that carries CUDA 13.0
+  if (length < std::strlen(v) + 1) return NVML_ERROR_INSUFFICIENT_SIZE;
+  std::strcpy(version, v);
+  return NVML_SUCCESS;
+}
+
+NVML_EXPORT nvmlReturn_t nvmlDeviceGetCount_v2(unsigned int* deviceCount) {
+  REQUIRE_INIT();
+  if (deviceCount == nullptr) return NVML_ERROR_INVALID_ARGUMENT;
+  *deviceCount = testbed::map_gpu_state()->num_devices;
+  return NVML_SUCCESS;
+}
+
+NVML_EXPORT nvmlReturn_t nvmlDeviceGetCount(unsigned int* deviceCount) {
+  return nvmlDeviceGetCount_v2(deviceCount);
+}
+
+NVML_EXPORT nvmlReturn_t nvmlDeviceGetHandleByIndex_v2(unsigned int index, nvmlDevice_t* device) {
+  REQUIRE_INIT();
+  if (device == nullptr || index >= testbed::map_gpu_state()->num_devices) return NVML_ERROR_INVALID_ARGUMENT;
+  *device = &g_devices[index];
+  return NVML_SUCCESS;
+}
+
+NVML_EXPORT nvmlReturn_t nvmlDeviceGetHandleByIndex(unsigned int index, nvmlDevice_t* device) {
+  return nvmlDeviceGetHandleByIndex_v2(index, device);
+}
+
+NVML_EXPORT nvmlReturn_t nvmlDeviceGetIndex(nvmlDevice_t device, unsigned int* index) {
+  REQUIRE_DEVICE(device);
+  if (index == nullptr) return NVML_ERROR_INVALID_ARGUMENT;
+  *index = device->index;
+  return NVML_SUCCESS;
+}
+
+NVML_EXPORT nvmlReturn_t nvmlDeviceGetName(nvmlDevice_t device, char* name, unsigned int length) {
+  REQUIRE_DEVICE(device);
+  if (name == nullptr) return NVML_ERROR_INVALID_ARGUMENT;
+  const char* n = "NVIDIA H100 80GB HBM3 (strata testbed)";
+  if (length < std::strlen(n) + 1) return NVML_ERROR_INSUFFICIENT_SIZE;
+  std::strcpy(name, n);
+  return NVML_SUCCESS;
+}
+
+NVML_EXPORT nvmlReturn_t nvmlDeviceGetUUID(nvmlDevice_t device, char* uuid, unsigned int length) {
+  REQUIRE_DEVICE(device);
+  if (uuid == nullptr) return NVML_ERROR_INVALID_ARGUMENT;
+  char buf[NVML_DEVICE_UUID_BUFFER_SIZE];
+  std::snprintf(buf, sizeof(buf), "GPU-5747b5a1-7e57-4bed-8000-%012x", device->index);
+  if (length < std::strlen(buf) + 1) return NVML_ERROR_INSUFFICIENT_SIZE;
+  std::strcpy(uuid, buf);
+  return NVML_SUCCESS;
+}
+
+NVML_EXPORT nvmlReturn_t nvmlDeviceGetMaxClockInfo(nvmlDevice_t device, nvmlClockType_t type,
+                                                   unsigned int* clock) {
+  REQUIRE_DEVICE(device);
+  if (clock == nullptr) return NVML_ERROR_INVALID_ARGUMENT;
+  switch (type) {
+    case NVML_CLOCK_GRAPHICS:
+    case NVML_CLOCK_SM: *clock = kMaxSmClock; return NVML_SUCCESS;
+    case NVML_CLOCK_MEM: *clock = kMaxMemClock; return NVML_SUCCESS;
+    case NVML_CLOCK_VIDEO: *clock = kMaxVideoClock; return NVML_SUCCESS;
+    default: return NVML_ERROR_INVALID_ARGUMENT;
+  }
+}
+
+NVML_EXPORT nvmlReturn_t nvmlDeviceGetClockInfo(nvmlDevice_t device, nvmlClockType_t type,
+                                                unsigned int* clock) {
+  nvmlReturn_t r = nvmlDeviceGetMaxClockInfo(device, type, clock);
+  if (r != NVML_SUCCESS) return r;
+  // A slowed device runs its SMs at max/slowdown: the clock drop is what the agent sees.
+  if (type == NVML_CLOCK_SM || type == NVML_CLOCK_GRAPHICS) {
+    *clock = static_cast<unsigned int>(static_cast<float>(*clock) / slowdown_of(state_of(device)));
+  }
+  return NVML_SUCCESS;
+}
+
+NVML_EXPORT nvmlReturn_t nvmlDeviceGetTemperature(nvmlDevice_t device, nvmlTemperatureSensors_t sensorType,
+                                                  unsigned int* temp) {
+  REQUIRE_DEVICE(device);
+  if (temp == nullptr || sensorType != NVML_TEMPERATURE_GPU) return NVML_ERROR_INVALID_ARGUMENT;
+  unsigned long long reasons = reasons_of(state_of(device));
+  bool thermal = reasons & (nvmlClocksThrottleReasonHwThermalSlowdown | nvmlClocksEventReasonSwThermalSlowdown);
+  *temp = thermal ? 89 : 46 + device->last_util / 5;
+  return NVML_SUCCESS;
+}
+
+NVML_EXPORT nvmlReturn_t nvmlDeviceGetPowerUsage(nvmlDevice_t device, unsigned int* power) {
+  REQUIRE_DEVICE(device);
+  if (power == nullptr) return NVML_ERROR_INVALID_ARGUMENT;
+  // Idle 90 W up to 700 W at full use; a slowed device draws less.
+  *power = static_cast<unsigned int>((90'000 + device->last_util * 6'100) / slowdown_of(state_of(device)));
+  return NVML_SUCCESS;
+}
+
+NVML_EXPORT nvmlReturn_t nvmlDeviceGetUtilizationRates(nvmlDevice_t device, nvmlUtilization_t* u) {
+  REQUIRE_DEVICE(device);
+  if (u == nullptr) return NVML_ERROR_INVALID_ARGUMENT;
+  u->gpu = utilization(device);
+  u->memory = u->gpu / 3;
+  return NVML_SUCCESS;
+}
+
+NVML_EXPORT nvmlReturn_t nvmlDeviceGetMemoryInfo(nvmlDevice_t device, nvmlMemory_t* memory) {
+  REQUIRE_DEVICE(device);
+  if (memory == nullptr) return NVML_ERROR_INVALID_ARGUMENT;
+  strata_gpu_device_state* ds = state_of(device);
+  unsigned long long used = ds ? std::atomic_ref<uint64_t>(ds->mem_used).load(std::memory_order_relaxed) : 0;
+  used += 512ull << 20;  // the driver's own reservation
+  if (used > kMemTotal) used = kMemTotal;
+  memory->total = kMemTotal;
+  memory->used = used;
+  memory->free = kMemTotal - used;
+  return NVML_SUCCESS;
+}
+
+NVML_EXPORT nvmlReturn_t nvmlDeviceGetCurrentClocksEventReasons(nvmlDevice_t device,
+                                                                unsigned long long* reasons) {
+  REQUIRE_DEVICE(device);
+  if (reasons == nullptr) return NVML_ERROR_INVALID_ARGUMENT;
+  *reasons = reasons_of(state_of(device));
+  if (*reasons == 0 && device->last_util == 0) *reasons = nvmlClocksEventReasonGpuIdle;
+  return NVML_SUCCESS;
+}
+
+NVML_EXPORT nvmlReturn_t nvmlDeviceGetCurrentClocksThrottleReasons(nvmlDevice_t device,
+                                                                   unsigned long long* reasons) {
+  return nvmlDeviceGetCurrentClocksEventReasons(device, reasons);
+}

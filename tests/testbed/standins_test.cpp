@@ -1,0 +1,339 @@
+// The stand-ins against the CUDA toolkit's own headers: this file includes cuda_runtime_api.h and
+// nccl.h, links libcudart.so.13 / libnccl.so.2 / libnvidia-ml.so.1 from build/testbed/lib, and
+// checks behaviour (ABI compatibility is the compiler's and linker's part of the check).
+#include <cuda_runtime_api.h>
+#include <dlfcn.h>
+#include <fcntl.h>
+#include <gtest/gtest.h>
+#include <nccl.h>
+#include <sys/mman.h>
+#include <sys/stat.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <atomic>
+#include <cstdlib>
+#include <cstring>
+#include <filesystem>
+#include <string>
+#include <vector>
+
+#include "testbed/cost_model.h"
+#include "testbed/gpu_state.h"
+#include "testbed/nvml_abi.h"
+#include "testbed/timeline.h"
+
+extern "C" const void* strata_testbed_kernel(const char* role);
+
+namespace {
+
+// A private testbed dir, set before any stand-in reads it (they read it once).
+std::string g_dir = [] {
+  char tmpl[] = "/tmp/strata-standins-test-XXXXXX";
+  std::string dir = ::mkdtemp(tmpl);
+  ::setenv("STRATA_TESTBED_DIR", dir.c_str(), 1);
+  return dir;
+}();
+
+// Removes the private dir when the test program ends (forked ranks leave with _exit, not here).
+struct DirCleanup {
+  ~DirCleanup() { std::filesystem::remove_all(g_dir); }
+} g_cleanup;
+
+strata_gpu_state* map_state() {
+  int fd = ::open((g_dir + "/gpu-state").c_str(), O_RDWR);
+  if (fd < 0) return nullptr;
+  void* p = ::mmap(nullptr, sizeof(strata_gpu_state), PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
+  ::close(fd);
+  return p == MAP_FAILED ? nullptr : static_cast<strata_gpu_state*>(p);
+}
+
+TEST(Cudart, DevicesStreamsAndEventTiming) {
+  int n = 0;
+  ASSERT_EQ(cudaGetDeviceCount(&n), cudaSuccess);
+  EXPECT_EQ(n, 8);
+  ASSERT_EQ(cudaSetDevice(1), cudaSuccess);
+  EXPECT_EQ(cudaSetDevice(99), cudaErrorInvalidDevice);
+  EXPECT_EQ(cudaGetLastError(), cudaErrorInvalidDevice);
+  EXPECT_EQ(cudaGetLastError(), cudaSuccess);
+
+  cudaStream_t s;
+  ASSERT_EQ(cudaStreamCreate(&s), cudaSuccess);
+  cudaEvent_t a, b;
+  ASSERT_EQ(cudaEventCreate(&a), cudaSuccess);
+  ASSERT_EQ(cudaEventCreate(&b), cudaSuccess);
+  const void* gemm = strata_testbed_kernel("gemm_fwd");
+  ASSERT_NE(gemm, nullptr);
+  ASSERT_EQ(cudaEventRecord(a, s), cudaSuccess);
+  // Four 5 ms kernels: the events measure at least their modeled 20 ms.
+  for (int i = 0; i < 4; ++i) {
+    ASSERT_EQ(cudaLaunchKernel(gemm, dim3(strata_cost_grid_for_us(5000, 256)), dim3(256), nullptr, 0, s),
+              cudaSuccess);
+  }
+  ASSERT_EQ(cudaEventRecord(b, s), cudaSuccess);
+  ASSERT_EQ(cudaEventSynchronize(b), cudaSuccess);
+  float ms = 0;
+  ASSERT_EQ(cudaEventElapsedTime(&ms, a, b), cudaSuccess);
+  EXPECT_GE(ms, 20.0f);
+
+  // Memory round trip through "device" memory.
+  void* d = nullptr;
+  ASSERT_EQ(cudaMalloc(&d, 1024), cudaSuccess);
+  std::vector<char> in(1024, 'x'), out(1024, 0);
+  ASSERT_EQ(cudaMemcpyAsync(d, in.data(), 1024, cudaMemcpyHostToDevice, s), cudaSuccess);
+  ASSERT_EQ(cudaMemcpyAsync(out.data(), d, 1024, cudaMemcpyDeviceToHost, s), cudaSuccess);
+  ASSERT_EQ(cudaStreamSynchronize(s), cudaSuccess);
+  EXPECT_EQ(in, out);
+  EXPECT_EQ(cudaFree(d), cudaSuccess);
+  EXPECT_EQ(cudaFree(out.data()), cudaErrorInvalidDevicePointer);
+  EXPECT_EQ(cudaStreamDestroy(s), cudaSuccess);
+  cudaSetDevice(0);
+}
+
+TEST(Cudart, TimelineNamesKernelsByTheirStub) {
+  cudaStream_t s;
+  ASSERT_EQ(cudaStreamCreate(&s), cudaSuccess);
+  const void* add = strata_testbed_kernel("add");
+  ASSERT_EQ(cudaLaunchKernel(add, dim3(100), dim3(128), nullptr, 0, s), cudaSuccess);
+  ASSERT_EQ(cudaStreamSynchronize(s), cudaSuccess);
+
+  std::string path = g_dir + "/" + std::to_string(::getpid()) + ".timeline";
+  int fd = ::open(path.c_str(), O_RDONLY);
+  ASSERT_GE(fd, 0) << path;
+  struct stat st {};
+  ASSERT_EQ(::fstat(fd, &st), 0);
+  void* p = ::mmap(nullptr, static_cast<size_t>(st.st_size), PROT_READ, MAP_SHARED, fd, 0);
+  ::close(fd);
+  ASSERT_NE(p, MAP_FAILED);
+  auto* h = static_cast<const strata_timeline_header*>(p);
+  EXPECT_EQ(h->magic, STRATA_TIMELINE_MAGIC);
+  EXPECT_EQ(h->version, STRATA_TIMELINE_VERSION);
+  EXPECT_EQ(h->record_size, sizeof(strata_timeline_record));
+  auto* recs = reinterpret_cast<const strata_timeline_record*>(static_cast<const char*>(p) + h->header_size);
+  bool found = false;
+  for (uint64_t i = 0; i < h->write_index; ++i) {
+    const auto& r = recs[i % h->capacity];
+    EXPECT_EQ(r.seq, i + 1);
+    EXPECT_LE(r.start_ns, r.end_ns);
+    EXPECT_LE(r.api_ns, r.start_ns);
+    if (r.func == reinterpret_cast<uint64_t>(add)) {
+      found = true;
+      EXPECT_EQ(r.kind, STRATA_TL_KERNEL);
+      EXPECT_EQ(r.grid_threads, 12800u);
+      EXPECT_EQ(r.stream, reinterpret_cast<uint64_t>(s));
+      EXPECT_NE(std::string(r.name).find("at::native::vectorized_elementwise_kernel<4, at::native::CUDAFunctor_add<float>"),
+                std::string::npos)
+          << r.name;
+      // The exported symbol of the stub is the kernel's mangled name, as nvcc's host stubs are.
+      Dl_info info{};
+      ASSERT_NE(::dladdr(add, &info), 0);
+      EXPECT_STREQ(info.dli_sname,
+                   "_ZN2at6native29vectorized_elementwise_kernelILi4ENS0_15CUDAFunctor_addIfEENS_6detail5ArrayIPcLi3EEEEEviT0_T1_");
+    }
+  }
+  EXPECT_TRUE(found);
+  ::munmap(p, static_cast<size_t>(st.st_size));
+}
+
+TEST(Cudart, InjectedSlowdownAndHangComeFromTheGpuState) {
+  int one = 0;
+  ASSERT_EQ(cudaGetDeviceCount(&one), cudaSuccess);  // makes sure the state file exists
+  strata_gpu_state* gs = map_state();
+  ASSERT_NE(gs, nullptr);
+  ASSERT_EQ(cudaSetDevice(3), cudaSuccess);
+  cudaStream_t s;
+  ASSERT_EQ(cudaStreamCreate(&s), cudaSuccess);
+  cudaEvent_t a, b;
+  cudaEventCreate(&a);
+  cudaEventCreate(&b);
+  const void* k = strata_testbed_kernel("gemm_fwd");
+  auto timed = [&] {
+    cudaEventRecord(a, s);
+    cudaLaunchKernel(k, dim3(strata_cost_grid_for_us(10000, 256)), dim3(256), nullptr, 0, s);
+    cudaEventRecord(b, s);
+    cudaEventSynchronize(b);
+    float ms = 0;
+    cudaEventElapsedTime(&ms, a, b);
+    return ms;
+  };
+  float base = timed();
+  gs->dev[3].slowdown = 3.0f;
+  float slow = timed();
+  gs->dev[3].slowdown = 1.0f;
+  EXPECT_GE(slow, 30.0f);
+  EXPECT_GT(slow, 2.0f * base);
+
+  // A hung device runs nothing until the hang clears.
+  gs->dev[3].hang = 1;
+  cudaLaunchKernel(k, dim3(1), dim3(1), nullptr, 0, s);
+  usleep(100000);
+  EXPECT_EQ(cudaStreamQuery(s), cudaErrorNotReady);
+  gs->dev[3].hang = 0;
+  EXPECT_EQ(cudaStreamSynchronize(s), cudaSuccess);
+  cudaSetDevice(0);
+}
+
+TEST(Nvml, ReportsInjectedThrottling) {
+  int n = 0;
+  ASSERT_EQ(cudaGetDeviceCount(&n), cudaSuccess);
+  ASSERT_EQ(nvmlInit_v2(), NVML_SUCCESS);
+  unsigned count = 0;
+  ASSERT_EQ(nvmlDeviceGetCount_v2(&count), NVML_SUCCESS);
+  EXPECT_EQ(count, 8u);
+  nvmlDevice_t dev;
+  ASSERT_EQ(nvmlDeviceGetHandleByIndex_v2(2, &dev), NVML_SUCCESS);
+  char name[NVML_DEVICE_NAME_V2_BUFFER_SIZE], uuid[NVML_DEVICE_UUID_V2_BUFFER_SIZE];
+  ASSERT_EQ(nvmlDeviceGetName(dev, name, sizeof(name)), NVML_SUCCESS);
+  ASSERT_EQ(nvmlDeviceGetUUID(dev, uuid, sizeof(uuid)), NVML_SUCCESS);
+  EXPECT_EQ(std::string(uuid).rfind("GPU-", 0), 0u);
+  unsigned sm = 0, max_sm = 0, temp = 0, mw = 0;
+  ASSERT_EQ(nvmlDeviceGetMaxClockInfo(dev, NVML_CLOCK_SM, &max_sm), NVML_SUCCESS);
+  ASSERT_EQ(nvmlDeviceGetClockInfo(dev, NVML_CLOCK_SM, &sm), NVML_SUCCESS);
+  EXPECT_EQ(sm, max_sm);
+  unsigned long long reasons = 0;
+  ASSERT_EQ(nvmlDeviceGetCurrentClocksEventReasons(dev, &reasons), NVML_SUCCESS);
+  EXPECT_EQ(reasons & nvmlClocksThrottleReasonHwSlowdown, 0u);
+
+  strata_gpu_state* gs = map_state();
+  ASSERT_NE(gs, nullptr);
+  gs->dev[2].slowdown = 2.0f;
+  gs->dev[2].throttle_reasons = nvmlClocksThrottleReasonHwSlowdown | nvmlClocksThrottleReasonHwThermalSlowdown;
+  ASSERT_EQ(nvmlDeviceGetClockInfo(dev, NVML_CLOCK_SM, &sm), NVML_SUCCESS);
+  EXPECT_EQ(sm, max_sm / 2);
+  ASSERT_EQ(nvmlDeviceGetCurrentClocksThrottleReasons(dev, &reasons), NVML_SUCCESS);
+  EXPECT_EQ(reasons, 0x48u);
+  ASSERT_EQ(nvmlDeviceGetTemperature(dev, NVML_TEMPERATURE_GPU, &temp), NVML_SUCCESS);
+  EXPECT_GE(temp, 85u);
+  EXPECT_EQ(nvmlDeviceGetPowerUsage(dev, &mw), NVML_SUCCESS);
+  nvmlUtilization_t u{};
+  EXPECT_EQ(nvmlDeviceGetUtilizationRates(dev, &u), NVML_SUCCESS);
+  nvmlMemory_t mem{};
+  EXPECT_EQ(nvmlDeviceGetMemoryInfo(dev, &mem), NVML_SUCCESS);
+  EXPECT_EQ(mem.total, mem.used + mem.free);
+  gs->dev[2].slowdown = 1.0f;
+  gs->dev[2].throttle_reasons = 0;
+  EXPECT_STREQ(nvmlErrorString(NVML_ERROR_UNINITIALIZED), "Uninitialized");
+  EXPECT_EQ(nvmlShutdown(), NVML_SUCCESS);
+}
+
+TEST(Nccl, VersionAndSingleRank) {
+  int v = 0;
+  ASSERT_EQ(ncclGetVersion(&v), ncclSuccess);
+  EXPECT_EQ(v, NCCL_VERSION(2, 28, 9));
+  EXPECT_GE(v, 22800);
+  ncclUniqueId id;
+  ASSERT_EQ(ncclGetUniqueId(&id), ncclSuccess);
+  ncclComm_t comm;
+  ncclConfig_t config = NCCL_CONFIG_INITIALIZER;
+  ASSERT_EQ(ncclCommInitRankConfig(&comm, 1, id, 0, &config), ncclSuccess);
+  int count = 0, rank = -1;
+  EXPECT_EQ(ncclCommCount(comm, &count), ncclSuccess);
+  EXPECT_EQ(ncclCommUserRank(comm, &rank), ncclSuccess);
+  EXPECT_EQ(count, 1);
+  EXPECT_EQ(rank, 0);
+  float x[4] = {1, 2, 3, 4}, y[4] = {};
+  ASSERT_EQ(ncclAllReduce(x, y, 4, ncclFloat, ncclSum, comm, nullptr), ncclSuccess);
+  ASSERT_EQ(cudaStreamSynchronize(nullptr), cudaSuccess);
+  EXPECT_EQ(y[3], 4.0f);
+  EXPECT_EQ(ncclAllReduce(x, y, 4, ncclFloat, static_cast<ncclRedOp_t>(77), comm, nullptr), ncclInvalidArgument);
+  EXPECT_EQ(ncclCommDestroy(comm), ncclSuccess);
+}
+
+// One rank of the multi-process test; returns the number of failed checks.
+int nccl_rank(int rank, int nranks, ncclUniqueId id1, ncclUniqueId id2) {
+  int bad = 0;
+  auto check = [&](bool ok, const char* what) {
+    if (!ok) {
+      std::fprintf(stderr, "rank %d: check failed: %s\n", rank, what);
+      ++bad;
+    }
+  };
+  cudaSetDevice(rank);
+  ncclComm_t c1, c2;
+  if (ncclCommInitRank(&c1, nranks, id1, rank) != ncclSuccess) return 100;
+  // Second communicator with the ranks reversed, as a second process group would be.
+  if (ncclCommInitRank(&c2, nranks, id2, nranks - 1 - rank) != ncclSuccess) return 100;
+  cudaStream_t s1, s2;
+  cudaStreamCreate(&s1);
+  cudaStreamCreate(&s2);
+  const size_t n = 1000;  // not a multiple of nranks: uneven chunks
+  std::vector<float> x(n), sum(n), gather(n * nranks), rs(n / 10);
+  for (size_t i = 0; i < n; ++i) x[i] = static_cast<float>(rank + 1) * static_cast<float>(i % 7);
+  ncclAllReduce(x.data(), sum.data(), n, ncclFloat, ncclSum, c1, s1);
+  ncclAllGather(x.data(), gather.data(), n, ncclFloat, c2, s2);
+  std::vector<float> rs_in(n / 10 * nranks, 1.0f);
+  ncclReduceScatter(rs_in.data(), rs.data(), n / 10, ncclFloat, ncclSum, c1, s1);
+  std::vector<int64_t> b(16, rank == 1 ? 42 : 0);
+  ncclBroadcast(b.data(), b.data(), 16, ncclInt64, 1, c1, s1);
+  ncclAllReduce(nullptr, nullptr, 0, ncclFloat, ncclSum, c1, s1);  // 0-byte collective
+  // Ring exchange with send/recv in a group.
+  int32_t out = rank * 10, in = -1;
+  ncclGroupStart();
+  ncclSend(&out, 1, ncclInt32, (rank + 1) % nranks, c1, s1);
+  ncclRecv(&in, 1, ncclInt32, (rank + nranks - 1) % nranks, c1, s1);
+  ncclGroupEnd();
+  cudaStreamSynchronize(s1);
+  cudaStreamSynchronize(s2);
+  float tri = static_cast<float>(nranks * (nranks + 1) / 2);
+  for (size_t i = 0; i < n; ++i) check(sum[i] == tri * static_cast<float>(i % 7), "allreduce sum");
+  for (int r = 0; r < nranks; ++r) {
+    int owner = nranks - 1 - r;  // c2 rank r is process rank nranks-1-r
+    check(gather[static_cast<size_t>(r) * n + 5] == static_cast<float>(owner + 1) * 5.0f, "allgather");
+  }
+  for (float v : rs) check(v == static_cast<float>(nranks), "reducescatter");
+  for (int64_t v : b) check(v == 42, "broadcast");
+  check(in == ((rank + nranks - 1) % nranks) * 10, "send/recv");
+  ncclResult_t async = ncclSuccess;
+  ncclCommGetAsyncError(c1, &async);
+  check(async == ncclSuccess, "no async error");
+  ncclCommDestroy(c1);
+  ncclCommDestroy(c2);
+  return bad;
+}
+
+TEST(Nccl, RingAcrossProcessesWithTwoCommunicators) {
+  const int nranks = 3;
+  ncclUniqueId id1, id2;
+  // The root listeners run in this process (rank 0), as with NCCL's ncclGetUniqueId.
+  ASSERT_EQ(ncclGetUniqueId(&id1), ncclSuccess);
+  ASSERT_EQ(ncclGetUniqueId(&id2), ncclSuccess);
+  std::vector<pid_t> children;
+  for (int r = 1; r < nranks; ++r) {
+    pid_t pid = ::fork();
+    ASSERT_GE(pid, 0);
+    if (pid == 0) ::_exit(nccl_rank(r, nranks, id1, id2));
+    children.push_back(pid);
+  }
+  EXPECT_EQ(nccl_rank(0, nranks, id1, id2), 0);
+  for (pid_t pid : children) {
+    int status = 0;
+    ASSERT_EQ(::waitpid(pid, &status, 0), pid);
+    EXPECT_TRUE(WIFEXITED(status) && WEXITSTATUS(status) == 0) << "status " << status;
+  }
+}
+
+TEST(Nccl, PeerExitIsAnAsyncErrorNotAHang) {
+  ncclUniqueId id;
+  ASSERT_EQ(ncclGetUniqueId(&id), ncclSuccess);
+  pid_t pid = ::fork();
+  ASSERT_GE(pid, 0);
+  if (pid == 0) {
+    ncclComm_t c;
+    if (ncclCommInitRank(&c, 2, id, 1) != ncclSuccess) ::_exit(1);
+    ::_exit(0);  // leaves before the collective
+  }
+  ncclComm_t c;
+  ASSERT_EQ(ncclCommInitRank(&c, 2, id, 0), ncclSuccess);
+  float x[64] = {};
+  ASSERT_EQ(ncclAllReduce(x, x, 64, ncclFloat, ncclSum, c, nullptr), ncclSuccess);
+  ASSERT_EQ(cudaStreamSynchronize(nullptr), cudaSuccess);
+  ncclResult_t async = ncclSuccess;
+  ASSERT_EQ(ncclCommGetAsyncError(c, &async), ncclSuccess);
+  EXPECT_EQ(async, ncclRemoteError);
+  EXPECT_NE(std::string(ncclGetLastError(c)).find("peer"), std::string::npos);
+  int status = 0;
+  ::waitpid(pid, &status, 0);
+  ncclCommDestroy(c);
+}
+
+}  // namespace
