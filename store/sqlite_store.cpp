@@ -420,7 +420,7 @@ class SqliteStore final : public Store {
       std::string why = sqlite3_errmsg(db_);
       if (why.find("no such table") != std::string::npos)
         return Error{path_ + " is not a strata store (an SQLite database without strata's tables)"};
-      return Error{path_ + " cannot be read as a strata store: " + why};
+      return Error{path_ + " is not a strata store (unreadable: " + why + ")"};
     }
     if (s.step() != SQLITE_ROW || s.text(0) != "strata")
       return Error{path_ + " is not a strata store (its metadata names another application)"};
