@@ -80,7 +80,7 @@ class LiveSampler final : public OnCpuSampler {
     // Measure our own BPF run time; the kernel keeps these stats while the fd is open.
     stats_fd_ = bpf_enable_stats(BPF_STATS_RUN_TIME);
 
-    for (int cpu : cpus) {
+    for (int cpu : opts.sample_cpu ? cpus : std::vector<int>{}) {
       perf_event_attr attr{};
       attr.size = sizeof(attr);
       attr.type = PERF_TYPE_SOFTWARE;
@@ -119,6 +119,8 @@ class LiveSampler final : public OnCpuSampler {
     if (n < 0 && n != -EINTR) return Error::from_errno("polling the sample ring buffer", -n);
     return n < 0 ? 0 : n;
   }
+
+  int targets_map_fd() const override { return bpf_map__fd(skel_->maps.targets); }
 
   SamplerCounters counters() const override {
     SamplerCounters c;

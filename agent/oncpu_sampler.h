@@ -13,6 +13,7 @@ namespace strata::agent {
 
 struct SamplerOptions {
   unsigned frequency_hz = 99;
+  bool sample_cpu = true;  // false: only track the process tree (the cpu layer is off)
   bool follow_children = true;
   uint32_t max_targets = 16384;
   uint32_t ringbuf_bytes_per_cpu = 256 * 1024;
@@ -41,6 +42,8 @@ class OnCpuSampler {
   // Waits up to timeout_ms for events, delivers them to sink; returns the number delivered.
   virtual Result<int> poll(int timeout_ms, EventSink& sink) = 0;
   virtual SamplerCounters counters() const = 0;
+  // The map of watched tgids (children added at fork), for other BPF sources to share.
+  virtual int targets_map_fd() const = 0;
 };
 
 // Whether this process may load BPF and open perf events; an Error names what is missing.

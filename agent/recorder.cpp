@@ -19,6 +19,7 @@
 
 #include "agent/normalizer.h"
 #include "agent/process_info.h"
+#include "agent/sources.h"
 #include "store/store.h"
 #include "symbolize/symbolizer.h"
 
@@ -94,9 +95,16 @@ class Recorder final : public EventSink {
 
     SamplerOptions so;
     so.frequency_hz = opts_.frequency_hz;
+    so.sample_cpu = opts_.layers.count("cpu") > 0;
     auto sampler = OnCpuSampler::start(so);
     if (!sampler) return sampler.error().environment();
     sampler_ = std::move(*sampler);
+    SourceEnv env;
+    env.targets_map_fd = sampler_->targets_map_fd();
+    env.frequency_hz = opts_.frequency_hz;
+    auto started = make_sources(opts_.layers, env);
+    sources_ = std::move(started.sources);
+    for (const auto& w : started.warnings) log_ << "strata: warning: " << w << "\n";
 
     store::RecordingInfo info;
     info.node = node_;
@@ -167,6 +175,7 @@ class Recorder final : public EventSink {
         refresh_cpu(e.pid);
         live_.erase(e.pid);
         normalizer_.forget_process(e.pid);
+        for (auto& src : sources_) src->on_process_exit(e.pid);
         break;
     }
   }
@@ -189,6 +198,7 @@ class Recorder final : public EventSink {
       p.start_ns = unix_now_ns();
     }
     pending_processes_[pid] = p;
+    for (auto& src : sources_) src->on_process(p);
     if (!cpu_first_.count(pid)) {
       // Processes that existed before the recording count from now; children from zero.
       bool preexisting = std::find(opts_.pids.begin(), opts_.pids.end(), pid) != opts_.pids.end();
@@ -254,11 +264,15 @@ class Recorder final : public EventSink {
     auto window_start = start;
     auto last_cpu_refresh = start;
     window_start_unix_ = unix_now_ns();
+    window_start_mono_ = monotonic_now_ns();
     double cpu0 = cpu_seconds_self();
     bool done = false;
     while (!done) {
       auto n = sampler_->poll(200, *this);
       if (!n) return n.error();
+      for (auto& src : sources_) {
+        if (auto st = src->poll(); !st) return st.error().context(src->name());
+      }
       auto now = clock::now();
       if (g_stop) done = true;
       if (child_ > 0) {
@@ -322,6 +336,7 @@ class Recorder final : public EventSink {
         {"target_cpu_s", summary_.target_cpu_s},
         {"wall_s", summary_.wall_s},
     };
+    for (const auto& src : sources_) src->stats(stats);
     for (const auto& [k, v] : stats) {
       if (auto st = store_->put_stat(recording_, k, v); !st) return st.error();
     }
@@ -355,6 +370,15 @@ class Recorder final : public EventSink {
       if (!st) return st;
       summary_.windows++;
     }
+    WindowContext ctx;
+    ctx.recording = recording_;
+    ctx.start_ns = window_start_unix_;
+    ctx.end_ns = end_unix;
+    ctx.mono_start_ns = window_start_mono_;
+    ctx.mono_end_ns = monotonic_now_ns();
+    for (auto& src : sources_) {
+      if (auto st = src->flush(*store_, ctx); !st) return st.error().context(src->name());
+    }
     // Symbolize what is new, once per build id (the symbolizer caches).
     auto frames = store_->unsymbolized_frames();
     if (!frames) return frames.error();
@@ -372,6 +396,7 @@ class Recorder final : public EventSink {
     raw_stack_index_.clear();
     counts_.clear();
     window_start_unix_ = end_unix;
+    window_start_mono_ = ctx.mono_end_ns;
     return {};
   }
 
@@ -386,6 +411,8 @@ class Recorder final : public EventSink {
   pid_t child_ = -1;
   uint64_t child_cpu_ns_ = 0;
   uint64_t window_start_unix_ = 0;
+  uint64_t window_start_mono_ = 0;
+  std::vector<std::unique_ptr<Source>> sources_;
 
   std::set<uint32_t> known_;
   std::set<uint32_t> live_;

@@ -3,6 +3,7 @@
 #pragma once
 
 #include <cstdint>
+#include <set>
 #include <iosfwd>
 #include <string>
 #include <vector>
@@ -20,6 +21,7 @@ struct RecordOptions {
   std::vector<std::string> command; // -- CMD ARGS...
   std::string output = "strata.db";
   std::string node;                 // default: hostname
+  std::set<std::string> layers = {"cpu", "offcpu", "os", "gpu", "comm"};  // --layers
 };
 
 struct RecordSummary {

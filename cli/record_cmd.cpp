@@ -1,6 +1,7 @@
 #include <iostream>
 
 #include "agent/recorder.h"
+#include "agent/sources.h"
 #include "cli/args.h"
 #include "cli/commands.h"
 
@@ -17,6 +18,7 @@ options:
   -o FILE.db       store to write (default strata.db); an existing strata store gets a new recording
   --duration S     stop after S seconds (the command keeps running)
   --window S       aggregation window in seconds (default 10)
+  --layers L,...   what to record: cpu (on-CPU stacks), offcpu, os, gpu, comm, or all (default all)
   -p PID[,PID]     watch running processes
   -- CMD ARGS...   run CMD and watch it until it exits
 
@@ -59,6 +61,12 @@ int record_main(std::vector<std::string> argv) {
       auto pids = parse_pid_list(*v);
       if (!pids) return fail(pids.error().message, 1);
       opts.pids.insert(opts.pids.end(), pids->begin(), pids->end());
+    } else if (a == "--layers") {
+      auto v = args.value(a);
+      if (!v) return fail(v.error().message, 1);
+      auto layers = agent::parse_layers(*v);
+      if (!layers) return fail(layers.error().message, 1);
+      opts.layers = *layers;
     } else if (a == "--node") {
       auto v = args.value(a);
       if (!v) return fail(v.error().message, 1);

@@ -37,6 +37,10 @@ CREATE TABLE stack_counts(
   pid INTEGER NOT NULL, tid INTEGER NOT NULL, thread_comm TEXT NOT NULL,
   stack_id INTEGER NOT NULL REFERENCES stacks(id), value INTEGER NOT NULL);
 CREATE INDEX stack_counts_by_pid ON stack_counts(recording_id, pid);
+CREATE TABLE metrics(
+  recording_id INTEGER NOT NULL, start_ns INTEGER NOT NULL, end_ns INTEGER NOT NULL, pid INTEGER NOT NULL,
+  name TEXT NOT NULL, label TEXT NOT NULL, value REAL NOT NULL);
+CREATE INDEX metrics_by_name ON metrics(name, recording_id);
 CREATE TABLE agent_stats(
   recording_id INTEGER NOT NULL, key TEXT NOT NULL, value REAL NOT NULL, PRIMARY KEY(recording_id, key));
 )sql";
@@ -228,6 +232,40 @@ class SqliteStore final : public Store {
     Stmt s(db_, "INSERT OR REPLACE INTO agent_stats(recording_id,key,value) VALUES(?,?,?)");
     s.bind(1, recording).bind(2, key).bind(3, value);
     return s.step() == SQLITE_DONE ? Status{} : Status{err("adding a statistic")};
+  }
+
+  Status put_metrics(int64_t recording, uint64_t start_ns, uint64_t end_ns,
+                     const std::vector<Metric>& metrics) override {
+    Stmt s(db_, "INSERT INTO metrics(recording_id,start_ns,end_ns,pid,name,label,value) VALUES(?,?,?,?,?,?,?)");
+    for (const auto& m : metrics) {
+      s.reset();
+      s.bind(1, recording).bind(2, static_cast<int64_t>(start_ns)).bind(3, static_cast<int64_t>(end_ns))
+          .bind(4, static_cast<int64_t>(m.pid)).bind(5, m.name).bind(6, m.label).bind(7, m.value);
+      if (s.step() != SQLITE_DONE) return err("adding metrics");
+    }
+    return {};
+  }
+
+  Result<std::vector<MetricRow>> metrics(const std::string& prefix, std::optional<int64_t> recording) override {
+    std::string sql = "SELECT start_ns,end_ns,pid,name,label,value FROM metrics WHERE substr(name,1,?)=?";
+    if (recording) sql += " AND recording_id=" + std::to_string(*recording);
+    sql += " ORDER BY start_ns, pid, name, label";
+    Stmt s(db_, sql.c_str());
+    s.bind(1, static_cast<int64_t>(prefix.size())).bind(2, prefix);
+    std::vector<MetricRow> out;
+    int rc;
+    while ((rc = s.step()) == SQLITE_ROW) {
+      MetricRow r;
+      r.start_ns = static_cast<uint64_t>(s.i64(0));
+      r.end_ns = static_cast<uint64_t>(s.i64(1));
+      r.metric.pid = static_cast<uint32_t>(s.i64(2));
+      r.metric.name = s.text(3);
+      r.metric.label = s.text(4);
+      r.metric.value = s.dbl(5);
+      out.push_back(std::move(r));
+    }
+    if (rc != SQLITE_DONE) return err("reading metrics");
+    return out;
   }
 
   Result<std::vector<FrameRow>> unsymbolized_frames() override {
@@ -432,7 +470,7 @@ class SqliteStore final : public Store {
                    ", this build reads up to " + std::to_string(kSchemaVersion) + "): upgrade strata"};
     if (version < 1) return Error{path_ + " is a damaged strata store: schema version " + v.text(0)};
     // Touch every table we read so a foreign or damaged file fails here, not halfway.
-    for (const char* t : {"recordings", "processes", "frames", "stacks", "windows", "stack_counts"}) {
+    for (const char* t : {"recordings", "processes", "frames", "stacks", "windows", "stack_counts", "metrics"}) {
       Stmt c(db_, (std::string("SELECT * FROM ") + t + " LIMIT 1").c_str());
       int rc = c.ok() ? c.step() : SQLITE_ERROR;
       if (rc != SQLITE_ROW && rc != SQLITE_DONE)

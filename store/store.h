@@ -47,6 +47,15 @@ struct StackCount {
   uint64_t value = 0;    // samples (on-CPU) or microseconds (off-CPU)
 };
 
+// A per-window, per-process measurement of some layer (run-queue latency, faults, GPU clock, ...).
+// `label` qualifies it where one name has several series (an IRQ vector, a neighbour's comm, a GPU).
+struct Metric {
+  uint32_t pid = 0;  // 0: the node, not one process
+  std::string name;
+  std::string label;
+  double value = 0;
+};
+
 struct ProfileFilter {
   std::optional<uint32_t> pid;
   std::optional<uint32_t> tid;
@@ -80,6 +89,8 @@ class Store {
   virtual Status put_window(int64_t recording, uint64_t start_ns, uint64_t end_ns, CountKind kind,
                             const std::vector<StackCount>& counts) = 0;
   virtual Status put_stat(int64_t recording, const std::string& key, double value) = 0;
+  virtual Status put_metrics(int64_t recording, uint64_t start_ns, uint64_t end_ns,
+                             const std::vector<Metric>& metrics) = 0;
   // Frames without a function name (for symbolization), and the update that fills them in.
   virtual Result<std::vector<FrameRow>> unsymbolized_frames() = 0;
   virtual Status update_frame_symbols(const std::vector<FrameRow>& rows) = 0;
@@ -92,6 +103,13 @@ class Store {
   virtual Result<std::vector<ProcessInfo>> processes(std::optional<int64_t> recording = std::nullopt) = 0;
   virtual Result<std::vector<std::pair<std::string, double>>> stats(int64_t recording) = 0;
   virtual Result<std::optional<int64_t>> latest_recording() = 0;
+  struct MetricRow {
+    uint64_t start_ns = 0, end_ns = 0;
+    Metric metric;
+  };
+  // Metrics whose name starts with `prefix` ("" for all), in time order.
+  virtual Result<std::vector<MetricRow>> metrics(const std::string& prefix,
+                                                 std::optional<int64_t> recording = std::nullopt) = 0;
 };
 
 }  // namespace strata::store

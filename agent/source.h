@@ -1,0 +1,39 @@
+// A source of one layer's data (off-CPU, OS metrics, CUDA, NCCL, NVML, ...), driven by the recorder
+// or the agent: told about the watched processes, polled, and flushed into the store every window.
+// Live sources talk to the kernel; tests drive the same interface with made-up input.
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "common/result.h"
+#include "store/store.h"
+
+namespace strata::agent {
+
+struct WindowContext {
+  int64_t recording = 0;
+  uint64_t start_ns = 0;  // unix ns
+  uint64_t end_ns = 0;
+  uint64_t mono_start_ns = 0;  // CLOCK_MONOTONIC, as BPF timestamps are
+  uint64_t mono_end_ns = 0;
+};
+
+class Source {
+ public:
+  virtual ~Source() = default;
+  virtual std::string name() const = 0;
+  // A watched process appeared (or exec'd: then called again with the new image).
+  virtual void on_process(const store::ProcessInfo& /*p*/) {}
+  virtual void on_process_exit(uint32_t /*pid*/) {}
+  // Takes what is ready without blocking long (the record loop calls it a few times a second).
+  virtual Status poll() = 0;
+  // Writes the window's aggregates; called inside the store's transaction.
+  virtual Status flush(store::Store& store, const WindowContext& w) = 0;
+  // Its own counters for the closing summary and /metrics: drops, probe hits, ...
+  virtual void stats(std::vector<std::pair<std::string, double>>& /*out*/) const {}
+};
+
+}  // namespace strata::agent

@@ -1,0 +1,39 @@
+#include "agent/sources.h"
+
+#include <sstream>
+
+namespace strata::agent {
+
+const std::vector<std::string>& all_layers() {
+  static const std::vector<std::string> layers = {"cpu", "offcpu", "os", "gpu", "comm"};
+  return layers;
+}
+
+Result<std::set<std::string>> parse_layers(const std::string& spec) {
+  std::set<std::string> out;
+  std::stringstream ss(spec);
+  std::string part;
+  while (std::getline(ss, part, ',')) {
+    if (part == "all") {
+      out.insert(all_layers().begin(), all_layers().end());
+      continue;
+    }
+    bool known = false;
+    for (const auto& l : all_layers()) known = known || l == part;
+    if (!known) return Error{"--layers: unknown layer '" + part + "' (cpu, offcpu, os, gpu, comm, all)"};
+    out.insert(part);
+  }
+  if (out.empty()) return Error{"--layers: expected a list such as cpu,os,gpu,comm"};
+  return out;
+}
+
+Sources make_sources(const std::set<std::string>& layers, const SourceEnv& env) {
+  Sources s;
+  (void)layers;
+  (void)env;
+  // Each layer registers here as it lands: offcpu/os (bpf/offcpu.bpf.c, bpf/os.bpf.c),
+  // gpu (cuda + nvml runtimes), comm (nccl + gloo runtimes).
+  return s;
+}
+
+}  // namespace strata::agent

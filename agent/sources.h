@@ -1,0 +1,33 @@
+// Where every layer's source is registered: the recorder and the agent ask here for the sources of
+// the layers the user chose.
+#pragma once
+
+#include <memory>
+#include <set>
+#include <string>
+#include <vector>
+
+#include "agent/source.h"
+#include "common/result.h"
+
+namespace strata::agent {
+
+// Layers a user can choose with --layers (DESIGN §3): cpu (on-CPU stacks), offcpu, os, gpu, comm.
+const std::vector<std::string>& all_layers();
+Result<std::set<std::string>> parse_layers(const std::string& spec);
+
+struct SourceEnv {
+  int targets_map_fd = -1;  // the BPF map of watched tgids, shared by every BPF source
+  unsigned frequency_hz = 99;
+};
+
+struct Sources {
+  std::vector<std::unique_ptr<Source>> sources;
+  std::vector<std::string> warnings;  // layers that could not start here, and why
+};
+
+// Starts the sources of `layers` except "cpu" (the recorder's own sampler). A layer that cannot
+// start on this machine is skipped with a warning; the others still run.
+Sources make_sources(const std::set<std::string>& layers, const SourceEnv& env);
+
+}  // namespace strata::agent
