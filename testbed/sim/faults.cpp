@@ -1,0 +1,411 @@
+#include "testbed/sim/faults.h"
+
+#include <fcntl.h>
+#include <sched.h>
+#include <signal.h>
+#include <sys/prctl.h>
+#include <sys/stat.h>
+#include <sys/sysmacros.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <atomic>
+#include <cerrno>
+#include <cmath>
+#include <cstdio>
+#include <cstring>
+#include <fstream>
+#include <sstream>
+
+#include "testbed/common/testbed_env.h"
+
+namespace testbed::sim {
+
+using strata::Error;
+using strata::Status;
+
+std::string sim_tag() { return "strata-" + std::to_string(::getpid()); }
+
+namespace {
+
+// Runs a command, waits; on failure returns its stderr's first line.
+Status run_cmd(const std::vector<std::string>& argv, std::string* out = nullptr) {
+  int pipe_out[2], pipe_err[2];
+  if (::pipe2(pipe_out, O_CLOEXEC) != 0 || ::pipe2(pipe_err, O_CLOEXEC) != 0) return Error::from_errno("pipe", errno);
+  pid_t pid = ::fork();
+  if (pid < 0) return Error::from_errno("fork", errno);
+  if (pid == 0) {
+    ::dup2(pipe_out[1], 1);
+    ::dup2(pipe_err[1], 2);
+    std::vector<char*> args;
+    for (const auto& a : argv) args.push_back(const_cast<char*>(a.c_str()));
+    args.push_back(nullptr);
+    ::execvp(args[0], args.data());
+    std::fprintf(stderr, "cannot run %s: %s\n", args[0], std::strerror(errno));
+    ::_exit(127);
+  }
+  ::close(pipe_out[1]);
+  ::close(pipe_err[1]);
+  std::string o, e;
+  char buf[4096];
+  ssize_t n;
+  while ((n = ::read(pipe_out[0], buf, sizeof(buf))) > 0) o.append(buf, static_cast<size_t>(n));
+  while ((n = ::read(pipe_err[0], buf, sizeof(buf))) > 0) e.append(buf, static_cast<size_t>(n));
+  ::close(pipe_out[0]);
+  ::close(pipe_err[0]);
+  int status = 0;
+  ::waitpid(pid, &status, 0);
+  if (out) *out = o;
+  if (WIFEXITED(status) && WEXITSTATUS(status) == 0) return {};
+  std::string cmd;
+  for (const auto& a : argv) cmd += (cmd.empty() ? "" : " ") + a;
+  std::string first = e.substr(0, e.find('\n'));
+  return Error{"'" + cmd + "' failed" + (first.empty() ? "" : ": " + first)};
+}
+
+Status write_file(const std::string& path, const std::string& value) {
+  int fd = ::open(path.c_str(), O_WRONLY | O_CLOEXEC);
+  if (fd < 0) return Error::from_errno("opening " + path, errno);
+  ssize_t n = ::write(fd, value.data(), value.size());
+  int err = errno;
+  ::close(fd);
+  if (n != static_cast<ssize_t>(value.size())) return Error::from_errno("writing '" + value + "' to " + path, err);
+  return {};
+}
+
+std::string read_file(const std::string& path) {
+  std::ifstream in(path);
+  std::stringstream ss;
+  ss << in.rdbuf();
+  return ss.str();
+}
+
+bool exists(const std::string& path) {
+  struct stat st {};
+  return ::stat(path.c_str(), &st) == 0;
+}
+
+// This process's cgroup path for a v1 controller (or "" for the v2 line), from /proc/self/cgroup.
+std::string own_cgroup(const std::string& controller) {
+  std::istringstream in(read_file("/proc/self/cgroup"));
+  std::string line;
+  while (std::getline(in, line)) {
+    // hierarchy-ID:controller-list:path
+    size_t a = line.find(':'), b = line.find(':', a + 1);
+    if (a == std::string::npos || b == std::string::npos) continue;
+    std::string ctrls = line.substr(a + 1, b - a - 1), path = line.substr(b + 1);
+    std::stringstream cs(ctrls);
+    std::string c;
+    while (std::getline(cs, c, ',')) {
+      if (c == controller) return path == "/" ? "" : path;
+    }
+    if (controller.empty() && ctrls.empty()) return path == "/" ? "" : path;
+  }
+  return "";
+}
+
+// A CPU-bound process named strata-hog, pinned to `cpu`; dies with the sim.
+pid_t spawn_hog(int cpu) {
+  pid_t parent = ::getpid();
+  pid_t pid = ::fork();
+  if (pid != 0) return pid;
+  ::prctl(PR_SET_NAME, "strata-hog", 0, 0, 0);
+  ::prctl(PR_SET_PDEATHSIG, SIGKILL, 0, 0, 0);
+  if (::getppid() != parent) ::_exit(0);
+  cpu_set_t set;
+  CPU_ZERO(&set);
+  CPU_SET(cpu, &set);
+  ::sched_setaffinity(0, sizeof(set), &set);
+  volatile double x = 1.0;
+  for (;;) x = std::sqrt(x + 1.0);  // pure CPU: the contention is the point
+}
+
+}  // namespace
+
+FaultInjector::FaultInjector(const Options& opts, std::string run_dir, strata_gpu_state* gpus)
+    : opts_(opts), run_dir_(std::move(run_dir)), gpus_(gpus) {
+  long n = ::sysconf(_SC_NPROCESSORS_ONLN);
+  ncpu_ = n > 0 ? static_cast<int>(n) : 1;
+  const FaultSpec& f = opts_.fault;
+  switch (f.kind) {
+    case FaultKind::kCpuContention: culprit_ = "strata-hog"; break;
+    case FaultKind::kHostHotspot: culprit_ = "slow_augment"; break;
+    case FaultKind::kIoStall: culprit_ = "load_batch"; break;
+    case FaultKind::kMemoryReclaim: culprit_ = "preprocess"; break;
+    case FaultKind::kCpuThrottling: culprit_ = "cgroup cpu quota"; break;
+    case FaultKind::kGpuSlow: culprit_ = "GPU " + std::to_string(f.rank); break;
+    case FaultKind::kHang: culprit_ = "GPU " + std::to_string(f.rank); break;
+    case FaultKind::kNetworkSlow: culprit_ = "link of rank " + std::to_string(f.rank); break;
+    case FaultKind::kWorkloadImbalance: culprit_ = "load_batch"; break;
+    case FaultKind::kNone: break;
+  }
+}
+
+FaultInjector::~FaultInjector() { teardown(); }
+
+std::string FaultInjector::cgroup_file(const std::string& controller, const std::string& file) const {
+  auto it = cgroups_.find(controller);
+  return it == cgroups_.end() ? "" : it->second + "/" + file;
+}
+
+// The culprit's cgroup for `controller`: cgroup v2 when the unified hierarchy has the controller,
+// else the v1 hierarchy (this machine: hybrid, cpu/memory/blkio on v1). Created under the sim's
+// own cgroup so any limit the sim itself runs under still applies.
+Status FaultInjector::prepare_cgroup(const std::string& controller) {
+  std::string name = sim_tag() + "-r" + std::to_string(opts_.fault.rank);
+  std::string v2_ctrl = controller == "blkio" ? "io" : controller;
+  std::string v2_root = "/sys/fs/cgroup";
+  std::string dir;
+  if (exists(v2_root + "/cgroup.controllers") &&
+      read_file(v2_root + "/cgroup.controllers").find(v2_ctrl) != std::string::npos) {
+    cgroup_v2_ = true;
+    std::string parent = v2_root + own_cgroup("");
+    // v2: the parent must delegate the controller to its children.
+    (void)write_file(parent + "/cgroup.subtree_control", "+" + v2_ctrl);
+    dir = parent + "/" + name;
+  } else {
+    std::string root = "/sys/fs/cgroup/" + controller;
+    if (!exists(root + "/cgroup.procs")) {
+      return Error{"no cgroup " + controller + " controller (neither cgroup v2 nor a v1 hierarchy at " + root + ")"};
+    }
+    dir = root + own_cgroup(controller) + "/" + name;
+  }
+  if (::mkdir(dir.c_str(), 0755) != 0 && errno != EEXIST) {
+    return Error::from_errno("creating cgroup " + dir + " (needs root)", errno);
+  }
+  cgroups_[controller] = dir;
+  details_["cgroup_" + controller] = dir;
+  return {};
+}
+
+Status FaultInjector::prepare_netns() {
+  std::string tag = std::to_string(::getpid());
+  netns_ = sim_tag() + "-r" + std::to_string(opts_.fault.rank);
+  veth_host_ = "sv" + tag + "h";
+  std::string veth_ns = "sv" + tag + "n";
+  int subnet = 20 + ::getpid() % 200;
+  std::string host_ip = "10.231." + std::to_string(subnet) + ".1";
+  std::string ns_ip = "10.231." + std::to_string(subnet) + ".2";
+  std::vector<std::vector<std::string>> cmds = {
+      {"ip", "netns", "add", netns_},
+      {"ip", "link", "add", veth_host_, "type", "veth", "peer", "name", veth_ns},
+      {"ip", "link", "set", veth_ns, "netns", netns_},
+      {"ip", "addr", "add", host_ip + "/24", "dev", veth_host_},
+      {"ip", "link", "set", veth_host_, "up"},
+      {"ip", "netns", "exec", netns_, "ip", "addr", "add", ns_ip + "/24", "dev", veth_ns},
+      {"ip", "netns", "exec", netns_, "ip", "link", "set", veth_ns, "up"},
+      {"ip", "netns", "exec", netns_, "ip", "link", "set", "lo", "up"},
+      {"ip", "netns", "exec", netns_, "ip", "route", "add", "default", "via", host_ip},
+  };
+  for (const auto& c : cmds) {
+    if (auto st = run_cmd(c); !st.ok()) return st;
+  }
+  // Every rank reaches rank 0's store and bootstrap through the veth addresses.
+  master_addr_ = opts_.fault.rank == 0 ? ns_ip : host_ip;
+  details_["netns"] = netns_;
+  details_["veth"] = veth_host_ + "<->" + veth_ns;
+  details_["rank_ip"] = ns_ip;
+  return {};
+}
+
+Status FaultInjector::prepare_loop() {
+  // The culprit's data: its own file behind a loop device, read with O_DIRECT (no page cache),
+  // so a read-bandwidth limit on its blkio cgroup stalls every batch it loads.
+  std::string shard = run_dir_ + "/shard-r" + std::to_string(opts_.fault.rank) + ".bin";
+  {
+    std::ofstream out(shard, std::ios::binary);
+    std::vector<char> block(1 << 20);
+    for (size_t i = 0; i < block.size(); ++i) block[i] = static_cast<char>(i * 131);
+    for (int i = 0; i < 16; ++i) out.write(block.data(), static_cast<std::streamsize>(block.size()));
+    if (!out) return Error{"cannot write " + shard};
+  }
+  std::string dev;
+  if (auto st = run_cmd({"losetup", "-f", "--show", shard}, &dev); !st.ok()) {
+    return st.error().context("io-stall needs a loop device");
+  }
+  loop_dev_ = dev.substr(0, dev.find('\n'));
+  details_["device"] = loop_dev_;
+  return {};
+}
+
+Status FaultInjector::prepare() {
+  const FaultSpec& f = opts_.fault;
+  switch (f.kind) {
+    case FaultKind::kCpuContention:
+      mechanism_ = "hog processes pinned to the rank's CPU";
+      return {};
+    case FaultKind::kCpuThrottling:
+      mechanism_ = "cgroup cpu quota";
+      return prepare_cgroup("cpu");
+    case FaultKind::kMemoryReclaim: {
+      mechanism_ = "cgroup memory limit + page cache and anonymous pressure";
+      // Its own data file (64 MiB): the page cache it needs is charged to its own cgroup.
+      std::string shard = run_dir_ + "/shard-r" + std::to_string(f.rank) + ".bin";
+      std::ofstream out(shard, std::ios::binary);
+      std::vector<char> block(1 << 20, 7);
+      for (int i = 0; i < 64; ++i) out.write(block.data(), static_cast<std::streamsize>(block.size()));
+      if (!out) return Error{"cannot write " + shard};
+      return prepare_cgroup("memory");
+    }
+    case FaultKind::kIoStall: {
+      mechanism_ = "blkio read throttle on a loop device read with O_DIRECT";
+      if (auto st = prepare_loop(); !st.ok()) return st;
+      return prepare_cgroup("blkio");
+    }
+    case FaultKind::kNetworkSlow: {
+      mechanism_ = "network namespace + veth + tc tbf";
+      Status st = prepare_netns();
+      if (st.ok()) return st;
+      // No namespaces here (container without CAP_NET_ADMIN...): pace the rank's NCCL sends instead.
+      std::fprintf(stderr, "strata-sim: network namespaces unavailable (%s); using the user-space pacer\n",
+                   st.error().message.c_str());
+      teardown();
+      mechanism_ = "user-space pacer in the NCCL stand-in";
+      return {};
+    }
+    case FaultKind::kGpuSlow: mechanism_ = "stand-in GPU slowdown + NVML throttle reasons"; return {};
+    case FaultKind::kHang: mechanism_ = "stand-in GPU stops executing"; return {};
+    case FaultKind::kHostHotspot: mechanism_ = "extra CPU work in slow_augment()"; return {};
+    case FaultKind::kWorkloadImbalance: mechanism_ = "larger batches on the rank"; return {};
+    case FaultKind::kNone: return {};
+  }
+  return {};
+}
+
+RankSetup FaultInjector::rank_setup(int rank) const {
+  RankSetup s;
+  const FaultSpec& f = opts_.fault;
+  bool culprit = rank == f.rank;
+  // Ranks are bound to CPUs like a launcher would; a contended rank gets a CPU of its own (with
+  // the hogs), so the contention is its alone.
+  if (f.kind == FaultKind::kCpuContention && ncpu_ >= 2) {
+    s.cpus.push_back(culprit ? ncpu_ - 1 : (rank % (ncpu_ - 1)));
+  } else {
+    s.cpus.push_back(rank % ncpu_);
+  }
+  if (!culprit) return s;
+  for (const auto& [ctrl, dir] : cgroups_) s.cgroup_procs.push_back(dir + "/cgroup.procs");
+  if (!netns_.empty()) s.netns = netns_;
+  if (f.kind == FaultKind::kHostHotspot || f.kind == FaultKind::kWorkloadImbalance) {
+    std::string spec = f.name + ":start_step=" + std::to_string(f.start_step);
+    for (const auto& [k, v] : f.params) spec += "," + k + "=" + std::to_string(v);
+    s.env["STRATA_SIM_FAULT"] = spec;
+  }
+  if (f.kind == FaultKind::kMemoryReclaim) {
+    s.env["STRATA_SIM_DATA"] = run_dir_ + "/shard-r" + std::to_string(rank) + ".bin";
+  }
+  if (f.kind == FaultKind::kIoStall) {
+    s.env["STRATA_SIM_DATA"] = loop_dev_;
+    s.env["STRATA_SIM_DATA_DIRECT"] = "1";
+  }
+  return s;
+}
+
+Status FaultInjector::activate(pid_t culprit_pid) {
+  if (active_) return {};
+  active_ = true;
+  const FaultSpec& f = opts_.fault;
+  strata_gpu_device_state* dev = gpus_ ? &gpus_->dev[f.rank % STRATA_GPU_STATE_MAX_DEVICES] : nullptr;
+  switch (f.kind) {
+    case FaultKind::kCpuContention: {
+      int cpu = ncpu_ >= 2 ? ncpu_ - 1 : 0;
+      for (int i = 0; i < static_cast<int>(f.param("hogs")); ++i) hogs_.push_back(spawn_hog(cpu));
+      details_["cpu"] = std::to_string(cpu);
+      return {};
+    }
+    case FaultKind::kCpuThrottling: {
+      long period = 100000;
+      long quota = std::max(1000L, static_cast<long>(f.param("quota_pct") * period / 100));
+      if (cgroup_v2_) {
+        return write_file(cgroup_file("cpu", "cpu.max"), std::to_string(quota) + " " + std::to_string(period));
+      }
+      if (auto st = write_file(cgroup_file("cpu", "cpu.cfs_period_us"), std::to_string(period)); !st.ok()) return st;
+      return write_file(cgroup_file("cpu", "cpu.cfs_quota_us"), std::to_string(quota));
+    }
+    case FaultKind::kMemoryReclaim: {
+      std::string usage_file = cgroup_file("memory", cgroup_v2_ ? "memory.current" : "memory.usage_in_bytes");
+      long long usage = std::atoll(read_file(usage_file).c_str());
+      long long limit = usage + static_cast<long long>(f.param("headroom_mb") * 1024 * 1024);
+      details_["limit_bytes"] = std::to_string(limit);
+      // Drop the culprit's data from the page cache: it must read it again, charged to its cgroup.
+      std::string shard = run_dir_ + "/shard-r" + std::to_string(f.rank) + ".bin";
+      if (int fd = ::open(shard.c_str(), O_RDONLY | O_CLOEXEC); fd >= 0) {
+        ::posix_fadvise(fd, 0, 0, POSIX_FADV_DONTNEED);
+        ::close(fd);
+      }
+      return write_file(cgroup_file("memory", cgroup_v2_ ? "memory.max" : "memory.limit_in_bytes"),
+                        std::to_string(limit));
+    }
+    case FaultKind::kIoStall: {
+      struct stat st {};
+      if (::stat(loop_dev_.c_str(), &st) != 0) return Error::from_errno("stat " + loop_dev_, errno);
+      auto bps = static_cast<long long>(f.param("rate_mbps") * 1024 * 1024);
+      std::string dev_id = std::to_string(major(st.st_rdev)) + ":" + std::to_string(minor(st.st_rdev));
+      if (cgroup_v2_) return write_file(cgroup_file("blkio", "io.max"), dev_id + " rbps=" + std::to_string(bps));
+      return write_file(cgroup_file("blkio", "blkio.throttle.read_bps_device"), dev_id + " " + std::to_string(bps));
+    }
+    case FaultKind::kNetworkSlow: {
+      auto rate = static_cast<long long>(f.param("rate_mbit"));
+      if (netns_.empty()) {
+        if (dev) std::atomic_ref<uint64_t>(dev->net_rate_bps).store(static_cast<uint64_t>(rate) * 1000000 / 8);
+        return {};
+      }
+      std::string r = std::to_string(rate) + "mbit";
+      std::string veth_ns = veth_host_.substr(0, veth_host_.size() - 1) + "n";
+      if (auto st = run_cmd({"tc", "qdisc", "add", "dev", veth_host_, "root", "tbf", "rate", r, "burst", "32kb",
+                             "latency", "400ms"});
+          !st.ok()) {
+        return st;
+      }
+      return run_cmd({"ip", "netns", "exec", netns_, "tc", "qdisc", "add", "dev", veth_ns, "root", "tbf", "rate", r,
+                      "burst", "32kb", "latency", "400ms"});
+    }
+    case FaultKind::kGpuSlow:
+      if (dev) {
+        std::atomic_ref<uint64_t>(dev->throttle_reasons).store(0x8 | 0x40);  // HW slowdown + HW thermal
+        std::atomic_ref<float>(dev->slowdown).store(static_cast<float>(f.param("factor")));
+      }
+      return {};
+    case FaultKind::kHang:
+      if (dev) std::atomic_ref<uint32_t>(dev->hang).store(1);
+      return {};
+    case FaultKind::kHostHotspot:
+    case FaultKind::kWorkloadImbalance:
+    case FaultKind::kNone:
+      return {};  // in-process, from the rank's own start_step
+  }
+  (void)culprit_pid;
+  return {};
+}
+
+void FaultInjector::teardown() {
+  for (pid_t pid : hogs_) ::kill(pid, SIGKILL);
+  for (pid_t pid : hogs_) ::waitpid(pid, nullptr, 0);
+  hogs_.clear();
+  if (gpus_ != nullptr && opts_.fault.rank >= 0) {
+    auto& dev = gpus_->dev[opts_.fault.rank % STRATA_GPU_STATE_MAX_DEVICES];
+    std::atomic_ref<uint32_t>(dev.hang).store(0);
+    std::atomic_ref<float>(dev.slowdown).store(1.0f);
+    std::atomic_ref<uint64_t>(dev.throttle_reasons).store(0);
+    std::atomic_ref<uint64_t>(dev.net_rate_bps).store(0);
+  }
+  if (!veth_host_.empty()) {
+    (void)run_cmd({"ip", "link", "del", veth_host_});  // removes both ends and their qdiscs
+    veth_host_.clear();
+  }
+  if (!netns_.empty()) {
+    (void)run_cmd({"ip", "netns", "del", netns_});
+    netns_.clear();
+  }
+  for (auto& [ctrl, dir] : cgroups_) {
+    // The ranks are gone by now; a cgroup goes once its last (reaped) task has left.
+    for (int i = 0; i < 40 && ::rmdir(dir.c_str()) != 0 && errno == EBUSY; ++i) ::usleep(50000);
+  }
+  cgroups_.clear();
+  if (!loop_dev_.empty()) {
+    (void)run_cmd({"losetup", "-d", loop_dev_});
+    loop_dev_.clear();
+  }
+}
+
+}  // namespace testbed::sim

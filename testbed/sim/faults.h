@@ -1,0 +1,77 @@
+// Fault injection for strata-sim: what each fault sets up before the ranks start, what a rank's
+// child process does before exec (join a cgroup or namespace, CPU pinning), what happens when the
+// culprit reaches start_step, and the teardown of all of it. Real where the OS allows: hog
+// processes, cgroup quotas and memory limits, block-device throttling, tc tbf on a veth;
+// simulated on the stand-in GPU where only hardware could (slowdown, hang).
+#pragma once
+
+#include <sys/types.h>
+
+#include <map>
+#include <string>
+#include <vector>
+
+#include "common/result.h"
+#include "testbed/gpu_state.h"
+#include "testbed/sim/spec.h"
+
+namespace testbed::sim {
+
+// Per-rank process setup decided by the fault, applied in the forked child before exec.
+struct RankSetup {
+  std::vector<int> cpus;                  // sched_setaffinity
+  std::vector<std::string> cgroup_procs;  // cgroup.procs files to join
+  std::string netns;                      // /run/netns/<name> to enter
+  std::map<std::string, std::string> env; // extra environment
+};
+
+class FaultInjector {
+ public:
+  FaultInjector(const Options& opts, std::string run_dir, strata_gpu_state* gpus);
+  ~FaultInjector();  // tears down whatever is still set up
+
+  // Before the ranks start. Fails with what is missing (root, cgroup controller, ip/tc...).
+  strata::Status prepare();
+  // What rank `r`'s process needs before exec.
+  RankSetup rank_setup(int rank) const;
+  // Called with the culprit's pid when it has finished step start_step - 1 (or at launch).
+  strata::Status activate(pid_t culprit_pid);
+  bool active() const { return active_; }
+  // Undo everything; idempotent, safe from any exit path.
+  void teardown();
+
+  // For the truth file: how the fault was realized ("mechanism") and its culprit name.
+  std::string mechanism() const { return mechanism_; }
+  std::string culprit() const { return culprit_; }
+  std::string master_addr() const { return master_addr_; }
+  std::vector<pid_t> hog_pids() const { return hogs_; }
+  std::map<std::string, std::string> details() const { return details_; }
+
+ private:
+  strata::Status prepare_cgroup(const std::string& controller);
+  strata::Status prepare_netns();
+  strata::Status prepare_loop();
+  std::string cgroup_file(const std::string& controller, const std::string& file) const;
+
+  Options opts_;
+  std::string run_dir_;
+  strata_gpu_state* gpus_;
+  bool active_ = false;
+  std::string mechanism_;
+  std::string culprit_;
+  std::string master_addr_ = "127.0.0.1";
+  std::map<std::string, std::string> details_;
+  int ncpu_ = 1;
+
+  // things to tear down
+  std::map<std::string, std::string> cgroups_;  // controller -> directory we created
+  bool cgroup_v2_ = false;
+  std::vector<pid_t> hogs_;
+  std::string netns_, veth_host_;
+  std::string loop_dev_;
+};
+
+// A unique-ish tag for names of things this sim creates (netns, veth, cgroups): strata-<pid>.
+std::string sim_tag();
+
+}  // namespace testbed::sim

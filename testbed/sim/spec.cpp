@@ -1,0 +1,215 @@
+#include "testbed/sim/spec.h"
+
+#include <cmath>
+#include <cstdlib>
+
+namespace testbed::sim {
+
+using strata::Error;
+using strata::Result;
+
+namespace {
+
+struct KindInfo {
+  const char* name;
+  FaultKind kind;
+  const char* layer;
+  const char* cause;
+  std::map<std::string, double> defaults;  // the keys a kind accepts besides rank and start_step
+};
+
+const std::vector<KindInfo>& kinds() {
+  static const std::vector<KindInfo> k = {
+      {"none", FaultKind::kNone, "", "", {}},
+      // hogs: CPU-bound processes on the rank's CPU
+      {"cpu-contention", FaultKind::kCpuContention, "os", "cpu-contention", {{"hogs", 2}}},
+      // quota_pct: the rank's CPU quota in % of one CPU per 100 ms period
+      {"cpu-throttling", FaultKind::kCpuThrottling, "os", "cpu-throttling", {{"quota_pct", 3}}},
+      // headroom_mb: memory limit above the rank's usage when the fault starts
+      {"memory-reclaim", FaultKind::kMemoryReclaim, "os", "memory-reclaim", {{"headroom_mb", 8}}},
+      // rate_mbps: read bandwidth of the rank's data device, MB/s
+      {"io-stall", FaultKind::kIoStall, "os", "io-stall", {{"rate_mbps", 8}}},
+      // ms: extra CPU time per step in slow_augment()
+      {"host-hotspot", FaultKind::kHostHotspot, "cpu", "host-hotspot", {{"ms", 40}}},
+      // factor: device slowdown; NVML reports HW slowdown + thermal throttling
+      {"gpu-slow", FaultKind::kGpuSlow, "gpu", "gpu-slow", {{"factor", 2}}},
+      // rate_mbit: bandwidth of the rank's link
+      {"network-slow", FaultKind::kNetworkSlow, "comm", "network-slow", {{"rate_mbit", 60}}},
+      {"hang", FaultKind::kHang, "gpu", "hang", {}},
+      // factor: the rank's batch size relative to its peers
+      {"workload-imbalance", FaultKind::kWorkloadImbalance, "cpu", "workload-imbalance", {{"factor", 1.6}}},
+  };
+  return k;
+}
+
+const KindInfo* find_kind(const std::string& name) {
+  for (const auto& k : kinds()) {
+    if (k.name == name) return &k;
+  }
+  return nullptr;
+}
+
+const KindInfo& info(FaultKind kind) {
+  for (const auto& k : kinds()) {
+    if (k.kind == kind) return k;
+  }
+  return kinds().front();
+}
+
+Result<double> parse_number(const std::string& key, const std::string& value) {
+  char* end = nullptr;
+  double v = std::strtod(value.c_str(), &end);
+  if (value.empty() || end == nullptr || *end != 0 || !std::isfinite(v)) {
+    return Error{"bad value for " + key + ": '" + value + "' (want a number)"};
+  }
+  return v;
+}
+
+}  // namespace
+
+const char* fault_layer(FaultKind kind) { return info(kind).layer; }
+const char* fault_cause(FaultKind kind) { return info(kind).cause; }
+
+Result<FaultSpec> parse_fault(const std::string& text, int ranks, int steps) {
+  std::string kind_name = text.substr(0, text.find(':'));
+  const KindInfo* k = find_kind(kind_name);
+  if (k == nullptr) {
+    std::string all;
+    for (const auto& i : kinds()) all += (all.empty() ? "" : ", ") + std::string(i.name);
+    return Error{"unknown fault kind '" + kind_name + "' (known: " + all + ")"};
+  }
+  FaultSpec spec;
+  spec.kind = k->kind;
+  spec.name = k->name;
+  spec.params = k->defaults;
+  spec.start_step = std::max(1, steps / 10);  // a baseline before the fault
+  bool have_rank = false;
+  std::string rest = text.find(':') == std::string::npos ? "" : text.substr(text.find(':') + 1);
+  size_t pos = 0;
+  while (pos < rest.size()) {
+    size_t comma = rest.find(',', pos);
+    std::string item = rest.substr(pos, comma == std::string::npos ? std::string::npos : comma - pos);
+    pos = comma == std::string::npos ? rest.size() : comma + 1;
+    if (item.empty()) continue;
+    size_t eq = item.find('=');
+    if (eq == std::string::npos) return Error{"bad fault option '" + item + "' (want key=value)"};
+    std::string key = item.substr(0, eq), value = item.substr(eq + 1);
+    auto num = parse_number(key, value);
+    if (!num.ok()) return num.error();
+    if (key == "rank") {
+      if (*num != std::floor(*num) || *num < 0 || *num >= ranks) {
+        return Error{"rank=" + value + " is not a rank of this job (0.." + std::to_string(ranks - 1) + ")"};
+      }
+      spec.rank = static_cast<int>(*num);
+      have_rank = true;
+    } else if (key == "start_step" || key == "start") {
+      if (*num != std::floor(*num) || *num < 0 || *num >= steps) {
+        return Error{"start_step=" + value + " is outside the run (0.." + std::to_string(steps - 1) + ")"};
+      }
+      spec.start_step = static_cast<int>(*num);
+    } else if (k->defaults.count(key)) {
+      if (*num <= 0) return Error{key + "=" + value + " must be positive"};
+      spec.params[key] = *num;
+    } else {
+      std::string known = "rank, start_step";
+      for (const auto& [d, _] : k->defaults) known += ", " + d;
+      return Error{"fault " + spec.name + " has no option '" + key + "' (options: " + known + ")"};
+    }
+  }
+  if (spec.kind == FaultKind::kNone) {
+    if (have_rank) return Error{"fault none takes no rank"};
+    spec.start_step = 0;
+    return spec;
+  }
+  if (!have_rank) return Error{"fault " + spec.name + " needs rank=R"};
+  if (spec.kind == FaultKind::kGpuSlow && spec.params["factor"] <= 1.0) {
+    return Error{"gpu-slow factor must be > 1"};
+  }
+  if (spec.kind == FaultKind::kCpuThrottling && spec.params["quota_pct"] >= 100) {
+    return Error{"cpu-throttling quota_pct must be below 100"};
+  }
+  return spec;
+}
+
+Result<Options> parse_run(const std::vector<std::string>& args) {
+  Options o;
+  std::string fault_text = "none";
+  for (size_t i = 0; i < args.size(); ++i) {
+    const std::string& a = args[i];
+    auto value = [&]() -> Result<std::string> {
+      if (i + 1 >= args.size()) return Error{a + " needs a value"};
+      return args[++i];
+    };
+    auto integer = [&](int lo, int hi) -> Result<int> {
+      auto v = value();
+      if (!v.ok()) return v.error();
+      char* end = nullptr;
+      long n = std::strtol(v->c_str(), &end, 10);
+      if (v->empty() || *end != 0 || n < lo || n > hi) {
+        return Error{a + " " + *v + ": want an integer in " + std::to_string(lo) + ".." + std::to_string(hi)};
+      }
+      return static_cast<int>(n);
+    };
+    auto number = [&]() -> Result<double> {
+      auto v = value();
+      if (!v.ok()) return v.error();
+      auto n = parse_number(a, *v);
+      if (!n.ok()) return n.error();
+      if (*n <= 0) return Error{a + " must be positive"};
+      return *n;
+    };
+    if (a == "--ranks") {
+      auto v = integer(1, 16);  // one node: at most 16 stand-in GPUs
+      if (!v.ok()) return v.error();
+      o.ranks = *v;
+    } else if (a == "--steps") {
+      auto v = integer(1, 1000000);
+      if (!v.ok()) return v.error();
+      o.steps = *v;
+    } else if (a == "--fault") {
+      auto v = value();
+      if (!v.ok()) return v.error();
+      fault_text = *v;
+    } else if (a == "--python") {
+      o.python = true;
+    } else if (a == "--python-exe") {
+      auto v = value();
+      if (!v.ok()) return v.error();
+      o.python = true;
+      o.python_exe = *v;
+    } else if (a == "--seed") {
+      auto v = integer(0, 2147483647);
+      if (!v.ok()) return v.error();
+      o.seed = static_cast<unsigned>(*v);
+    } else if (a == "--truth") {
+      auto v = value();
+      if (!v.ok()) return v.error();
+      o.truth_path = *v;
+    } else if (a == "--mode") {
+      auto v = value();
+      if (!v.ok()) return v.error();
+      if (*v != "ddp" && *v != "fsdp") return Error{"--mode " + *v + ": want ddp or fsdp"};
+      o.mode = *v;
+    } else if (a == "--hang-timeout") {
+      auto v = number();
+      if (!v.ok()) return v.error();
+      o.hang_timeout_s = *v;
+    } else if (a == "--scale") {
+      auto v = number();
+      if (!v.ok()) return v.error();
+      o.scale = *v;
+    } else if (a == "--quiet") {
+      o.quiet = true;
+    } else {
+      return Error{"unknown argument '" + a + "'"};
+    }
+  }
+  if (o.ranks == 0) return Error{"--ranks N is required"};
+  if (o.steps == 0) return Error{"--steps S is required"};
+  auto fault = parse_fault(fault_text, o.ranks, o.steps);
+  if (!fault.ok()) return fault.error().context("--fault " + fault_text);
+  o.fault = *fault;
+  return o;
+}
+
+}  // namespace testbed::sim

@@ -1,0 +1,60 @@
+// strata-sim's command line and fault specs: parsed and validated before anything starts, so a bad
+// spec fails with one line and exit 1.
+#pragma once
+
+#include <map>
+#include <string>
+#include <vector>
+
+#include "common/result.h"
+
+namespace testbed::sim {
+
+enum class FaultKind {
+  kNone,
+  kCpuContention,
+  kCpuThrottling,
+  kMemoryReclaim,
+  kIoStall,
+  kHostHotspot,
+  kGpuSlow,
+  kNetworkSlow,
+  kHang,
+  kWorkloadImbalance,
+};
+
+struct FaultSpec {
+  FaultKind kind = FaultKind::kNone;
+  std::string name = "none";  // as written: "gpu-slow"
+  int rank = -1;              // culprit; -1 for none
+  int start_step = 0;
+  std::map<std::string, double> params;  // kind-specific, defaults filled in
+
+  double param(const std::string& key) const { return params.at(key); }
+};
+
+// DESIGN §6 vocabulary: the layer and cause class a fault kind belongs to.
+const char* fault_layer(FaultKind kind);
+const char* fault_cause(FaultKind kind);
+
+struct Options {
+  int ranks = 0;
+  int steps = 0;
+  FaultSpec fault;
+  bool python = false;
+  std::string python_exe;  // --python-exe, default: python3 on PATH
+  unsigned seed = 1;
+  std::string truth_path;
+  std::string mode = "ddp";     // ddp | fsdp
+  double hang_timeout_s = 30;   // no progress for this long: stop the run
+  double scale = 1.0;           // multiplies the modeled kernel durations
+  bool quiet = false;
+};
+
+// Parses "KIND[:key=value,...]" for a job of `ranks` ranks and `steps` steps.
+strata::Result<FaultSpec> parse_fault(const std::string& text, int ranks, int steps);
+
+// Parses `strata-sim run ...` arguments (argv after "run").
+strata::Result<Options> parse_run(const std::vector<std::string>& args);
+
+}  // namespace testbed::sim
