@@ -101,6 +101,7 @@ class Recorder final : public EventSink {
     sampler_ = std::move(*sampler);
     SourceEnv env;
     env.targets_map_fd = sampler_->targets_map_fd();
+    env.normalizer = &normalizer_;
     env.frequency_hz = opts_.frequency_hz;
     auto started = make_sources(opts_.layers, env);
     sources_ = std::move(started.sources);

@@ -16,8 +16,11 @@ namespace strata::agent {
 const std::vector<std::string>& all_layers();
 Result<std::set<std::string>> parse_layers(const std::string& spec);
 
+class Normalizer;
+
 struct SourceEnv {
   int targets_map_fd = -1;  // the BPF map of watched tgids, shared by every BPF source
+  Normalizer* normalizer = nullptr;  // the recorder's: user frames -> build id + offset + module
   unsigned frequency_hz = 99;
 };
 

@@ -27,7 +27,7 @@ CREATE TABLE frames(
   id INTEGER PRIMARY KEY, kind INTEGER NOT NULL, build_id TEXT NOT NULL, module TEXT NOT NULL,
   offset INTEGER NOT NULL, function TEXT, file TEXT, line INTEGER,
   UNIQUE(kind, build_id, module, offset));
-CREATE TABLE stacks(id INTEGER PRIMARY KEY, hash INTEGER NOT NULL, frames BLOB NOT NULL);
+CREATE TABLE stacks(id INTEGER PRIMARY KEY, hash INTEGER NOT NULL, method INTEGER NOT NULL, frames BLOB NOT NULL);
 CREATE INDEX stacks_by_hash ON stacks(hash);
 CREATE TABLE windows(
   id INTEGER PRIMARY KEY, recording_id INTEGER NOT NULL REFERENCES recordings(id),
@@ -180,7 +180,7 @@ class SqliteStore final : public Store {
     return id;
   }
 
-  Result<int64_t> intern_stack(const Stack& stack) override {
+  Result<int64_t> intern_stack(const Stack& stack, UnwindMethod method) override {
     std::vector<int64_t> ids;
     ids.reserve(stack.size());
     for (const auto& f : stack) {
@@ -189,23 +189,24 @@ class SqliteStore final : public Store {
       ids.push_back(*id);
     }
     std::string blob(reinterpret_cast<const char*>(ids.data()), ids.size() * sizeof(int64_t));
-    auto cached = stack_ids_.find(blob);
+    std::string key = blob + static_cast<char>(method);
+    auto cached = stack_ids_.find(key);
     if (cached != stack_ids_.end()) return cached->second;
-    int64_t h = static_cast<int64_t>(hash_bytes(blob.data(), blob.size()));
-    Stmt sel(db_, "SELECT id, frames FROM stacks WHERE hash=?");
-    sel.bind(1, h);
+    int64_t h = static_cast<int64_t>(hash_bytes(key.data(), key.size()));
+    Stmt sel(db_, "SELECT id, frames FROM stacks WHERE hash=? AND method=?");
+    sel.bind(1, h).bind(2, static_cast<int64_t>(method));
     while (sel.step() == SQLITE_ROW) {
       if (sel.blob(1) == blob) {
         int64_t id = sel.i64(0);
-        stack_ids_.emplace(std::move(blob), id);
+        stack_ids_.emplace(std::move(key), id);
         return id;
       }
     }
-    Stmt ins(db_, "INSERT INTO stacks(hash, frames) VALUES(?,?)");
-    ins.bind(1, h).bind_blob(2, blob.data(), blob.size());
+    Stmt ins(db_, "INSERT INTO stacks(hash, method, frames) VALUES(?,?,?)");
+    ins.bind(1, h).bind(2, static_cast<int64_t>(method)).bind_blob(3, blob.data(), blob.size());
     if (ins.step() != SQLITE_DONE) return err("adding a stack");
     int64_t id = sqlite3_last_insert_rowid(db_);
-    stack_ids_.emplace(std::move(blob), id);
+    stack_ids_.emplace(std::move(key), id);
     return id;
   }
 
@@ -493,6 +494,16 @@ class SqliteStore final : public Store {
 };
 
 }  // namespace
+
+const char* unwind_method_name(UnwindMethod m) {
+  switch (m) {
+    case UnwindMethod::kFramePointer: return "fp";
+    case UnwindMethod::kDwarf: return "dwarf";
+    case UnwindMethod::kMixed: return "mixed";
+    case UnwindMethod::kKernelOnly: return "kernel";
+  }
+  return "unknown";
+}
 
 Result<std::unique_ptr<Store>> Store::open_sqlite(const std::string& path, Mode mode) {
   auto s = std::make_unique<SqliteStore>(path);

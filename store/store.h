@@ -39,6 +39,16 @@ struct ProcessInfo {
 
 enum class CountKind : int { kOnCpu = 0, kOffCpu = 1 };
 
+// How a stack's user part was unwound: recorded per stack so reports can say which method
+// produced what (DESIGN §4).
+enum class UnwindMethod : int {
+  kFramePointer = 0,
+  kDwarf = 1,      // .eh_frame / .debug_frame CFI
+  kMixed = 2,      // frame pointers in some modules, CFI in others
+  kKernelOnly = 3,
+};
+const char* unwind_method_name(UnwindMethod m);
+
 struct StackCount {
   uint32_t pid = 0;
   uint32_t tid = 0;
@@ -84,8 +94,9 @@ class Store {
   virtual Result<int64_t> begin_recording(const RecordingInfo& info) = 0;
   virtual Status end_recording(int64_t recording, uint64_t ended_ns) = 0;
   virtual Status put_process(int64_t recording, const ProcessInfo& p) = 0;
-  // Returns the id of the stack (leaf first), adding its frames and itself if new.
-  virtual Result<int64_t> intern_stack(const Stack& stack) = 0;
+  // Returns the id of the stack (leaf first), adding its frames and itself if new. `method` says how
+  // the stack was unwound (UnwindMethod); the same frames unwound another way are another stack.
+  virtual Result<int64_t> intern_stack(const Stack& stack, UnwindMethod method = UnwindMethod::kFramePointer) = 0;
   virtual Status put_window(int64_t recording, uint64_t start_ns, uint64_t end_ns, CountKind kind,
                             const std::vector<StackCount>& counts) = 0;
   virtual Status put_stat(int64_t recording, const std::string& key, double value) = 0;
