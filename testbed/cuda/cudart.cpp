@@ -83,6 +83,10 @@ struct CUstream_st {
   uint64_t submitted = 0;
   uint64_t completed = 0;
   bool destroying = false;
+  // The device clock of this stream: when its last work finished. Work starts at
+  // max(device_time, when it was enqueued), so a worker thread woken late by a busy host CPU does
+  // not stretch the device's timeline: host CPU trouble shows as launch gaps, not slower kernels.
+  uint64_t device_time = 0;  // touched by the worker only
 };
 
 namespace testbed::cuda {
@@ -251,12 +255,15 @@ void add_busy(strata_gpu_device_state* ds, uint64_t ns) {
 
 void execute(CUstream_st* s, Op& op) {
   strata_gpu_device_state* ds = device_state(s->device);
-  wait_while_hung(ds);
+  if (ds != nullptr && std::atomic_ref<uint32_t>(ds->hang).load(std::memory_order_acquire) != 0) {
+    wait_while_hung(ds);
+    s->device_time = std::max(s->device_time, monotonic_ns());  // the device clock stood still
+  }
+  uint64_t ready = std::max(s->device_time, op.api_ns);  // when the device can start this work
   switch (op.kind) {
     case OpKind::kKernel:
     case OpKind::kMemcpy:
     case OpKind::kMemset: {
-      uint64_t start = monotonic_ns();
       uint64_t cost = STRATA_COST_LAUNCH_NS;
       uint32_t kind = STRATA_TL_KERNEL;
       if (op.kind == OpKind::kKernel) {
@@ -272,31 +279,38 @@ void execute(CUstream_st* s, Op& op) {
         if (op.bytes > 0) std::memset(op.dst, op.value, op.bytes);
         cost += op.bytes * 1000 / STRATA_COST_HBM_BYTES_PER_US;
       }
-      sleep_until_ns(start + static_cast<uint64_t>(static_cast<double>(cost) * slowdown(ds)));
-      uint64_t end = monotonic_ns();
-      add_busy(ds, end - start);
-      rt().timeline.append(op, s->device, start, end, kind);
+      uint64_t end = ready + static_cast<uint64_t>(static_cast<double>(cost) * slowdown(ds));
+      sleep_until_ns(end);
+      s->device_time = end;
+      add_busy(ds, end - ready);
+      rt().timeline.append(op, s->device, ready, end, kind);
       break;
     }
     case OpKind::kRecord: {
       std::lock_guard lock(op.event->m);
       op.event->done = std::max(op.event->done, op.gen);
-      op.event->time_ns = monotonic_ns();
+      op.event->time_ns = ready;
+      s->device_time = ready;
       op.event->cv.notify_all();
       break;
     }
     case OpKind::kWait: {
       std::unique_lock lock(op.event->m);
       op.event->cv.wait(lock, [&] { return op.event->done >= op.gen; });
+      s->device_time = std::max(ready, op.event->time_ns);
       break;
     }
     case OpKind::kHostFn:
       op.host_fn(op.user);
+      s->device_time = std::max(ready, monotonic_ns());
       break;
     case OpKind::kDeviceFn: {
-      uint64_t start = monotonic_ns();
+      // Communication runs in real time: it waits for real peers.
+      sleep_until_ns(ready);
+      uint64_t start = std::max(ready, monotonic_ns());
       op.device_fn(op.user);  // failures are the caller's to record (NCCL's async error)
       uint64_t end = monotonic_ns();
+      s->device_time = end;
       add_busy(ds, end - start);
       rt().timeline.append(op, s->device, start, end, STRATA_TL_COLLECTIVE);
       break;
@@ -353,6 +367,7 @@ CUstream_st* resolve(cudaStream_t handle) {
 }
 
 uint64_t submit(CUstream_st* s, Op op) {
+  if (op.api_ns == 0) op.api_ns = monotonic_ns();
   std::lock_guard lock(s->m);
   op.stream_value = s->value;
   s->queue.push_back(op);

@@ -4,6 +4,7 @@
 #include <sched.h>
 #include <signal.h>
 #include <sys/prctl.h>
+#include <sys/resource.h>
 #include <sys/stat.h>
 #include <sys/sysmacros.h>
 #include <sys/wait.h>
@@ -14,6 +15,7 @@
 #include <cmath>
 #include <cstdio>
 #include <cstring>
+#include <filesystem>
 #include <fstream>
 #include <sstream>
 
@@ -104,6 +106,17 @@ std::string own_cgroup(const std::string& controller) {
   return "";
 }
 
+// Pins every thread of `pid` to `cpu`.
+void pin_process(pid_t pid, int cpu) {
+  cpu_set_t set;
+  CPU_ZERO(&set);
+  CPU_SET(cpu, &set);
+  std::error_code ec;
+  for (const auto& t : std::filesystem::directory_iterator("/proc/" + std::to_string(pid) + "/task", ec)) {
+    ::sched_setaffinity(static_cast<pid_t>(std::atoi(t.path().filename().c_str())), sizeof(set), &set);
+  }
+}
+
 // A CPU-bound process named strata-hog, pinned to `cpu`; dies with the sim.
 pid_t spawn_hog(int cpu) {
   pid_t parent = ::getpid();
@@ -112,6 +125,9 @@ pid_t spawn_hog(int cpu) {
   ::prctl(PR_SET_NAME, "strata-hog", 0, 0, 0);
   ::prctl(PR_SET_PDEATHSIG, SIGKILL, 0, 0, 0);
   if (::getppid() != parent) ::_exit(0);
+  // A noisy neighbour of higher priority (a backup, a log shipper at nice -10): the rank's short
+  // CPU bursts cannot hide behind the scheduler's wake-up credit.
+  ::setpriority(PRIO_PROCESS, 0, -10);
   cpu_set_t set;
   CPU_ZERO(&set);
   CPU_SET(cpu, &set);
@@ -239,11 +255,12 @@ Status FaultInjector::prepare() {
       return prepare_cgroup("cpu");
     case FaultKind::kMemoryReclaim: {
       mechanism_ = "cgroup memory limit + page cache and anonymous pressure";
-      // Its own data file (64 MiB): the page cache it needs is charged to its own cgroup.
+      // Its own data file (24 MiB): the page cache it needs is charged to its own cgroup, and
+      // under the limit it cannot keep it: every sample read becomes a disk read after reclaim.
       std::string shard = run_dir_ + "/shard-r" + std::to_string(f.rank) + ".bin";
       std::ofstream out(shard, std::ios::binary);
       std::vector<char> block(1 << 20, 7);
-      for (int i = 0; i < 64; ++i) out.write(block.data(), static_cast<std::streamsize>(block.size()));
+      for (int i = 0; i < 24; ++i) out.write(block.data(), static_cast<std::streamsize>(block.size()));
       if (!out) return Error{"cannot write " + shard};
       return prepare_cgroup("memory");
     }
@@ -276,13 +293,8 @@ RankSetup FaultInjector::rank_setup(int rank) const {
   RankSetup s;
   const FaultSpec& f = opts_.fault;
   bool culprit = rank == f.rank;
-  // Ranks are bound to CPUs like a launcher would; a contended rank gets a CPU of its own (with
-  // the hogs), so the contention is its alone.
-  if (f.kind == FaultKind::kCpuContention && ncpu_ >= 2) {
-    s.cpus.push_back(culprit ? ncpu_ - 1 : (rank % (ncpu_ - 1)));
-  } else {
-    s.cpus.push_back(rank % ncpu_);
-  }
+  // Ranks are bound to CPUs like a launcher would (cpu-contention re-pins them when it starts).
+  s.cpus.push_back(rank % ncpu_);
   if (!culprit) return s;
   for (const auto& [ctrl, dir] : cgroups_) s.cgroup_procs.push_back(dir + "/cgroup.procs");
   if (!netns_.empty()) s.netns = netns_;
@@ -308,7 +320,13 @@ Status FaultInjector::activate(pid_t culprit_pid) {
   strata_gpu_device_state* dev = gpus_ ? &gpus_->dev[f.rank % STRATA_GPU_STATE_MAX_DEVICES] : nullptr;
   switch (f.kind) {
     case FaultKind::kCpuContention: {
+      // The culprit gets a CPU of its own, shared with the hogs only, so the contention is its
+      // alone (with 2 CPUs, ranks would otherwise share the hogs' CPU with the culprit).
       int cpu = ncpu_ >= 2 ? ncpu_ - 1 : 0;
+      for (size_t r = 0; r < rank_pids_.size(); ++r) {
+        if (static_cast<int>(r) == f.rank) pin_process(rank_pids_[r], cpu);
+        else if (ncpu_ >= 2) pin_process(rank_pids_[r], static_cast<int>(r) % (ncpu_ - 1));
+      }
       for (int i = 0; i < static_cast<int>(f.param("hogs")); ++i) hogs_.push_back(spawn_hog(cpu));
       details_["cpu"] = std::to_string(cpu);
       return {};
@@ -323,9 +341,22 @@ Status FaultInjector::activate(pid_t culprit_pid) {
       return write_file(cgroup_file("cpu", "cpu.cfs_quota_us"), std::to_string(quota));
     }
     case FaultKind::kMemoryReclaim: {
+      // Limit = what the rank needs that cannot be reclaimed (no swap: its anonymous memory,
+      // kernel memory, the per-step scratch buffer) + a little page cache (headroom): the rank
+      // keeps running, but its data no longer fits in its cache.
       std::string usage_file = cgroup_file("memory", cgroup_v2_ ? "memory.current" : "memory.usage_in_bytes");
       long long usage = std::atoll(read_file(usage_file).c_str());
-      long long limit = usage + static_cast<long long>(f.param("headroom_mb") * 1024 * 1024);
+      long long cache = 0;
+      {
+        std::istringstream stat(read_file(cgroup_file("memory", "memory.stat")));
+        std::string key;
+        long long value = 0;
+        while (stat >> key >> value) {
+          if (key == (cgroup_v2_ ? "file" : "cache")) cache = value;
+        }
+      }
+      long long scratch = 8ll << 20;  // STRATA_SIM_SCRATCH_MB of the rank programs
+      long long limit = usage - cache + scratch + static_cast<long long>(f.param("headroom_mb") * 1024 * 1024);
       details_["limit_bytes"] = std::to_string(limit);
       // Drop the culprit's data from the page cache: it must read it again, charged to its cgroup.
       std::string shard = run_dir_ + "/shard-r" + std::to_string(f.rank) + ".bin";

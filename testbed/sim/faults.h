@@ -34,6 +34,7 @@ class FaultInjector {
   strata::Status prepare();
   // What rank `r`'s process needs before exec.
   RankSetup rank_setup(int rank) const;
+  void set_rank_pids(std::vector<pid_t> pids) { rank_pids_ = std::move(pids); }
   // Called with the culprit's pid when it has finished step start_step - 1 (or at launch).
   strata::Status activate(pid_t culprit_pid);
   bool active() const { return active_; }
@@ -69,6 +70,7 @@ class FaultInjector {
   std::vector<pid_t> hogs_;
   std::string netns_, veth_host_;
   std::string loop_dev_;
+  std::vector<pid_t> rank_pids_;
 };
 
 // A unique-ish tag for names of things this sim creates (netns, veth, cgroups): strata-<pid>.

@@ -271,6 +271,9 @@ class Sim {
 
   void activate() {
     const FaultSpec& f = opts_.fault;
+    std::vector<pid_t> pids;
+    for (const auto& r : ranks_) pids.push_back(r.pid);
+    injector_->set_rank_pids(pids);
     if (auto st = injector_->activate(ranks_[f.rank].pid); !st.ok()) {
       std::fprintf(stderr, "strata-sim: fault %s could not start: %s\n", f.name.c_str(), st.error().message.c_str());
       activate_error_ = st.error().message;

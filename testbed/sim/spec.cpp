@@ -24,11 +24,11 @@ const std::vector<KindInfo>& kinds() {
       // hogs: CPU-bound processes on the rank's CPU
       {"cpu-contention", FaultKind::kCpuContention, "os", "cpu-contention", {{"hogs", 2}}},
       // quota_pct: the rank's CPU quota in % of one CPU per 100 ms period
-      {"cpu-throttling", FaultKind::kCpuThrottling, "os", "cpu-throttling", {{"quota_pct", 3}}},
+      {"cpu-throttling", FaultKind::kCpuThrottling, "os", "cpu-throttling", {{"quota_pct", 5}}},
       // headroom_mb: memory limit above the rank's usage when the fault starts
-      {"memory-reclaim", FaultKind::kMemoryReclaim, "os", "memory-reclaim", {{"headroom_mb", 8}}},
+      {"memory-reclaim", FaultKind::kMemoryReclaim, "os", "memory-reclaim", {{"headroom_mb", 4}}},
       // rate_mbps: read bandwidth of the rank's data device, MB/s
-      {"io-stall", FaultKind::kIoStall, "os", "io-stall", {{"rate_mbps", 8}}},
+      {"io-stall", FaultKind::kIoStall, "os", "io-stall", {{"rate_mbps", 3}}},
       // ms: extra CPU time per step in slow_augment()
       {"host-hotspot", FaultKind::kHostHotspot, "cpu", "host-hotspot", {{"ms", 40}}},
       // factor: device slowdown; NVML reports HW slowdown + thermal throttling
