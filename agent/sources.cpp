@@ -2,6 +2,8 @@
 
 #include <sstream>
 
+#include "agent/gpu_comm_source.h"
+
 namespace strata::agent {
 
 const std::vector<std::string>& all_layers() {
@@ -29,10 +31,14 @@ Result<std::set<std::string>> parse_layers(const std::string& spec) {
 
 Sources make_sources(const std::set<std::string>& layers, const SourceEnv& env) {
   Sources s;
-  (void)layers;
-  (void)env;
-  // Each layer registers here as it lands: offcpu/os (bpf/offcpu.bpf.c, bpf/os.bpf.c),
-  // gpu (cuda + nvml runtimes), comm (nccl + gloo runtimes).
+  if (layers.count("gpu") || layers.count("comm")) {
+    GpuCommOptions o;
+    o.gpu = layers.count("gpu") > 0;
+    o.comm = layers.count("comm") > 0;
+    auto src = start_gpu_comm_source(o, env);
+    if (src) s.sources.push_back(std::move(*src));
+    else s.warnings.push_back("GPU/communication layers are off: " + src.error().message);
+  }
   return s;
 }
 

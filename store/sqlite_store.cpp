@@ -41,6 +41,29 @@ CREATE TABLE metrics(
   recording_id INTEGER NOT NULL, start_ns INTEGER NOT NULL, end_ns INTEGER NOT NULL, pid INTEGER NOT NULL,
   name TEXT NOT NULL, label TEXT NOT NULL, value REAL NOT NULL);
 CREATE INDEX metrics_by_name ON metrics(name, recording_id);
+CREATE TABLE communicators(
+  recording_id INTEGER NOT NULL, pid INTEGER NOT NULL, handle INTEGER NOT NULL, comm_id TEXT NOT NULL,
+  rank INTEGER NOT NULL, nranks INTEGER NOT NULL, init_ns INTEGER NOT NULL);
+CREATE TABLE collectives(
+  recording_id INTEGER NOT NULL, pid INTEGER NOT NULL, tid INTEGER NOT NULL, library TEXT NOT NULL,
+  op TEXT NOT NULL, comm_id TEXT NOT NULL, comm_handle INTEGER NOT NULL, seq INTEGER NOT NULL,
+  count INTEGER NOT NULL, dtype INTEGER NOT NULL, bytes INTEGER NOT NULL, redop INTEGER NOT NULL,
+  peer INTEGER NOT NULL, stream INTEGER NOT NULL, enter_ns INTEGER NOT NULL, exit_ns INTEGER NOT NULL,
+  device_start_ns INTEGER NOT NULL, device_end_ns INTEGER NOT NULL, completion TEXT NOT NULL,
+  ret INTEGER NOT NULL);
+CREATE INDEX collectives_by_pid ON collectives(recording_id, pid, enter_ns);
+CREATE TABLE device_activity(
+  recording_id INTEGER NOT NULL, pid INTEGER NOT NULL, device INTEGER NOT NULL, kind TEXT NOT NULL,
+  name TEXT NOT NULL, stream INTEGER NOT NULL, start_ns INTEGER NOT NULL, end_ns INTEGER NOT NULL,
+  api_ns INTEGER NOT NULL, api_tid INTEGER NOT NULL, correlation INTEGER NOT NULL, bytes INTEGER NOT NULL);
+CREATE INDEX device_activity_by_pid ON device_activity(recording_id, pid, start_ns);
+CREATE TABLE steps(
+  recording_id INTEGER NOT NULL, pid INTEGER NOT NULL, step INTEGER NOT NULL, start_ns INTEGER NOT NULL,
+  end_ns INTEGER NOT NULL, collective_ns INTEGER NOT NULL, device_collective_ns INTEGER NOT NULL,
+  device_compute_ns INTEGER NOT NULL, gpu_idle_ns INTEGER NOT NULL, device_known INTEGER NOT NULL);
+CREATE TABLE launch_samples(
+  recording_id INTEGER NOT NULL, start_ns INTEGER NOT NULL, end_ns INTEGER NOT NULL, pid INTEGER NOT NULL,
+  tid INTEGER NOT NULL, kernel TEXT NOT NULL, stack_id INTEGER NOT NULL, count INTEGER NOT NULL);
 CREATE TABLE agent_stats(
   recording_id INTEGER NOT NULL, key TEXT NOT NULL, value REAL NOT NULL, PRIMARY KEY(recording_id, key));
 )sql";
@@ -82,6 +105,10 @@ class Stmt {
   sqlite3_stmt* s_ = nullptr;
   int rc_ = SQLITE_ERROR;
 };
+
+int64_t i64(uint64_t v) { return static_cast<int64_t>(v); }
+int64_t i64(uint32_t v) { return v; }
+int64_t i64(int v) { return v; }
 
 uint64_t hash_bytes(const void* data, size_t n) {  // FNV-1a, 64 bit
   uint64_t h = 1469598103934665603ull;
@@ -266,6 +293,176 @@ class SqliteStore final : public Store {
       out.push_back(std::move(r));
     }
     if (rc != SQLITE_DONE) return err("reading metrics");
+    return out;
+  }
+
+  Status put_communicators(int64_t rec, const std::vector<CommunicatorRecord>& rows) override {
+    Stmt s(db_, "INSERT INTO communicators VALUES(?,?,?,?,?,?,?)");
+    for (const auto& r : rows) {
+      s.reset();
+      s.bind(1, rec).bind(2, i64(r.pid)).bind(3, i64(r.handle)).bind(4, r.comm_id).bind(5, i64(r.rank))
+          .bind(6, i64(r.nranks)).bind(7, i64(r.init_ns));
+      if (s.step() != SQLITE_DONE) return err("adding communicators");
+    }
+    return {};
+  }
+
+  Status put_collectives(int64_t rec, const std::vector<CollectiveRecord>& rows) override {
+    Stmt s(db_, "INSERT INTO collectives VALUES(?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?)");
+    for (const auto& r : rows) {
+      s.reset();
+      s.bind(1, rec).bind(2, i64(r.pid)).bind(3, i64(r.tid)).bind(4, r.library).bind(5, r.op).bind(6, r.comm_id)
+          .bind(7, i64(r.comm_handle)).bind(8, i64(r.seq)).bind(9, i64(r.count)).bind(10, i64(r.dtype))
+          .bind(11, i64(r.bytes)).bind(12, i64(r.redop)).bind(13, i64(r.peer)).bind(14, i64(r.stream))
+          .bind(15, i64(r.enter_ns)).bind(16, i64(r.exit_ns)).bind(17, i64(r.device_start_ns))
+          .bind(18, i64(r.device_end_ns)).bind(19, r.completion).bind(20, i64(r.ret));
+      if (s.step() != SQLITE_DONE) return err("adding collectives");
+    }
+    return {};
+  }
+
+  Status put_device_activity(int64_t rec, const std::vector<DeviceActivity>& rows) override {
+    Stmt s(db_, "INSERT INTO device_activity VALUES(?,?,?,?,?,?,?,?,?,?,?,?)");
+    for (const auto& r : rows) {
+      s.reset();
+      s.bind(1, rec).bind(2, i64(r.pid)).bind(3, i64(r.device)).bind(4, r.kind).bind(5, r.name)
+          .bind(6, i64(r.stream)).bind(7, i64(r.start_ns)).bind(8, i64(r.end_ns)).bind(9, i64(r.api_ns))
+          .bind(10, i64(r.api_tid)).bind(11, i64(r.correlation)).bind(12, i64(r.bytes));
+      if (s.step() != SQLITE_DONE) return err("adding device activity");
+    }
+    return {};
+  }
+
+  Status put_steps(int64_t rec, const std::vector<StepRecord>& rows) override {
+    Stmt s(db_, "INSERT INTO steps VALUES(?,?,?,?,?,?,?,?,?,?)");
+    for (const auto& r : rows) {
+      s.reset();
+      s.bind(1, rec).bind(2, i64(r.pid)).bind(3, i64(r.step)).bind(4, i64(r.start_ns)).bind(5, i64(r.end_ns))
+          .bind(6, i64(r.collective_ns)).bind(7, i64(r.device_collective_ns)).bind(8, i64(r.device_compute_ns))
+          .bind(9, i64(r.gpu_idle_ns)).bind(10, i64(r.device_known ? 1 : 0));
+      if (s.step() != SQLITE_DONE) return err("adding steps");
+    }
+    return {};
+  }
+
+  Status put_launch_samples(int64_t rec, uint64_t start_ns, uint64_t end_ns,
+                            const std::vector<LaunchSample>& rows) override {
+    Stmt s(db_, "INSERT INTO launch_samples VALUES(?,?,?,?,?,?,?,?)");
+    for (const auto& r : rows) {
+      s.reset();
+      s.bind(1, rec).bind(2, i64(start_ns)).bind(3, i64(end_ns)).bind(4, i64(r.pid)).bind(5, i64(r.tid))
+          .bind(6, r.kernel).bind(7, r.stack_id).bind(8, i64(r.count));
+      if (s.step() != SQLITE_DONE) return err("adding launch samples");
+    }
+    return {};
+  }
+
+  Result<std::vector<CommunicatorRecord>> communicators(std::optional<int64_t> rec) override {
+    std::string sql = "SELECT pid,handle,comm_id,rank,nranks,init_ns FROM communicators" +
+                      std::string(rec ? " WHERE recording_id=" + std::to_string(*rec) : "") + " ORDER BY init_ns";
+    Stmt s(db_, sql.c_str());
+    std::vector<CommunicatorRecord> out;
+    int rc;
+    while ((rc = s.step()) == SQLITE_ROW) {
+      CommunicatorRecord r;
+      r.pid = static_cast<uint32_t>(s.i64(0));
+      r.handle = static_cast<uint64_t>(s.i64(1));
+      r.comm_id = s.text(2);
+      r.rank = static_cast<int>(s.i64(3));
+      r.nranks = static_cast<int>(s.i64(4));
+      r.init_ns = static_cast<uint64_t>(s.i64(5));
+      out.push_back(std::move(r));
+    }
+    if (rc != SQLITE_DONE) return err("reading communicators");
+    return out;
+  }
+
+  static std::string where(std::optional<int64_t> rec, std::optional<uint32_t> pid) {
+    std::string w = " WHERE 1=1";
+    if (rec) w += " AND recording_id=" + std::to_string(*rec);
+    if (pid) w += " AND pid=" + std::to_string(*pid);
+    return w;
+  }
+
+  Result<std::vector<CollectiveRecord>> collectives(std::optional<int64_t> rec, std::optional<uint32_t> pid) override {
+    std::string sql =
+        "SELECT pid,tid,library,op,comm_id,comm_handle,seq,count,dtype,bytes,redop,peer,stream,enter_ns,exit_ns,"
+        "device_start_ns,device_end_ns,completion,ret FROM collectives" + where(rec, pid) + " ORDER BY pid, enter_ns";
+    Stmt s(db_, sql.c_str());
+    std::vector<CollectiveRecord> out;
+    int rc;
+    while ((rc = s.step()) == SQLITE_ROW) {
+      CollectiveRecord r;
+      r.pid = static_cast<uint32_t>(s.i64(0));
+      r.tid = static_cast<uint32_t>(s.i64(1));
+      r.library = s.text(2);
+      r.op = s.text(3);
+      r.comm_id = s.text(4);
+      r.comm_handle = static_cast<uint64_t>(s.i64(5));
+      r.seq = static_cast<uint64_t>(s.i64(6));
+      r.count = static_cast<uint64_t>(s.i64(7));
+      r.dtype = static_cast<int>(s.i64(8));
+      r.bytes = static_cast<uint64_t>(s.i64(9));
+      r.redop = static_cast<int>(s.i64(10));
+      r.peer = static_cast<int>(s.i64(11));
+      r.stream = static_cast<uint64_t>(s.i64(12));
+      r.enter_ns = static_cast<uint64_t>(s.i64(13));
+      r.exit_ns = static_cast<uint64_t>(s.i64(14));
+      r.device_start_ns = static_cast<uint64_t>(s.i64(15));
+      r.device_end_ns = static_cast<uint64_t>(s.i64(16));
+      r.completion = s.text(17);
+      r.ret = static_cast<int>(s.i64(18));
+      out.push_back(std::move(r));
+    }
+    if (rc != SQLITE_DONE) return err("reading collectives");
+    return out;
+  }
+
+  Result<std::vector<DeviceActivity>> device_activity(std::optional<int64_t> rec, std::optional<uint32_t> pid) override {
+    std::string sql = "SELECT pid,device,kind,name,stream,start_ns,end_ns,api_ns,api_tid,correlation,bytes "
+                      "FROM device_activity" + where(rec, pid) + " ORDER BY pid, start_ns";
+    Stmt s(db_, sql.c_str());
+    std::vector<DeviceActivity> out;
+    int rc;
+    while ((rc = s.step()) == SQLITE_ROW) {
+      DeviceActivity r;
+      r.pid = static_cast<uint32_t>(s.i64(0));
+      r.device = static_cast<int>(s.i64(1));
+      r.kind = s.text(2);
+      r.name = s.text(3);
+      r.stream = static_cast<uint64_t>(s.i64(4));
+      r.start_ns = static_cast<uint64_t>(s.i64(5));
+      r.end_ns = static_cast<uint64_t>(s.i64(6));
+      r.api_ns = static_cast<uint64_t>(s.i64(7));
+      r.api_tid = static_cast<uint32_t>(s.i64(8));
+      r.correlation = static_cast<uint64_t>(s.i64(9));
+      r.bytes = static_cast<uint64_t>(s.i64(10));
+      out.push_back(std::move(r));
+    }
+    if (rc != SQLITE_DONE) return err("reading device activity");
+    return out;
+  }
+
+  Result<std::vector<StepRecord>> steps(std::optional<int64_t> rec, std::optional<uint32_t> pid) override {
+    std::string sql = "SELECT pid,step,start_ns,end_ns,collective_ns,device_collective_ns,device_compute_ns,"
+                      "gpu_idle_ns,device_known FROM steps" + where(rec, pid) + " ORDER BY pid, step";
+    Stmt s(db_, sql.c_str());
+    std::vector<StepRecord> out;
+    int rc;
+    while ((rc = s.step()) == SQLITE_ROW) {
+      StepRecord r;
+      r.pid = static_cast<uint32_t>(s.i64(0));
+      r.step = static_cast<uint64_t>(s.i64(1));
+      r.start_ns = static_cast<uint64_t>(s.i64(2));
+      r.end_ns = static_cast<uint64_t>(s.i64(3));
+      r.collective_ns = static_cast<uint64_t>(s.i64(4));
+      r.device_collective_ns = static_cast<uint64_t>(s.i64(5));
+      r.device_compute_ns = static_cast<uint64_t>(s.i64(6));
+      r.gpu_idle_ns = static_cast<uint64_t>(s.i64(7));
+      r.device_known = s.i64(8) != 0;
+      out.push_back(std::move(r));
+    }
+    if (rc != SQLITE_DONE) return err("reading steps");
     return out;
   }
 
@@ -471,7 +668,8 @@ class SqliteStore final : public Store {
                    ", this build reads up to " + std::to_string(kSchemaVersion) + "): upgrade strata"};
     if (version < 1) return Error{path_ + " is a damaged strata store: schema version " + v.text(0)};
     // Touch every table we read so a foreign or damaged file fails here, not halfway.
-    for (const char* t : {"recordings", "processes", "frames", "stacks", "windows", "stack_counts", "metrics"}) {
+    for (const char* t : {"recordings", "processes", "frames", "stacks", "windows", "stack_counts", "metrics",
+                          "communicators", "collectives", "device_activity", "steps", "launch_samples"}) {
       Stmt c(db_, (std::string("SELECT * FROM ") + t + " LIMIT 1").c_str());
       int rc = c.ok() ? c.step() : SQLITE_ERROR;
       if (rc != SQLITE_ROW && rc != SQLITE_DONE)

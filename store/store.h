@@ -66,6 +66,76 @@ struct Metric {
   double value = 0;
 };
 
+// A communicator a process created (ncclCommInitRank*): the handle is process-local, comm_id (a hash
+// of the ncclUniqueId) is the same on every rank of the communicator.
+struct CommunicatorRecord {
+  uint32_t pid = 0;
+  uint64_t handle = 0;
+  std::string comm_id;
+  int rank = -1;    // rank in the communicator
+  int nranks = 0;
+  uint64_t init_ns = 0;  // unix ns
+};
+
+// One collective or p2p call. Times are unix ns. `completion` says how the end on the device is
+// known: "device" (GPU timing source), "sync" (the stream's next synchronization returned), or
+// "none" (only the host call is known).
+struct CollectiveRecord {
+  uint32_t pid = 0;
+  uint32_t tid = 0;
+  std::string library;   // nccl | gloo
+  std::string op;        // allreduce, allgather, reducescatter, broadcast, reduce, send, recv, barrier
+  std::string comm_id;   // empty when unknown
+  uint64_t comm_handle = 0;
+  uint64_t seq = 0;      // per communicator, from 1
+  uint64_t count = 0;
+  int dtype = -1;
+  uint64_t bytes = 0;
+  int redop = -1;
+  int peer = -1;         // send/recv peer, broadcast/reduce root
+  uint64_t stream = 0;
+  uint64_t enter_ns = 0, exit_ns = 0;
+  uint64_t device_start_ns = 0, device_end_ns = 0;
+  std::string completion = "none";
+  int ret = 0;
+};
+
+// Work on a GPU as the timing source saw it (kernels, copies, collectives' kernels), or a sampled
+// launch's host call when no timing source is present.
+struct DeviceActivity {
+  uint32_t pid = 0;
+  int device = 0;
+  std::string kind;      // kernel | memcpy | memset | collective
+  std::string name;
+  uint64_t stream = 0;
+  uint64_t start_ns = 0, end_ns = 0;  // unix ns
+  uint64_t api_ns = 0;
+  uint32_t api_tid = 0;
+  uint64_t correlation = 0;
+  uint64_t bytes = 0;
+};
+
+// One training iteration of one process, found from its repeating collective pattern.
+struct StepRecord {
+  uint32_t pid = 0;
+  uint64_t step = 0;            // 1, 2, ... per process
+  uint64_t start_ns = 0, end_ns = 0;
+  uint64_t collective_ns = 0;   // time the host spent inside collective calls and their waits
+  uint64_t device_collective_ns = 0;  // device time of collective kernels, when known
+  uint64_t device_compute_ns = 0;     // device time of other kernels, when known
+  uint64_t gpu_idle_ns = 0;           // step time with no device work, when known
+  bool device_known = false;
+};
+
+// A kernel launch seen by the sampled launch probe: name, the launching CPU stack, how often.
+struct LaunchSample {
+  uint32_t pid = 0;
+  uint32_t tid = 0;
+  std::string kernel;
+  int64_t stack_id = 0;
+  uint64_t count = 0;
+};
+
 struct ProfileFilter {
   std::optional<uint32_t> pid;
   std::optional<uint32_t> tid;
@@ -102,6 +172,12 @@ class Store {
   virtual Status put_stat(int64_t recording, const std::string& key, double value) = 0;
   virtual Status put_metrics(int64_t recording, uint64_t start_ns, uint64_t end_ns,
                              const std::vector<Metric>& metrics) = 0;
+  virtual Status put_communicators(int64_t recording, const std::vector<CommunicatorRecord>& r) = 0;
+  virtual Status put_collectives(int64_t recording, const std::vector<CollectiveRecord>& r) = 0;
+  virtual Status put_device_activity(int64_t recording, const std::vector<DeviceActivity>& r) = 0;
+  virtual Status put_steps(int64_t recording, const std::vector<StepRecord>& r) = 0;
+  virtual Status put_launch_samples(int64_t recording, uint64_t start_ns, uint64_t end_ns,
+                                    const std::vector<LaunchSample>& r) = 0;
   // Frames without a function name (for symbolization), and the update that fills them in.
   virtual Result<std::vector<FrameRow>> unsymbolized_frames() = 0;
   virtual Status update_frame_symbols(const std::vector<FrameRow>& rows) = 0;
@@ -118,6 +194,13 @@ class Store {
     uint64_t start_ns = 0, end_ns = 0;
     Metric metric;
   };
+  virtual Result<std::vector<CommunicatorRecord>> communicators(std::optional<int64_t> recording = std::nullopt) = 0;
+  virtual Result<std::vector<CollectiveRecord>> collectives(std::optional<int64_t> recording = std::nullopt,
+                                                            std::optional<uint32_t> pid = std::nullopt) = 0;
+  virtual Result<std::vector<DeviceActivity>> device_activity(std::optional<int64_t> recording = std::nullopt,
+                                                              std::optional<uint32_t> pid = std::nullopt) = 0;
+  virtual Result<std::vector<StepRecord>> steps(std::optional<int64_t> recording = std::nullopt,
+                                                std::optional<uint32_t> pid = std::nullopt) = 0;
   // Metrics whose name starts with `prefix` ("" for all), in time order.
   virtual Result<std::vector<MetricRow>> metrics(const std::string& prefix,
                                                  std::optional<int64_t> recording = std::nullopt) = 0;

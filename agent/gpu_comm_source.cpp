@@ -1,0 +1,771 @@
+#include "agent/gpu_comm_source.h"
+
+#include <bpf/bpf.h>
+#include <bpf/libbpf.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <chrono>
+#include <cstring>
+#include <deque>
+#include <map>
+#include <set>
+#include <unordered_map>
+
+#include "abi/gpu_comm.h"
+#include "agent/comm/step_detector.h"
+#include "agent/gpu/timeline_reader.h"
+#include "agent/libbpf_log.h"
+#include "agent/normalizer.h"
+#include "agent/proc_maps.h"
+#include "agent/process_info.h"
+#include "agent/runtimes/runtimes.h"
+#include "bpf/gpu_comm.skel.h"
+#include "symbolize/symbolizer.h"
+
+namespace strata::agent {
+namespace {
+
+// ncclDataType_t sizes (nccl.h: ncclInt8=0 ... ncclFloat8e5m2=11).
+uint64_t nccl_dtype_size(int dtype) {
+  switch (dtype) {
+    case 0: case 1: case 10: case 11: return 1;           // int8, uint8, fp8 e4m3, fp8 e5m2
+    case 2: case 3: case 7: return 4;                      // int32, uint32, float32
+    case 4: case 5: case 8: return 8;                      // int64, uint64, float64
+    case 6: case 9: return 2;                              // float16, bfloat16
+    default: return 0;
+  }
+}
+
+std::string hex_bytes(const uint8_t* p, size_t n) {
+  static const char* digits = "0123456789abcdef";
+  std::string s;
+  for (size_t i = 0; i < n; ++i) {
+    s.push_back(digits[p[i] >> 4]);
+    s.push_back(digits[p[i] & 15]);
+  }
+  return s;
+}
+
+// A 64-bit FNV-1a of the ncclUniqueId: the same on every rank of the communicator.
+std::string comm_id_of(const uint8_t* id, size_t n) {
+  uint64_t h = 1469598103934665603ull;
+  for (size_t i = 0; i < n; ++i) h = (h ^ id[i]) * 1099511628211ull;
+  uint8_t b[8];
+  std::memcpy(b, &h, 8);
+  return hex_bytes(b, 8);
+}
+
+struct CommState {
+  std::string id;
+  int rank = -1;
+  int nranks = 0;
+  uint64_t seq = 0;
+};
+
+struct PendingCollective {
+  store::CollectiveRecord rec;  // times still CLOCK_MONOTONIC here
+  uint64_t sync_done_ns = 0;
+  bool device = false;
+};
+
+// One bounded ring of raw records per process: the flight recorder the diagnosis drills into.
+template <typename T>
+class FlightRing {
+ public:
+  explicit FlightRing(size_t cap) : cap_(cap) {}
+  void push(const T& v) {
+    if (ring_.size() == cap_) {
+      ring_.pop_front();
+      ++dropped_;
+    }
+    ring_.push_back(v);
+  }
+  const std::deque<T>& items() const { return ring_; }
+  uint64_t dropped() const { return dropped_; }
+
+ private:
+  size_t cap_;
+  std::deque<T> ring_;
+  uint64_t dropped_ = 0;
+};
+
+struct ProcState {
+  uint32_t pid = 0;
+  bool alive = true;
+  uint64_t watch_start_mono = 0;
+  std::map<uint64_t, CommState> comms;           // by ncclComm_t handle
+  std::map<uint32_t, uint64_t> gloo_seq;         // per API (gloo has no handle we read)
+  std::deque<PendingCollective> inflight;
+  StepDetector steps;
+  std::unique_ptr<GpuTimingSource> timeline;
+  uint64_t next_timeline_try = 0;
+  std::vector<TimelineRecord> unmatched_device;  // collective kernels waiting for their call
+  std::unordered_map<uint64_t, std::string> kernel_names;  // func address -> name
+  std::set<std::string> mapped_files;            // runtime files this process maps
+  uint64_t last_scan = 0;
+  int device = -1;
+  FlightRing<store::CollectiveRecord> flight{4096};
+  // Device busy intervals of the last minutes (monotonic): steps span windows.
+  struct Busy {
+    uint64_t start, end;
+    bool collective;
+  };
+  std::deque<Busy> recent_device;
+};
+
+struct AttachedFile {
+  std::vector<RuntimeFile> runtimes;
+  std::vector<bpf_link*> links;      // always-on probes
+  std::vector<bpf_link*> hot_links;  // during a burst only
+  std::set<uint32_t> users;          // pids mapping it
+};
+
+constexpr uint64_t kNs = 1'000'000'000ull;
+
+class GpuCommSource final : public Source {
+ public:
+  GpuCommSource(const GpuCommOptions& o, const SourceEnv& env) : opts_(o), env_(env) {}
+
+  ~GpuCommSource() override {
+    ring_buffer__free(ring_);
+    for (auto& [path, f] : files_) {
+      for (auto* l : f.links) bpf_link__destroy(l);
+      for (auto* l : f.hot_links) bpf_link__destroy(l);
+    }
+    gpu_comm_bpf__destroy(skel_);
+  }
+
+  Status init() {
+    setup_libbpf_logging();
+    skel_ = gpu_comm_bpf__open();
+    if (!skel_) return Error::from_errno("cannot open the GPU/comm BPF program", errno);
+    if (env_.targets_map_fd >= 0 && bpf_map__reuse_fd(skel_->maps.targets, env_.targets_map_fd) != 0)
+      return Error::from_errno("cannot share the watched-process map", errno);
+    if (int err = gpu_comm_bpf__load(skel_); err)
+      return Error::from_errno("cannot load the GPU/comm BPF program", -err);
+    ring_ = ring_buffer__new(bpf_map__fd(skel_->maps.api_events), &GpuCommSource::on_event, this, nullptr);
+    if (!ring_) return Error::from_errno("cannot open the API ring buffer", errno);
+    mono_to_unix_ = static_cast<int64_t>(unix_now_ns()) - static_cast<int64_t>(monotonic_now_ns());
+    next_burst_ = monotonic_now_ns();
+    return {};
+  }
+
+  std::string name() const override { return "gpu/comm"; }
+
+  void on_process(const store::ProcessInfo& p) override {
+    auto& st = proc(p.pid);
+    st.alive = true;
+    scan(st);
+  }
+
+  void on_process_exit(uint32_t pid) override {
+    auto it = procs_.find(pid);
+    if (it == procs_.end()) return;
+    it->second.alive = false;
+    release_files(it->second);
+  }
+
+  Status poll() override {
+    int n = ring_buffer__poll(ring_, 0);
+    if (n < 0 && n != -EINTR) return Error::from_errno("polling the API ring buffer", -n);
+    uint64_t now = monotonic_now_ns();
+    for (auto& [pid, st] : procs_) {
+      if (st.alive && now - st.last_scan > 2 * kNs) scan(st);  // libraries loaded late (dlopen)
+      read_timeline(st, now);
+    }
+    drive_bursts(now);
+    return {};
+  }
+
+  Status flush(store::Store& store, const WindowContext& w) override {
+    uint64_t now = monotonic_now_ns();
+    // Take the last events first, so calls and their device records meet in this window.
+    ring_buffer__poll(ring_, 0);
+    for (auto& [pid, st] : procs_) read_timeline(st, now);
+
+    std::vector<store::CommunicatorRecord> comms;
+    comms.swap(new_comms_);
+    for (auto& c : comms) c.init_ns = to_unix(c.init_ns);
+    if (auto s = store.put_communicators(w.recording, comms); !s) return s;
+
+    std::vector<store::CollectiveRecord> colls;
+    std::vector<store::StepRecord> steps;
+    std::vector<store::Metric> metrics;
+    for (auto& [pid, st] : procs_) {
+      finalize_collectives(st, now, !st.alive, colls);
+      for (const auto& s : st.steps.take_steps(!st.alive)) {
+        store::StepRecord r;
+        r.pid = pid;
+        r.step = s.step;
+        r.start_ns = to_unix(s.start_ns);
+        r.end_ns = to_unix(s.end_ns);
+        r.collective_ns = s.collective_ns;
+        r.device_collective_ns = s.device_collective_ns;
+        fill_device_step(st, s, r);
+        steps.push_back(r);
+      }
+    }
+    if (auto s = store.put_collectives(w.recording, colls); !s) return s;
+    if (auto s = store.put_steps(w.recording, steps); !s) return s;
+
+    // Device activity: raw records up to a cap per process, all of them summarized by name.
+    std::vector<store::DeviceActivity> acts;
+    std::map<std::pair<uint32_t, std::string>, std::pair<uint64_t, uint64_t>> by_name;  // count, ns
+    std::map<uint32_t, size_t> per_pid;
+    for (auto& d : device_window_) {
+      auto& slot = by_name[{d.pid, d.name}];
+      slot.first += 1;
+      slot.second += d.end_ns - d.start_ns;
+      if (per_pid[d.pid]++ < opts_.max_device_records_per_window) {
+        d.start_ns = to_unix(d.start_ns);
+        d.end_ns = to_unix(d.end_ns);
+        d.api_ns = to_unix(d.api_ns);
+        acts.push_back(d);
+      } else {
+        ++device_records_summarized_;
+      }
+    }
+    device_window_.clear();
+    if (auto s = store.put_device_activity(w.recording, acts); !s) return s;
+    for (const auto& [key, v] : by_name) {
+      metrics.push_back({key.first, "gpu.kernel_count", key.second, static_cast<double>(v.first)});
+      metrics.push_back({key.first, "gpu.kernel_us", key.second, static_cast<double>(v.second) / 1e3});
+    }
+    for (const auto& [key, v] : api_window_) {
+      metrics.push_back({key.first, "api.calls", api_name(key.second), static_cast<double>(v.first)});
+      metrics.push_back({key.first, "api.time_us", api_name(key.second), static_cast<double>(v.second) / 1e3});
+    }
+    api_window_.clear();
+    for (auto& [pid, st] : procs_) {
+      if (st.device >= 0) metrics.push_back({pid, "gpu.device", "", static_cast<double>(st.device)});
+    }
+    if (auto s = store.put_metrics(w.recording, w.start_ns, w.end_ns, metrics); !s) return s;
+
+    // Sampled launches with their CPU stacks.
+    std::vector<store::LaunchSample> launches;
+    for (auto& [key, count] : launch_window_) {
+      auto id = store.intern_stack(launch_stacks_[key.stack]);
+      if (!id) return id.error();
+      launches.push_back({key.pid, key.tid, key.kernel, *id, count});
+    }
+    launch_window_.clear();
+    launch_stacks_.clear();
+    launch_stack_index_.clear();
+    if (auto s = store.put_launch_samples(w.recording, w.start_ns, w.end_ns, launches); !s) return s;
+
+    // Processes that are gone and fully flushed are forgotten.
+    for (auto it = procs_.begin(); it != procs_.end();) {
+      if (!it->second.alive && it->second.inflight.empty()) it = procs_.erase(it);
+      else ++it;
+    }
+    return {};
+  }
+
+  void stats(std::vector<std::pair<std::string, double>>& out) const override {
+    int ncpus = libbpf_num_possible_cpus();
+    std::vector<uint64_t> values(ncpus > 0 ? ncpus : 1);
+    auto sum = [&](uint32_t key) -> double {
+      if (bpf_map__lookup_elem(skel_->maps.gc_counters, &key, sizeof(key), values.data(),
+                               values.size() * sizeof(uint64_t), 0) != 0)
+        return 0;
+      uint64_t s = 0;
+      for (auto v : values) s += v;
+      return static_cast<double>(s);
+    };
+    out.emplace_back("gpu_comm.probe_entries", sum(STRATA_GC_ENTRIES));
+    out.emplace_back("gpu_comm.probe_returns", sum(STRATA_GC_RETURNS));
+    out.emplace_back("gpu_comm.ringbuf_drops", sum(STRATA_GC_RINGBUF_DROP));
+    out.emplace_back("gpu_comm.unmatched_returns", sum(STRATA_GC_UNMATCHED_RETURN));
+    out.emplace_back("gpu_comm.launch_bursts", static_cast<double>(bursts_));
+    out.emplace_back("gpu_comm.launch_hits", static_cast<double>(launch_hits_));
+    out.emplace_back("gpu_comm.launch_probe_cost_s", static_cast<double>(launch_hits_) * opts_.uprobe_cost_us / 1e6);
+    out.emplace_back("gpu_comm.timeline_lost", static_cast<double>(timeline_lost_));
+    out.emplace_back("gpu_comm.device_records_summarized", static_cast<double>(device_records_summarized_));
+    out.emplace_back("gpu_comm.attached_files", static_cast<double>(files_.size()));
+    uint64_t run_ns = 0;
+    for (bpf_program* prog = bpf_object__next_program(skel_->obj, nullptr); prog;
+         prog = bpf_object__next_program(skel_->obj, prog)) {
+      bpf_prog_info info{};
+      uint32_t len = sizeof(info);
+      if (bpf_obj_get_info_by_fd(bpf_program__fd(prog), &info, &len) == 0) run_ns += info.run_time_ns;
+    }
+    out.emplace_back("gpu_comm.bpf_run_s", static_cast<double>(run_ns) / 1e9);
+  }
+
+ private:
+  uint64_t to_unix(uint64_t mono) const {
+    return mono ? static_cast<uint64_t>(static_cast<int64_t>(mono) + mono_to_unix_) : 0;
+  }
+
+  ProcState& proc(uint32_t pid) {
+    auto it = procs_.find(pid);
+    if (it != procs_.end()) return it->second;
+    auto& st = procs_[pid];
+    st.pid = pid;
+    st.watch_start_mono = monotonic_now_ns();
+    st.steps = StepDetector(st.watch_start_mono);
+    return st;
+  }
+
+  // Finds the runtime libraries a process maps and attaches to each new one.
+  void scan(ProcState& st) {
+    st.last_scan = monotonic_now_ns();
+    auto maps = read_proc_maps(st.pid);
+    if (!maps) return;
+    for (const auto& m : *maps) {
+      if (!m.executable || m.path.empty() || m.path[0] != '/') continue;
+      if (st.mapped_files.count(m.path)) continue;
+      st.mapped_files.insert(m.path);
+      // Read through the process's root: the file may live in its container.
+      std::string path = "/proc/" + std::to_string(st.pid) + "/root" + m.path;
+      std::string key = file_key(path);
+      auto it = files_.find(key);
+      if (it == files_.end()) {
+        if (rejected_.count(key)) continue;
+        auto rts = recognize_runtimes(path);
+        if (!rts || rts->empty()) {
+          rejected_.insert(key);
+          continue;
+        }
+        AttachedFile f;
+        f.runtimes = std::move(*rts);
+        attach(f, path);
+        it = files_.emplace(key, std::move(f)).first;
+        file_paths_[key] = path;
+      }
+      it->second.users.insert(st.pid);
+      st_files_[st.pid].insert(key);
+    }
+  }
+
+  static std::string file_key(const std::string& path) {
+    struct stat s{};
+    if (::stat(path.c_str(), &s) != 0) return path;
+    return std::to_string(s.st_dev) + ":" + std::to_string(s.st_ino);
+  }
+
+  bool wanted(const RuntimeFile& rf) const {
+    if (rf.kind == RuntimeKind::kNccl || rf.kind == RuntimeKind::kGloo) return opts_.comm;
+    return opts_.gpu;
+  }
+
+  bpf_link* attach_one(const std::string& path, const ResolvedProbe& p, bool ret) {
+    LIBBPF_OPTS(bpf_uprobe_opts, uo);
+    uo.bpf_cookie = p.api;
+    uo.retprobe = ret;
+    bpf_program* prog = ret ? skel_->progs.api_exit : skel_->progs.api_enter;
+    bpf_link* l = bpf_program__attach_uprobe_opts(prog, -1, path.c_str(), p.file_offset, &uo);
+    if (!l) ++attach_errors_;
+    return l;
+  }
+
+  void attach(AttachedFile& f, const std::string& path) {
+    for (const auto& rf : f.runtimes) {
+      if (!wanted(rf)) continue;
+      for (const auto& p : rf.probes) {
+        if (p.hot) continue;  // bursts only
+        for (bool ret : {false, true}) {
+          if (auto* l = attach_one(path, p, ret)) f.links.push_back(l);
+        }
+      }
+    }
+  }
+
+  void release_files(ProcState& st) {
+    auto it = st_files_.find(st.pid);
+    if (it == st_files_.end()) return;
+    for (const auto& key : it->second) {
+      auto f = files_.find(key);
+      if (f == files_.end()) continue;
+      f->second.users.erase(st.pid);
+      if (f->second.users.empty()) {  // last user gone: detach cleanly
+        for (auto* l : f->second.links) bpf_link__destroy(l);
+        for (auto* l : f->second.hot_links) bpf_link__destroy(l);
+        files_.erase(f);
+        file_paths_.erase(key);
+      }
+    }
+    st_files_.erase(it);
+  }
+
+  // Hot probes (kernel launches) run in short bursts; the gap between bursts grows with the
+  // launch rate so that hits x cost per hit stays inside the budget.
+  void drive_bursts(uint64_t now) {
+    if (!opts_.gpu) return;
+    if (in_burst_) {
+      if (now < burst_end_) return;
+      for (auto& [key, f] : files_) {
+        for (auto* l : f.hot_links) bpf_link__destroy(l);
+        f.hot_links.clear();
+      }
+      in_burst_ = false;
+      double secs = static_cast<double>(now - burst_start_) / 1e9;
+      double rate = secs > 0 ? static_cast<double>(burst_hits_) / secs : 0;
+      double allowed = opts_.launch_budget_cpu / (opts_.uprobe_cost_us / 1e6);  // hits per second
+      double duty = rate > allowed ? allowed / rate : 1.0;
+      double period = std::clamp(opts_.burst_s / duty, opts_.min_burst_period_s, opts_.max_burst_period_s);
+      next_burst_ = now + static_cast<uint64_t>(period * 1e9);
+      return;
+    }
+    if (now < next_burst_) return;
+    bool any = false;
+    for (auto& [key, f] : files_) {
+      for (const auto& rf : f.runtimes) {
+        if (!wanted(rf)) continue;
+        for (const auto& p : rf.probes) {
+          if (!p.hot) continue;
+          for (bool ret : {false, true}) {
+            if (auto* l = attach_one(file_paths_[key], p, ret)) {
+              f.hot_links.push_back(l);
+              any = true;
+            }
+          }
+        }
+      }
+    }
+    if (!any) {
+      next_burst_ = now + static_cast<uint64_t>(opts_.min_burst_period_s * 1e9);
+      return;
+    }
+    ++bursts_;
+    in_burst_ = true;
+    burst_start_ = now;
+    burst_end_ = now + static_cast<uint64_t>(opts_.burst_s * 1e9);
+    burst_hits_ = 0;
+  }
+
+  void read_timeline(ProcState& st, uint64_t now) {
+    if (!opts_.gpu) return;
+    if (!st.timeline) {
+      if (now < st.next_timeline_try) return;
+      auto t = open_timeline_for(st.pid);
+      if (!t) {
+        st.next_timeline_try = now + kNs;
+        return;
+      }
+      st.timeline = std::move(*t);
+    }
+    while (!st.recent_device.empty() && st.recent_device.front().end + 300 * kNs < now) st.recent_device.pop_front();
+    for (auto& r : st.timeline->read_new(timeline_lost_)) {
+      store::DeviceActivity d;
+      d.pid = st.pid;
+      d.device = r.device;
+      d.kind = r.kind == STRATA_TL_KERNEL     ? "kernel"
+               : r.kind == STRATA_TL_MEMCPY   ? "memcpy"
+               : r.kind == STRATA_TL_MEMSET   ? "memset"
+                                               : "collective";
+      d.name = kernel_name(st, r.func, r.name);
+      d.stream = r.stream;
+      d.start_ns = r.start_ns;
+      d.end_ns = std::max(r.end_ns, r.start_ns);
+      d.api_ns = r.api_ns;
+      d.api_tid = static_cast<uint32_t>(r.api_tid);
+      d.correlation = r.correlation;
+      d.bytes = r.bytes;
+      if (r.kind == STRATA_TL_COLLECTIVE) match_device_collective(st, r);
+      st.recent_device.push_back({d.start_ns, d.end_ns, r.kind == STRATA_TL_COLLECTIVE});
+      device_window_.push_back(std::move(d));
+    }
+  }
+
+  // The kernel's name is the symbol of its host stub: symbolize the address through the mapping.
+  std::string kernel_name(ProcState& st, uint64_t func, const std::string& fallback) {
+    if (!func) return fallback;
+    auto it = st.kernel_names.find(func);
+    if (it != st.kernel_names.end()) return it->second;
+    std::string name = fallback;
+    auto maps = read_proc_maps(st.pid);
+    if (maps) {
+      if (const Mapping* m = find_mapping(*maps, func); m && !m->path.empty() && m->path[0] == '/') {
+        std::vector<Frame> f(1);
+        f[0].kind = FrameKind::kNative;
+        f[0].module = "/proc/" + std::to_string(st.pid) + "/root" + m->path;
+        f[0].offset = func - m->start + m->file_offset;
+        symbolizer_->symbolize(f);
+        if (!f[0].function.empty()) name = f[0].function;
+      }
+    }
+    if (name.empty()) name = "kernel@0x" + hex_addr(func);
+    st.kernel_names.emplace(func, name);
+    return name;
+  }
+
+  static std::string hex_addr(uint64_t v) {
+    char b[32];
+    std::snprintf(b, sizeof b, "%llx", static_cast<unsigned long long>(v));
+    return b;
+  }
+
+  void match_device_collective(ProcState& st, const TimelineRecord& r) {
+    for (auto& p : st.inflight) {
+      if (p.device || p.rec.tid != static_cast<uint32_t>(r.api_tid)) continue;
+      if (r.api_ns + 1000 < p.rec.enter_ns || r.api_ns > p.rec.exit_ns + 1000) continue;
+      p.rec.device_start_ns = r.start_ns;
+      p.rec.device_end_ns = std::max(r.end_ns, r.start_ns);
+      p.device = true;
+      return;
+    }
+    st.unmatched_device.push_back(r);
+    if (st.unmatched_device.size() > 1024) st.unmatched_device.erase(st.unmatched_device.begin());
+  }
+
+  // Collectives leave the in-flight list in call order once their completion is known.
+  void finalize_collectives(ProcState& st, uint64_t now, bool final, std::vector<store::CollectiveRecord>& out) {
+    // Device records that arrived before their call was decoded.
+    for (auto it = st.unmatched_device.begin(); it != st.unmatched_device.end();) {
+      bool matched = false;
+      for (auto& p : st.inflight) {
+        if (!p.device && p.rec.tid == static_cast<uint32_t>(it->api_tid) && it->api_ns + 1000 >= p.rec.enter_ns &&
+            it->api_ns <= p.rec.exit_ns + 1000) {
+          p.rec.device_start_ns = it->start_ns;
+          p.rec.device_end_ns = std::max(it->end_ns, it->start_ns);
+          p.device = true;
+          matched = true;
+          break;
+        }
+      }
+      it = matched ? st.unmatched_device.erase(it) : it + 1;
+    }
+    while (!st.inflight.empty()) {
+      auto& p = st.inflight.front();
+      bool host_sync = p.rec.library == "gloo";  // gloo calls block until the collective is done
+      bool old = now > p.rec.exit_ns + 30 * kNs;
+      if (!(p.device || host_sync || final || old || (p.sync_done_ns && !st.timeline))) break;
+      store::CollectiveRecord r = p.rec;
+      uint64_t done;
+      if (p.device) {
+        r.completion = "device";
+        done = r.device_end_ns;
+      } else if (host_sync) {
+        r.completion = "host";
+        done = r.exit_ns;
+      } else if (p.sync_done_ns) {
+        r.completion = "sync";
+        done = p.sync_done_ns;
+      } else {
+        r.completion = "none";
+        done = r.exit_ns;
+      }
+      CollectiveCall c;
+      c.signature = r.op + ":" + std::to_string(r.bytes) + ":" + r.comm_id + ":" + std::to_string(r.peer);
+      c.enter_ns = r.enter_ns;
+      c.exit_ns = r.exit_ns;
+      c.done_ns = done;
+      c.device_ns = p.device ? r.device_end_ns - r.device_start_ns : 0;
+      st.steps.add(std::move(c));
+      r.enter_ns = to_unix(r.enter_ns);
+      r.exit_ns = to_unix(r.exit_ns);
+      r.device_start_ns = to_unix(r.device_start_ns);
+      r.device_end_ns = to_unix(r.device_end_ns);
+      st.flight.push(r);
+      out.push_back(std::move(r));
+      st.inflight.pop_front();
+    }
+  }
+
+  // Device time inside a step, from this window's device records of that process.
+  void fill_device_step(const ProcState& st, const DetectedStep& s, store::StepRecord& r) const {
+    if (!st.timeline) return;
+    std::vector<std::pair<uint64_t, uint64_t>> busy;
+    for (const auto& d : st.recent_device) {
+      if (d.end <= s.start_ns || d.start >= s.end_ns) continue;
+      uint64_t a = std::max(d.start, s.start_ns), b = std::min(d.end, s.end_ns);
+      if (!d.collective) r.device_compute_ns += b - a;
+      busy.emplace_back(a, b);
+    }
+    std::sort(busy.begin(), busy.end());
+    uint64_t covered = 0, cur_a = 0, cur_b = 0;
+    for (const auto& [a, b] : busy) {
+      if (a > cur_b) {
+        covered += cur_b - cur_a;
+        cur_a = a;
+        cur_b = b;
+      } else {
+        cur_b = std::max(cur_b, b);
+      }
+    }
+    covered += cur_b - cur_a;
+    uint64_t len = s.end_ns - s.start_ns;
+    r.gpu_idle_ns = len > covered ? len - covered : 0;
+    r.device_known = true;
+  }
+
+  static int on_event(void* ctx, void* data, size_t size) {
+    auto* self = static_cast<GpuCommSource*>(ctx);
+    if (size < sizeof(strata_api_event)) return 0;
+    strata_api_event e;
+    std::memcpy(&e, data, sizeof e);
+    if (e.type != STRATA_EV_API) return 0;
+    size_t need = sizeof e + e.ustack_len * sizeof(bpf_stack_build_id);
+    if (need > size) return 0;  // lengths are checked, never trusted
+    self->handle(e, static_cast<const uint8_t*>(data) + sizeof e);
+    return 0;
+  }
+
+  void handle(const strata_api_event& e, const uint8_t* stack) {
+    auto& st = proc(e.pid);
+    auto& agg = api_window_[{e.pid, e.api}];
+    agg.first += 1;
+    agg.second += e.exit_ns > e.enter_ns ? e.exit_ns - e.enter_ns : 0;
+    const __u64* a = e.args;
+    switch (e.api) {
+      case STRATA_API_NCCL_COMM_INIT_RANK:
+      case STRATA_API_NCCL_COMM_INIT_RANK_CONFIG: {
+        if (!(e.flags & STRATA_API_F_HAS_OUT) || e.ret != 0) return;
+        CommState c;
+        c.id = (e.flags & STRATA_API_F_HAS_ID) ? comm_id_of(e.nccl_id, sizeof e.nccl_id) : "";
+        c.nranks = static_cast<int>(a[1]);
+        c.rank = static_cast<int>(a[2]);  // rdx: the id (128 bytes) went on the stack
+        st.comms[e.out] = c;
+        new_comms_.push_back({e.pid, e.out, c.id, c.rank, c.nranks, e.exit_ns});
+        return;
+      }
+      case STRATA_API_NCCL_COMM_DESTROY:
+        st.comms.erase(a[0]);
+        return;
+      case STRATA_API_CUDA_SET_DEVICE:
+        if (e.ret == 0) st.device = static_cast<int>(a[0]);
+        return;
+      case STRATA_API_CUDA_STREAM_SYNCHRONIZE:
+      case STRATA_API_CUDA_DEVICE_SYNCHRONIZE:
+      case STRATA_API_CUDA_EVENT_SYNCHRONIZE:
+        // Work enqueued before the sync started is done when it returns.
+        for (auto& p : st.inflight) {
+          bool same_stream = e.api != STRATA_API_CUDA_STREAM_SYNCHRONIZE || p.rec.stream == a[0];
+          if (!p.sync_done_ns && same_stream && p.rec.exit_ns <= e.enter_ns) p.sync_done_ns = e.exit_ns;
+        }
+        return;
+      case STRATA_API_CUDA_LAUNCH_KERNEL:
+      case STRATA_API_CUDA_MEMCPY_ASYNC:
+        on_launch(st, e, stack);
+        return;
+      default:
+        break;
+    }
+    if (!api_is_collective(e.api)) return;
+    PendingCollective p;
+    auto& r = p.rec;
+    r.pid = e.pid;
+    r.tid = e.tid;
+    r.op = api_collective_op(e.api);
+    r.enter_ns = e.enter_ns;
+    r.exit_ns = e.exit_ns;
+    r.ret = static_cast<int>(e.ret);
+    if (e.api >= STRATA_API_GLOO_ALLREDUCE) {
+      r.library = "gloo";
+      r.seq = ++st.gloo_seq[e.api];
+      r.ret = 0;  // gloo's functions return void
+    } else {
+      r.library = "nccl";
+      uint64_t comm = 0;
+      // Argument positions per the NCCL 2.28 signatures (nccl.h).
+      switch (e.api) {
+        case STRATA_API_NCCL_ALLREDUCE:
+        case STRATA_API_NCCL_REDUCESCATTER:  // (send, recv, count, dtype, op, comm, stream)
+          r.count = a[2]; r.dtype = static_cast<int>(a[3]); r.redop = static_cast<int>(a[4]);
+          comm = a[5]; r.stream = a[6];
+          break;
+        case STRATA_API_NCCL_ALLGATHER:  // (send, recv, sendcount, dtype, comm, stream)
+          r.count = a[2]; r.dtype = static_cast<int>(a[3]); comm = a[4]; r.stream = a[5];
+          break;
+        case STRATA_API_NCCL_BROADCAST:  // (send, recv, count, dtype, root, comm, stream)
+          r.count = a[2]; r.dtype = static_cast<int>(a[3]); r.peer = static_cast<int>(a[4]);
+          comm = a[5]; r.stream = a[6];
+          break;
+        case STRATA_API_NCCL_REDUCE:  // (send, recv, count, dtype, op, root, comm, stream)
+          r.count = a[2]; r.dtype = static_cast<int>(a[3]); r.redop = static_cast<int>(a[4]);
+          r.peer = static_cast<int>(a[5]); comm = a[6]; r.stream = a[7];
+          break;
+        case STRATA_API_NCCL_SEND:
+        case STRATA_API_NCCL_RECV:  // (buf, count, dtype, peer, comm, stream)
+          r.count = a[1]; r.dtype = static_cast<int>(a[2]); r.peer = static_cast<int>(a[3]);
+          comm = a[4]; r.stream = a[5];
+          break;
+      }
+      r.bytes = r.count * nccl_dtype_size(r.dtype);
+      r.comm_handle = comm;
+      auto it = st.comms.find(comm);
+      if (it != st.comms.end()) {
+        r.comm_id = it->second.id;
+        r.seq = ++it->second.seq;
+      } else {
+        // A communicator created before we attached: sequence numbers count from here.
+        auto& c = st.comms[comm];
+        r.seq = ++c.seq;
+      }
+    }
+    st.inflight.push_back(std::move(p));
+  }
+
+  struct LaunchKey {
+    uint32_t pid, tid;
+    std::string kernel;
+    uint32_t stack;
+    bool operator<(const LaunchKey& o) const {
+      return std::tie(pid, tid, kernel, stack) < std::tie(o.pid, o.tid, o.kernel, o.stack);
+    }
+  };
+
+  void on_launch(ProcState& st, const strata_api_event& e, const uint8_t* stack) {
+    ++launch_hits_;
+    ++burst_hits_;
+    std::string kernel = e.api == STRATA_API_CUDA_MEMCPY_ASYNC ? "[memcpy]" : kernel_name(st, e.args[0], "");
+    SampleEvent se;
+    se.pid = e.pid;
+    se.tid = e.tid;
+    for (unsigned i = 0; i < e.ustack_len; ++i) {
+      bpf_stack_build_id f;
+      std::memcpy(&f, stack + i * sizeof f, sizeof f);
+      if (f.status == BPF_STACK_BUILD_ID_EMPTY) break;
+      RawUserFrame u;
+      u.has_build_id = f.status == BPF_STACK_BUILD_ID_VALID;
+      if (u.has_build_id) std::memcpy(u.build_id.data(), f.build_id, u.build_id.size());
+      u.offset_or_ip = u.has_build_id ? f.offset : f.ip;
+      se.ustack.push_back(u);
+    }
+    Stack s;
+    if (env_.normalizer) env_.normalizer->normalize(se, s);
+    std::string key;
+    for (const auto& f : s) key += f.build_id + f.module + std::to_string(f.offset) + ";";
+    auto [it, inserted] = launch_stack_index_.emplace(key, static_cast<uint32_t>(launch_stacks_.size()));
+    if (inserted) launch_stacks_.push_back(std::move(s));
+    launch_window_[LaunchKey{e.pid, e.tid, kernel, it->second}] += 1;
+  }
+
+  GpuCommOptions opts_;
+  SourceEnv env_;
+  gpu_comm_bpf* skel_ = nullptr;
+  ring_buffer* ring_ = nullptr;
+  int64_t mono_to_unix_ = 0;
+  std::unique_ptr<symbolize::Symbolizer> symbolizer_ = symbolize::make_caching_symbolizer();
+
+  std::map<uint32_t, ProcState> procs_;
+  std::map<std::string, AttachedFile> files_;          // by dev:inode
+  std::map<std::string, std::string> file_paths_;
+  std::set<std::string> rejected_;                     // files that are no runtime
+  std::map<uint32_t, std::set<std::string>> st_files_; // pid -> file keys
+
+  std::vector<store::CommunicatorRecord> new_comms_;
+  std::vector<store::DeviceActivity> device_window_;
+  std::map<std::pair<uint32_t, uint32_t>, std::pair<uint64_t, uint64_t>> api_window_;  // calls, ns
+  std::map<LaunchKey, uint64_t> launch_window_;
+  std::vector<Stack> launch_stacks_;
+  std::unordered_map<std::string, uint32_t> launch_stack_index_;
+
+  bool in_burst_ = false;
+  uint64_t next_burst_ = 0, burst_start_ = 0, burst_end_ = 0, burst_hits_ = 0;
+  uint64_t bursts_ = 0, launch_hits_ = 0, attach_errors_ = 0;
+  uint64_t timeline_lost_ = 0, device_records_summarized_ = 0;
+};
+
+}  // namespace
+
+Result<std::unique_ptr<Source>> start_gpu_comm_source(const GpuCommOptions& opts, const SourceEnv& env) {
+  auto s = std::make_unique<GpuCommSource>(opts, env);
+  if (auto st = s->init(); !st) return st.error();
+  return std::unique_ptr<Source>(std::move(s));
+}
+
+}  // namespace strata::agent

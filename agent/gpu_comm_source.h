@@ -1,0 +1,30 @@
+// The GPU and communication layers of a watched process (DESIGN §3): probes on the CUDA runtime,
+// NCCL and gloo APIs it maps (attached when a library appears, detached when the last user goes),
+// the GPU timing source for device-side times, step detection from the collective pattern, and a
+// bounded flight recorder of raw records.
+#pragma once
+
+#include <memory>
+
+#include "agent/source.h"
+#include "agent/sources.h"
+#include "common/result.h"
+
+namespace strata::agent {
+
+struct GpuCommOptions {
+  bool gpu = true;   // CUDA probes + GPU timing source
+  bool comm = true;  // NCCL / gloo probes
+  // Launch probes (hot: a uprobe costs µs) are attached in bursts sized so that
+  // hits x cost stays under this share of one CPU.
+  double launch_budget_cpu = 0.0005;
+  double uprobe_cost_us = 15;          // this VM: 6-25 µs per hit; bare metal 1-2 µs
+  double burst_s = 0.2;
+  double min_burst_period_s = 1;
+  double max_burst_period_s = 60;
+  size_t max_device_records_per_window = 20000;  // per process; beyond: summarized, counted
+};
+
+Result<std::unique_ptr<Source>> start_gpu_comm_source(const GpuCommOptions& opts, const SourceEnv& env);
+
+}  // namespace strata::agent

@@ -1,0 +1,129 @@
+#include "agent/runtimes/runtimes.h"
+
+#include "symbolize/exports.h"
+
+namespace strata::agent {
+
+const char* runtime_name(RuntimeKind k) {
+  switch (k) {
+    case RuntimeKind::kCudaRuntime: return "cuda-runtime";
+    case RuntimeKind::kCudaDriver: return "cuda-driver";
+    case RuntimeKind::kNccl: return "nccl";
+    case RuntimeKind::kGloo: return "gloo";
+  }
+  return "?";
+}
+
+const std::vector<RuntimeSpec>& runtime_specs() {
+  static const std::vector<RuntimeSpec> specs = {
+      {RuntimeKind::kNccl,
+       {"ncclAllReduce", "ncclCommInitRank"},
+       {
+           {{"ncclAllReduce", "pncclAllReduce"}, STRATA_API_NCCL_ALLREDUCE, false},
+           {{"ncclAllGather", "pncclAllGather"}, STRATA_API_NCCL_ALLGATHER, false},
+           {{"ncclReduceScatter", "pncclReduceScatter"}, STRATA_API_NCCL_REDUCESCATTER, false},
+           {{"ncclBroadcast", "pncclBroadcast"}, STRATA_API_NCCL_BROADCAST, false},
+           {{"ncclReduce", "pncclReduce"}, STRATA_API_NCCL_REDUCE, false},
+           {{"ncclSend", "pncclSend"}, STRATA_API_NCCL_SEND, false},
+           {{"ncclRecv", "pncclRecv"}, STRATA_API_NCCL_RECV, false},
+           {{"ncclGroupStart", "pncclGroupStart"}, STRATA_API_NCCL_GROUP_START, false},
+           {{"ncclGroupEnd", "pncclGroupEnd"}, STRATA_API_NCCL_GROUP_END, false},
+           {{"ncclCommInitRank", "pncclCommInitRank"}, STRATA_API_NCCL_COMM_INIT_RANK, false},
+           {{"ncclCommInitRankConfig", "pncclCommInitRankConfig"}, STRATA_API_NCCL_COMM_INIT_RANK_CONFIG, false},
+           {{"ncclCommDestroy", "pncclCommDestroy"}, STRATA_API_NCCL_COMM_DESTROY, false},
+           {{"ncclGetVersion", "pncclGetVersion"}, STRATA_API_NCCL_GET_VERSION, false},
+       }},
+      {RuntimeKind::kCudaRuntime,
+       {"cudaLaunchKernel", "cudaStreamSynchronize"},
+       {
+           {{"cudaLaunchKernel"}, STRATA_API_CUDA_LAUNCH_KERNEL, true},
+           {{"cudaLaunchKernel_ptsz"}, STRATA_API_CUDA_LAUNCH_KERNEL, true},
+           {{"cudaMemcpyAsync"}, STRATA_API_CUDA_MEMCPY_ASYNC, true},
+           {{"cudaStreamSynchronize"}, STRATA_API_CUDA_STREAM_SYNCHRONIZE, false},
+           {{"cudaDeviceSynchronize"}, STRATA_API_CUDA_DEVICE_SYNCHRONIZE, false},
+           {{"cudaEventSynchronize"}, STRATA_API_CUDA_EVENT_SYNCHRONIZE, false},
+           {{"cudaSetDevice"}, STRATA_API_CUDA_SET_DEVICE, false},
+           {{"cudaGetDeviceCount"}, STRATA_API_CUDA_GET_DEVICE_COUNT, false},
+       }},
+      {RuntimeKind::kGloo,
+       {"_ZN4gloo9allreduceERKNS_16AllreduceOptionsE"},
+       {
+           {{"_ZN4gloo9allreduceERKNS_16AllreduceOptionsE"}, STRATA_API_GLOO_ALLREDUCE, false},
+           {{"_ZN4gloo9allgatherERNS_16AllgatherOptionsE"}, STRATA_API_GLOO_ALLGATHER, false},
+           {{"_ZN4gloo9broadcastERNS_16BroadcastOptionsE"}, STRATA_API_GLOO_BROADCAST, false},
+           {{"_ZN4gloo7barrierERNS_14BarrierOptionsE"}, STRATA_API_GLOO_BARRIER, false},
+       }},
+  };
+  return specs;
+}
+
+Result<std::vector<RuntimeFile>> recognize_runtimes(const std::string& path) {
+  auto exports = symbolize::read_exported_functions(path);
+  if (!exports) return exports.error();
+  std::vector<RuntimeFile> found;
+  for (const auto& spec : runtime_specs()) {
+    bool match = true;
+    for (const char* sym : spec.signature) match = match && exports->file_offset.count(sym);
+    if (!match) continue;
+    RuntimeFile rf{spec.kind, path, exports->build_id, {}};
+    for (const auto& probe : spec.probes) {
+      for (const char* sym : probe.symbols) {
+        auto it = exports->file_offset.find(sym);
+        if (it == exports->file_offset.end()) continue;
+        rf.probes.push_back({probe.api, sym, it->second, probe.hot});
+        break;
+      }
+    }
+    found.push_back(std::move(rf));
+  }
+  return found;
+}
+
+const char* api_name(uint32_t api) {
+  switch (api) {
+    case STRATA_API_NCCL_ALLREDUCE: return "ncclAllReduce";
+    case STRATA_API_NCCL_ALLGATHER: return "ncclAllGather";
+    case STRATA_API_NCCL_REDUCESCATTER: return "ncclReduceScatter";
+    case STRATA_API_NCCL_BROADCAST: return "ncclBroadcast";
+    case STRATA_API_NCCL_REDUCE: return "ncclReduce";
+    case STRATA_API_NCCL_SEND: return "ncclSend";
+    case STRATA_API_NCCL_RECV: return "ncclRecv";
+    case STRATA_API_NCCL_GROUP_START: return "ncclGroupStart";
+    case STRATA_API_NCCL_GROUP_END: return "ncclGroupEnd";
+    case STRATA_API_NCCL_COMM_INIT_RANK: return "ncclCommInitRank";
+    case STRATA_API_NCCL_COMM_INIT_RANK_CONFIG: return "ncclCommInitRankConfig";
+    case STRATA_API_NCCL_COMM_DESTROY: return "ncclCommDestroy";
+    case STRATA_API_NCCL_GET_VERSION: return "ncclGetVersion";
+    case STRATA_API_CUDA_LAUNCH_KERNEL: return "cudaLaunchKernel";
+    case STRATA_API_CUDA_MEMCPY_ASYNC: return "cudaMemcpyAsync";
+    case STRATA_API_CUDA_STREAM_SYNCHRONIZE: return "cudaStreamSynchronize";
+    case STRATA_API_CUDA_DEVICE_SYNCHRONIZE: return "cudaDeviceSynchronize";
+    case STRATA_API_CUDA_EVENT_SYNCHRONIZE: return "cudaEventSynchronize";
+    case STRATA_API_CUDA_SET_DEVICE: return "cudaSetDevice";
+    case STRATA_API_CUDA_GET_DEVICE_COUNT: return "cudaGetDeviceCount";
+    case STRATA_API_GLOO_ALLREDUCE: return "gloo::allreduce";
+    case STRATA_API_GLOO_ALLGATHER: return "gloo::allgather";
+    case STRATA_API_GLOO_BROADCAST: return "gloo::broadcast";
+    case STRATA_API_GLOO_REDUCE_SCATTER: return "gloo::reduce_scatter";
+    case STRATA_API_GLOO_BARRIER: return "gloo::barrier";
+    default: return "unknown";
+  }
+}
+
+const char* api_collective_op(uint32_t api) {
+  switch (api) {
+    case STRATA_API_NCCL_ALLREDUCE: case STRATA_API_GLOO_ALLREDUCE: return "allreduce";
+    case STRATA_API_NCCL_ALLGATHER: case STRATA_API_GLOO_ALLGATHER: return "allgather";
+    case STRATA_API_NCCL_REDUCESCATTER: case STRATA_API_GLOO_REDUCE_SCATTER: return "reducescatter";
+    case STRATA_API_NCCL_BROADCAST: case STRATA_API_GLOO_BROADCAST: return "broadcast";
+    case STRATA_API_NCCL_REDUCE: return "reduce";
+    case STRATA_API_NCCL_SEND: return "send";
+    case STRATA_API_NCCL_RECV: return "recv";
+    case STRATA_API_GLOO_BARRIER: return "barrier";
+    default: return "";
+  }
+}
+
+bool api_is_collective(uint32_t api) { return *api_collective_op(api) != '\0'; }
+
+}  // namespace strata::agent
