@@ -118,16 +118,16 @@ void pin_process(pid_t pid, int cpu) {
 }
 
 // A CPU-bound process named strata-hog, pinned to `cpu`; dies with the sim.
-pid_t spawn_hog(int cpu) {
+pid_t spawn_hog(int cpu, int nice) {
   pid_t parent = ::getpid();
   pid_t pid = ::fork();
   if (pid != 0) return pid;
   ::prctl(PR_SET_NAME, "strata-hog", 0, 0, 0);
   ::prctl(PR_SET_PDEATHSIG, SIGKILL, 0, 0, 0);
   if (::getppid() != parent) ::_exit(0);
-  // A noisy neighbour of higher priority (a backup, a log shipper at nice -10): the rank's short
-  // CPU bursts cannot hide behind the scheduler's wake-up credit.
-  ::setpriority(PRIO_PROCESS, 0, -10);
+  // A noisy neighbour of somewhat higher priority (nice -5, a backup or a log shipper): the
+  // rank's short CPU bursts cannot hide behind the scheduler's wake-up credit.
+  ::setpriority(PRIO_PROCESS, 0, nice);
   cpu_set_t set;
   CPU_ZERO(&set);
   CPU_SET(cpu, &set);
@@ -327,7 +327,7 @@ Status FaultInjector::activate(pid_t culprit_pid) {
         if (static_cast<int>(r) == f.rank) pin_process(rank_pids_[r], cpu);
         else if (ncpu_ >= 2) pin_process(rank_pids_[r], static_cast<int>(r) % (ncpu_ - 1));
       }
-      for (int i = 0; i < static_cast<int>(f.param("hogs")); ++i) hogs_.push_back(spawn_hog(cpu));
+      for (int i = 0; i < static_cast<int>(f.param("hogs")); ++i) hogs_.push_back(spawn_hog(cpu, static_cast<int>(-f.param("priority"))));
       details_["cpu"] = std::to_string(cpu);
       return {};
     }

@@ -404,6 +404,9 @@ class Sim {
     drain();
   }
 
+  // Step 0 warms up (connections, first allocations): out of the baseline when there is more.
+  static int baseline_from(int fault_from) { return fault_from > 1 ? 1 : 0; }
+
   void print_header() {
     const FaultSpec& f = opts_.fault;
     std::printf("strata-sim: %d ranks x %d steps (%s, %s ranks)", opts_.ranks, opts_.steps, opts_.mode.c_str(),
@@ -424,7 +427,7 @@ class Sim {
     double lo = 1e30, hi = 0;
     for (const auto& r : ranks_) {
       Means m = means(r, from, opts_.steps);
-      Means b = means(r, 0, from);
+      Means b = means(r, baseline_from(from), from);
       std::printf("%-5d %-8d %6zu %9.1f %9.1f %11.1f %9.1f", r.rank, r.pid, r.steps.size(), m.step, m.load,
                   m.compute, m.comm);
       if (b.n > 0) std::printf("   (baseline %.1f)", b.step);
@@ -474,7 +477,7 @@ class Sim {
     int from = f.kind == FaultKind::kNone ? 0 : f.start_step;
     for (size_t i = 0; i < ranks_.size(); ++i) {
       const Rank& r = ranks_[i];
-      Means m = means(r, from, opts_.steps), b = means(r, 0, from);
+      Means m = means(r, from, opts_.steps), b = means(r, baseline_from(from), from);
       o << "    {\"rank\": " << r.rank << ", \"pid\": " << r.pid << ", \"steps_done\": " << r.steps.size()
         << ", \"fault_window\": {\"step_ms\": " << num(m.step) << ", \"load_ms\": " << num(m.load)
         << ", \"compute_ms\": " << num(m.compute) << ", \"comm_ms\": " << num(m.comm) << "}"
@@ -552,6 +555,8 @@ int main(int argc, char** argv) {
     std::fprintf(stderr, "strata-sim: %s\n", opts.error().message.c_str());
     return 1;
   }
+  // Marks every process this run starts (ranks, hogs), so leftovers can be found by tests.
+  ::setenv("STRATA_SIM_PID", std::to_string(::getpid()).c_str(), 1);
   Sim sim(*opts);
   return sim.run();
 }
