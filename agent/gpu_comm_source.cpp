@@ -20,6 +20,7 @@
 #include "agent/normalizer.h"
 #include "agent/proc_maps.h"
 #include "agent/process_info.h"
+#include "agent/runtimes/library_closure.h"
 #include "agent/runtimes/runtimes.h"
 #include "bpf/gpu_comm.skel.h"
 #include "symbolize/symbolizer.h"
@@ -105,6 +106,7 @@ struct ProcState {
   std::unordered_map<uint64_t, std::string> kernel_names;  // func address -> name
   std::set<std::string> mapped_files;            // runtime files this process maps
   uint64_t last_scan = 0;
+  uint64_t exec_mono = 0;
   int device = -1;
   FlightRing<store::CollectiveRecord> flight{4096};
   // Device busy intervals of the last minutes (monotonic): steps span windows.
@@ -157,6 +159,17 @@ class GpuCommSource final : public Source {
   void on_process(const store::ProcessInfo& p) override {
     auto& st = proc(p.pid);
     st.alive = true;
+    st.exec_mono = monotonic_now_ns();
+    // Attach to the runtimes the new image will load before it can call them: its DT_NEEDED
+    // closure, resolved as the loader will. Libraries loaded later (dlopen) are found by rescans.
+    std::string root = "/proc/" + std::to_string(p.pid) + "/root";
+    char exe[4096];
+    ssize_t n = readlink(("/proc/" + std::to_string(p.pid) + "/exe").c_str(), exe, sizeof exe - 1);
+    if (n > 0) {
+      exe[n] = '\0';
+      for (const auto& lib : library_closure(exe, process_env(p.pid, "LD_LIBRARY_PATH"), root))
+        consider_file(st, lib);
+    }
     scan(st);
   }
 
@@ -172,7 +185,9 @@ class GpuCommSource final : public Source {
     if (n < 0 && n != -EINTR) return Error::from_errno("polling the API ring buffer", -n);
     uint64_t now = monotonic_now_ns();
     for (auto& [pid, st] : procs_) {
-      if (st.alive && now - st.last_scan > 2 * kNs) scan(st);  // libraries loaded late (dlopen)
+      // Libraries loaded late (dlopen): often right after start, so look often at first.
+      uint64_t every = now - st.exec_mono < 3 * kNs ? kNs / 20 : 2 * kNs;
+      if (st.alive && now - st.last_scan > every) scan(st);
       read_timeline(st, now);
     }
     drive_bursts(now);
@@ -316,28 +331,33 @@ class GpuCommSource final : public Source {
     if (!maps) return;
     for (const auto& m : *maps) {
       if (!m.executable || m.path.empty() || m.path[0] != '/') continue;
-      if (st.mapped_files.count(m.path)) continue;
-      st.mapped_files.insert(m.path);
-      // Read through the process's root: the file may live in its container.
-      std::string path = "/proc/" + std::to_string(st.pid) + "/root" + m.path;
-      std::string key = file_key(path);
-      auto it = files_.find(key);
-      if (it == files_.end()) {
-        if (rejected_.count(key)) continue;
-        auto rts = recognize_runtimes(path);
-        if (!rts || rts->empty()) {
-          rejected_.insert(key);
-          continue;
-        }
-        AttachedFile f;
-        f.runtimes = std::move(*rts);
-        attach(f, path);
-        it = files_.emplace(key, std::move(f)).first;
-        file_paths_[key] = path;
-      }
-      it->second.users.insert(st.pid);
-      st_files_[st.pid].insert(key);
+      consider_file(st, m.path);
     }
+  }
+
+  // A file the process maps (or will map): attach to the runtimes it carries, once per file.
+  void consider_file(ProcState& st, const std::string& seen_path) {
+    if (st.mapped_files.count(seen_path)) return;
+    st.mapped_files.insert(seen_path);
+    // Read through the process's root: the file may live in its container.
+    std::string path = "/proc/" + std::to_string(st.pid) + "/root" + seen_path;
+    std::string key = file_key(path);
+    auto it = files_.find(key);
+    if (it == files_.end()) {
+      if (rejected_.count(key)) return;
+      auto rts = recognize_runtimes(path);
+      if (!rts || rts->empty()) {
+        rejected_.insert(key);
+        return;
+      }
+      AttachedFile f;
+      f.runtimes = std::move(*rts);
+      attach(f, path);
+      it = files_.emplace(key, std::move(f)).first;
+      file_paths_[key] = path;
+    }
+    it->second.users.insert(st.pid);
+    st_files_[st.pid].insert(key);
   }
 
   static std::string file_key(const std::string& path) {

@@ -48,6 +48,19 @@ uint64_t boot_time_unix_ns() {
 
 }  // namespace
 
+std::string process_env(uint32_t pid, const std::string& key) {
+  std::string env = read_file("/proc/" + std::to_string(pid) + "/environ");
+  std::string prefix = key + "=";
+  size_t pos = 0;
+  while (pos < env.size()) {
+    size_t end = env.find('\0', pos);
+    if (end == std::string::npos) end = env.size();
+    if (env.compare(pos, prefix.size(), prefix) == 0) return env.substr(pos + prefix.size(), end - pos - prefix.size());
+    pos = end + 1;
+  }
+  return "";
+}
+
 bool process_exists(uint32_t pid) { return pid > 0 && (kill(static_cast<pid_t>(pid), 0) == 0 || errno == EPERM); }
 
 uint64_t unix_now_ns() {

@@ -18,6 +18,9 @@ std::optional<uint64_t> process_cpu_ns(uint32_t pid);
 
 bool process_exists(uint32_t pid);
 
+// One variable of the process's environment ("" when unset or unreadable).
+std::string process_env(uint32_t pid, const std::string& key);
+
 // Wall clock (unix ns) and CLOCK_MONOTONIC (ns), for converting BPF timestamps.
 uint64_t unix_now_ns();
 uint64_t monotonic_now_ns();

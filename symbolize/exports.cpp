@@ -40,10 +40,14 @@ Result<ExportedFunctions> read_exported_functions(const std::string& path) {
       for (size_t i = 0; i < n; ++i) {
         GElf_Dyn dyn;
         if (!gelf_getdyn(data, static_cast<int>(i), &dyn)) break;
-        if (dyn.d_tag == DT_SONAME) {
-          const char* s = elf_strptr(elf, sh.sh_link, dyn.d_un.d_val);
-          if (s) out.soname = s;
-        }
+        if (dyn.d_tag != DT_SONAME && dyn.d_tag != DT_NEEDED && dyn.d_tag != DT_RPATH && dyn.d_tag != DT_RUNPATH)
+          continue;
+        const char* s = elf_strptr(elf, sh.sh_link, dyn.d_un.d_val);
+        if (!s) continue;
+        if (dyn.d_tag == DT_SONAME) out.soname = s;
+        if (dyn.d_tag == DT_NEEDED) out.needed.push_back(s);
+        if (dyn.d_tag == DT_RPATH) out.rpath = s;
+        if (dyn.d_tag == DT_RUNPATH) out.runpath = s;
       }
     }
     if (sh.sh_type != SHT_DYNSYM || sh.sh_entsize == 0) continue;

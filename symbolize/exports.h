@@ -5,6 +5,7 @@
 #include <cstdint>
 #include <string>
 #include <unordered_map>
+#include <vector>
 
 #include "common/result.h"
 
@@ -13,6 +14,8 @@ namespace strata::symbolize {
 struct ExportedFunctions {
   std::string build_id;
   std::string soname;                                      // DT_SONAME, when present
+  std::vector<std::string> needed;                         // DT_NEEDED, in order
+  std::string rpath, runpath;                              // DT_RPATH, DT_RUNPATH (raw, with $ORIGIN)
   std::unordered_map<std::string, uint64_t> file_offset;   // raw (mangled) name -> file offset
 };
 

@@ -1,5 +1,7 @@
 #include "agent/gpu/timeline_reader.h"
 
+#include "agent/process_info.h"
+
 #include <fcntl.h>
 #include <sys/mman.h>
 #include <sys/stat.h>
@@ -7,8 +9,6 @@
 
 #include <atomic>
 #include <cstring>
-#include <fstream>
-#include <sstream>
 
 namespace strata::agent {
 namespace {
@@ -66,22 +66,6 @@ class MappedTimeline final : public GpuTimingSource {
   uint64_t next_ = 0;
 };
 
-std::string env_of(uint32_t pid, const std::string& key) {
-  std::ifstream in("/proc/" + std::to_string(pid) + "/environ", std::ios::binary);
-  std::stringstream ss;
-  ss << in.rdbuf();
-  std::string env = ss.str();
-  std::string prefix = key + "=";
-  size_t pos = 0;
-  while (pos < env.size()) {
-    size_t end = env.find('\0', pos);
-    if (end == std::string::npos) end = env.size();
-    if (env.compare(pos, prefix.size(), prefix) == 0) return env.substr(pos + prefix.size(), end - pos - prefix.size());
-    pos = end + 1;
-  }
-  return "";
-}
-
 }  // namespace
 
 Result<std::unique_ptr<GpuTimingSource>> open_timeline_file(const std::string& path) {
@@ -111,7 +95,7 @@ Result<std::unique_ptr<GpuTimingSource>> open_timeline_file(const std::string& p
 Result<std::unique_ptr<GpuTimingSource>> open_timeline_for(uint32_t pid) {
   std::vector<std::string> dirs;
   for (const char* key : {"STRATA_TIMELINE_DIR", "STRATA_TESTBED_DIR"}) {
-    std::string d = env_of(pid, key);
+    std::string d = process_env(pid, key);
     if (!d.empty()) dirs.push_back(d);
   }
   dirs.push_back("/tmp/strata-timeline");
