@@ -106,37 +106,44 @@ std::string own_cgroup(const std::string& controller) {
   return "";
 }
 
-// Pins every thread of `pid` to `cpu`.
-void pin_process(pid_t pid, int cpu) {
+// Binds every thread of `pid` to `cpus`.
+void pin_process(pid_t pid, const std::vector<int>& cpus) {
   cpu_set_t set;
   CPU_ZERO(&set);
-  CPU_SET(cpu, &set);
+  for (int c : cpus) CPU_SET(c, &set);
   std::error_code ec;
   for (const auto& t : std::filesystem::directory_iterator("/proc/" + std::to_string(pid) + "/task", ec)) {
     ::sched_setaffinity(static_cast<pid_t>(std::atoi(t.path().filename().c_str())), sizeof(set), &set);
   }
 }
 
-// A CPU-bound process named strata-hog, pinned to `cpu`; dies with the sim.
+// A CPU-bound process named strata-hog, pinned to `cpu`: strata-sim re-executed as
+// `strata-hog __hog CPU NICE` (run_hog), so it has its own command line and environment.
 pid_t spawn_hog(int cpu, int nice) {
   pid_t parent = ::getpid();
   pid_t pid = ::fork();
   if (pid != 0) return pid;
-  ::prctl(PR_SET_NAME, "strata-hog", 0, 0, 0);
-  ::prctl(PR_SET_PDEATHSIG, SIGKILL, 0, 0, 0);
+  ::prctl(PR_SET_PDEATHSIG, SIGKILL, 0, 0, 0);  // kept across exec: dies with the sim
   if (::getppid() != parent) ::_exit(0);
-  // A noisy neighbour of somewhat higher priority (nice -5, a backup or a log shipper): the
-  // rank's short CPU bursts cannot hide behind the scheduler's wake-up credit.
-  ::setpriority(PRIO_PROCESS, 0, nice);
+  std::string c = std::to_string(cpu), n = std::to_string(nice);
+  ::execl("/proc/self/exe", "strata-hog", "__hog", c.c_str(), n.c_str(), static_cast<char*>(nullptr));
+  ::_exit(127);
+}
+
+}  // namespace
+
+[[noreturn]] void run_hog(int cpu, int nice) {
+  ::prctl(PR_SET_NAME, "strata-hog", 0, 0, 0);
   cpu_set_t set;
   CPU_ZERO(&set);
   CPU_SET(cpu, &set);
   ::sched_setaffinity(0, sizeof(set), &set);
+  // A noisy neighbour of somewhat higher priority (a backup, a log shipper): the rank's short
+  // CPU bursts cannot hide behind the scheduler's wake-up credit.
+  ::setpriority(PRIO_PROCESS, 0, nice);
   volatile double x = 1.0;
   for (;;) x = std::sqrt(x + 1.0);  // pure CPU: the contention is the point
 }
-
-}  // namespace
 
 FaultInjector::FaultInjector(const Options& opts, std::string run_dir, strata_gpu_state* gpus)
     : opts_(opts), run_dir_(std::move(run_dir)), gpus_(gpus) {
@@ -320,12 +327,13 @@ Status FaultInjector::activate(pid_t culprit_pid) {
   strata_gpu_device_state* dev = gpus_ ? &gpus_->dev[f.rank % STRATA_GPU_STATE_MAX_DEVICES] : nullptr;
   switch (f.kind) {
     case FaultKind::kCpuContention: {
-      // The culprit gets a CPU of its own, shared with the hogs only, so the contention is its
-      // alone (with 2 CPUs, ranks would otherwise share the hogs' CPU with the culprit).
+      // The culprit is bound to the hogs' CPU; its peers may use every other CPU (and that one
+      // too: with 2 CPUs, confining them to one would make them the victims).
       int cpu = ncpu_ >= 2 ? ncpu_ - 1 : 0;
+      std::vector<int> all;
+      for (int c = 0; c < ncpu_; ++c) all.push_back(c);
       for (size_t r = 0; r < rank_pids_.size(); ++r) {
-        if (static_cast<int>(r) == f.rank) pin_process(rank_pids_[r], cpu);
-        else if (ncpu_ >= 2) pin_process(rank_pids_[r], static_cast<int>(r) % (ncpu_ - 1));
+        pin_process(rank_pids_[r], static_cast<int>(r) == f.rank ? std::vector<int>{cpu} : all);
       }
       for (int i = 0; i < static_cast<int>(f.param("hogs")); ++i) hogs_.push_back(spawn_hog(cpu, static_cast<int>(-f.param("priority"))));
       details_["cpu"] = std::to_string(cpu);

@@ -73,6 +73,9 @@ class FaultInjector {
   std::vector<pid_t> rank_pids_;
 };
 
+// The hog process body (strata-sim __hog CPU NICE).
+[[noreturn]] void run_hog(int cpu, int nice);
+
 // A unique-ish tag for names of things this sim creates (netns, veth, cgroups): strata-<pid>.
 std::string sim_tag();
 

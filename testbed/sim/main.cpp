@@ -542,6 +542,7 @@ void usage(FILE* to) {
 int main(int argc, char** argv) {
   using namespace testbed::sim;
   std::vector<std::string> args(argv + 1, argv + argc);
+  if (args.size() == 3 && args[0] == "__hog") run_hog(std::atoi(args[1].c_str()), std::atoi(args[2].c_str()));
   if (args.empty() || args[0] == "-h" || args[0] == "--help") {
     usage(args.empty() ? stderr : stdout);
     return args.empty() ? 1 : 0;
