@@ -1,0 +1,168 @@
+#!/usr/bin/python3
+"""A real PyTorch DDP training job on the CPU (gloo), for Debian's python3 with python3-torch.
+
+    /usr/bin/python3 testbed/workloads/ddp_train.py --ranks 2 --steps 30 \
+        [--fault host-hotspot:rank=1,start_step=5,ms=40 | workload-imbalance:rank=1,factor=2 |
+         cpu-contention:rank=1,hogs=2] [--truth FILE.json]
+
+Spawns its ranks with torch.multiprocessing (RANK, WORLD_SIZE, MASTER_ADDR, MASTER_PORT in each
+rank's environment, as torchrun sets them), trains a small MLP, prints per-rank step times and
+writes the same ground-truth JSON as strata-sim. Kept small for a 2-core machine.
+"""
+import argparse
+import json
+import os
+import socket
+import sys
+import time
+
+import torch
+import torch.distributed as dist
+import torch.multiprocessing as mp
+
+LAYERS = {"host-hotspot": ("cpu", "host-hotspot", "slow_augment"),
+          "workload-imbalance": ("cpu", "workload-imbalance", "load_batch"),
+          "cpu-contention": ("os", "cpu-contention", "strata-hog")}
+
+
+def parse_fault(text, ranks, steps):
+    if text in ("", "none"):
+        return {"kind": "none"}
+    kind, _, rest = text.partition(":")
+    if kind not in LAYERS:
+        raise ValueError("unknown or unsupported fault kind '%s' (here: none, %s)" % (kind, ", ".join(LAYERS)))
+    f = {"kind": kind, "rank": None, "start_step": max(1, steps // 10), "ms": 40.0, "factor": 2.0, "hogs": 2}
+    for item in filter(None, rest.split(",")):
+        key, _, value = item.partition("=")
+        if key not in f or key == "kind":
+            raise ValueError("fault %s has no option '%s'" % (kind, key))
+        f[key] = float(value) if key in ("ms", "factor") else int(value)
+    if f["rank"] is None or not 0 <= f["rank"] < ranks:
+        raise ValueError("fault %s needs rank=R with R in 0..%d" % (kind, ranks - 1))
+    return f
+
+
+def load_batch(step, batch, scale):
+    g = torch.Generator().manual_seed(step)
+    n = int(batch * scale)
+    return torch.randn(n, 64, generator=g), torch.randint(0, 10, (n,), generator=g)
+
+
+def slow_augment(x, ms):
+    end = time.perf_counter() + ms / 1000.0
+    while time.perf_counter() < end:  # the hotspot: CPU work on the critical path
+        x = x * 1.0001
+    return x
+
+
+def forward(model, x):
+    return model(x)
+
+
+def backward(loss):
+    loss.backward()  # DDP all-reduces gradient buckets over gloo here
+
+
+def optimizer_step(opt):
+    opt.step()
+    opt.zero_grad()
+
+
+def rank_main(rank, world, steps, fault, port, queue):
+    os.environ.update(RANK=str(rank), LOCAL_RANK=str(rank), WORLD_SIZE=str(world),
+                      MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port))
+    torch.set_num_threads(1)
+    if fault["kind"] == "cpu-contention":
+        os.sched_setaffinity(0, {rank % os.cpu_count()})
+    dist.init_process_group("gloo", rank=rank, world_size=world)
+    torch.manual_seed(0)
+    model = torch.nn.parallel.DistributedDataParallel(torch.nn.Sequential(
+        torch.nn.Linear(64, 256), torch.nn.ReLU(), torch.nn.Linear(256, 256), torch.nn.ReLU(),
+        torch.nn.Linear(256, 10)), bucket_cap_mb=1)
+    opt = torch.optim.SGD(model.parameters(), lr=0.01)
+    culprit = fault.get("rank") == rank
+    for step in range(steps):
+        faulty = culprit and step >= fault.get("start_step", 1 << 30)
+        t0 = time.perf_counter()
+        scale = fault["factor"] if faulty and fault["kind"] == "workload-imbalance" else 1.0
+        x, y = load_batch(step, 256, scale)
+        if faulty and fault["kind"] == "host-hotspot":
+            x = slow_augment(x, fault["ms"])
+        t1 = time.perf_counter()
+        loss = torch.nn.functional.cross_entropy(forward(model, x), y)
+        backward(loss)
+        optimizer_step(opt)
+        t2 = time.perf_counter()
+        queue.put((rank, step, (t2 - t0) * 1000, (t1 - t0) * 1000))
+    dist.destroy_process_group()
+
+
+def free_port():
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def main():
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--ranks", type=int, default=2)
+    ap.add_argument("--steps", type=int, default=30)
+    ap.add_argument("--fault", default="none")
+    ap.add_argument("--truth", default="")
+    a = ap.parse_args()
+    try:
+        fault = parse_fault(a.fault, a.ranks, a.steps)
+    except ValueError as e:
+        print("ddp_train: %s" % e, file=sys.stderr)
+        return 1
+    hogs = []
+    if fault["kind"] == "cpu-contention":
+        import subprocess
+        cpu = fault["rank"] % os.cpu_count()
+        for _ in range(fault["hogs"]):
+            hogs.append(subprocess.Popen(["taskset", "-c", str(cpu), sys.executable, "-c",
+                                          "import ctypes;ctypes.CDLL(None).prctl(15,b'strata-hog',0,0,0)\nwhile True: pass"]))
+    ctx = mp.get_context("spawn")
+    queue = ctx.Queue()
+    port = free_port()
+    procs = [ctx.Process(target=rank_main, args=(r, a.ranks, a.steps, fault, port, queue)) for r in range(a.ranks)]
+    try:
+        for p in procs:
+            p.start()
+        stats = {r: [] for r in range(a.ranks)}
+        for _ in range(a.ranks * a.steps):
+            r, step, step_ms, load_ms = queue.get(timeout=300)
+            stats[r].append((step, step_ms, load_ms))
+        for p in procs:
+            p.join()
+    finally:
+        for h in hogs:
+            h.kill()
+            h.wait()
+        for p in procs:
+            if p.is_alive():
+                p.kill()
+    start = fault.get("start_step", 0) if fault["kind"] != "none" else 0
+    per_rank = []
+    for r in range(a.ranks):
+        win = [s for s in stats[r] if s[0] >= start] or stats[r]
+        m = lambda i: sum(s[i] for s in win) / len(win)
+        per_rank.append({"rank": r, "pid": procs[r].pid, "steps_done": len(stats[r]),
+                         "fault_window": {"step_ms": m(1), "load_ms": m(2)}})
+        print("rank %d pid %d step_ms %.1f load_ms %.1f" % (r, procs[r].pid, m(1), m(2)))
+    truth = {"ranks": a.ranks, "steps": a.steps, "program": "pytorch-ddp-gloo",
+             "pids": {str(r): procs[r].pid for r in range(a.ranks)}, "per_rank": per_rank,
+             "fault": {"kind": fault["kind"]}}
+    if fault["kind"] != "none":
+        layer, cause, culprit = LAYERS[fault["kind"]]
+        truth["fault"].update(rank=fault["rank"], layer=layer, cause=cause, culprit=culprit,
+                              start_step=fault["start_step"],
+                              params={k: fault[k] for k in ("ms", "factor", "hogs")})
+    if a.truth:
+        with open(a.truth, "w") as f:
+            json.dump(truth, f, indent=1)
+    return 0 if all(p.exitcode == 0 for p in procs) else 3
+
+
+if __name__ == "__main__":
+    sys.exit(main())
