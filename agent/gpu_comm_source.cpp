@@ -3,6 +3,7 @@
 #include <bpf/bpf.h>
 #include <bpf/libbpf.h>
 #include <sys/stat.h>
+#include <sys/syscall.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -117,12 +118,53 @@ struct ProcState {
   std::deque<Busy> recent_device;
 };
 
+// Probes attached to one file: either one uprobe_multi link fd per direction (one syscall for all
+// of a library's functions: fast enough to beat a process that calls ncclCommInitRank right after
+// start), or, on kernels without uprobe_multi, one perf-event link per function.
+struct ProbeSet {
+  std::vector<int> multi_fds;
+  std::vector<bpf_link*> links;
+  void destroy() {
+    for (int fd : multi_fds) close(fd);
+    for (auto* l : links) bpf_link__destroy(l);
+    multi_fds.clear();
+    links.clear();
+  }
+  bool empty() const { return multi_fds.empty() && links.empty(); }
+};
+
 struct AttachedFile {
   std::vector<RuntimeFile> runtimes;
-  std::vector<bpf_link*> links;      // always-on probes
-  std::vector<bpf_link*> hot_links;  // during a burst only
-  std::set<uint32_t> users;          // pids mapping it
+  ProbeSet always;               // always-on probes
+  ProbeSet hot;                  // during a burst only
+  std::set<uint32_t> users;      // pids mapping it
 };
+
+// Never called: its address is where the uprobe_multi feature probe attaches.
+__attribute__((noinline, used)) void uprobe_probe_target() { asm volatile(""); }
+
+constexpr int kBpfLinkCreate = 28;          // enum bpf_cmd
+constexpr uint32_t kUprobeMultiAttach = 48; // BPF_TRACE_UPROBE_MULTI
+constexpr uint32_t kUprobeMultiReturn = 1;  // BPF_F_UPROBE_MULTI_RETURN
+
+// BPF_LINK_CREATE for a uprobe_multi link, written against the kernel's union bpf_attr layout:
+// libbpf 1.1 (Debian 12) predates it.
+int link_create_uprobe_multi(int prog_fd, const std::string& path, const std::vector<uint64_t>& offsets,
+                             const std::vector<uint64_t>& cookies, bool ret) {
+  struct {
+    uint32_t prog_fd, target_fd, attach_type, flags;
+    uint64_t path, offsets, ref_ctr_offsets, cookies;
+    uint32_t cnt, multi_flags, pid, pad;
+  } attr{};
+  attr.prog_fd = static_cast<uint32_t>(prog_fd);
+  attr.attach_type = kUprobeMultiAttach;
+  attr.path = reinterpret_cast<uint64_t>(path.c_str());
+  attr.offsets = reinterpret_cast<uint64_t>(offsets.data());
+  attr.cookies = reinterpret_cast<uint64_t>(cookies.data());
+  attr.cnt = static_cast<uint32_t>(offsets.size());
+  attr.multi_flags = ret ? kUprobeMultiReturn : 0;
+  return static_cast<int>(syscall(__NR_bpf, kBpfLinkCreate, &attr, sizeof attr));
+}
 
 constexpr uint64_t kNs = 1'000'000'000ull;
 
@@ -133,25 +175,55 @@ class GpuCommSource final : public Source {
   ~GpuCommSource() override {
     ring_buffer__free(ring_);
     for (auto& [path, f] : files_) {
-      for (auto* l : f.links) bpf_link__destroy(l);
-      for (auto* l : f.hot_links) bpf_link__destroy(l);
+      f.always.destroy();
+      f.hot.destroy();
     }
     gpu_comm_bpf__destroy(skel_);
   }
 
   Status init() {
     setup_libbpf_logging();
-    skel_ = gpu_comm_bpf__open();
-    if (!skel_) return Error::from_errno("cannot open the GPU/comm BPF program", errno);
-    if (env_.targets_map_fd >= 0 && bpf_map__reuse_fd(skel_->maps.targets, env_.targets_map_fd) != 0)
-      return Error::from_errno("cannot share the watched-process map", errno);
-    if (int err = gpu_comm_bpf__load(skel_); err)
-      return Error::from_errno("cannot load the GPU/comm BPF program", -err);
+    // uprobe_multi where the kernel has it (6.6+), probed at run time, else classic uprobes.
+    if (auto st = load(true); !st || !probe_multi()) {
+      gpu_comm_bpf__destroy(skel_);
+      skel_ = nullptr;
+      multi_ = false;
+      if (auto st2 = load(false); !st2) return st2;
+    }
     ring_ = ring_buffer__new(bpf_map__fd(skel_->maps.api_events), &GpuCommSource::on_event, this, nullptr);
     if (!ring_) return Error::from_errno("cannot open the API ring buffer", errno);
     mono_to_unix_ = static_cast<int64_t>(unix_now_ns()) - static_cast<int64_t>(monotonic_now_ns());
     next_burst_ = monotonic_now_ns();
     return {};
+  }
+
+  Status load(bool multi) {
+    skel_ = gpu_comm_bpf__open();
+    if (!skel_) return Error::from_errno("cannot open the GPU/comm BPF program", errno);
+    if (env_.targets_map_fd >= 0 && bpf_map__reuse_fd(skel_->maps.targets, env_.targets_map_fd) != 0)
+      return Error::from_errno("cannot share the watched-process map", errno);
+    multi_ = multi;
+    if (multi) {
+      bpf_program__set_expected_attach_type(skel_->progs.api_enter, static_cast<bpf_attach_type>(kUprobeMultiAttach));
+      bpf_program__set_expected_attach_type(skel_->progs.api_exit, static_cast<bpf_attach_type>(kUprobeMultiAttach));
+    }
+    if (int err = gpu_comm_bpf__load(skel_); err)
+      return Error::from_errno("cannot load the GPU/comm BPF program", -err);
+    return {};
+  }
+
+  // Whether a uprobe_multi link can be made here (on a function of our own binary).
+  bool probe_multi() {
+    // A function of our own binary: no other process is touched by the test probe.
+    auto maps = read_proc_maps(static_cast<uint32_t>(getpid()));
+    uint64_t addr = reinterpret_cast<uint64_t>(&uprobe_probe_target);
+    const Mapping* m = maps ? find_mapping(*maps, addr) : nullptr;
+    if (!m) return false;
+    std::vector<uint64_t> off{addr - m->start + m->file_offset}, cookie{0};
+    int fd = link_create_uprobe_multi(bpf_program__fd(skel_->progs.api_enter), "/proc/self/exe", off, cookie, false);
+    if (fd < 0) return false;
+    close(fd);
+    return true;
   }
 
   std::string name() const override { return "gpu/comm"; }
@@ -299,6 +371,8 @@ class GpuCommSource final : public Source {
     out.emplace_back("gpu_comm.timeline_lost", static_cast<double>(timeline_lost_));
     out.emplace_back("gpu_comm.device_records_summarized", static_cast<double>(device_records_summarized_));
     out.emplace_back("gpu_comm.attached_files", static_cast<double>(files_.size()));
+    out.emplace_back("gpu_comm.attach_errors", static_cast<double>(attach_errors_));
+    out.emplace_back("gpu_comm.uprobe_multi", multi_ ? 1.0 : 0.0);
     uint64_t run_ns = 0;
     for (bpf_program* prog = bpf_object__next_program(skel_->obj, nullptr); prog;
          prog = bpf_object__next_program(skel_->obj, prog)) {
@@ -371,27 +445,50 @@ class GpuCommSource final : public Source {
     return opts_.gpu;
   }
 
-  bpf_link* attach_one(const std::string& path, const ResolvedProbe& p, bool ret) {
-    LIBBPF_OPTS(bpf_uprobe_opts, uo);
-    uo.bpf_cookie = p.api;
-    uo.retprobe = ret;
-    bpf_program* prog = ret ? skel_->progs.api_exit : skel_->progs.api_enter;
-    bpf_link* l = bpf_program__attach_uprobe_opts(prog, -1, path.c_str(), p.file_offset, &uo);
-    if (!l) ++attach_errors_;
-    return l;
+  // Attaches entry and return probes for `probes` of one file.
+  ProbeSet attach_probes(const std::string& path, const std::vector<ResolvedProbe>& probes) {
+    ProbeSet set;
+    if (probes.empty()) return set;
+    if (multi_) {
+      std::vector<uint64_t> offsets, cookies;
+      for (const auto& p : probes) {
+        offsets.push_back(p.file_offset);
+        cookies.push_back(p.api);
+      }
+      for (bool ret : {false, true}) {
+        int prog = bpf_program__fd(ret ? skel_->progs.api_exit : skel_->progs.api_enter);
+        int fd = link_create_uprobe_multi(prog, path, offsets, cookies, ret);
+        if (fd >= 0) set.multi_fds.push_back(fd);
+        else ++attach_errors_;
+      }
+      return set;
+    }
+    for (const auto& p : probes) {
+      for (bool ret : {false, true}) {
+        LIBBPF_OPTS(bpf_uprobe_opts, uo);
+        uo.bpf_cookie = p.api;
+        uo.retprobe = ret;
+        bpf_program* prog = ret ? skel_->progs.api_exit : skel_->progs.api_enter;
+        bpf_link* l = bpf_program__attach_uprobe_opts(prog, -1, path.c_str(), p.file_offset, &uo);
+        if (l) set.links.push_back(l);
+        else ++attach_errors_;
+      }
+    }
+    return set;
   }
 
-  void attach(AttachedFile& f, const std::string& path) {
+  std::vector<ResolvedProbe> probes_of(const AttachedFile& f, bool hot) const {
+    std::vector<ResolvedProbe> out;
     for (const auto& rf : f.runtimes) {
       if (!wanted(rf)) continue;
       for (const auto& p : rf.probes) {
-        if (p.hot) continue;  // bursts only
-        for (bool ret : {false, true}) {
-          if (auto* l = attach_one(path, p, ret)) f.links.push_back(l);
-        }
+        if (p.hot == hot) out.push_back(p);
       }
     }
+    return out;
   }
+
+  void attach(AttachedFile& f, const std::string& path) { f.always = attach_probes(path, probes_of(f, false)); }
 
   void release_files(ProcState& st) {
     auto it = st_files_.find(st.pid);
@@ -401,8 +498,8 @@ class GpuCommSource final : public Source {
       if (f == files_.end()) continue;
       f->second.users.erase(st.pid);
       if (f->second.users.empty()) {  // last user gone: detach cleanly
-        for (auto* l : f->second.links) bpf_link__destroy(l);
-        for (auto* l : f->second.hot_links) bpf_link__destroy(l);
+        f->second.always.destroy();
+        f->second.hot.destroy();
         files_.erase(f);
         file_paths_.erase(key);
       }
@@ -416,10 +513,7 @@ class GpuCommSource final : public Source {
     if (!opts_.gpu) return;
     if (in_burst_) {
       if (now < burst_end_) return;
-      for (auto& [key, f] : files_) {
-        for (auto* l : f.hot_links) bpf_link__destroy(l);
-        f.hot_links.clear();
-      }
+      for (auto& [key, f] : files_) f.hot.destroy();
       in_burst_ = false;
       double secs = static_cast<double>(now - burst_start_) / 1e9;
       double rate = secs > 0 ? static_cast<double>(burst_hits_) / secs : 0;
@@ -432,18 +526,8 @@ class GpuCommSource final : public Source {
     if (now < next_burst_) return;
     bool any = false;
     for (auto& [key, f] : files_) {
-      for (const auto& rf : f.runtimes) {
-        if (!wanted(rf)) continue;
-        for (const auto& p : rf.probes) {
-          if (!p.hot) continue;
-          for (bool ret : {false, true}) {
-            if (auto* l = attach_one(file_paths_[key], p, ret)) {
-              f.hot_links.push_back(l);
-              any = true;
-            }
-          }
-        }
-      }
+      f.hot = attach_probes(file_paths_[key], probes_of(f, true));
+      any = any || !f.hot.empty();
     }
     if (!any) {
       next_burst_ = now + static_cast<uint64_t>(opts_.min_burst_period_s * 1e9);
@@ -774,6 +858,7 @@ class GpuCommSource final : public Source {
   std::vector<Stack> launch_stacks_;
   std::unordered_map<std::string, uint32_t> launch_stack_index_;
 
+  bool multi_ = false;
   bool in_burst_ = false;
   uint64_t next_burst_ = 0, burst_start_ = 0, burst_end_ = 0, burst_hits_ = 0;
   uint64_t bursts_ = 0, launch_hits_ = 0, attach_errors_ = 0;
