@@ -310,6 +310,9 @@ class Model:
 
 
 def train():
+    # Framework start-up before the first CUDA/NCCL call (imports, model construction), as real
+    # training processes have. Default 300 ms; STRATA_SIM_STARTUP_MS.
+    time.sleep(int(os.environ.get("STRATA_SIM_STARTUP_MS", "300")) / 1000.0)
     cuda(cudart.cudaSetDevice(LOCAL_RANK), "cudaSetDevice")
     compute, comm_stream = vp(), vp()
     cuda(cudart.cudaStreamCreateWithFlags(ctypes.byref(compute), STREAM_NON_BLOCKING), "cudaStreamCreate")

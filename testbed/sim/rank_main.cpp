@@ -255,6 +255,11 @@ int main() {
   constexpr long kLoadUnits = 1200;  // ~10 ms of CPU per step on this machine
   const double fwd_us = 5000 * scale, bwd_us = 10000 * scale, opt_us = 3000 * scale;
 
+  // Framework start-up before the first CUDA/NCCL call (imports, model construction), as real
+  // training processes have: PyTorch takes seconds here. Default 300 ms; STRATA_SIM_STARTUP_MS.
+  const int startup_ms = env_int("STRATA_SIM_STARTUP_MS", 300);
+  if (startup_ms > 0) ::usleep(static_cast<useconds_t>(startup_ms) * 1000u);
+
   CUDA_CHECK(cudaSetDevice(local_rank));
   cudaStream_t compute, comm_stream;
   CUDA_CHECK(cudaStreamCreateWithFlags(&compute, cudaStreamNonBlocking));
