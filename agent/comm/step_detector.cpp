@@ -40,40 +40,68 @@ bool StepDetector::period_matches(size_t begin) const {
   return true;
 }
 
-bool StepDetector::try_lock() {
+// Median gap before the calls of each phase of a candidate period P, over the calls from `start`.
+std::vector<uint64_t> StepDetector::phase_gaps(size_t start, size_t P) const {
+  std::vector<uint64_t> med(P, 0);
+  for (size_t j = 0; j < P; ++j) {
+    std::vector<uint64_t> gaps;
+    for (size_t i = start + j; i < calls_.size(); i += P) {
+      if (i == 0) continue;
+      const auto& prev = calls_[i - 1];
+      gaps.push_back(calls_[i].enter_ns > prev.done_ns ? calls_[i].enter_ns - prev.done_ns : 0);
+    }
+    if (gaps.empty()) continue;
+    std::nth_element(gaps.begin(), gaps.begin() + static_cast<long>(gaps.size() / 2), gaps.end());
+    med[j] = gaps[gaps.size() / 2];
+  }
+  return med;
+}
+
+bool StepDetector::try_lock(bool final) {
   const size_t n = calls_.size() - next_;
-  // Three repetitions before we believe a pattern: two could be chance.
+  // The shortest run of signatures that repeats three times (two could be chance).
   for (size_t p = 1; p <= std::min(kMaxPeriod, n / 3); ++p) {
     bool periodic = true;
     for (size_t i = calls_.size() - 2 * p; i < calls_.size() && periodic; ++i) {
       periodic = calls_[i].signature == calls_[i - p].signature;
     }
     if (!periodic) continue;
-    // Walk back to where the repetition starts.
     size_t start = calls_.size() - 3 * p;
     while (start > next_ && calls_[start - 1].signature == calls_[start - 1 + p].signature) --start;
-    // The boundary is the position with the largest typical gap before it.
-    size_t best = 0;
-    uint64_t best_gap = 0;
-    for (size_t j = 0; j < p; ++j) {
-      std::vector<uint64_t> gaps;
-      for (size_t i = start + j; i < calls_.size(); i += p) {
-        if (i == 0) continue;
-        const auto& prev = calls_[i - 1];
-        gaps.push_back(calls_[i].enter_ns > prev.done_ns ? calls_[i].enter_ns - prev.done_ns : 0);
+
+    // Identical calls (DDP buckets of one size) repeat with a shorter period than the step: a step
+    // is the multiple of p whose pattern has one dominant gap (data loading + forward).
+    size_t chosen = 0, boundary = 0;
+    bool undecided = false;
+    for (size_t k = 1; k <= kMaxMultiple && k * p <= kMaxPeriod; ++k) {
+      size_t P = k * p;
+      if (calls_.size() - start < 3 * P) {
+        undecided = true;
+        break;
       }
-      if (gaps.empty()) continue;
-      std::nth_element(gaps.begin(), gaps.begin() + static_cast<long>(gaps.size() / 2), gaps.end());
-      uint64_t med = gaps[gaps.size() / 2];
-      if (med > best_gap) {
-        best_gap = med;
-        best = j;
+      auto med = phase_gaps(start, P);
+      size_t j = static_cast<size_t>(std::max_element(med.begin(), med.end()) - med.begin());
+      uint64_t second = 0;
+      for (size_t i = 0; i < P; ++i) {
+        if (i != j) second = std::max(second, med[i]);
+      }
+      bool dominant = P > 1 && med[j] >= kMinBoundaryGapNs && med[j] >= 3 * second;
+      if (dominant) {
+        chosen = P;
+        boundary = j;
+        break;
       }
     }
-    size_t first = start + best;
+    if (!chosen) {
+      if (undecided && !final) return false;  // wait for more calls before deciding
+      chosen = p;                   // no timing structure: the signature period it is
+      auto med = phase_gaps(start, p);
+      boundary = static_cast<size_t>(std::max_element(med.begin(), med.end()) - med.begin());
+    }
+    size_t first = start + boundary;
     // Calls before the pattern (initial broadcasts, a partial step) end the time before step 1.
     for (size_t i = next_; i < first; ++i) last_end_ns_ = std::max(last_end_ns_, calls_[i].done_ns);
-    period_ = p;
+    period_ = chosen;
     next_ = first;
     locked_ = true;
     return true;
@@ -83,7 +111,7 @@ bool StepDetector::try_lock() {
 
 std::vector<DetectedStep> StepDetector::take_steps(bool final) {
   std::vector<DetectedStep> out;
-  if (!locked_ && !try_lock()) return out;
+  if (!locked_ && !try_lock(final)) return out;
   while (true) {
     size_t end = next_ + period_;
     if (end > calls_.size()) break;
@@ -94,7 +122,7 @@ std::vector<DetectedStep> StepDetector::take_steps(bool final) {
     if (!same) {
       // The pattern changed (evaluation, a new phase): find it again from here.
       locked_ = false;
-      if (!try_lock()) break;
+      if (!try_lock(final)) break;
       continue;
     }
     DetectedStep s;

@@ -42,10 +42,13 @@ class StepDetector {
 
   static constexpr size_t kMaxPeriod = 512;  // collectives per step we can recognize
   static constexpr size_t kMaxHistory = 8192;
+  static constexpr size_t kMaxMultiple = 8;             // step = up to 8 repeats of the shortest pattern
+  static constexpr uint64_t kMinBoundaryGapNs = 100'000;  // a step boundary gap is at least 100 µs
 
  private:
-  bool try_lock();
+  bool try_lock(bool final);
   bool period_matches(size_t begin) const;
+  std::vector<uint64_t> phase_gaps(size_t start, size_t period) const;
 
   uint64_t watch_start_ns_;
   std::vector<CollectiveCall> calls_;
