@@ -2,9 +2,12 @@
 #include <iomanip>
 #include <iostream>
 #include <map>
+#include <optional>
+#include <set>
 
 #include "cli/args.h"
 #include "cli/commands.h"
+#include "report/chrome_trace.h"
 #include "report/exporters.h"
 #include "store/store.h"
 
@@ -12,7 +15,7 @@ namespace strata::cli {
 
 namespace {
 const char* kReportHelp = R"(usage: strata report FILE.db [--rank R] [--pid P] [--tid T] [--kind oncpu|offcpu]
-                     [--format text|folded|pprof] [-o OUT]
+                     [--format text|folded|pprof|chrome-trace] [-o OUT]
 
 Prints or exports what a store holds.
 
@@ -20,10 +23,13 @@ formats:
   text      processes, the agent's own cost, and the top functions by self and total samples (default)
   folded    one line per stack, root first: "frame;frame;...;leaf COUNT" (flamegraph.pl input)
   pprof     gzipped profile.proto for go tool pprof, Pyroscope, Parca (written to -o, default profile.pb.gz)
+  chrome-trace  Trace Event JSON for Perfetto / chrome://tracing: a process per rank with its CPU
+            threads, GPU streams, communicators and steps (written to -o, default trace.json)
 
 filters:
   --rank R  only processes of training rank R      --pid P  only process P      --tid T  only thread T
 )";
+
 
 void print_text(store::Store& st, const report::Profile& p, std::ostream& out) {
   auto rec = st.latest_recording();
@@ -52,6 +58,46 @@ void print_text(store::Store& st, const report::Profile& p, std::ostream& out) {
   }
   out << "\n";
   report::write_top(p, out);
+}
+
+Result<report::TimelineData> load_timeline(store::Store& st, const store::ProfileFilter& f) {
+  report::TimelineData d;
+  auto procs = st.processes();
+  if (!procs) return procs.error();
+  // The rank filter picks processes; everything else filters by pid.
+  std::optional<std::set<uint32_t>> keep;
+  if (f.pid || f.rank) {
+    keep.emplace();
+    for (const auto& p : *procs) {
+      if ((f.pid && p.pid == *f.pid) || (f.rank && p.rank == *f.rank)) keep->insert(p.pid);
+    }
+  }
+  auto wanted = [&](uint32_t pid) { return !keep || keep->count(pid) > 0; };
+  d.processes = *procs;
+  auto comms = st.communicators();
+  auto colls = st.collectives();
+  auto dev = st.device_activity();
+  auto steps = st.steps();
+  auto threads = st.thread_windows();
+  auto counters = st.metrics("os.");
+  auto hz = st.sample_hz();
+  if (!comms) return comms.error();
+  if (!colls) return colls.error();
+  if (!dev) return dev.error();
+  if (!steps) return steps.error();
+  if (!threads) return threads.error();
+  if (!counters) return counters.error();
+  if (!hz) return hz.error();
+  for (auto& c : *comms) if (wanted(c.pid)) d.communicators.push_back(std::move(c));
+  for (auto& c : *colls) if (wanted(c.pid)) d.collectives.push_back(std::move(c));
+  for (auto& a : *dev) if (wanted(a.pid)) d.device.push_back(std::move(a));
+  for (auto& s : *steps) if (wanted(s.pid)) d.steps.push_back(std::move(s));
+  for (auto& t : *threads) {
+    if (wanted(t.pid)) d.threads.push_back({t.start_ns, t.end_ns, t.pid, t.tid, t.comm, t.samples});
+  }
+  for (auto& m : *counters) if (wanted(m.metric.pid)) d.counters.push_back(std::move(m));
+  d.sample_hz = *hz ? *hz : 99;
+  return d;
 }
 
 }  // namespace
@@ -94,11 +140,23 @@ int report_main(std::vector<std::string> argv) {
     }
   }
   if (file.empty()) return fail("report: which store? (strata report FILE.db)", 1);
-  if (format != "text" && format != "folded" && format != "pprof")
-    return fail("report: unknown format '" + format + "' (text, folded, pprof)", 1);
+  if (format != "text" && format != "folded" && format != "pprof" && format != "chrome-trace")
+    return fail("report: unknown format '" + format + "' (text, folded, pprof, chrome-trace)", 1);
 
   auto st = store::Store::open_sqlite(file, store::Store::Mode::kReadOnly);
   if (!st) return fail(st.error().message, 1);
+  if (format == "chrome-trace") {
+    if (output.empty()) output = "trace.json";
+    auto data = load_timeline(**st, filter);
+    if (!data) return fail(data.error().message, 1);
+    std::ofstream f(output);
+    if (!f) return fail("cannot write " + output, 1);
+    report::write_chrome_trace(*data, f);
+    f.flush();
+    if (!f) return fail("writing " + output + " failed", 1);
+    std::cerr << "strata: wrote " << output << " (open it in https://ui.perfetto.dev or chrome://tracing)\n";
+    return 0;
+  }
   auto profile = (*st)->load_profile(filter);
   if (!profile) return fail(profile.error().message, 1);
 

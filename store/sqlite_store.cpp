@@ -466,6 +466,37 @@ class SqliteStore final : public Store {
     return out;
   }
 
+  Result<std::vector<ThreadWindow>> thread_windows(std::optional<int64_t> rec) override {
+    std::string sql =
+        "SELECT w.start_ns, w.end_ns, sc.pid, sc.tid, sc.thread_comm, SUM(sc.value) FROM stack_counts sc"
+        " JOIN windows w ON w.id = sc.window_id WHERE sc.kind = 0";
+    if (rec) sql += " AND sc.recording_id=" + std::to_string(*rec);
+    sql += " GROUP BY sc.window_id, sc.pid, sc.tid, sc.thread_comm ORDER BY w.start_ns, sc.pid, sc.tid";
+    Stmt s(db_, sql.c_str());
+    std::vector<ThreadWindow> out;
+    int rc;
+    while ((rc = s.step()) == SQLITE_ROW) {
+      ThreadWindow t;
+      t.start_ns = static_cast<uint64_t>(s.i64(0));
+      t.end_ns = static_cast<uint64_t>(s.i64(1));
+      t.pid = static_cast<uint32_t>(s.i64(2));
+      t.tid = static_cast<uint32_t>(s.i64(3));
+      t.comm = s.text(4);
+      t.samples = static_cast<uint64_t>(s.i64(5));
+      out.push_back(std::move(t));
+    }
+    if (rc != SQLITE_DONE) return err("reading thread activity");
+    return out;
+  }
+
+  Result<unsigned> sample_hz(std::optional<int64_t> rec) override {
+    std::string sql = "SELECT MAX(sample_hz) FROM recordings";
+    if (rec) sql += " WHERE id=" + std::to_string(*rec);
+    Stmt s(db_, sql.c_str());
+    if (s.step() != SQLITE_ROW) return err("reading recordings");
+    return static_cast<unsigned>(s.is_null(0) ? 0 : s.i64(0));
+  }
+
   Result<std::vector<FrameRow>> unsymbolized_frames() override {
     Stmt s(db_, "SELECT id,kind,build_id,module,offset FROM frames WHERE function IS NULL AND kind IN (0,1)");
     std::vector<FrameRow> rows;

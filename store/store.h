@@ -201,6 +201,15 @@ class Store {
                                                               std::optional<uint32_t> pid = std::nullopt) = 0;
   virtual Result<std::vector<StepRecord>> steps(std::optional<int64_t> recording = std::nullopt,
                                                 std::optional<uint32_t> pid = std::nullopt) = 0;
+  struct ThreadWindow {
+    uint64_t start_ns = 0, end_ns = 0;
+    uint32_t pid = 0, tid = 0;
+    std::string comm;
+    uint64_t samples = 0;
+  };
+  // On-CPU samples per window and thread (the CPU thread tracks of a timeline).
+  virtual Result<std::vector<ThreadWindow>> thread_windows(std::optional<int64_t> recording = std::nullopt) = 0;
+  virtual Result<unsigned> sample_hz(std::optional<int64_t> recording = std::nullopt) = 0;
   // Metrics whose name starts with `prefix` ("" for all), in time order.
   virtual Result<std::vector<MetricRow>> metrics(const std::string& prefix,
                                                  std::optional<int64_t> recording = std::nullopt) = 0;

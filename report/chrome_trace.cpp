@@ -1,0 +1,210 @@
+#include "report/chrome_trace.h"
+
+#include <algorithm>
+#include <cstdio>
+#include <map>
+#include <set>
+
+namespace strata::report {
+namespace {
+
+// Pseudo thread ids for tracks that are not OS threads; far above any real tid.
+constexpr uint64_t kStepTrack = 4'000'000'000ull;
+constexpr uint64_t kStreamTrackBase = 4'100'000'000ull;
+constexpr uint64_t kCommTrackBase = 4'200'000'000ull;
+
+std::string json_escape(const std::string& s) {
+  std::string o;
+  o.reserve(s.size() + 2);
+  for (unsigned char c : s) {
+    switch (c) {
+      case '"': o += "\\\""; break;
+      case '\\': o += "\\\\"; break;
+      case '\n': o += "\\n"; break;
+      case '\t': o += "\\t"; break;
+      default:
+        if (c < 0x20) {
+          char b[8];
+          std::snprintf(b, sizeof b, "\\u%04x", c);
+          o += b;
+        } else {
+          o.push_back(static_cast<char>(c));
+        }
+    }
+  }
+  return o;
+}
+
+class Writer {
+ public:
+  Writer(std::ostream& out, uint64_t t0) : out_(out), t0_(t0) {}
+  void begin() { out_ << "{\"traceEvents\":[\n"; }
+  void end() { out_ << "\n],\"displayTimeUnit\":\"ms\"}\n"; }
+
+  void meta(const char* what, uint64_t pid, uint64_t tid, const std::string& name) {
+    sep();
+    out_ << "{\"ph\":\"M\",\"name\":\"" << what << "\",\"pid\":" << pid << ",\"tid\":" << tid
+         << ",\"args\":{\"name\":\"" << json_escape(name) << "\"}}";
+  }
+  void sort_index(const char* what, uint64_t pid, uint64_t tid, int64_t index) {
+    sep();
+    out_ << "{\"ph\":\"M\",\"name\":\"" << what << "\",\"pid\":" << pid << ",\"tid\":" << tid
+         << ",\"args\":{\"sort_index\":" << index << "}}";
+  }
+  // A complete event; `args` is a JSON object body without braces (may be empty).
+  void slice(uint64_t pid, uint64_t tid, const std::string& name, const char* cat, uint64_t start_ns,
+             uint64_t end_ns, const std::string& args) {
+    if (!start_ns || end_ns < start_ns) return;
+    sep();
+    out_ << "{\"ph\":\"X\",\"pid\":" << pid << ",\"tid\":" << tid << ",\"name\":\"" << json_escape(name)
+         << "\",\"cat\":\"" << cat << "\",\"ts\":" << us(start_ns) << ",\"dur\":" << dur_us(end_ns - start_ns)
+         << ",\"args\":{" << args << "}}";
+  }
+  void counter(uint64_t pid, const std::string& name, uint64_t ts_ns, const std::string& series, double v) {
+    if (!ts_ns) return;
+    sep();
+    char num[64];
+    std::snprintf(num, sizeof num, "%.6g", v);
+    out_ << "{\"ph\":\"C\",\"pid\":" << pid << ",\"tid\":0,\"name\":\"" << json_escape(name) << "\",\"ts\":" << us(ts_ns)
+         << ",\"args\":{\"" << json_escape(series) << "\":" << num << "}}";
+  }
+
+ private:
+  void sep() {
+    if (!first_) out_ << ",\n";
+    first_ = false;
+  }
+  std::string us(uint64_t ns) const {
+    uint64_t rel = ns > t0_ ? ns - t0_ : 0;
+    char b[40];
+    std::snprintf(b, sizeof b, "%llu.%03llu", static_cast<unsigned long long>(rel / 1000),
+                  static_cast<unsigned long long>(rel % 1000));
+    return b;
+  }
+  static std::string dur_us(uint64_t ns) {
+    char b[40];
+    std::snprintf(b, sizeof b, "%llu.%03llu", static_cast<unsigned long long>(ns / 1000),
+                  static_cast<unsigned long long>(ns % 1000));
+    return b;
+  }
+
+  std::ostream& out_;
+  uint64_t t0_;
+  bool first_ = true;
+};
+
+}  // namespace
+
+void write_chrome_trace(const TimelineData& d, std::ostream& out) {
+  uint64_t t0 = UINT64_MAX;
+  auto see = [&](uint64_t t) {
+    if (t && t < t0) t0 = t;
+  };
+  for (const auto& c : d.collectives) see(c.enter_ns);
+  for (const auto& a : d.device) see(a.start_ns);
+  for (const auto& s : d.steps) see(s.start_ns);
+  for (const auto& t : d.threads) see(t.start_ns);
+  for (const auto& m : d.counters) see(m.start_ns);
+  if (t0 == UINT64_MAX) t0 = 0;
+
+  Writer w(out, t0);
+  w.begin();
+  // Processes: named by rank, sorted by rank (processes that are no rank come after).
+  std::set<uint32_t> pids;
+  for (const auto& c : d.collectives) pids.insert(c.pid);
+  for (const auto& a : d.device) pids.insert(a.pid);
+  for (const auto& t : d.threads) pids.insert(t.pid);
+  for (const auto& s : d.steps) pids.insert(s.pid);
+  std::map<uint32_t, const store::ProcessInfo*> info;
+  for (const auto& p : d.processes) info[p.pid] = &p;
+  for (uint32_t pid : pids) {
+    auto it = info.find(pid);
+    std::string name = "pid " + std::to_string(pid);
+    int64_t order = 1'000'000 + pid;
+    if (it != info.end()) {
+      const auto& p = *it->second;
+      if (p.rank >= 0) {
+        name = "rank " + std::to_string(p.rank) + " (pid " + std::to_string(pid) + ", " + p.comm + ")";
+        order = p.rank;
+      } else {
+        name = p.comm + " (pid " + std::to_string(pid) + ")";
+      }
+    }
+    w.meta("process_name", pid, 0, name);
+    w.sort_index("process_sort_index", pid, 0, order);
+  }
+
+  // CPU threads: on-CPU share per window as a counter, named by thread.
+  std::set<std::pair<uint32_t, uint32_t>> named;
+  for (const auto& t : d.threads) {
+    double secs = static_cast<double>(t.end_ns - t.start_ns) / 1e9;
+    double share = secs > 0 && d.sample_hz ? static_cast<double>(t.samples) / (secs * d.sample_hz) : 0;
+    w.counter(t.pid, "on-CPU " + t.comm + " (" + std::to_string(t.tid) + ")", t.start_ns, "cpu", share);
+  }
+  // Host API calls of collectives on the calling thread.
+  for (const auto& c : d.collectives) {
+    if (named.insert({c.pid, c.tid}).second) w.meta("thread_name", c.pid, c.tid, "thread " + std::to_string(c.tid));
+    w.slice(c.pid, c.tid, c.library + " " + c.op, "api", c.enter_ns, c.exit_ns,
+            "\"seq\":" + std::to_string(c.seq) + ",\"bytes\":" + std::to_string(c.bytes));
+  }
+  // GPU streams.
+  std::map<std::pair<uint32_t, std::pair<int, uint64_t>>, uint64_t> stream_track;
+  for (const auto& a : d.device) {
+    auto key = std::make_pair(a.pid, std::make_pair(a.device, a.stream));
+    auto it = stream_track.find(key);
+    if (it == stream_track.end()) {
+      uint64_t tid = kStreamTrackBase + stream_track.size();
+      it = stream_track.emplace(key, tid).first;
+      char b[64];
+      std::snprintf(b, sizeof b, "GPU %d stream 0x%llx", a.device, static_cast<unsigned long long>(a.stream));
+      w.meta("thread_name", a.pid, tid, b);
+      w.sort_index("thread_sort_index", a.pid, tid, static_cast<int64_t>(tid - kStreamTrackBase + 10));
+    }
+    w.slice(a.pid, it->second, a.name, a.kind.c_str(), a.start_ns, a.end_ns,
+            "\"correlation\":" + std::to_string(a.correlation) + ",\"bytes\":" + std::to_string(a.bytes));
+  }
+  // Communicators: each collective's time on the device (or until completion was known).
+  std::map<std::pair<uint32_t, std::string>, uint64_t> comm_track;
+  std::map<std::pair<uint32_t, uint64_t>, const store::CommunicatorRecord*> comm_info;
+  for (const auto& c : d.communicators) comm_info[{c.pid, c.handle}] = &c;
+  for (const auto& c : d.collectives) {
+    std::string key = c.comm_id.empty() ? std::to_string(c.comm_handle) : c.comm_id;
+    auto it = comm_track.find({c.pid, key});
+    if (it == comm_track.end()) {
+      uint64_t tid = kCommTrackBase + comm_track.size();
+      it = comm_track.emplace(std::make_pair(c.pid, key), tid).first;
+      std::string name = c.library + " comm " + key;
+      auto ci = comm_info.find({c.pid, c.comm_handle});
+      if (ci != comm_info.end())
+        name += " (rank " + std::to_string(ci->second->rank) + "/" + std::to_string(ci->second->nranks) + ")";
+      w.meta("thread_name", c.pid, tid, name);
+      w.sort_index("thread_sort_index", c.pid, tid, static_cast<int64_t>(tid - kCommTrackBase + 5));
+    }
+    uint64_t s = c.device_start_ns ? c.device_start_ns : c.enter_ns;
+    uint64_t e = c.device_end_ns ? c.device_end_ns : c.exit_ns;
+    w.slice(c.pid, it->second, c.op, "collective", s, e,
+            "\"seq\":" + std::to_string(c.seq) + ",\"bytes\":" + std::to_string(c.bytes) + ",\"comm\":\"" +
+                json_escape(key) + "\",\"completion\":\"" + c.completion + "\"");
+  }
+  // Steps.
+  std::set<uint32_t> step_named;
+  for (const auto& s : d.steps) {
+    if (step_named.insert(s.pid).second) {
+      w.meta("thread_name", s.pid, kStepTrack, "steps");
+      w.sort_index("thread_sort_index", s.pid, kStepTrack, 0);
+    }
+    std::string args = "\"step\":" + std::to_string(s.step) + ",\"collective_ms\":" +
+                       std::to_string(static_cast<double>(s.collective_ns) / 1e6);
+    if (s.device_known) args += ",\"gpu_idle_ms\":" + std::to_string(static_cast<double>(s.gpu_idle_ns) / 1e6);
+    w.slice(s.pid, kStepTrack, "step " + std::to_string(s.step), "step", s.start_ns, s.end_ns, args);
+  }
+  // Per-window metrics of a process as counter tracks (OS layer, GPU).
+  for (const auto& m : d.counters) {
+    if (m.metric.pid == 0) continue;
+    std::string name = m.metric.name + (m.metric.label.empty() ? "" : " " + m.metric.label);
+    w.counter(m.metric.pid, name, m.start_ns, "value", m.metric.value);
+  }
+  w.end();
+}
+
+}  // namespace strata::report

@@ -1,0 +1,37 @@
+// Trace Event JSON (the chrome://tracing / Perfetto format): one process per rank, with tracks for
+// its CPU threads (on-CPU samples per window, host API calls), GPU streams (kernels, copies,
+// collective kernels), communicators (collectives), steps, and counter tracks for OS and GPU metrics.
+#pragma once
+
+#include <ostream>
+#include <string>
+#include <vector>
+
+#include "store/store.h"
+
+namespace strata::report {
+
+struct ThreadActivity {
+  uint64_t start_ns = 0, end_ns = 0;  // the window
+  uint32_t pid = 0, tid = 0;
+  std::string comm;
+  uint64_t samples = 0;
+};
+
+// Everything the timeline shows, already read from a store (times in unix ns).
+struct TimelineData {
+  std::vector<store::ProcessInfo> processes;
+  std::vector<store::CommunicatorRecord> communicators;
+  std::vector<store::CollectiveRecord> collectives;
+  std::vector<store::DeviceActivity> device;
+  std::vector<store::StepRecord> steps;
+  std::vector<ThreadActivity> threads;
+  std::vector<store::Store::MetricRow> counters;  // per-window metrics shown as counter tracks
+  unsigned sample_hz = 99;
+};
+
+// Writes {"traceEvents":[...],"displayTimeUnit":"ms"}; timestamps in µs from the earliest event.
+// With `pid` set, only that process.
+void write_chrome_trace(const TimelineData& data, std::ostream& out);
+
+}  // namespace strata::report
