@@ -76,12 +76,24 @@ int main(int argc, char** argv) {
   int opt;
   while ((opt = getopt(argc, argv, "n:t:c:o:g:")) != -1) {
     switch (opt) {
-      case 'n': batches = atol(optarg); break;
-      case 't': secs = atof(optarg); break;
-      case 'c': secs = atof(optarg); calibrate = 1; break;
-      case 'o': out = optarg; break;
-      case 'g': fifo = optarg; break;
-      default: return usage();
+      case 'n':
+        batches = atol(optarg);
+        break;
+      case 't':
+        secs = atof(optarg);
+        break;
+      case 'c':
+        secs = atof(optarg);
+        calibrate = 1;
+        break;
+      case 'o':
+        out = optarg;
+        break;
+      case 'g':
+        fifo = optarg;
+        break;
+      default:
+        return usage();
     }
   }
   if ((batches < 0) == (secs < 0)) return usage();
