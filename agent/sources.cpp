@@ -2,6 +2,7 @@
 
 #include <sstream>
 
+#include "agent/gpu/nvml_source.h"
 #include "agent/gpu_comm_source.h"
 
 namespace strata::agent {
@@ -38,6 +39,12 @@ Sources make_sources(const std::set<std::string>& layers, const SourceEnv& env) 
     auto src = start_gpu_comm_source(o, env);
     if (src) s.sources.push_back(std::move(*src));
     else s.warnings.push_back("GPU/communication layers are off: " + src.error().message);
+  }
+  if (layers.count("gpu")) {
+    // The node's GPUs through NVML: independent of the probes above, so either can run alone.
+    auto nvml = start_nvml_source(NvmlOptions{});
+    if (nvml) s.sources.push_back(std::move(*nvml));
+    else s.warnings.push_back("GPU metrics (NVML) are off: " + nvml.error().message);
   }
   return s;
 }
