@@ -57,6 +57,7 @@ void on_signal(int sig) {
 struct StepStat {
   int step;
   double step_ms, load_ms, compute_ms, comm_ms;
+  int collectives;  // collective calls the rank made in the step
 };
 
 struct Rank {
@@ -288,8 +289,8 @@ class Sim {
       r.partial.erase(0, pos + 1);
       StepStat s{};
       int rank_no = 0;
-      if (std::sscanf(line.c_str(), "step %d %d %lf %lf %lf %lf", &rank_no, &s.step, &s.step_ms, &s.load_ms,
-                      &s.compute_ms, &s.comm_ms) == 6) {
+      if (std::sscanf(line.c_str(), "step %d %d %lf %lf %lf %lf %d", &rank_no, &s.step, &s.step_ms, &s.load_ms,
+                      &s.compute_ms, &s.comm_ms, &s.collectives) >= 6) {
         r.steps.push_back(s);
         last_progress_ns_ = monotonic_ns();
         const FaultSpec& f = opts_.fault;
@@ -478,7 +479,10 @@ class Sim {
     for (size_t i = 0; i < ranks_.size(); ++i) {
       const Rank& r = ranks_[i];
       Means m = means(r, from, opts_.steps), b = means(r, baseline_from(from), from);
+      long collectives = 0;
+      for (const auto& st : r.steps) collectives += st.collectives;
       o << "    {\"rank\": " << r.rank << ", \"pid\": " << r.pid << ", \"steps_done\": " << r.steps.size()
+        << ", \"collectives\": " << collectives
         << ", \"fault_window\": {\"step_ms\": " << num(m.step) << ", \"load_ms\": " << num(m.load)
         << ", \"compute_ms\": " << num(m.compute) << ", \"comm_ms\": " << num(m.comm) << "}"
         << ", \"baseline\": {\"step_ms\": " << num(b.step) << ", \"load_ms\": " << num(b.load)

@@ -344,8 +344,8 @@ def train():
         compute_ms, comm_ms = model.times()
         step_ms = (time.perf_counter() - t0) * 1000
         if REPORT_FD >= 0:
-            os.write(REPORT_FD, ("step %d %d %.3f %.3f %.3f %.3f\n" % (
-                RANK, step, step_ms, load_ms, compute_ms, comm_ms)).encode())
+            os.write(REPORT_FD, ("step %d %d %.3f %.3f %.3f %.3f %d\n" % (
+                RANK, step, step_ms, load_ms, compute_ms, comm_ms, model.ncomm)).encode())
     nccl.ncclCommDestroy(comm)
 
 

@@ -373,8 +373,8 @@ int main() {
     double step_ms = now_ms() - t0;
     if (report_fd >= 0) {
       char line[160];
-      int n = std::snprintf(line, sizeof(line), "step %d %d %.3f %.3f %.3f %.3f\n", rank, step, step_ms, load_ms,
-                            static_cast<double>(compute_ms), static_cast<double>(comm_ms));
+      int n = std::snprintf(line, sizeof(line), "step %d %d %.3f %.3f %.3f %.3f %d\n", rank, step, step_ms, load_ms,
+                            static_cast<double>(compute_ms), static_cast<double>(comm_ms), ncomm);
       if (::write(report_fd, line, static_cast<size_t>(n)) != n) die("lost strata-sim (report pipe)");
     }
   }
