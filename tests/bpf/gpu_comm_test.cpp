@@ -131,7 +131,9 @@ TEST(GpuComm, SampledLaunchesCarryKernelNamesAndStacks) {
   while (std::getline(in, line)) {
     auto bar = line.rfind('|');
     std::string kernel = line.substr(0, bar);
-    if (kernel != "[memcpy]") EXPECT_TRUE(names.count(kernel)) << kernel;
+    if (kernel != "[memcpy]") {
+      EXPECT_TRUE(names.count(kernel)) << kernel;
+    }
     ++rows;
     if (std::stoi(line.substr(bar + 1)) > 0) ++with_stack;
   }
