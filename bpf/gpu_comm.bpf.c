@@ -165,8 +165,9 @@ int api_exit(struct pt_regs* ctx) {
     }
   }
   __u64 size = sizeof(*e);
-  if (api == STRATA_API_CUDA_LAUNCH_KERNEL) {
-    /* Sampled launches keep the CPU stack that launched them (the caller's frames at return). */
+  if (api == STRATA_API_CUDA_LAUNCH_KERNEL || api == STRATA_API_CUDA_MEMCPY_ASYNC) {
+    /* Sampled launches and copies keep the CPU stack that issued them (the caller's frames at
+     * return). */
     long bytes = bpf_get_stack(ctx, b->stack, sizeof(b->stack), BPF_F_USER_STACK | BPF_F_USER_BUILD_ID);
     if (bytes > 0) {
       if (bytes > sizeof(b->stack)) bytes = sizeof(b->stack);
