@@ -4,6 +4,7 @@
 
 #include "agent/gpu/nvml_source.h"
 #include "agent/gpu_comm_source.h"
+#include "agent/os/os_source.h"
 
 namespace strata::agent {
 
@@ -32,6 +33,11 @@ Result<std::set<std::string>> parse_layers(const std::string& spec) {
 
 Sources make_sources(const std::set<std::string>& layers, const SourceEnv& env) {
   Sources s;
+  if (layers.count("offcpu") || layers.count("os")) {
+    auto src = os::start_os_layer(os::options_from_env(layers.count("offcpu") > 0, layers.count("os") > 0), env);
+    if (src) s.sources.push_back(std::move(*src));
+    else s.warnings.push_back("off-CPU/OS layers are off: " + src.error().message);
+  }
   if (layers.count("gpu") || layers.count("comm")) {
     GpuCommOptions o;
     o.gpu = layers.count("gpu") > 0;

@@ -9,6 +9,7 @@
 #include "cli/commands.h"
 #include "report/chrome_trace.h"
 #include "report/exporters.h"
+#include "report/os_table.h"
 #include "store/store.h"
 
 namespace strata::cli {
@@ -30,6 +31,18 @@ filters:
   --rank R  only processes of training rank R      --pid P  only process P      --tid T  only thread T
 )";
 
+
+// The OS layer's metrics per process (rank), after the profile (report/os_table.h).
+void print_os_metrics(store::Store& st, const std::vector<store::ProcessInfo>& procs, std::ostream& out) {
+  auto rows = st.metrics("os.");
+  if (!rows || rows->empty()) return;
+  std::vector<report::OsProcess> ps;
+  for (const auto& p : procs) ps.push_back({p.pid, p.rank, p.comm});
+  std::vector<report::OsMetricRow> rs;
+  for (const auto& r : *rows) rs.push_back({r.metric.pid, r.metric.name, r.metric.label, r.metric.value});
+  out << "\n";
+  report::write_os_table(ps, rs, out);
+}
 
 void print_text(store::Store& st, const report::Profile& p, std::ostream& out) {
   auto rec = st.latest_recording();
@@ -58,6 +71,7 @@ void print_text(store::Store& st, const report::Profile& p, std::ostream& out) {
   }
   out << "\n";
   report::write_top(p, out);
+  print_os_metrics(st, procs ? *procs : std::vector<store::ProcessInfo>{}, out);
 }
 
 Result<report::TimelineData> load_timeline(store::Store& st, const store::ProfileFilter& f) {

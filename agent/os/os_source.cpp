@@ -1,0 +1,399 @@
+#include "agent/os/os_source.h"
+
+#include <bpf/bpf.h>
+#include <bpf/btf.h>
+#include <bpf/libbpf.h>
+#include <signal.h>
+#include <unistd.h>
+
+#include <cstring>
+#include <map>
+#include <set>
+#include <string>
+
+#include "abi/offcpu.h"
+#include "abi/os.h"
+#include "agent/libbpf_log.h"
+#include "agent/normalizer.h"
+#include "agent/os/cgroup.h"
+#include "agent/os/offcpu_aggregator.h"
+#include "agent/os/os_metrics.h"
+#include "agent/os/proc_readers.h"
+#include "bpf/offcpu.skel.h"
+#include "bpf/os.skel.h"
+
+namespace strata::agent::os {
+namespace {
+
+uint64_t env_u64(const char* name, uint64_t fallback) {
+  const char* v = std::getenv(name);
+  if (!v || !*v) return fallback;
+  char* end = nullptr;
+  unsigned long long n = std::strtoull(v, &end, 10);
+  return end && *end == 0 ? n : fallback;
+}
+
+uint32_t ringbuf_size(uint32_t per_cpu) {
+  int ncpus = libbpf_num_possible_cpus();
+  uint64_t want = static_cast<uint64_t>(per_cpu) * static_cast<uint64_t>(ncpus > 0 ? ncpus : 1);
+  uint32_t size = 1u << 20;  // a power of two, as the kernel requires
+  while (size < want && size < (1u << 28)) size <<= 1;
+  return size;
+}
+
+// The tracepoint behind a "tp_btf/NAME" program exists in this kernel (its BTF has btf_trace_NAME).
+bool tracepoint_exists(const btf* vmlinux, const char* section) {
+  const char* slash = std::strchr(section, '/');
+  if (!vmlinux || !slash) return true;  // cannot tell: let the load say
+  std::string type = std::string("btf_trace_") + (slash + 1);
+  return btf__find_by_name_kind(vmlinux, type.c_str(), BTF_KIND_TYPEDEF) >= 0;
+}
+
+bool process_alive(uint32_t pid) { return ::kill(static_cast<pid_t>(pid), 0) == 0 || errno == EPERM; }
+
+class OsLayerSource final : public Source {
+ public:
+  OsLayerSource(const OsLayerOptions& opts, Normalizer& normalizer) : opts_(opts), agg_(normalizer) {}
+
+  ~OsLayerSource() override {
+    ring_buffer__free(ring_);
+    offcpu_bpf__destroy(sched_);
+    os_bpf__destroy(os_);
+    if (stats_fd_ >= 0) close(stats_fd_);
+  }
+
+  Status init(int targets_fd) {
+    setup_libbpf_logging();
+    sched_ = offcpu_bpf__open();
+    if (!sched_) return Error::from_errno("cannot open the off-CPU BPF program", errno);
+    sched_->rodata->capture_stacks = opts_.offcpu;
+    sched_->rodata->sched_metrics = opts_.os;
+    sched_->rodata->min_block_ns = opts_.min_block_us * 1000;
+    sched_->rodata->max_events_per_sec = opts_.max_events_per_sec;
+    sched_->rodata->max_captures_per_sec = opts_.max_captures_per_sec;
+    sched_->rodata->explore_per_sec = opts_.explore_per_sec;
+    bpf_map__set_max_entries(sched_->maps.events, ringbuf_size(opts_.ringbuf_bytes_per_cpu));
+    bpf_map__set_max_entries(sched_->maps.sched_stats, opts_.max_processes);
+    if (targets_fd >= 0 && bpf_map__reuse_fd(sched_->maps.targets, targets_fd) != 0)
+      return Error::from_errno("cannot share the map of watched processes", errno);
+    if (int err = offcpu_bpf__load(sched_); err)
+      return Error::from_errno("cannot load the off-CPU BPF program (see the libbpf messages above)", -err);
+    if (int err = offcpu_bpf__attach(sched_); err)
+      return Error::from_errno("cannot attach to tp_btf/sched_switch", -err);
+    if (opts_.offcpu) {
+      ring_ = ring_buffer__new(bpf_map__fd(sched_->maps.events), &OsLayerSource::on_event, this, nullptr);
+      if (!ring_) return Error::from_errno("cannot open the off-CPU ring buffer", errno);
+    }
+    if (opts_.os) {
+      if (auto st = init_os(targets_fd); !st) return st;
+    }
+    stats_fd_ = bpf_enable_stats(BPF_STATS_RUN_TIME);
+    return {};
+  }
+
+  Status init_os(int targets_fd) {
+    os_ = os_bpf__open();
+    if (!os_) return Error::from_errno("cannot open the OS-event BPF program", errno);
+    bpf_map__set_max_entries(os_->maps.os_stats, opts_.max_processes);
+    if (targets_fd >= 0 && bpf_map__reuse_fd(os_->maps.targets, targets_fd) != 0)
+      return Error::from_errno("cannot share the map of watched processes", errno);
+    // Tracepoints differ between kernels (block_io_start is 6.5+): probe, never infer from versions.
+    btf* vmlinux = btf__load_vmlinux_btf();
+    for (bpf_program* p = bpf_object__next_program(os_->obj, nullptr); p; p = bpf_object__next_program(os_->obj, p)) {
+      if (!tracepoint_exists(vmlinux, bpf_program__section_name(p))) {
+        bpf_program__set_autoload(p, false);
+        missing_.push_back(bpf_program__section_name(p));
+      }
+    }
+    btf__free(vmlinux);
+    if (int err = os_bpf__load(os_); err)
+      return Error::from_errno("cannot load the OS-event BPF program (see the libbpf messages above)", -err);
+    if (int err = os_bpf__attach(os_); err) return Error::from_errno("cannot attach the OS-event tracepoints", -err);
+    return {};
+  }
+
+  std::string name() const override {
+    return opts_.offcpu && opts_.os ? "offcpu+os" : opts_.offcpu ? "offcpu" : "os";
+  }
+
+  void on_process(const store::ProcessInfo& p) override {
+    pids_.insert(p.pid);
+    if (!opts_.os || last_.count(p.pid)) return;
+    // /proc and cgroup counters count from here; the kernel maps count from zero anyway.
+    ProcSnapshot& s = last_[p.pid];
+    s.faults = read_faults(p.pid);
+    read_cgroup(p.pid, s);
+  }
+
+  void on_process_exit(uint32_t pid) override { exited_.insert(pid); }
+
+  Status poll() override {
+    if (!ring_) return {};
+    int n = ring_buffer__consume(ring_);
+    if (n < 0 && n != -EINTR) return Error::from_errno("reading the off-CPU ring buffer", -n);
+    return {};
+  }
+
+  Status flush(store::Store& store, const WindowContext& w) override {
+    if (auto st = poll(); !st) return st;
+    if (opts_.offcpu) {
+      if (auto st = agg_.flush(store, w.recording, w.start_ns, w.end_ns); !st) return st;
+    }
+    if (opts_.os) {
+      auto metrics = collect_metrics();
+      if (!metrics.empty()) {
+        if (auto st = store.put_metrics(w.recording, w.start_ns, w.end_ns, metrics); !st) return st;
+      }
+    }
+    forget_exited();
+    return {};
+  }
+
+  void stats(std::vector<std::pair<std::string, double>>& out) const override {
+    uint64_t c[STRATA_OFFCPU_CNT__COUNT] = {};
+    int ncpus = libbpf_num_possible_cpus();
+    std::vector<strata_offcpu_cpu_state> per_cpu(ncpus > 0 ? ncpus : 1);
+    uint32_t zero = 0;
+    if (bpf_map__lookup_elem(sched_->maps.cpu_states, &zero, sizeof(zero), per_cpu.data(),
+                             per_cpu.size() * sizeof(per_cpu[0]), 0) == 0) {
+      for (const auto& s : per_cpu)
+        for (int i = 0; i < STRATA_OFFCPU_CNT__COUNT; ++i) c[i] += s.counters[i];
+    }
+    auto d = [](uint64_t v) { return static_cast<double>(v); };
+    if (opts_.offcpu) {
+      out.push_back({"offcpu_blocks", d(c[STRATA_OFFCPU_CNT_BLOCKS])});
+      out.push_back({"offcpu_long_blocks", d(c[STRATA_OFFCPU_CNT_LONG])});
+      out.push_back({"offcpu_events", d(c[STRATA_OFFCPU_CNT_EMITTED])});
+      out.push_back({"offcpu_ringbuf_drops", d(c[STRATA_OFFCPU_CNT_RINGBUF_DROP])});
+      out.push_back({"offcpu_rate_limited", d(c[STRATA_OFFCPU_CNT_RATE_LIMITED])});
+      out.push_back({"offcpu_captures", d(c[STRATA_OFFCPU_CNT_CAPTURES])});
+      out.push_back({"offcpu_capture_skipped", d(c[STRATA_OFFCPU_CNT_CAPTURE_SKIPPED])});
+      out.push_back({"offcpu_no_user_stack", d(c[STRATA_OFFCPU_CNT_NO_USER_STACK])});
+      out.push_back({"offcpu_stored_us", d(agg_.stored_us())});
+    }
+    out.push_back({"offcpu_storage_failures", d(c[STRATA_OFFCPU_CNT_STORAGE_FAIL])});
+    if (opts_.os) out.push_back({"os_neighbours_full", d(c[STRATA_OFFCPU_CNT_NEIGHBOURS_FULL])});
+    if (os_) {
+      uint64_t oc[STRATA_OS_CNT__COUNT] = {};
+      std::vector<uint64_t> v(ncpus > 0 ? ncpus : 1);
+      for (uint32_t k = 0; k < STRATA_OS_CNT__COUNT; ++k) {
+        if (bpf_map__lookup_elem(os_->maps.counters, &k, sizeof(k), v.data(), v.size() * sizeof(uint64_t), 0) == 0)
+          for (auto x : v) oc[k] += x;
+      }
+      out.push_back({"os_map_full", d(oc[STRATA_OS_CNT_IRQ_FULL] + oc[STRATA_OS_CNT_STATS_FULL] +
+                                      oc[STRATA_OS_CNT_BIO_FULL] + oc[STRATA_OS_CNT_RETRANS_FULL])});
+      out.push_back({"os_missing_tracepoints", d(missing_.size())});
+    }
+    uint64_t run_ns = 0, run_cnt = 0;
+    auto add_runtime = [&](bpf_object* obj) {
+      for (bpf_program* p = bpf_object__next_program(obj, nullptr); p; p = bpf_object__next_program(obj, p)) {
+        if (bpf_program__fd(p) < 0) continue;
+        bpf_prog_info info{};
+        uint32_t len = sizeof(info);
+        if (bpf_obj_get_info_by_fd(bpf_program__fd(p), &info, &len) == 0) {
+          run_ns += info.run_time_ns;
+          run_cnt += info.run_cnt;
+        }
+      }
+    };
+    add_runtime(sched_->obj);
+    if (os_) add_runtime(os_->obj);
+    out.push_back({"os_bpf_run_s", static_cast<double>(run_ns) / 1e9});
+    out.push_back({"os_bpf_runs", d(run_cnt)});
+  }
+
+ private:
+  static int on_event(void* ctx, void* data, size_t size) {
+    static_cast<OsLayerSource*>(ctx)->decode(static_cast<const uint8_t*>(data), size);
+    return 0;
+  }
+
+  void decode(const uint8_t* data, size_t size) {
+    if (size < sizeof(strata_offcpu_event)) return;
+    strata_offcpu_event hdr;
+    std::memcpy(&hdr, data, sizeof(hdr));
+    if (hdr.type != STRATA_OFFCPU_EV_BLOCK) return;
+    size_t need = sizeof(hdr) + hdr.kstack_len * sizeof(uint64_t) + hdr.ustack_len * sizeof(bpf_stack_build_id);
+    if (need > size) return;  // never trust a length
+    SampleEvent& s = event_.sample;
+    s.pid = hdr.pid;
+    s.tid = hdr.tid;
+    s.cpu = hdr.cpu;
+    s.ts_ns = hdr.ts_ns;
+    s.comm.assign(hdr.comm, strnlen(hdr.comm, sizeof(hdr.comm)));
+    const uint8_t* p = data + sizeof(hdr);
+    s.kstack.resize(hdr.kstack_len);
+    std::memcpy(s.kstack.data(), p, hdr.kstack_len * sizeof(uint64_t));
+    p += hdr.kstack_len * sizeof(uint64_t);
+    s.ustack.clear();
+    for (unsigned i = 0; i < hdr.ustack_len; ++i, p += sizeof(bpf_stack_build_id)) {
+      bpf_stack_build_id f;
+      std::memcpy(&f, p, sizeof(f));
+      if (f.status == BPF_STACK_BUILD_ID_EMPTY) break;
+      RawUserFrame u;
+      u.has_build_id = f.status == BPF_STACK_BUILD_ID_VALID;
+      if (u.has_build_id) {
+        std::memcpy(u.build_id.data(), f.build_id, u.build_id.size());
+        u.offset_or_ip = f.offset;
+      } else {
+        u.offset_or_ip = f.ip;
+      }
+      s.ustack.push_back(u);
+    }
+    event_.blocked_ns = hdr.blocked_ns;
+    event_.reason = hdr.reason;
+    agg_.add(event_);
+  }
+
+  void read_cgroup(uint32_t pid, ProcSnapshot& s) {
+    auto file = cgroups_.cpu_stat_file(pid);
+    if (!file) return;
+    auto stat = cgroups_.read(*file);
+    if (!stat) return;
+    s.cpu_stat = *stat;
+    s.cgroup = cgroups_.cgroup_of(pid);
+  }
+
+  std::vector<store::Metric> collect_metrics() {
+    // Whole-node maps first: IRQ time by process, neighbours and retransmits of this window.
+    std::map<uint32_t, std::map<std::pair<uint16_t, uint16_t>, uint64_t>> irq;
+    {
+      strata_irq_key k{}, next{};
+      const void* prev = nullptr;
+      while (bpf_map__get_next_key(os_->maps.irq_time, prev, &next, sizeof(next)) == 0) {
+        k = next;
+        prev = &k;
+        uint64_t ns = 0;
+        if (bpf_map__lookup_elem(os_->maps.irq_time, &k, sizeof(k), &ns, sizeof(ns), 0) == 0)
+          irq[k.tgid][{k.kind, k.vector}] = ns;
+      }
+    }
+    MetricInputs in;
+    {
+      std::vector<strata_neighbour_key> keys;
+      strata_neighbour_key k{}, next{};
+      const void* prev = nullptr;
+      while (bpf_map__get_next_key(sched_->maps.neighbours, prev, &next, sizeof(next)) == 0) {
+        keys.push_back(next);
+        k = next;
+        prev = &k;
+      }
+      for (const auto& key : keys) {
+        strata_neighbour_value v{};
+        if (bpf_map__lookup_and_delete_elem(sched_->maps.neighbours, &key, sizeof(key), &v, sizeof(v), 0) != 0) continue;
+        in.neighbours.push_back(Neighbour{key.cpu, key.tgid, std::string(v.comm, strnlen(v.comm, sizeof(v.comm))), v.run_ns});
+      }
+    }
+    std::map<uint64_t, uint64_t> retrans;  // inode -> segments
+    {
+      std::vector<uint64_t> keys;
+      uint64_t k = 0, next = 0;
+      const void* prev = nullptr;
+      while (bpf_map__get_next_key(os_->maps.retransmits, prev, &next, sizeof(next)) == 0) {
+        keys.push_back(next);
+        k = next;
+        prev = &k;
+      }
+      for (uint64_t key : keys) {
+        uint64_t n = 0;
+        if (bpf_map__lookup_and_delete_elem(os_->maps.retransmits, &key, sizeof(key), &n, sizeof(n), 0) == 0)
+          retrans[key] += n;
+      }
+    }
+    auto irq_names = read_irq_names();
+    in.irq_names = &irq_names;
+
+    std::vector<store::Metric> out;
+    for (uint32_t pid : pids_) {
+      ProcSnapshot now;
+      strata_sched_stats ss;
+      if (bpf_map__lookup_elem(sched_->maps.sched_stats, &pid, sizeof(pid), &ss, sizeof(ss), 0) == 0) now.sched = ss;
+      strata_os_stats os;
+      if (bpf_map__lookup_elem(os_->maps.os_stats, &pid, sizeof(pid), &os, sizeof(os), 0) == 0) {
+        now.os = os;
+      } else {
+        now.os = strata_os_stats{};  // nothing happened yet: zeros, so peers compare
+      }
+      auto it = irq.find(pid);
+      if (it != irq.end()) now.irq_ns = it->second;
+      bool alive = !exited_.count(pid) && process_alive(pid);
+      ProcSnapshot& before = last_[pid];
+      if (alive) {
+        now.faults = read_faults(pid);
+        read_cgroup(pid, now);
+      }
+      if (!now.faults) now.faults = before.faults;  // gone: its last reading, a zero delta
+      if (!now.cpu_stat) {
+        now.cpu_stat = before.cpu_stat;
+        now.cgroup = before.cgroup;
+      }
+      in.tcp_retransmits = 0;
+      if (!retrans.empty() && alive) {
+        for (uint64_t ino : socket_inodes(pid)) {
+          auto r = retrans.find(ino);
+          if (r != retrans.end()) in.tcp_retransmits += r->second;
+        }
+      }
+      if (!now.sched && !before.sched && !alive) continue;  // never ran while watched
+      auto m = process_metrics(pid, before, now, in);
+      out.insert(out.end(), m.begin(), m.end());
+      before = std::move(now);
+    }
+    return out;
+  }
+
+  void forget_exited() {
+    for (uint32_t pid : exited_) {
+      pids_.erase(pid);
+      last_.erase(pid);
+      if (sched_) bpf_map__delete_elem(sched_->maps.sched_stats, &pid, sizeof(pid), 0);
+      if (os_) bpf_map__delete_elem(os_->maps.os_stats, &pid, sizeof(pid), 0);
+    }
+    if (os_ && !exited_.empty()) {
+      std::vector<strata_irq_key> dead;
+      strata_irq_key k{}, next{};
+      const void* prev = nullptr;
+      while (bpf_map__get_next_key(os_->maps.irq_time, prev, &next, sizeof(next)) == 0) {
+        if (exited_.count(next.tgid)) dead.push_back(next);
+        k = next;
+        prev = &k;
+      }
+      for (const auto& d : dead) bpf_map__delete_elem(os_->maps.irq_time, &d, sizeof(d), 0);
+    }
+    exited_.clear();
+  }
+
+  OsLayerOptions opts_;
+  offcpu_bpf* sched_ = nullptr;
+  os_bpf* os_ = nullptr;
+  ring_buffer* ring_ = nullptr;
+  int stats_fd_ = -1;
+  OffCpuAggregator agg_;
+  OffCpuEvent event_;  // reused: no allocation per event once warm
+  CgroupReader cgroups_;
+  std::set<uint32_t> pids_;
+  std::set<uint32_t> exited_;
+  std::map<uint32_t, ProcSnapshot> last_;
+  std::vector<std::string> missing_;
+};
+
+}  // namespace
+
+OsLayerOptions options_from_env(bool offcpu, bool os) {
+  OsLayerOptions o;
+  o.offcpu = offcpu;
+  o.os = os;
+  o.min_block_us = env_u64("STRATA_OFFCPU_MIN_BLOCK_US", o.min_block_us);
+  o.max_events_per_sec = static_cast<uint32_t>(env_u64("STRATA_OFFCPU_MAX_EVENTS", o.max_events_per_sec));
+  o.max_captures_per_sec = static_cast<uint32_t>(env_u64("STRATA_OFFCPU_MAX_CAPTURES", o.max_captures_per_sec));
+  return o;
+}
+
+Result<std::unique_ptr<Source>> start_os_layer(const OsLayerOptions& opts, const SourceEnv& env) {
+  if (!env.normalizer) return Error{"the OS layer needs the recorder's normalizer"};
+  auto src = std::make_unique<OsLayerSource>(opts, *env.normalizer);
+  if (auto st = src->init(env.targets_map_fd); !st) return st.error().environment();
+  return std::unique_ptr<Source>(std::move(src));
+}
+
+}  // namespace strata::agent::os

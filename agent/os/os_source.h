@@ -1,0 +1,38 @@
+// The live source of the "offcpu" and "os" layers: bpf/offcpu.bpf.c (sched_switch: off-CPU stacks and
+// scheduler counters) and bpf/os.bpf.c (IRQ/softirq, reclaim, compaction, block I/O, TCP
+// retransmits), plus /proc and cgroup files, read every window into the store (off-CPU stack counts
+// and the metrics listed in agent/os/os_metrics.h). One source serves both layers so a context switch
+// runs one BPF program whichever layers are on.
+//
+// Settings (environment, for tests and benchmarks; the defaults suit production):
+//   STRATA_OFFCPU_MIN_BLOCK_US  a block shorter than this is counted, not sent with its stack (1000)
+//   STRATA_OFFCPU_MAX_EVENTS    long blocks sent per CPU per second (1000)
+//   STRATA_OFFCPU_MAX_CAPTURES  stack captures at switch-out per CPU per second (1000)
+#pragma once
+
+#include <memory>
+
+#include "agent/source.h"
+#include "agent/sources.h"
+#include "common/result.h"
+
+namespace strata::agent::os {
+
+struct OsLayerOptions {
+  bool offcpu = true;  // off-CPU stacks
+  bool os = true;      // OS metrics
+  uint64_t min_block_us = 1000;
+  uint32_t max_events_per_sec = 1000;
+  uint32_t max_captures_per_sec = 1000;
+  uint32_t explore_per_sec = 50;
+  uint32_t ringbuf_bytes_per_cpu = 512 * 1024;
+  uint32_t max_processes = 4096;
+};
+
+// Defaults, overridden by the STRATA_OFFCPU_* environment variables above.
+OsLayerOptions options_from_env(bool offcpu, bool os);
+
+// Loads and attaches the programs; fails with what is missing (kernel feature, permission).
+Result<std::unique_ptr<Source>> start_os_layer(const OsLayerOptions& opts, const SourceEnv& env);
+
+}  // namespace strata::agent::os

@@ -1,0 +1,322 @@
+// SPDX-License-Identifier: GPL-2.0
+/* Everything the OS layer learns from sched_switch alone, in one program so a context switch costs one
+ * BPF run (sched_switch fires tens of thousands of times a second on a busy node):
+ *   - off-CPU blocked time of watched threads with their stacks (the "offcpu" layer);
+ *   - per watched process: run time per CPU, run-queue latency (from the kernel's own
+ *     sched_info.run_delay, so no sched_wakeup program is needed), voluntary/involuntary switches,
+ *     migrations, blocked time by reason (the "os" layer);
+ *   - the processes that ran on CPUs where a watched process ran recently (neighbours).
+ * Stacks are captured at switch-out (only then is the thread current), kept in task storage, and sent
+ * at switch-in if the thread was off CPU for at least min_block_ns. Capturing on every switch would
+ * cost O(switches), so a capture is taken only for threads whose previous block was long (they tend to
+ * block long again), plus a small per-CPU exploration budget; both under a per-CPU cap. A long block
+ * without a captured stack is still sent, with the kernel stack read at switch-in. */
+#include "vmlinux.h"
+#include <bpf/bpf_helpers.h>
+#include <bpf/bpf_tracing.h>
+#include <bpf/bpf_core_read.h>
+
+#include "abi/offcpu.h"
+#include "bpf/strata_hist.bpf.h"
+
+char LICENSE[] SEC("license") = "GPL";
+
+const volatile __u32 abi_version = STRATA_OFFCPU_ABI_VERSION;
+const volatile bool capture_stacks = true;   /* offcpu layer: send long blocks with stacks */
+const volatile bool sched_metrics = true;    /* os layer: per-process scheduler counters, neighbours */
+const volatile __u64 min_block_ns = 1000000; /* a block shorter than this is counted, not sent */
+const volatile __u32 max_events_per_sec = 1000;   /* per CPU: long blocks sent */
+const volatile __u32 max_captures_per_sec = 1000; /* per CPU: stack captures at switch-out */
+const volatile __u32 explore_per_sec = 50;        /* per CPU: captures for threads not known to block long */
+const volatile __u32 kstack_skip = 2;              /* frames of the BPF glue above __schedule */
+const volatile __u64 neighbour_horizon_ns = 2000000000ull; /* count neighbours this long after a watched thread ran */
+
+#define TASK_INTERRUPTIBLE 0x1
+#define TASK_UNINTERRUPTIBLE 0x2
+
+struct {
+  __uint(type, BPF_MAP_TYPE_HASH);
+  __uint(max_entries, 16384); /* replaced by the on-CPU sampler's map (bpf_map__reuse_fd) */
+  __type(key, __u32);
+  __type(value, __u8);
+} targets SEC(".maps");
+
+struct {
+  __uint(type, BPF_MAP_TYPE_RINGBUF);
+  __uint(max_entries, 1 << 22); /* resized by the agent before load */
+} events SEC(".maps");
+
+#define KSTACK_BYTES (STRATA_MAX_STACK_DEPTH * sizeof(__u64))
+#define USTACK_BYTES (STRATA_MAX_STACK_DEPTH * sizeof(struct bpf_stack_build_id))
+
+struct offcpu_buf {
+  struct strata_offcpu_event hdr;
+  __u8 frames[KSTACK_BYTES + USTACK_BYTES];
+};
+
+/* Per watched thread. The event buffer lives here so a captured stack waits in place for switch-in. */
+struct task_state {
+  __u64 out_ns;         /* switch-out time; 0 while on CPU */
+  __u64 last_run_delay; /* sched_info.run_delay at the last switch-out */
+  __u32 last_cpu;       /* CPU + 1 where it last ran; 0 unknown */
+  __u8 reason;
+  __u8 has_stack;
+  __u8 last_long;       /* the previous block reached min_block_ns */
+  __u8 run_delay_seen;
+  struct offcpu_buf buf;
+};
+
+struct {
+  __uint(type, BPF_MAP_TYPE_TASK_STORAGE);
+  __uint(map_flags, BPF_F_NO_PREALLOC);
+  __type(key, int);
+  __type(value, struct task_state);
+} task_states SEC(".maps");
+
+#define cpu_state strata_offcpu_cpu_state
+
+struct {
+  __uint(type, BPF_MAP_TYPE_PERCPU_ARRAY);
+  __uint(max_entries, 1);
+  __type(key, __u32);
+  __type(value, struct cpu_state);
+} cpu_states SEC(".maps");
+
+struct {
+  __uint(type, BPF_MAP_TYPE_HASH);
+  __uint(map_flags, BPF_F_NO_PREALLOC);
+  __uint(max_entries, 4096); /* resized by the agent */
+  __type(key, __u32);        /* tgid */
+  __type(value, struct strata_sched_stats);
+} sched_stats SEC(".maps");
+
+struct {
+  __uint(type, BPF_MAP_TYPE_HASH);
+  __uint(max_entries, 8192);
+  __type(key, struct strata_neighbour_key);
+  __type(value, struct strata_neighbour_value);
+} neighbours SEC(".maps");
+
+/* Zeroes to create sched_stats entries from (too big for the BPF stack); never written. */
+struct {
+  __uint(type, BPF_MAP_TYPE_PERCPU_ARRAY);
+  __uint(max_entries, 1);
+  __type(key, __u32);
+  __type(value, struct strata_sched_stats);
+} zero_stats SEC(".maps");
+
+/* Scratch for long blocks sent without a captured stack. */
+struct {
+  __uint(type, BPF_MAP_TYPE_PERCPU_ARRAY);
+  __uint(max_entries, 1);
+  __type(key, __u32);
+  __type(value, struct offcpu_buf);
+} scratch SEC(".maps");
+
+static __always_inline void bump(struct cpu_state* cs, __u32 counter) {
+  if (counter < STRATA_OFFCPU_CNT__COUNT) cs->counters[counter] += 1;
+}
+
+static __always_inline void roll_period(struct cpu_state* cs, __u64 now) {
+  __u64 p = now >> 30; /* ~1.07 s */
+  if (p != cs->period) {
+    cs->period = p;
+    cs->events = 0;
+    cs->captures = 0;
+    cs->explores = 0;
+  }
+}
+
+static __always_inline struct strata_sched_stats* stats_of(__u32 tgid) {
+  struct strata_sched_stats* st = bpf_map_lookup_elem(&sched_stats, &tgid);
+  if (st) return st;
+  __u32 zero = 0;
+  struct strata_sched_stats* z = bpf_map_lookup_elem(&zero_stats, &zero);
+  if (!z) return 0;
+  bpf_map_update_elem(&sched_stats, &tgid, z, BPF_NOEXIST);
+  return bpf_map_lookup_elem(&sched_stats, &tgid);
+}
+
+static __always_inline __u8 reason_of(struct task_struct* prev, bool preempt, unsigned int state) {
+  if (preempt || state == 0) return STRATA_OFFCPU_PREEMPTED;
+  if (state & TASK_UNINTERRUPTIBLE)
+    return BPF_CORE_READ_BITFIELD_PROBED(prev, in_iowait) ? STRATA_OFFCPU_IO : STRATA_OFFCPU_UNINTERRUPTIBLE;
+  if (state & TASK_INTERRUPTIBLE) return STRATA_OFFCPU_SLEEP;
+  return STRATA_OFFCPU_OTHER;
+}
+
+static __always_inline void capture(void* ctx, struct task_state* ts, struct cpu_state* cs) {
+  struct offcpu_buf* b = &ts->buf;
+  /* Skip this program and its tracepoint glue (bpf_prog_*, bpf_trace_run4): the stack starts at __schedule. */
+  long kbytes = bpf_get_stack(ctx, b->frames, KSTACK_BYTES, kstack_skip & BPF_F_SKIP_FIELD_MASK);
+  if (kbytes < 0) kbytes = 0;
+  if (kbytes > KSTACK_BYTES) kbytes = KSTACK_BYTES;
+  kbytes &= ~7L;
+  long ubytes = bpf_get_stack(ctx, b->frames + kbytes, USTACK_BYTES, BPF_F_USER_STACK | BPF_F_USER_BUILD_ID);
+  if (ubytes < 0) ubytes = 0;
+  if (ubytes > USTACK_BYTES) ubytes = USTACK_BYTES;
+  b->hdr.kstack_len = kbytes / sizeof(__u64);
+  b->hdr.ustack_len = ubytes / sizeof(struct bpf_stack_build_id);
+  ts->has_stack = 1;
+  bump(cs, STRATA_OFFCPU_CNT_CAPTURES);
+}
+
+static __always_inline void switch_out(void* ctx, struct task_struct* prev, __u32 tgid, bool preempt,
+                                       unsigned int state, __u32 cpu, __u64 ran, __u64 now,
+                                       struct cpu_state* cs) {
+  struct task_state* ts = bpf_task_storage_get(&task_states, prev, 0, BPF_LOCAL_STORAGE_GET_F_CREATE);
+  if (!ts) {
+    bump(cs, STRATA_OFFCPU_CNT_STORAGE_FAIL);
+    return;
+  }
+  __u8 reason = reason_of(prev, preempt, state);
+  ts->out_ns = now;
+  ts->reason = reason;
+  ts->last_cpu = cpu + 1;
+  ts->has_stack = 0;
+
+  if (sched_metrics) {
+    struct strata_sched_stats* st = stats_of(tgid);
+    if (st) {
+      if (cpu < STRATA_OS_MAX_CPUS) __sync_fetch_and_add(&st->cpu_ns[cpu & (STRATA_OS_MAX_CPUS - 1)], ran);
+      if (reason == STRATA_OFFCPU_PREEMPTED)
+        __sync_fetch_and_add(&st->involuntary, 1);
+      else
+        __sync_fetch_and_add(&st->voluntary, 1);
+      /* The run-queue wait before this run slice: the kernel added it to run_delay at switch-in. */
+      if (bpf_core_field_exists(prev->sched_info)) {
+        __u64 rd = BPF_CORE_READ(prev, sched_info.run_delay);
+        if (ts->run_delay_seen && rd >= ts->last_run_delay) {
+          __u64 wait = rd - ts->last_run_delay;
+          __sync_fetch_and_add(&st->runq_count, 1);
+          __sync_fetch_and_add(&st->runq_ns, wait);
+          __u32 b = strata_hist_bucket(wait / 1000);
+          barrier_var(b); /* keep the mask: the verifier needs a bound it can see */
+          b &= STRATA_HIST_BUCKETS - 1;
+          __sync_fetch_and_add(&st->runq_hist[b], 1);
+        }
+        ts->last_run_delay = rd;
+        ts->run_delay_seen = 1;
+      }
+    }
+  }
+
+  if (!capture_stacks) return;
+  bool want = ts->last_long;
+  if (!want && cs->explores < explore_per_sec) {
+    cs->explores++;
+    want = true;
+  }
+  if (!want) return;
+  if (cs->captures >= max_captures_per_sec) {
+    bump(cs, STRATA_OFFCPU_CNT_CAPTURE_SKIPPED);
+    return;
+  }
+  cs->captures++;
+  capture(ctx, ts, cs);
+}
+
+static __always_inline void emit(struct task_struct* next, struct task_state* ts, __u32 tgid, __u32 cpu,
+                                 __u64 now, __u64 blocked, struct cpu_state* cs) {
+  struct offcpu_buf* b = &ts->buf;
+  if (!ts->has_stack) {
+    __u32 zero = 0;
+    b = bpf_map_lookup_elem(&scratch, &zero);
+    if (!b) return;
+    long kbytes = bpf_get_task_stack(next, b->frames, KSTACK_BYTES, 0);
+    if (kbytes < 0) kbytes = 0;
+    b->hdr.kstack_len = kbytes / sizeof(__u64);
+    b->hdr.ustack_len = 0;
+    bump(cs, STRATA_OFFCPU_CNT_NO_USER_STACK);
+  }
+  b->hdr.type = STRATA_OFFCPU_EV_BLOCK;
+  b->hdr.pid = tgid;
+  b->hdr.tid = next->pid;
+  b->hdr.cpu = cpu;
+  b->hdr.ts_ns = now;
+  b->hdr.blocked_ns = blocked;
+  b->hdr.reason = ts->reason;
+  b->hdr.flags = ts->has_stack ? STRATA_OFFCPU_F_USER_STACK : 0;
+  b->hdr._pad = 0;
+  BPF_CORE_READ_STR_INTO(&b->hdr.comm, next, comm);
+  __u64 size = sizeof(b->hdr) + (__u64)b->hdr.kstack_len * sizeof(__u64) +
+               (__u64)b->hdr.ustack_len * sizeof(struct bpf_stack_build_id);
+  if (size > sizeof(*b)) size = sizeof(*b);
+  if (bpf_ringbuf_output(&events, b, size, 0) == 0)
+    bump(cs, STRATA_OFFCPU_CNT_EMITTED);
+  else
+    bump(cs, STRATA_OFFCPU_CNT_RINGBUF_DROP);
+}
+
+static __always_inline void switch_in(struct task_struct* next, __u32 tgid, __u32 cpu, __u64 now,
+                                      struct cpu_state* cs) {
+  struct task_state* ts = bpf_task_storage_get(&task_states, next, 0, 0);
+  if (!ts || !ts->out_ns) return;
+  __u64 blocked = now - ts->out_ns;
+  ts->out_ns = 0;
+  bump(cs, STRATA_OFFCPU_CNT_BLOCKS);
+  if (sched_metrics) {
+    struct strata_sched_stats* st = stats_of(tgid);
+    if (st) {
+      __u8 r = ts->reason;
+      if (r < STRATA_OFFCPU_REASONS) __sync_fetch_and_add(&st->offcpu_ns[r], blocked);
+      if (ts->last_cpu && ts->last_cpu != cpu + 1) __sync_fetch_and_add(&st->migrations, 1);
+    }
+  }
+  if (blocked < min_block_ns) {
+    ts->last_long = 0;
+    return;
+  }
+  ts->last_long = 1;
+  bump(cs, STRATA_OFFCPU_CNT_LONG);
+  if (!capture_stacks) return;
+  if (cs->events >= max_events_per_sec) {
+    bump(cs, STRATA_OFFCPU_CNT_RATE_LIMITED);
+    return;
+  }
+  cs->events++;
+  emit(next, ts, tgid, cpu, now, blocked, cs);
+}
+
+static __always_inline void count_neighbour(struct task_struct* prev, __u32 tgid, __u32 cpu, __u64 ran,
+                                            struct cpu_state* cs) {
+  struct strata_neighbour_key k = {.cpu = cpu, .tgid = tgid};
+  struct strata_neighbour_value* v = bpf_map_lookup_elem(&neighbours, &k);
+  if (v) {
+    v->run_ns += ran; /* the key holds the CPU: only this CPU writes it */
+    return;
+  }
+  struct strata_neighbour_value nv = {.run_ns = ran};
+  BPF_CORE_READ_STR_INTO(&nv.comm, prev, group_leader, comm);
+  if (bpf_map_update_elem(&neighbours, &k, &nv, BPF_NOEXIST) != 0) bump(cs, STRATA_OFFCPU_CNT_NEIGHBOURS_FULL);
+}
+
+SEC("tp_btf/sched_switch")
+int BPF_PROG(on_switch, bool preempt, struct task_struct* prev, struct task_struct* next, unsigned int prev_state) {
+  __u64 now = bpf_ktime_get_ns();
+  __u32 zero = 0;
+  struct cpu_state* cs = bpf_map_lookup_elem(&cpu_states, &zero);
+  if (!cs) return 0;
+  __u64 ran = cs->last_switch_ns ? now - cs->last_switch_ns : 0;
+  cs->last_switch_ns = now;
+  __u32 cpu = bpf_get_smp_processor_id();
+  __u32 prev_tgid = prev->tgid;
+  __u32 next_tgid = next->tgid;
+  bool prev_watched = prev_tgid && bpf_map_lookup_elem(&targets, &prev_tgid);
+  bool next_watched = next_tgid && bpf_map_lookup_elem(&targets, &next_tgid);
+  if (!prev_watched && !next_watched && !cs->watched_seen_ns) return 0;
+  roll_period(cs, now);
+  if (prev_watched) {
+    cs->watched_seen_ns = now;
+    switch_out(ctx, prev, prev_tgid, preempt, prev_state, cpu, ran, now, cs);
+  }
+  /* Every process that ran here counts, watched ones too (other ranks sharing a rank's CPU are
+   * neighbours as well); the agent leaves out each process's own time. */
+  if (sched_metrics && prev_tgid && now - cs->watched_seen_ns < neighbour_horizon_ns)
+    count_neighbour(prev, prev_tgid, cpu, ran, cs);
+  if (next_watched) {
+    cs->watched_seen_ns = now;
+    switch_in(next, next_tgid, cpu, now, cs);
+  }
+  return 0;
+}

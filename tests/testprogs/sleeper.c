@@ -1,0 +1,132 @@
+// Threads that block in known places, for the off-CPU tests: nanosleep, a blocking read on a pipe, a
+// futex wait. Each measures the wall time it spent inside its blocking call and main prints the sums
+// (microseconds) at the end:
+//   nanosleep_us N / pipe_us N / futex_us N
+// The blocking call sits one frame below the named function (libc's syscall wrappers keep no frame
+// pointer, so the frame-pointer unwinder skips their direct caller; the named function stays visible).
+// usage: sleeper [SECONDS]
+#define _GNU_SOURCE
+#include <linux/futex.h>
+#include <pthread.h>
+#include <stdatomic.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <sys/prctl.h>
+#include <sys/syscall.h>
+#include <time.h>
+#include <unistd.h>
+
+static double g_seconds = 2;
+static int g_pipe[2];
+static atomic_int g_futex;
+static atomic_int g_stop;
+static uint64_t g_nanosleep_ns, g_pipe_ns, g_futex_ns;
+
+static uint64_t now_ns(void) {
+  struct timespec ts;
+  clock_gettime(CLOCK_MONOTONIC, &ts);
+  return (uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec;
+}
+
+__attribute__((noinline)) static void nanosleep_site(void) {
+  struct timespec ts = {0, 20 * 1000 * 1000};
+  nanosleep(&ts, NULL);
+}
+
+__attribute__((noinline)) void sleep_in_nanosleep(void) {
+  while (!atomic_load(&g_stop)) {
+    uint64_t t0 = now_ns();
+    nanosleep_site();
+    g_nanosleep_ns += now_ns() - t0;
+  }
+}
+
+__attribute__((noinline)) static long pipe_read_site(char* c) {
+  volatile long n = read(g_pipe[0], c, 1);  // not a tail call: this frame must stay on the stack
+  return n;
+}
+
+__attribute__((noinline)) void block_in_pipe_read(void) {
+  for (;;) {
+    char c = 0;
+    uint64_t t0 = now_ns();
+    long n = pipe_read_site(&c);
+    g_pipe_ns += now_ns() - t0;
+    if (n <= 0 || c == 'q') break;
+  }
+}
+
+__attribute__((noinline)) static void futex_wait_site(void) {
+  syscall(SYS_futex, &g_futex, FUTEX_WAIT_PRIVATE, 0, NULL, NULL, 0);
+}
+
+__attribute__((noinline)) void wait_on_futex(void) {
+  while (!atomic_load(&g_stop)) {
+    uint64_t t0 = now_ns();
+    futex_wait_site();
+    g_futex_ns += now_ns() - t0;
+    atomic_store(&g_futex, 0);
+  }
+}
+
+static void* nanosleep_thread(void* arg) {
+  (void)arg;
+  prctl(PR_SET_NAME, "sl-nanosleep");
+  sleep_in_nanosleep();
+  return NULL;
+}
+
+static void* pipe_thread(void* arg) {
+  (void)arg;
+  prctl(PR_SET_NAME, "sl-pipe");
+  block_in_pipe_read();
+  return NULL;
+}
+
+static void* futex_thread(void* arg) {
+  (void)arg;
+  prctl(PR_SET_NAME, "sl-futex");
+  wait_on_futex();
+  return NULL;
+}
+
+// Wakes the pipe reader every 30 ms and the futex waiter every 25 ms.
+static void drive(void) {
+  uint64_t end = now_ns() + (uint64_t)(g_seconds * 1e9);
+  uint64_t next_pipe = now_ns() + 30000000ull, next_futex = now_ns() + 25000000ull;
+  while (now_ns() < end) {
+    uint64_t t = now_ns();
+    if (t >= next_pipe) {
+      (void)!write(g_pipe[1], "x", 1);
+      next_pipe += 30000000ull;
+    }
+    if (t >= next_futex) {
+      atomic_store(&g_futex, 1);
+      syscall(SYS_futex, &g_futex, FUTEX_WAKE_PRIVATE, 1, NULL, NULL, 0);
+      next_futex += 25000000ull;
+    }
+    struct timespec ts = {0, 1000 * 1000};
+    nanosleep(&ts, NULL);
+  }
+}
+
+int main(int argc, char** argv) {
+  if (argc > 1) g_seconds = atof(argv[1]);
+  if (pipe(g_pipe) != 0) return 1;
+  pthread_t a, b, c;
+  pthread_create(&a, NULL, nanosleep_thread, NULL);
+  pthread_create(&b, NULL, pipe_thread, NULL);
+  pthread_create(&c, NULL, futex_thread, NULL);
+  drive();
+  atomic_store(&g_stop, 1);
+  (void)!write(g_pipe[1], "q", 1);
+  atomic_store(&g_futex, 1);
+  syscall(SYS_futex, &g_futex, FUTEX_WAKE_PRIVATE, 1, NULL, NULL, 0);
+  pthread_join(a, NULL);
+  pthread_join(b, NULL);
+  pthread_join(c, NULL);
+  printf("nanosleep_us %llu\npipe_us %llu\nfutex_us %llu\n", (unsigned long long)(g_nanosleep_ns / 1000),
+         (unsigned long long)(g_pipe_ns / 1000), (unsigned long long)(g_futex_ns / 1000));
+  return 0;
+}
