@@ -8,10 +8,14 @@
 #include <linux/types.h>
 #endif
 
-#define STRATA_ONCPU_ABI_VERSION 1
+#define STRATA_ONCPU_ABI_VERSION 2
 #define STRATA_MAX_STACK_DEPTH 127 /* PERF_MAX_STACK_DEPTH */
 #define STRATA_COMM_LEN 16
 #define STRATA_BUILD_ID_LEN 20
+#define STRATA_STACK_SNAPSHOT_MAX 16384 /* bytes of user stack copied per sample, at most */
+#define STRATA_MAX_PY_FRAMES 128
+#define STRATA_PY_NO_FIELD 0xffff   /* a field the version does not have */
+#define STRATA_PY_FRAME_READ 128    /* bytes of one interpreter frame read at once */
 
 enum strata_event_type {
   STRATA_EV_SAMPLE = 1,
@@ -30,12 +34,36 @@ enum strata_oncpu_counter {
   STRATA_CNT_PROC_EVENTS,     /* fork/exec/exit events emitted */
   STRATA_CNT_PROC_DROP,       /* fork/exec/exit events lost */
   STRATA_CNT_TARGETS_FULL,    /* a child could not be added: target map full */
+  STRATA_CNT_SNAPSHOT_ERR,    /* user stack could not be copied */
+  STRATA_CNT_PY_SAMPLES,      /* samples of a process known to run CPython */
+  STRATA_CNT_PY_NO_THREAD,    /* no thread state for the sampled thread (not a Python thread, or gone) */
+  STRATA_CNT_PY_READ_ERR,     /* interpreter memory could not be read */
+  STRATA_CNT_PY_TRUNCATED,    /* more Python frames than STRATA_MAX_PY_FRAMES */
   STRATA_CNT__COUNT,
 };
 
+/* What user stack the sampler captures (rodata `user_stack_mode`). */
+enum strata_user_stack_mode {
+  STRATA_USTACK_FP = 0,        /* frame-pointer walk in the kernel, build id + offset per frame */
+  STRATA_USTACK_SNAPSHOT = 1,  /* copy of the stack top + rip/rsp/rbp, unwound on the node */
+  STRATA_USTACK_BOTH = 2,      /* both: the kernel's walk is the fallback for processes gone meanwhile */
+};
+
+/* sample flags */
+#define STRATA_SAMPLE_HAS_REGS 1u  /* regs and the stack snapshot are valid */
+
+/* One Python frame as the kernel reads it: the code object's address and where in it. */
+struct strata_py_frame {
+  __u64 code;   /* PyCodeObject* */
+  __u32 lasti;  /* instruction index (code units) */
+  __u32 flags;  /* STRATA_PY_FRAME_* */
+};
+#define STRATA_PY_FRAME_ENTRY 1u  /* the first frame a C call of the eval loop ran: a splice point */
+
 /* One sample: header, then kstack_len kernel addresses (__u64), then ustack_len user frames
  * (struct bpf_stack_build_id: build id + file offset, or a raw ip when the kernel could not read
- * the build id). Both stacks are leaf first. */
+ * the build id), then py_len struct strata_py_frame, then stack_len bytes of user stack starting at
+ * stack_base. Stacks are leaf first. */
 struct strata_sample {
   __u32 type; /* STRATA_EV_SAMPLE */
   __u32 pid;  /* tgid */
@@ -45,7 +73,33 @@ struct strata_sample {
   char comm[STRATA_COMM_LEN];
   __u16 kstack_len;
   __u16 ustack_len;
-  __u32 flags;
+  __u32 flags;      /* STRATA_SAMPLE_* */
+  __u16 py_len;
+  __u16 py_status;  /* 0: no Python; 1: frames read; 2: no thread state; 3: read error */
+  __u32 stack_len;  /* bytes of stack snapshot */
+  __u64 ip, sp, bp; /* user registers at the sample */
+  __u64 stack_base; /* address of the first snapshot byte */
+};
+
+/* Where a CPython version keeps what the frame walk needs; the agent fills one per process after
+ * recognizing the interpreter in its mappings (map `py_procs`, by tgid). Offsets in bytes. */
+struct strata_py_offsets {
+  __u64 runtime_addr;              /* &_PyRuntime in the process */
+  __u16 minor;                     /* 3.minor */
+  __u16 runtime_interpreters_head; /* _PyRuntime.interpreters.head */
+  __u16 interp_threads_head;       /* PyInterpreterState.threads.head (3.10: tstate_head) */
+  __u16 tstate_next;
+  __u16 tstate_native_thread_id;   /* NO_FIELD before 3.11: then thread_id == pthread_self == fsbase */
+  __u16 tstate_thread_id;
+  __u16 tstate_frame;              /* 3.10: frame; 3.11/3.12: cframe; 3.13: current_frame */
+  __u16 cframe_current_frame;      /* 3.11/3.12; NO_FIELD when tstate_frame is the frame itself */
+  __u16 frame_previous;            /* 3.10: f_back */
+  __u16 frame_code;                /* f_code / f_executable */
+  __u16 frame_instr;               /* 3.10: f_lasti (int); later: prev_instr / instr_ptr */
+  __u16 frame_is_entry;            /* 3.11 */
+  __u16 frame_owner;               /* 3.12+: FRAME_OWNED_BY_CSTACK marks the eval loop's shim */
+  __u16 code_adaptive;             /* 3.11+: first instruction in the code object */
+  __u16 _pad[2];
 };
 
 struct strata_proc_event {

@@ -17,6 +17,14 @@ struct RawUserFrame {
   uint64_t offset_or_ip = 0;
 };
 
+// A Python frame as the kernel read it: code object address, instruction index, entry flag
+// (STRATA_PY_FRAME_ENTRY: the first frame one C-level call of the eval loop ran).
+struct RawPythonFrame {
+  uint64_t code = 0;
+  uint32_t lasti = 0;
+  uint32_t flags = 0;
+};
+
 struct SampleEvent {
   uint32_t pid = 0;
   uint32_t tid = 0;
@@ -24,7 +32,13 @@ struct SampleEvent {
   uint64_t ts_ns = 0;  // CLOCK_MONOTONIC
   std::string comm;    // thread name
   std::vector<uint64_t> kstack;       // leaf first
-  std::vector<RawUserFrame> ustack;   // leaf first
+  std::vector<RawUserFrame> ustack;   // leaf first (the kernel's frame-pointer walk)
+  // The stack snapshot for unwinding on the node: user rip/rsp/rbp and the bytes from rsp up.
+  bool has_regs = false;
+  uint64_t ip = 0, sp = 0, bp = 0;
+  uint64_t stack_base = 0;
+  std::vector<uint8_t> stack;
+  std::vector<RawPythonFrame> pystack;  // leaf first
 };
 
 struct ProcEvent {

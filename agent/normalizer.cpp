@@ -1,11 +1,95 @@
 #include "agent/normalizer.h"
 
+#include <sys/auxv.h>
+#include <unistd.h>
+
+#include <chrono>
+#include <cstring>
+
 #include "symbolize/symbolizer.h"
 
 namespace strata::agent {
 namespace {
-constexpr uint64_t kMaxRefreshesPerPid = 64;  // bounds /proc reads for processes that map oddly
+constexpr uint64_t kMaxRefreshesPerPid = 64;   // bounds /proc reads for processes that map oddly
+constexpr size_t kUnwindTableBudget = 128u << 20;  // all modules' CFI rows together
+constexpr size_t kMaxNativeFrames = 127;
+constexpr size_t kMaxCodeObjectsPerProcess = 16384;
+
+// The vdso is the same in every process of this kernel: read our own copy once.
+std::shared_ptr<const unwind::ModuleUnwind> vdso_module() {
+  static std::shared_ptr<const unwind::ModuleUnwind> vdso = [] {
+    std::shared_ptr<const unwind::ModuleUnwind> m;
+    auto base = getauxval(AT_SYSINFO_EHDR);
+    auto maps = read_proc_maps(static_cast<uint32_t>(getpid()));
+    if (!base || !maps) return m;
+    for (const auto& map : *maps) {
+      if (map.path == "[vdso]" && map.start == base) {
+        auto loaded = unwind::load_module_unwind_image(
+            std::span<const uint8_t>(reinterpret_cast<const uint8_t*>(base), map.end - map.start), "[vdso]");
+        if (loaded) m = std::move(*loaded);
+      }
+    }
+    return m;
+  }();
+  return vdso;
 }
+
+uint32_t fnv32(const std::string& s) {
+  uint32_t h = 2166136261u;
+  for (unsigned char c : s) h = (h ^ c) * 16777619u;
+  return h;
+}
+
+}  // namespace
+
+struct Normalizer::PythonProcess {
+  int minor = 0;
+  std::string module_path;
+  uint64_t eval_lo = 0, eval_hi = 0;  // file offsets of _PyEval_EvalFrameDefault in module_path
+  uint64_t code_type = 0;             // &PyCode_Type in the process
+  std::unique_ptr<unwind::ProcMemReader> mem;
+  // Code objects by address. Freed code objects can be reused at the same address; the type check
+  // on every first read and the per-process lifetime of this cache keep that rare.
+  std::unordered_map<uint64_t, std::shared_ptr<unwind::CodeInfo>> codes;
+};
+
+// One process's address space for the unwinder: its mappings, each module's unwind info.
+class Normalizer::ProcessSpace final : public unwind::AddressSpace {
+ public:
+  ProcessSpace(Normalizer& n, uint32_t pid) : n_(n), pid_(pid) {}
+  bool find(uint64_t addr, unwind::MappedModule& out) override {
+    auto it = n_.maps_.find(pid_);
+    const Mapping* m = it != n_.maps_.end() ? find_mapping(it->second, addr) : nullptr;
+    if ((!m || !m->executable) && n_.refreshes_[pid_]++ < kMaxRefreshesPerPid) {
+      n_.learn_process(pid_);  // mapped since we last looked (dlopen)
+      it = n_.maps_.find(pid_);
+      m = it != n_.maps_.end() ? find_mapping(it->second, addr) : nullptr;
+    }
+    if (!m || !m->executable || m->path.empty()) return false;
+    std::shared_ptr<const unwind::ModuleUnwind> module;
+    if (m->path == "[vdso]") {
+      module = vdso_module();
+    } else if (m->path[0] == '/') {
+      std::string id = n_.build_id_of_file(m->path, pid_);
+      module = n_.modules_->get(id.empty() ? m->path : id, "/proc/" + std::to_string(pid_) + "/root" + m->path);
+    }
+    if (!module) return false;
+    held_.push_back(module);  // kept alive for this walk even if the cache drops it
+    out.start = m->start;
+    out.file_offset = m->file_offset;
+    out.module = module.get();
+    return true;
+  }
+  void release() { held_.clear(); }
+
+ private:
+  Normalizer& n_;
+  uint32_t pid_;
+  std::vector<std::shared_ptr<const unwind::ModuleUnwind>> held_;
+};
+
+Normalizer::Normalizer() : modules_(std::make_unique<unwind::ModuleCache>(kUnwindTableBudget)) {}
+Normalizer::~Normalizer() = default;
 
 std::string build_id_hex(const uint8_t* id, size_t len) {
   // The kernel pads ids shorter than 20 bytes (e.g. 16-byte md5/uuid ids) with zeroes.
@@ -19,6 +103,16 @@ std::string build_id_hex(const uint8_t* id, size_t len) {
   }
   return s;
 }
+
+namespace {
+// A file's hex id as the kernel's padded 20 bytes trim to: a 20-byte id that happens to end in
+// zero bytes loses them too, so both sides must trim alike to meet.
+std::string trimmed_like_kernel(std::string hex) {
+  if (hex.size() > 40) hex.resize(40);
+  while (hex.size() >= 2 && hex.compare(hex.size() - 2, 2, "00") == 0) hex.resize(hex.size() - 2);
+  return hex;
+}
+}  // namespace
 
 const std::string& Normalizer::hex(const std::array<uint8_t, 20>& id) {
   std::string key(reinterpret_cast<const char*>(id.data()), id.size());
@@ -44,17 +138,109 @@ void Normalizer::learn_process(uint32_t pid) {
   for (const auto& m : *maps) {
     if (!m.executable || m.path.empty() || m.path[0] != '/') continue;
     std::string id = build_id_of_file(m.path, pid);
-    if (!id.empty()) path_by_build_id_.emplace(id, m.path);
+    if (!id.empty()) path_by_build_id_.emplace(trimmed_like_kernel(id), m.path);
   }
+  detect_python(pid, *maps);
   maps_[pid] = std::move(*maps);
 }
 
 void Normalizer::forget_process(uint32_t pid) {
   maps_.erase(pid);
   refreshes_.erase(pid);
+  spaces_.erase(pid);
+  if (python_.erase(pid) && python_hook_) python_hook_(pid, nullptr);
+}
+
+void Normalizer::detect_python(uint32_t pid, const std::vector<Mapping>& maps) {
+  if (python_.count(pid)) return;
+  // The interpreter is libpython when the executable links it, else the executable itself.
+  const Mapping* best = nullptr;
+  int minor = 0;
+  for (const auto& m : maps) {
+    if (!m.executable || m.path.empty() || m.path[0] != '/') continue;
+    auto v = unwind::python_minor_from_path(m.path);
+    if (!v) continue;
+    if (!best || m.path.find("libpython") != std::string::npos) {
+      best = &m;
+      minor = *v;
+    }
+  }
+  if (!best) return;
+  std::string open_path = "/proc/" + std::to_string(pid) + "/root" + best->path;
+  auto syms = unwind::inspect_python_module(open_path, minor);
+  if (!syms) return;  // e.g. pyenv's python3.x before its libpython is mapped: tried again later
+  std::string id = build_id_of_file(best->path, pid);
+  auto module = modules_->get(id.empty() ? best->path : id, open_path);
+  if (!module) return;
+  uint64_t exec_vaddr = module->vaddr_of_file_offset(best->file_offset);
+  if (exec_vaddr == ~0ull) return;
+  uint64_t bias = best->start - exec_vaddr;
+  auto py = std::make_unique<PythonProcess>();
+  py->minor = minor;
+  py->module_path = best->path;
+  py->code_type = syms->code_type ? syms->code_type + bias : 0;
+  py->mem = std::make_unique<unwind::ProcMemReader>(pid);
+  for (const auto& seg : module->segments) {
+    if (syms->eval_start >= seg.vaddr && syms->eval_start - seg.vaddr < seg.size) {
+      py->eval_lo = syms->eval_start - seg.vaddr + seg.file_offset;
+      py->eval_hi = py->eval_lo + (syms->eval_end - syms->eval_start);
+    }
+  }
+  std::optional<strata_py_offsets> offsets;
+  if (minor >= 13) {
+    auto dbg = unwind::python_debug_offsets(*py->mem, syms->runtime + bias);
+    if (dbg) offsets = *dbg;
+  }
+  if (!offsets) offsets = unwind::builtin_python_offsets(minor);
+  if (!offsets) return;
+  offsets->runtime_addr = syms->runtime + bias;
+  if (python_hook_) python_hook_(pid, &*offsets);
+  python_[pid] = std::move(py);
+  counters_.python_processes++;
+}
+
+Normalizer::ProcessSpace& Normalizer::space_of(uint32_t pid) {
+  auto& s = spaces_[pid];
+  if (!s) s = std::make_unique<ProcessSpace>(*this, pid);
+  return *s;
+}
+
+void Normalizer::unwind(const SampleEvent& e, UserStack& out) {
+  out.native.clear();
+  out.method = store::UnwindMethod::kFramePointer;
+  bool complete = false;
+  if (e.has_regs && e.ip != 0) {
+    auto t0 = std::chrono::steady_clock::now();
+    auto& space = space_of(e.pid);
+    unwind::unwind_stack(unwind::Registers{e.ip, e.sp, e.bp}, unwind::StackSnapshot{e.stack_base, e.stack}, space,
+                         kMaxNativeFrames, unwound_);
+    space.release();
+    counters_.unwind_ns += static_cast<uint64_t>(
+        std::chrono::duration_cast<std::chrono::nanoseconds>(std::chrono::steady_clock::now() - t0).count());
+    counters_.snapshot_unwinds++;
+    complete = unwound_.stop == unwind::StopReason::kEndOfStack;
+    counters_.stops[static_cast<size_t>(unwound_.stop) % counters_.stops.size()]++;
+    if (complete) counters_.snapshot_complete++;
+    // The kernel's frame-pointer walk wins only when the copy gave less (a module we could not read).
+    if (complete || unwound_.ips.size() >= e.ustack.size()) {
+      for (uint64_t ip : unwound_.ips) out.native.push_back(RawUserFrame{false, {}, ip});
+      out.method = unwound_.cfi_frames == 0   ? store::UnwindMethod::kFramePointer
+                   : unwound_.fp_frames == 0 ? store::UnwindMethod::kDwarf
+                                             : store::UnwindMethod::kMixed;
+      return;
+    }
+    counters_.fp_fallbacks++;
+  }
+  out.native = e.ustack;
 }
 
 void Normalizer::normalize(const SampleEvent& e, Stack& out) {
+  UserStack user;
+  unwind(e, user);
+  normalize(e, user, out);
+}
+
+void Normalizer::normalize(const SampleEvent& e, const UserStack& user, Stack& out) {
   for (uint64_t addr : e.kstack) {
     Frame f;
     f.kind = FrameKind::kKernel;
@@ -62,7 +248,8 @@ void Normalizer::normalize(const SampleEvent& e, Stack& out) {
     f.offset = addr;
     out.push_back(std::move(f));
   }
-  for (const auto& u : e.ustack) {
+  size_t user_start = out.size();
+  for (const auto& u : user.native) {
     Frame f;
     f.kind = FrameKind::kNative;
     if (u.has_build_id) {
@@ -74,8 +261,9 @@ void Normalizer::normalize(const SampleEvent& e, Stack& out) {
         it = path_by_build_id_.find(f.build_id);
       }
       f.module = it != path_by_build_id_.end() ? it->second : "[unknown]";
+      if (it != path_by_build_id_.end()) f.build_id = build_id_of_file(it->second, e.pid);
     } else {
-      // The kernel gave a raw address: resolve it through the process's mappings.
+      // A raw address: resolve it through the process's mappings.
       auto mit = maps_.find(e.pid);
       const Mapping* m = mit != maps_.end() ? find_mapping(mit->second, u.offset_or_ip) : nullptr;
       if (!m && refreshes_[e.pid]++ < kMaxRefreshesPerPid) {
@@ -94,6 +282,72 @@ void Normalizer::normalize(const SampleEvent& e, Stack& out) {
     }
     out.push_back(std::move(f));
   }
+  if (!e.pystack.empty()) {
+    Stack native(std::make_move_iterator(out.begin() + static_cast<long>(user_start)),
+                 std::make_move_iterator(out.end()));
+    out.resize(user_start);
+    Stack python;
+    append_python(e, python);
+    auto pit = python.begin();
+    // Each eval loop frame (leaf first) ran one run of Python frames, which ends at an entry frame.
+    auto py = python_.find(e.pid);
+    for (auto& f : native) {
+      bool eval = py != python_.end() && f.kind == FrameKind::kNative && f.module == py->second->module_path &&
+                  f.offset >= py->second->eval_lo && f.offset < py->second->eval_hi;
+      if (!eval || pit == python.end()) {
+        out.push_back(std::move(f));
+        continue;
+      }
+      while (pit != python.end()) {
+        bool entry = pit->line < 0;  // marker set by append_python
+        pit->line = entry ? -pit->line - 1 : pit->line;
+        out.push_back(std::move(*pit++));
+        if (entry) break;
+      }
+    }
+    // Python frames the native walk did not reach (a truncated native stack) go outermost.
+    for (; pit != python.end(); ++pit) {
+      if (pit->line < 0) pit->line = -pit->line - 1;
+      out.push_back(std::move(*pit));
+    }
+  }
+}
+
+// Resolves the sample's Python frames into `out`, leaf first. Entry frames (where one eval loop
+// call began) carry a negative line (-(line+1)) for the splice, which restores it.
+void Normalizer::append_python(const SampleEvent& e, Stack& out) {
+  auto it = python_.find(e.pid);
+  if (it == python_.end()) return;
+  PythonProcess& py = *it->second;
+  for (const auto& raw : e.pystack) {
+    auto& slot = py.codes[raw.code];
+    uint64_t identity = 0;
+    if (slot && (!unwind::code_object_identity(*py.mem, py.minor, raw.code, identity) || identity != slot->identity))
+      slot.reset();  // the address now holds another code object
+    if (!slot) {
+      if (py.codes.size() > kMaxCodeObjectsPerProcess) py.codes.clear();
+      auto code = unwind::read_code_object(*py.mem, py.minor, raw.code, py.code_type);
+      slot = std::make_shared<unwind::CodeInfo>(code ? *code : unwind::CodeInfo{"[unknown]", "", 0, ""});
+      if (!code) counters_.python_unresolved++;
+    }
+    Frame f;
+    f.kind = FrameKind::kPython;
+    f.function = slot->name;
+    f.file = slot->file;
+    f.module = slot->file;
+    f.line = slot->linetable.empty() ? slot->first_line : unwind::code_line(*slot, py.minor, raw.lasti);
+    // The store keys frames by (kind, build id, module, offset): name and line make it unique.
+    f.offset = (static_cast<uint64_t>(fnv32(f.function)) << 32) | static_cast<uint32_t>(f.line);
+    if (raw.flags & STRATA_PY_FRAME_ENTRY) f.line = -f.line - 1;
+    out.push_back(std::move(f));
+    counters_.python_frames++;
+  }
+}
+
+UnwindCounters Normalizer::unwind_counters() const {
+  UnwindCounters c = counters_;
+  c.table_bytes = modules_->memory_bytes();
+  return c;
 }
 
 }  // namespace strata::agent

@@ -1,40 +1,91 @@
 // Normalization on the node (blazesym's split): raw stacks from the kernel become frames that mean
 // the same anywhere — kernel addresses, and user frames as (build id, file offset, module path).
+// It also unwinds the user stack copy (unwind/: frame pointers or CFI per module) and splices the
+// thread's Python frames in where the interpreter loop runs: kernel -> native -> Python -> native.
 #pragma once
 
 #include <array>
 #include <cstdint>
+#include <functional>
+#include <memory>
 #include <string>
 #include <unordered_map>
 #include <vector>
 
+#include "abi/oncpu.h"
 #include "agent/events.h"
 #include "agent/proc_maps.h"
 #include "common/frame.h"
+#include "store/store.h"
+#include "unwind/module_tables.h"
+#include "unwind/python_runtime.h"
+#include "unwind/stack_unwinder.h"
 
 namespace strata::agent {
 
+// A sample's user stack after unwinding, before normalization: what identical samples share.
+struct UserStack {
+  std::vector<RawUserFrame> native;  // leaf first
+  store::UnwindMethod method = store::UnwindMethod::kFramePointer;
+};
+
+struct UnwindCounters {
+  uint64_t snapshot_unwinds = 0;   // samples unwound from the stack copy
+  uint64_t snapshot_complete = 0;  // ... that reached the outermost frame
+  uint64_t fp_fallbacks = 0;       // the kernel's frame-pointer walk was used instead
+  uint64_t unwind_ns = 0;          // node time spent unwinding
+  uint64_t python_frames = 0;      // Python frames resolved
+  uint64_t python_unresolved = 0;  // code objects that could not be read
+  uint64_t python_processes = 0;
+  size_t table_bytes = 0;          // unwind tables held now
+  std::array<uint64_t, 6> stops{};  // snapshot walks by unwind::StopReason
+};
+
 class Normalizer {
  public:
+  Normalizer();
+  ~Normalizer();
+
   // Appends the sample's frames to `out`, leaf first: kernel frames, then user frames.
   void normalize(const SampleEvent& e, Stack& out);
+  // The same in two steps, so callers can share normalization between samples whose unwound
+  // stacks are equal: unwind (per sample), then normalize (per distinct stack).
+  void unwind(const SampleEvent& e, UserStack& out);
+  void normalize(const SampleEvent& e, const UserStack& user, Stack& out);
 
   // Reads the process's mappings and learns which file carries which build id. Called when a
   // process is first seen and when a frame names an unknown build id.
   void learn_process(uint32_t pid);
   void forget_process(uint32_t pid);
 
+  // Called when a process's CPython is recognized (offsets) or forgotten (nullptr): the sampler
+  // passes it to the kernel side.
+  void set_python_hook(std::function<void(uint32_t, const strata_py_offsets*)> hook) { python_hook_ = std::move(hook); }
+
   size_t known_build_ids() const { return path_by_build_id_.size(); }
+  UnwindCounters unwind_counters() const;
 
  private:
+  struct PythonProcess;
+  class ProcessSpace;
+
   std::string build_id_of_file(const std::string& path, uint32_t pid);
   const std::string& hex(const std::array<uint8_t, 20>& id);
+  void detect_python(uint32_t pid, const std::vector<Mapping>& maps);
+  void append_python(const SampleEvent& e, Stack& out);
+  ProcessSpace& space_of(uint32_t pid);
 
-  std::unordered_map<std::string, std::string> path_by_build_id_;   // hex -> path
+  std::unordered_map<std::string, std::string> path_by_build_id_;   // kernel-trimmed hex -> path
   std::unordered_map<std::string, std::string> build_id_by_path_;   // path -> hex ("" = none)
   std::unordered_map<uint32_t, std::vector<Mapping>> maps_;
   std::unordered_map<uint32_t, uint64_t> refreshes_;                // per pid: bounded re-reads
   std::unordered_map<std::string, std::string> hex_cache_;          // raw 20 bytes -> hex
+  std::unique_ptr<unwind::ModuleCache> modules_;
+  std::unordered_map<uint32_t, std::unique_ptr<ProcessSpace>> spaces_;
+  std::unordered_map<uint32_t, std::unique_ptr<PythonProcess>> python_;
+  std::function<void(uint32_t, const strata_py_offsets*)> python_hook_;
+  unwind::UnwoundStack unwound_;  // reused
+  UnwindCounters counters_;
 };
 
 // The 20-byte id as the kernel stores it, trimmed of trailing zero padding (short ids), in hex.

@@ -66,6 +66,8 @@ class LiveSampler final : public OnCpuSampler {
     skel_ = oncpu_bpf__open();
     if (!skel_) return Error::from_errno("cannot open the on-CPU BPF program", errno);
     skel_->rodata->follow_children = opts.follow_children;
+    skel_->rodata->user_stack_mode = opts.user_stack_mode;
+    skel_->rodata->snapshot_pages = opts.snapshot_pages;
     auto cpus = online_cpus();
     int ncpus = libbpf_num_possible_cpus();
     uint32_t rb = opts.ringbuf_bytes_per_cpu * static_cast<uint32_t>(ncpus > 0 ? ncpus : 1);
@@ -122,6 +124,17 @@ class LiveSampler final : public OnCpuSampler {
 
   int targets_map_fd() const override { return bpf_map__fd(skel_->maps.targets); }
 
+  Status set_python_process(uint32_t pid, const strata_py_offsets* offsets) override {
+    if (!offsets) {
+      bpf_map__delete_elem(skel_->maps.py_procs, &pid, sizeof(pid), 0);
+      return {};
+    }
+    if (bpf_map__update_elem(skel_->maps.py_procs, &pid, sizeof(pid), offsets, sizeof(*offsets), BPF_ANY) != 0) {
+      return Error::from_errno("cannot register the Python interpreter of pid " + std::to_string(pid), errno);
+    }
+    return {};
+  }
+
   SamplerCounters counters() const override {
     SamplerCounters c;
     int ncpus = libbpf_num_possible_cpus();
@@ -142,6 +155,11 @@ class LiveSampler final : public OnCpuSampler {
     c.proc_events = sum(STRATA_CNT_PROC_EVENTS);
     c.proc_drops = sum(STRATA_CNT_PROC_DROP);
     c.targets_full = sum(STRATA_CNT_TARGETS_FULL);
+    c.snapshot_errors = sum(STRATA_CNT_SNAPSHOT_ERR);
+    c.py_samples = sum(STRATA_CNT_PY_SAMPLES);
+    c.py_no_thread = sum(STRATA_CNT_PY_NO_THREAD);
+    c.py_read_errors = sum(STRATA_CNT_PY_READ_ERR);
+    c.py_truncated = sum(STRATA_CNT_PY_TRUNCATED);
     c.bpf_stats = stats_fd_ >= 0;
     for (bpf_program* prog = bpf_object__next_program(skel_->obj, nullptr); prog;
          prog = bpf_object__next_program(skel_->obj, prog)) {
@@ -184,7 +202,8 @@ class LiveSampler final : public OnCpuSampler {
     strata_sample hdr;
     std::memcpy(&hdr, data, sizeof(hdr));
     size_t need = sizeof(hdr) + hdr.kstack_len * sizeof(uint64_t) +
-                  hdr.ustack_len * sizeof(bpf_stack_build_id);
+                  hdr.ustack_len * sizeof(bpf_stack_build_id) + hdr.py_len * sizeof(strata_py_frame) +
+                  hdr.stack_len;
     if (need > size) return;  // never trust a length: the layout is checked, not assumed
     sample_.pid = hdr.pid;
     sample_.tid = hdr.tid;
@@ -210,6 +229,19 @@ class LiveSampler final : public OnCpuSampler {
       }
       sample_.ustack.push_back(u);
     }
+    p = data + sizeof(hdr) + hdr.kstack_len * sizeof(uint64_t) + hdr.ustack_len * sizeof(bpf_stack_build_id);
+    sample_.pystack.resize(hdr.py_len);
+    for (unsigned i = 0; i < hdr.py_len; ++i, p += sizeof(strata_py_frame)) {
+      strata_py_frame f;
+      std::memcpy(&f, p, sizeof(f));
+      sample_.pystack[i] = RawPythonFrame{f.code, f.lasti, f.flags};
+    }
+    sample_.has_regs = hdr.flags & STRATA_SAMPLE_HAS_REGS;
+    sample_.ip = hdr.ip;
+    sample_.sp = hdr.sp;
+    sample_.bp = hdr.bp;
+    sample_.stack_base = hdr.stack_base;
+    sample_.stack.assign(p, p + hdr.stack_len);
     sink_->on_sample(sample_);
   }
 

@@ -9,6 +9,8 @@
 #include "agent/events.h"
 #include "common/result.h"
 
+struct strata_py_offsets;
+
 namespace strata::agent {
 
 struct SamplerOptions {
@@ -16,7 +18,11 @@ struct SamplerOptions {
   bool sample_cpu = true;  // false: only track the process tree (the cpu layer is off)
   bool follow_children = true;
   uint32_t max_targets = 16384;
-  uint32_t ringbuf_bytes_per_cpu = 256 * 1024;
+  uint32_t ringbuf_bytes_per_cpu = 1024 * 1024;  // a sample with a stack copy is up to ~20 KiB
+  // User stacks: 0 kernel frame-pointer walk only, 1 stack copy unwound on the node, 2 both (the
+  // kernel's walk is the fallback when the node cannot unwind). See abi/oncpu.h.
+  uint32_t user_stack_mode = 2;
+  uint32_t snapshot_pages = 4;  // stack copy: rest of rsp's page + up to this many pages in all
 };
 
 struct SamplerCounters {
@@ -28,6 +34,11 @@ struct SamplerCounters {
   uint64_t proc_events = 0;
   uint64_t proc_drops = 0;
   uint64_t targets_full = 0;
+  uint64_t snapshot_errors = 0;   // user stack could not be copied
+  uint64_t py_samples = 0;        // samples of processes running CPython
+  uint64_t py_no_thread = 0;      // ... whose thread had no Python thread state
+  uint64_t py_read_errors = 0;
+  uint64_t py_truncated = 0;
   uint64_t bpf_run_ns = 0;     // run time of the sampler's BPF programs (kernel BPF stats)
   uint64_t bpf_run_cnt = 0;
   bool bpf_stats = false;      // whether bpf_run_* are measured
@@ -44,6 +55,8 @@ class OnCpuSampler {
   virtual SamplerCounters counters() const = 0;
   // The map of watched tgids (children added at fork), for other BPF sources to share.
   virtual int targets_map_fd() const = 0;
+  // Tells the kernel side where process `pid`'s CPython keeps its frames (nullptr: forget it).
+  virtual Status set_python_process(uint32_t pid, const struct strata_py_offsets* offsets) = 0;
 };
 
 // Whether this process may load BPF and open perf events; an Error names what is missing.

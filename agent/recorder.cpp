@@ -99,6 +99,9 @@ class Recorder final : public EventSink {
     auto sampler = OnCpuSampler::start(so);
     if (!sampler) return sampler.error().environment();
     sampler_ = std::move(*sampler);
+    normalizer_.set_python_hook([this](uint32_t pid, const strata_py_offsets* o) {
+      (void)sampler_->set_python_process(pid, o);  // a full map only costs that process its Python frames
+    });
     SourceEnv env;
     env.targets_map_fd = sampler_->targets_map_fd();
     env.normalizer = &normalizer_;
@@ -138,23 +141,27 @@ class Recorder final : public EventSink {
   }
 
   void on_sample(const SampleEvent& e) override {
-    // Identical raw stacks share one normalization per window: the per-sample cost is a hash.
-    uint64_t h = mix(e.pid, e.kstack.size());
+    // Unwinding is per sample (the stack copy differs every time); identical unwound stacks then
+    // share one normalization per window: the rest of the per-sample cost is a hash.
+    normalizer_.unwind(e, user_stack_);
+    uint64_t h = mix(mix(e.pid, e.kstack.size()), static_cast<uint64_t>(user_stack_.method));
     for (uint64_t a : e.kstack) h = mix(h, a);
-    for (const auto& u : e.ustack) {
+    for (const auto& u : user_stack_.native) {
       uint64_t id;
       std::memcpy(&id, u.build_id.data(), sizeof id);
       h = mix(mix(h, u.offset_or_ip), u.has_build_id ? id : 0);
     }
+    for (const auto& p : e.pystack) h = mix(mix(h, p.code), p.lasti);
     auto it = raw_stack_index_.find(h);
     uint32_t index;
     if (it != raw_stack_index_.end()) {
       index = it->second;
     } else {
       Stack stack;
-      normalizer_.normalize(e, stack);
+      normalizer_.normalize(e, user_stack_, stack);
       index = static_cast<uint32_t>(window_stacks_.size());
       window_stacks_.push_back(std::move(stack));
+      window_methods_.push_back(user_stack_.method);
       raw_stack_index_.emplace(h, index);
     }
     counts_[CountKey{e.pid, e.tid, index, e.comm}] += 1;
@@ -337,6 +344,25 @@ class Recorder final : public EventSink {
         {"target_cpu_s", summary_.target_cpu_s},
         {"wall_s", summary_.wall_s},
     };
+    const auto u = normalizer_.unwind_counters();
+    for (const auto& [k, v] : std::vector<std::pair<std::string, double>>{
+             {"unwind_snapshot_samples", static_cast<double>(u.snapshot_unwinds)},
+             {"unwind_snapshot_complete", static_cast<double>(u.snapshot_complete)},
+             {"unwind_fp_fallbacks", static_cast<double>(u.fp_fallbacks)},
+             {"unwind_node_s", static_cast<double>(u.unwind_ns) / 1e9},
+             {"unwind_table_bytes", static_cast<double>(u.table_bytes)},
+             {"python_processes", static_cast<double>(u.python_processes)},
+             {"python_frames", static_cast<double>(u.python_frames)},
+             {"python_unresolved", static_cast<double>(u.python_unresolved)},
+             {"python_samples", static_cast<double>(c.py_samples)},
+             {"python_no_thread", static_cast<double>(c.py_no_thread)},
+             {"python_read_errors", static_cast<double>(c.py_read_errors)},
+             {"snapshot_errors", static_cast<double>(c.snapshot_errors)}})
+      stats.emplace_back(k, v);
+    for (size_t i = 0; i < u.stops.size(); ++i) {
+      stats.emplace_back(std::string("unwind_stop_") + unwind::stop_reason_name(static_cast<unwind::StopReason>(i)),
+                         static_cast<double>(u.stops[i]));
+    }
     for (const auto& src : sources_) src->stats(stats);
     for (const auto& [k, v] : stats) {
       if (auto st = store_->put_stat(recording_, k, v); !st) return st.error();
@@ -355,7 +381,7 @@ class Recorder final : public EventSink {
     pending_processes_.clear();
     std::vector<int64_t> ids(window_stacks_.size());
     for (size_t i = 0; i < window_stacks_.size(); ++i) {
-      auto id = store_->intern_stack(window_stacks_[i]);
+      auto id = store_->intern_stack(window_stacks_[i], window_methods_[i]);
       if (!id) return id.error();
       ids[i] = *id;
       stored_stacks_.insert(*id);
@@ -394,6 +420,7 @@ class Recorder final : public EventSink {
     if (auto st = store_->commit(); !st) return st;
     summary_.distinct_stacks = stored_stacks_.size();
     window_stacks_.clear();
+    window_methods_.clear();
     raw_stack_index_.clear();
     counts_.clear();
     window_start_unix_ = end_unix;
@@ -423,6 +450,8 @@ class Recorder final : public EventSink {
   std::unordered_map<uint32_t, uint64_t> cpu_first_, cpu_last_;
 
   std::vector<Stack> window_stacks_;
+  std::vector<store::UnwindMethod> window_methods_;  // how each of window_stacks_ was unwound
+  UserStack user_stack_;                             // reused per sample
   std::unordered_map<uint64_t, uint32_t> raw_stack_index_;
   std::unordered_map<CountKey, uint64_t, CountKeyHash> counts_;
   RecordSummary summary_;

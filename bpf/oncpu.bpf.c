@@ -1,8 +1,12 @@
 // SPDX-License-Identifier: GPL-2.0
 /* On-CPU stack sampling for a process tree.
  * A perf_event cpu-clock program on every CPU keeps only threads of watched processes (the `targets`
- * map, by tgid) and writes one ring-buffer record per sample: kernel addresses and user frames as
- * build id + file offset (normalized in the kernel, so short-lived processes need no /proc lookup).
+ * map, by tgid) and writes one ring-buffer record per sample: kernel addresses; user frames as
+ * build id + file offset from a frame-pointer walk (normalized in the kernel, so short-lived
+ * processes need no /proc lookup); and/or a copy of the top of the user stack with rip/rsp/rbp,
+ * which the node unwinds with CFI where modules have no frame pointers (unwind/); and, for
+ * processes the agent recognized as CPython (`py_procs`), the thread's Python frames, read here
+ * because they live in the heap and change as soon as the thread runs on.
  * The agent aggregates per window. Children of watched processes are added at fork. */
 #include "vmlinux.h"
 #include <bpf/bpf_helpers.h>
@@ -15,6 +19,8 @@ char LICENSE[] SEC("license") = "GPL";
 
 const volatile __u32 abi_version = STRATA_ONCPU_ABI_VERSION;
 const volatile bool follow_children = true;
+const volatile __u32 user_stack_mode = STRATA_USTACK_BOTH;
+const volatile __u32 snapshot_pages = 4; /* the stack copy: the rest of rsp's page + up to this many pages */
 
 struct {
   __uint(type, BPF_MAP_TYPE_HASH);
@@ -35,13 +41,25 @@ struct {
   __type(value, __u64);
 } counters SEC(".maps");
 
+struct {
+  __uint(type, BPF_MAP_TYPE_HASH);
+  __uint(max_entries, 1024);
+  __type(key, __u32); /* tgid */
+  __type(value, struct strata_py_offsets);
+} py_procs SEC(".maps");
+
 #define KSTACK_BYTES (STRATA_MAX_STACK_DEPTH * sizeof(__u64))
 #define USTACK_BYTES (STRATA_MAX_STACK_DEPTH * sizeof(struct bpf_stack_build_id))
+#define PY_BYTES (STRATA_MAX_PY_FRAMES * sizeof(struct strata_py_frame))
+#define PAGE 4096
+#define SNAP_BYTES STRATA_STACK_SNAPSHOT_MAX
 
-/* Per-CPU scratch: a sample is assembled here, then copied to the ring buffer at its real size. */
+/* Per-CPU scratch: a sample is assembled here, then copied to the ring buffer at its real size.
+ * Sections follow each other at their real lengths: kernel, user (FP), Python, stack copy. */
 struct sample_buf {
   struct strata_sample hdr;
-  __u8 frames[KSTACK_BYTES + USTACK_BYTES];
+  __u8 frames[KSTACK_BYTES + USTACK_BYTES + PY_BYTES + SNAP_BYTES];
+  __u8 pyframe[STRATA_PY_FRAME_READ]; /* one interpreter frame, read at once */
 };
 
 struct {
@@ -54,6 +72,176 @@ struct {
 static __always_inline void bump(__u32 counter) {
   __u64* v = bpf_map_lookup_elem(&counters, &counter);
   if (v) *v += 1;
+}
+
+/* The user registers at the sample: from the task's saved user state, which is right whether the
+ * timer hit in user or in kernel mode. */
+static __always_inline struct pt_regs* user_regs(void) {
+  return (struct pt_regs*)bpf_task_pt_regs(bpf_get_current_task_btf());
+}
+
+/* Copies the user stack from rsp upward: the rest of rsp's page, then whole pages while they read
+ * (the stack's top ends the copy). Returns the bytes written at frames[off]. */
+static __always_inline __u64 copy_user_stack(struct sample_buf* buf, __u64 off) {
+  struct pt_regs* regs = user_regs();
+  __u64 sp = BPF_CORE_READ(regs, sp);
+  buf->hdr.ip = BPF_CORE_READ(regs, ip);
+  buf->hdr.sp = sp;
+  buf->hdr.bp = BPF_CORE_READ(regs, bp);
+  buf->hdr.stack_base = sp;
+  buf->hdr.flags |= STRATA_SAMPLE_HAS_REGS;
+  if (off > KSTACK_BYTES + USTACK_BYTES + PY_BYTES) return 0;
+  __u64 first = PAGE - (sp & (PAGE - 1));
+  if (first > PAGE || first == 0) return 0;
+  if (bpf_probe_read_user(buf->frames + off, first, (void*)sp) != 0) {
+    bump(STRATA_CNT_SNAPSHOT_ERR);
+    return 0;
+  }
+  __u64 len = first;
+  for (__u32 i = 0; i < SNAP_BYTES / PAGE - 1; i++) {
+    if (i + 1 >= snapshot_pages) break;
+    __u64 at = off + len;
+    if (at > KSTACK_BYTES + USTACK_BYTES + PY_BYTES + SNAP_BYTES - PAGE) break;
+    if (bpf_probe_read_user(buf->frames + at, PAGE, (void*)(sp + len)) != 0) break;
+    len += PAGE;
+  }
+  buf->hdr.stack_len = len;
+  return len;
+}
+
+static __always_inline __u64 frame_u64(struct sample_buf* buf, __u16 field) {
+  if (field > STRATA_PY_FRAME_READ - 8) return 0;
+  __u64 v;
+  __builtin_memcpy(&v, buf->pyframe + field, sizeof(v));
+  return v;
+}
+
+static __always_inline __u8 frame_u8(struct sample_buf* buf, __u16 field) {
+  if (field > STRATA_PY_FRAME_READ - 1) return 0;
+  return buf->pyframe[field];
+}
+
+#define PY_FRAME_OWNED_BY_CSTACK 3
+
+/* State of the Python walk, shared with its bpf_loop callbacks (loops the verifier need not unroll). */
+struct py_walk {
+  struct sample_buf* buf;
+  struct strata_py_offsets* o;
+  __u64 off;     /* where Python frames start in buf->frames */
+  __u64 want;    /* the thread id the thread state must carry */
+  __u16 id_field;
+  __u64 tstate;  /* thread walk: current; then the one found */
+  __u64 found;
+  __u64 frame;
+  __u32 n;
+  int err;
+};
+
+static long find_thread_cb(__u32 i, void* ctx) {
+  struct py_walk* w = ctx;
+  if (!w->tstate) return 1;
+  __u64 v = 0;
+  if (bpf_probe_read_user(&v, sizeof(v), (void*)(w->tstate + w->id_field))) return 1;
+  if (v == w->want) {
+    w->found = w->tstate;
+    return 1;
+  }
+  if (bpf_probe_read_user(&w->tstate, sizeof(w->tstate), (void*)(w->tstate + w->o->tstate_next))) return 1;
+  return 0;
+}
+
+static long walk_frame_cb(__u32 i, void* ctx) {
+  struct py_walk* w = ctx;
+  struct sample_buf* buf = w->buf;
+  struct strata_py_offsets* o = w->o;
+  if (!w->frame) return 1;
+  if (bpf_probe_read_user(buf->pyframe, STRATA_PY_FRAME_READ, (void*)w->frame)) {
+    w->err = 1;
+    return 1;
+  }
+  __u64 code = frame_u64(buf, o->frame_code);
+  __u64 instr = frame_u64(buf, o->frame_instr);
+  __u64 prev = frame_u64(buf, o->frame_previous);
+  __u32 n = w->n;
+  if (n > STRATA_MAX_PY_FRAMES) return 1;
+  __u64 base = w->off;
+  if (base > KSTACK_BYTES + USTACK_BYTES) return 1;
+  if (o->minor >= 12 && frame_u8(buf, o->frame_owner) == PY_FRAME_OWNED_BY_CSTACK) {
+    /* The shim frame the eval loop pushes on entry: the frame before it began a C-level call. */
+    if (n > 0) {
+      __u64 at = base + (n - 1) * sizeof(struct strata_py_frame);
+      if (at <= KSTACK_BYTES + USTACK_BYTES + PY_BYTES - sizeof(struct strata_py_frame))
+        ((struct strata_py_frame*)(buf->frames + at))->flags |= STRATA_PY_FRAME_ENTRY;
+    }
+    w->frame = prev;
+    return 0;
+  }
+  if (n >= STRATA_MAX_PY_FRAMES) {
+    bump(STRATA_CNT_PY_TRUNCATED);
+    return 1;
+  }
+  __u32 lasti, flags = 0;
+  if (o->minor <= 10) {
+    lasti = (__u32)instr;          /* f_lasti, already in code units */
+    flags = STRATA_PY_FRAME_ENTRY; /* one eval loop call per frame */
+  } else {
+    lasti = instr > code + o->code_adaptive ? (__u32)((instr - code - o->code_adaptive) / 2) : 0;
+    if (o->minor == 11 && frame_u8(buf, o->frame_is_entry)) flags = STRATA_PY_FRAME_ENTRY;
+  }
+  __u64 at = base + n * sizeof(struct strata_py_frame);
+  if (at > KSTACK_BYTES + USTACK_BYTES + PY_BYTES - sizeof(struct strata_py_frame)) return 1;
+  struct strata_py_frame* pf = (struct strata_py_frame*)(buf->frames + at);
+  pf->code = code;
+  pf->lasti = lasti;
+  pf->flags = flags;
+  w->n = n + 1;
+  w->frame = prev;
+  return 0;
+}
+
+/* The sampled thread's Python frames, leaf first, written at frames[off]. The thread state is
+ * found by walking the interpreter's thread list for the sampled thread id; frames are read one
+ * struct at a time. Returns the bytes written. */
+static __noinline __u64 read_python(struct sample_buf* buf, __u64 off, __u32 tid) {
+  if (!buf) return 0;
+  __u32 tgid = buf->hdr.pid;
+  struct strata_py_offsets* o = bpf_map_lookup_elem(&py_procs, &tgid);
+  if (!o) return 0;
+  bump(STRATA_CNT_PY_SAMPLES);
+  struct py_walk w = {};
+  w.buf = buf;
+  w.o = o;
+  w.off = off;
+  __u64 interp = 0;
+  if (bpf_probe_read_user(&interp, sizeof(interp), (void*)(o->runtime_addr + o->runtime_interpreters_head)) ||
+      !interp || bpf_probe_read_user(&w.tstate, sizeof(w.tstate), (void*)(interp + o->interp_threads_head)))
+    goto read_err;
+  /* Before 3.11 a thread state knows only pthread_self(), which on x86-64 glibc is the fs base. */
+  w.want = tid;
+  w.id_field = o->tstate_native_thread_id;
+  if (w.id_field == STRATA_PY_NO_FIELD) {
+    w.want = BPF_CORE_READ(bpf_get_current_task_btf(), thread.fsbase);
+    w.id_field = o->tstate_thread_id;
+  }
+  bpf_loop(64, find_thread_cb, &w, 0);
+  if (!w.found) {
+    buf->hdr.py_status = 2;
+    bump(STRATA_CNT_PY_NO_THREAD);
+    return 0;
+  }
+  if (bpf_probe_read_user(&w.frame, sizeof(w.frame), (void*)(w.found + o->tstate_frame))) goto read_err;
+  if (o->cframe_current_frame != STRATA_PY_NO_FIELD && w.frame &&
+      bpf_probe_read_user(&w.frame, sizeof(w.frame), (void*)(w.frame + o->cframe_current_frame)))
+    goto read_err;
+  bpf_loop(STRATA_MAX_PY_FRAMES + 16, walk_frame_cb, &w, 0);
+  if (w.err && w.n == 0) goto read_err;
+  buf->hdr.py_len = w.n;
+  buf->hdr.py_status = 1;
+  return w.n * sizeof(struct strata_py_frame);
+read_err:
+  buf->hdr.py_status = 3;
+  bump(STRATA_CNT_PY_READ_ERR);
+  return 0;
 }
 
 SEC("perf_event")
@@ -73,6 +261,9 @@ int on_cpu_sample(struct bpf_perf_event_data* ctx) {
   buf->hdr.cpu = bpf_get_smp_processor_id();
   buf->hdr.ts_ns = bpf_ktime_get_ns();
   buf->hdr.flags = 0;
+  buf->hdr.py_len = 0;
+  buf->hdr.py_status = 0;
+  buf->hdr.stack_len = 0;
   bpf_get_current_comm(buf->hdr.comm, sizeof(buf->hdr.comm));
 
   long kbytes = bpf_get_stack(ctx, buf->frames, KSTACK_BYTES, 0);
@@ -84,7 +275,9 @@ int on_cpu_sample(struct bpf_perf_event_data* ctx) {
   if (kbytes > KSTACK_BYTES) kbytes = KSTACK_BYTES;
   kbytes &= ~7L;
 
-  long ubytes = bpf_get_stack(ctx, buf->frames + kbytes, USTACK_BYTES, BPF_F_USER_STACK | BPF_F_USER_BUILD_ID);
+  long ubytes = 0;
+  if (user_stack_mode != STRATA_USTACK_SNAPSHOT)
+    ubytes = bpf_get_stack(ctx, buf->frames + kbytes, USTACK_BYTES, BPF_F_USER_STACK | BPF_F_USER_BUILD_ID);
   if (ubytes < 0) {
     bump(STRATA_CNT_USTACK_ERR);
     ubytes = 0;
@@ -94,8 +287,16 @@ int on_cpu_sample(struct bpf_perf_event_data* ctx) {
   buf->hdr.kstack_len = kbytes / sizeof(__u64);
   buf->hdr.ustack_len = ubytes / sizeof(struct bpf_stack_build_id);
 
-  __u64 size = sizeof(buf->hdr) + kbytes + ubytes;
-  if (size > sizeof(*buf)) size = sizeof(*buf);
+  __u64 off = kbytes + ubytes;
+  if (off > KSTACK_BYTES + USTACK_BYTES) off = KSTACK_BYTES + USTACK_BYTES;
+  __u64 pybytes = read_python(buf, off, (__u32)id);
+  if (pybytes > PY_BYTES) pybytes = PY_BYTES;
+  off += pybytes;
+  if (off > KSTACK_BYTES + USTACK_BYTES + PY_BYTES) off = KSTACK_BYTES + USTACK_BYTES + PY_BYTES;
+  if (user_stack_mode != STRATA_USTACK_FP) off += copy_user_stack(buf, off);
+
+  __u64 size = sizeof(buf->hdr) + off;
+  if (size > sizeof(*buf) - STRATA_PY_FRAME_READ) size = sizeof(*buf) - STRATA_PY_FRAME_READ;
   if (bpf_ringbuf_output(&events, buf, size, 0) == 0)
     bump(STRATA_CNT_EMITTED);
   else

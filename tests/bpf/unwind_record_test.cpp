@@ -1,0 +1,105 @@
+// strata record with hybrid unwinding (needs root + BPF): a chain without frame pointers across a
+// shared library under qsort, Python chains under every installed interpreter, Python -> C -> Python.
+// Each check is a share of leaf samples (>= 95%), not a timing.
+#include <gtest/gtest.h>
+#include <unistd.h>
+
+#include <sstream>
+
+#include "tests/support/run.h"
+
+namespace strata::test {
+namespace {
+
+struct Folded {
+  std::vector<std::string> frames;  // root first
+  uint64_t count = 0;
+};
+
+std::vector<Folded> record(const TempDir& dir, const std::string& cmd) {
+  auto rec = run(strata_bin() + " record --layers cpu -o " + dir.file("rec.db") + " -- " + cmd);
+  EXPECT_EQ(rec.exit_code, 0) << describe(rec);
+  auto rep = run(strata_bin() + " report " + dir.file("rec.db") + " --format folded");
+  EXPECT_EQ(rep.exit_code, 0) << describe(rep);
+  std::vector<Folded> out;
+  std::istringstream in(rep.out);
+  std::string line;
+  while (std::getline(in, line)) {
+    auto sp = line.rfind(' ');
+    if (sp == std::string::npos) continue;
+    Folded f;
+    f.count = std::stoull(line.substr(sp + 1));
+    std::stringstream ss(line.substr(0, sp));
+    std::string part;
+    while (std::getline(ss, part, ';')) f.frames.push_back(part);
+    out.push_back(std::move(f));
+  }
+  return out;
+}
+
+std::string name_of(const std::string& frame) { return frame.substr(0, frame.find(" (")); }
+
+// Share of samples whose leaf is `leaf` that carry `chain` (names, root first) as a subsequence
+// ending at the leaf, rooted at _start.
+void expect_chain(const std::vector<Folded>& lines, const std::string& leaf, const std::vector<std::string>& chain,
+                  const std::string& py_file = "") {
+  uint64_t total = 0, full = 0;
+  std::string bad;
+  for (const auto& l : lines) {
+    if (l.frames.empty() || name_of(l.frames.back()) != leaf) continue;
+    total += l.count;
+    size_t at = 0;
+    bool files_ok = true;
+    for (const auto& f : l.frames) {
+      if (at < chain.size() && name_of(f) == chain[at]) ++at;
+      if (!py_file.empty() && f.find(".py:") != std::string::npos && f.find(py_file) == std::string::npos &&
+          f.find("<frozen") == std::string::npos)
+        files_ok = false;
+    }
+    if (at == chain.size() && files_ok && l.frames.front() == "_start") full += l.count;
+    else bad = l.frames.back();
+  }
+  ASSERT_GT(total, 15u) << "too few samples in " << leaf;
+  EXPECT_GE(static_cast<double>(full) / static_cast<double>(total), 0.95) << full << " of " << total << "; " << bad;
+}
+
+TEST(Unwind, ChainWithoutFramePointersAcrossALibraryUnderQsort) {
+  TempDir dir;
+  auto lines = record(dir, testprog("nofp_chain") + " 2");
+  std::vector<std::string> chain = {"_start", "main", "qsort_r", "compare"};
+  for (int i = 1; i <= 6; ++i) chain.push_back("exe_0" + std::to_string(i));
+  for (int i = 1; i <= 12; ++i) chain.push_back((i < 10 ? "lib_0" : "lib_") + std::to_string(i));
+  for (int i = 7; i <= 12; ++i) chain.push_back((i < 10 ? "exe_0" : "exe_") + std::to_string(i));
+  chain.push_back("nofp_leaf");
+  expect_chain(lines, "nofp_leaf", chain);
+}
+
+std::string source(const std::string& name) {
+  return env_or("STRATA_SOURCE", ".") + "/tests/testprogs/" + name;
+}
+
+void python_chain(const std::string& python) {
+  if (access(python.c_str(), X_OK) != 0) GTEST_SKIP() << python << " is not installed";
+  TempDir dir;
+  auto lines = record(dir, python + " " + source("py_chain.py") + " 3");
+  std::vector<std::string> chain = {"_start", "Py_BytesMain", "<module>", "main_loop", "outer", "middle"};
+  for (int i = 0; i < 6; ++i) chain.push_back("recurse");
+  chain.push_back("leaf");
+  expect_chain(lines, "leaf", chain, "py_chain.py");
+}
+
+TEST(Unwind, PythonDebian311) { python_chain("/usr/bin/python3.11"); }
+TEST(Unwind, Python310) { python_chain("/root/.pyenv/versions/3.10.13/bin/python3.10"); }
+TEST(Unwind, Python311) { python_chain("/root/.pyenv/versions/3.11.7/bin/python3.11"); }
+TEST(Unwind, Python312) { python_chain("/root/.pyenv/versions/3.12.1/bin/python3.12"); }
+TEST(Unwind, Python313) { python_chain("/root/.pyenv/versions/3.13.0/bin/python3.13"); }
+
+TEST(Unwind, PythonToCToPythonCallbackIsWhole) {
+  TempDir dir;
+  auto lines = record(dir, "/usr/bin/python3.11 " + source("py_ctypes.py") + " 2");
+  expect_chain(lines, "cb_leaf", {"_start", "py_main", "call_into_c", "ffi_call", "qsort_r", "py_callback", "cb_leaf"},
+               "py_ctypes.py");
+}
+
+}  // namespace
+}  // namespace strata::test
