@@ -6,6 +6,7 @@
 #include <sys/syscall.h>
 #include <unistd.h>
 
+#include <cstdlib>
 #include <cstring>
 #include <fstream>
 #include <sstream>
@@ -67,6 +68,9 @@ class LiveSampler final : public OnCpuSampler {
     if (!skel_) return Error::from_errno("cannot open the on-CPU BPF program", errno);
     skel_->rodata->follow_children = opts.follow_children;
     skel_->rodata->user_stack_mode = opts.user_stack_mode;
+    // For the bench: compare the methods' costs on the same workload without a rebuild.
+    if (const char* m = std::getenv("STRATA_USER_STACK_MODE"); m && *m >= '0' && *m <= '2')
+      skel_->rodata->user_stack_mode = static_cast<uint32_t>(*m - '0');
     skel_->rodata->snapshot_pages = opts.snapshot_pages;
     auto cpus = online_cpus();
     int ncpus = libbpf_num_possible_cpus();
