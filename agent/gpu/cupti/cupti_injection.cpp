@@ -293,9 +293,10 @@ void set_name(strata_timeline_record& r, const char* mangled) {
   r.name[STRATA_TIMELINE_NAME_LEN - 1] = '\0';
 }
 
+// NCCL's device kernels: ncclDevKernel_<Coll>_<Op>_<type>_<algo>_<proto> (2.19+), ncclKernel_* before;
+// matched inside the mangled name too (_Z40ncclDevKernel_AllReduce_...).
 bool is_nccl_kernel(const char* name) {
-  return name && (std::strncmp(name, "ncclDevKernel", 13) == 0 || std::strncmp(name, "ncclKernel", 10) == 0 ||
-                  std::strncmp(name, "_Z13ncclDevKernel", 17) == 0 || std::strstr(name, "ncclDevKernel_") != nullptr);
+  return name && (std::strstr(name, "ncclDevKernel") != nullptr || std::strstr(name, "ncclKernel_") != nullptr);
 }
 
 uint32_t cuda_copy_kind(uint8_t cupti_kind) {
