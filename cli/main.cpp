@@ -15,6 +15,8 @@ usage: strata <command> [options]
 commands:
   record   sample a process tree with eBPF and write a store (SQLite)
   report   print or export what a store holds (text, folded, pprof)
+  agent    node daemon: find training processes, watch them, ship to a collector
+  serve    collector: ingest from agents, store (SQLite or ClickHouse), query API, /metrics
 
 Run `strata <command> --help` for the options of a command.
 )";
@@ -36,6 +38,8 @@ int main(int argc, char** argv) {
   try {
     if (cmd == "record") return strata::cli::record_main(args);
     if (cmd == "report") return strata::cli::report_main(args);
+    if (cmd == "agent") return strata::cli::agent_main(args);
+    if (cmd == "serve") return strata::cli::serve_main(args);
   } catch (const std::exception& e) {
     // Only for the unexpected: recoverable errors travel as Result and are reported by the commands.
     return strata::cli::fail(std::string("internal error: ") + e.what(), 1);

@@ -15,7 +15,7 @@
 namespace strata::cli {
 
 namespace {
-const char* kReportHelp = R"(usage: strata report FILE.db [--rank R] [--pid P] [--tid T] [--kind oncpu|offcpu]
+const char* kReportHelp = R"(usage: strata report (FILE.db | --server URL [--token-file F]) [--rank R] [--pid P] [--tid T] [--kind oncpu|offcpu]
                      [--format text|folded|pprof|chrome-trace] [-o OUT]
 
 Prints or exports what a store holds.
@@ -26,6 +26,10 @@ formats:
   pprof     gzipped profile.proto for go tool pprof, Pyroscope, Parca (written to -o, default profile.pb.gz)
   chrome-trace  Trace Event JSON for Perfetto / chrome://tracing: a process per rank with its CPU
             threads, GPU streams, communicators and steps (written to -o, default trace.json)
+
+from a collector:
+  --server URL      read from `strata serve` at URL (http://HOST:PORT) instead of a file
+  --token-file F    its bearer token (first line of F)
 
 filters:
   --rank R  only processes of training rank R      --pid P  only process P      --tid T  only thread T
@@ -118,7 +122,7 @@ Result<report::TimelineData> load_timeline(store::Store& st, const store::Profil
 
 int report_main(std::vector<std::string> argv) {
   Args args(std::move(argv));
-  std::string file, format = "text", output;
+  std::string file, format = "text", output, server, token;
   store::ProfileFilter filter;
   while (!args.done()) {
     std::string a = args.next();
@@ -127,10 +131,16 @@ int report_main(std::vector<std::string> argv) {
       return 0;
     }
     if (a == "--format" || a == "-f" || a == "-o" || a == "--output" || a == "--pid" || a == "--tid" ||
-        a == "--rank" || a == "--kind") {
+        a == "--rank" || a == "--kind" || a == "--server" || a == "--token-file") {
       auto v = args.value(a);
       if (!v) return fail(v.error().message, 1);
-      if (a == "--format" || a == "-f") {
+      if (a == "--server") {
+        server = *v;
+      } else if (a == "--token-file") {
+        auto t = read_token_file(*v);
+        if (!t) return fail(t.error().message, 1);
+        token = *t;
+      } else if (a == "--format" || a == "-f") {
         format = *v;
       } else if (a == "-o" || a == "--output") {
         output = *v;
@@ -153,12 +163,14 @@ int report_main(std::vector<std::string> argv) {
       return fail("report: more than one store given ('" + file + "', '" + a + "')", 1);
     }
   }
-  if (file.empty()) return fail("report: which store? (strata report FILE.db)", 1);
+  if (file.empty() == server.empty())
+    return fail("report: which store? (strata report FILE.db, or strata report --server URL)", 1);
   if (format != "text" && format != "folded" && format != "pprof" && format != "chrome-trace")
     return fail("report: unknown format '" + format + "' (text, folded, pprof, chrome-trace)", 1);
 
-  auto st = store::Store::open_sqlite(file, store::Store::Mode::kReadOnly);
-  if (!st) return fail(st.error().message, 1);
+  auto st = server.empty() ? store::Store::open_sqlite(file, store::Store::Mode::kReadOnly)
+                           : store::Store::open_remote(server, token);
+  if (!st) return fail(st.error().message, st.error().exit_code);
   if (format == "chrome-trace") {
     if (output.empty()) output = "trace.json";
     auto data = load_timeline(**st, filter);

@@ -68,6 +68,18 @@ CREATE TABLE agent_stats(
   recording_id INTEGER NOT NULL, key TEXT NOT NULL, value REAL NOT NULL, PRIMARY KEY(recording_id, key));
 )sql";
 
+// Schema 2: what `strata serve` keeps about the agents that ship to it.
+const char* kCollectorSchema = R"sql(
+CREATE TABLE IF NOT EXISTS ingest_batches(
+  agent_id TEXT NOT NULL, batch_id INTEGER NOT NULL, received_ns INTEGER NOT NULL, PRIMARY KEY(agent_id, batch_id));
+CREATE TABLE IF NOT EXISTS agent_ids(
+  agent_id TEXT NOT NULL, kind INTEGER NOT NULL, local_id INTEGER NOT NULL, store_id INTEGER NOT NULL,
+  PRIMARY KEY(agent_id, kind, local_id));
+CREATE TABLE IF NOT EXISTS agents(
+  agent_id TEXT PRIMARY KEY, node TEXT NOT NULL, last_seen_ns INTEGER NOT NULL, last_batch INTEGER NOT NULL,
+  interval_s REAL NOT NULL, health TEXT NOT NULL);
+)sql";
+
 // A prepared statement that finalizes itself.
 class Stmt {
  public:
@@ -136,13 +148,16 @@ class SqliteStore final : public Store {
       sqlite3_close_v2(db_);
       db_ = nullptr;
       if (auto s = open_db(SQLITE_OPEN_READWRITE); !s) return s;
-      return configure();
+      if (auto s = configure(); !s) return s;
+      return migrate();
     }
     if (mode == Mode::kReadOnly) return Error{path_ + " is empty: not a strata store"};
     if (auto s = open_db(SQLITE_OPEN_READWRITE | SQLITE_OPEN_CREATE); !s) return s;
     if (auto s = configure(); !s) return s;
     if (auto s = exec("BEGIN"); !s) return s;
     if (auto s = exec(kSchema); !s) return s;
+    if (auto s = exec(kCollectorSchema); !s) return s;
+    version_ = kSchemaVersion;
     Stmt m(db_, "INSERT INTO meta(key, value) VALUES('application','strata'),('schema_version',?)");
     m.bind(1, std::to_string(kSchemaVersion));
     if (m.step() != SQLITE_DONE) return err("writing metadata");
@@ -525,6 +540,70 @@ class SqliteStore final : public Store {
 
   Status begin() override { return exec("BEGIN IMMEDIATE"); }
   Status commit() override { return exec("COMMIT"); }
+  Status rollback() override {
+    // The caches may name rows the rollback removes.
+    frame_ids_.clear();
+    stack_ids_.clear();
+    return exec("ROLLBACK");
+  }
+
+  Result<bool> batch_applied(const std::string& agent, uint64_t batch_id) override {
+    Stmt s(db_, "SELECT 1 FROM ingest_batches WHERE agent_id=? AND batch_id=?");
+    s.bind(1, agent).bind(2, i64(batch_id));
+    int rc = s.step();
+    if (rc == SQLITE_ROW) return true;
+    if (rc == SQLITE_DONE) return false;
+    return err("reading ingest batches");
+  }
+
+  Status mark_batch_applied(const std::string& agent, uint64_t batch_id, uint64_t received_ns) override {
+    Stmt s(db_, "INSERT INTO ingest_batches(agent_id,batch_id,received_ns) VALUES(?,?,?)");
+    s.bind(1, agent).bind(2, i64(batch_id)).bind(3, i64(received_ns));
+    return s.step() == SQLITE_DONE ? Status{} : Status{err("marking a batch applied")};
+  }
+
+  Result<std::vector<std::pair<int64_t, int64_t>>> agent_ids(const std::string& agent, AgentIdKind kind) override {
+    Stmt s(db_, "SELECT local_id, store_id FROM agent_ids WHERE agent_id=? AND kind=?");
+    s.bind(1, agent).bind(2, static_cast<int64_t>(kind));
+    std::vector<std::pair<int64_t, int64_t>> out;
+    int rc;
+    while ((rc = s.step()) == SQLITE_ROW) out.emplace_back(s.i64(0), s.i64(1));
+    if (rc != SQLITE_DONE) return err("reading agent ids");
+    return out;
+  }
+
+  Status put_agent_id(const std::string& agent, AgentIdKind kind, int64_t local_id, int64_t store_id) override {
+    Stmt s(db_, "INSERT OR REPLACE INTO agent_ids(agent_id,kind,local_id,store_id) VALUES(?,?,?,?)");
+    s.bind(1, agent).bind(2, static_cast<int64_t>(kind)).bind(3, local_id).bind(4, store_id);
+    return s.step() == SQLITE_DONE ? Status{} : Status{err("adding an agent id")};
+  }
+
+  Status put_agent_status(const AgentStatus& a) override {
+    Stmt s(db_, "INSERT OR REPLACE INTO agents(agent_id,node,last_seen_ns,last_batch,interval_s,health)"
+                " VALUES(?,?,?,?,?,?)");
+    s.bind(1, a.agent_id).bind(2, a.node).bind(3, i64(a.last_seen_ns)).bind(4, i64(a.last_batch))
+        .bind(5, a.interval_s).bind(6, a.health_json);
+    return s.step() == SQLITE_DONE ? Status{} : Status{err("updating an agent")};
+  }
+
+  Result<std::vector<AgentStatus>> agents() override {
+    std::vector<AgentStatus> out;
+    if (version_ < 2) return out;  // a read-only version 1 file: no collector ever wrote it
+    Stmt s(db_, "SELECT agent_id,node,last_seen_ns,last_batch,interval_s,health FROM agents ORDER BY node, agent_id");
+    int rc;
+    while ((rc = s.step()) == SQLITE_ROW) {
+      AgentStatus a;
+      a.agent_id = s.text(0);
+      a.node = s.text(1);
+      a.last_seen_ns = static_cast<uint64_t>(s.i64(2));
+      a.last_batch = static_cast<uint64_t>(s.i64(3));
+      a.interval_s = s.dbl(4);
+      a.health_json = s.text(5);
+      out.push_back(std::move(a));
+    }
+    if (rc != SQLITE_DONE) return err("reading agents");
+    return out;
+  }
 
   Result<report::Profile> load_profile(const ProfileFilter& f) override {
     report::Profile p;
@@ -698,6 +777,7 @@ class SqliteStore final : public Store {
       return Error{path_ + " was written by a newer strata (schema " + std::to_string(version) +
                    ", this build reads up to " + std::to_string(kSchemaVersion) + "): upgrade strata"};
     if (version < 1) return Error{path_ + " is a damaged strata store: schema version " + v.text(0)};
+    version_ = version;
     // Touch every table we read so a foreign or damaged file fails here, not halfway.
     for (const char* t : {"recordings", "processes", "frames", "stacks", "windows", "stack_counts", "metrics",
                           "communicators", "collectives", "device_activity", "steps", "launch_samples"}) {
@@ -709,6 +789,18 @@ class SqliteStore final : public Store {
     return {};
   }
 
+  // Brings an older file up to kSchemaVersion: every step only adds tables.
+  Status migrate() {
+    if (version_ >= kSchemaVersion) return {};
+    if (auto s = exec("BEGIN IMMEDIATE"); !s) return s;
+    if (auto s = exec(kCollectorSchema); !s) return s;
+    Stmt m(db_, "UPDATE meta SET value=? WHERE key='schema_version'");
+    m.bind(1, std::to_string(kSchemaVersion));
+    if (m.step() != SQLITE_DONE) return err("migrating the schema");
+    version_ = kSchemaVersion;
+    return exec("COMMIT");
+  }
+
   Status configure() {
     if (auto s = exec("PRAGMA journal_mode=WAL"); !s) return s;
     return exec("PRAGMA synchronous=NORMAL");
@@ -716,6 +808,7 @@ class SqliteStore final : public Store {
 
   std::string path_;
   sqlite3* db_ = nullptr;
+  int version_ = 0;
   std::unordered_map<std::string, int64_t> frame_ids_;
   std::unordered_map<std::string, int64_t> stack_ids_;
   std::unique_ptr<Stmt> insert_frame_;

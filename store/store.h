@@ -14,7 +14,8 @@
 
 namespace strata::store {
 
-inline constexpr int kSchemaVersion = 1;
+// 2: the collector's tables (ingest_batches, agent_ids, agents); version 1 files are migrated.
+inline constexpr int kSchemaVersion = 2;
 
 struct RecordingInfo {
   std::string node;
@@ -144,6 +145,19 @@ struct ProfileFilter {
   CountKind kind = CountKind::kOnCpu;
 };
 
+// What a collector knows of one agent: its last batch and the health that batch carried.
+struct AgentStatus {
+  std::string agent_id;
+  std::string node;
+  uint64_t last_seen_ns = 0;  // unix ns, server clock
+  uint64_t last_batch = 0;
+  double interval_s = 0;      // how often the agent said it sends
+  std::string health_json;    // the batch's AgentHealth, as JSON
+};
+
+// Kinds of agent-local ids a collector maps to its own (ingest: recordings and stacks).
+enum class AgentIdKind : int { kRecording = 0, kStack = 1 };
+
 struct FrameRow {
   int64_t id = 0;
   Frame frame;
@@ -158,6 +172,11 @@ class Store {
   // A file that is not a strata store (corrupt, foreign, newer schema) is refused with the reason,
   // and left untouched.
   static Result<std::unique_ptr<Store>> open_sqlite(const std::string& path, Mode mode);
+  // ClickHouse through its HTTP interface: clickhouse://HOST:PORT/DB (PORT: the HTTP port, 8123).
+  // The database and tables are created when missing (kCreateOrAppend).
+  static Result<std::unique_ptr<Store>> open_clickhouse(const std::string& url, Mode mode);
+  // A collector's data through its REST API (read only): http://HOST:PORT, with a bearer token.
+  static Result<std::unique_ptr<Store>> open_remote(const std::string& url, const std::string& token);
   virtual ~Store() = default;
 
   // -- writing
@@ -184,6 +203,30 @@ class Store {
   // Writes are grouped: everything between begin/commit lands at once or not at all.
   virtual Status begin() = 0;
   virtual Status commit() = 0;
+  // Abandons the writes since begin() (and any id caches they filled).
+  virtual Status rollback() { return Error{"this store cannot roll back"}; }
+
+  // -- the collector's bookkeeping (`strata serve`): which agent batches were applied (exactly
+  // once, in the same transaction as their rows), how agents' local ids map to this store's, and
+  // each agent's last heartbeat. Stores that are not a collector's leave them unsupported.
+  virtual Result<bool> batch_applied(const std::string& /*agent*/, uint64_t /*batch_id*/) {
+    return Error{"this store does not keep ingest bookkeeping"};
+  }
+  virtual Status mark_batch_applied(const std::string& /*agent*/, uint64_t /*batch_id*/, uint64_t /*received_ns*/) {
+    return Error{"this store does not keep ingest bookkeeping"};
+  }
+  virtual Result<std::vector<std::pair<int64_t, int64_t>>> agent_ids(const std::string& /*agent*/,
+                                                                     AgentIdKind /*kind*/) {
+    return Error{"this store does not keep ingest bookkeeping"};
+  }
+  virtual Status put_agent_id(const std::string& /*agent*/, AgentIdKind /*kind*/, int64_t /*local_id*/,
+                              int64_t /*store_id*/) {
+    return Error{"this store does not keep ingest bookkeeping"};
+  }
+  virtual Status put_agent_status(const AgentStatus& /*status*/) {
+    return Error{"this store does not keep ingest bookkeeping"};
+  }
+  virtual Result<std::vector<AgentStatus>> agents() { return std::vector<AgentStatus>{}; }
 
   // -- reading
   virtual Result<report::Profile> load_profile(const ProfileFilter& filter) = 0;

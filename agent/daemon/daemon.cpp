@@ -1,0 +1,550 @@
+#include "agent/daemon/daemon.h"
+
+#include <dirent.h>
+#include <httplib.h>
+#include <sys/resource.h>
+#include <unistd.h>
+
+#include <chrono>
+#include <cstring>
+#include <fstream>
+#include <mutex>
+#include <ostream>
+#include <random>
+#include <sstream>
+#include <thread>
+#include <unordered_map>
+
+#include "agent/normalizer.h"
+#include "agent/oncpu_sampler.h"
+#include "agent/process_info.h"
+#include "agent/shipper/batching_writer.h"
+#include "agent/sources.h"
+#include "store/store.h"
+#include "symbolize/symbolizer.h"
+
+namespace strata::agent::daemon {
+namespace {
+
+double cpu_seconds_self() {
+  rusage ru{};
+  getrusage(RUSAGE_SELF, &ru);
+  return static_cast<double>(ru.ru_utime.tv_sec + ru.ru_stime.tv_sec) +
+         static_cast<double>(ru.ru_utime.tv_usec + ru.ru_stime.tv_usec) / 1e6;
+}
+
+uint64_t rss_bytes() {
+  std::ifstream f("/proc/self/statm");
+  uint64_t size = 0, rss = 0;
+  f >> size >> rss;
+  return rss * static_cast<uint64_t>(sysconf(_SC_PAGESIZE));
+}
+
+// /proc/PID/environ as a map; empty when unreadable (gone, or a kernel thread). Bounded: a
+// process's environment is at most a few MB.
+std::map<std::string, std::string> read_environ(uint32_t pid) {
+  std::map<std::string, std::string> env;
+  std::ifstream f("/proc/" + std::to_string(pid) + "/environ", std::ios::binary);
+  std::string entry;
+  size_t total = 0;
+  while (std::getline(f, entry, '\0') && total < (4u << 20)) {
+    total += entry.size();
+    auto eq = entry.find('=');
+    if (eq != std::string::npos) env.emplace(entry.substr(0, eq), entry.substr(eq + 1));
+  }
+  return env;
+}
+
+std::string exe_of(uint32_t pid) {
+  char buf[4096];
+  ssize_t n = readlink(("/proc/" + std::to_string(pid) + "/exe").c_str(), buf, sizeof buf);
+  return n > 0 ? std::string(buf, static_cast<size_t>(n)) : std::string();
+}
+
+std::string random_hex(size_t n) {
+  std::random_device rd;
+  std::string s;
+  const char* hex = "0123456789abcdef";
+  for (size_t i = 0; i < n; ++i) s += hex[rd() % 16];
+  return s;
+}
+
+uint64_t mix(uint64_t h, uint64_t v) {
+  h ^= v + 0x9e3779b97f4a7c15ull + (h << 6) + (h >> 2);
+  return h;
+}
+
+struct CountKey {
+  uint32_t pid, tid, stack;
+  std::string comm;
+  bool operator==(const CountKey& o) const {
+    return pid == o.pid && tid == o.tid && stack == o.stack && comm == o.comm;
+  }
+};
+struct CountKeyHash {
+  size_t operator()(const CountKey& k) const {
+    return mix(mix(mix(k.pid, k.tid), k.stack), std::hash<std::string>()(k.comm));
+  }
+};
+
+// What /metrics shows, rebuilt by the main loop about once a second and read by the HTTP thread.
+class MetricsPage {
+ public:
+  void set(std::string text) {
+    std::lock_guard lock(mu_);
+    text_ = std::move(text);
+  }
+  std::string get() const {
+    std::lock_guard lock(mu_);
+    return text_;
+  }
+
+ private:
+  mutable std::mutex mu_;
+  std::string text_;
+};
+
+class Daemon final : public EventSink {
+ public:
+  Daemon(const AgentOptions& opts, std::ostream& log) : opts_(opts), log_(log) {
+    node_ = opts.node.empty() ? node_name() : opts.node;
+  }
+
+  ~Daemon() override {
+    if (http_) http_->stop();
+    if (http_thread_.joinable()) http_thread_.join();
+  }
+
+  Result<AgentSummary> run(const std::atomic<bool>& stop) {
+    if (auto st = check_bpf_permissions(); !st) return st.error().environment();
+    if (auto st = open_store(); !st) return st.error();
+    if (auto st = start_metrics_server(); !st) return st.error();
+
+    SamplerOptions so;
+    so.frequency_hz = opts_.frequency_hz;
+    so.sample_cpu = opts_.layers.count("cpu") > 0;
+    auto sampler = OnCpuSampler::start(so);
+    if (!sampler) return sampler.error().environment();
+    sampler_ = std::move(*sampler);
+    normalizer_.set_python_hook([this](uint32_t pid, const strata_py_offsets* o) {
+      (void)sampler_->set_python_process(pid, o);
+    });
+    SourceEnv env;
+    env.targets_map_fd = sampler_->targets_map_fd();
+    env.normalizer = &normalizer_;
+    env.frequency_hz = opts_.frequency_hz;
+    auto started = make_sources(opts_.layers, env);
+    sources_ = std::move(started.sources);
+    for (const auto& w : started.warnings) log_ << "strata: agent: warning: " << w << "\n";
+
+    store::RecordingInfo info;
+    info.node = node_;
+    info.command = "strata agent";
+    info.started_ns = unix_now_ns();
+    info.sample_hz = opts_.frequency_hz;
+    info.window_s = opts_.window_s;
+    auto rec = store_->begin_recording(info);
+    if (!rec) return rec.error();
+    recording_ = *rec;
+    log_ << "strata: agent on node " << node_ << " -> " << (opts_.server.empty() ? opts_.output : opts_.server)
+         << (opts_.server.empty() ? "" : " (spool " + opts_.spool_dir + ")") << "\n";
+    return loop(stop);
+  }
+
+  void on_sample(const SampleEvent& e) override {
+    // As the recorder: unwind per sample, normalize once per distinct stack per window.
+    normalizer_.unwind(e, user_stack_);
+    uint64_t h = mix(mix(e.pid, e.kstack.size()), static_cast<uint64_t>(user_stack_.method));
+    for (uint64_t a : e.kstack) h = mix(h, a);
+    for (const auto& u : user_stack_.native) {
+      uint64_t id;
+      std::memcpy(&id, u.build_id.data(), sizeof id);
+      h = mix(mix(h, u.offset_or_ip), u.has_build_id ? id : 0);
+    }
+    for (const auto& p : e.pystack) h = mix(mix(h, p.code), p.lasti);
+    auto it = raw_stack_index_.find(h);
+    uint32_t index;
+    if (it != raw_stack_index_.end()) {
+      index = it->second;
+    } else {
+      Stack stack;
+      normalizer_.normalize(e, user_stack_, stack);
+      index = static_cast<uint32_t>(window_stacks_.size());
+      window_stacks_.push_back(std::move(stack));
+      window_methods_.push_back(user_stack_.method);
+      raw_stack_index_.emplace(h, index);
+    }
+    counts_[CountKey{e.pid, e.tid, index, e.comm}] += 1;
+    samples_++;
+    if (!known_.count(e.pid)) see_process(e.pid, 0, "");
+  }
+
+  void on_proc(const ProcEvent& e) override {
+    switch (e.type) {
+      case ProcEvent::Type::kFork:
+        see_process(e.pid, e.ppid, e.comm);
+        break;
+      case ProcEvent::Type::kExec:
+        see_process(e.pid, 0, e.comm, /*refresh=*/true);
+        normalizer_.learn_process(e.pid);
+        break;
+      case ProcEvent::Type::kExit:
+        forget(e.pid);
+        break;
+    }
+  }
+
+ private:
+  Status open_store() {
+    if (!opts_.output.empty()) {
+      auto st = store::Store::open_sqlite(opts_.output, store::Store::Mode::kCreateOrAppend);
+      if (!st) return st.error();
+      store_ = std::move(*st);
+      return {};
+    }
+    shipper::ShipperOptions so;
+    so.server = opts_.server;
+    so.token = opts_.token;
+    so.node = node_;
+    // A new id per run: batch ids restart at 1, and batches a previous run left in the spool
+    // keep their own agent id, so they are still applied exactly once.
+    so.agent_id = node_ + "-" + random_hex(12);
+    so.spool_dir = opts_.spool_dir;
+    so.spool_max_bytes = opts_.spool_max_bytes;
+    so.interval_s = opts_.window_s;
+    auto w = shipper::BatchingWriter::open(so, symbolize::make_caching_symbolizer(),
+                                           [this](ingest::AgentHealth& h) { fill_health(h); });
+    if (!w) return w.error();
+    writer_ = w->get();
+    store_ = std::move(*w);
+    return {};
+  }
+
+  void fill_health(ingest::AgentHealth& h) {
+    h.set_sent_ns(unix_now_ns());
+    if (sampler_) {
+      auto c = sampler_->counters();
+      h.set_samples(c.samples);
+      h.set_drops(c.ringbuf_drops);
+    }
+    h.set_probe_hits(probe_hits());
+    h.set_cpu_s(cpu_seconds_self());
+    h.set_rss_bytes(rss_bytes());
+    h.set_watched_processes(static_cast<uint32_t>(live_.size()));
+    h.set_version("0.1.0");
+  }
+
+  uint64_t probe_hits() const {
+    std::vector<std::pair<std::string, double>> stats;
+    for (const auto& src : sources_) src->stats(stats);
+    double hits = 0;
+    for (const auto& [k, v] : stats)
+      if (k == "gpu_comm.probe_entries" || k == "gpu_comm.launch_hits") hits += v;
+    return static_cast<uint64_t>(hits);
+  }
+
+  Status start_metrics_server() {
+    if (opts_.listen_metrics.empty() || opts_.listen_metrics == "off") return {};
+    auto colon = opts_.listen_metrics.rfind(':');
+    if (colon == std::string::npos) return Error{"--listen-metrics " + opts_.listen_metrics + ": expected HOST:PORT"};
+    std::string host = opts_.listen_metrics.substr(0, colon);
+    int port = std::atoi(opts_.listen_metrics.c_str() + colon + 1);
+    http_ = std::make_unique<httplib::Server>();
+    http_->Get("/metrics", [this](const httplib::Request&, httplib::Response& res) {
+      res.set_content(page_.get(), "text/plain; version=0.0.4");
+    });
+    if (!http_->bind_to_port(host, port))
+      return Error{"--listen-metrics " + opts_.listen_metrics + ": cannot listen (port in use?)"}.environment();
+    http_thread_ = std::thread([this] { http_->listen_after_bind(); });
+    return {};
+  }
+
+  void update_metrics_page() {
+    std::ostringstream o;
+    auto gauge = [&](const char* name, const char* help, double v, const char* type = "gauge") {
+      o << "# HELP " << name << " " << help << "\n# TYPE " << name << " " << type << "\n" << name << " " << v << "\n";
+    };
+    auto c = sampler_->counters();
+    gauge("strata_agent_samples_total", "On-CPU samples taken of watched threads.", static_cast<double>(c.samples), "counter");
+    gauge("strata_agent_sample_drops_total", "Samples lost in the kernel (ring buffer full).",
+          static_cast<double>(c.ringbuf_drops), "counter");
+    gauge("strata_agent_proc_event_drops_total", "Process events lost in the kernel.", static_cast<double>(c.proc_drops),
+          "counter");
+    gauge("strata_agent_probe_hits_total", "uprobe hits (CUDA/NCCL/gloo calls) in watched processes.",
+          static_cast<double>(probe_hits()), "counter");
+    gauge("strata_agent_bpf_run_seconds_total", "Run time of the sampler's BPF programs.",
+          static_cast<double>(c.bpf_run_ns) / 1e9, "counter");
+    gauge("strata_agent_watched_processes", "Processes watched now.", static_cast<double>(live_.size()));
+    gauge("strata_agent_windows_total", "Windows written.", static_cast<double>(windows_), "counter");
+    gauge("process_cpu_seconds_total", "The agent's own CPU time.", cpu_seconds_self(), "counter");
+    gauge("process_resident_memory_bytes", "The agent's resident memory.", static_cast<double>(rss_bytes()));
+    if (writer_) {
+      auto s = writer_->counters();
+      gauge("strata_agent_spool_bytes", "Batches waiting on disk for the collector.", static_cast<double>(s.spool_bytes));
+      gauge("strata_agent_spool_batches", "Batches waiting on disk.", static_cast<double>(s.spool_batches));
+      gauge("strata_agent_batches_sent_total", "Batches acknowledged by the collector.",
+            static_cast<double>(s.batches_sent), "counter");
+      gauge("strata_agent_batch_send_failures_total", "Send attempts that failed and will be retried.",
+            static_cast<double>(s.send_failures), "counter");
+      gauge("strata_agent_batches_dropped_total", "Batches dropped because the spool was full.",
+            static_cast<double>(s.batches_dropped), "counter");
+      gauge("strata_agent_batches_rejected_total", "Batches the collector refused as bad.",
+            static_cast<double>(s.batches_rejected), "counter");
+      gauge("strata_agent_bytes_sent_total", "Compressed bytes acknowledged by the collector.",
+            static_cast<double>(s.bytes_sent), "counter");
+      o << "# HELP strata_agent_records_acked_total Rows acknowledged by the collector, by kind.\n"
+           "# TYPE strata_agent_records_acked_total counter\n";
+      for (const auto& [k, v] : s.records_acked) o << "strata_agent_records_acked_total{kind=\"" << k << "\"} " << v << "\n";
+    }
+    std::vector<std::pair<std::string, double>> stats;
+    for (const auto& src : sources_) src->stats(stats);
+    o << "# HELP strata_agent_source_stat Counters of each layer's source.\n# TYPE strata_agent_source_stat gauge\n";
+    for (const auto& [k, v] : stats) o << "strata_agent_source_stat{key=\"" << k << "\"} " << v << "\n";
+    page_.set(o.str());
+  }
+
+  // New training processes: /proc entries whose environment the selector accepts.
+  void scan_proc() {
+    DIR* d = opendir("/proc");
+    if (!d) return;
+    std::set<uint32_t> present;
+    uint32_t self = static_cast<uint32_t>(getpid());
+    while (dirent* e = readdir(d)) {
+      char* end = nullptr;
+      unsigned long pid = std::strtoul(e->d_name, &end, 10);
+      if (!end || *end != '\0' || pid == 0) continue;
+      uint32_t p = static_cast<uint32_t>(pid);
+      present.insert(p);
+      // A pid's environment is read again only when it runs another program: it is fixed at
+      // exec, and children of a watched process are followed by the kernel side anyway.
+      if (p == self || known_.count(p)) continue;
+      std::string exe = exe_of(p);
+      auto ck = checked_.find(p);
+      if (ck != checked_.end() && ck->second == exe) continue;
+      checked_[p] = exe;
+      auto env = read_environ(p);
+      if (env.empty() || !opts_.selector.matches(env)) continue;
+      if (auto st = sampler_->add_target(p); !st) {
+        log_ << "strata: agent: cannot watch pid " << p << ": " << st.error().message << "\n";
+        continue;
+      }
+      see_process(p, 0, "");
+    }
+    closedir(d);
+    for (auto it = checked_.begin(); it != checked_.end();) it = present.count(it->first) ? std::next(it) : checked_.erase(it);
+    for (auto it = live_.begin(); it != live_.end();) {
+      uint32_t pid = *it++;
+      if (!present.count(pid)) forget(pid);
+    }
+  }
+
+  void see_process(uint32_t pid, uint32_t ppid, const std::string& comm, bool refresh = false) {
+    if (known_.count(pid) && !refresh) return;
+    known_.insert(pid);
+    live_.insert(pid);
+    auto info = read_process_info(pid, node_);
+    store::ProcessInfo p;
+    if (info) {
+      p = *info;
+    } else {
+      p.pid = pid;
+      p.ppid = ppid;
+      p.node = node_;
+      p.comm = comm;
+      p.command = "[" + comm + "]";
+      p.start_ns = unix_now_ns();
+    }
+    pending_processes_[pid] = p;
+    for (auto& src : sources_) src->on_process(p);
+    if (info) normalizer_.learn_process(pid);
+  }
+
+  void forget(uint32_t pid) {
+    if (!live_.erase(pid)) return;
+    normalizer_.forget_process(pid);
+    for (auto& src : sources_) src->on_process_exit(pid);
+    // known_ keeps the pid until it is reused by an unrelated process: a late sample of the dying
+    // process must not re-announce it.
+  }
+
+  Result<AgentSummary> loop(const std::atomic<bool>& stop) {
+    using clock = std::chrono::steady_clock;
+    auto start = clock::now();
+    auto window_start = start;
+    auto last_scan = start - std::chrono::hours(1);
+    auto last_page = start;
+    window_start_unix_ = unix_now_ns();
+    window_start_mono_ = monotonic_now_ns();
+    update_metrics_page();
+    while (!stop) {
+      auto now = clock::now();
+      if (std::chrono::duration<double>(now - last_scan).count() >= opts_.scan_s) {
+        scan_proc();
+        last_scan = now;
+        if (known_.size() > 65536) {  // bounded on long runs: forget pids that are gone
+          for (auto it = known_.begin(); it != known_.end();) it = live_.count(*it) ? std::next(it) : known_.erase(it);
+        }
+      }
+      auto n = sampler_->poll(200, *this);
+      if (!n) return n.error();
+      for (auto& src : sources_) {
+        if (auto st = src->poll(); !st) log_ << "strata: agent: " << src->name() << ": " << st.error().message << "\n";
+      }
+      now = clock::now();
+      if (opts_.duration_s > 0 && std::chrono::duration<double>(now - start).count() >= opts_.duration_s) break;
+      if (std::chrono::duration<double>(now - window_start).count() >= opts_.window_s) {
+        if (auto st = flush_window(); !st) return st.error();
+        window_start = now;
+      }
+      if (now - last_page >= std::chrono::seconds(1)) {
+        update_metrics_page();
+        last_page = now;
+      }
+    }
+    for (int i = 0; i < 3; ++i) {
+      auto n = sampler_->poll(0, *this);
+      if (!n || *n == 0) break;
+    }
+    if (auto st = flush_window(/*last=*/true); !st) return st.error();
+    AgentSummary s;
+    s.windows = windows_;
+    s.processes = known_.size();
+    s.samples = samples_;
+    if (writer_) {
+      // Give the collector a moment to take the last batches; the rest stays in the spool.
+      writer_->drain(5);
+      auto c = writer_->counters();
+      s.records_sealed = c.records_sealed;
+      s.records_acked = c.records_acked;
+      s.batches_sent = c.batches_sent;
+      s.batches_pending = c.spool_batches;
+      s.batches_dropped = c.batches_dropped;
+      s.batches_rejected = c.batches_rejected;
+      s.bytes_sent = c.bytes_sent;
+    }
+    update_metrics_page();
+    return s;
+  }
+
+  Status flush_window(bool last = false) {
+    uint64_t end_unix = unix_now_ns();
+    if (auto st = store_->begin(); !st) return st;
+    for (const auto& [pid, p] : pending_processes_) {
+      if (auto st = store_->put_process(recording_, p); !st) return st;
+    }
+    pending_processes_.clear();
+    std::vector<int64_t> ids(window_stacks_.size());
+    for (size_t i = 0; i < window_stacks_.size(); ++i) {
+      auto id = store_->intern_stack(window_stacks_[i], window_methods_[i]);
+      if (!id) return id.error();
+      ids[i] = *id;
+    }
+    std::vector<store::StackCount> counts;
+    counts.reserve(counts_.size());
+    for (const auto& [k, v] : counts_) counts.push_back(store::StackCount{k.pid, k.tid, k.comm, ids[k.stack], v});
+    if (!counts.empty()) {
+      auto st = store_->put_window(recording_, window_start_unix_, end_unix, store::CountKind::kOnCpu, counts);
+      if (!st) return st;
+    }
+    WindowContext ctx;
+    ctx.recording = recording_;
+    ctx.start_ns = window_start_unix_;
+    ctx.end_ns = end_unix;
+    ctx.mono_start_ns = window_start_mono_;
+    ctx.mono_end_ns = monotonic_now_ns();
+    for (auto& src : sources_) {
+      if (auto st = src->flush(*store_, ctx); !st) return st.error().context(src->name());
+    }
+    if (last) {
+      if (auto st = store_->end_recording(recording_, end_unix); !st) return st;
+    }
+    // Local SQLite: symbolize what is new, as the recorder does (the shipper symbolizes when a
+    // stack is first interned, and reports nothing here).
+    auto frames = store_->unsymbolized_frames();
+    if (!frames) return frames.error();
+    if (!frames->empty()) {
+      std::vector<Frame> fs;
+      for (auto& r : *frames) fs.push_back(r.frame);
+      symbolizer_->symbolize(fs);
+      for (size_t i = 0; i < fs.size(); ++i) (*frames)[i].frame = std::move(fs[i]);
+      if (auto st = store_->update_frame_symbols(*frames); !st) return st;
+    }
+    // For the shipper, commit seals the window's batch: also the heartbeat when it is empty.
+    if (auto st = store_->commit(); !st) return st;
+    windows_++;
+    window_stacks_.clear();
+    window_methods_.clear();
+    raw_stack_index_.clear();
+    counts_.clear();
+    window_start_unix_ = end_unix;
+    window_start_mono_ = ctx.mono_end_ns;
+    return {};
+  }
+
+  AgentOptions opts_;
+  std::ostream& log_;
+  std::string node_;
+  std::unique_ptr<store::Store> store_;
+  shipper::BatchingWriter* writer_ = nullptr;  // store_, when shipping
+  std::unique_ptr<OnCpuSampler> sampler_;
+  std::unique_ptr<symbolize::Symbolizer> symbolizer_ = symbolize::make_caching_symbolizer();
+  Normalizer normalizer_;
+  std::vector<std::unique_ptr<Source>> sources_;
+  int64_t recording_ = 0;
+  uint64_t window_start_unix_ = 0;
+  uint64_t window_start_mono_ = 0;
+  uint64_t windows_ = 0;
+  uint64_t samples_ = 0;
+
+  std::map<uint32_t, std::string> checked_;  // pids whose environment was read -> their program then
+  std::set<uint32_t> known_;
+  std::set<uint32_t> live_;
+  std::map<uint32_t, store::ProcessInfo> pending_processes_;
+  std::vector<Stack> window_stacks_;
+  std::vector<store::UnwindMethod> window_methods_;
+  UserStack user_stack_;
+  std::unordered_map<uint64_t, uint32_t> raw_stack_index_;
+  std::unordered_map<CountKey, uint64_t, CountKeyHash> counts_;
+
+  MetricsPage page_;
+  std::unique_ptr<httplib::Server> http_;
+  std::thread http_thread_;
+};
+
+}  // namespace
+
+bool Selector::matches(const std::map<std::string, std::string>& env) const {
+  if (terms.empty()) {
+    for (const char* k : {"RANK", "WORLD_SIZE", "TORCHELASTIC_RUN_ID", "STRATA_JOB"})
+      if (env.count(k)) return true;
+    return false;
+  }
+  for (const auto& [key, values] : terms) {
+    auto it = env.find(key);
+    if (it == env.end()) return false;
+    if (!values.empty() && !values.count(it->second)) return false;
+  }
+  return true;
+}
+
+Result<std::pair<std::string, std::set<std::string>>> parse_selector_term(const std::string& text) {
+  auto eq = text.find('=');
+  std::string key = text.substr(0, eq);
+  if (key.empty() || key.find_first_of(" \t,") != std::string::npos)
+    return Error{"--select " + text + ": expected KEY or KEY=VALUE[,VALUE...]"};
+  std::set<std::string> values;
+  if (eq != std::string::npos) {
+    std::stringstream ss(text.substr(eq + 1));
+    std::string v;
+    while (std::getline(ss, v, ',')) values.insert(v);
+    if (values.empty()) return Error{"--select " + text + ": no value after '='"};
+  }
+  return std::make_pair(key, values);
+}
+
+Result<AgentSummary> run_agent(const AgentOptions& opts, const std::atomic<bool>& stop, std::ostream& log) {
+  Daemon d(opts, log);
+  return d.run(stop);
+}
+
+}  // namespace strata::agent::daemon

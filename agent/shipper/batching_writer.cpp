@@ -1,0 +1,425 @@
+#include "agent/shipper/batching_writer.h"
+
+#include <httplib.h>
+
+#include <chrono>
+#include <cstring>
+#include <iostream>
+
+#include "proto/ingest_codec.h"
+
+namespace strata::agent::shipper {
+namespace {
+
+// A local stack dictionary larger than this starts over (the server re-interns what is sent
+// again): the agent's memory stays bounded on long runs with ever-new stacks.
+constexpr size_t kMaxStacks = 200'000;
+// Vectors are split into records of at most this many rows, so a batch can be sealed between them.
+constexpr size_t kRowsPerRecord = 20'000;
+
+void to_proto(const Frame& f, ingest::Frame* p) {
+  p->set_kind(static_cast<uint32_t>(f.kind));
+  p->set_build_id(f.build_id);
+  p->set_module(f.module);
+  p->set_offset(f.offset);
+  p->set_function(f.function);
+  p->set_file(f.file);
+  p->set_line(f.line);
+}
+
+std::string stack_key(const Stack& stack, store::UnwindMethod method) {
+  std::string k(1, static_cast<char>(method));
+  for (const auto& f : stack) {
+    k += static_cast<char>(f.kind);
+    k.append(reinterpret_cast<const char*>(&f.offset), sizeof f.offset);
+    k += f.build_id;
+    k += '\0';
+    k += f.module;
+    k += '\0';
+    if (f.kind == FrameKind::kPython || f.kind == FrameKind::kCuda) {
+      k += f.function;
+      k += '\0';
+      k += f.file;
+      k += '\0';
+    }
+  }
+  return k;
+}
+
+// Splits `rows` into records of kRowsPerRecord, each made by `emit(first, last)`.
+template <typename Rows, typename Emit>
+Status chunked(const Rows& rows, Emit emit) {
+  for (size_t i = 0; i < rows.size(); i += kRowsPerRecord) {
+    size_t end = std::min(rows.size(), i + kRowsPerRecord);
+    if (auto st = emit(i, end); !st) return st;
+  }
+  return {};
+}
+
+}  // namespace
+
+Result<std::unique_ptr<BatchingWriter>> BatchingWriter::open(const ShipperOptions& opts,
+                                                             std::unique_ptr<symbolize::Symbolizer> symbolizer,
+                                                             HealthFn health) {
+  if (opts.server.rfind("http://", 0) != 0)
+    return Error{"--server " + opts.server + ": expected http://HOST:PORT (https: put a TLS proxy in front)"};
+  auto spool = Spool::open(opts.spool_dir, opts.spool_max_bytes);
+  if (!spool) return spool.error();
+  return std::unique_ptr<BatchingWriter>(
+      new BatchingWriter(opts, std::move(*spool), std::move(symbolizer), std::move(health)));
+}
+
+BatchingWriter::BatchingWriter(const ShipperOptions& opts, Spool spool,
+                               std::unique_ptr<symbolize::Symbolizer> symbolizer, HealthFn health)
+    : opts_(opts), spool_(std::move(spool)), symbolizer_(std::move(symbolizer)), health_(std::move(health)) {
+  thread_ = std::thread([this] { ship_loop(); });
+}
+
+BatchingWriter::~BatchingWriter() {
+  {
+    std::lock_guard lock(mu_);
+    stop_ = true;
+  }
+  cv_.notify_all();
+  if (thread_.joinable()) thread_.join();
+}
+
+ingest::Record& BatchingWriter::add(const char* kind, size_t rows) {
+  batch_counts_[kind] += rows;
+  return *batch_.add_records();
+}
+
+Status BatchingWriter::maybe_seal() {
+  // ByteSizeLong walks the batch: only check now and then, it is a bound, not a budget.
+  if (batch_.records_size() % 16 != 0) return {};
+  if (batch_.ByteSizeLong() < opts_.seal_bytes) return {};
+  return seal();
+}
+
+Result<int64_t> BatchingWriter::begin_recording(const store::RecordingInfo& info) {
+  int64_t id = next_recording_++;
+  auto* r = add("recordings", 1).mutable_recording();
+  r->set_local_id(id);
+  r->set_node(info.node);
+  r->set_command(info.command);
+  r->set_started_ns(info.started_ns);
+  r->set_sample_hz(info.sample_hz);
+  r->set_window_s(info.window_s);
+  return id;
+}
+
+Status BatchingWriter::end_recording(int64_t recording, uint64_t ended_ns) {
+  auto* r = add("recording_ends", 1).mutable_recording_end();
+  r->set_recording(recording);
+  r->set_ended_ns(ended_ns);
+  return {};
+}
+
+Status BatchingWriter::put_process(int64_t recording, const store::ProcessInfo& p) {
+  auto* r = add("processes", 1).mutable_process();
+  r->set_recording(recording);
+  r->set_pid(p.pid);
+  r->set_ppid(p.ppid);
+  r->set_start_ns(p.start_ns);
+  r->set_node(p.node);
+  r->set_comm(p.comm);
+  r->set_command(p.command);
+  r->set_job(p.job);
+  r->set_rank(p.rank);
+  r->set_local_rank(p.local_rank);
+  r->set_world_size(p.world_size);
+  return maybe_seal();
+}
+
+Result<int64_t> BatchingWriter::intern_stack(const Stack& stack, store::UnwindMethod method) {
+  if (spool_dropped_.exchange(false)) stack_ids_.clear();  // definitions may have been in dropped batches
+  std::string key = stack_key(stack, method);
+  if (auto it = stack_ids_.find(key); it != stack_ids_.end()) return it->second;
+  if (stack_ids_.size() >= kMaxStacks) stack_ids_.clear();
+  int64_t id = next_stack_++;
+  Stack frames = stack;
+  if (symbolizer_) {
+    bool unresolved = false;
+    for (const auto& f : frames)
+      unresolved |= f.function.empty() && (f.kind == FrameKind::kNative || f.kind == FrameKind::kKernel);
+    if (unresolved) symbolizer_->symbolize(frames);
+  }
+  auto* d = add("stacks", 1).mutable_stack();
+  d->set_local_id(id);
+  d->set_method(static_cast<uint32_t>(method));
+  for (const auto& f : frames) to_proto(f, d->add_frames());
+  stack_ids_.emplace(std::move(key), id);
+  return id;
+}
+
+Status BatchingWriter::put_window(int64_t recording, uint64_t start_ns, uint64_t end_ns, store::CountKind kind,
+                                  const std::vector<store::StackCount>& counts) {
+  return chunked(counts, [&](size_t a, size_t b) {
+    auto* w = add("stack_counts", b - a).mutable_window();
+    w->set_recording(recording);
+    w->set_start_ns(start_ns);
+    w->set_end_ns(end_ns);
+    w->set_kind(static_cast<uint32_t>(kind));
+    for (size_t i = a; i < b; ++i) {
+      const auto& c = counts[i];
+      auto* p = w->add_counts();
+      p->set_pid(c.pid);
+      p->set_tid(c.tid);
+      p->set_thread_comm(c.thread_comm);
+      p->set_stack(c.stack_id);
+      p->set_value(c.value);
+    }
+    return maybe_seal();
+  });
+}
+
+Status BatchingWriter::put_stat(int64_t recording, const std::string& key, double value) {
+  auto* s = add("stats", 1).mutable_stat();
+  s->set_recording(recording);
+  s->set_key(key);
+  s->set_value(value);
+  return {};
+}
+
+Status BatchingWriter::put_metrics(int64_t recording, uint64_t start_ns, uint64_t end_ns,
+                                   const std::vector<store::Metric>& metrics) {
+  return chunked(metrics, [&](size_t a, size_t b) {
+    auto* m = add("metrics", b - a).mutable_metrics();
+    m->set_recording(recording);
+    m->set_start_ns(start_ns);
+    m->set_end_ns(end_ns);
+    for (size_t i = a; i < b; ++i) {
+      auto* p = m->add_metrics();
+      p->set_pid(metrics[i].pid);
+      p->set_name(metrics[i].name);
+      p->set_label(metrics[i].label);
+      p->set_value(metrics[i].value);
+    }
+    return maybe_seal();
+  });
+}
+
+Status BatchingWriter::put_communicators(int64_t recording, const std::vector<store::CommunicatorRecord>& rows) {
+  return chunked(rows, [&](size_t a, size_t b) {
+    auto* m = add("communicators", b - a).mutable_communicators();
+    m->set_recording(recording);
+    for (size_t i = a; i < b; ++i) {
+      const auto& r = rows[i];
+      auto* p = m->add_rows();
+      p->set_pid(r.pid);
+      p->set_handle(r.handle);
+      p->set_comm_id(r.comm_id);
+      p->set_rank(r.rank);
+      p->set_nranks(r.nranks);
+      p->set_init_ns(r.init_ns);
+    }
+    return maybe_seal();
+  });
+}
+
+Status BatchingWriter::put_collectives(int64_t recording, const std::vector<store::CollectiveRecord>& rows) {
+  return chunked(rows, [&](size_t a, size_t b) {
+    auto* m = add("collectives", b - a).mutable_collectives();
+    m->set_recording(recording);
+    for (size_t i = a; i < b; ++i) {
+      const auto& r = rows[i];
+      auto* p = m->add_rows();
+      p->set_pid(r.pid);
+      p->set_tid(r.tid);
+      p->set_library(r.library);
+      p->set_op(r.op);
+      p->set_comm_id(r.comm_id);
+      p->set_comm_handle(r.comm_handle);
+      p->set_seq(r.seq);
+      p->set_count(r.count);
+      p->set_dtype(r.dtype);
+      p->set_bytes(r.bytes);
+      p->set_redop(r.redop);
+      p->set_peer(r.peer);
+      p->set_stream(r.stream);
+      p->set_enter_ns(r.enter_ns);
+      p->set_exit_ns(r.exit_ns);
+      p->set_device_start_ns(r.device_start_ns);
+      p->set_device_end_ns(r.device_end_ns);
+      p->set_completion(r.completion);
+      p->set_ret(r.ret);
+    }
+    return maybe_seal();
+  });
+}
+
+Status BatchingWriter::put_device_activity(int64_t recording, const std::vector<store::DeviceActivity>& rows) {
+  return chunked(rows, [&](size_t a, size_t b) {
+    auto* m = add("device_activity", b - a).mutable_device_activity();
+    m->set_recording(recording);
+    for (size_t i = a; i < b; ++i) {
+      const auto& r = rows[i];
+      auto* p = m->add_rows();
+      p->set_pid(r.pid);
+      p->set_device(r.device);
+      p->set_kind(r.kind);
+      p->set_name(r.name);
+      p->set_stream(r.stream);
+      p->set_start_ns(r.start_ns);
+      p->set_end_ns(r.end_ns);
+      p->set_api_ns(r.api_ns);
+      p->set_api_tid(r.api_tid);
+      p->set_correlation(r.correlation);
+      p->set_bytes(r.bytes);
+    }
+    return maybe_seal();
+  });
+}
+
+Status BatchingWriter::put_steps(int64_t recording, const std::vector<store::StepRecord>& rows) {
+  return chunked(rows, [&](size_t a, size_t b) {
+    auto* m = add("steps", b - a).mutable_steps();
+    m->set_recording(recording);
+    for (size_t i = a; i < b; ++i) {
+      const auto& r = rows[i];
+      auto* p = m->add_rows();
+      p->set_pid(r.pid);
+      p->set_step(r.step);
+      p->set_start_ns(r.start_ns);
+      p->set_end_ns(r.end_ns);
+      p->set_collective_ns(r.collective_ns);
+      p->set_device_collective_ns(r.device_collective_ns);
+      p->set_device_compute_ns(r.device_compute_ns);
+      p->set_gpu_idle_ns(r.gpu_idle_ns);
+      p->set_device_known(r.device_known);
+    }
+    return maybe_seal();
+  });
+}
+
+Status BatchingWriter::put_launch_samples(int64_t recording, uint64_t start_ns, uint64_t end_ns,
+                                          const std::vector<store::LaunchSample>& rows) {
+  return chunked(rows, [&](size_t a, size_t b) {
+    auto* m = add("launch_samples", b - a).mutable_launch_samples();
+    m->set_recording(recording);
+    m->set_start_ns(start_ns);
+    m->set_end_ns(end_ns);
+    for (size_t i = a; i < b; ++i) {
+      const auto& r = rows[i];
+      auto* p = m->add_rows();
+      p->set_pid(r.pid);
+      p->set_tid(r.tid);
+      p->set_kernel(r.kernel);
+      p->set_stack(r.stack_id);
+      p->set_count(r.count);
+    }
+    return maybe_seal();
+  });
+}
+
+Status BatchingWriter::seal() {
+  batch_.set_schema_version(ingest::kIngestVersion);
+  batch_.set_agent_id(opts_.agent_id);
+  batch_.set_node(opts_.node);
+  batch_.set_batch_id(next_batch_id_++);
+  auto* h = batch_.mutable_health();
+  if (health_) health_(*h);
+  h->set_interval_s(opts_.interval_s);
+  h->set_spool_bytes(spool_.bytes());
+  h->set_spool_dropped_batches(spool_.dropped());
+  auto bytes = ingest::encode_batch(batch_);
+  batch_.Clear();
+  KindCounts counts;
+  counts.swap(batch_counts_);
+  if (!bytes) return bytes.error();
+  std::vector<uint64_t> dropped;
+  auto seq = spool_.push(*bytes, dropped);
+  if (!seq) return seq.error();
+  {
+    std::lock_guard lock(mu_);
+    counters_.batches_sealed++;
+    for (const auto& [k, v] : counts) counters_.records_sealed[k] += v;
+    for (uint64_t d : dropped) pending_counts_.erase(d);
+    counters_.batches_dropped = spool_.dropped();
+    if (*seq != 0) pending_counts_[*seq] = std::move(counts);
+  }
+  if (!dropped.empty() || *seq == 0) spool_dropped_ = true;
+  cv_.notify_all();
+  return {};
+}
+
+bool BatchingWriter::drain(double timeout_s) {
+  auto deadline = std::chrono::steady_clock::now() + std::chrono::duration<double>(timeout_s);
+  cv_.notify_all();
+  while (std::chrono::steady_clock::now() < deadline) {
+    if (spool_.count() == 0) return true;
+    std::this_thread::sleep_for(std::chrono::milliseconds(50));
+  }
+  return spool_.count() == 0;
+}
+
+ShipperCounters BatchingWriter::counters() const {
+  std::lock_guard lock(mu_);
+  ShipperCounters c = counters_;
+  c.spool_bytes = spool_.bytes();
+  c.spool_batches = spool_.count();
+  c.batches_dropped = spool_.dropped();
+  return c;
+}
+
+bool BatchingWriter::ship_one(const Spool::Entry& e, const std::string& body) {
+  httplib::Client cli(opts_.server);
+  cli.set_connection_timeout(2, 0);
+  cli.set_read_timeout(30, 0);
+  cli.set_write_timeout(30, 0);
+  httplib::Headers headers;
+  if (!opts_.token.empty()) headers.emplace("Authorization", "Bearer " + opts_.token);
+  auto res = cli.Post("/api/v1/ingest", headers, body, "application/x-strata-batch+zstd");
+  std::lock_guard lock(mu_);
+  if (!res) {
+    counters_.send_failures++;
+    return false;
+  }
+  int status = res->status;
+  if (status >= 200 && status < 300) {
+    counters_.batches_sent++;
+    counters_.bytes_sent += e.bytes;
+    if (auto it = pending_counts_.find(e.seq); it != pending_counts_.end()) {
+      for (const auto& [k, v] : it->second) counters_.records_acked[k] += v;
+      pending_counts_.erase(it);
+    }
+    return true;
+  }
+  // Auth, throttling and server trouble may pass: keep the batch. Any other 4xx says the batch
+  // itself is bad; resending would never help.
+  if (status == 401 || status == 403 || status == 408 || status == 429 || status >= 500) {
+    counters_.send_failures++;
+    return false;
+  }
+  counters_.batches_rejected++;
+  pending_counts_.erase(e.seq);
+  std::cerr << "strata: agent: the server refused a batch (HTTP " << status << "): " << res->body.substr(0, 200)
+            << "\n";
+  return true;
+}
+
+void BatchingWriter::ship_loop() {
+  double backoff_s = 0;
+  while (true) {
+    {
+      std::unique_lock lock(mu_);
+      auto wait = std::chrono::duration<double>(backoff_s > 0 ? backoff_s : 1.0);
+      cv_.wait_for(lock, wait, [&] { return stop_ || (backoff_s == 0 && spool_.count() > 0); });
+      if (stop_) return;
+    }
+    while (auto e = spool_.oldest()) {
+      auto body = spool_.read(*e);
+      bool done = body ? ship_one(*e, *body) : true;  // an unreadable file is dropped
+      if (!done) {
+        backoff_s = backoff_s == 0 ? 0.5 : std::min(backoff_s * 2, 10.0);
+        break;
+      }
+      spool_.remove(*e);
+      backoff_s = 0;
+      std::lock_guard lock(mu_);
+      if (stop_) return;
+    }
+  }
+}
+
+}  // namespace strata::agent::shipper

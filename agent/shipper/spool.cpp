@@ -1,0 +1,135 @@
+#include "agent/shipper/spool.h"
+
+#include <dirent.h>
+#include <fcntl.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cerrno>
+#include <cinttypes>
+#include <cstdio>
+#include <fstream>
+#include <sstream>
+
+namespace strata::agent::shipper {
+namespace {
+
+// Files are "<seq, 16 hex digits>.batch": lexical order is arrival order across restarts.
+std::string file_name(uint64_t seq) {
+  char buf[32];
+  std::snprintf(buf, sizeof buf, "%016" PRIx64 ".batch", seq);
+  return buf;
+}
+
+Status make_dirs(const std::string& dir) {
+  std::string path;
+  std::stringstream ss(dir);
+  std::string part;
+  if (!dir.empty() && dir[0] == '/') path = "/";
+  while (std::getline(ss, part, '/')) {
+    if (part.empty()) continue;
+    path += part + "/";
+    if (mkdir(path.c_str(), 0700) != 0 && errno != EEXIST) return Error::from_errno("creating spool " + path, errno);
+  }
+  return {};
+}
+
+}  // namespace
+
+Spool::Spool(Spool&& o) noexcept
+    : dir_(std::move(o.dir_)), max_bytes_(o.max_bytes_), entries_(std::move(o.entries_)), bytes_(o.bytes_),
+      next_seq_(o.next_seq_), dropped_(o.dropped_) {}
+
+Result<Spool> Spool::open(const std::string& dir, uint64_t max_bytes) {
+  if (auto st = make_dirs(dir); !st) return st.error().environment();
+  Spool s;
+  s.dir_ = dir;
+  s.max_bytes_ = max_bytes;
+  DIR* d = opendir(dir.c_str());
+  if (!d) return Error::from_errno("opening spool " + dir, errno).environment();
+  while (dirent* e = readdir(d)) {
+    std::string name = e->d_name;
+    if (name.size() != 22 || name.substr(16) != ".batch") {
+      if (name.size() > 4 && name.substr(name.size() - 4) == ".tmp") unlink((dir + "/" + name).c_str());
+      continue;
+    }
+    uint64_t seq = std::strtoull(name.substr(0, 16).c_str(), nullptr, 16);
+    struct stat st{};
+    if (stat((dir + "/" + name).c_str(), &st) != 0) continue;
+    s.entries_.push_back({dir + "/" + name, seq, static_cast<uint64_t>(st.st_size)});
+    s.bytes_ += static_cast<uint64_t>(st.st_size);
+    s.next_seq_ = std::max(s.next_seq_, seq + 1);
+  }
+  closedir(d);
+  std::sort(s.entries_.begin(), s.entries_.end(), [](const Entry& a, const Entry& b) { return a.seq < b.seq; });
+  return s;
+}
+
+Result<uint64_t> Spool::push(const std::string& bytes, std::vector<uint64_t>& dropped) {
+  std::lock_guard lock(mu_);
+  while (!entries_.empty() && bytes_ + bytes.size() > max_bytes_) {
+    unlink(entries_.front().path.c_str());
+    bytes_ -= entries_.front().bytes;
+    dropped.push_back(entries_.front().seq);
+    entries_.erase(entries_.begin());
+    ++dropped_;
+  }
+  if (bytes.size() > max_bytes_) {  // larger than the whole spool: cannot be kept at all
+    ++dropped_;
+    return uint64_t{0};
+  }
+  uint64_t seq = next_seq_++;
+  std::string path = dir_ + "/" + file_name(seq);
+  std::string tmp = path + ".tmp";
+  {
+    std::ofstream out(tmp, std::ios::binary | std::ios::trunc);
+    out.write(bytes.data(), static_cast<std::streamsize>(bytes.size()));
+    if (!out) {
+      unlink(tmp.c_str());
+      return Error{"writing spool file " + tmp + ": disk full or not writable"}.environment();
+    }
+  }
+  // rename: a crash leaves the old state or the new file, never half a batch.
+  if (rename(tmp.c_str(), path.c_str()) != 0) return Error::from_errno("renaming " + tmp, errno).environment();
+  entries_.push_back({path, seq, bytes.size()});
+  bytes_ += bytes.size();
+  return seq;
+}
+
+std::optional<Spool::Entry> Spool::oldest() const {
+  std::lock_guard lock(mu_);
+  if (entries_.empty()) return std::nullopt;
+  return entries_.front();
+}
+
+Result<std::string> Spool::read(const Entry& e) const {
+  std::ifstream in(e.path, std::ios::binary);
+  if (!in) return Error{"reading spool file " + e.path};
+  std::string data((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  return data;
+}
+
+void Spool::remove(const Entry& e) {
+  std::lock_guard lock(mu_);
+  auto it = std::find_if(entries_.begin(), entries_.end(), [&](const Entry& x) { return x.seq == e.seq; });
+  if (it == entries_.end()) return;  // dropped meanwhile
+  unlink(it->path.c_str());
+  bytes_ -= it->bytes;
+  entries_.erase(it);
+}
+
+uint64_t Spool::bytes() const {
+  std::lock_guard lock(mu_);
+  return bytes_;
+}
+uint64_t Spool::count() const {
+  std::lock_guard lock(mu_);
+  return entries_.size();
+}
+uint64_t Spool::dropped() const {
+  std::lock_guard lock(mu_);
+  return dropped_;
+}
+
+}  // namespace strata::agent::shipper

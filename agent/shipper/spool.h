@@ -1,0 +1,51 @@
+// The agent's on-disk queue of sealed batches: one file per batch, named by batch id, so batches
+// survive a collector outage (and an agent restart) and are resent with the same ids. Bounded in
+// bytes: when full, the oldest batches are dropped and counted.
+#pragma once
+
+#include <cstdint>
+#include <mutex>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "common/result.h"
+
+namespace strata::agent::shipper {
+
+class Spool {
+ public:
+  // Creates `dir` if needed and takes over the batches already in it (a previous run's).
+  static Result<Spool> open(const std::string& dir, uint64_t max_bytes);
+
+  // Adds a batch and returns its sequence number; drops the oldest ones first when it would not
+  // fit, adding their sequence numbers to `dropped`. 0: the batch alone is larger than the spool.
+  Result<uint64_t> push(const std::string& bytes, std::vector<uint64_t>& dropped);
+
+  struct Entry {
+    std::string path;
+    uint64_t seq = 0;  // order of arrival
+    uint64_t bytes = 0;
+  };
+  std::optional<Entry> oldest() const;
+  Result<std::string> read(const Entry& e) const;
+  void remove(const Entry& e);
+
+  uint64_t bytes() const;
+  uint64_t count() const;
+  uint64_t dropped() const;
+
+  Spool(Spool&& o) noexcept;
+
+ private:
+  Spool() = default;
+  std::string dir_;
+  uint64_t max_bytes_ = 0;
+  mutable std::mutex mu_;
+  std::vector<Entry> entries_;  // oldest first
+  uint64_t bytes_ = 0;
+  uint64_t next_seq_ = 1;
+  uint64_t dropped_ = 0;
+};
+
+}  // namespace strata::agent::shipper

@@ -1,0 +1,74 @@
+#include <signal.h>
+
+#include <atomic>
+#include <iostream>
+
+#include "cli/args.h"
+#include "cli/commands.h"
+#include "server/server.h"
+
+namespace strata::cli {
+
+namespace {
+const char* kServeHelp = R"(usage: strata serve [--store sqlite:FILE.db | --store clickhouse://HOST:PORT/DB]
+                    [--listen 127.0.0.1:7878] [--token-file F] [--web-dir DIR]
+
+The collector: takes batches from `strata agent` (POST /api/v1/ingest), answers the query API
+under /api/v1/ (jobs, nodes, processes, profile, metrics, steps, collectives, findings), its own
+health at /metrics, and the web UI at /.
+
+options:
+  --store S         sqlite:FILE.db (default sqlite:strata-server.db) or clickhouse://HOST:PORT/DB
+                    (ClickHouse's HTTP port, usually 8123)
+  --listen A        address to listen on (default 127.0.0.1:7878: loopback only)
+  --token-file F    require "Authorization: Bearer TOKEN" (first line of F) on every /api/ call
+  --web-dir DIR     static files for / (default: a placeholder page)
+  --silent-after S  call a node silent after S seconds without a batch (default: 3 of its intervals)
+
+Exit codes: 0 ok, 1 bad input, 2 environment (address in use, store unreachable).
+)";
+
+std::atomic<bool> g_stop{false};
+void on_stop(int) { g_stop = true; }
+}  // namespace
+
+int serve_main(std::vector<std::string> argv) {
+  Args args(std::move(argv));
+  server::ServeOptions opts;
+  while (!args.done()) {
+    std::string a = args.next();
+    if (a == "-h" || a == "--help") {
+      std::cout << kServeHelp;
+      return 0;
+    }
+    if (a != "--store" && a != "--listen" && a != "--token-file" && a != "--web-dir" && a != "--silent-after")
+      return fail("serve: unknown option '" + a + "' (see strata serve --help)", 1);
+    auto v = args.value(a);
+    if (!v) return fail(v.error().message, 1);
+    if (a == "--store") {
+      opts.store = *v;
+    } else if (a == "--listen") {
+      opts.listen = *v;
+    } else if (a == "--web-dir") {
+      opts.web_dir = *v;
+    } else if (a == "--silent-after") {
+      auto s = parse_seconds(a, *v);
+      if (!s) return fail(s.error().message, 1);
+      opts.silent_after_s = *s;
+    } else {
+      auto t = read_token_file(*v);
+      if (!t) return fail(t.error().message, 1);
+      opts.token = *t;
+    }
+  }
+  struct sigaction sa{};
+  sa.sa_handler = on_stop;
+  sigaction(SIGINT, &sa, nullptr);
+  sigaction(SIGTERM, &sa, nullptr);
+  signal(SIGPIPE, SIG_IGN);
+  auto st = server::serve(opts, g_stop, std::cerr);
+  if (!st) return fail(st.error().message, st.error().exit_code);
+  return 0;
+}
+
+}  // namespace strata::cli

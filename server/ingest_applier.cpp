@@ -1,0 +1,330 @@
+#include "server/ingest_applier.h"
+
+namespace strata::server {
+namespace {
+
+constexpr size_t kMaxFramesPerStack = 4096;
+
+store::ProcessInfo from_proto(const ingest::Process& p) {
+  store::ProcessInfo r;
+  r.pid = p.pid();
+  r.ppid = p.ppid();
+  r.start_ns = p.start_ns();
+  r.node = p.node();
+  r.comm = p.comm();
+  r.command = p.command();
+  r.job = p.job();
+  r.rank = p.rank();
+  r.local_rank = p.local_rank();
+  r.world_size = p.world_size();
+  return r;
+}
+
+Frame from_proto(const ingest::Frame& f) {
+  Frame r;
+  r.kind = static_cast<FrameKind>(f.kind());
+  r.build_id = f.build_id();
+  r.module = f.module();
+  r.offset = f.offset();
+  r.function = f.function();
+  r.file = f.file();
+  r.line = f.line();
+  return r;
+}
+
+}  // namespace
+
+Status validate_batch(const ingest::Batch& b) {
+  for (int i = 0; i < b.records_size(); ++i) {
+    const auto& r = b.records(i);
+    auto bad = [&](const std::string& why) {
+      return Error{"malformed batch: record " + std::to_string(i) + ": " + why};
+    };
+    switch (r.kind_case()) {
+      case ingest::Record::KIND_NOT_SET:
+        return bad("empty record (unknown kind from a newer agent?)");
+      case ingest::Record::kStack:
+        if (r.stack().method() > static_cast<uint32_t>(store::UnwindMethod::kKernelOnly)) return bad("unknown unwind method");
+        if (static_cast<size_t>(r.stack().frames_size()) > kMaxFramesPerStack) return bad("stack too deep");
+        for (const auto& f : r.stack().frames())
+          if (f.kind() > static_cast<uint32_t>(FrameKind::kCuda)) return bad("unknown frame kind");
+        break;
+      case ingest::Record::kWindow:
+        if (r.window().kind() > static_cast<uint32_t>(store::CountKind::kOffCpu)) return bad("unknown count kind");
+        if (r.window().end_ns() < r.window().start_ns()) return bad("window ends before it starts");
+        break;
+      default:
+        break;
+    }
+  }
+  return {};
+}
+
+Result<IngestApplier::AgentMaps*> IngestApplier::maps_for(const std::string& agent) {
+  auto it = agents_.find(agent);
+  if (it != agents_.end()) return &it->second;
+  AgentMaps m;
+  auto recs = store_.agent_ids(agent, store::AgentIdKind::kRecording);
+  if (!recs) return recs.error();
+  auto stacks = store_.agent_ids(agent, store::AgentIdKind::kStack);
+  if (!stacks) return stacks.error();
+  for (auto [l, s] : *recs) m.recordings[l] = s;
+  for (auto [l, s] : *stacks) m.stacks[l] = s;
+  return &agents_.emplace(agent, std::move(m)).first->second;
+}
+
+Result<int64_t> IngestApplier::recording(const ingest::Batch& b, AgentMaps& m, AgentMaps& added, int64_t local,
+                                         ApplyOutcome& o) {
+  if (auto it = added.recordings.find(local); it != added.recordings.end()) return it->second;
+  if (auto it = m.recordings.find(local); it != m.recordings.end()) return it->second;
+  // Its begin_recording was in a batch the agent's full spool dropped: keep the rows, under a
+  // recording that says so.
+  ++o.lost_refs;
+  store::RecordingInfo info;
+  info.node = b.node();
+  info.command = "[recording start lost by agent " + b.agent_id() + "]";
+  auto id = store_.begin_recording(info);
+  if (!id) return id.error();
+  if (auto st = store_.put_agent_id(b.agent_id(), store::AgentIdKind::kRecording, local, *id); !st) return st.error();
+  added.recordings[local] = *id;
+  return *id;
+}
+
+Result<int64_t> IngestApplier::stack(const ingest::Batch& b, AgentMaps& m, AgentMaps& added, int64_t local,
+                                     ApplyOutcome& o) {
+  if (auto it = added.stacks.find(local); it != added.stacks.end()) return it->second;
+  if (auto it = m.stacks.find(local); it != m.stacks.end()) return it->second;
+  ++o.lost_refs;  // defined in a batch the agent dropped: the samples stay, their stack is unknown
+  Frame f;
+  f.module = "[unknown]";
+  f.function = "[stack lost by agent]";
+  auto id = store_.intern_stack(Stack{f}, store::UnwindMethod::kFramePointer);
+  if (!id) return id.error();
+  if (auto st = store_.put_agent_id(b.agent_id(), store::AgentIdKind::kStack, local, *id); !st) return st.error();
+  added.stacks[local] = *id;
+  return *id;
+}
+
+Status IngestApplier::apply_records(const ingest::Batch& b, AgentMaps& m, AgentMaps& added, ApplyOutcome& o) {
+  const std::string& agent = b.agent_id();
+  for (const auto& r : b.records()) {
+    switch (r.kind_case()) {
+      case ingest::Record::kRecording: {
+        const auto& p = r.recording();
+        store::RecordingInfo info;
+        info.node = p.node();
+        info.command = p.command();
+        info.started_ns = p.started_ns();
+        info.sample_hz = p.sample_hz();
+        info.window_s = p.window_s();
+        auto id = store_.begin_recording(info);
+        if (!id) return id.error();
+        if (auto st = store_.put_agent_id(agent, store::AgentIdKind::kRecording, p.local_id(), *id); !st) return st;
+        added.recordings[p.local_id()] = *id;
+        o.rows["recordings"]++;
+        break;
+      }
+      case ingest::Record::kRecordingEnd: {
+        auto rec = recording(b, m, added, r.recording_end().recording(), o);
+        if (!rec) return rec.error();
+        if (auto st = store_.end_recording(*rec, r.recording_end().ended_ns()); !st) return st;
+        o.rows["recording_ends"]++;
+        break;
+      }
+      case ingest::Record::kProcess: {
+        auto rec = recording(b, m, added, r.process().recording(), o);
+        if (!rec) return rec.error();
+        if (auto st = store_.put_process(*rec, from_proto(r.process())); !st) return st;
+        o.rows["processes"]++;
+        break;
+      }
+      case ingest::Record::kStack: {
+        Stack s;
+        s.reserve(static_cast<size_t>(r.stack().frames_size()));
+        for (const auto& f : r.stack().frames()) s.push_back(from_proto(f));
+        auto id = store_.intern_stack(s, static_cast<store::UnwindMethod>(r.stack().method()));
+        if (!id) return id.error();
+        if (auto st = store_.put_agent_id(agent, store::AgentIdKind::kStack, r.stack().local_id(), *id); !st) return st;
+        added.stacks[r.stack().local_id()] = *id;
+        o.rows["stacks"]++;
+        break;
+      }
+      case ingest::Record::kWindow: {
+        const auto& w = r.window();
+        auto rec = recording(b, m, added, w.recording(), o);
+        if (!rec) return rec.error();
+        std::vector<store::StackCount> counts;
+        counts.reserve(static_cast<size_t>(w.counts_size()));
+        for (const auto& c : w.counts()) {
+          auto sid = stack(b, m, added, c.stack(), o);
+          if (!sid) return sid.error();
+          counts.push_back({c.pid(), c.tid(), c.thread_comm(), *sid, c.value()});
+        }
+        if (auto st = store_.put_window(*rec, w.start_ns(), w.end_ns(), static_cast<store::CountKind>(w.kind()), counts);
+            !st)
+          return st;
+        o.rows["stack_counts"] += counts.size();
+        break;
+      }
+      case ingest::Record::kMetrics: {
+        const auto& x = r.metrics();
+        auto rec = recording(b, m, added, x.recording(), o);
+        if (!rec) return rec.error();
+        std::vector<store::Metric> rows;
+        rows.reserve(static_cast<size_t>(x.metrics_size()));
+        for (const auto& p : x.metrics()) rows.push_back({p.pid(), p.name(), p.label(), p.value()});
+        if (auto st = store_.put_metrics(*rec, x.start_ns(), x.end_ns(), rows); !st) return st;
+        o.rows["metrics"] += rows.size();
+        break;
+      }
+      case ingest::Record::kCommunicators: {
+        const auto& x = r.communicators();
+        auto rec = recording(b, m, added, x.recording(), o);
+        if (!rec) return rec.error();
+        std::vector<store::CommunicatorRecord> rows;
+        for (const auto& p : x.rows()) rows.push_back({p.pid(), p.handle(), p.comm_id(), p.rank(), p.nranks(), p.init_ns()});
+        if (auto st = store_.put_communicators(*rec, rows); !st) return st;
+        o.rows["communicators"] += rows.size();
+        break;
+      }
+      case ingest::Record::kCollectives: {
+        const auto& x = r.collectives();
+        auto rec = recording(b, m, added, x.recording(), o);
+        if (!rec) return rec.error();
+        std::vector<store::CollectiveRecord> rows;
+        rows.reserve(static_cast<size_t>(x.rows_size()));
+        for (const auto& p : x.rows()) {
+          store::CollectiveRecord c;
+          c.pid = p.pid();
+          c.tid = p.tid();
+          c.library = p.library();
+          c.op = p.op();
+          c.comm_id = p.comm_id();
+          c.comm_handle = p.comm_handle();
+          c.seq = p.seq();
+          c.count = p.count();
+          c.dtype = p.dtype();
+          c.bytes = p.bytes();
+          c.redop = p.redop();
+          c.peer = p.peer();
+          c.stream = p.stream();
+          c.enter_ns = p.enter_ns();
+          c.exit_ns = p.exit_ns();
+          c.device_start_ns = p.device_start_ns();
+          c.device_end_ns = p.device_end_ns();
+          c.completion = p.completion();
+          c.ret = p.ret();
+          rows.push_back(std::move(c));
+        }
+        if (auto st = store_.put_collectives(*rec, rows); !st) return st;
+        o.rows["collectives"] += rows.size();
+        break;
+      }
+      case ingest::Record::kDeviceActivity: {
+        const auto& x = r.device_activity();
+        auto rec = recording(b, m, added, x.recording(), o);
+        if (!rec) return rec.error();
+        std::vector<store::DeviceActivity> rows;
+        rows.reserve(static_cast<size_t>(x.rows_size()));
+        for (const auto& p : x.rows()) {
+          store::DeviceActivity d;
+          d.pid = p.pid();
+          d.device = p.device();
+          d.kind = p.kind();
+          d.name = p.name();
+          d.stream = p.stream();
+          d.start_ns = p.start_ns();
+          d.end_ns = p.end_ns();
+          d.api_ns = p.api_ns();
+          d.api_tid = p.api_tid();
+          d.correlation = p.correlation();
+          d.bytes = p.bytes();
+          rows.push_back(std::move(d));
+        }
+        if (auto st = store_.put_device_activity(*rec, rows); !st) return st;
+        o.rows["device_activity"] += rows.size();
+        break;
+      }
+      case ingest::Record::kSteps: {
+        const auto& x = r.steps();
+        auto rec = recording(b, m, added, x.recording(), o);
+        if (!rec) return rec.error();
+        std::vector<store::StepRecord> rows;
+        for (const auto& p : x.rows()) {
+          store::StepRecord s;
+          s.pid = p.pid();
+          s.step = p.step();
+          s.start_ns = p.start_ns();
+          s.end_ns = p.end_ns();
+          s.collective_ns = p.collective_ns();
+          s.device_collective_ns = p.device_collective_ns();
+          s.device_compute_ns = p.device_compute_ns();
+          s.gpu_idle_ns = p.gpu_idle_ns();
+          s.device_known = p.device_known();
+          rows.push_back(s);
+        }
+        if (auto st = store_.put_steps(*rec, rows); !st) return st;
+        o.rows["steps"] += rows.size();
+        break;
+      }
+      case ingest::Record::kLaunchSamples: {
+        const auto& x = r.launch_samples();
+        auto rec = recording(b, m, added, x.recording(), o);
+        if (!rec) return rec.error();
+        std::vector<store::LaunchSample> rows;
+        for (const auto& p : x.rows()) {
+          auto sid = stack(b, m, added, p.stack(), o);
+          if (!sid) return sid.error();
+          rows.push_back({p.pid(), p.tid(), p.kernel(), *sid, p.count()});
+        }
+        if (auto st = store_.put_launch_samples(*rec, x.start_ns(), x.end_ns(), rows); !st) return st;
+        o.rows["launch_samples"] += rows.size();
+        break;
+      }
+      case ingest::Record::kStat: {
+        auto rec = recording(b, m, added, r.stat().recording(), o);
+        if (!rec) return rec.error();
+        if (auto st = store_.put_stat(*rec, r.stat().key(), r.stat().value()); !st) return st;
+        o.rows["stats"]++;
+        break;
+      }
+      case ingest::Record::KIND_NOT_SET:
+        return Error{"malformed batch: empty record"};
+    }
+  }
+  return {};
+}
+
+Result<ApplyOutcome> IngestApplier::apply(const ingest::Batch& b, const std::string& health_json, uint64_t now_ns) {
+  auto maps = maps_for(b.agent_id());
+  if (!maps) return maps.error();
+  ApplyOutcome o;
+  if (auto st = store_.begin(); !st) return st.error();
+  auto fail = [&](const Error& e) -> Result<ApplyOutcome> {
+    (void)store_.rollback();
+    return e;
+  };
+  auto seen = store_.batch_applied(b.agent_id(), b.batch_id());
+  if (!seen) return fail(seen.error());
+  AgentMaps added;  // merged into the cache only once the transaction commits
+  if (*seen) {
+    o.duplicate = true;
+  } else {
+    if (auto st = apply_records(b, **maps, added, o); !st) return fail(st.error());
+    if (auto st = store_.mark_batch_applied(b.agent_id(), b.batch_id(), now_ns); !st) return fail(st.error());
+  }
+  store::AgentStatus a;
+  a.agent_id = b.agent_id();
+  a.node = b.node();
+  a.last_seen_ns = now_ns;
+  a.last_batch = b.batch_id();
+  a.interval_s = b.health().interval_s();
+  a.health_json = health_json;
+  if (auto st = store_.put_agent_status(a); !st) return fail(st.error());
+  if (auto st = store_.commit(); !st) return fail(st.error());
+  for (auto& [l, s] : added.recordings) (*maps)->recordings[l] = s;
+  for (auto& [l, s] : added.stacks) (*maps)->stacks[l] = s;
+  return o;
+}
+
+}  // namespace strata::server

@@ -1,0 +1,620 @@
+#include "server/server.h"
+
+#include <google/protobuf/util/json_util.h>
+#include <httplib.h>
+#include <sys/resource.h>
+
+#include <chrono>
+#include <fstream>
+#include <map>
+#include <mutex>
+#include <ostream>
+#include <set>
+#include <sstream>
+#include <thread>
+
+#include "proto/ingest_codec.h"
+#include "report/exporters.h"
+#include "server/ingest_applier.h"
+#include "server/json.h"
+
+namespace strata::server {
+namespace {
+
+uint64_t unix_now_ns() {
+  return static_cast<uint64_t>(
+      std::chrono::duration_cast<std::chrono::nanoseconds>(std::chrono::system_clock::now().time_since_epoch())
+          .count());
+}
+
+const char* kPlaceholderPage = R"(<!doctype html>
+<html><head><meta charset="utf-8"><title>strata</title></head>
+<body><h1>strata collector</h1>
+<p>The web UI is not installed here. The REST API answers under <code>/api/v1/</code>:
+<a href="/api/v1/jobs">jobs</a>, <a href="/api/v1/nodes">nodes</a>, <a href="/api/v1/processes">processes</a>,
+<a href="/api/v1/findings">findings</a>; the server's own health is at <a href="/metrics">/metrics</a>.</p>
+</body></html>
+)";
+
+// Counters for /metrics.
+struct ServerCounters {
+  std::mutex mu;
+  uint64_t batches_applied = 0;
+  uint64_t batches_duplicate = 0;
+  std::map<std::string, uint64_t> batches_rejected;  // by reason class
+  std::map<std::string, uint64_t> rows;              // by kind
+  uint64_t bytes_received = 0;
+  uint64_t lost_refs = 0;
+  double apply_seconds = 0;
+  uint64_t unauthorized = 0;
+  std::map<std::string, uint64_t> requests;  // by route
+};
+
+std::string reject_class(const std::string& why) {
+  if (why.find("too large") != std::string::npos) return "oversized";
+  if (why.find("newer") != std::string::npos) return "version";
+  if (why.find("truncated") != std::string::npos) return "truncated";
+  return "malformed";
+}
+
+std::optional<uint64_t> query_uint(const httplib::Request& req, const char* key) {
+  if (!req.has_param(key)) return std::nullopt;
+  const std::string v = req.get_param_value(key);
+  if (v.empty() || v.size() > 19 || v.find_first_not_of("0123456789") != std::string::npos) return std::nullopt;
+  return std::stoull(v);
+}
+
+double process_cpu_s() {
+  rusage ru{};
+  getrusage(RUSAGE_SELF, &ru);
+  return static_cast<double>(ru.ru_utime.tv_sec + ru.ru_stime.tv_sec) +
+         static_cast<double>(ru.ru_utime.tv_usec + ru.ru_stime.tv_usec) / 1e6;
+}
+
+uint64_t rss_bytes() {
+  std::ifstream f("/proc/self/statm");
+  uint64_t size = 0, rss = 0;
+  f >> size >> rss;
+  return rss * 4096;
+}
+
+class Server {
+ public:
+  Server(const ServeOptions& opts, std::unique_ptr<store::Store> store, std::ostream& log)
+      : opts_(opts), store_(std::move(store)), applier_(*store_), log_(log) {}
+
+  Status run(const std::atomic<bool>& stop) {
+    auto colon = opts_.listen.rfind(':');
+    if (colon == std::string::npos) return Error{"--listen " + opts_.listen + ": expected HOST:PORT"};
+    std::string host = opts_.listen.substr(0, colon);
+    if (host.size() > 2 && host.front() == '[' && host.back() == ']') host = host.substr(1, host.size() - 2);
+    int port = 0;
+    try {
+      port = std::stoi(opts_.listen.substr(colon + 1));
+    } catch (...) {
+      port = -1;
+    }
+    if (port < 0 || port > 65535) return Error{"--listen " + opts_.listen + ": bad port"};
+    routes();
+    // One more byte than the limit so an oversized body reaches our handler's check... httplib
+    // answers 413 itself past this.
+    svr_.set_payload_max_length(opts_.max_compressed + 1);
+    if (!svr_.bind_to_port(host, port))
+      return Error{"cannot listen on " + opts_.listen + " (in use, or not an address of this host)"}.environment();
+    log_ << "strata: serving on http://" << opts_.listen << (opts_.token.empty() ? " (no token: open to anyone who can connect)" : "")
+         << "\n";
+    std::atomic<bool> finished{false};
+    std::thread watcher([&] {
+      while (!stop && !finished) std::this_thread::sleep_for(std::chrono::milliseconds(100));
+      svr_.stop();
+    });
+    bool ok = svr_.listen_after_bind();
+    finished = true;
+    watcher.join();
+    if (!ok && !stop) return Error{"server stopped unexpectedly"};
+    return {};
+  }
+
+ private:
+  bool authorized(const httplib::Request& req) {
+    if (opts_.token.empty()) return true;
+    const std::string h = req.get_header_value("Authorization");
+    const std::string prefix = "Bearer ";
+    if (h.size() <= prefix.size() || h.compare(0, prefix.size(), prefix) != 0) return false;
+    return token_matches(h.substr(prefix.size()), opts_.token);
+  }
+
+  void count_request(const std::string& route) {
+    std::lock_guard lock(counters_.mu);
+    counters_.requests[route]++;
+  }
+
+  static void reply_error(httplib::Response& res, int status, const std::string& why) {
+    res.status = status;
+    res.set_content("{\"error\":" + json_str(why) + "}\n", "application/json");
+  }
+
+  void routes() {
+    svr_.set_pre_routing_handler([this](const httplib::Request& req, httplib::Response& res) {
+      if (req.path.rfind("/api/", 0) == 0 && !authorized(req)) {
+        {
+          std::lock_guard lock(counters_.mu);
+          counters_.unauthorized++;
+        }
+        res.set_header("WWW-Authenticate", "Bearer");
+        reply_error(res, 401, "missing or wrong bearer token (Authorization: Bearer TOKEN)");
+        return httplib::Server::HandlerResponse::Handled;
+      }
+      return httplib::Server::HandlerResponse::Unhandled;
+    });
+    svr_.Post("/api/v1/ingest", [this](const httplib::Request& req, httplib::Response& res) { ingest(req, res); });
+    svr_.Get("/api/v1/jobs", [this](const httplib::Request&, httplib::Response& res) { jobs(res); });
+    svr_.Get("/api/v1/nodes", [this](const httplib::Request&, httplib::Response& res) { nodes(res); });
+    svr_.Get("/api/v1/processes", [this](const httplib::Request& req, httplib::Response& res) { processes(req, res); });
+    svr_.Get("/api/v1/profile", [this](const httplib::Request& req, httplib::Response& res) { profile(req, res); });
+    svr_.Get("/api/v1/export", [this](const httplib::Request& req, httplib::Response& res) { export_(req, res); });
+    svr_.Get("/api/v1/metrics", [this](const httplib::Request& req, httplib::Response& res) { metrics(req, res); });
+    svr_.Get("/api/v1/steps", [this](const httplib::Request& req, httplib::Response& res) { steps(req, res); });
+    svr_.Get("/api/v1/collectives", [this](const httplib::Request& req, httplib::Response& res) { collectives(req, res); });
+    svr_.Get("/api/v1/findings", [this](const httplib::Request&, httplib::Response& res) {
+      count_request("findings");
+      // The diagnosis engine (diagnose/) fills this in; until it runs here, no findings.
+      res.set_content("{\"findings\":[],\"engine\":\"not running on this server yet\"}\n", "application/json");
+    });
+    svr_.Get("/metrics", [this](const httplib::Request&, httplib::Response& res) { prometheus(res); });
+    bool static_files = !opts_.web_dir.empty() && svr_.set_mount_point("/", opts_.web_dir);
+    if (!static_files) {
+      svr_.Get("/", [](const httplib::Request&, httplib::Response& res) {
+        res.set_content(kPlaceholderPage, "text/html; charset=utf-8");
+      });
+    }
+    svr_.set_error_handler([](const httplib::Request& req, httplib::Response& res) {
+      if (!res.body.empty()) return;
+      if (res.status == 413) {
+        res.set_content("{\"error\":\"batch too large: over the server's compressed size limit\"}\n", "application/json");
+      } else if (res.status == 404) {
+        res.set_content("{\"error\":" + json_str("no such endpoint: " + req.path) + "}\n", "application/json");
+      }
+    });
+  }
+
+  void ingest(const httplib::Request& req, httplib::Response& res) {
+    count_request("ingest");
+    ingest::DecodeLimits limits{opts_.max_compressed, opts_.max_decompressed};
+    auto batch = ingest::decode_batch(req.body, limits);
+    Status valid = batch ? validate_batch(*batch) : Status{batch.error()};
+    if (!valid) {
+      const std::string& why = valid.error().message;
+      {
+        std::lock_guard lock(counters_.mu);
+        counters_.batches_rejected[reject_class(why)]++;
+      }
+      reply_error(res, why.find("too large") != std::string::npos ? 413 : 400, why);
+      return;
+    }
+    std::string health;
+    google::protobuf::util::JsonPrintOptions jo;
+    jo.preserve_proto_field_names = true;
+    jo.always_print_primitive_fields = true;
+    (void)google::protobuf::util::MessageToJsonString(batch->health(), &health, jo);
+    auto t0 = std::chrono::steady_clock::now();
+    Result<ApplyOutcome> out = Error{""};
+    {
+      std::lock_guard lock(store_mu_);
+      out = applier_.apply(*batch, health, unix_now_ns());
+    }
+    double dt = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+    if (!out) {
+      // The store failed (disk full, ClickHouse down): the agent keeps the batch and retries.
+      log_ << "strata: serve: cannot apply batch " << batch->batch_id() << " of " << batch->agent_id() << ": "
+           << out.error().message << "\n";
+      reply_error(res, 503, "store unavailable: " + out.error().message);
+      return;
+    }
+    uint64_t rows = 0;
+    {
+      std::lock_guard lock(counters_.mu);
+      counters_.bytes_received += req.body.size();
+      counters_.apply_seconds += dt;
+      counters_.lost_refs += out->lost_refs;
+      if (out->duplicate) {
+        counters_.batches_duplicate++;
+      } else {
+        counters_.batches_applied++;
+      }
+      for (const auto& [k, v] : out->rows) {
+        counters_.rows[k] += v;
+        rows += v;
+      }
+    }
+    res.set_content(std::string("{\"status\":\"") + (out->duplicate ? "duplicate" : "applied") +
+                        "\",\"batch_id\":" + json_num(batch->batch_id()) + ",\"rows\":" + json_num(rows) + "}\n",
+                    "application/json");
+  }
+
+  // An agent is silent when it has not sent for three of its own intervals.
+  bool silent(const store::AgentStatus& a, uint64_t now) const {
+    double after = opts_.silent_after_s > 0 ? opts_.silent_after_s : std::max(5.0, 3 * a.interval_s);
+    return now > a.last_seen_ns && static_cast<double>(now - a.last_seen_ns) / 1e9 > after;
+  }
+
+  void nodes(httplib::Response& res) {
+    count_request("nodes");
+    std::vector<store::AgentStatus> agents;
+    {
+      std::lock_guard lock(store_mu_);
+      auto a = store_->agents();
+      if (!a) return reply_error(res, 503, a.error().message);
+      agents = std::move(*a);
+    }
+    uint64_t now = unix_now_ns();
+    std::string o = "{\"nodes\":[";
+    bool first = true;
+    for (const auto& a : agents) {
+      o += first ? "" : ",";
+      first = false;
+      o += "{\"node\":" + json_str(a.node) + ",\"agent_id\":" + json_str(a.agent_id) +
+           ",\"last_seen_ns\":" + json_num(a.last_seen_ns) +
+           ",\"seconds_since_seen\":" + json_num(static_cast<double>(now - std::min(now, a.last_seen_ns)) / 1e9) +
+           ",\"last_batch\":" + json_num(a.last_batch) + ",\"status\":" + json_str(silent(a, now) ? "silent" : "healthy") +
+           ",\"health\":" + (a.health_json.empty() ? std::string("null") : a.health_json) + "}";
+    }
+    res.set_content(o + "]}\n", "application/json");
+  }
+
+  void jobs(httplib::Response& res) {
+    count_request("jobs");
+    std::vector<store::ProcessInfo> procs;
+    std::vector<store::AgentStatus> agents;
+    {
+      std::lock_guard lock(store_mu_);
+      auto p = store_->processes();
+      if (!p) return reply_error(res, 503, p.error().message);
+      auto a = store_->agents();
+      if (!a) return reply_error(res, 503, a.error().message);
+      procs = std::move(*p);
+      agents = std::move(*a);
+    }
+    uint64_t now = unix_now_ns();
+    // A node is silent when its newest agent is.
+    std::map<std::string, const store::AgentStatus*> newest;
+    for (const auto& a : agents) {
+      auto& n = newest[a.node];
+      if (!n || a.last_seen_ns > n->last_seen_ns) n = &a;
+    }
+    struct Job {
+      std::set<int> ranks;
+      std::set<std::string> nodes;
+      int world_size = -1;
+      uint64_t processes = 0;
+    };
+    std::map<std::string, Job> jobs;
+    for (const auto& p : procs) {
+      if (p.job.empty() && p.rank < 0) continue;  // not a training process
+      auto& j = jobs[p.job];
+      if (p.rank >= 0) j.ranks.insert(p.rank);
+      j.nodes.insert(p.node);
+      j.world_size = std::max(j.world_size, p.world_size);
+      j.processes++;
+    }
+    std::string o = "{\"jobs\":[";
+    bool first = true;
+    for (const auto& [name, j] : jobs) {
+      std::vector<std::string> silent_nodes;
+      for (const auto& n : j.nodes) {
+        auto it = newest.find(n);
+        if (it == newest.end() || silent(*it->second, now)) silent_nodes.push_back(n);
+      }
+      o += first ? "" : ",";
+      first = false;
+      o += "{\"job\":" + json_str(name) + ",\"world_size\":" + json_num(j.world_size) +
+           ",\"ranks\":" + json_num(static_cast<uint64_t>(j.ranks.size())) +
+           ",\"processes\":" + json_num(j.processes) + ",\"nodes\":[";
+      bool f2 = true;
+      for (const auto& n : j.nodes) {
+        o += (f2 ? "" : ",") + json_str(n);
+        f2 = false;
+      }
+      o += "],\"silent_nodes\":[";
+      f2 = true;
+      for (const auto& n : silent_nodes) {
+        o += (f2 ? "" : ",") + json_str(n);
+        f2 = false;
+      }
+      o += "],\"status\":" + json_str(silent_nodes.empty() ? "healthy" : "degraded") + "}";
+    }
+    res.set_content(o + "]}\n", "application/json");
+  }
+
+  void processes(const httplib::Request& req, httplib::Response& res) {
+    count_request("processes");
+    std::vector<store::ProcessInfo> procs;
+    {
+      std::lock_guard lock(store_mu_);
+      auto p = store_->processes();
+      if (!p) return reply_error(res, 503, p.error().message);
+      procs = std::move(*p);
+    }
+    std::string job = req.has_param("job") ? req.get_param_value("job") : "";
+    std::string o = "{\"processes\":[";
+    bool first = true;
+    for (const auto& p : procs) {
+      if (req.has_param("job") && p.job != job) continue;
+      o += first ? "" : ",";
+      first = false;
+      o += "{\"node\":" + json_str(p.node) + ",\"pid\":" + json_num(p.pid) + ",\"ppid\":" + json_num(p.ppid) +
+           ",\"start_ns\":" + json_num(p.start_ns) + ",\"comm\":" + json_str(p.comm) +
+           ",\"command\":" + json_str(p.command) + ",\"job\":" + json_str(p.job) + ",\"rank\":" + json_num(p.rank) +
+           ",\"local_rank\":" + json_num(p.local_rank) + ",\"world_size\":" + json_num(p.world_size) + "}";
+    }
+    res.set_content(o + "]}\n", "application/json");
+  }
+
+  Result<store::ProfileFilter> filter_of(const httplib::Request& req) {
+    store::ProfileFilter f;
+    if (req.has_param("rank")) {
+      auto v = query_uint(req, "rank");
+      if (!v || *v > 1u << 22) return Error{"rank: expected a number"};
+      f.rank = static_cast<int>(*v);
+    }
+    if (req.has_param("pid")) {
+      auto v = query_uint(req, "pid");
+      if (!v || *v > 1u << 22) return Error{"pid: expected a number"};
+      f.pid = static_cast<uint32_t>(*v);
+    }
+    if (req.has_param("tid")) {
+      auto v = query_uint(req, "tid");
+      if (!v || *v > 1u << 22) return Error{"tid: expected a number"};
+      f.tid = static_cast<uint32_t>(*v);
+    }
+    std::string kind = req.has_param("kind") ? req.get_param_value("kind") : "oncpu";
+    if (kind == "oncpu") f.kind = store::CountKind::kOnCpu;
+    else if (kind == "offcpu") f.kind = store::CountKind::kOffCpu;
+    else return Error{"kind: expected oncpu or offcpu"};
+    return f;
+  }
+
+  void profile(const httplib::Request& req, httplib::Response& res) {
+    count_request("profile");
+    auto f = filter_of(req);
+    if (!f) return reply_error(res, 400, f.error().message);
+    Result<report::Profile> p = Error{""};
+    {
+      std::lock_guard lock(store_mu_);
+      p = store_->load_profile(*f);
+    }
+    if (!p) return reply_error(res, 503, p.error().message);
+    std::ostringstream out;
+    report::write_folded(*p, out);
+    res.set_content(out.str(), "text/plain; charset=utf-8");
+  }
+
+  static void to_proto(const store::ProcessInfo& p, ingest::Process* r) {
+    r->set_pid(p.pid);
+    r->set_ppid(p.ppid);
+    r->set_start_ns(p.start_ns);
+    r->set_node(p.node);
+    r->set_comm(p.comm);
+    r->set_command(p.command);
+    r->set_job(p.job);
+    r->set_rank(p.rank);
+    r->set_local_rank(p.local_rank);
+    r->set_world_size(p.world_size);
+  }
+
+  // The remote reader's view (store/remote_store.cpp): a profile and its context, as protobuf.
+  void export_(const httplib::Request& req, httplib::Response& res) {
+    count_request("export");
+    auto f = filter_of(req);
+    if (!f) return reply_error(res, 400, f.error().message);
+    ingest::Export e;
+    e.set_schema_version(ingest::kIngestVersion);
+    {
+      std::lock_guard lock(store_mu_);
+      auto p = store_->load_profile(*f);
+      if (!p) return reply_error(res, 503, p.error().message);
+      auto procs = store_->processes();
+      if (!procs) return reply_error(res, 503, procs.error().message);
+      auto metrics = store_->metrics("os.");
+      if (!metrics) return reply_error(res, 503, metrics.error().message);
+      auto latest = store_->latest_recording();
+      if (!latest) return reply_error(res, 503, latest.error().message);
+      auto hz = store_->sample_hz();
+      for (const auto& pr : *procs) to_proto(pr, e.add_processes());
+      e.set_profile_kind(p->kind);
+      e.set_value_unit(p->value_unit);
+      e.set_period_ns(p->period_ns);
+      e.set_start_ns(p->start_ns);
+      e.set_duration_ns(p->duration_ns);
+      for (size_t i = 0; i < p->stacks.size(); ++i) {
+        auto* s = e.add_stacks();
+        s->set_local_id(static_cast<int64_t>(i));
+        for (const auto& fr : p->stacks[i]) {
+          auto* x = s->add_frames();
+          x->set_kind(static_cast<uint32_t>(fr.kind));
+          x->set_build_id(fr.build_id);
+          x->set_module(fr.module);
+          x->set_offset(fr.offset);
+          x->set_function(fr.function);
+          x->set_file(fr.file);
+          x->set_line(fr.line);
+        }
+      }
+      for (const auto& smp : p->samples) {
+        auto* c = e.add_samples();
+        c->set_pid(smp.pid);
+        c->set_tid(smp.tid);
+        c->set_thread_comm(smp.comm);
+        c->set_stack(smp.stack_index);
+        c->set_value(smp.count);
+      }
+      for (const auto& m : *metrics) {
+        auto* x = e.add_metrics();
+        x->set_start_ns(m.start_ns);
+        x->set_end_ns(m.end_ns);
+        auto* y = x->add_metrics();
+        y->set_pid(m.metric.pid);
+        y->set_name(m.metric.name);
+        y->set_label(m.metric.label);
+        y->set_value(m.metric.value);
+      }
+      if (*latest) {
+        e.set_latest_recording(**latest);
+        auto stats = store_->stats(**latest);
+        if (stats) {
+          for (const auto& [k, v] : *stats) {
+            auto* s = e.add_stats();
+            s->set_key(k);
+            s->set_value(v);
+          }
+        }
+      }
+      if (hz) e.set_sample_hz(*hz);
+    }
+    std::string body;
+    e.SerializeToString(&body);
+    res.set_content(body, "application/x-protobuf");
+  }
+
+  void metrics(const httplib::Request& req, httplib::Response& res) {
+    count_request("metrics");
+    std::string prefix = req.has_param("prefix") ? req.get_param_value("prefix") : "";
+    Result<std::vector<store::Store::MetricRow>> rows = Error{""};
+    {
+      std::lock_guard lock(store_mu_);
+      rows = store_->metrics(prefix);
+    }
+    if (!rows) return reply_error(res, 503, rows.error().message);
+    std::string o = "{\"metrics\":[";
+    bool first = true;
+    for (const auto& r : *rows) {
+      if (req.has_param("pid") && std::to_string(r.metric.pid) != req.get_param_value("pid")) continue;
+      o += first ? "" : ",";
+      first = false;
+      o += "{\"start_ns\":" + json_num(r.start_ns) + ",\"end_ns\":" + json_num(r.end_ns) + ",\"pid\":" +
+           json_num(r.metric.pid) + ",\"name\":" + json_str(r.metric.name) + ",\"label\":" + json_str(r.metric.label) +
+           ",\"value\":" + json_num(r.metric.value) + "}";
+    }
+    res.set_content(o + "]}\n", "application/json");
+  }
+
+  void steps(const httplib::Request& req, httplib::Response& res) {
+    count_request("steps");
+    std::optional<uint32_t> pid;
+    if (auto v = query_uint(req, "pid")) pid = static_cast<uint32_t>(*v);
+    Result<std::vector<store::StepRecord>> rows = Error{""};
+    {
+      std::lock_guard lock(store_mu_);
+      rows = store_->steps(std::nullopt, pid);
+    }
+    if (!rows) return reply_error(res, 503, rows.error().message);
+    std::string o = "{\"steps\":[";
+    bool first = true;
+    for (const auto& s : *rows) {
+      o += first ? "" : ",";
+      first = false;
+      o += "{\"pid\":" + json_num(s.pid) + ",\"step\":" + json_num(s.step) + ",\"start_ns\":" + json_num(s.start_ns) +
+           ",\"end_ns\":" + json_num(s.end_ns) + ",\"collective_ns\":" + json_num(s.collective_ns) +
+           ",\"device_compute_ns\":" + json_num(s.device_compute_ns) + ",\"gpu_idle_ns\":" + json_num(s.gpu_idle_ns) +
+           ",\"device_known\":" + (s.device_known ? "true" : "false") + "}";
+    }
+    res.set_content(o + "]}\n", "application/json");
+  }
+
+  void collectives(const httplib::Request& req, httplib::Response& res) {
+    count_request("collectives");
+    std::optional<uint32_t> pid;
+    if (auto v = query_uint(req, "pid")) pid = static_cast<uint32_t>(*v);
+    uint64_t limit = query_uint(req, "limit").value_or(10000);
+    Result<std::vector<store::CollectiveRecord>> rows = Error{""};
+    {
+      std::lock_guard lock(store_mu_);
+      rows = store_->collectives(std::nullopt, pid);
+    }
+    if (!rows) return reply_error(res, 503, rows.error().message);
+    std::string o = "{\"total\":" + json_num(static_cast<uint64_t>(rows->size())) + ",\"collectives\":[";
+    uint64_t n = 0;
+    for (const auto& c : *rows) {
+      if (n == limit) break;
+      o += n++ ? "," : "";
+      o += "{\"pid\":" + json_num(c.pid) + ",\"library\":" + json_str(c.library) + ",\"op\":" + json_str(c.op) +
+           ",\"comm_id\":" + json_str(c.comm_id) + ",\"seq\":" + json_num(c.seq) + ",\"bytes\":" + json_num(c.bytes) +
+           ",\"enter_ns\":" + json_num(c.enter_ns) + ",\"exit_ns\":" + json_num(c.exit_ns) + "}";
+    }
+    res.set_content(o + "]}\n", "application/json");
+  }
+
+  void prometheus(httplib::Response& res) {
+    std::ostringstream o;
+    std::vector<store::AgentStatus> agents;
+    {
+      std::lock_guard lock(store_mu_);
+      if (auto a = store_->agents()) agents = std::move(*a);
+    }
+    uint64_t now = unix_now_ns();
+    uint64_t silent_n = 0;
+    for (const auto& a : agents) silent_n += silent(a, now) ? 1 : 0;
+    std::lock_guard lock(counters_.mu);
+    o << "# HELP strata_serve_batches_total Ingest batches by outcome.\n# TYPE strata_serve_batches_total counter\n";
+    o << "strata_serve_batches_total{outcome=\"applied\"} " << counters_.batches_applied << "\n";
+    o << "strata_serve_batches_total{outcome=\"duplicate\"} " << counters_.batches_duplicate << "\n";
+    for (const auto& [k, v] : counters_.batches_rejected)
+      o << "strata_serve_batches_total{outcome=\"rejected\",reason=\"" << k << "\"} " << v << "\n";
+    o << "# HELP strata_serve_rows_total Rows written to the store, by kind.\n# TYPE strata_serve_rows_total counter\n";
+    for (const auto& [k, v] : counters_.rows) o << "strata_serve_rows_total{kind=\"" << k << "\"} " << v << "\n";
+    o << "# TYPE strata_serve_ingest_bytes_total counter\nstrata_serve_ingest_bytes_total " << counters_.bytes_received
+      << "\n";
+    o << "# HELP strata_serve_lost_references_total Rows naming a stack or recording the agent never delivered.\n"
+         "# TYPE strata_serve_lost_references_total counter\nstrata_serve_lost_references_total "
+      << counters_.lost_refs << "\n";
+    o << "# TYPE strata_serve_apply_seconds_total counter\nstrata_serve_apply_seconds_total " << counters_.apply_seconds
+      << "\n";
+    o << "# TYPE strata_serve_unauthorized_total counter\nstrata_serve_unauthorized_total " << counters_.unauthorized
+      << "\n";
+    o << "# TYPE strata_serve_requests_total counter\n";
+    for (const auto& [k, v] : counters_.requests) o << "strata_serve_requests_total{route=\"" << k << "\"} " << v << "\n";
+    o << "# TYPE strata_serve_agents gauge\nstrata_serve_agents{status=\"healthy\"} " << agents.size() - silent_n
+      << "\nstrata_serve_agents{status=\"silent\"} " << silent_n << "\n";
+    o << "# TYPE process_cpu_seconds_total counter\nprocess_cpu_seconds_total " << process_cpu_s() << "\n";
+    o << "# TYPE process_resident_memory_bytes gauge\nprocess_resident_memory_bytes " << rss_bytes() << "\n";
+    res.set_content(o.str(), "text/plain; version=0.0.4");
+  }
+
+  ServeOptions opts_;
+  std::unique_ptr<store::Store> store_;
+  std::mutex store_mu_;
+  IngestApplier applier_;
+  ServerCounters counters_;
+  std::ostream& log_;
+  httplib::Server svr_;
+};
+
+}  // namespace
+
+bool token_matches(const std::string& presented, const std::string& expected) {
+  // Every byte of the longer string is looked at, whatever matches: the time says nothing.
+  size_t n = std::max(presented.size(), expected.size());
+  unsigned char diff = presented.size() == expected.size() ? 0 : 1;
+  for (size_t i = 0; i < n; ++i) {
+    unsigned char a = i < presented.size() ? static_cast<unsigned char>(presented[i]) : 0;
+    unsigned char b = i < expected.size() ? static_cast<unsigned char>(expected[i]) : 0;
+    diff |= a ^ b;
+  }
+  return diff == 0;
+}
+
+Result<std::unique_ptr<store::Store>> open_store(const std::string& spec, store::Store::Mode mode) {
+  if (spec.rfind("clickhouse://", 0) == 0) return store::Store::open_clickhouse(spec, mode);
+  std::string path = spec.rfind("sqlite:", 0) == 0 ? spec.substr(7) : spec;
+  if (path.empty()) return Error{"--store sqlite:FILE.db: no file given"};
+  return store::Store::open_sqlite(path, mode);
+}
+
+Status serve(const ServeOptions& opts, const std::atomic<bool>& stop, std::ostream& log) {
+  auto st = open_store(opts.store, store::Store::Mode::kCreateOrAppend);
+  if (!st) return st.error();
+  Server s(opts, std::move(*st), log);
+  return s.run(stop);
+}
+
+}  // namespace strata::server

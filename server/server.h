@@ -1,0 +1,35 @@
+// `strata serve`: the collector. Ingest (POST /api/v1/ingest), the REST query API under /api/v1/,
+// its own /metrics, and the web UI's static files at /. One store, written by one thread at a time.
+#pragma once
+
+#include <atomic>
+#include <cstdint>
+#include <memory>
+#include <string>
+
+#include "common/result.h"
+#include "store/store.h"
+
+namespace strata::server {
+
+struct ServeOptions {
+  std::string store = "sqlite:strata-server.db";  // sqlite:FILE.db | clickhouse://HOST:PORT/DB
+  std::string listen = "127.0.0.1:7878";
+  std::string token;    // empty: no authentication
+  std::string web_dir;  // static files for /; a placeholder page when empty or missing
+  size_t max_compressed = 32u << 20;
+  size_t max_decompressed = 256u << 20;
+  double silent_after_s = 0;  // 0: three of the agent's own send intervals (at least 5 s)
+};
+
+// Opens the store an option names (sqlite:FILE.db, a bare FILE.db, or clickhouse://HOST:PORT/DB).
+Result<std::unique_ptr<store::Store>> open_store(const std::string& spec, store::Store::Mode mode);
+
+// Runs until `stop` becomes true (checked a few times a second). Errors: bad address, port taken,
+// store that cannot be opened.
+Status serve(const ServeOptions& opts, const std::atomic<bool>& stop, std::ostream& log);
+
+// Constant-time comparison of a presented token with the configured one.
+bool token_matches(const std::string& presented, const std::string& expected);
+
+}  // namespace strata::server

@@ -1,0 +1,201 @@
+// A collector's data read through its REST API (GET /api/v1/export, protobuf): what `strata report
+// --server` (and `strata diagnose --server`) read in place of a file. Read only.
+#include <httplib.h>
+
+#include "ingest.pb.h"
+#include "store/store.h"
+
+namespace strata::store {
+namespace {
+
+class RemoteStore final : public Store {
+ public:
+  RemoteStore(std::string url, std::string token) : url_(std::move(url)), token_(std::move(token)) {}
+
+  Status check() {
+    auto e = fetch(ProfileFilter{});
+    if (!e) return e.error();
+    return {};
+  }
+
+  // -- writing: not through here
+  Result<int64_t> begin_recording(const RecordingInfo&) override { return read_only(); }
+  Status end_recording(int64_t, uint64_t) override { return read_only(); }
+  Status put_process(int64_t, const ProcessInfo&) override { return read_only(); }
+  Result<int64_t> intern_stack(const Stack&, UnwindMethod) override { return read_only(); }
+  Status put_window(int64_t, uint64_t, uint64_t, CountKind, const std::vector<StackCount>&) override {
+    return read_only();
+  }
+  Status put_stat(int64_t, const std::string&, double) override { return read_only(); }
+  Status put_metrics(int64_t, uint64_t, uint64_t, const std::vector<Metric>&) override { return read_only(); }
+  Status put_communicators(int64_t, const std::vector<CommunicatorRecord>&) override { return read_only(); }
+  Status put_collectives(int64_t, const std::vector<CollectiveRecord>&) override { return read_only(); }
+  Status put_device_activity(int64_t, const std::vector<DeviceActivity>&) override { return read_only(); }
+  Status put_steps(int64_t, const std::vector<StepRecord>&) override { return read_only(); }
+  Status put_launch_samples(int64_t, uint64_t, uint64_t, const std::vector<LaunchSample>&) override {
+    return read_only();
+  }
+  Result<std::vector<FrameRow>> unsymbolized_frames() override { return std::vector<FrameRow>{}; }
+  Status update_frame_symbols(const std::vector<FrameRow>&) override { return read_only(); }
+  Status begin() override { return read_only(); }
+  Status commit() override { return read_only(); }
+
+  // -- reading
+  Result<report::Profile> load_profile(const ProfileFilter& f) override {
+    auto fetched = fetch(f);
+    if (!fetched) return fetched.error();
+    const ingest::Export* e = *fetched;
+    report::Profile p;
+    p.kind = e->profile_kind();
+    p.value_unit = e->value_unit();
+    p.period_ns = e->period_ns();
+    p.start_ns = e->start_ns();
+    p.duration_ns = e->duration_ns();
+    p.stacks.resize(static_cast<size_t>(e->stacks_size()));
+    for (int i = 0; i < e->stacks_size(); ++i) {
+      for (const auto& fr : e->stacks(i).frames()) {
+        Frame x;
+        x.kind = fr.kind() <= 3 ? static_cast<FrameKind>(fr.kind()) : FrameKind::kNative;
+        x.build_id = fr.build_id();
+        x.module = fr.module();
+        x.offset = fr.offset();
+        x.function = fr.function();
+        x.file = fr.file();
+        x.line = fr.line();
+        p.stacks[static_cast<size_t>(i)].push_back(std::move(x));
+      }
+    }
+    for (const auto& s : e->samples()) {
+      report::ProfileSample smp;
+      smp.pid = s.pid();
+      smp.tid = s.tid();
+      smp.comm = s.thread_comm();
+      smp.stack_index = static_cast<uint32_t>(s.stack());  // out of range reads as empty (profile.h)
+      smp.count = s.value();
+      p.samples.push_back(std::move(smp));
+    }
+    return p;
+  }
+
+  Result<std::vector<ProcessInfo>> processes(std::optional<int64_t>) override {
+    auto e = cached();
+    if (!e) return e.error();
+    std::vector<ProcessInfo> out;
+    for (const auto& p : (*e)->processes()) {
+      ProcessInfo r;
+      r.pid = p.pid();
+      r.ppid = p.ppid();
+      r.start_ns = p.start_ns();
+      r.node = p.node();
+      r.comm = p.comm();
+      r.command = p.command();
+      r.job = p.job();
+      r.rank = p.rank();
+      r.local_rank = p.local_rank();
+      r.world_size = p.world_size();
+      out.push_back(std::move(r));
+    }
+    return out;
+  }
+
+  Result<std::vector<std::pair<std::string, double>>> stats(int64_t) override {
+    auto e = cached();
+    if (!e) return e.error();
+    std::vector<std::pair<std::string, double>> out;
+    for (const auto& s : (*e)->stats()) out.emplace_back(s.key(), s.value());
+    return out;
+  }
+
+  Result<std::optional<int64_t>> latest_recording() override {
+    auto e = cached();
+    if (!e) return e.error();
+    if ((*e)->latest_recording() == 0) return std::optional<int64_t>{};
+    return std::optional<int64_t>{(*e)->latest_recording()};
+  }
+
+  Result<unsigned> sample_hz(std::optional<int64_t>) override {
+    auto e = cached();
+    if (!e) return e.error();
+    return (*e)->sample_hz();
+  }
+
+  Result<std::vector<MetricRow>> metrics(const std::string& prefix, std::optional<int64_t>) override {
+    auto e = cached();
+    if (!e) return e.error();
+    std::vector<MetricRow> out;
+    for (const auto& m : (*e)->metrics()) {
+      for (const auto& x : m.metrics()) {
+        if (x.name().compare(0, prefix.size(), prefix) != 0) continue;
+        MetricRow r;
+        r.start_ns = m.start_ns();
+        r.end_ns = m.end_ns();
+        r.metric = {x.pid(), x.name(), x.label(), x.value()};
+        out.push_back(std::move(r));
+      }
+    }
+    return out;
+  }
+
+  // Not in the export yet (chrome-trace and diagnosis over --server need them): say so.
+  Result<std::vector<CommunicatorRecord>> communicators(std::optional<int64_t>) override { return not_yet(); }
+  Result<std::vector<CollectiveRecord>> collectives(std::optional<int64_t>, std::optional<uint32_t>) override {
+    return not_yet();
+  }
+  Result<std::vector<DeviceActivity>> device_activity(std::optional<int64_t>, std::optional<uint32_t>) override {
+    return not_yet();
+  }
+  Result<std::vector<StepRecord>> steps(std::optional<int64_t>, std::optional<uint32_t>) override { return not_yet(); }
+  Result<std::vector<ThreadWindow>> thread_windows(std::optional<int64_t>) override { return not_yet(); }
+
+ private:
+  static Error read_only() { return Error{"a collector is read through its API here, never written"}; }
+  static Error not_yet() {
+    return Error{"this report needs the timeline, which the server's export does not carry yet: use a store file"};
+  }
+
+  Result<const ingest::Export*> cached() {
+    if (!export_) {
+      auto e = fetch(ProfileFilter{});
+      if (!e) return e.error();
+    }
+    return &*export_;
+  }
+
+  Result<const ingest::Export*> fetch(const ProfileFilter& f) {
+    std::string path = "/api/v1/export?kind=" + std::string(f.kind == CountKind::kOnCpu ? "oncpu" : "offcpu");
+    if (f.rank) path += "&rank=" + std::to_string(*f.rank);
+    if (f.pid) path += "&pid=" + std::to_string(*f.pid);
+    if (f.tid) path += "&tid=" + std::to_string(*f.tid);
+    httplib::Client cli(url_);
+    cli.set_connection_timeout(5, 0);
+    cli.set_read_timeout(120, 0);
+    httplib::Headers h;
+    if (!token_.empty()) h.emplace("Authorization", "Bearer " + token_);
+    auto res = cli.Get(path, h);
+    if (!res) return Error{"cannot reach the server at " + url_ + ": " + httplib::to_string(res.error())}.environment();
+    if (res->status == 401) return Error{url_ + ": 401 unauthorized (give the server's token with --token-file)"};
+    if (res->status != 200)
+      return Error{url_ + path + ": HTTP " + std::to_string(res->status) + ": " + res->body.substr(0, 200)};
+    ingest::Export e;
+    if (!e.ParseFromString(res->body)) return Error{url_ + ": the export is not a strata.ingest.Export"};
+    export_ = std::move(e);
+    return &*export_;
+  }
+
+  std::string url_;
+  std::string token_;
+  std::optional<ingest::Export> export_;
+};
+
+}  // namespace
+
+Result<std::unique_ptr<Store>> Store::open_remote(const std::string& url, const std::string& token) {
+  if (url.rfind("http://", 0) != 0) return Error{"--server " + url + ": expected http://HOST:PORT"};
+  std::string u = url;
+  while (!u.empty() && u.back() == '/') u.pop_back();
+  auto s = std::make_unique<RemoteStore>(u, token);
+  if (auto st = s->check(); !st) return st.error();
+  return std::unique_ptr<Store>(std::move(s));
+}
+
+}  // namespace strata::store
