@@ -112,7 +112,8 @@ bool StepDetector::try_lock(bool final) {
 std::vector<DetectedStep> StepDetector::take_steps(bool final) {
   std::vector<DetectedStep> out;
   if (!locked_ && !try_lock(final)) return out;
-  while (true) {
+  // Every pass either emits a period or moves `next_` forward: bounded by the calls we hold.
+  for (size_t guard = 0; guard <= calls_.size() + 1; ++guard) {
     size_t end = next_ + period_;
     if (end > calls_.size()) break;
     // A period is confirmed by the start of the next one (or the process ending).
@@ -121,8 +122,14 @@ std::vector<DetectedStep> StepDetector::take_steps(bool final) {
     bool same = next_ < period_ || period_matches(next_);
     if (!same) {
       // The pattern changed (evaluation, a new phase): find it again from here.
+      size_t old_next = next_, old_period = period_;
       locked_ = false;
       if (!try_lock(final)) break;
+      if (next_ == old_next && period_ == old_period) {
+        // Found the same pattern at the same place: this call belongs to no step; step over it.
+        last_end_ns_ = std::max(last_end_ns_, calls_[next_].done_ns);
+        ++next_;
+      }
       continue;
     }
     DetectedStep s;

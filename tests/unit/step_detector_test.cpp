@@ -83,6 +83,26 @@ TEST(StepDetector, NoPatternNoSteps) {
   EXPECT_TRUE(run(calls).empty());
 }
 
+TEST(StepDetector, APatternChangeNeitherHangsNorLosesTheNewSteps) {
+  // Training, then evaluation with a different pattern, then identical calls with irregular gaps
+  // (a regression: the final flush used to re-find the same pattern forever).
+  auto calls = make(10, {"ar:1", "ar:2"}, 30);
+  auto eval = make(10, {"ar:1", "ar:2", "ag:3"}, 30, calls.back().done_ns + kMs);
+  calls.insert(calls.end(), eval.begin(), eval.end());
+  uint64_t t = calls.back().done_ns;
+  for (int i = 0; i < 40; ++i) {
+    CollectiveCall c;
+    c.signature = "allreduce:0::-1";
+    t += static_cast<uint64_t>((i * 7919) % 13 + 1) * kMs;
+    c.enter_ns = t;
+    c.exit_ns = c.done_ns = t + kMs;
+    calls.push_back(c);
+  }
+  auto steps = run(calls);
+  EXPECT_GE(steps.size(), 19u);
+  for (size_t i = 1; i < steps.size(); ++i) EXPECT_GE(steps[i].start_ns, steps[i - 1].end_ns);
+}
+
 TEST(StepDetector, ShortRunsAreDecidedWhenTheProcessEnds) {
   EXPECT_EQ(run(make(6, {"ar:1m"}, 30), /*final=*/true).size(), 6u);
 }
