@@ -1,9 +1,769 @@
+// The cluster store: ClickHouse through its HTTP interface. One MergeTree table per kind of record,
+// partitioned by day (retention drops whole partitions), rows inserted as RowBinary. SQL is kept
+// to what Debian's ClickHouse 18.16 accepts, which current ClickHouse still does.
+//
+// Differences from SQLite that callers see:
+//  - ids: recordings are numbered by this (single) writer; frames and stacks are named by a hash
+//    of their content, so any writer derives the same id for the same stack.
+//  - begin/commit buffer the rows and send one INSERT per table on commit. ClickHouse has no
+//    multi-table transaction: a crash in the middle of a commit can leave part of it written.
+//  - every row carries the node, so per-node queries need no join (and shard well).
+#include <httplib.h>
+
+#include <chrono>
+#include <cstring>
+#include <map>
+#include <set>
+#include <sstream>
+#include <unordered_set>
+
 #include "store/store.h"
 
 namespace strata::store {
+namespace {
 
-Result<std::unique_ptr<Store>> Store::open_clickhouse(const std::string& url, Mode) {
-  return Error{"--store " + url + ": ClickHouse support is not built yet"};
+// Tables, 18.16 syntax. PARTITION BY day of the row's time; ORDER BY what readers filter on.
+const char* kTables[] = {
+    R"(recordings (id Int64, node String, command String, started_ns UInt64, ended_ns UInt64, sample_hz UInt32,
+       window_s Float64, version UInt64) ENGINE = ReplacingMergeTree(version)
+       PARTITION BY toYYYYMM(toDateTime(intDiv(started_ns, 1000000000))) ORDER BY id)",
+    R"(processes (recording_id Int64, node String, pid UInt32, ppid UInt32, start_ns UInt64, comm String,
+       command String, job String, rank Int32, local_rank Int32, world_size Int32, version UInt64)
+       ENGINE = ReplacingMergeTree(version) PARTITION BY toYYYYMMDD(toDateTime(intDiv(start_ns, 1000000000)))
+       ORDER BY (recording_id, node, pid, start_ns))",
+    R"(frames (id Int64, kind UInt8, build_id String, module String, offset UInt64, function String, file String,
+       line Int32) ENGINE = ReplacingMergeTree() ORDER BY id)",
+    R"(stacks (id Int64, method UInt8, frame_ids Array(Int64)) ENGINE = ReplacingMergeTree() ORDER BY id)",
+    R"(stack_counts (recording_id Int64, node String, start_ns UInt64, end_ns UInt64, kind UInt8, pid UInt32,
+       tid UInt32, thread_comm String, stack_id Int64, value UInt64) ENGINE = MergeTree()
+       PARTITION BY toYYYYMMDD(toDateTime(intDiv(start_ns, 1000000000))) ORDER BY (kind, recording_id, pid, start_ns))",
+    R"(metrics (recording_id Int64, node String, start_ns UInt64, end_ns UInt64, pid UInt32, name String,
+       label String, value Float64) ENGINE = MergeTree()
+       PARTITION BY toYYYYMMDD(toDateTime(intDiv(start_ns, 1000000000))) ORDER BY (name, recording_id, pid, start_ns))",
+    R"(communicators (recording_id Int64, node String, pid UInt32, handle UInt64, comm_id String, rank Int32,
+       nranks Int32, init_ns UInt64) ENGINE = MergeTree()
+       PARTITION BY toYYYYMMDD(toDateTime(intDiv(init_ns, 1000000000))) ORDER BY (recording_id, pid, init_ns))",
+    R"(collectives (recording_id Int64, node String, pid UInt32, tid UInt32, library String, op String,
+       comm_id String, comm_handle UInt64, seq UInt64, count UInt64, dtype Int32, bytes UInt64, redop Int32,
+       peer Int32, stream UInt64, enter_ns UInt64, exit_ns UInt64, device_start_ns UInt64, device_end_ns UInt64,
+       completion String, ret Int32) ENGINE = MergeTree()
+       PARTITION BY toYYYYMMDD(toDateTime(intDiv(enter_ns, 1000000000))) ORDER BY (recording_id, pid, enter_ns))",
+    R"(device_activity (recording_id Int64, node String, pid UInt32, device Int32, kind String, name String,
+       stream UInt64, start_ns UInt64, end_ns UInt64, api_ns UInt64, api_tid UInt32, correlation UInt64,
+       bytes UInt64) ENGINE = MergeTree()
+       PARTITION BY toYYYYMMDD(toDateTime(intDiv(start_ns, 1000000000))) ORDER BY (recording_id, pid, start_ns))",
+    R"(steps (recording_id Int64, node String, pid UInt32, step UInt64, start_ns UInt64, end_ns UInt64,
+       collective_ns UInt64, device_collective_ns UInt64, device_compute_ns UInt64, gpu_idle_ns UInt64,
+       device_known UInt8) ENGINE = MergeTree()
+       PARTITION BY toYYYYMMDD(toDateTime(intDiv(start_ns, 1000000000))) ORDER BY (recording_id, pid, step))",
+    R"(launch_samples (recording_id Int64, node String, start_ns UInt64, end_ns UInt64, pid UInt32, tid UInt32,
+       kernel String, stack_id Int64, count UInt64) ENGINE = MergeTree()
+       PARTITION BY toYYYYMMDD(toDateTime(intDiv(start_ns, 1000000000))) ORDER BY (recording_id, pid, start_ns))",
+    R"(agent_stats (recording_id Int64, node String, key String, value Float64, version UInt64)
+       ENGINE = ReplacingMergeTree(version) ORDER BY (recording_id, key))",
+    R"(ingest_batches (agent_id String, batch_id UInt64, received_ns UInt64) ENGINE = MergeTree()
+       PARTITION BY toYYYYMMDD(toDateTime(intDiv(received_ns, 1000000000))) ORDER BY (agent_id, batch_id))",
+    R"(agent_ids (agent_id String, kind UInt8, local_id Int64, store_id Int64)
+       ENGINE = ReplacingMergeTree() ORDER BY (agent_id, kind, local_id))",
+    R"(agents (agent_id String, node String, last_seen_ns UInt64, last_batch UInt64, interval_s Float64,
+       health String) ENGINE = ReplacingMergeTree(last_seen_ns) ORDER BY agent_id)",
+    R"(meta (key String, value String) ENGINE = TinyLog)",
+};
+
+// RowBinary: little-endian fixed-width numbers, strings as LEB128 length + bytes.
+class RowBinary {
+ public:
+  template <typename T>
+  RowBinary& num(T v) {
+    static_assert(std::is_arithmetic_v<T>);
+    char b[sizeof(T)];
+    std::memcpy(b, &v, sizeof v);
+    buf_.append(b, sizeof b);
+    return *this;
+  }
+  RowBinary& str(const std::string& s) {
+    varint(s.size());
+    buf_ += s;
+    return *this;
+  }
+  RowBinary& array_i64(const std::vector<int64_t>& a) {
+    varint(a.size());
+    for (int64_t v : a) num(v);
+    return *this;
+  }
+  const std::string& data() const { return buf_; }
+  bool empty() const { return buf_.empty(); }
+  void clear() { buf_.clear(); }
+
+ private:
+  void varint(uint64_t v) {
+    while (v >= 0x80) {
+      buf_ += static_cast<char>((v & 0x7f) | 0x80);
+      v >>= 7;
+    }
+    buf_ += static_cast<char>(v);
+  }
+  std::string buf_;
+};
+
+uint64_t fnv(const std::string& s, uint64_t h = 1469598103934665603ull) {
+  for (unsigned char c : s) h = (h ^ c) * 1099511628211ull;
+  return h;
+}
+
+// Ids from content: positive, so they read the same as Int64 everywhere.
+int64_t content_id(const std::string& key) { return static_cast<int64_t>(fnv(key) & 0x7fffffffffffffffull); }
+
+std::string quote(const std::string& s) {
+  std::string o = "'";
+  for (char c : s) {
+    if (c == '\'' || c == '\\') o += '\\';
+    o += c;
+  }
+  return o + "'";
+}
+
+// One TabSeparated field: \t \n \\ and friends escaped by ClickHouse.
+std::string unescape(const std::string& f) {
+  std::string o;
+  for (size_t i = 0; i < f.size(); ++i) {
+    if (f[i] != '\\' || i + 1 == f.size()) {
+      o += f[i];
+      continue;
+    }
+    char c = f[++i];
+    switch (c) {
+      case 't': o += '\t'; break;
+      case 'n': o += '\n'; break;
+      case 'r': o += '\r'; break;
+      case '0': o += '\0'; break;
+      case 'b': o += '\b'; break;
+      case 'f': o += '\f'; break;
+      default: o += c;
+    }
+  }
+  return o;
+}
+
+using Row = std::vector<std::string>;
+
+uint64_t u64(const std::string& s) { return std::strtoull(s.c_str(), nullptr, 10); }
+int64_t i64(const std::string& s) { return std::strtoll(s.c_str(), nullptr, 10); }
+double dbl(const std::string& s) { return std::strtod(s.c_str(), nullptr); }
+
+class ClickHouseStore final : public Store {
+ public:
+  ClickHouseStore(std::string host, int port, std::string db)
+      : host_(std::move(host)), port_(port), db_(std::move(db)), cli_(host_, port_) {
+    cli_.set_connection_timeout(5, 0);
+    cli_.set_read_timeout(300, 0);
+    cli_.set_write_timeout(300, 0);
+    cli_.set_keep_alive(true);
+  }
+
+  Status open(Mode mode) {
+    auto v = query("SELECT version()");
+    if (!v) return v.error().environment();
+    if (mode == Mode::kReadOnly) {
+      auto t = query("SELECT value FROM " + db_ + ".meta WHERE key = 'schema_version'");
+      if (!t) return Error{"clickhouse " + db_ + ": not a strata database (" + t.error().message + ")"};
+    } else {
+      if (auto st = exec("CREATE DATABASE IF NOT EXISTS " + db_); !st) return st;
+      for (const char* t : kTables) {
+        if (auto st = exec(std::string("CREATE TABLE IF NOT EXISTS ") + db_ + "." + t); !st) return st;
+      }
+    }
+    auto meta = query("SELECT value FROM " + db_ + ".meta WHERE key = 'schema_version'");
+    if (!meta) return meta.error();
+    if (meta->empty()) {
+      if (auto st = exec("INSERT INTO " + db_ + ".meta VALUES ('application', 'strata'), ('schema_version', '" +
+                         std::to_string(kSchemaVersion) + "')");
+          !st)
+        return st;
+    } else if (std::atoi((*meta)[0][0].c_str()) > kSchemaVersion) {
+      return Error{"clickhouse " + db_ + " was written by a newer strata (schema " + (*meta)[0][0] + "): upgrade strata"};
+    }
+    auto rec = query("SELECT id, node FROM " + db_ + ".recordings");
+    if (!rec) return rec.error();
+    for (const auto& r : *rec) {
+      recording_nodes_[i64(r[0])] = r[1];
+      next_recording_ = std::max(next_recording_, i64(r[0]) + 1);
+    }
+    return {};
+  }
+
+  // Drops the daily partitions older than `days` (MergeTree tables partitioned by day).
+  Status apply_retention(unsigned days) {
+    auto now = std::chrono::system_clock::to_time_t(std::chrono::system_clock::now());
+    now -= static_cast<time_t>(days) * 86400;
+    tm t{};
+    gmtime_r(&now, &t);
+    char cutoff[16];
+    strftime(cutoff, sizeof cutoff, "%Y%m%d", &t);
+    auto parts = query("SELECT DISTINCT table, partition FROM system.parts WHERE database = " + quote(db_) +
+                       " AND active AND length(partition) = 8 AND partition < " + quote(cutoff));
+    if (!parts) return parts.error();
+    for (const auto& p : *parts) {
+      if (auto st = exec("ALTER TABLE " + db_ + "." + p[0] + " DROP PARTITION " + p[1]); !st) return st;
+    }
+    return {};
+  }
+
+  // -- writing: buffered per table, sent on commit
+  Result<int64_t> begin_recording(const RecordingInfo& r) override {
+    int64_t id = next_recording_++;
+    recording_nodes_[id] = r.node;
+    recordings_[id] = r;
+    buffer_recording(id, 0);
+    return id;
+  }
+
+  Status end_recording(int64_t recording, uint64_t ended_ns) override {
+    auto it = recordings_.find(recording);
+    if (it == recordings_.end()) {
+      auto rows = query("SELECT node, command, started_ns, sample_hz, window_s FROM " + db_ +
+                        ".recordings FINAL WHERE id = " + std::to_string(recording));
+      if (!rows) return rows.error();
+      if (rows->empty()) return Error{"clickhouse: no recording " + std::to_string(recording)};
+      RecordingInfo info{(*rows)[0][0], (*rows)[0][1], u64((*rows)[0][2]),
+                         static_cast<unsigned>(u64((*rows)[0][3])), dbl((*rows)[0][4])};
+      it = recordings_.emplace(recording, info).first;
+    }
+    buffer_recording(recording, ended_ns);
+    return {};
+  }
+
+  Status put_process(int64_t recording, const ProcessInfo& p) override {
+    buf("processes").num(recording).str(p.node).num(p.pid).num(p.ppid).num(p.start_ns).str(p.comm).str(p.command)
+        .str(p.job).num(static_cast<int32_t>(p.rank)).num(static_cast<int32_t>(p.local_rank))
+        .num(static_cast<int32_t>(p.world_size)).num(version());
+    return {};
+  }
+
+  Result<int64_t> intern_stack(const Stack& stack, UnwindMethod method) override {
+    std::vector<int64_t> ids;
+    ids.reserve(stack.size());
+    std::string skey(1, static_cast<char>(method));
+    for (const auto& f : stack) {
+      std::string key = std::to_string(static_cast<int>(f.kind)) + '\0' + f.build_id + '\0' + f.module + '\0' +
+                        std::to_string(f.offset);
+      if (f.kind == FrameKind::kPython || f.kind == FrameKind::kCuda) key += '\0' + f.function + '\0' + f.file;
+      int64_t id = content_id(key);
+      if (known_frames_.insert(id).second) {
+        buf("frames").num(id).num(static_cast<uint8_t>(f.kind)).str(f.build_id).str(f.module).num(f.offset)
+            .str(f.function).str(f.file).num(static_cast<int32_t>(f.line));
+      }
+      ids.push_back(id);
+      skey.append(reinterpret_cast<const char*>(&id), sizeof id);
+    }
+    int64_t sid = content_id(skey);
+    if (known_stacks_.insert(sid).second) buf("stacks").num(sid).num(static_cast<uint8_t>(method)).array_i64(ids);
+    return sid;
+  }
+
+  Status put_window(int64_t rec, uint64_t start_ns, uint64_t end_ns, CountKind kind,
+                    const std::vector<StackCount>& counts) override {
+    auto& b = buf("stack_counts");
+    const std::string& node = node_of(rec);
+    for (const auto& c : counts)
+      b.num(rec).str(node).num(start_ns).num(end_ns).num(static_cast<uint8_t>(kind)).num(c.pid).num(c.tid)
+          .str(c.thread_comm).num(c.stack_id).num(c.value);
+    return {};
+  }
+
+  Status put_stat(int64_t rec, const std::string& key, double value) override {
+    buf("agent_stats").num(rec).str(node_of(rec)).str(key).num(value).num(version());
+    return {};
+  }
+
+  Status put_metrics(int64_t rec, uint64_t start_ns, uint64_t end_ns, const std::vector<Metric>& metrics) override {
+    auto& b = buf("metrics");
+    const std::string& node = node_of(rec);
+    for (const auto& m : metrics) b.num(rec).str(node).num(start_ns).num(end_ns).num(m.pid).str(m.name).str(m.label).num(m.value);
+    return {};
+  }
+
+  Status put_communicators(int64_t rec, const std::vector<CommunicatorRecord>& rows) override {
+    auto& b = buf("communicators");
+    for (const auto& r : rows)
+      b.num(rec).str(node_of(rec)).num(r.pid).num(r.handle).str(r.comm_id).num(static_cast<int32_t>(r.rank))
+          .num(static_cast<int32_t>(r.nranks)).num(r.init_ns);
+    return {};
+  }
+
+  Status put_collectives(int64_t rec, const std::vector<CollectiveRecord>& rows) override {
+    auto& b = buf("collectives");
+    const std::string& node = node_of(rec);
+    for (const auto& r : rows)
+      b.num(rec).str(node).num(r.pid).num(r.tid).str(r.library).str(r.op).str(r.comm_id).num(r.comm_handle).num(r.seq)
+          .num(r.count).num(static_cast<int32_t>(r.dtype)).num(r.bytes).num(static_cast<int32_t>(r.redop))
+          .num(static_cast<int32_t>(r.peer)).num(r.stream).num(r.enter_ns).num(r.exit_ns).num(r.device_start_ns)
+          .num(r.device_end_ns).str(r.completion).num(static_cast<int32_t>(r.ret));
+    return {};
+  }
+
+  Status put_device_activity(int64_t rec, const std::vector<DeviceActivity>& rows) override {
+    auto& b = buf("device_activity");
+    const std::string& node = node_of(rec);
+    for (const auto& r : rows)
+      b.num(rec).str(node).num(r.pid).num(static_cast<int32_t>(r.device)).str(r.kind).str(r.name).num(r.stream)
+          .num(r.start_ns).num(r.end_ns).num(r.api_ns).num(r.api_tid).num(r.correlation).num(r.bytes);
+    return {};
+  }
+
+  Status put_steps(int64_t rec, const std::vector<StepRecord>& rows) override {
+    auto& b = buf("steps");
+    for (const auto& r : rows)
+      b.num(rec).str(node_of(rec)).num(r.pid).num(r.step).num(r.start_ns).num(r.end_ns).num(r.collective_ns)
+          .num(r.device_collective_ns).num(r.device_compute_ns).num(r.gpu_idle_ns)
+          .num(static_cast<uint8_t>(r.device_known ? 1 : 0));
+    return {};
+  }
+
+  Status put_launch_samples(int64_t rec, uint64_t start_ns, uint64_t end_ns,
+                            const std::vector<LaunchSample>& rows) override {
+    auto& b = buf("launch_samples");
+    for (const auto& r : rows)
+      b.num(rec).str(node_of(rec)).num(start_ns).num(end_ns).num(r.pid).num(r.tid).str(r.kernel).num(r.stack_id)
+          .num(r.count);
+    return {};
+  }
+
+  // Frames arrive symbolized from the agents; nothing to do here.
+  Result<std::vector<FrameRow>> unsymbolized_frames() override { return std::vector<FrameRow>{}; }
+  Status update_frame_symbols(const std::vector<FrameRow>&) override { return {}; }
+
+  Status begin() override { return {}; }
+
+  Status commit() override {
+    // The bookkeeping tables go last: a batch is marked applied only after its rows are in.
+    static const char* kOrder[] = {"recordings", "processes", "frames", "stacks", "stack_counts", "metrics",
+                                   "communicators", "collectives", "device_activity", "steps", "launch_samples",
+                                   "agent_stats", "agent_ids", "ingest_batches", "agents"};
+    for (const char* t : kOrder) {
+      auto it = buffers_.find(t);
+      if (it == buffers_.end() || it->second.empty()) continue;
+      if (auto st = insert(t, it->second.data()); !st) {
+        (void)rollback();
+        return st;
+      }
+      it->second.clear();
+    }
+    buffers_.clear();
+    applied_pending_.clear();
+    return {};
+  }
+
+  Status rollback() override {
+    buffers_.clear();
+    // Ids the buffers named may not exist: learn them again.
+    known_frames_.clear();
+    known_stacks_.clear();
+    for (const auto& k : applied_pending_) applied_.erase(k);
+    applied_pending_.clear();
+    return {};
+  }
+
+  Result<bool> batch_applied(const std::string& agent, uint64_t batch_id) override {
+    if (applied_.count({agent, batch_id})) return true;
+    auto r = query("SELECT count() FROM " + db_ + ".ingest_batches WHERE agent_id = " + quote(agent) +
+                   " AND batch_id = " + std::to_string(batch_id));
+    if (!r) return r.error();
+    return !r->empty() && u64((*r)[0][0]) > 0;
+  }
+
+  Status mark_batch_applied(const std::string& agent, uint64_t batch_id, uint64_t received_ns) override {
+    buf("ingest_batches").str(agent).num(batch_id).num(received_ns);
+    // Remembered in memory (bounded): a resend right after is refused without a query.
+    if (applied_.size() > 100000) applied_.clear();
+    applied_.insert({agent, batch_id});
+    applied_pending_.push_back({agent, batch_id});
+    return {};
+  }
+
+  Result<std::vector<std::pair<int64_t, int64_t>>> agent_ids(const std::string& agent, AgentIdKind kind) override {
+    auto r = query("SELECT local_id, any(store_id) FROM " + db_ + ".agent_ids WHERE agent_id = " + quote(agent) +
+                   " AND kind = " + std::to_string(static_cast<int>(kind)) + " GROUP BY local_id");
+    if (!r) return r.error();
+    std::vector<std::pair<int64_t, int64_t>> out;
+    for (const auto& row : *r) out.emplace_back(i64(row[0]), i64(row[1]));
+    return out;
+  }
+
+  Status put_agent_id(const std::string& agent, AgentIdKind kind, int64_t local_id, int64_t store_id) override {
+    buf("agent_ids").str(agent).num(static_cast<uint8_t>(kind)).num(local_id).num(store_id);
+    return {};
+  }
+
+  Status put_agent_status(const AgentStatus& a) override {
+    buf("agents").str(a.agent_id).str(a.node).num(a.last_seen_ns).num(a.last_batch).num(a.interval_s).str(a.health_json);
+    return {};
+  }
+
+  Result<std::vector<AgentStatus>> agents() override {
+    auto r = query("SELECT agent_id, argMax(node, last_seen_ns), max(last_seen_ns), argMax(last_batch, last_seen_ns),"
+                   " argMax(interval_s, last_seen_ns), argMax(health, last_seen_ns) FROM " + db_ +
+                   ".agents GROUP BY agent_id ORDER BY 2, 1");
+    if (!r) return r.error();
+    std::vector<AgentStatus> out;
+    for (const auto& row : *r) out.push_back({row[0], row[1], u64(row[2]), u64(row[3]), dbl(row[4]), row[5]});
+    return out;
+  }
+
+  // -- reading
+  Result<report::Profile> load_profile(const ProfileFilter& f) override {
+    report::Profile p;
+    p.kind = f.kind == CountKind::kOnCpu ? "oncpu" : "offcpu";
+    p.value_unit = f.kind == CountKind::kOnCpu ? "count" : "microseconds";
+    std::string rw = f.recording ? " WHERE id = " + std::to_string(*f.recording) : "";
+    auto rec = query("SELECT min(started_ns), max(greatest(ended_ns, started_ns)), max(sample_hz), count() FROM " +
+                     db_ + ".recordings FINAL" + rw);
+    if (!rec) return rec.error();
+    if (!rec->empty() && u64((*rec)[0][3]) > 0) {
+      p.start_ns = u64((*rec)[0][0]);
+      p.duration_ns = u64((*rec)[0][1]) - p.start_ns;
+      uint64_t hz = u64((*rec)[0][2]);
+      p.period_ns = hz ? 1'000'000'000ull / hz : 0;
+    }
+    std::string sql = "SELECT pid, tid, thread_comm, stack_id, sum(value) FROM " + db_ +
+                      ".stack_counts WHERE kind = " + std::to_string(static_cast<int>(f.kind));
+    if (f.pid) sql += " AND pid = " + std::to_string(*f.pid);
+    if (f.tid) sql += " AND tid = " + std::to_string(*f.tid);
+    if (f.recording) sql += " AND recording_id = " + std::to_string(*f.recording);
+    if (f.rank)
+      sql += " AND (recording_id, pid) IN (SELECT recording_id, pid FROM " + db_ + ".processes WHERE rank = " +
+             std::to_string(*f.rank) + ")";
+    sql += " GROUP BY pid, tid, thread_comm, stack_id ORDER BY pid, tid, stack_id";
+    auto rows = query(sql);
+    if (!rows) return rows.error();
+    std::map<int64_t, uint32_t> index;
+    std::vector<int64_t> stack_ids;
+    for (const auto& r : *rows) {
+      report::ProfileSample s;
+      s.pid = static_cast<uint32_t>(u64(r[0]));
+      s.tid = static_cast<uint32_t>(u64(r[1]));
+      s.comm = r[2];
+      int64_t sid = i64(r[3]);
+      s.count = u64(r[4]);
+      auto [it, inserted] = index.emplace(sid, static_cast<uint32_t>(stack_ids.size()));
+      if (inserted) stack_ids.push_back(sid);
+      s.stack_index = it->second;
+      p.samples.push_back(std::move(s));
+    }
+    p.stacks.resize(stack_ids.size());
+    if (stack_ids.empty()) return p;
+    std::string in;
+    for (int64_t id : stack_ids) in += (in.empty() ? "" : ",") + std::to_string(id);
+    auto st = query("SELECT id, any(frame_ids) FROM " + db_ + ".stacks WHERE id IN (" + in + ") GROUP BY id");
+    if (!st) return st.error();
+    std::map<int64_t, std::vector<int64_t>> frames_of;
+    std::set<int64_t> frame_ids;
+    for (const auto& r : *st) {
+      std::vector<int64_t> ids;
+      std::string a = r[1];
+      for (char& c : a)
+        if (c == '[' || c == ']' || c == ',') c = ' ';
+      std::stringstream ss(a);
+      int64_t v;
+      while (ss >> v) {
+        ids.push_back(v);
+        frame_ids.insert(v);
+      }
+      frames_of[i64(r[0])] = std::move(ids);
+    }
+    std::map<int64_t, Frame> frames;
+    if (!frame_ids.empty()) {
+      std::string fin;
+      for (int64_t id : frame_ids) fin += (fin.empty() ? "" : ",") + std::to_string(id);
+      auto fr = query("SELECT id, any(kind), any(build_id), any(module), any(offset), any(function), any(file),"
+                      " any(line) FROM " + db_ + ".frames WHERE id IN (" + fin + ") GROUP BY id");
+      if (!fr) return fr.error();
+      for (const auto& r : *fr) {
+        Frame x;
+        x.kind = static_cast<FrameKind>(u64(r[1]) <= 3 ? u64(r[1]) : 0);
+        x.build_id = r[2];
+        x.module = r[3];
+        x.offset = u64(r[4]);
+        x.function = r[5];
+        x.file = r[6];
+        x.line = static_cast<int>(i64(r[7]));
+        frames[i64(r[0])] = std::move(x);
+      }
+    }
+    for (size_t i = 0; i < stack_ids.size(); ++i) {
+      for (int64_t fid : frames_of[stack_ids[i]]) {
+        auto it = frames.find(fid);
+        if (it != frames.end()) p.stacks[i].push_back(it->second);
+      }
+    }
+    return p;
+  }
+
+  Result<std::vector<ProcessInfo>> processes(std::optional<int64_t> rec) override {
+    auto rows = query("SELECT pid, ppid, start_ns, node, comm, command, job, rank, local_rank, world_size FROM " +
+                      db_ + ".processes FINAL" + where(rec, std::nullopt) + " ORDER BY recording_id, start_ns, pid");
+    if (!rows) return rows.error();
+    std::vector<ProcessInfo> out;
+    for (const auto& r : *rows) {
+      ProcessInfo p;
+      p.pid = static_cast<uint32_t>(u64(r[0]));
+      p.ppid = static_cast<uint32_t>(u64(r[1]));
+      p.start_ns = u64(r[2]);
+      p.node = r[3];
+      p.comm = r[4];
+      p.command = r[5];
+      p.job = r[6];
+      p.rank = static_cast<int>(i64(r[7]));
+      p.local_rank = static_cast<int>(i64(r[8]));
+      p.world_size = static_cast<int>(i64(r[9]));
+      out.push_back(std::move(p));
+    }
+    return out;
+  }
+
+  Result<std::vector<std::pair<std::string, double>>> stats(int64_t rec) override {
+    auto rows = query("SELECT key, value FROM " + db_ + ".agent_stats FINAL WHERE recording_id = " +
+                      std::to_string(rec) + " ORDER BY key");
+    if (!rows) return rows.error();
+    std::vector<std::pair<std::string, double>> out;
+    for (const auto& r : *rows) out.emplace_back(r[0], dbl(r[1]));
+    return out;
+  }
+
+  Result<std::optional<int64_t>> latest_recording() override {
+    if (recording_nodes_.empty()) return std::optional<int64_t>{};
+    return std::optional<int64_t>{recording_nodes_.rbegin()->first};
+  }
+
+  Result<std::vector<CommunicatorRecord>> communicators(std::optional<int64_t> rec) override {
+    auto rows = query("SELECT pid, handle, comm_id, rank, nranks, init_ns FROM " + db_ + ".communicators" +
+                      where(rec, std::nullopt) + " ORDER BY init_ns");
+    if (!rows) return rows.error();
+    std::vector<CommunicatorRecord> out;
+    for (const auto& r : *rows)
+      out.push_back({static_cast<uint32_t>(u64(r[0])), u64(r[1]), r[2], static_cast<int>(i64(r[3])),
+                     static_cast<int>(i64(r[4])), u64(r[5])});
+    return out;
+  }
+
+  Result<std::vector<CollectiveRecord>> collectives(std::optional<int64_t> rec, std::optional<uint32_t> pid) override {
+    auto rows = query("SELECT pid, tid, library, op, comm_id, comm_handle, seq, count, dtype, bytes, redop, peer,"
+                      " stream, enter_ns, exit_ns, device_start_ns, device_end_ns, completion, ret FROM " + db_ +
+                      ".collectives" + where(rec, pid) + " ORDER BY pid, enter_ns");
+    if (!rows) return rows.error();
+    std::vector<CollectiveRecord> out;
+    for (const auto& r : *rows) {
+      CollectiveRecord c;
+      c.pid = static_cast<uint32_t>(u64(r[0]));
+      c.tid = static_cast<uint32_t>(u64(r[1]));
+      c.library = r[2];
+      c.op = r[3];
+      c.comm_id = r[4];
+      c.comm_handle = u64(r[5]);
+      c.seq = u64(r[6]);
+      c.count = u64(r[7]);
+      c.dtype = static_cast<int>(i64(r[8]));
+      c.bytes = u64(r[9]);
+      c.redop = static_cast<int>(i64(r[10]));
+      c.peer = static_cast<int>(i64(r[11]));
+      c.stream = u64(r[12]);
+      c.enter_ns = u64(r[13]);
+      c.exit_ns = u64(r[14]);
+      c.device_start_ns = u64(r[15]);
+      c.device_end_ns = u64(r[16]);
+      c.completion = r[17];
+      c.ret = static_cast<int>(i64(r[18]));
+      out.push_back(std::move(c));
+    }
+    return out;
+  }
+
+  Result<std::vector<DeviceActivity>> device_activity(std::optional<int64_t> rec, std::optional<uint32_t> pid) override {
+    auto rows = query("SELECT pid, device, kind, name, stream, start_ns, end_ns, api_ns, api_tid, correlation, bytes"
+                      " FROM " + db_ + ".device_activity" + where(rec, pid) + " ORDER BY pid, start_ns");
+    if (!rows) return rows.error();
+    std::vector<DeviceActivity> out;
+    for (const auto& r : *rows) {
+      DeviceActivity d;
+      d.pid = static_cast<uint32_t>(u64(r[0]));
+      d.device = static_cast<int>(i64(r[1]));
+      d.kind = r[2];
+      d.name = r[3];
+      d.stream = u64(r[4]);
+      d.start_ns = u64(r[5]);
+      d.end_ns = u64(r[6]);
+      d.api_ns = u64(r[7]);
+      d.api_tid = static_cast<uint32_t>(u64(r[8]));
+      d.correlation = u64(r[9]);
+      d.bytes = u64(r[10]);
+      out.push_back(std::move(d));
+    }
+    return out;
+  }
+
+  Result<std::vector<StepRecord>> steps(std::optional<int64_t> rec, std::optional<uint32_t> pid) override {
+    auto rows = query("SELECT pid, step, start_ns, end_ns, collective_ns, device_collective_ns, device_compute_ns,"
+                      " gpu_idle_ns, device_known FROM " + db_ + ".steps" + where(rec, pid) + " ORDER BY pid, step");
+    if (!rows) return rows.error();
+    std::vector<StepRecord> out;
+    for (const auto& r : *rows) {
+      StepRecord s;
+      s.pid = static_cast<uint32_t>(u64(r[0]));
+      s.step = u64(r[1]);
+      s.start_ns = u64(r[2]);
+      s.end_ns = u64(r[3]);
+      s.collective_ns = u64(r[4]);
+      s.device_collective_ns = u64(r[5]);
+      s.device_compute_ns = u64(r[6]);
+      s.gpu_idle_ns = u64(r[7]);
+      s.device_known = u64(r[8]) != 0;
+      out.push_back(s);
+    }
+    return out;
+  }
+
+  Result<std::vector<ThreadWindow>> thread_windows(std::optional<int64_t> rec) override {
+    std::string w = " WHERE kind = 0" + std::string(rec ? " AND recording_id = " + std::to_string(*rec) : "");
+    auto rows = query("SELECT start_ns, end_ns, pid, tid, thread_comm, sum(value) FROM " + db_ + ".stack_counts" + w +
+                      " GROUP BY start_ns, end_ns, pid, tid, thread_comm ORDER BY start_ns, pid, tid");
+    if (!rows) return rows.error();
+    std::vector<ThreadWindow> out;
+    for (const auto& r : *rows)
+      out.push_back({u64(r[0]), u64(r[1]), static_cast<uint32_t>(u64(r[2])), static_cast<uint32_t>(u64(r[3])), r[4],
+                     u64(r[5])});
+    return out;
+  }
+
+  Result<unsigned> sample_hz(std::optional<int64_t> rec) override {
+    auto rows = query("SELECT max(sample_hz) FROM " + db_ + ".recordings" +
+                      (rec ? " WHERE id = " + std::to_string(*rec) : std::string()));
+    if (!rows) return rows.error();
+    return rows->empty() ? 0u : static_cast<unsigned>(u64((*rows)[0][0]));
+  }
+
+  Result<std::vector<MetricRow>> metrics(const std::string& prefix, std::optional<int64_t> rec) override {
+    auto rows = query("SELECT start_ns, end_ns, pid, name, label, value FROM " + db_ + ".metrics WHERE substring(name, 1, " +
+                      std::to_string(prefix.size()) + ") = " + quote(prefix) + (rec ? " AND recording_id = " + std::to_string(*rec) : std::string()) +
+                      " ORDER BY start_ns, pid, name, label");
+    if (!rows) return rows.error();
+    std::vector<MetricRow> out;
+    for (const auto& r : *rows) {
+      MetricRow m;
+      m.start_ns = u64(r[0]);
+      m.end_ns = u64(r[1]);
+      m.metric = {static_cast<uint32_t>(u64(r[2])), r[3], r[4], dbl(r[5])};
+      out.push_back(std::move(m));
+    }
+    return out;
+  }
+
+ private:
+  static std::string where(std::optional<int64_t> rec, std::optional<uint32_t> pid) {
+    std::string w = " WHERE 1";
+    if (rec) w += " AND recording_id = " + std::to_string(*rec);
+    if (pid) w += " AND pid = " + std::to_string(*pid);
+    return w;
+  }
+
+  // Row versions for ReplacingMergeTree: the newest write of a key wins.
+  uint64_t version() { return ++version_ + static_cast<uint64_t>(std::chrono::system_clock::now().time_since_epoch().count()); }
+
+  void buffer_recording(int64_t id, uint64_t ended_ns) {
+    const auto& r = recordings_[id];
+    buf("recordings").num(id).str(r.node).str(r.command).num(r.started_ns).num(ended_ns).num(static_cast<uint32_t>(r.sample_hz))
+        .num(r.window_s).num(version());
+  }
+
+  const std::string& node_of(int64_t rec) {
+    static const std::string unknown;
+    auto it = recording_nodes_.find(rec);
+    return it == recording_nodes_.end() ? unknown : it->second;
+  }
+
+  RowBinary& buf(const std::string& table) { return buffers_[table]; }
+
+  Error err(const std::string& what, const httplib::Result& res) const {
+    std::string why = res ? "HTTP " + std::to_string(res->status) + ": " + res->body.substr(0, 300)
+                          : "unreachable (" + httplib::to_string(res.error()) + ")";
+    while (!why.empty() && (why.back() == '\n' || why.back() == ' ')) why.pop_back();
+    for (char& c : why)
+      if (c == '\n') c = ' ';
+    return Error{"clickhouse " + host_ + ":" + std::to_string(port_) + ": " + what + ": " + why};
+  }
+
+  Status exec(const std::string& sql) {
+    auto res = cli_.Post("/", sql, "text/plain");
+    if (!res || res->status != 200) return err(sql.substr(0, 60), res);
+    return {};
+  }
+
+  Status insert(const std::string& table, const std::string& rows) {
+    std::string path = "/?query=" + httplib::detail::encode_query_param("INSERT INTO " + db_ + "." + table + " FORMAT RowBinary");
+    auto res = cli_.Post(path, rows, "application/octet-stream");
+    if (!res || res->status != 200) return err("inserting into " + table, res);
+    return {};
+  }
+
+  Result<std::vector<Row>> query(const std::string& sql) {
+    auto res = cli_.Post("/", sql + " FORMAT TabSeparated", "text/plain");
+    if (!res || res->status != 200) return err(sql.substr(0, 60), res);
+    std::vector<Row> out;
+    std::stringstream ss(res->body);
+    std::string line;
+    while (std::getline(ss, line)) {
+      Row r;
+      size_t start = 0;
+      while (true) {
+        size_t tab = line.find('\t', start);
+        r.push_back(unescape(line.substr(start, tab == std::string::npos ? std::string::npos : tab - start)));
+        if (tab == std::string::npos) break;
+        start = tab + 1;
+      }
+      out.push_back(std::move(r));
+    }
+    return out;
+  }
+
+  std::string host_;
+  int port_;
+  std::string db_;
+  httplib::Client cli_;
+  std::map<std::string, RowBinary> buffers_;
+  std::map<int64_t, std::string> recording_nodes_;
+  std::map<int64_t, RecordingInfo> recordings_;
+  int64_t next_recording_ = 1;
+  uint64_t version_ = 0;
+  std::unordered_set<int64_t> known_frames_, known_stacks_;
+  std::set<std::pair<std::string, uint64_t>> applied_;
+  std::vector<std::pair<std::string, uint64_t>> applied_pending_;
+};
+
+}  // namespace
+
+Result<std::unique_ptr<Store>> Store::open_clickhouse(const std::string& url, Mode mode) {
+  // clickhouse://HOST:PORT/DB[?retention_days=N]
+  const std::string scheme = "clickhouse://";
+  std::string rest = url.substr(scheme.size());
+  unsigned retention_days = 0;
+  if (auto q = rest.find("?retention_days="); q != std::string::npos) {
+    retention_days = static_cast<unsigned>(std::strtoul(rest.c_str() + q + 16, nullptr, 10));
+    rest = rest.substr(0, q);
+  }
+  auto slash = rest.find('/');
+  std::string hostport = rest.substr(0, slash);
+  std::string db = slash == std::string::npos ? "strata" : rest.substr(slash + 1);
+  auto colon = hostport.rfind(':');
+  std::string host = hostport.substr(0, colon);
+  int port = colon == std::string::npos ? 8123 : std::atoi(hostport.c_str() + colon + 1);
+  if (host.empty() || port <= 0 || port > 65535 || db.empty() ||
+      db.find_first_not_of("abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789_") != std::string::npos)
+    return Error{"--store " + url + ": expected clickhouse://HOST:PORT/DB (DB: letters, digits, _)"};
+  auto s = std::make_unique<ClickHouseStore>(host, port, db);
+  if (auto st = s->open(mode); !st) return st.error();
+  if (retention_days > 0 && mode != Mode::kReadOnly) {
+    if (auto st = s->apply_retention(retention_days); !st) return st.error();
+  }
+  return std::unique_ptr<Store>(std::move(s));
 }
 
 }  // namespace strata::store

@@ -266,7 +266,6 @@ def main():
         nodes = json.loads(http("GET", url + "/api/v1/nodes", token=TOKEN)[1])["nodes"]
         n2 = [n for n in nodes if n["node"] == "n2"]
         check(n2 and n2[0]["status"] == "silent", "killed agent: node n2 silent")
-        check(all(n["status"] == "silent" for n in nodes if n["node"] in ("n0", "n1")) or True, "n0/n1 state read")
         jobs = json.loads(http("GET", url + "/api/v1/jobs", token=TOKEN)[1])["jobs"]
         sj = [j for j in jobs if j["job"] == "silent-test"]
         check(sj and sj[0]["status"] != "healthy" and sj[0]["silent_nodes"] == ["n2"],
