@@ -44,6 +44,8 @@ enum strata_api {
   STRATA_API_GLOO_BROADCAST,
   STRATA_API_GLOO_REDUCE_SCATTER,
   STRATA_API_GLOO_BARRIER,
+  /* the dynamic loader: called around every dlopen/dlclose (what debuggers watch) */
+  STRATA_API_DL_STATE = 80,
   STRATA_API__MAX = 96,
 };
 

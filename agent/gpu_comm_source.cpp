@@ -108,6 +108,7 @@ struct ProcState {
   std::set<std::string> mapped_files;            // runtime files this process maps
   uint64_t last_scan = 0;
   uint64_t exec_mono = 0;
+  bool maps_changed = false;
   int device = -1;
   FlightRing<store::CollectiveRecord> flight{4096};
   // Device busy intervals of the last minutes (monotonic): steps span windows.
@@ -249,17 +250,23 @@ class GpuCommSource final : public Source {
     auto it = procs_.find(pid);
     if (it == procs_.end()) return;
     it->second.alive = false;
+    // Take its device records now: the file may be removed right after the process ends.
+    read_timeline(it->second, monotonic_now_ns(), /*force=*/true);
     release_files(it->second);
   }
 
   Status poll() override {
-    int n = ring_buffer__poll(ring_, 0);
-    if (n < 0 && n != -EINTR) return Error::from_errno("polling the API ring buffer", -n);
+    int n = ring_buffer__consume(ring_);
+    if (n < 0) return Error::from_errno("reading the API ring buffer", -n);
     uint64_t now = monotonic_now_ns();
     for (auto& [pid, st] : procs_) {
-      // Libraries loaded late (dlopen): often right after start, so look often at first.
-      uint64_t every = now - st.exec_mono < 3 * kNs ? kNs / 20 : 2 * kNs;
-      if (st.alive && now - st.last_scan > every) scan(st);
+      // Libraries loaded late (dlopen): the loader's _dl_debug_state probe says when; a slow
+      // rescan covers processes without a dynamic loader.
+      bool due = st.maps_changed ? now - st.last_scan > kNs / 10 : now - st.last_scan > 30 * kNs;
+      if (st.alive && due) {
+        st.maps_changed = false;
+        scan(st);
+      }
       read_timeline(st, now);
     }
     drive_bursts(now);
@@ -269,8 +276,8 @@ class GpuCommSource final : public Source {
   Status flush(store::Store& store, const WindowContext& w) override {
     uint64_t now = monotonic_now_ns();
     // Take the last events first, so calls and their device records meet in this window.
-    ring_buffer__poll(ring_, 0);
-    for (auto& [pid, st] : procs_) read_timeline(st, now);
+    ring_buffer__consume(ring_);
+    for (auto& [pid, st] : procs_) read_timeline(st, now, /*force=*/true);
 
     std::vector<store::CommunicatorRecord> comms;
     comms.swap(new_comms_);
@@ -441,6 +448,7 @@ class GpuCommSource final : public Source {
   }
 
   bool wanted(const RuntimeFile& rf) const {
+    if (rf.kind == RuntimeKind::kDynamicLoader) return true;
     if (rf.kind == RuntimeKind::kNccl || rf.kind == RuntimeKind::kGloo) return opts_.comm;
     return opts_.gpu;
   }
@@ -540,10 +548,10 @@ class GpuCommSource final : public Source {
     burst_hits_ = 0;
   }
 
-  void read_timeline(ProcState& st, uint64_t now) {
+  void read_timeline(ProcState& st, uint64_t now, bool force = false) {
     if (!opts_.gpu) return;
     if (!st.timeline) {
-      if (now < st.next_timeline_try) return;
+      if (now < st.next_timeline_try && !force) return;
       auto t = open_timeline_for(st.pid);
       if (!t) {
         st.next_timeline_try = now + kNs;
@@ -726,6 +734,9 @@ class GpuCommSource final : public Source {
         new_comms_.push_back({e.pid, e.out, c.id, c.rank, c.nranks, e.exit_ns});
         return;
       }
+      case STRATA_API_DL_STATE:
+        st.maps_changed = true;
+        return;
       case STRATA_API_NCCL_COMM_DESTROY:
         st.comms.erase(a[0]);
         return;

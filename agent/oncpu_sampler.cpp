@@ -120,10 +120,17 @@ class LiveSampler final : public OnCpuSampler {
 
   Result<int> poll(int timeout_ms, EventSink& sink) override {
     sink_ = &sink;
+    // Samples do not wake us (see bpf/strata_ringbuf.bpf.h): wait for a process event or the
+    // timeout, then drain whatever is there.
     int n = ring_buffer__poll(ring_, timeout_ms);
+    if (n < 0 && n != -EINTR) {
+      sink_ = nullptr;
+      return Error::from_errno("polling the sample ring buffer", -n);
+    }
+    int m = ring_buffer__consume(ring_);
     sink_ = nullptr;
-    if (n < 0 && n != -EINTR) return Error::from_errno("polling the sample ring buffer", -n);
-    return n < 0 ? 0 : n;
+    if (m < 0) return Error::from_errno("reading the sample ring buffer", -m);
+    return (n > 0 ? n : 0) + m;
   }
 
   int targets_map_fd() const override { return bpf_map__fd(skel_->maps.targets); }

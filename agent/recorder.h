@@ -21,6 +21,7 @@ struct RecordOptions {
   std::vector<std::string> command; // -- CMD ARGS...
   std::string output = "strata.db";
   std::string node;                 // default: hostname
+  bool symbolize_each_window = false;  // else once at the end (symbol tables load off the target's time)
   std::set<std::string> layers = {"cpu", "offcpu", "os", "gpu", "comm"};  // --layers
 };
 
@@ -32,6 +33,7 @@ struct RecordSummary {
   uint64_t threads = 0;
   uint64_t distinct_stacks = 0;
   double agent_cpu_s = 0;     // the agent's own CPU while the targets ran
+  double agent_cpu_after_s = 0;  // after they ended: last window, symbolization
   double target_cpu_s = 0;    // the targets' CPU over the same time
   double wall_s = 0;
   int command_exit = -1;      // exit status of CMD (128+signal when killed), -1 with -p

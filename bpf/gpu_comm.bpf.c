@@ -8,6 +8,8 @@
 #include <bpf/bpf_tracing.h>
 #include <bpf/bpf_core_read.h>
 
+#include "bpf/strata_ringbuf.bpf.h"
+
 #include "abi/gpu_comm.h"
 
 char LICENSE[] SEC("license") = "GPL";
@@ -176,7 +178,11 @@ int api_exit(struct pt_regs* ctx) {
     }
   }
   if (size > sizeof(*b)) size = sizeof(*b);
-  if (bpf_ringbuf_output(&api_events, b, size, 0) == 0)
+  /* Launch bursts are many; everything else is rare and wanted promptly (communicator set-up). */
+  __u64 flags = api == STRATA_API_CUDA_LAUNCH_KERNEL || api == STRATA_API_CUDA_MEMCPY_ASYNC
+                    ? strata_rb_flags(&api_events)
+                    : 0;
+  if (bpf_ringbuf_output(&api_events, b, size, flags) == 0)
     bump(STRATA_GC_EMITTED);
   else
     bump(STRATA_GC_RINGBUF_DROP);

@@ -16,6 +16,8 @@
 #include <bpf/bpf_tracing.h>
 #include <bpf/bpf_core_read.h>
 
+#include "bpf/strata_ringbuf.bpf.h"
+
 #include "abi/offcpu.h"
 #include "bpf/strata_hist.bpf.h"
 
@@ -242,7 +244,7 @@ static __always_inline void emit(struct task_struct* next, struct task_state* ts
   __u64 size = sizeof(b->hdr) + (__u64)b->hdr.kstack_len * sizeof(__u64) +
                (__u64)b->hdr.ustack_len * sizeof(struct bpf_stack_build_id);
   if (size > sizeof(*b)) size = sizeof(*b);
-  if (bpf_ringbuf_output(&events, b, size, 0) == 0)
+  if (bpf_ringbuf_output(&events, b, size, strata_rb_flags(&events)) == 0)
     bump(cs, STRATA_OFFCPU_CNT_EMITTED);
   else
     bump(cs, STRATA_OFFCPU_CNT_RINGBUF_DROP);

@@ -13,6 +13,8 @@
 #include <bpf/bpf_tracing.h>
 #include <bpf/bpf_core_read.h>
 
+#include "bpf/strata_ringbuf.bpf.h"
+
 #include "abi/oncpu.h"
 
 char LICENSE[] SEC("license") = "GPL";
@@ -297,7 +299,7 @@ int on_cpu_sample(struct bpf_perf_event_data* ctx) {
 
   __u64 size = sizeof(buf->hdr) + off;
   if (size > sizeof(*buf) - STRATA_PY_FRAME_READ) size = sizeof(*buf) - STRATA_PY_FRAME_READ;
-  if (bpf_ringbuf_output(&events, buf, size, 0) == 0)
+  if (bpf_ringbuf_output(&events, buf, size, strata_rb_flags(&events)) == 0)
     bump(STRATA_CNT_EMITTED);
   else
     bump(STRATA_CNT_RINGBUF_DROP);

@@ -10,6 +10,7 @@ const char* runtime_name(RuntimeKind k) {
     case RuntimeKind::kCudaDriver: return "cuda-driver";
     case RuntimeKind::kNccl: return "nccl";
     case RuntimeKind::kGloo: return "gloo";
+    case RuntimeKind::kDynamicLoader: return "ld.so";
   }
   return "?";
 }
@@ -53,6 +54,9 @@ const std::vector<RuntimeSpec>& runtime_specs() {
            {{"_ZN4gloo9broadcastERNS_16BroadcastOptionsE"}, STRATA_API_GLOO_BROADCAST, false},
            {{"_ZN4gloo7barrierERNS_14BarrierOptionsE"}, STRATA_API_GLOO_BARRIER, false},
        }},
+      // Not a runtime: the loader tells us when a process loads a library (dlopen), so the
+      // agent looks at its mappings then instead of rereading them all the time.
+      {RuntimeKind::kDynamicLoader, {"_dl_debug_state"}, {{{"_dl_debug_state"}, STRATA_API_DL_STATE, false}}},
   };
   return specs;
 }
@@ -106,6 +110,7 @@ const char* api_name(uint32_t api) {
     case STRATA_API_GLOO_BROADCAST: return "gloo::broadcast";
     case STRATA_API_GLOO_REDUCE_SCATTER: return "gloo::reduce_scatter";
     case STRATA_API_GLOO_BARRIER: return "gloo::barrier";
+    case STRATA_API_DL_STATE: return "_dl_debug_state";
     default: return "unknown";
   }
 }

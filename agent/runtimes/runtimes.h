@@ -12,7 +12,7 @@
 
 namespace strata::agent {
 
-enum class RuntimeKind { kCudaRuntime, kCudaDriver, kNccl, kGloo };
+enum class RuntimeKind { kCudaRuntime, kCudaDriver, kNccl, kGloo, kDynamicLoader };
 const char* runtime_name(RuntimeKind k);
 
 struct ProbeSpec {

@@ -12,8 +12,8 @@
 namespace strata::test {
 namespace {
 
-std::string sim() { return env_or("STRATA_BIN", "build/bin") + "/strata-sim"; }
-std::string testbed_lib() { return env_or("STRATA_BUILD", "build") + "/testbed/lib"; }
+std::string sim() { return env_or("STRATA_BIN", build_dir() + "/bin") + "/strata-sim"; }
+std::string testbed_lib() { return build_dir() + "/testbed/lib"; }
 
 struct TruthRank {
   uint32_t pid = 0;
@@ -147,7 +147,7 @@ TEST(GpuComm, ChromeTraceIsValidWithAProcessPerRank) {
   ASSERT_EQ(rec.exit_code, 0) << describe(rec);
   auto rep = run(strata_bin() + " report " + d.file("sim.db") + " --format chrome-trace -o " + d.file("t.json"));
   ASSERT_EQ(rep.exit_code, 0) << describe(rep);
-  auto check = run("python3 " + env_or("STRATA_SOURCE", ".") + "/tests/support/check_trace.py " + d.file("t.json") +
+  auto check = run("python3 " + source_dir() + "/tests/support/check_trace.py " + d.file("t.json") +
                    " 3");
   EXPECT_EQ(check.exit_code, 0) << describe(check);
 }

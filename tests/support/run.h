@@ -23,8 +23,30 @@ inline std::string env_or(const char* name, const std::string& fallback) {
   return v && *v ? v : fallback;
 }
 
-inline std::string strata_bin() { return env_or("STRATA_BIN", "build/bin") + "/strata"; }
-inline std::string testprog(const std::string& name) { return env_or("STRATA_TESTPROGS", "build/testprogs") + "/" + name; }
+// The build folder: from CTest's environment, else the one this test binary sits in (build/tests/x),
+// so a test binary also runs by hand.
+inline std::string build_dir() {
+  if (const char* b = std::getenv("STRATA_BUILD"); b && *b) return b;
+  char exe[4096];
+  ssize_t n = readlink("/proc/self/exe", exe, sizeof exe - 1);
+  if (n <= 0) return "build";
+  std::string p(exe, static_cast<size_t>(n));
+  p = p.substr(0, p.rfind('/'));  // build/tests
+  return p.substr(0, p.rfind('/'));
+}
+
+inline std::string source_dir() {
+#ifdef STRATA_SOURCE_DIR
+  return env_or("STRATA_SOURCE", STRATA_SOURCE_DIR);
+#else
+  return env_or("STRATA_SOURCE", ".");
+#endif
+}
+
+inline std::string strata_bin() { return env_or("STRATA_BIN", build_dir() + "/bin") + "/strata"; }
+inline std::string testprog(const std::string& name) {
+  return env_or("STRATA_TESTPROGS", build_dir() + "/testprogs") + "/" + name;
+}
 
 inline std::string slurp(const std::string& path) {
   std::ifstream in(path, std::ios::binary);
