@@ -17,6 +17,7 @@
 #include <sstream>
 #include <unordered_map>
 
+#include "agent/gpu/cupti_env.h"
 #include "agent/normalizer.h"
 #include "agent/process_info.h"
 #include "agent/sources.h"
@@ -224,6 +225,9 @@ class Recorder final : public EventSink {
   Status spawn(const std::string& exe) {
     int go[2], err[2];
     if (pipe2(go, O_CLOEXEC) != 0 || pipe2(err, O_CLOEXEC) != 0) return Error::from_errno("pipe", errno);
+    // The GPU timing source on real GPUs: CUPTI injected at cuInit (only if the GPU layer is on).
+    std::vector<std::string> extra_env;
+    if (opts_.layers.count("gpu")) extra_env = cupti_injection_env();
     pid_t pid = fork();
     if (pid < 0) return Error::from_errno("fork", errno);
     if (pid == 0) {
@@ -233,6 +237,7 @@ class Recorder final : public EventSink {
       // Wait until the parent watches us, so the first instructions are sampled too.
       while (read(go[0], &c, 1) < 0 && errno == EINTR) {
       }
+      for (const auto& kv : extra_env) putenv(const_cast<char*>(kv.c_str()));
       std::vector<char*> argv;
       for (const auto& a : opts_.command) argv.push_back(const_cast<char*>(a.c_str()));
       argv.push_back(nullptr);
