@@ -18,7 +18,8 @@ cleanup() { for p in "${pids[@]}"; do kill "$p" 2>/dev/null || true; done; wait 
 trap cleanup EXIT
 free_port() { python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])'; }
 
-{
+# Not a { ... } | tee pipeline: that would run the body in a subshell, out of reach of the trap.
+exec > >(tee "$OUT") 2>&1
 echo "# bench/ingest.sh $(date -u +%FT%TZ) on $(nproc) CPUs"
 BATCHES=50; ((QUICK)) && BATCHES=10
 "$B/strata-ingest-bench" "sqlite:$TMP/ingest.db" $BATCHES 20000
@@ -65,4 +66,3 @@ echo "steady job: 4 ranks, $secs s, $bytes bytes shipped (zstd) -> $(echo "scale
 echo "$M" | grep -E '^(process_resident_memory_bytes|process_cpu_seconds_total|strata_agent_samples_total|strata_agent_probe_hits_total) '
 echo "agent CPU per second of job: $(echo "$M" | awk '/^process_cpu_seconds_total/{print $2}') s over $secs s"
 grep "acked" "$TMP/agent.log" || true
-} | tee "$OUT"
