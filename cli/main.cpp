@@ -15,6 +15,7 @@ usage: strata <command> [options]
 commands:
   record   sample a process tree with eBPF and write a store (SQLite)
   report   print or export what a store holds (text, folded, pprof)
+  diagnose say why the job is slow: rank, layer, cause, culprit, ms per step, evidence
   agent    node daemon: find training processes, watch them, ship to a collector
   serve    collector: ingest from agents, store (SQLite or ClickHouse), query API, /metrics
 
@@ -38,6 +39,7 @@ int main(int argc, char** argv) {
   try {
     if (cmd == "record") return strata::cli::record_main(args);
     if (cmd == "report") return strata::cli::report_main(args);
+    if (cmd == "diagnose") return strata::cli::diagnose_main(args);
     if (cmd == "agent") return strata::cli::agent_main(args);
     if (cmd == "serve") return strata::cli::serve_main(args);
   } catch (const std::exception& e) {

@@ -1,0 +1,81 @@
+#include <iostream>
+
+#include "cli/args.h"
+#include "cli/commands.h"
+#include "diagnose/engine.h"
+#include "diagnose/loader.h"
+#include "diagnose/render.h"
+#include "store/store.h"
+
+namespace strata::cli {
+
+namespace {
+const char* kDiagnoseHelp = R"(usage: strata diagnose (FILE.db | --server URL [--token-file F]) [--job ID] [--json]
+
+Says why the recorded training job is slow: which rank (node, link), which layer (comm, GPU, CPU, OS),
+which cause and culprit (a process, a function, a GPU, a link), how many ms per step it costs, the
+evidence, and what to do. A healthy job gets no finding. The diagnosis compares the job's step time
+with its own history and each rank with its peers (DESIGN §6).
+
+options:
+  --job ID          the job to diagnose (default: the one with the most ranks in the latest recording)
+  --json            {"job":..,"findings":[{"rank":..,"node":..,"layer":..,"cause":..,"culprit":..,
+                    "lost_ms_per_step":..,"confidence":..,"evidence":[...]}]}; no findings = healthy
+  --server URL      read from `strata serve` at URL (http://HOST:PORT) instead of a file
+  --token-file F    its bearer token (first line of F)
+
+Exit codes: 0 diagnosed (healthy or not), 1 bad input (not a strata store, no job in it).
+)";
+}  // namespace
+
+int diagnose_main(std::vector<std::string> argv) {
+  Args args(std::move(argv));
+  std::string file, server, token;
+  bool json = false;
+  diagnose::LoadOptions load;
+  while (!args.done()) {
+    std::string a = args.next();
+    if (a == "-h" || a == "--help") {
+      std::cout << kDiagnoseHelp;
+      return 0;
+    }
+    if (a == "--json") {
+      json = true;
+    } else if (a == "--job" || a == "--server" || a == "--token-file") {
+      auto v = args.value(a);
+      if (!v) return fail(v.error().message, 1);
+      if (a == "--job") {
+        load.job = *v;
+      } else if (a == "--server") {
+        server = *v;
+      } else {
+        auto t = read_token_file(*v);
+        if (!t) return fail(t.error().message, 1);
+        token = *t;
+      }
+    } else if (!a.empty() && a[0] == '-') {
+      return fail("diagnose: unknown option '" + a + "' (see strata diagnose --help)", 1);
+    } else if (file.empty()) {
+      file = a;
+    } else {
+      return fail("diagnose: more than one store given ('" + file + "', '" + a + "')", 1);
+    }
+  }
+  if (file.empty() == server.empty())
+    return fail("diagnose: which store? (strata diagnose FILE.db, or strata diagnose --server URL)", 1);
+
+  auto st = server.empty() ? store::Store::open_sqlite(file, store::Store::Mode::kReadOnly)
+                           : store::Store::open_remote(server, token);
+  if (!st) return fail(st.error().message, st.error().exit_code);
+  auto job = diagnose::load_job_window(**st, load);
+  if (!job) return fail("diagnose: " + job.error().message, job.error().exit_code);
+  auto dx = diagnose::diagnose(*job);
+  if (json) {
+    diagnose::write_json(dx, std::cout);
+  } else {
+    diagnose::write_text(dx, std::cout);
+  }
+  return 0;
+}
+
+}  // namespace strata::cli

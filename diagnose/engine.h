@@ -1,0 +1,56 @@
+// Layered differential diagnosis (DESIGN §6): detect against the job's own baseline, localize by
+// comparing ranks that should behave alike, descend the layers on the culprit vs. its peers, and
+// rank hypotheses by the time per step each explains.
+#pragma once
+
+#include <string>
+#include <vector>
+
+#include "diagnose/model.h"
+
+namespace strata::diagnose {
+
+struct Options {
+  double hang_s = 10;             // no collective progress this long, processes alive: a hang
+  double min_slowdown = 0.05;     // step time above baseline by this fraction counts as slow
+  double min_spatial = 0.15;      // without a baseline: one rank's extra busy time, fraction of step
+};
+
+struct Finding {
+  int rank = -1;
+  std::string node;
+  std::string layer;   // os | cpu | gpu | comm
+  std::string cause;   // DESIGN §6 cause class
+  std::string culprit; // process, function, GPU, link
+  double lost_ms_per_step = 0;
+  double confidence = 0;  // 0..1
+  std::vector<std::string> evidence;
+  std::string advice;  // what to do about it
+};
+
+// The statistical second opinion: robust z-scores of per-rank metric vectors (and per-function
+// on-CPU time), independent of the layered rules.
+struct SecondOpinion {
+  std::vector<int> outlier_ranks;     // ordered by score
+  std::vector<std::string> notes;     // per outlier: its most deviant metrics
+  bool disagrees = false;
+  std::string summary;
+};
+
+struct Diagnosis {
+  std::string job;
+  size_t ranks = 0;
+  double step_ms = kUnknown;           // the job's step time in the window
+  double baseline_step_ms = kUnknown;  // before it
+  std::vector<Finding> findings;       // most costly first; empty: healthy
+  SecondOpinion second;
+};
+
+Diagnosis diagnose(const JobWindow& job, const Options& options = {});
+
+// The second opinion alone (diagnose() calls it and compares).
+SecondOpinion second_opinion(const JobWindow& job);
+
+const char* layer_of(const std::string& cause);
+
+}  // namespace strata::diagnose

@@ -1,0 +1,377 @@
+#include "diagnose/loader.h"
+
+#include <algorithm>
+#include <cmath>
+#include <map>
+#include <set>
+#include <unordered_map>
+#include <unordered_set>
+
+#include "diagnose/stats.h"
+
+namespace strata::diagnose {
+
+namespace {
+
+constexpr double kNsPerMs = 1e6;
+
+double ms_of(uint64_t ns) { return static_cast<double>(ns) / kNsPerMs; }
+
+struct RankSource {
+  store::ProcessInfo proc;
+  std::vector<store::StepRecord> steps;  // after warm-up, in order
+  size_t all_steps = 0;
+};
+
+PhaseStats phase(const std::vector<store::StepRecord>& steps, size_t from, size_t to) {
+  PhaseStats p;
+  to = std::min(to, steps.size());
+  if (from >= to) return p;
+  std::vector<double> dur;
+  double wait = 0, dev = 0, idle = 0;
+  size_t dev_n = 0;
+  for (size_t i = from; i < to; ++i) {
+    const auto& s = steps[i];
+    dur.push_back(ms_of(s.end_ns - s.start_ns));
+    // Device time of collective kernels is the wait for peers; the host's time in the call also
+    // holds its own queued compute, so it is the fallback only.
+    wait += ms_of(s.device_known ? s.device_collective_ns : s.collective_ns);
+    if (s.device_known) {
+      dev += ms_of(s.device_compute_ns);
+      idle += ms_of(s.gpu_idle_ns);
+      ++dev_n;
+    }
+  }
+  double n = static_cast<double>(to - from);
+  p.steps = static_cast<uint32_t>(to - from);
+  p.step_ms = median(dur);
+  p.step_mad_ms = robust_sigma(dur, p.step_ms);
+  p.wait_ms = wait / n;
+  if (dev_n == to - from) {
+    p.device_compute_ms = dev / n;
+    p.gpu_idle_ms = idle / n;
+  }
+  return p;
+}
+
+// The system call a kernel frame enters ("__x64_sys_pread64" -> "pread64()"), else empty.
+std::string syscall_of(const std::string& fn) {
+  for (const char* prefix : {"__x64_sys_", "__arm64_sys_", "__se_sys_"}) {
+    std::string p = prefix;
+    if (fn.rfind(p, 0) == 0) return fn.substr(p.size()) + "()";
+  }
+  return {};
+}
+
+// A user-level call path, root first: kernel frames say how the thread waited, not where the
+// program's time went, and the uprobe trampoline is strata's own. Off-CPU paths keep the system
+// call, since a blocked thread's user stack may be missing.
+std::string call_path(const Stack& stack, bool keep_syscall) {
+  std::string path;
+  for (auto it = stack.rbegin(); it != stack.rend(); ++it) {
+    if (it->kind == FrameKind::kKernel) {
+      std::string sc = keep_syscall ? syscall_of(it->function) : std::string();
+      if (sc.empty()) continue;
+      if (!path.empty()) path += ';';
+      path += sc;
+      continue;
+    }
+    if (it->module.rfind("[uprobes", 0) == 0) continue;
+    std::string name = it->kind == FrameKind::kPython && !it->function.empty() ? it->function : it->display_name();
+    for (char& ch : name) {
+      if (ch == ';') ch = ':';
+    }
+    if (!path.empty()) path += ';';
+    path += name;
+  }
+  return path.empty() ? "[kernel]" : path;
+}
+
+Status load_profile(store::Store& s, int64_t rec, JobWindow& job, RankWindow& r, store::CountKind kind, double steps) {
+  store::ProfileFilter f;
+  f.pid = r.pid;
+  f.recording = rec;
+  f.kind = kind;
+  auto prof = s.load_profile(f);
+  if (!prof) return prof.error();
+  Values& out = kind == store::CountKind::kOnCpu ? r.oncpu : r.offcpu;
+  // On-CPU counts are samples of one period each; off-CPU counts are microseconds.
+  double unit_ms = kind == store::CountKind::kOnCpu ? (prof->period_ns > 0 ? static_cast<double>(prof->period_ns) / kNsPerMs : 1000.0 / 99)
+                                                     : 1e-3;
+  const bool offcpu = kind == store::CountKind::kOffCpu;
+  std::unordered_map<uint32_t, NameId> path_of;
+  for (const auto& smp : prof->samples) {
+    if (smp.stack_index >= prof->stacks.size()) continue;
+    const Stack& stack = prof->stacks[smp.stack_index];
+    // Off-CPU, only blocking that is a cause by itself (I/O, D state); sleeping on a futex or a
+    // timer is waiting for the job's own threads and peers.
+    if (offcpu) {
+      bool blocked = false;
+      for (const auto& fr : stack) blocked |= fr.function == "[io]" || fr.function == "[uninterruptible]";
+      if (!blocked) continue;
+    }
+    auto it = path_of.find(smp.stack_index);
+    if (it == path_of.end()) it = path_of.emplace(smp.stack_index, job.names.id(call_path(stack, offcpu))).first;
+    out.push_back({it->second, static_cast<double>(smp.count) * unit_ms / steps});
+  }
+  normalize(out);
+  return {};
+}
+
+}  // namespace
+
+size_t find_change_point(const std::vector<double>& s, double min_rise) {
+  // The split that maximizes the rise of the median, demanding a few steps on each side; robust to
+  // single slow steps (a GC pause) that a mean would chase.
+  constexpr size_t kMinSide = 3;
+  if (s.size() < 2 * kMinSide + 1) return 0;
+  size_t best = 0;
+  double best_rise = 0;
+  for (size_t k = kMinSide; k + kMinSide <= s.size(); ++k) {
+    std::vector<double> before(s.begin(), s.begin() + static_cast<long>(k));
+    std::vector<double> after(s.begin() + static_cast<long>(k), s.end());
+    double mb = median(before), ma = median(after);
+    // The rise must stand out from the uncertainty of the two medians (about 1.25 sigma/sqrt(n)
+    // each), not from single steps' noise: a noisy job still shows a sustained change.
+    double sigma = robust_sigma(before, mb);
+    double se = 1.25 * sigma * std::sqrt(1.0 / static_cast<double>(k) + 1.0 / static_cast<double>(s.size() - k));
+    double rise = ma - mb;
+    if (rise >= std::max({min_rise * mb, 4 * se, 1.0}) && rise > best_rise) {
+      best_rise = rise;
+      best = k;
+    }
+  }
+  if (best == 0) return 0;
+  // The median split lands anywhere in the first slow run: walk back to its first slow step.
+  std::vector<double> before(s.begin(), s.begin() + static_cast<long>(best));
+  double mb = median(before);
+  while (best > kMinSide && s[best - 1] > mb + 0.5 * best_rise) --best;
+  return best;
+}
+
+Result<JobWindow> load_job_window(store::Store& s, const LoadOptions& opt) {
+  auto rec_r = s.latest_recording();
+  if (!rec_r) return rec_r.error();
+  if (!*rec_r) return Error{"the store holds no recording"};
+  int64_t rec = **rec_r;
+  auto procs = s.processes(rec);
+  if (!procs) return procs.error();
+
+  auto steps_r = s.steps(rec);
+  if (!steps_r) return steps_r.error();
+  std::unordered_map<uint32_t, std::vector<store::StepRecord>> steps_by_pid;
+  for (auto& st : *steps_r) steps_by_pid[st.pid].push_back(st);
+
+  // Jobs and their ranks. Children inherit RANK (a launcher's shell, a data-loader worker): the
+  // rank is the process that trains (has steps); among those, a restarted rank's latest.
+  std::map<std::string, std::map<int, store::ProcessInfo>> jobs;
+  std::unordered_set<uint32_t> recorded_pids;
+  auto trains = [&](uint32_t pid) { return steps_by_pid.count(pid) > 0; };
+  for (const auto& p : *procs) {
+    recorded_pids.insert(p.pid);
+    if (p.rank < 0) continue;
+    auto& slot = jobs[p.job][p.rank];
+    bool better = slot.pid == 0 || (trains(p.pid) && !trains(slot.pid)) ||
+                  (trains(p.pid) == trains(slot.pid) && p.start_ns > slot.start_ns);
+    if (better) slot = p;
+  }
+  if (jobs.empty()) return Error{"no training job in the store: no recorded process has a RANK"};
+  const std::map<int, store::ProcessInfo>* ranks = nullptr;
+  std::string job_name;
+  for (const auto& [name, rs] : jobs) {
+    if (!opt.job.empty() ? name == opt.job : (!ranks || rs.size() > ranks->size())) {
+      ranks = &rs;
+      job_name = name;
+    }
+  }
+  if (!ranks) {
+    std::string known_jobs;
+    for (const auto& [name, rs] : jobs) known_jobs += (known_jobs.empty() ? "" : ", ") + name;
+    return Error{"no job '" + opt.job + "' in the store (jobs: " + known_jobs + ")"};
+  }
+
+  std::vector<RankSource> src;
+  for (const auto& [rank, p] : *ranks) {
+    RankSource rs;
+    rs.proc = p;
+    auto& st = steps_by_pid[p.pid];
+    std::sort(st.begin(), st.end(), [](const auto& a, const auto& b) { return a.step < b.step; });
+    rs.all_steps = st.size();
+    size_t skip = std::min(st.size(), static_cast<size_t>(std::max(0, opt.warmup_steps)));
+    rs.steps.assign(st.begin() + static_cast<long>(skip), st.end());
+    src.push_back(std::move(rs));
+  }
+
+  // The job's step time per step index (median over ranks), and where it rose.
+  size_t len = 0;
+  for (const auto& rs : src) len = std::max(len, rs.steps.size());
+  std::vector<double> job_steps;
+  for (size_t k = 0; k < len; ++k) {
+    std::vector<double> v;
+    for (const auto& rs : src) {
+      if (k < rs.steps.size()) v.push_back(ms_of(rs.steps[k].end_ns - rs.steps[k].start_ns));
+    }
+    job_steps.push_back(median(v));
+  }
+  size_t cp = find_change_point(job_steps);
+
+  JobWindow job;
+  job.job = job_name;
+  job.start_ns = UINT64_MAX;
+  for (auto& rs : src) {
+    RankWindow r;
+    r.rank = rs.proc.rank;
+    r.pid = rs.proc.pid;
+    r.node = rs.proc.node;
+    if (cp > 0) {
+      r.base = phase(rs.steps, 0, cp);
+      r.now = phase(rs.steps, cp, rs.steps.size());
+    } else {
+      // No change: the whole run is both the window and its own baseline (nothing got slower).
+      r.now = phase(rs.steps, 0, rs.steps.size());
+      r.base = r.now;
+    }
+    size_t first = cp > 0 ? cp : 0;
+    if (first < rs.steps.size()) {
+      job.start_ns = std::min(job.start_ns, rs.steps[first].start_ns);
+      job.end_ns = std::max(job.end_ns, rs.steps.back().end_ns);
+      r.last_progress_ns = rs.steps.back().end_ns;
+    }
+    job.ranks.push_back(std::move(r));
+  }
+  if (job.start_ns == UINT64_MAX) job.start_ns = 0;
+
+  // Collective progress: completion on the device; an NCCL call's host return is only an enqueue.
+  auto colls = s.collectives(rec);
+  if (!colls) return colls.error();
+  std::unordered_map<uint32_t, RankWindow*> by_pid;
+  for (auto& r : job.ranks) by_pid[r.pid] = &r;
+  for (const auto& c : *colls) {
+    auto it = by_pid.find(c.pid);
+    if (it == by_pid.end()) continue;
+    uint64_t done = c.device_end_ns > 0 ? c.device_end_ns : (c.library == "nccl" ? 0 : c.exit_ns);
+    it->second->last_progress_ns = std::max(it->second->last_progress_ns, done);
+  }
+  auto comms = s.communicators(rec);
+  if (comms) {
+    for (const auto& c : *comms) {
+      if (c.nranks == static_cast<int>(job.ranks.size())) job.communicator = c.comm_id;
+    }
+  }
+  for (auto& r : job.ranks) {
+    auto dev = s.device_activity(rec, r.pid);
+    if (!dev) return dev.error();
+    for (const auto& d : *dev) r.last_device_ns = std::max(r.last_device_ns, d.end_ns);
+  }
+
+  // Metrics: rates over the recording windows that overlap the analysis window, times the rank's
+  // step time, give time per step.
+  auto rows = s.metrics("");
+  if (!rows) return rows.error();
+  struct Acc {
+    std::array<double, kOsCount> sum{};
+    std::array<bool, kOsCount> seen{};
+    std::set<std::pair<uint64_t, uint64_t>> windows;
+    std::map<std::string, double> neighbours, kernels;
+    double bio_lat_sum = 0;
+    int bio_lat_n = 0;
+  };
+  std::unordered_map<uint32_t, Acc> acc;
+  struct Gpu {
+    double clock = 0, max_clock = 0;
+    int clock_n = 0;
+    std::map<std::string, std::pair<double, int>> reasons;
+  };
+  std::map<std::string, Gpu> gpus;
+  std::unordered_map<uint32_t, uint64_t> last_seen;
+  for (const auto& row : *rows) {
+    const auto& m = row.metric;
+    job.observed_until_ns = std::max(job.observed_until_ns, row.end_ns);
+    if (m.pid == 0 && m.name.rfind("gpu.", 0) == 0) {
+      if (row.end_ns < job.start_ns) continue;
+      auto& g = gpus[m.label];
+      if (m.name == "gpu.sm_clock_mhz") g.clock += m.value, ++g.clock_n;
+      if (m.name == "gpu.max_sm_clock_mhz") g.max_clock = std::max(g.max_clock, m.value);
+      if (m.name.rfind("gpu.throttle.", 0) == 0) {
+        auto& reason = g.reasons[m.name.substr(13)];
+        reason.first += m.value;
+        ++reason.second;
+      }
+      continue;
+    }
+    auto it = by_pid.find(m.pid);
+    if (it == by_pid.end()) continue;
+    last_seen[m.pid] = std::max(last_seen[m.pid], row.start_ns);
+    RankWindow& r = *it->second;
+    if (m.name == "gpu.device") r.gpu.index = static_cast<int>(m.value);
+    if (row.end_ns < job.start_ns) continue;  // before the analysis window
+    Acc& a = acc[m.pid];
+    a.windows.insert({row.start_ns, row.end_ns});
+    auto add = [&](Os o, double v) {
+      a.sum[static_cast<size_t>(o)] += v;
+      a.seen[static_cast<size_t>(o)] = true;
+    };
+    const std::string& n = m.name;
+    if (n == "os.cpu_time_us") add(Os::kCpu, m.value / 1e3);
+    else if (n == "os.runq_wait_us") add(Os::kRunqWait, m.value / 1e3);
+    else if (n == "os.cgroup_throttled_us") add(Os::kThrottled, m.value / 1e3);
+    else if (n == "os.direct_reclaim_us" || n == "os.compaction_stall_us") add(Os::kReclaim, m.value / 1e3);
+    else if (n == "os.blocked_us") {
+      if (m.label == "io" || m.label == "uninterruptible") add(Os::kBlockedIo, m.value / 1e3);
+      else a.seen[static_cast<size_t>(Os::kBlockedIo)] = true;
+    } else if (n == "os.irq_time_us" || n == "os.softirq_time_us") add(Os::kIrq, m.value / 1e3);
+    else if (n == "os.major_faults") add(Os::kMajorFaults, m.value);
+    else if (n == "os.bio_latency_us.mean") a.bio_lat_sum += m.value / 1e3, ++a.bio_lat_n;
+    else if (n == "api.time_us" && m.label.find("LaunchKernel") != std::string::npos) add(Os::kLaunchApi, m.value / 1e3);
+    else if (n == "os.neighbour_run_us") {
+      // "comm:pid"; processes of the recorded tree are the job itself, not neighbours.
+      auto colon = m.label.rfind(':');
+      std::string comm = colon == std::string::npos ? m.label : m.label.substr(0, colon);
+      uint32_t npid = colon == std::string::npos ? 0 : static_cast<uint32_t>(std::strtoul(m.label.c_str() + colon + 1, nullptr, 10));
+      if (!recorded_pids.count(npid)) a.neighbours[comm] += m.value / 1e3;
+    } else if (n == "gpu.kernel_us") a.kernels[m.label] += m.value / 1e3;
+  }
+
+  for (auto& r : job.ranks) {
+    // Still there after its last progress: a metric window that began later has it.
+    r.alive = last_seen.count(r.pid) && last_seen[r.pid] > r.last_progress_ns;
+    auto it = acc.find(r.pid);
+    if (it != acc.end() && known(r.now.step_ms)) {
+      Acc& a = it->second;
+      double dur_ms = 0;
+      for (const auto& w : a.windows) dur_ms += ms_of(w.second - w.first);
+      double per_step = dur_ms > 0 ? r.now.step_ms / dur_ms : 0;
+      for (size_t k = 0; k < kOsCount; ++k) {
+        if (a.seen[k]) r.os[k] = a.sum[k] * per_step;
+      }
+      if (a.bio_lat_n > 0) r.set(Os::kBioLatency, a.bio_lat_sum / a.bio_lat_n);
+      for (const auto& [name, v] : a.neighbours) r.neighbours.push_back({job.names.id(name), v * per_step});
+      for (const auto& [name, v] : a.kernels) r.kernels.push_back({job.names.id(name), v * per_step});
+      normalize(r.neighbours);
+      normalize(r.kernels);
+    }
+    if (r.gpu.index >= 0) {
+      auto g = gpus.find("gpu" + std::to_string(r.gpu.index));
+      if (g != gpus.end()) {
+        r.gpu.known = true;
+        if (g->second.clock_n > 0 && g->second.max_clock > 0) {
+          r.gpu.sm_clock_ratio = g->second.clock / g->second.clock_n / g->second.max_clock;
+        }
+        for (const auto& [reason, v] : g->second.reasons) {
+          // Idle and application-clock "reasons" are normal states, not a slow GPU.
+          if (reason == "gpu_idle" || reason == "applications_clocks_setting") continue;
+          if (v.second > 0 && v.first / v.second >= 0.3) {
+            r.gpu.throttle_reasons += (r.gpu.throttle_reasons.empty() ? "" : ",") + reason;
+          }
+        }
+      }
+    }
+    double steps = static_cast<double>(std::max<size_t>(1, steps_by_pid[r.pid].size()));
+    if (auto st = load_profile(s, rec, job, r, store::CountKind::kOnCpu, steps); !st) return st.error();
+    if (auto st = load_profile(s, rec, job, r, store::CountKind::kOffCpu, steps); !st) return st.error();
+  }
+  for (const auto& r : job.ranks) job.observed_until_ns = std::max(job.observed_until_ns, r.last_progress_ns);
+  return job;
+}
+
+}  // namespace strata::diagnose

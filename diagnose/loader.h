@@ -1,0 +1,25 @@
+// Fills a JobWindow from a store: the step timeline splits into the job's baseline and the window
+// being diagnosed (where the job's step time changed), and every layer's data is summarized per rank
+// and per step.
+#pragma once
+
+#include <string>
+
+#include "common/result.h"
+#include "diagnose/model.h"
+#include "store/store.h"
+
+namespace strata::diagnose {
+
+struct LoadOptions {
+  std::string job;        // empty: the job with the most ranks in the latest recording
+  int warmup_steps = 2;   // first steps of each rank are start-up, never a baseline
+};
+
+Result<JobWindow> load_job_window(store::Store& store, const LoadOptions& options = {});
+
+// Where the job's step time series (one value per step) rose: the index of the first slow step,
+// or 0 when no rise stands out from the noise before it. Exposed for tests.
+size_t find_change_point(const std::vector<double>& step_ms, double min_rise = 0.05);
+
+}  // namespace strata::diagnose

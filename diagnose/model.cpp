@@ -1,0 +1,42 @@
+#include "diagnose/model.h"
+
+#include <algorithm>
+
+namespace strata::diagnose {
+
+double value_of(const Values& v, NameId name) {
+  auto it = std::lower_bound(v.begin(), v.end(), name, [](const Value& a, NameId n) { return a.name < n; });
+  return it != v.end() && it->name == name ? it->ms_per_step : 0;
+}
+
+void normalize(Values& v) {
+  std::sort(v.begin(), v.end(), [](const Value& a, const Value& b) { return a.name < b.name; });
+  Values out;
+  out.reserve(v.size());
+  for (const auto& e : v) {
+    if (!out.empty() && out.back().name == e.name) {
+      out.back().ms_per_step += e.ms_per_step;
+    } else {
+      out.push_back(e);
+    }
+  }
+  v = std::move(out);
+}
+
+const char* os_name(Os m) {
+  switch (m) {
+    case Os::kCpu: return "on-CPU time";
+    case Os::kRunqWait: return "run-queue wait";
+    case Os::kThrottled: return "cgroup CPU throttling";
+    case Os::kReclaim: return "direct reclaim + compaction";
+    case Os::kBlockedIo: return "blocked in I/O";
+    case Os::kIrq: return "IRQ + softirq time";
+    case Os::kMajorFaults: return "major faults";
+    case Os::kBioLatency: return "block I/O latency";
+    case Os::kLaunchApi: return "kernel-launch API time";
+    case Os::kCount: break;
+  }
+  return "?";
+}
+
+}  // namespace strata::diagnose

@@ -1,0 +1,119 @@
+// The diagnosis engine's input: one window of one job, summarized per rank (DESIGN §6). A loader
+// fills it from a store; tests and the scale benchmark build it directly, so the engine never needs
+// a recording, root or timing luck.
+#pragma once
+
+#include <array>
+#include <cmath>
+#include <cstdint>
+#include <limits>
+#include <string>
+#include <string_view>
+#include <unordered_map>
+#include <vector>
+
+namespace strata::diagnose {
+
+inline constexpr double kUnknown = std::numeric_limits<double>::quiet_NaN();
+inline bool known(double v) { return !std::isnan(v); }
+
+// Interned names (kernels, call paths, neighbour processes): ranks refer to them by id, so 100k
+// ranks that share a few hundred names cost a few bytes each.
+using NameId = uint32_t;
+class Names {
+ public:
+  NameId id(std::string_view name) {
+    auto it = ids_.find(std::string(name));
+    if (it != ids_.end()) return it->second;
+    NameId id = static_cast<NameId>(names_.size());
+    names_.emplace_back(name);
+    ids_.emplace(names_.back(), id);
+    return id;
+  }
+  const std::string& name(NameId id) const { return names_.at(id); }
+  size_t size() const { return names_.size(); }
+
+ private:
+  std::unordered_map<std::string, NameId> ids_;
+  std::vector<std::string> names_;
+};
+
+struct Value {
+  NameId name = 0;
+  double ms_per_step = 0;
+};
+// Sorted by name, one entry per name (see normalize()).
+using Values = std::vector<Value>;
+double value_of(const Values& v, NameId name);  // 0 when absent
+void normalize(Values& v);                      // sorts and merges duplicate names
+
+// Step statistics of one rank over a period (the analysis window, or the baseline before it).
+// Times in ms; "wait" is time spent waiting in collectives: device time of collective kernels when
+// a GPU timing source saw them, else the host's time inside collective calls.
+struct PhaseStats {
+  uint32_t steps = 0;
+  double step_ms = kUnknown;       // median step time
+  double step_mad_ms = kUnknown;   // median absolute deviation of step time
+  double wait_ms = kUnknown;       // mean per step
+  double device_compute_ms = kUnknown;
+  double gpu_idle_ms = kUnknown;
+
+  double busy_ms() const { return step_ms - wait_ms; }  // compute + everything not waiting for peers
+};
+
+// OS and API measurements of one rank in the analysis window, per step (ms unless noted), so ranks
+// with different step counts compare. kUnknown where the layer was not recorded.
+enum class Os : int {
+  kCpu = 0,       // on-CPU time of the process
+  kRunqWait,      // runnable, waiting for a CPU
+  kThrottled,     // cgroup CPU throttling
+  kReclaim,       // direct reclaim + compaction stalls
+  kBlockedIo,     // blocked in I/O / uninterruptible sleep
+  kIrq,           // hard IRQ + softirq time on the rank's CPUs
+  kMajorFaults,   // count per step
+  kBioLatency,    // mean block I/O latency, ms (not per step)
+  kLaunchApi,     // host time in kernel-launch calls
+  kCount,
+};
+inline constexpr size_t kOsCount = static_cast<size_t>(Os::kCount);
+const char* os_name(Os m);
+
+// The GPU a rank drives, as NVML saw it in the window.
+struct GpuState {
+  int index = -1;
+  bool known = false;
+  double sm_clock_ratio = kUnknown;  // current / max SM clock
+  std::string throttle_reasons;      // "hw_slowdown,hw_thermal"; empty when none
+};
+
+struct RankWindow {
+  int rank = -1;
+  uint32_t pid = 0;
+  std::string node;
+  PhaseStats now;   // the window being diagnosed
+  PhaseStats base;  // the job's own history before it (steps == 0: none)
+  std::array<double, kOsCount> os;
+  GpuState gpu;
+  Values neighbours;  // other processes on this rank's CPUs: run time per step, by process name
+  Values kernels;     // GPU kernel time per step, by kernel name
+  Values oncpu;       // on-CPU time per step by call path (root first, ';'-separated)
+  Values offcpu;      // blocked time per step by call path
+  bool alive = true;              // the process was still seen at the end of the window
+  uint64_t last_progress_ns = 0;  // last collective completion or step end (unix ns)
+  uint64_t last_device_ns = 0;    // end of the last device work seen; 0: unknown
+
+  RankWindow() { os.fill(kUnknown); }
+  double get(Os m) const { return os[static_cast<size_t>(m)]; }
+  void set(Os m, double v) { os[static_cast<size_t>(m)] = v; }
+};
+
+struct JobWindow {
+  std::string job;
+  uint64_t start_ns = 0, end_ns = 0;  // the analysis window
+  uint64_t observed_until_ns = 0;     // the latest time anything was recorded
+  std::string communicator;           // the main communicator's id, for evidence
+  Names names;
+  std::vector<RankWindow> ranks;      // ordered by rank; ring neighbours are adjacent
+};
+
+}  // namespace strata::diagnose

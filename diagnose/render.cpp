@@ -1,0 +1,88 @@
+#include "diagnose/render.h"
+
+#include <cmath>
+#include <cstdio>
+#include <string>
+
+namespace strata::diagnose {
+
+namespace {
+
+std::string json_string(const std::string& s) {
+  std::string out = "\"";
+  for (unsigned char c : s) {
+    switch (c) {
+      case '"': out += "\\\""; break;
+      case '\\': out += "\\\\"; break;
+      case '\n': out += "\\n"; break;
+      case '\t': out += "\\t"; break;
+      case '\r': out += "\\r"; break;
+      default:
+        if (c < 0x20) {
+          char buf[8];
+          std::snprintf(buf, sizeof buf, "\\u%04x", c);
+          out += buf;
+        } else {
+          out += static_cast<char>(c);
+        }
+    }
+  }
+  return out + "\"";
+}
+
+// JSON has no NaN: unknown numbers are null.
+std::string json_number(double v, const char* f = "%.3f") {
+  if (!std::isfinite(v)) return "null";
+  char buf[64];
+  std::snprintf(buf, sizeof buf, f, v);
+  return buf;
+}
+
+std::string num(double v, const char* f = "%.1f") { return std::isfinite(v) ? json_number(v, f) : "?"; }
+
+}  // namespace
+
+void write_json(const Diagnosis& dx, std::ostream& out) {
+  out << "{\"job\":" << json_string(dx.job) << ",\"ranks\":" << dx.ranks
+      << ",\"step_ms\":" << json_number(dx.step_ms) << ",\"baseline_step_ms\":" << json_number(dx.baseline_step_ms)
+      << ",\"healthy\":" << (dx.findings.empty() ? "true" : "false") << ",\"findings\":[";
+  for (size_t i = 0; i < dx.findings.size(); ++i) {
+    const auto& f = dx.findings[i];
+    out << (i ? "," : "") << "{\"rank\":" << f.rank << ",\"node\":" << json_string(f.node)
+        << ",\"layer\":" << json_string(f.layer) << ",\"cause\":" << json_string(f.cause)
+        << ",\"culprit\":" << json_string(f.culprit) << ",\"lost_ms_per_step\":" << json_number(f.lost_ms_per_step)
+        << ",\"confidence\":" << json_number(f.confidence, "%.2f") << ",\"evidence\":[";
+    for (size_t k = 0; k < f.evidence.size(); ++k) out << (k ? "," : "") << json_string(f.evidence[k]);
+    out << "],\"advice\":" << json_string(f.advice) << "}";
+  }
+  out << "],\"second_opinion\":{\"outlier_ranks\":[";
+  for (size_t i = 0; i < dx.second.outlier_ranks.size(); ++i) out << (i ? "," : "") << dx.second.outlier_ranks[i];
+  out << "],\"notes\":[";
+  for (size_t i = 0; i < dx.second.notes.size(); ++i) out << (i ? "," : "") << json_string(dx.second.notes[i]);
+  out << "],\"disagrees\":" << (dx.second.disagrees ? "true" : "false")
+      << ",\"summary\":" << json_string(dx.second.summary) << "}}\n";
+}
+
+void write_text(const Diagnosis& dx, std::ostream& out) {
+  out << "job " << (dx.job.empty() ? "(unnamed)" : dx.job) << ": " << dx.ranks << " ranks, step " << num(dx.step_ms)
+      << " ms";
+  if (std::isfinite(dx.baseline_step_ms)) out << " (baseline " << num(dx.baseline_step_ms) << " ms)";
+  out << "\n";
+  if (dx.findings.empty()) {
+    out << "healthy: no rank, layer or link explains a slowdown\n";
+  }
+  for (size_t i = 0; i < dx.findings.size(); ++i) {
+    const auto& f = dx.findings[i];
+    out << "\n" << (i + 1) << ". " << f.cause << " on rank " << f.rank;
+    if (!f.node.empty()) out << " (node " << f.node << ")";
+    out << ", " << f.layer << " layer: " << f.culprit << "\n";
+    out << "   costs " << num(f.lost_ms_per_step) << " ms per step, confidence " << num(100 * f.confidence, "%.0f") << "%\n";
+    out << "   evidence:\n";
+    for (const auto& e : f.evidence) out << "     - " << e << "\n";
+    if (!f.advice.empty()) out << "   what to do: " << f.advice << "\n";
+  }
+  out << "\nsecond opinion (robust z-scores over per-rank metrics): " << dx.second.summary << "\n";
+  for (const auto& n : dx.second.notes) out << "  " << n << "\n";
+}
+
+}  // namespace strata::diagnose

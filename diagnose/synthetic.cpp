@@ -1,0 +1,170 @@
+#include "diagnose/synthetic.h"
+
+#include <algorithm>
+#include <random>
+
+namespace strata::diagnose {
+
+std::string planted_culprit(const PlantedFault& f) {
+  if (f.cause == "cpu-contention") return "logrotate";
+  if (f.cause == "host-hotspot") return "slow_augment";
+  if (f.cause == "io-stall") return "load_batch";
+  if (f.cause == "memory-reclaim") return "preprocess";
+  if (f.cause == "cpu-throttling") return "cgroup cpu quota";
+  // Ranks drive GPUs 0-7 of their node.
+  if (f.cause == "gpu-slow" || f.cause == "hang") return "GPU " + std::to_string(f.rank % 8);
+  if (f.cause == "network-slow") return "link of rank " + std::to_string(f.rank);
+  if (f.cause == "workload-imbalance") return "larger batches";
+  return "";
+}
+
+JobWindow make_synthetic_job(const SyntheticSpec& spec) {
+  std::mt19937_64 rng(spec.seed);
+  std::normal_distribution<double> jitter(0, spec.noise);
+  auto noisy = [&](double v) { return v * std::max(0.5, 1 + jitter(rng)); };
+
+  JobWindow job;
+  job.job = "synthetic";
+  job.start_ns = 1'000'000'000'000;
+  job.end_ns = job.start_ns + 10'000'000'000;  // a 10 s window
+  job.observed_until_ns = job.end_ns;
+  job.communicator = "synthetic-comm";
+  const NameId p_fwd = job.names.id("main;train;train_step;forward");
+  const NameId p_load = job.names.id("main;train;load_batch;read_file");
+  const NameId p_pre = job.names.id("main;train;preprocess;decode");
+  const NameId p_hot = job.names.id("main;train;slow_augment;cpu_work");
+  const NameId p_io = job.names.id("main;train;load_batch;pread64");
+  const NameId p_rec = job.names.id("main;train;preprocess;memcpy");
+  const NameId p_sync = job.names.id("main;train;train_step;cudaStreamSynchronize;futex_wait");
+  const NameId k_gemm = job.names.id("ampere_sgemm_128x64_tn");
+  const NameId k_elem = job.names.id("vectorized_elementwise_kernel");
+  const NameId n_hog = job.names.id("logrotate");
+  const NameId n_kworker = job.names.id("kworker/0:1");
+
+  const double s = spec.step_ms;
+  job.ranks.resize(spec.ranks);
+  for (size_t i = 0; i < spec.ranks; ++i) {
+    RankWindow& r = job.ranks[i];
+    r.rank = static_cast<int>(i);
+    r.pid = static_cast<uint32_t>(10000 + i);
+    r.node = "node-" + std::to_string(i / 8);
+    r.gpu.index = static_cast<int>(i % 8);
+    r.gpu.known = true;
+    r.gpu.sm_clock_ratio = 1.0;
+    r.now.steps = 100;
+    r.now.device_compute_ms = noisy(0.6 * s);
+    r.now.gpu_idle_ms = noisy(0.1 * s);
+    r.set(Os::kCpu, noisy(0.25 * s));
+    r.set(Os::kRunqWait, noisy(0.01 * s));
+    r.set(Os::kThrottled, 0);
+    r.set(Os::kReclaim, 0);
+    r.set(Os::kBlockedIo, noisy(0.002 * s));
+    r.set(Os::kIrq, noisy(0.005 * s));
+    r.set(Os::kMajorFaults, 0);
+    r.set(Os::kLaunchApi, noisy(0.005 * s));
+    r.kernels = {{k_gemm, r.now.device_compute_ms * 0.8}, {k_elem, r.now.device_compute_ms * 0.2}};
+    r.oncpu = {{p_fwd, 0.1 * s}, {p_load, 0.05 * s}, {p_pre, 0.1 * s}};
+    r.offcpu = {{p_load, 0.002 * s}, {p_sync, 0.25 * s}};
+    r.neighbours = {{n_kworker, noisy(0.001 * s)}};
+    r.last_progress_ns = job.end_ns;
+    r.last_device_ns = job.end_ns;
+  }
+  // Busy time: device compute plus the launch gaps where the GPU idled for the CPU.
+  std::vector<double> busy(spec.ranks);
+  for (size_t i = 0; i < spec.ranks; ++i) busy[i] = job.ranks[i].now.device_compute_ms + job.ranks[i].now.gpu_idle_ms;
+  const double healthy_step = 0.72 * s + 0.28 * s;  // slowest healthy rank + the collective itself
+  double comm = 0.28 * s;
+  double link_wait = 0;
+  int link_rank = -1;
+  bool hang = false;
+  int hang_rank = -1;
+
+  for (const auto& f : spec.faults) {
+    if (f.rank < 0 || static_cast<size_t>(f.rank) >= spec.ranks) continue;
+    RankWindow& r = job.ranks[static_cast<size_t>(f.rank)];
+    auto addv = [&](Values& v, NameId n, double ms) {
+      v.push_back({n, ms});
+      normalize(v);
+    };
+    auto host = [&](double ms) {
+      r.now.gpu_idle_ms += ms;
+      busy[static_cast<size_t>(f.rank)] += ms;
+    };
+    if (f.cause == "gpu-slow") {
+      r.now.device_compute_ms += f.ms;
+      busy[static_cast<size_t>(f.rank)] += f.ms;
+      r.gpu.throttle_reasons = "hw_slowdown,hw_thermal";
+      r.gpu.sm_clock_ratio = 0.5;
+      for (auto& k : r.kernels) k.ms_per_step *= (r.now.device_compute_ms / (r.now.device_compute_ms - f.ms));
+    } else if (f.cause == "workload-imbalance") {
+      r.now.device_compute_ms += 0.7 * f.ms;
+      busy[static_cast<size_t>(f.rank)] += 0.7 * f.ms;
+      host(0.3 * f.ms);
+      r.set(Os::kCpu, r.get(Os::kCpu) * 1.6);
+      addv(r.oncpu, p_pre, 0.06 * s);
+      for (auto& k : r.kernels) k.ms_per_step *= 1.6;
+    } else if (f.cause == "host-hotspot") {
+      host(f.ms);
+      r.set(Os::kCpu, r.get(Os::kCpu) + f.ms);
+      addv(r.oncpu, p_hot, f.ms);
+    } else if (f.cause == "cpu-contention") {
+      host(f.ms);
+      r.set(Os::kRunqWait, r.get(Os::kRunqWait) + f.ms);
+      addv(r.neighbours, n_hog, 2 * f.ms);
+    } else if (f.cause == "cpu-throttling") {
+      host(f.ms);
+      r.set(Os::kRunqWait, r.get(Os::kRunqWait) + f.ms);
+      r.set(Os::kThrottled, f.ms);
+    } else if (f.cause == "io-stall") {
+      host(f.ms);
+      r.set(Os::kBlockedIo, r.get(Os::kBlockedIo) + f.ms);
+      r.set(Os::kBioLatency, 20);
+      addv(r.offcpu, p_io, f.ms);
+    } else if (f.cause == "memory-reclaim") {
+      host(f.ms);
+      r.set(Os::kReclaim, f.ms);
+      addv(r.offcpu, p_rec, f.ms);
+    } else if (f.cause == "irq-softirq") {
+      host(f.ms);
+      r.set(Os::kIrq, r.get(Os::kIrq) + f.ms);
+    } else if (f.cause == "network-slow") {
+      link_wait = std::max(link_wait, f.ms);
+      link_rank = f.rank;
+    } else if (f.cause == "hang") {
+      hang = true;
+      hang_rank = f.rank;
+    }
+  }
+
+  // A synchronous job: every rank leaves the collective when the slowest arrives.
+  double step = *std::max_element(busy.begin(), busy.end()) + comm + link_wait;
+  size_t n = spec.ranks;
+  for (size_t i = 0; i < n; ++i) {
+    RankWindow& r = job.ranks[i];
+    r.now.step_ms = step;
+    r.now.step_mad_ms = 0.01 * step;
+    r.now.wait_ms = step - busy[i];
+    if (link_rank >= 0 && n > 2) {
+      // The slow link's two ends idle a little longer in the ring than the rest.
+      size_t lr = static_cast<size_t>(link_rank);
+      if (i == (lr + 1) % n || i == (lr + n - 1) % n) r.now.wait_ms += 0.1 * link_wait, r.now.step_ms = step;
+    }
+    if (spec.baseline) {
+      r.base = r.now;
+      r.base.steps = 300;
+      r.base.step_ms = healthy_step;
+      r.base.step_mad_ms = 0.01 * healthy_step;
+      r.base.wait_ms = healthy_step - (r.now.device_compute_ms + r.now.gpu_idle_ms);
+      r.base.wait_ms = std::max(r.base.wait_ms, 0.2 * s);
+    }
+  }
+  if (hang) {
+    // Everyone stopped 30 s ago; the hung rank's GPU a little before its peers'.
+    job.observed_until_ns = job.end_ns + 30'000'000'000;
+    for (auto& r : job.ranks) r.last_device_ns = job.end_ns;
+    job.ranks[static_cast<size_t>(hang_rank)].last_device_ns = job.end_ns - 150'000'000;
+  }
+  return job;
+}
+
+}  // namespace strata::diagnose

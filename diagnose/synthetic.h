@@ -1,0 +1,32 @@
+// Made-up job windows with planted faults: what each fault looks like in the summaries the loader
+// produces (DESIGN §6), for any number of ranks. Deterministic for a seed.
+#pragma once
+
+#include <string>
+#include <vector>
+
+#include "diagnose/model.h"
+
+namespace strata::diagnose {
+
+struct PlantedFault {
+  int rank = 0;
+  std::string cause;   // a DESIGN §6 cause class
+  double ms = 40;      // extra time per step on that rank (the link's extra wait for network-slow)
+};
+
+struct SyntheticSpec {
+  size_t ranks = 8;
+  double step_ms = 100;     // healthy step time
+  double noise = 0.02;      // relative spread of per-rank times
+  unsigned seed = 1;
+  bool baseline = true;     // give the ranks a healthy history to compare with
+  std::vector<PlantedFault> faults;
+};
+
+JobWindow make_synthetic_job(const SyntheticSpec& spec);
+
+// The culprit name a planted fault should be reported with ("logrotate", "slow_augment", ...).
+std::string planted_culprit(const PlantedFault& f);
+
+}  // namespace strata::diagnose

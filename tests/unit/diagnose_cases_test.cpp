@@ -1,0 +1,120 @@
+// Diagnosis cases as data: each tests/data/diagnose/NAME.db is a small recorded store (strata record
+// of the testbed with a fault), NAME.expected.json the findings it must produce:
+//   {"findings": [{"rank": 2, "cause": "gpu-slow", "culprit": "GPU 2"}]}   ("culprit": a substring)
+//   {"findings": []}                                                       (healthy)
+// Only the top finding of each expected entry's rank is checked, in order.
+#include <gtest/gtest.h>
+
+#include <unistd.h>
+
+#include <algorithm>
+#include <cctype>
+#include <cstdlib>
+#include <filesystem>
+#include <fstream>
+#include <regex>
+#include <sstream>
+
+#include "diagnose/engine.h"
+#include "diagnose/loader.h"
+#include "diagnose/render.h"
+#include "store/store.h"
+
+namespace strata::diagnose {
+namespace {
+
+namespace fs = std::filesystem;
+
+struct Expected {
+  int rank = -1;
+  std::string cause, culprit;
+};
+
+fs::path cases_dir() {
+  const char* src = std::getenv("STRATA_SOURCE");
+  return fs::path(src ? src : ".") / "tests" / "data" / "diagnose";
+}
+
+std::vector<std::string> case_names() {
+  std::vector<std::string> out;
+  std::error_code ec;
+  for (const auto& e : fs::directory_iterator(cases_dir(), ec)) {
+    if (e.path().extension() == ".db") out.push_back(e.path().stem().string());
+  }
+  std::sort(out.begin(), out.end());
+  return out;
+}
+
+// The expected files are tiny and flat: one object per finding, three keys each.
+std::vector<Expected> read_expected(const fs::path& p) {
+  std::ifstream in(p);
+  std::stringstream ss;
+  ss << in.rdbuf();
+  std::string text = ss.str();
+  std::vector<Expected> out;
+  std::regex obj(R"(\{[^{}]*\})");
+  for (auto it = std::sregex_iterator(text.begin(), text.end(), obj); it != std::sregex_iterator(); ++it) {
+    std::string o = it->str();
+    std::smatch m;
+    Expected e;
+    if (std::regex_search(o, m, std::regex(R"re("rank"\s*:\s*(-?\d+))re"))) e.rank = std::stoi(m[1]);
+    if (std::regex_search(o, m, std::regex(R"re("cause"\s*:\s*"([^"]*)")re"))) e.cause = m[1];
+    if (std::regex_search(o, m, std::regex(R"re("culprit"\s*:\s*"([^"]*)")re"))) e.culprit = m[1];
+    if (!e.cause.empty()) out.push_back(e);
+  }
+  return out;
+}
+
+class RecordedCase : public ::testing::TestWithParam<std::string> {};
+
+TEST_P(RecordedCase, GivesTheExpectedFindings) {
+  fs::path db = cases_dir() / (GetParam() + ".db");
+  fs::path expected = cases_dir() / (GetParam() + ".expected.json");
+  ASSERT_TRUE(fs::exists(expected)) << expected;
+  // A private copy: opening a store may leave WAL/shm files, and the source tree stays clean.
+  fs::path tmp = fs::temp_directory_path() / ("strata-diagnose-case-" + std::to_string(::getpid()) + ".db");
+  fs::copy_file(db, tmp, fs::copy_options::overwrite_existing);
+  auto st = store::Store::open_sqlite(tmp.string(), store::Store::Mode::kReadOnly);
+  ASSERT_TRUE(st.ok()) << st.error().message;
+  auto job = load_job_window(**st);
+  ASSERT_TRUE(job.ok()) << job.error().message;
+  auto dx = diagnose(*job);
+  std::ostringstream text;
+  write_text(dx, text);
+  auto want = read_expected(expected);
+  ASSERT_EQ(dx.findings.size(), want.size()) << text.str();
+  for (size_t i = 0; i < want.size(); ++i) {
+    EXPECT_EQ(dx.findings[i].rank, want[i].rank) << text.str();
+    EXPECT_EQ(dx.findings[i].cause, want[i].cause) << text.str();
+    EXPECT_NE(dx.findings[i].culprit.find(want[i].culprit), std::string::npos)
+        << "culprit '" << dx.findings[i].culprit << "' should name '" << want[i].culprit << "'\n" << text.str();
+  }
+  st->reset();
+  fs::remove(tmp);
+  fs::remove(tmp.string() + "-wal");
+  fs::remove(tmp.string() + "-shm");
+}
+
+INSTANTIATE_TEST_SUITE_P(Recorded, RecordedCase, ::testing::ValuesIn(case_names()),
+                         [](const auto& info) {
+                           std::string n = info.param;
+                           for (auto& ch : n) {
+                             if (!std::isalnum(static_cast<unsigned char>(ch))) ch = '_';
+                           }
+                           return n;
+                         });
+GTEST_ALLOW_UNINSTANTIATED_PARAMETERIZED_TEST(RecordedCase);
+
+TEST(RecordedCases, ForeignFileIsRefused) {
+  fs::path tmp = fs::temp_directory_path() / ("strata-diagnose-foreign-" + std::to_string(::getpid()) + ".db");
+  {
+    std::ofstream f(tmp);
+    f << "not a store";
+  }
+  auto st = store::Store::open_sqlite(tmp.string(), store::Store::Mode::kReadOnly);
+  EXPECT_FALSE(st.ok());
+  fs::remove(tmp);
+}
+
+}  // namespace
+}  // namespace strata::diagnose

@@ -1,0 +1,149 @@
+// The diagnosis engine on made-up jobs (diagnose/synthetic.h): each planted fault is found on its
+// rank with its cause and culprit, two at once are both reported by cost, a healthy job gets nothing.
+#include <gtest/gtest.h>
+
+#include <sstream>
+
+#include "diagnose/engine.h"
+#include "diagnose/loader.h"
+#include "diagnose/render.h"
+#include "diagnose/synthetic.h"
+
+namespace strata::diagnose {
+namespace {
+
+Diagnosis run(std::vector<PlantedFault> faults, size_t ranks = 8, unsigned seed = 1) {
+  SyntheticSpec spec;
+  spec.ranks = ranks;
+  spec.seed = seed;
+  spec.faults = std::move(faults);
+  return diagnose(make_synthetic_job(spec));
+}
+
+std::string dump(const Diagnosis& dx) {
+  std::ostringstream o;
+  write_text(dx, o);
+  return o.str();
+}
+
+TEST(DiagnoseEngine, HealthyJobHasNoFinding) {
+  for (unsigned seed = 1; seed <= 20; ++seed) {
+    auto dx = run({}, 8, seed);
+    EXPECT_TRUE(dx.findings.empty()) << dump(dx);
+    EXPECT_TRUE(dx.second.outlier_ranks.empty()) << dump(dx);
+    EXPECT_FALSE(dx.second.disagrees);
+  }
+}
+
+TEST(DiagnoseEngine, HealthyJobWithoutBaselineHasNoFinding) {
+  SyntheticSpec spec;
+  spec.baseline = false;
+  auto dx = diagnose(make_synthetic_job(spec));
+  EXPECT_TRUE(dx.findings.empty()) << dump(dx);
+}
+
+struct Case {
+  std::string cause;
+  std::string layer;
+};
+
+class PlantedCause : public ::testing::TestWithParam<Case> {};
+
+TEST_P(PlantedCause, FoundOnItsRankWithItsCauseAndCulprit) {
+  const Case& c = GetParam();
+  PlantedFault f{3, c.cause, 40};
+  auto dx = run({f});
+  ASSERT_EQ(dx.findings.size(), 1u) << dump(dx);
+  const Finding& got = dx.findings[0];
+  EXPECT_EQ(got.rank, 3) << dump(dx);
+  EXPECT_EQ(got.cause, c.cause) << dump(dx);
+  EXPECT_EQ(got.layer, c.layer) << dump(dx);
+  EXPECT_NE(got.culprit.find(planted_culprit(f)), std::string::npos) << dump(dx);
+  EXPECT_GT(got.lost_ms_per_step, 0);
+  EXPECT_GT(got.confidence, 0.3);
+  EXPECT_FALSE(got.evidence.empty());
+  if (c.cause != "network-slow" && c.cause != "hang") {
+    EXPECT_NEAR(got.lost_ms_per_step, 40, 8) << dump(dx);
+    EXPECT_FALSE(dx.second.disagrees) << dump(dx);
+  }
+}
+
+INSTANTIATE_TEST_SUITE_P(AllCauses, PlantedCause,
+                         ::testing::Values(Case{"gpu-slow", "gpu"}, Case{"host-hotspot", "cpu"},
+                                           Case{"cpu-contention", "os"}, Case{"cpu-throttling", "os"},
+                                           Case{"io-stall", "os"}, Case{"memory-reclaim", "os"},
+                                           Case{"irq-softirq", "os"}, Case{"workload-imbalance", "cpu"},
+                                           Case{"network-slow", "comm"}, Case{"hang", "gpu"}),
+                         [](const auto& info) {
+                           std::string n = info.param.cause;
+                           for (auto& ch : n) {
+                             if (ch == '-') ch = '_';
+                           }
+                           return n;
+                         });
+
+TEST(DiagnoseEngine, TwoFaultsOnDifferentRanksAreBothReportedByCost) {
+  auto dx = run({{5, "io-stall", 25}, {2, "host-hotspot", 60}});
+  ASSERT_EQ(dx.findings.size(), 2u) << dump(dx);
+  EXPECT_EQ(dx.findings[0].rank, 2);
+  EXPECT_EQ(dx.findings[0].cause, "host-hotspot");
+  EXPECT_EQ(dx.findings[0].culprit, "slow_augment");
+  EXPECT_EQ(dx.findings[1].rank, 5);
+  EXPECT_EQ(dx.findings[1].cause, "io-stall");
+  EXPECT_EQ(dx.findings[1].culprit, "load_batch");
+  EXPECT_GT(dx.findings[0].lost_ms_per_step, dx.findings[1].lost_ms_per_step);
+}
+
+TEST(DiagnoseEngine, ThousandRanksFindThePlantedCulprits) {
+  auto dx = run({{17, "gpu-slow", 50}, {523, "cpu-contention", 30}, {911, "host-hotspot", 20}}, 1000);
+  ASSERT_EQ(dx.findings.size(), 3u) << dump(dx);
+  EXPECT_EQ(dx.findings[0].rank, 17);
+  EXPECT_EQ(dx.findings[0].cause, "gpu-slow");
+  EXPECT_EQ(dx.findings[1].rank, 523);
+  EXPECT_EQ(dx.findings[1].cause, "cpu-contention");
+  EXPECT_EQ(dx.findings[1].culprit, "logrotate");
+  EXPECT_EQ(dx.findings[2].rank, 911);
+  EXPECT_EQ(dx.findings[2].cause, "host-hotspot");
+  EXPECT_EQ(dx.second.outlier_ranks.size(), 3u) << dump(dx);
+}
+
+TEST(DiagnoseEngine, SecondOpinionSaysWhenItDisagrees) {
+  // A rank that stands out on an OS metric while the job is not slow: no finding, but the
+  // statistical opinion flags it and says so.
+  SyntheticSpec spec;
+  auto job = make_synthetic_job(spec);
+  job.ranks[4].set(Os::kRunqWait, 30);
+  auto dx = diagnose(job);
+  EXPECT_TRUE(dx.findings.empty());
+  ASSERT_EQ(dx.second.outlier_ranks.size(), 1u);
+  EXPECT_EQ(dx.second.outlier_ranks[0], 4);
+  EXPECT_TRUE(dx.second.disagrees);
+}
+
+TEST(DiagnoseEngine, JsonFollowsTheContract) {
+  auto dx = run({{1, "gpu-slow", 40}});
+  std::ostringstream o;
+  write_json(dx, o);
+  std::string j = o.str();
+  for (const char* key : {"\"job\":\"synthetic\"", "\"findings\":[{\"rank\":1,", "\"node\":\"node-0\"", "\"layer\":\"gpu\"",
+                          "\"cause\":\"gpu-slow\"", "\"culprit\":\"GPU 1\"", "\"lost_ms_per_step\":", "\"confidence\":",
+                          "\"evidence\":[\""}) {
+    EXPECT_NE(j.find(key), std::string::npos) << key << " in " << j;
+  }
+  std::ostringstream h;
+  write_json(run({}), h);
+  EXPECT_NE(h.str().find("\"findings\":[]"), std::string::npos) << h.str();
+}
+
+TEST(DiagnoseEngine, ChangePointFindsTheFirstSlowStep) {
+  std::vector<double> s;
+  for (int i = 0; i < 10; ++i) s.push_back(100 + (i % 3));
+  for (int i = 0; i < 20; ++i) s.push_back(150 + (i % 4));
+  EXPECT_EQ(find_change_point(s), 10u);
+  std::vector<double> flat(30, 100);
+  flat[7] = 180;  // one slow step (a GC pause) is not a change
+  EXPECT_EQ(find_change_point(flat), 0u);
+}
+
+}  // namespace
+}  // namespace strata::diagnose
