@@ -8,7 +8,7 @@ JOBS ?= $(shell nproc)
 CMAKE_FLAGS ?= -DCMAKE_BUILD_TYPE=RelWithDebInfo
 CTEST_FLAGS ?= --output-on-failure --timeout 900
 
-.PHONY: all deps build demo test test-unit test-bpf bench format clean
+.PHONY: all deps build demo test test-unit test-bpf test-asan bench format clean
 
 all: build
 
@@ -33,6 +33,18 @@ test-unit: build
 test-bpf: build
 	cd $(BUILD) && ctest $(CTEST_FLAGS) -L bpf
 
+# The unit tests under AddressSanitizer + UndefinedBehaviorSanitizer, in their own build folder.
+# Any finding fails the test: UBSan does not recover, ASan halts on the first error and checks leaks.
+ASAN_BUILD ?= build-asan
+ASAN_OPTIONS_TEST ?= halt_on_error=1:detect_leaks=1:abort_on_error=0:strict_string_checks=1:detect_stack_use_after_return=1
+UBSAN_OPTIONS_TEST ?= halt_on_error=1:print_stacktrace=1
+
+test-asan: deps
+	@test -f $(ASAN_BUILD)/CMakeCache.txt || cmake -S . -B $(ASAN_BUILD) $(CMAKE_FLAGS) -DSTRATA_SANITIZE=address,undefined
+	cmake --build $(ASAN_BUILD) -j $(JOBS)
+	cd $(ASAN_BUILD) && ASAN_OPTIONS=$(ASAN_OPTIONS_TEST) UBSAN_OPTIONS=$(UBSAN_OPTIONS_TEST) \
+	  ctest $(CTEST_FLAGS) -L unit
+
 bench: build
 	@bash bench/run-all.sh $(BUILD)
 
@@ -41,4 +53,4 @@ format:
 	  \( -name '*.cpp' -o -name '*.h' -o -name '*.c' \) | xargs clang-format -i
 
 clean:
-	rm -rf $(BUILD)
+	rm -rf $(BUILD) $(ASAN_BUILD)

@@ -209,7 +209,7 @@ void Normalizer::unwind(const SampleEvent& e, UserStack& out) {
   out.native.clear();
   out.method = store::UnwindMethod::kFramePointer;
   bool complete = false;
-  if (e.has_regs && e.ip != 0) {
+  if (snapshot_unwinding_ && e.has_regs && e.ip != 0) {
     auto t0 = std::chrono::steady_clock::now();
     auto& space = space_of(e.pid);
     unwind::unwind_stack(unwind::Registers{e.ip, e.sp, e.bp}, unwind::StackSnapshot{e.stack_base, e.stack}, space,

@@ -51,6 +51,10 @@ class Normalizer {
   // The same in two steps, so callers can share normalization between samples whose unwound
   // stacks are equal: unwind (per sample), then normalize (per distinct stack).
   void unwind(const SampleEvent& e, UserStack& out);
+  // Node-side CFI unwinding of stack copies; off, stacks come from the kernel's frame-pointer walk
+  // (the cost budget turns it off when the agent costs too much).
+  void set_snapshot_unwinding(bool on) { snapshot_unwinding_ = on; }
+  bool snapshot_unwinding() const { return snapshot_unwinding_; }
   void normalize(const SampleEvent& e, const UserStack& user, Stack& out);
 
   // Reads the process's mappings and learns which file carries which build id. Called when a
@@ -72,6 +76,7 @@ class Normalizer {
   std::string build_id_of_file(const std::string& path, uint32_t pid);
   const std::string& hex(const std::array<uint8_t, 20>& id);
   void detect_python(uint32_t pid, const std::vector<Mapping>& maps);
+  bool snapshot_unwinding_ = true;
   void append_python(const SampleEvent& e, Stack& out);
   ProcessSpace& space_of(uint32_t pid);
 

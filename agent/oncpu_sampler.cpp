@@ -3,6 +3,7 @@
 #include <bpf/bpf.h>
 #include <bpf/libbpf.h>
 #include <linux/perf_event.h>
+#include <sys/ioctl.h>
 #include <sys/syscall.h>
 #include <unistd.h>
 
@@ -131,6 +132,15 @@ class LiveSampler final : public OnCpuSampler {
     sink_ = nullptr;
     if (m < 0) return Error::from_errno("reading the sample ring buffer", -m);
     return (n > 0 ? n : 0) + m;
+  }
+
+  Status set_frequency(unsigned hz) override {
+    uint64_t period = 1'000'000'000ull / (hz ? hz : 99);
+    for (int fd : perf_fds_) {
+      if (ioctl(fd, PERF_EVENT_IOC_PERIOD, &period) != 0)
+        return Error::from_errno("cannot change the sampling period", errno);
+    }
+    return {};
   }
 
   int targets_map_fd() const override { return bpf_map__fd(skel_->maps.targets); }

@@ -53,6 +53,8 @@ class OnCpuSampler {
   // Waits up to timeout_ms for events, delivers them to sink; returns the number delivered.
   virtual Result<int> poll(int timeout_ms, EventSink& sink) = 0;
   virtual SamplerCounters counters() const = 0;
+  // Changes the sampling rate of the running perf events (the cost budget lowers it).
+  virtual Status set_frequency(unsigned hz) = 0;
   // The map of watched tgids (children added at fork), for other BPF sources to share.
   virtual int targets_map_fd() const = 0;
   // Tells the kernel side where process `pid`'s CPython keeps its frames (nullptr: forget it).

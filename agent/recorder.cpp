@@ -17,6 +17,7 @@
 #include <sstream>
 #include <unordered_map>
 
+#include "agent/cost_budget.h"
 #include "agent/gpu/cupti_env.h"
 #include "agent/normalizer.h"
 #include "agent/process_info.h"
@@ -278,6 +279,7 @@ class Recorder final : public EventSink {
     auto last_cpu_refresh = start;
     window_start_unix_ = unix_now_ns();
     window_start_mono_ = monotonic_now_ns();
+    budget_cpu_mark_ = cpu_seconds_self();
     double cpu0 = cpu_seconds_self();
     bool done = false;
     while (!done) {
@@ -351,6 +353,9 @@ class Recorder final : public EventSink {
         {"proc_event_drops", static_cast<double>(c.proc_drops)},
         {"agent_cpu_s", summary_.agent_cpu_s},
         {"agent_cpu_after_s", summary_.agent_cpu_after_s},
+        {"budget.share", budget_.budget()},
+        {"budget.max_level", static_cast<double>(budget_.max_level())},
+        {"budget.steps_down", static_cast<double>(budget_.steps_down())},
         {"bpf_run_s", static_cast<double>(c.bpf_run_ns) / 1e9},
         {"target_cpu_s", summary_.target_cpu_s},
         {"wall_s", summary_.wall_s},
@@ -417,6 +422,7 @@ class Recorder final : public EventSink {
     for (auto& src : sources_) {
       if (auto st = src->flush(*store_, ctx); !st) return st.error().context(src->name());
     }
+    apply_budget(ctx);
     // Symbolizing loads symbol tables (a one-time cost per build id): during the run only when
     // asked, else once at the end, off the target's time.
     if (opts_.symbolize_each_window) {
@@ -433,6 +439,33 @@ class Recorder final : public EventSink {
     return {};
   }
 
+  // Compares this window's agent cost with the targets' CPU and steps the unwinding method and the
+  // sampling rate down or up (agent/cost_budget.h). Recorded as per-window metrics of the node.
+  void apply_budget(const WindowContext& ctx) {
+    double cpu = cpu_seconds_self();
+    double bpf = static_cast<double>(sampler_->counters().bpf_run_ns) / 1e9;
+    uint64_t target_ns = 0;
+    for (auto& [pid, first] : cpu_first_) target_ns += cpu_last_[pid] > first ? cpu_last_[pid] - first : 0;
+    double cost = (cpu - budget_cpu_mark_) + (bpf - budget_bpf_mark_);
+    double target = static_cast<double>(target_ns - std::min(target_ns, budget_target_mark_)) / 1e9;
+    budget_cpu_mark_ = cpu;
+    budget_bpf_mark_ = bpf;
+    budget_target_mark_ = target_ns;
+    int before = budget_.level();
+    int level = budget_.update(cost, target);
+    if (level != before) {
+      normalizer_.set_snapshot_unwinding(level == CostBudget::kFull);
+      (void)sampler_->set_frequency(CostBudget::rate_at(level, opts_.frequency_hz));
+      log_ << "strata: cost " << budget_.last_share() * 100 << "% of the targets' CPU (budget "
+           << budget_.budget() * 100 << "%): " << (level > before ? "stepping down" : "stepping up") << " to level "
+           << level << " (" << CostBudget::rate_at(level, opts_.frequency_hz) << " Hz, "
+           << (level == CostBudget::kFull ? "CFI unwinding" : "frame pointers") << ")\n";
+    }
+    std::vector<store::Metric> m = {{0, "agent.cost_share", "", budget_.last_share()},
+                                    {0, "agent.budget_level", "", static_cast<double>(level)}};
+    (void)store_->put_metrics(recording_, ctx.start_ns, ctx.end_ns, m);
+  }
+
   Status symbolize_new_frames() {
     auto frames = store_->unsymbolized_frames();
     if (!frames) return frames.error();
@@ -444,6 +477,10 @@ class Recorder final : public EventSink {
     for (size_t i = 0; i < fs.size(); ++i) (*frames)[i].frame = std::move(fs[i]);
     return store_->update_frame_symbols(*frames);
   }
+
+  CostBudget budget_;
+  double budget_cpu_mark_ = 0, budget_bpf_mark_ = 0;
+  uint64_t budget_target_mark_ = 0;
 
   RecordOptions opts_;
   std::ostream& log_;

@@ -42,6 +42,7 @@ Sources make_sources(const std::set<std::string>& layers, const SourceEnv& env) 
     GpuCommOptions o;
     o.gpu = layers.count("gpu") > 0;
     o.comm = layers.count("comm") > 0;
+    if (!env.raw_device_records) o.max_device_records_per_window = 0;
     auto src = start_gpu_comm_source(o, env);
     if (src) s.sources.push_back(std::move(*src));
     else s.warnings.push_back("GPU/communication layers are off: " + src.error().message);

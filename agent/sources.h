@@ -22,6 +22,10 @@ struct SourceEnv {
   int targets_map_fd = -1;  // the BPF map of watched tgids, shared by every BPF source
   Normalizer* normalizer = nullptr;  // the recorder's: user frames -> build id + offset + module
   unsigned frequency_hz = 99;
+  // Raw per-kernel GPU records into the store every window (strata record: one box, kept for the
+  // timeline); the cluster agent ships per-window summaries only and keeps raw records in its flight
+  // recorder (DESIGN §2: summaries always, detail on demand).
+  bool raw_device_records = true;
 };
 
 struct Sources {

@@ -17,6 +17,8 @@
 
 #include "agent/normalizer.h"
 #include "agent/oncpu_sampler.h"
+#include "agent/limits.h"
+#include "agent/privileges.h"
 #include "agent/process_info.h"
 #include "agent/shipper/batching_writer.h"
 #include "agent/sources.h"
@@ -133,6 +135,7 @@ class Daemon final : public EventSink {
     env.targets_map_fd = sampler_->targets_map_fd();
     env.normalizer = &normalizer_;
     env.frequency_hz = opts_.frequency_hz;
+    env.raw_device_records = false;  // summaries ship; raw kernels stay in the flight recorder
     auto started = make_sources(opts_.layers, env);
     sources_ = std::move(started.sources);
     for (const auto& w : started.warnings) log_ << "strata: agent: warning: " << w << "\n";
@@ -148,6 +151,12 @@ class Daemon final : public EventSink {
     recording_ = *rec;
     log_ << "strata: agent on node " << node_ << " -> " << (opts_.server.empty() ? opts_.output : opts_.server)
          << (opts_.server.empty() ? "" : " (spool " + opts_.spool_dir + ")") << "\n";
+    // Start-up is over (BPF loaded, perf events open, store and /metrics listening): keep only what
+    // watching processes needs, for good (bounding set too: the agent runs nothing).
+    if (auto dropped = drop_to_runtime_capabilities(/*drop_bounding=*/true); !dropped)
+      log_ << "strata: agent: warning: cannot drop capabilities: " << dropped.error().message << "\n";
+    else if (dropped->dropped)
+      log_ << "strata: agent: capabilities kept: " << capability_names(dropped->kept) << "\n";
     return loop(stop);
   }
 
@@ -392,7 +401,9 @@ class Daemon final : public EventSink {
       }
       now = clock::now();
       if (opts_.duration_s > 0 && std::chrono::duration<double>(now - start).count() >= opts_.duration_s) break;
-      if (std::chrono::duration<double>(now - window_start).count() >= opts_.window_s) {
+      // A window also closes when it holds kMaxWindowStacks distinct stacks: memory stays bounded.
+      if (std::chrono::duration<double>(now - window_start).count() >= opts_.window_s ||
+          window_stacks_.size() >= kMaxWindowStacks) {
         if (auto st = flush_window(); !st) return st.error();
         window_start = now;
       }

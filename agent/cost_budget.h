@@ -1,0 +1,62 @@
+// The agent's cost budget (DESIGN §4 "adaptive"): each window, the agent's own CPU plus its BPF
+// run time is compared with the watched processes' CPU; over budget it steps down — first node-side
+// CFI unwinding off (kernel frame-pointer stacks only), then half, then a quarter of the sampling
+// rate — and steps back up when well under budget for two windows. Pure logic, unit-tested.
+#pragma once
+
+namespace strata::agent {
+
+class CostBudget {
+ public:
+  static constexpr int kFull = 0;          // stack copies unwound with CFI on the node
+  static constexpr int kFramePointers = 1; // kernel frame-pointer stacks only
+  static constexpr int kHalfRate = 2;
+  static constexpr int kQuarterRate = 3;
+
+  // `share`: the agent's cost as a fraction of the targets' CPU (0.005: 0.5% of a core per busy
+  // thread).
+  explicit CostBudget(double share = 0.005) : share_(share) {}
+
+  // Returns the level for the next window.
+  int update(double cost_s, double target_cpu_s) {
+    if (target_cpu_s < 0.05) return level_;  // idle targets: nothing to judge by
+    double s = cost_s / target_cpu_s;
+    last_share_ = s;
+    if (s > share_ && level_ < kQuarterRate) {
+      ++level_;
+      ++steps_down_;
+      calm_ = 0;
+    } else if (s < share_ / 3 && level_ > kFull) {
+      if (++calm_ >= 2) {
+        --level_;
+        calm_ = 0;
+      }
+    } else {
+      calm_ = 0;
+    }
+    if (level_ > max_level_) max_level_ = level_;
+    return level_;
+  }
+
+  int level() const { return level_; }
+  int max_level() const { return max_level_; }
+  int steps_down() const { return steps_down_; }
+  double last_share() const { return last_share_; }
+  double budget() const { return share_; }
+
+  // Sampling rate at a level, from the configured one (never below 10 Hz).
+  static unsigned rate_at(int level, unsigned hz) {
+    unsigned r = level >= kQuarterRate ? hz / 4 : level >= kHalfRate ? hz / 2 : hz;
+    return r < 10 ? 10 : r;
+  }
+
+ private:
+  double share_;
+  int level_ = kFull;
+  int max_level_ = kFull;
+  int steps_down_ = 0;
+  int calm_ = 0;
+  double last_share_ = 0;
+};
+
+}  // namespace strata::agent

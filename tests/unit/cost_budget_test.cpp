@@ -1,0 +1,37 @@
+// The agent's cost budget: steps down when over, back up when well under for two windows.
+#include <gtest/gtest.h>
+
+#include "agent/cost_budget.h"
+
+namespace strata::agent {
+namespace {
+
+TEST(CostBudget, StepsDownOverBudgetAndBackUpWhenCalm) {
+  CostBudget b(0.005);
+  EXPECT_EQ(b.update(0.001, 10), CostBudget::kFull) << "0.01%: fine";
+  EXPECT_EQ(b.update(0.1, 10), CostBudget::kFramePointers) << "1%: over 0.5%";
+  EXPECT_EQ(b.update(0.08, 10), CostBudget::kHalfRate);
+  EXPECT_EQ(b.update(0.07, 10), CostBudget::kQuarterRate);
+  EXPECT_EQ(b.update(0.07, 10), CostBudget::kQuarterRate) << "the floor";
+  EXPECT_EQ(b.update(0.001, 10), CostBudget::kQuarterRate) << "one calm window is not enough";
+  EXPECT_EQ(b.update(0.001, 10), CostBudget::kHalfRate);
+  EXPECT_EQ(b.update(0.03, 10), CostBudget::kHalfRate) << "between a third of the budget and the budget: hold";
+  EXPECT_EQ(b.max_level(), CostBudget::kQuarterRate);
+  EXPECT_EQ(b.steps_down(), 3);
+}
+
+TEST(CostBudget, IdleTargetsChangeNothing) {
+  CostBudget b(0.005);
+  EXPECT_EQ(b.update(0.5, 0.01), CostBudget::kFull);
+}
+
+TEST(CostBudget, RatesNeverFallBelowTenHertz) {
+  EXPECT_EQ(CostBudget::rate_at(CostBudget::kFull, 99), 99u);
+  EXPECT_EQ(CostBudget::rate_at(CostBudget::kFramePointers, 99), 99u);
+  EXPECT_EQ(CostBudget::rate_at(CostBudget::kHalfRate, 99), 49u);
+  EXPECT_EQ(CostBudget::rate_at(CostBudget::kQuarterRate, 99), 24u);
+  EXPECT_EQ(CostBudget::rate_at(CostBudget::kQuarterRate, 19), 10u);
+}
+
+}  // namespace
+}  // namespace strata::agent
