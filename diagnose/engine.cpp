@@ -167,10 +167,15 @@ std::optional<PathDiff> differential_profile(const JobWindow& job, size_t c, con
   std::erase_if(cands, [&](const Cand& k) { return k.excess < 0.5 * best_excess; });
   // First choice: the shallowest frame the peers (almost) never run — where the new behaviour
   // begins (slow_augment, not the cpu_work it calls, nor main above it).
+  // Frames the peers never ran at all come before frames they ran rarely: with few samples (a rank
+  // that mostly waits) the root frames of the peers can look "rare" too.
   const Cand* pick = nullptr;
-  for (const auto& k : cands) {
-    if (k.peer > 0.1 * k.mine) continue;
-    if (!pick || k.depth < pick->depth || (k.depth == pick->depth && k.excess > pick->excess)) pick = &k;
+  for (double rare : {0.0, 0.1}) {
+    for (const auto& k : cands) {
+      if (k.peer > rare * k.mine) continue;
+      if (!pick || k.depth < pick->depth || (k.depth == pick->depth && k.excess > pick->excess)) pick = &k;
+    }
+    if (pick) break;
   }
   // Else: the path whose time is most of all extra, the deeper on ties.
   if (!pick) {
@@ -187,6 +192,36 @@ std::optional<PathDiff> differential_profile(const JobWindow& job, size_t c, con
   d.culprit_ms = pick->mine;
   d.peers_ms = pick->peer;
   return d;
+}
+
+// Off-CPU, the function to name is the one that made the blocking call: on the blocked path that
+// grew most, the deepest frame that is neither the system call ("pread64()") nor a libc wrapper
+// ("__libc_pread64"). A thread blocked in I/O may have no user stack: then the system call.
+std::optional<PathDiff> blocking_caller(const JobWindow& job, size_t c, const std::vector<size_t>& peers) {
+  std::optional<PathDiff> best;
+  for (const auto& v : job.ranks[c].offcpu) {
+    double p = peer_median(job, peers, [&](const RankWindow& r) { return value_of(r.offcpu, v.name); });
+    double e = v.ms_per_step - p;
+    if (e <= 0 || (best && e <= best->excess_ms)) continue;
+    PathDiff d;
+    d.path = job.names.name(v.name);
+    d.excess_ms = e;
+    d.culprit_ms = v.ms_per_step;
+    d.peers_ms = p;
+    best = d;
+  }
+  if (!best) return best;
+  auto frames = split_path(best->path);
+  best->function = std::string(frames.back());
+  for (size_t i = frames.size(); i-- > 0;) {
+    std::string_view f = frames[i];
+    bool syscall = f.size() > 2 && f.substr(f.size() - 2) == "()";
+    if (syscall || f.rfind("__", 0) == 0) continue;
+    best->function = short_function(f);
+    if (i > 0) best->caller = short_function(frames[i - 1]);
+    break;
+  }
+  return best;
 }
 
 // The foreign process that runs most on the culprit's CPUs beyond what its peers see.
@@ -340,7 +375,7 @@ std::vector<Hypothesis> descend(const JobWindow& job, size_t c, double extra, bo
     if (rec > 0) {
       Hypothesis h;
       h.cause = "memory-reclaim";
-      auto d = differential_profile(job, c, peers, &RankWindow::offcpu);
+      auto d = blocking_caller(job, c, peers);
       h.culprit = d ? d->function : "memory limit";
       h.explained_ms = rec;
       h.confidence = 0.8;
@@ -352,7 +387,7 @@ std::vector<Hypothesis> descend(const JobWindow& job, size_t c, double extra, bo
     if (io > 0) {
       Hypothesis h;
       h.cause = "io-stall";
-      auto d = differential_profile(job, c, peers, &RankWindow::offcpu);
+      auto d = blocking_caller(job, c, peers);
       h.culprit = d ? d->function : "block I/O";
       h.explained_ms = io;
       h.confidence = 0.8;
@@ -541,19 +576,21 @@ Diagnosis diagnose(const JobWindow& job, const Options& opt) {
     };
     std::vector<Cand> cands;
     if (known(busy_med)) {
-      double floor = slow ? std::max({0.25 * lost, 0.03 * dx.step_ms, 4 * busy_noise, 2.0})
-                          : std::max({opt.min_spatial * dx.step_ms, 6 * busy_noise, 5.0});
       for (size_t i = 0; i < n; ++i) {
         if (!known(busy[i])) continue;
-        // Small jobs: compare with the others only, so the culprit does not pull the median.
-        double ref = busy_med;
+        // Small jobs: compare with the others only, so the culprit pulls neither the median nor
+        // the noise (with 4 ranks, one straggler and one long waiter would double the MAD).
+        double ref = busy_med, noise = busy_noise;
         if (n <= 64) {
           std::vector<double> others;
           for (size_t k = 0; k < n; ++k) {
             if (k != i) others.push_back(busy[k]);
           }
           ref = median(others);
+          noise = robust_sigma(others, ref);
         }
+        double floor = slow ? std::max({0.25 * lost, 0.03 * dx.step_ms, 4 * noise, 2.0})
+                            : std::max({opt.min_spatial * dx.step_ms, 6 * noise, 5.0});
         double e = busy[i] - ref;
         if (e < floor) continue;
         // Without a temporal slowdown, demand that the peers really wait for this rank.

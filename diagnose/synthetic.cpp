@@ -33,9 +33,8 @@ JobWindow make_synthetic_job(const SyntheticSpec& spec) {
   const NameId p_load = job.names.id("main;train;load_batch;read_file");
   const NameId p_pre = job.names.id("main;train;preprocess;decode");
   const NameId p_hot = job.names.id("main;train;slow_augment;cpu_work");
-  const NameId p_io = job.names.id("main;train;load_batch;pread64");
-  const NameId p_rec = job.names.id("main;train;preprocess;memcpy");
-  const NameId p_sync = job.names.id("main;train;train_step;cudaStreamSynchronize;futex_wait");
+  const NameId p_io = job.names.id("main;train;load_batch;__libc_pread64;pread64()");
+  const NameId p_rec = job.names.id("main;train;preprocess;__memmove_avx_unaligned");
   const NameId k_gemm = job.names.id("ampere_sgemm_128x64_tn");
   const NameId k_elem = job.names.id("vectorized_elementwise_kernel");
   const NameId n_hog = job.names.id("logrotate");
@@ -64,7 +63,8 @@ JobWindow make_synthetic_job(const SyntheticSpec& spec) {
     r.set(Os::kLaunchApi, noisy(0.005 * s));
     r.kernels = {{k_gemm, r.now.device_compute_ms * 0.8}, {k_elem, r.now.device_compute_ms * 0.2}};
     r.oncpu = {{p_fwd, 0.1 * s}, {p_load, 0.05 * s}, {p_pre, 0.1 * s}};
-    r.offcpu = {{p_load, 0.002 * s}, {p_sync, 0.25 * s}};
+    // Off-CPU summaries hold blocking in I/O and D state only (see loader.cpp).
+    r.offcpu = {{p_load, 0.002 * s}};
     r.neighbours = {{n_kworker, noisy(0.001 * s)}};
     r.last_progress_ns = job.end_ns;
     r.last_device_ns = job.end_ns;
