@@ -20,6 +20,8 @@
 #include "agent/cost_budget.h"
 #include "agent/gpu/cupti_env.h"
 #include "agent/normalizer.h"
+#include "agent/limits.h"
+#include "agent/privileges.h"
 #include "agent/process_info.h"
 #include "agent/sources.h"
 #include "store/store.h"
@@ -139,6 +141,10 @@ class Recorder final : public EventSink {
     if (!opts_.command.empty()) {
       if (auto st = spawn(exe); !st) return st.error();
     }
+    // Everything privileged at start-up is done: keep only what recording needs (the bounding set
+    // stays, so the command above runs with the privileges it would have without strata).
+    if (auto dropped = drop_to_runtime_capabilities(/*drop_bounding=*/false); !dropped)
+      log_ << "strata: warning: cannot drop capabilities: " << dropped.error().message << "\n";
     return loop();
   }
 
@@ -314,7 +320,9 @@ class Recorder final : public EventSink {
         if (opts_.command.empty() && live_.empty()) done = true;
       }
       if (opts_.duration_s > 0 && std::chrono::duration<double>(now - start).count() >= opts_.duration_s) done = true;
-      if (std::chrono::duration<double>(now - window_start).count() >= opts_.window_s) {
+      // A window also closes when it holds kMaxWindowStacks distinct stacks: memory stays bounded.
+      if (std::chrono::duration<double>(now - window_start).count() >= opts_.window_s ||
+          window_stacks_.size() >= kMaxWindowStacks) {
         if (auto st = flush_window(); !st) return st.error();
         window_start = now;
       }
