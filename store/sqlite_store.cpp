@@ -13,6 +13,12 @@
 namespace strata::store {
 namespace {
 
+// Id caches in front of the frames and stacks tables. A long-running writer (`strata agent` with a
+// local file, `strata serve`) meets new stacks forever: past these sizes a cache starts over, and
+// the unique indexes answer the lookups it no longer can. ~100 bytes an entry: ~40 MB at most.
+constexpr size_t kMaxCachedFrameIds = 1u << 18;
+constexpr size_t kMaxCachedStackIds = 1u << 17;
+
 const char* kSchema = R"sql(
 CREATE TABLE meta(key TEXT PRIMARY KEY, value TEXT NOT NULL);
 CREATE TABLE recordings(
@@ -218,6 +224,10 @@ class SqliteStore final : public Store {
         .bind(4, static_cast<int64_t>(f.offset));
     if (sel.step() != SQLITE_ROW) return err("finding a frame");
     int64_t id = sel.i64(0);
+    if (frame_ids_.size() >= kMaxCachedFrameIds) {
+      frame_ids_.clear();
+      cache_resets_++;
+    }
     frame_ids_.emplace(std::move(key), id);
     return id;
   }
@@ -234,6 +244,10 @@ class SqliteStore final : public Store {
     std::string key = blob + static_cast<char>(method);
     auto cached = stack_ids_.find(key);
     if (cached != stack_ids_.end()) return cached->second;
+    if (stack_ids_.size() >= kMaxCachedStackIds) {
+      stack_ids_.clear();
+      cache_resets_++;
+    }
     int64_t h = static_cast<int64_t>(hash_bytes(key.data(), key.size()));
     Stmt sel(db_, "SELECT id, frames FROM stacks WHERE hash=? AND method=?");
     sel.bind(1, h).bind(2, static_cast<int64_t>(method));
@@ -811,6 +825,7 @@ class SqliteStore final : public Store {
   int version_ = 0;
   std::unordered_map<std::string, int64_t> frame_ids_;
   std::unordered_map<std::string, int64_t> stack_ids_;
+  uint64_t cache_resets_ = 0;  // times a full id cache was started over
   std::unique_ptr<Stmt> insert_frame_;
   std::unique_ptr<Stmt> select_frame_;
 };
