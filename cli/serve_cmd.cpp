@@ -1,6 +1,7 @@
 #include <signal.h>
 
 #include <atomic>
+#include <filesystem>
 #include <iostream>
 
 #include "cli/args.h"
@@ -22,11 +23,24 @@ options:
                     (ClickHouse's HTTP port, usually 8123)
   --listen A        address to listen on (default 127.0.0.1:7878: loopback only)
   --token-file F    require "Authorization: Bearer TOKEN" (first line of F) on every /api/ call
-  --web-dir DIR     static files for / (default: a placeholder page)
+  --web-dir DIR     static files for / (default: the web UI built beside this program,
+                    BIN/../web or BIN/../share/strata/web; else a placeholder page)
   --silent-after S  call a node silent after S seconds without a batch (default: 3 of its intervals)
 
 Exit codes: 0 ok, 1 bad input, 2 environment (address in use, store unreachable).
 )";
+
+// The web UI the build puts beside the programs (build/bin/strata -> build/web), or an install's.
+std::string default_web_dir() {
+  std::error_code ec;
+  auto exe = std::filesystem::read_symlink("/proc/self/exe", ec);
+  if (ec) return "";
+  for (const char* rel : {"../web", "../share/strata/web"}) {
+    auto dir = exe.parent_path() / rel;
+    if (std::filesystem::exists(dir / "index.html", ec)) return std::filesystem::weakly_canonical(dir, ec).string();
+  }
+  return "";
+}
 
 std::atomic<bool> g_stop{false};
 void on_stop(int) { g_stop = true; }
@@ -61,6 +75,7 @@ int serve_main(std::vector<std::string> argv) {
       opts.token = *t;
     }
   }
+  if (opts.web_dir.empty()) opts.web_dir = default_web_dir();
   struct sigaction sa{};
   sa.sa_handler = on_stop;
   sigaction(SIGINT, &sa, nullptr);

@@ -11,7 +11,10 @@ PKGS=(
   linux-perf bpftrace python3 python3-torch iproute2 procps
   zstd clickhouse-server clickhouse-client
 )
-if [[ "${STRATA_WITH_BROWSER:-0}" == 1 ]]; then PKGS+=(chromium nodejs npm); fi
+# The web UI: built with node/npm, tested in headless chromium. A nodejs that bundles npm (NodeSource)
+# needs no Debian npm, which would conflict with it.
+PKGS+=(nodejs chromium)
+if ! command -v npm >/dev/null 2>&1; then PKGS+=(npm); fi
 
 missing=()
 for p in "${PKGS[@]}"; do

@@ -17,6 +17,7 @@
 #include "report/exporters.h"
 #include "server/ingest_applier.h"
 #include "server/json.h"
+#include "server/web_api.h"
 
 namespace strata::server {
 namespace {
@@ -156,11 +157,8 @@ class Server {
     svr_.Get("/api/v1/metrics", [this](const httplib::Request& req, httplib::Response& res) { metrics(req, res); });
     svr_.Get("/api/v1/steps", [this](const httplib::Request& req, httplib::Response& res) { steps(req, res); });
     svr_.Get("/api/v1/collectives", [this](const httplib::Request& req, httplib::Response& res) { collectives(req, res); });
-    svr_.Get("/api/v1/findings", [this](const httplib::Request&, httplib::Response& res) {
-      count_request("findings");
-      // The diagnosis engine (diagnose/) fills this in; until it runs here, no findings.
-      res.set_content("{\"findings\":[],\"engine\":\"not running on this server yet\"}\n", "application/json");
-    });
+    // The web UI's views: findings (the diagnosis), heatmap, diff, timeline, overhead (web_api.h).
+    add_web_api(svr_, WebApiContext{*store_, store_mu_, [this](const std::string& r) { count_request(r); }});
     svr_.Get("/metrics", [this](const httplib::Request&, httplib::Response& res) { prometheus(res); });
     bool static_files = !opts_.web_dir.empty() && svr_.set_mount_point("/", opts_.web_dir);
     if (!static_files) {

@@ -1,0 +1,377 @@
+#include "server/web_api.h"
+
+#include <httplib.h>
+
+#include <algorithm>
+#include <cctype>
+#include <chrono>
+#include <cmath>
+#include <cstdio>
+#include <map>
+#include <optional>
+#include <set>
+#include <sstream>
+#include <unordered_map>
+
+#include "report/chrome_trace.h"
+#include "report/exporters.h"
+#include "server/json.h"
+
+#ifdef STRATA_HAVE_DIAGNOSE
+#include "diagnose/engine.h"
+#include "diagnose/loader.h"
+#include "diagnose/render.h"
+#endif
+
+namespace strata::server {
+namespace {
+
+void reply_error(httplib::Response& res, int status, const std::string& why) {
+  res.status = status;
+  res.set_content("{\"error\":" + json_str(why) + "}\n", "application/json");
+}
+
+// Milliseconds with three decimals: the matrices are the bulk of a page, 17 digits would triple them.
+std::string ms3(double ms) {
+  if (!std::isfinite(ms)) return "null";
+  char buf[32];
+  std::snprintf(buf, sizeof buf, "%.3f", ms);
+  return buf;
+}
+
+struct RankProc {
+  int rank = -1;
+  uint32_t pid = 0;
+  std::string node;
+  std::string comm;
+};
+
+// The ranks of a job, by the processes the store knows. An empty `job` picks the job with the most
+// ranks (a recording holds one). Returns the job chosen.
+std::string job_ranks(const std::vector<store::ProcessInfo>& procs, const std::string& wanted, bool job_given,
+                      std::vector<RankProc>& out) {
+  std::string job = wanted;
+  if (!job_given) {
+    std::map<std::string, std::set<int>> ranks;
+    for (const auto& p : procs) {
+      if (p.rank >= 0) ranks[p.job].insert(p.rank);
+    }
+    size_t best = 0;
+    for (const auto& [j, r] : ranks) {
+      if (r.size() > best) {
+        best = r.size();
+        job = j;
+      }
+    }
+  }
+  for (const auto& p : procs) {
+    if (p.rank >= 0 && p.job == job) out.push_back({p.rank, p.pid, p.node, p.comm});
+  }
+  std::sort(out.begin(), out.end(), [](const RankProc& a, const RankProc& b) {
+    return a.rank != b.rank ? a.rank < b.rank : a.pid < b.pid;
+  });
+  return job;
+}
+
+std::optional<int> query_rank(const httplib::Request& req) {
+  if (!req.has_param("rank")) return std::nullopt;
+  const std::string v = req.get_param_value("rank");
+  if (v.empty() || v.size() > 7 || v.find_first_not_of("0123456789") != std::string::npos) return std::nullopt;
+  return std::stoi(v);
+}
+
+class WebApi {
+ public:
+  explicit WebApi(WebApiContext ctx) : ctx_(std::move(ctx)) {}
+
+  void findings(const httplib::Request& req, httplib::Response& res) {
+    ctx_.count_request("findings");
+    const std::string job = req.has_param("job") ? req.get_param_value("job") : "";
+#ifdef STRATA_HAVE_DIAGNOSE
+    // A diagnosis reads every layer of the job: reuse it for a few seconds (a page asks several times).
+    const auto now = std::chrono::steady_clock::now();
+    const std::string key = (req.has_param("job") ? "=" : "?") + job;
+    {
+      std::lock_guard lock(cache_mu_);
+      auto it = cache_.find(key);
+      if (it != cache_.end() && now - it->second.first < std::chrono::seconds(5)) {
+        res.set_content(it->second.second, "application/json");
+        return;
+      }
+    }
+    std::ostringstream out;
+    {
+      std::lock_guard lock(ctx_.store_mu);
+      diagnose::LoadOptions lo;
+      lo.job = job;
+      auto window = diagnose::load_job_window(ctx_.store, lo);
+      if (!window) {
+        // No steps yet, or no such job: say so instead of looking healthy.
+        out << "{\"job\":" << json_str(job) << ",\"findings\":[],\"error\":" << json_str(window.error().message)
+            << "}";
+      } else {
+        diagnose::write_json(diagnose::diagnose(*window), out);
+      }
+    }
+    std::string body = out.str() + "\n";
+    {
+      std::lock_guard lock(cache_mu_);
+      cache_[key] = {now, body};
+    }
+    res.set_content(body, "application/json");
+#else
+    res.set_content("{\"job\":" + json_str(job) +
+                        ",\"findings\":[],\"error\":\"the diagnosis engine is not built into this server\"}\n",
+                    "application/json");
+#endif
+  }
+
+  // One row per rank, one column per step (the n-th step of every rank: ranks of a data-parallel job
+  // step together), so the UI draws a rank x time heatmap without a request per rank.
+  void heatmap(const httplib::Request& req, httplib::Response& res) {
+    ctx_.count_request("heatmap");
+    std::vector<store::ProcessInfo> procs;
+    std::vector<store::StepRecord> steps;
+    {
+      std::lock_guard lock(ctx_.store_mu);
+      auto p = ctx_.store.processes();
+      if (!p) return reply_error(res, 503, p.error().message);
+      auto s = ctx_.store.steps();
+      if (!s) return reply_error(res, 503, s.error().message);
+      procs = std::move(*p);
+      steps = std::move(*s);
+    }
+    std::vector<RankProc> ranks;
+    const std::string job = job_ranks(procs, req.get_param_value("job"), req.has_param("job"), ranks);
+    // A rank restarted under a new pid keeps its row: its processes' steps follow each other.
+    std::map<int, size_t> row_of;
+    std::vector<RankProc> rows;
+    std::unordered_map<uint32_t, size_t> pid_row;
+    for (const auto& r : ranks) {
+      auto [it, fresh] = row_of.emplace(r.rank, rows.size());
+      if (fresh) rows.push_back(r);
+      pid_row[r.pid] = it->second;
+    }
+    std::vector<std::vector<const store::StepRecord*>> per_row(rows.size());
+    for (const auto& s : steps) {
+      auto it = pid_row.find(s.pid);
+      if (it != pid_row.end() && s.end_ns > s.start_ns) per_row[it->second].push_back(&s);
+    }
+    size_t columns = 0;
+    for (auto& v : per_row) {
+      std::sort(v.begin(), v.end(), [](auto* a, auto* b) { return a->start_ns < b->start_ns; });
+      columns = std::max(columns, v.size());
+    }
+    const bool only_trend = req.get_param_value("only") == "trend";
+    std::string o = "{\"job\":" + json_str(job) + ",\"steps\":" + json_num(static_cast<uint64_t>(columns));
+    // Column start: the earliest start among ranks (ns, as JSON numbers; exact to ~µs, enough here).
+    o += ",\"step_start_ns\":[";
+    for (size_t c = 0; c < columns; ++c) {
+      uint64_t t = 0;
+      for (const auto& v : per_row) {
+        if (c < v.size() && (t == 0 || v[c]->start_ns < t)) t = v[c]->start_ns;
+      }
+      o += (c ? "," : "") + json_num(t);
+    }
+    o += "],\"ranks\":[";
+    for (size_t r = 0; r < rows.size(); ++r) {
+      o += (r ? "," : "") + std::string("{\"rank\":") + json_num(rows[r].rank) + ",\"pid\":" + json_num(rows[r].pid) +
+           ",\"node\":" + json_str(rows[r].node) + "}";
+    }
+    o += "],\"series\":{";
+    struct Series {
+      const char* name;
+      double (*value)(const store::StepRecord&);
+    };
+    static const Series kAll[] = {
+        {"step_ms", [](const store::StepRecord& s) { return static_cast<double>(s.end_ns - s.start_ns) / 1e6; }},
+        // Waiting for peers, as the diagnosis counts it: the device's collective kernels when a GPU
+        // timing source saw them (host calls only enqueue), else the host's time in collective calls.
+        {"collective_ms",
+         [](const store::StepRecord& s) {
+           return static_cast<double>(s.device_known && s.device_collective_ns ? s.device_collective_ns : s.collective_ns) / 1e6;
+         }},
+        {"gpu_compute_ms",
+         [](const store::StepRecord& s) {
+           return s.device_known ? static_cast<double>(s.device_compute_ns) / 1e6 : std::nan("");
+         }},
+        {"gpu_idle_ms",
+         [](const store::StepRecord& s) {
+           return s.device_known ? static_cast<double>(s.gpu_idle_ns) / 1e6 : std::nan("");
+         }},
+    };
+    bool first_series = true;
+    for (const auto& series : kAll) {
+      if (only_trend && std::string(series.name) != "step_ms") continue;
+      o += (first_series ? "\"" : ",\"") + std::string(series.name) + "\":[";
+      first_series = false;
+      for (size_t r = 0; r < per_row.size(); ++r) {
+        o += r ? ",[" : "[";
+        for (size_t c = 0; c < per_row[r].size(); ++c) o += (c ? "," : "") + ms3(series.value(*per_row[r][c]));
+        o += "]";
+      }
+      o += "]";
+    }
+    res.set_content(o + "}}\n", "application/json");
+  }
+
+  // The differential profile: rank R's stacks beside the sum of the same stacks on its peers (the
+  // job's other ranks); the UI divides by `peers` to compare one rank with the average peer.
+  void diff(const httplib::Request& req, httplib::Response& res) {
+    ctx_.count_request("diff");
+    auto rank = query_rank(req);
+    if (!rank) return reply_error(res, 400, "rank: expected a number");
+    const std::string kind = req.has_param("kind") ? req.get_param_value("kind") : "oncpu";
+    store::ProfileFilter f;
+    if (kind == "offcpu") f.kind = store::CountKind::kOffCpu;
+    else if (kind != "oncpu") return reply_error(res, 400, "kind: expected oncpu or offcpu");
+    std::vector<store::ProcessInfo> procs;
+    Result<report::Profile> profile = Error{""};
+    {
+      std::lock_guard lock(ctx_.store_mu);
+      auto p = ctx_.store.processes();
+      if (!p) return reply_error(res, 503, p.error().message);
+      procs = std::move(*p);
+      profile = ctx_.store.load_profile(f);
+    }
+    if (!profile) return reply_error(res, 503, profile.error().message);
+    std::vector<RankProc> ranks;
+    const std::string job = job_ranks(procs, req.get_param_value("job"), req.has_param("job"), ranks);
+    std::unordered_map<uint32_t, int> rank_of;
+    std::set<int> peers;
+    bool found = false;
+    for (const auto& r : ranks) {
+      rank_of[r.pid] = r.rank;
+      if (r.rank != *rank) peers.insert(r.rank);
+      found = found || r.rank == *rank;
+    }
+    if (!found) return reply_error(res, 404, "no rank " + std::to_string(*rank) + " in job '" + job + "'");
+    std::vector<std::string> names(profile->stacks.size());
+    std::vector<bool> named(profile->stacks.size(), false);
+    std::map<std::string, std::pair<uint64_t, uint64_t>> counts;  // folded stack -> (rank, peers)
+    for (const auto& s : profile->samples) {
+      auto it = rank_of.find(s.pid);
+      if (it == rank_of.end() || s.count == 0) continue;
+      std::string key = "[no stack]";
+      if (s.stack_index < profile->stacks.size()) {
+        if (!named[s.stack_index]) {
+          const auto& st = profile->stacks[s.stack_index];
+          std::string n;
+          for (auto fr = st.rbegin(); fr != st.rend(); ++fr) n += (n.empty() ? "" : ";") + report::folded_frame_name(*fr);
+          names[s.stack_index] = n.empty() ? "[no stack]" : n;
+          named[s.stack_index] = true;
+        }
+        key = names[s.stack_index];
+      }
+      auto& c = counts[key];
+      (it->second == *rank ? c.first : c.second) += s.count;
+    }
+    std::string o = "{\"job\":" + json_str(job) + ",\"rank\":" + json_num(*rank) + ",\"kind\":" + json_str(kind) +
+                    ",\"unit\":" + json_str(profile->value_unit) +
+                    ",\"peers\":" + json_num(static_cast<uint64_t>(peers.size())) + ",\"stacks\":[";
+    bool first = true;
+    for (const auto& [stack, c] : counts) {
+      o += (first ? "[" : ",[") + json_str(stack) + "," + json_num(c.first) + "," + json_num(c.second) + "]";
+      first = false;
+    }
+    res.set_content(o + "]}\n", "application/json");
+  }
+
+  // The same trace `strata report --format chrome-trace --rank R` writes (report/chrome_trace.h).
+  void timeline(const httplib::Request& req, httplib::Response& res) {
+    ctx_.count_request("timeline");
+    auto rank = query_rank(req);
+    if (!rank) return reply_error(res, 400, "rank: expected a number");
+    report::TimelineData d;
+    std::vector<RankProc> ranks;
+    std::string job;
+    {
+      std::lock_guard lock(ctx_.store_mu);
+      auto procs = ctx_.store.processes();
+      if (!procs) return reply_error(res, 503, procs.error().message);
+      job = job_ranks(*procs, req.get_param_value("job"), req.has_param("job"), ranks);
+      std::set<uint32_t> keep;
+      for (const auto& r : ranks) {
+        if (r.rank == *rank) keep.insert(r.pid);
+      }
+      if (keep.empty()) return reply_error(res, 404, "no rank " + std::to_string(*rank) + " in job '" + job + "'");
+      auto wanted = [&](uint32_t pid) { return keep.count(pid) > 0; };
+      for (const auto& p : *procs) {
+        if (wanted(p.pid)) d.processes.push_back(p);
+      }
+      auto comms = ctx_.store.communicators();
+      auto colls = ctx_.store.collectives();
+      auto dev = ctx_.store.device_activity();
+      auto steps = ctx_.store.steps();
+      auto threads = ctx_.store.thread_windows();
+      auto counters = ctx_.store.metrics("os.");
+      auto hz = ctx_.store.sample_hz();
+      if (!comms) return reply_error(res, 503, comms.error().message);
+      if (!colls) return reply_error(res, 503, colls.error().message);
+      if (!dev) return reply_error(res, 503, dev.error().message);
+      if (!steps) return reply_error(res, 503, steps.error().message);
+      if (!threads) return reply_error(res, 503, threads.error().message);
+      if (!counters) return reply_error(res, 503, counters.error().message);
+      if (!hz) return reply_error(res, 503, hz.error().message);
+      for (auto& c : *comms) if (wanted(c.pid)) d.communicators.push_back(std::move(c));
+      for (auto& c : *colls) if (wanted(c.pid)) d.collectives.push_back(std::move(c));
+      for (auto& a : *dev) if (wanted(a.pid)) d.device.push_back(std::move(a));
+      for (auto& s : *steps) if (wanted(s.pid)) d.steps.push_back(std::move(s));
+      for (auto& t : *threads) {
+        if (wanted(t.pid)) d.threads.push_back({t.start_ns, t.end_ns, t.pid, t.tid, t.comm, t.samples});
+      }
+      for (auto& m : *counters) if (wanted(m.metric.pid)) d.counters.push_back(std::move(m));
+      d.sample_hz = *hz ? *hz : 99;
+    }
+    std::ostringstream out;
+    report::write_chrome_trace(d, out);
+    if (req.get_param_value("download") == "1") {
+      std::string file = "strata-" + (job.empty() ? std::string("job") : job) + "-rank" + std::to_string(*rank) + ".json";
+      for (char& c : file) {
+        if (!std::isalnum(static_cast<unsigned char>(c)) && c != '.' && c != '-' && c != '_') c = '_';
+      }
+      res.set_header("Content-Disposition", "attachment; filename=\"" + file + "\"");
+    }
+    res.set_content(out.str(), "application/json");
+  }
+
+  // What recording cost (strata record's stats: agent CPU, BPF run time, target CPU, samples...).
+  void overhead(httplib::Response& res) {
+    ctx_.count_request("overhead");
+    std::string o = "{\"stats\":{";
+    {
+      std::lock_guard lock(ctx_.store_mu);
+      auto latest = ctx_.store.latest_recording();
+      if (!latest) return reply_error(res, 503, latest.error().message);
+      if (*latest) {
+        auto stats = ctx_.store.stats(**latest);
+        if (!stats) return reply_error(res, 503, stats.error().message);
+        bool first = true;
+        for (const auto& [k, v] : *stats) {
+          o += (first ? "" : ",") + json_str(k) + ":" + json_num(v);
+          first = false;
+        }
+      }
+    }
+    res.set_content(o + "}}\n", "application/json");
+  }
+
+ private:
+  WebApiContext ctx_;
+  std::mutex cache_mu_;
+  std::map<std::string, std::pair<std::chrono::steady_clock::time_point, std::string>> cache_;
+};
+
+}  // namespace
+
+void add_web_api(httplib::Server& svr, WebApiContext ctx) {
+  // Lives as long as the process: the routes below hold it.
+  auto api = std::make_shared<WebApi>(std::move(ctx));
+  svr.Get("/api/v1/findings", [api](const httplib::Request& q, httplib::Response& r) { api->findings(q, r); });
+  svr.Get("/api/v1/heatmap", [api](const httplib::Request& q, httplib::Response& r) { api->heatmap(q, r); });
+  svr.Get("/api/v1/diff", [api](const httplib::Request& q, httplib::Response& r) { api->diff(q, r); });
+  svr.Get("/api/v1/timeline", [api](const httplib::Request& q, httplib::Response& r) { api->timeline(q, r); });
+  svr.Get("/api/v1/overhead", [api](const httplib::Request&, httplib::Response& r) { api->overhead(r); });
+}
+
+}  // namespace strata::server

@@ -1,0 +1,138 @@
+// Unit tests of the web UI's data shaping (web/src/shape.ts): run by `npm test` in web/ and by CTest
+// (label "web").
+import {
+  buildFlameTree, colorDomain, diffTree, functionDeltas, median, osTotalsByPid, parseFolded, quantile, rampColor,
+  rankBreakdown, robustZ, stepTrend, traceTracks, fmtMs, type DiffProfile, type Heatmap,
+} from '../../web/src/shape';
+
+describe('statistics', () => {
+  it('median and quantile ignore non-finite values', () => {
+    expect(median([3, 1, NaN, 2])).toBe(2);
+    expect(median([4, 1, 3, 2])).toBe(2.5);
+    expect(median([])).toBeNaN();
+    expect(quantile([0, 10], 0.25)).toBe(2.5);
+    expect(quantile([5], 0.99)).toBe(5);
+  });
+  it('robust z marks the one rank that computes longest', () => {
+    const z = robustZ([100, 101, 99, 100, 180]);
+    expect(z[4]).toBeGreaterThan(10);
+    expect(Math.abs(z[0])).toBeLessThan(1);
+  });
+});
+
+describe('heatmap', () => {
+  const m = [
+    [400, 200, 210, 200, 205, 200, 201],
+    [420, 201, 200, null, 200, 210, 202],
+  ];
+  it('step trend is the median over ranks per step, gaps skipped', () => {
+    expect(stepTrend(m)).toEqual([410, 200.5, 205, 200, 202.5, 205, 201.5]);
+  });
+  it('colour domain leaves out the start-up steps and never collapses', () => {
+    const [lo, hi] = colorDomain(m);
+    expect(lo).toBeGreaterThanOrEqual(200);
+    expect(hi).toBeLessThan(400);
+    expect(colorDomain([[5, 5]])).toEqual([5, 6]);
+    expect(colorDomain([])).toEqual([0, 1]);
+  });
+  it('ramp clamps and greys unknowns', () => {
+    expect(rampColor(0)).toEqual([68, 1, 84]);
+    expect(rampColor(2)).toEqual([253, 231, 37]);
+    expect(rampColor(NaN)).toEqual([128, 128, 128]);
+  });
+});
+
+describe('per-rank breakdown', () => {
+  const h: Heatmap = {
+    job: 'j', steps: 2, step_start_ns: [0, 1],
+    ranks: [{ rank: 0, pid: 10, node: 'a' }, { rank: 1, pid: 11, node: 'b' }],
+    series: {
+      step_ms: [[100, 110], [100, 110]],
+      collective_ms: [[60, 70], [5, 15]],
+      gpu_idle_ms: [[null, null], [1, 3]],
+    },
+  };
+  it('splits step time into compute and collective wait, per step', () => {
+    const os = osTotalsByPid([
+      { start_ns: 0, end_ns: 1, pid: 11, name: 'os.runq_wait_us', label: '', value: 30000 },
+      { start_ns: 1, end_ns: 2, pid: 11, name: 'os.runq_wait_us', label: '', value: 10000 },
+      { start_ns: 0, end_ns: 1, pid: 11, name: 'os.runq_latency_us.hist', label: '8', value: 99 },
+    ]);
+    const rows = rankBreakdown(h, os);
+    expect(rows[0]).toMatchObject({ rank: 0, node: 'a', steps: 2, step_ms: 105, collective_ms: 65, compute_ms: 40 });
+    expect(rows[0].gpu_idle_ms).toBeNaN();
+    expect(rows[1]).toMatchObject({ compute_ms: 95, gpu_idle_ms: 2 });
+    // 40 ms of run-queue wait over 2 steps; histogram buckets are not summed in.
+    expect(rows[1].os['os.runq_wait_us']).toBe(20);
+    expect(Object.keys(rows[1].os)).toEqual(['os.runq_wait_us']);
+  });
+});
+
+describe('flame graphs', () => {
+  it('parses folded lines, skipping malformed ones', () => {
+    expect(parseFolded('a;b 3\nbad\na;c d 2\n\nx -1\n')).toEqual([['a;b', 3], ['a;c d', 2]]);
+  });
+  it('builds an inclusive tree that merges shared prefixes', () => {
+    const t = buildFlameTree([{ stack: 'main;f;g', value: 3 }, { stack: 'main;f', value: 1 }, { stack: 'main;h', value: 2 }]);
+    expect(t.value).toBe(6);
+    const main = t.children[0];
+    expect(main).toMatchObject({ name: 'main', value: 6 });
+    expect(main.children.map((c) => [c.name, c.value])).toEqual([['f', 4], ['h', 2]]);
+    expect(main.children[0].children[0]).toMatchObject({ name: 'g', value: 3 });
+  });
+  const d: DiffProfile = {
+    job: 'j', rank: 2, kind: 'oncpu', unit: 'count', peers: 3,
+    stacks: [
+      ['_start;main;preprocess;cpu_work', 30, 90],    // same as an average peer
+      ['_start;main;slow_augment;cpu_work', 100, 0],  // the hotspot: only on rank 2
+      ['_start;main;load', 5, 60],                    // less than its peers
+      ['start_thread;peer_only', 0, 30],              // never on rank 2
+    ],
+  };
+  it('differential tree: widths are the rank, self deltas against the average peer', () => {
+    const t = diffTree(d);
+    expect(t.name).toBe('rank 2 vs 3 peers');
+    expect(t.value).toBe(135);
+    const main = t.children[0].children[0];
+    const aug = main.children.find((c) => c.name === 'slow_augment')!;
+    expect(aug.children[0]).toMatchObject({ name: 'cpu_work', value: 100, delta: 100 });
+    const load = main.children.find((c) => c.name === 'load')!;
+    expect(load.delta).toBe(-15);
+    expect(t.children.some((c) => c.name === 'start_thread')).toBe(false);
+  });
+  it('function deltas put the function doing the extra work first, then its callers', () => {
+    const top = functionDeltas(d, 5);
+    expect(top[0]).toMatchObject({ name: 'cpu_work', rank: 130, peer: 30, delta: 100 });
+    expect(top.map((f) => f.name)).toEqual(['cpu_work', 'slow_augment', '_start', 'main', 'preprocess']);
+  });
+});
+
+describe('timeline', () => {
+  it('turns a chrome trace into named, ordered tracks and steps', () => {
+    const tl = traceTracks({
+      traceEvents: [
+        { ph: 'M', name: 'thread_name', pid: 1, tid: 4000000000, args: { name: 'steps' } },
+        { ph: 'M', name: 'thread_sort_index', pid: 1, tid: 4000000000, args: { sort_index: 0 } },
+        { ph: 'M', name: 'thread_name', pid: 1, tid: 4100000000, args: { name: 'GPU 0 stream 0x1' } },
+        { ph: 'M', name: 'thread_sort_index', pid: 1, tid: 4100000000, args: { sort_index: 10 } },
+        { ph: 'X', pid: 1, tid: 4100000000, name: 'gemm', cat: 'kernel', ts: 50, dur: 10 },
+        { ph: 'X', pid: 1, tid: 1, name: 'nccl allreduce', cat: 'api', ts: 40, dur: 1 },
+        { ph: 'X', pid: 1, tid: 4000000000, name: 'step 2', cat: 'step', ts: 100, dur: 90, args: { step: 2 } },
+        { ph: 'X', pid: 1, tid: 4000000000, name: 'step 1', cat: 'step', ts: 10, dur: 90, args: { step: 1 } },
+        { ph: 'C', pid: 1, tid: 0, name: 'on-CPU', ts: 0, args: { cpu: 1 } },
+      ],
+    });
+    expect(tl.tracks.map((t) => t.name)).toEqual(['steps', '1/1', 'GPU 0 stream 0x1']);
+    expect(tl.steps).toEqual([{ step: 1, start: 10, end: 100 }, { step: 2, start: 100, end: 190 }]);
+    expect([tl.start, tl.end]).toEqual([10, 190]);
+    expect(tl.tracks[0].events[0].name).toBe('step 1');
+  });
+});
+
+describe('formatting', () => {
+  it('formats milliseconds and unknowns', () => {
+    expect(fmtMs(12.345)).toBe('12.3 ms');
+    expect(fmtMs(2500)).toBe('2.50 s');
+    expect(fmtMs(null)).toBe('–');
+  });
+});

@@ -1,0 +1,21 @@
+// The URL hash carries the UI's state (web/src/state.ts): shareable links round-trip.
+import { formatHash, parseHash, type UiState } from '../../web/src/state';
+
+describe('URL state', () => {
+  it('round-trips every view', () => {
+    const states: UiState[] = [
+      { view: 'jobs' },
+      { view: 'job', job: 'torchelastic 7/a&b', metric: 'collective_ms', rank: 137 },
+      { view: 'flame', job: 'j', rank: 2, kind: 'offcpu', diff: true },
+      { view: 'timeline', job: '', rank: 0, step: 12 },
+      { view: 'nodes' },
+    ];
+    for (const s of states) expect(parseHash(formatHash(s))).toEqual(s);
+  });
+  it('reads hand-written and broken links safely', () => {
+    expect(parseHash('')).toEqual({ view: 'jobs' });
+    expect(parseHash('#/nope?rank=1')).toEqual({ view: 'jobs', rank: 1 });
+    expect(parseHash('#/flame?rank=-3&kind=gpu&diff=yes&metric=<script>')).toEqual({ view: 'flame' });
+    expect(formatHash({ view: 'jobs' })).toBe('#/');
+  });
+});

@@ -1,0 +1,82 @@
+// The REST API under /api/v1/ (same origin: `strata serve` serves this app). A collector started with
+// --token-file answers 401 without a bearer token: the UI asks for it once and keeps it for the tab.
+
+import type { Diagnosis, DiffProfile, Heatmap, Job, MetricRow } from './shape';
+
+const TOKEN_KEY = 'strata.token';
+
+export class ApiError extends Error {
+  constructor(
+    public status: number,
+    message: string,
+  ) {
+    super(message);
+  }
+}
+
+export function apiUrl(path: string, params: Record<string, string | number | undefined> = {}): string {
+  const q = new URLSearchParams();
+  for (const [k, v] of Object.entries(params)) if (v !== undefined) q.set(k, String(v));
+  const s = q.toString();
+  return `api/v1/${path}${s ? '?' + s : ''}`;
+}
+
+async function get(path: string, params: Record<string, string | number | undefined> = {}): Promise<Response> {
+  const headers: Record<string, string> = {};
+  const token = sessionStorage.getItem(TOKEN_KEY);
+  if (token) headers.Authorization = `Bearer ${token}`;
+  const res = await fetch(apiUrl(path, params), { headers });
+  if (res.status === 401) {
+    const t = window.prompt('This collector needs its bearer token (strata serve --token-file):');
+    if (t) {
+      sessionStorage.setItem(TOKEN_KEY, t.trim());
+      return get(path, params);
+    }
+  }
+  if (!res.ok) {
+    let why = res.statusText;
+    try {
+      why = (await res.json()).error ?? why;
+    } catch {
+      /* not JSON */
+    }
+    throw new ApiError(res.status, `${path}: ${why}`);
+  }
+  return res;
+}
+
+const json = async <T>(path: string, params: Record<string, string | number | undefined> = {}) =>
+  (await (await get(path, params)).json()) as T;
+
+export const api = {
+  jobs: () => json<{ jobs: Job[] }>('jobs').then((r) => r.jobs),
+  findings: (job: string) => json<Diagnosis>('findings', { job }),
+  heatmap: (job: string, onlyTrend = false) => json<Heatmap>('heatmap', { job, only: onlyTrend ? 'trend' : undefined }),
+  diff: (job: string, rank: number, kind: string) => json<DiffProfile>('diff', { job, rank, kind }),
+  profile: async (rank: number, kind: string) => (await get('profile', { rank, kind })).text(),
+  timeline: (job: string, rank: number) => json<{ traceEvents: import('./shape').TraceEvent[] }>('timeline', { job, rank }),
+  metrics: (prefix: string) => json<{ metrics: MetricRow[] }>('metrics', { prefix }).then((r) => r.metrics),
+  nodes: () => json<{ nodes: NodeStatus[] }>('nodes').then((r) => r.nodes),
+  overhead: () => json<{ stats: Record<string, number> }>('overhead').then((r) => r.stats),
+  processes: (job?: string) => json<{ processes: ProcessRow[] }>('processes', { job }).then((r) => r.processes),
+};
+
+export interface NodeStatus {
+  node: string;
+  agent_id: string;
+  last_seen_ns: number;
+  seconds_since_seen: number;
+  last_batch: number;
+  status: string;
+  health: Record<string, number | string> | null;
+}
+
+export interface ProcessRow {
+  node: string;
+  pid: number;
+  comm: string;
+  command: string;
+  job: string;
+  rank: number;
+  world_size: number;
+}

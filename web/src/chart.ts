@@ -1,0 +1,31 @@
+// Step-time line charts (uPlot: canvas, fast at thousands of points).
+import uPlot from 'uplot';
+import 'uplot/dist/uPlot.min.css';
+import { cssVar, h } from './dom';
+
+export interface Line {
+  label: string;
+  values: number[];
+  color: string;
+  dash?: number[];
+}
+
+export function lineChart(xs: number[], lines: Line[], opts: { width: number; height: number; sparkline?: boolean }): HTMLElement {
+  const el = h('div', { class: opts.sparkline ? 'spark' : 'chart' });
+  const fg = cssVar('--fg') || '#222';
+  const grid = cssVar('--grid') || '#ddd';
+  const axis = { stroke: fg, grid: { stroke: grid, width: 1 }, ticks: { stroke: grid } };
+  const data = [xs, ...lines.map((l) => l.values.map((v) => (Number.isFinite(v) ? v : null)))] as uPlot.AlignedData;
+  const o: uPlot.Options = {
+    width: opts.width,
+    height: opts.height,
+    legend: { show: !opts.sparkline },
+    cursor: { show: !opts.sparkline },
+    scales: { x: { time: false } },
+    axes: opts.sparkline ? [{ show: false }, { show: false }] : [{ ...axis, label: 'step' }, { ...axis, label: 'ms' }],
+    series: [{ label: 'step' }, ...lines.map((l) => ({ label: l.label, stroke: l.color, width: 1.5, dash: l.dash, spanGaps: true }))],
+  };
+  // uPlot measures its parent: build once attached.
+  requestAnimationFrame(() => new uPlot(o, data, el));
+  return el;
+}

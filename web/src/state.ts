@@ -1,0 +1,58 @@
+// The UI's state lives in the URL hash, so any view can be shared by copying the address:
+//   #/                                   jobs
+//   #/job?job=J&metric=step_ms&rank=R    one job (heatmap metric, selected rank)
+//   #/flame?job=J&rank=R&kind=offcpu&diff=1
+//   #/timeline?job=J&rank=R&step=N
+//   #/nodes
+
+export type View = 'jobs' | 'job' | 'flame' | 'timeline' | 'nodes';
+export type ProfileKind = 'oncpu' | 'offcpu';
+
+export interface UiState {
+  view: View;
+  job?: string;
+  rank?: number;
+  kind?: ProfileKind;
+  diff?: boolean;
+  metric?: string;
+  step?: number;
+}
+
+const VIEWS: View[] = ['jobs', 'job', 'flame', 'timeline', 'nodes'];
+
+function intOf(v: string | null): number | undefined {
+  if (v === null || !/^\d{1,9}$/.test(v)) return undefined;
+  return Number(v);
+}
+
+export function parseHash(hash: string): UiState {
+  const h = hash.replace(/^#/, '');
+  const q = h.indexOf('?');
+  const path = (q < 0 ? h : h.slice(0, q)).replace(/^\/+|\/+$/g, '');
+  const params = new URLSearchParams(q < 0 ? '' : h.slice(q + 1));
+  const view = (VIEWS as string[]).includes(path) ? (path as View) : 'jobs';
+  const s: UiState = { view };
+  if (params.has('job')) s.job = params.get('job') ?? '';
+  const rank = intOf(params.get('rank'));
+  if (rank !== undefined) s.rank = rank;
+  const kind = params.get('kind');
+  if (kind === 'oncpu' || kind === 'offcpu') s.kind = kind;
+  if (params.get('diff') === '1') s.diff = true;
+  const metric = params.get('metric');
+  if (metric && /^[a-z_]{1,40}$/.test(metric)) s.metric = metric;
+  const step = intOf(params.get('step'));
+  if (step !== undefined) s.step = step;
+  return s;
+}
+
+export function formatHash(s: UiState): string {
+  const p = new URLSearchParams();
+  if (s.job !== undefined) p.set('job', s.job);
+  if (s.rank !== undefined) p.set('rank', String(s.rank));
+  if (s.kind) p.set('kind', s.kind);
+  if (s.diff) p.set('diff', '1');
+  if (s.metric) p.set('metric', s.metric);
+  if (s.step !== undefined) p.set('step', String(s.step));
+  const q = p.toString();
+  return '#/' + (s.view === 'jobs' ? '' : s.view) + (q ? '?' + q : '');
+}

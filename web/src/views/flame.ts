@@ -1,0 +1,86 @@
+// Flame graphs: one rank's on-CPU or off-CPU profile, or the differential flame graph of a rank
+// against its average peer (red: more time on this rank, blue: less).
+import flamegraph from 'd3-flame-graph/src/flamegraph.js';
+import { differentialColorMapper, offCpuColorMapper } from 'd3-flame-graph/src/colorMapper.js';
+import 'd3-flame-graph/src/flamegraph.css';
+import { select } from 'd3-selection';
+import { api } from '../api';
+import { errorBox, h } from '../dom';
+import { buildFlameTree, diffTree, fmtNum, functionDeltas, type FlameNode } from '../shape';
+import { formatHash, type UiState } from '../state';
+
+function drawFlame(slot: HTMLElement, tree: FlameNode, opts: { diff: boolean; offcpu: boolean; unit: string }): void {
+  const width = Math.max(600, Math.min(1400, slot.clientWidth || 1000));
+  const chart = flamegraph()
+    .width(width)
+    .cellHeight(18)
+    .transitionDuration(0)
+    .minFrameSize(1)
+    .sort(true)
+    .selfValue(false)
+    .title('')
+    .setLabelHandler((d: { data: { name: string; delta?: number }; value: number; delta?: number }) =>
+      `${d.data.name} — ${fmtNum(d.value)} ${opts.unit}` + (opts.diff ? ` (Δ ${(d.delta ?? 0) >= 0 ? '+' : ''}${fmtNum(d.delta ?? 0)} vs average peer)` : ''));
+  if (opts.diff) chart.computeDelta(true).setColorMapper(differentialColorMapper);
+  else if (opts.offcpu) chart.setColorMapper(offCpuColorMapper);
+  select(slot).datum(tree).call(chart);
+}
+
+export async function flameView(main: HTMLElement, s: UiState, go: (s: UiState) => void): Promise<void> {
+  const job = s.job ?? '';
+  const rank = s.rank ?? 0;
+  const kind = s.kind ?? 'oncpu';
+  const diff = !!s.diff;
+  main.append(h('nav', { class: 'crumbs' }, h('a', { href: '#/' }, 'jobs'), ' / ',
+    h('a', { href: formatHash({ view: 'job', job, rank }) }, job || '(unnamed)'), ' / ', `rank ${rank}`));
+  main.append(h('h1', {}, diff ? `Differential flame graph: rank ${rank} vs its peers` : `Flame graph: rank ${rank}`));
+  const rankIn = h('input', { type: 'number', min: 0, value: rank, id: 'rank', onchange: () => go({ ...s, rank: Number(rankIn.value) }) });
+  const kindSel = h('select', { id: 'kind', onchange: () => go({ ...s, kind: kindSel.value as 'oncpu' | 'offcpu' }) },
+    h('option', { value: 'oncpu', selected: kind === 'oncpu' }, 'on-CPU'),
+    h('option', { value: 'offcpu', selected: kind === 'offcpu' }, 'off-CPU (blocked time)'));
+  const diffBox = h('input', { type: 'checkbox', id: 'diff', checked: diff, onchange: () => go({ ...s, diff: diffBox.checked }) });
+  const search = h('input', { type: 'search', id: 'search', placeholder: 'search frames' });
+  main.append(h('div', { class: 'controls' }, h('label', {}, 'rank ', rankIn), h('label', {}, kindSel),
+    h('label', {}, diffBox, ' differential vs peers'), search,
+    h('a', { href: formatHash({ view: 'timeline', job, rank }) }, 'timeline of this rank')));
+  const legend = diff
+    ? h('p', { class: 'muted' }, 'Widths: this rank\'s ', kind === 'oncpu' ? 'samples' : 'blocked µs',
+      '. Colour: red where this rank spends more than its average peer, blue where less.')
+    : null;
+  const slot = h('div', { id: 'flame', class: 'flame' });
+  const side = h('div', { id: 'deltas' });
+  main.append(...(legend ? [legend] : []), slot, side);
+  try {
+    const unit = kind === 'oncpu' ? 'samples' : 'µs';
+    if (diff) {
+      const d = await api.diff(job, rank, kind);
+      const tree = diffTree(d);
+      if (tree.value === 0) slot.append(h('p', { class: 'muted' }, `no ${kind} samples for rank ${rank}`));
+      else drawFlame(slot, tree, { diff: true, offcpu: kind === 'offcpu', unit });
+      const top = functionDeltas(d, 12);
+      side.append(h('h2', {}, `Where rank ${rank} spends more than its average peer`),
+        h('table', { class: 'deltas' },
+          h('thead', {}, h('tr', {}, h('th', {}, 'function'), h('th', {}, `rank ${rank}`), h('th', {}, 'average peer'), h('th', {}, 'Δ'))),
+          h('tbody', {}, top.map((f) => h('tr', { 'data-function': f.name },
+            h('td', {}, h('code', {}, f.name)), h('td', {}, fmtNum(f.rank)), h('td', {}, fmtNum(f.peer)),
+            h('td', { class: f.delta > 0 ? 'up' : 'down' }, `${f.delta > 0 ? '+' : ''}${fmtNum(f.delta)}`))))));
+    } else {
+      // The diff endpoint is scoped to the job; its first column is the rank's own profile.
+      const d = await api.diff(job, rank, kind);
+      const tree = buildFlameTree(d.stacks.map(([stack, value]) => ({ stack, value })), `rank ${rank}`);
+      if (tree.value === 0) slot.append(h('p', { class: 'muted' }, `no ${kind} samples for rank ${rank}`));
+      else drawFlame(slot, tree, { diff: false, offcpu: kind === 'offcpu', unit });
+    }
+    search.addEventListener('input', () => {
+      slot.querySelectorAll('g').forEach((g) => {
+        const name = g.getAttribute('name') ?? '';
+        g.classList.toggle('match', !!search.value && name.includes(search.value));
+      });
+    });
+    // d3-flame-graph lays frames out in a (zero-length) transition: ready after it has run.
+    await new Promise((r) => setTimeout(r, 100));
+    document.body.dataset.ready = 'flame';
+  } catch (e) {
+    slot.append(errorBox(e));
+  }
+}
