@@ -7,6 +7,7 @@
 #include <chrono>
 #include <cmath>
 #include <cstdio>
+#include <iterator>
 #include <map>
 #include <optional>
 #include <set>
@@ -178,7 +179,7 @@ class WebApi {
       o += (r ? "," : "") + std::string("{\"rank\":") + json_num(rows[r].rank) + ",\"pid\":" + json_num(rows[r].pid) +
            ",\"node\":" + json_str(rows[r].node) + "}";
     }
-    o += "],\"series\":{";
+    o += "],\"summary\":{";
     struct Series {
       const char* name;
       double (*value)(const store::StepRecord&);
@@ -200,9 +201,42 @@ class WebApi {
            return s.device_known ? static_cast<double>(s.gpu_idle_ns) / 1e6 : std::nan("");
          }},
     };
+    // Per-rank means of every series (the breakdown table), so a page asks only for the matrix it draws
+    // (`series=step_ms,...`; default all).
+    o += "\"means\":{";
+    for (size_t k = 0; k < std::size(kAll); ++k) {
+      o += (k ? ",\"" : "\"") + std::string(kAll[k].name) + "\":[";
+      for (size_t r = 0; r < per_row.size(); ++r) {
+        double sum = 0;
+        size_t n = 0;
+        for (const auto* step : per_row[r]) {
+          double v = kAll[k].value(*step);
+          if (std::isfinite(v)) {
+            sum += v;
+            ++n;
+          }
+        }
+        o += (r ? "," : "") + ms3(n ? sum / static_cast<double>(n) : std::nan(""));
+      }
+      o += "]";
+    }
+    o += "}";
+    const std::string wanted = only_trend ? "step_ms" : req.get_param_value("series");
+    auto is_wanted = [&](const std::string& name) {
+      if (wanted.empty()) return true;
+      size_t pos = 0;
+      while (pos <= wanted.size()) {
+        size_t comma = wanted.find(',', pos);
+        if (wanted.substr(pos, comma == std::string::npos ? std::string::npos : comma - pos) == name) return true;
+        if (comma == std::string::npos) break;
+        pos = comma + 1;
+      }
+      return false;
+    };
+    o += "},\"series\":{";
     bool first_series = true;
     for (const auto& series : kAll) {
-      if (only_trend && std::string(series.name) != "step_ms") continue;
+      if (!is_wanted(series.name)) continue;
       o += (first_series ? "\"" : ",\"") + std::string(series.name) + "\":[";
       first_series = false;
       for (size_t r = 0; r < per_row.size(); ++r) {

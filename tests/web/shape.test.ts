@@ -136,3 +136,16 @@ describe('formatting', () => {
     expect(fmtMs(null)).toBe('–');
   });
 });
+
+describe('per-rank breakdown from the server summary', () => {
+  it('uses the per-rank means when the matrices were not asked for', () => {
+    const h: Heatmap = {
+      job: 'j', steps: 3, step_start_ns: [0, 1, 2], ranks: [{ rank: 5, pid: 50, node: 'n' }],
+      summary: { means: { step_ms: [200], collective_ms: [30], gpu_compute_ms: [null], gpu_idle_ms: [12] } },
+      series: {},
+    };
+    const [r] = rankBreakdown(h);
+    expect(r).toMatchObject({ rank: 5, steps: 3, step_ms: 200, collective_ms: 30, compute_ms: 170, gpu_idle_ms: 12 });
+    expect(r.gpu_compute_ms).toBeNaN();
+  });
+});

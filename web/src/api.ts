@@ -51,7 +51,8 @@ const json = async <T>(path: string, params: Record<string, string | number | un
 export const api = {
   jobs: () => json<{ jobs: Job[] }>('jobs').then((r) => r.jobs),
   findings: (job: string) => json<Diagnosis>('findings', { job }),
-  heatmap: (job: string, onlyTrend = false) => json<Heatmap>('heatmap', { job, only: onlyTrend ? 'trend' : undefined }),
+  heatmap: (job: string, onlyTrend = false, series?: string[]) =>
+    json<Heatmap>('heatmap', { job, only: onlyTrend ? 'trend' : undefined, series: series?.join(',') }),
   diff: (job: string, rank: number, kind: string) => json<DiffProfile>('diff', { job, rank, kind }),
   profile: async (rank: number, kind: string) => (await get('profile', { rank, kind })).text(),
   timeline: (job: string, rank: number) => json<{ traceEvents: import('./shape').TraceEvent[] }>('timeline', { job, rank }),

@@ -47,7 +47,8 @@ export interface Heatmap {
   steps: number;
   step_start_ns: number[];
   ranks: HeatmapRank[];
-  series: Record<string, (number | null)[][]>;
+  summary?: { means: Record<string, (number | null)[]> };  // per-rank means of every series
+  series: Record<string, (number | null)[][]>;              // the matrices asked for
 }
 
 export type DiffStack = [stack: string, rank: number, peersSum: number];
@@ -203,15 +204,17 @@ export function osTotalsByPid(rows: readonly MetricRow[]): Map<number, Record<st
 }
 
 export function rankBreakdown(h: Heatmap, os?: Map<number, Record<string, number>>): RankBreakdown[] {
-  const step = h.series.step_ms ?? [];
-  const coll = h.series.collective_ms ?? [];
-  const gpuc = h.series.gpu_compute_ms ?? [];
-  const idle = h.series.gpu_idle_ms ?? [];
+  // The server's per-rank means when it sent them, else the means of the matrices.
+  const meanOf = (name: string, i: number): number => {
+    const m = h.summary?.means?.[name];
+    if (m) return typeof m[i] === 'number' ? (m[i] as number) : NaN;
+    return mean(h.series[name]?.[i] ?? []);
+  };
+  const step = h.series.step_ms;
   return h.ranks.map((r, i) => {
-    const s = step[i] ?? [];
-    const steps = s.filter((x) => typeof x === 'number').length;
-    const step_ms = mean(s);
-    const collective_ms = mean(coll[i] ?? []);
+    const steps = step ? (step[i] ?? []).filter((x) => typeof x === 'number').length : h.steps;
+    const step_ms = meanOf('step_ms', i);
+    const collective_ms = meanOf('collective_ms', i);
     const totals = os?.get(r.pid) ?? {};
     const perStep: Record<string, number> = {};
     for (const [k, v] of Object.entries(totals)) perStep[k] = steps ? v / steps : NaN;
@@ -223,8 +226,8 @@ export function rankBreakdown(h: Heatmap, os?: Map<number, Record<string, number
       step_ms,
       collective_ms,
       compute_ms: step_ms - (Number.isFinite(collective_ms) ? collective_ms : 0),
-      gpu_compute_ms: mean(gpuc[i] ?? []),
-      gpu_idle_ms: mean(idle[i] ?? []),
+      gpu_compute_ms: meanOf('gpu_compute_ms', i),
+      gpu_idle_ms: meanOf('gpu_idle_ms', i),
       os: perStep,
     };
   });

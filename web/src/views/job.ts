@@ -104,7 +104,7 @@ export async function jobView(main: HTMLElement, s: UiState, go: (s: UiState) =>
 
   let hm: Heatmap;
   try {
-    hm = await api.heatmap(job);
+    hm = await api.heatmap(job, false, [...new Set(['step_ms', metric])]);
   } catch (e) {
     heatSlot.replaceChildren(errorBox(e));
     return;

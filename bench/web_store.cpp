@@ -1,0 +1,115 @@
+// A synthetic store for bench/web_render.sh: one job of N ranks (default 1,000) on N/8 nodes, S steps
+// each, with rank 137 a straggler (computes longer, waits less) from step S/2; per-rank on-CPU stacks
+// (the straggler spends its extra time in `slow_augment`), per-window OS metrics. Written through the
+// Store interface, so the web UI reads it exactly as it reads a recording.
+//   strata-web-bench-store OUT.db [RANKS] [STEPS]
+#include <cmath>
+#include <cstdio>
+#include <cstdlib>
+#include <iostream>
+#include <random>
+#include <string>
+
+#include "store/store.h"
+
+using namespace strata;
+
+namespace {
+
+Frame fn(const std::string& name) {
+  Frame f;
+  f.kind = FrameKind::kNative;
+  f.module = "/opt/train/bin/trainer";
+  f.function = name;
+  f.offset = std::hash<std::string>{}(name) & 0xffffff;
+  return f;
+}
+
+int fail(const std::string& why) {
+  std::cerr << "strata-web-bench-store: " << why << "\n";
+  return 1;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  if (argc < 2) return fail("usage: strata-web-bench-store OUT.db [RANKS] [STEPS]");
+  const int ranks = argc > 2 ? std::atoi(argv[2]) : 1000;
+  const int steps = argc > 3 ? std::atoi(argv[3]) : 60;
+  const int straggler = ranks > 137 ? 137 : ranks - 1;
+  std::remove(argv[1]);
+  auto st = store::Store::open_sqlite(argv[1], store::Store::Mode::kCreateOrAppend);
+  if (!st) return fail(st.error().message);
+  auto& s = **st;
+  const uint64_t t0 = 1'700'000'000'000'000'000ull;
+  const uint64_t step_ns = 200'000'000;
+  if (!s.begin()) return fail("begin");
+  auto rec = s.begin_recording({"bench-node-0", "synthetic 1k-rank job", t0, 99, 10});
+  if (!rec) return fail(rec.error().message);
+  // Stacks, root first here and reversed (leaf first) for the store.
+  auto stack = [&](std::initializer_list<const char*> names) -> int64_t {
+    Stack stk;
+    for (auto it = std::rbegin(names); it != std::rend(names); ++it) stk.push_back(fn(*it));
+    auto id = s.intern_stack(stk);
+    return id ? *id : -1;
+  };
+  const int64_t fwd = stack({"_start", "main", "train_step", "forward", "launch_kernels"});
+  const int64_t load = stack({"_start", "main", "train_step", "load_batch", "preprocess", "cpu_work"});
+  const int64_t aug = stack({"_start", "main", "train_step", "load_batch", "slow_augment", "cpu_work"});
+  const int64_t wait = stack({"_start", "main", "train_step", "allreduce", "ncclAllReduce", "poll"});
+  std::mt19937 rng(7);
+  std::normal_distribution<double> noise(0, 2e6);
+  const uint64_t end_ns = t0 + steps * (step_ns + 60'000'000);
+  for (int r = 0; r < ranks; ++r) {
+    const uint32_t pid = 10000 + r;
+    store::ProcessInfo p;
+    p.pid = pid;
+    p.ppid = 1;
+    p.start_ns = t0;
+    p.node = "node-" + std::to_string(r / 8);
+    p.comm = "python3";
+    p.command = "python3 train.py";
+    p.job = "bench-1k";
+    p.rank = r;
+    p.local_rank = r % 8;
+    p.world_size = ranks;
+    if (!s.put_process(*rec, p)) return fail("put_process");
+    std::vector<store::StepRecord> rows;
+    uint64_t extra_total = 0;
+    uint64_t cursor = t0;
+    for (int k = 0; k < steps; ++k) {
+      const bool slow = k >= steps / 2;
+      const uint64_t extra = slow ? 40'000'000 : 0;  // the job's steps grow 40 ms from S/2
+      const uint64_t start = cursor;
+      store::StepRecord sr;
+      sr.pid = pid;
+      sr.step = k + 1;
+      sr.start_ns = start;
+      sr.end_ns = start + step_ns + extra + static_cast<uint64_t>(std::abs(noise(rng)));
+      cursor = sr.end_ns;
+      const uint64_t compute = 120'000'000 + (r == straggler ? extra : 0);
+      sr.collective_ns = sr.end_ns - sr.start_ns - compute;
+      sr.device_known = true;
+      sr.device_compute_ns = 110'000'000;
+      sr.device_collective_ns = sr.collective_ns;
+      sr.gpu_idle_ns = sr.end_ns - sr.start_ns - sr.device_compute_ns - sr.device_collective_ns / 2;
+      rows.push_back(sr);
+      if (r == straggler && slow) extra_total += extra;
+    }
+    if (!s.put_steps(*rec, rows)) return fail("put_steps");
+    std::vector<store::StackCount> counts = {
+        {pid, pid, "python3", fwd, 300}, {pid, pid, "python3", load, 500}, {pid, pid, "python3", wait, 200}};
+    if (extra_total) counts.push_back({pid, pid, "python3", aug, extra_total / 10'000'000});
+    if (!s.put_window(*rec, t0, end_ns, store::CountKind::kOnCpu, counts)) return fail("put_window");
+    std::vector<store::Metric> m = {{pid, "os.cpu_time_us", "", 12e6 + (r == straggler ? 1.2e6 : 0)},
+                                    {pid, "os.runq_wait_us", "", 2e4},
+                                    {pid, "os.involuntary_switches", "", 40},
+                                    {pid, "os.major_faults", "", 0}};
+    if (!s.put_metrics(*rec, t0, end_ns, m)) return fail("put_metrics");
+  }
+  if (!s.end_recording(*rec, end_ns)) return fail("end_recording");
+  if (!s.commit()) return fail("commit");
+  std::cout << "wrote " << argv[1] << ": " << ranks << " ranks x " << steps << " steps, straggler rank " << straggler
+            << "\n";
+  return 0;
+}
