@@ -212,7 +212,7 @@ std::optional<PathDiff> blocking_caller(const JobWindow& job, size_t c, const st
   }
   if (!best) return best;
   auto frames = split_path(best->path);
-  best->function = std::string(frames.back());
+  best->function = frames.back() == "[kernel]" ? "block I/O (no user stack)" : std::string(frames.back());
   for (size_t i = frames.size(); i-- > 0;) {
     std::string_view f = frames[i];
     bool syscall = f.size() > 2 && f.substr(f.size() - 2) == "()";

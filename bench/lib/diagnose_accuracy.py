@@ -70,7 +70,7 @@ def fault_start_ns(db, truth):
 
 def correct(finding, truth):
     f = truth["fault"]
-    return finding["rank"] == f["rank"] and finding["cause"] == f["cause"]
+    return finding["rank"] == f.get("rank") and finding["cause"] == f.get("cause")
 
 
 def manifest(truth):
@@ -88,7 +88,8 @@ def manifest(truth):
 
 
 def one_run(args, kind, ranks, python, seed, workdir, log):
-    rng = random.Random(hash((kind, ranks, python, seed)) & 0xffffffff)
+    # A string seed: reproducible across runs (tuple hashes are salted per process).
+    rng = random.Random(f"{kind}/{ranks}/{python}/{seed}")
     rank = rng.randrange(ranks)
     start = rng.randrange(8, 15)
     steps = args.steps_4 if ranks == 4 else args.steps_8
@@ -134,7 +135,8 @@ def one_run(args, kind, ranks, python, seed, workdir, log):
                 if os.path.exists(p):
                     os.remove(p)
     top = res["findings"][0] if res["findings"] else None
-    log.write(f"{name}: truth rank {truth['fault']['rank']} {truth['fault']['cause']} ({truth['fault']['culprit']}); "
+    tf = truth["fault"]
+    log.write(f"{name}: truth rank {tf.get('rank')} {tf.get('cause')} ({tf.get('culprit')}); "
               f"got {json.dumps(top) if top else 'healthy'}; latency {res['latency_s']}; {wall:.0f} s\n")
     log.flush()
     if not args.keep:
@@ -195,13 +197,14 @@ def summarize(results, out):
 
 def main():
     ap = argparse.ArgumentParser()
-    ap.add_argument("--build", default="build")
+    ap.add_argument("--build", default="build", help="build dir with bin/strata-sim and the testbed")
+    ap.add_argument("--strata", default=None, help="the strata binary (default: BUILD/bin/strata)")
     ap.add_argument("--quick", action="store_true")
     ap.add_argument("--seeds", type=int, default=3)
     ap.add_argument("--keep", action="store_true", help="keep the recorded stores")
     ap.add_argument("--out", default="bench/results/diagnose_accuracy")
     args = ap.parse_args()
-    args.strata = os.path.join(args.build, "bin", "strata")
+    args.strata = args.strata or os.path.join(args.build, "bin", "strata")
     # Enough steps for two or three 10 s windows after the fault starts.
     args.steps_4 = 150
     args.steps_8 = 90
