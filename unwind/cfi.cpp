@@ -231,8 +231,17 @@ class FdeRunner {
     loc_ += step;
     return out_.size() < limits_.max_rows;
   }
+  // factored * data_align, both from the file: saturated instead of overflowing (undefined
+  // behaviour), so a hostile value becomes an offset that to_row() rejects as out of range.
+  int64_t scaled(int64_t factored) const {
+    int64_t out = 0;
+    if (__builtin_mul_overflow(factored, cie_.data_align, &out))
+      return (factored < 0) != (cie_.data_align < 0) ? std::numeric_limits<int64_t>::min()
+                                                     : std::numeric_limits<int64_t>::max();
+    return out;
+  }
   void set_reg_offset(uint64_t reg, int64_t factored) {
-    int64_t off = factored * cie_.data_align;
+    int64_t off = scaled(factored);
     if (reg == kRegRbp) {
       state_.rbp = RbpRule::kOffset;
       state_.rbp_offset = off;
@@ -350,10 +359,10 @@ class FdeRunner {
         case 0x12: {  // def_cfa_sf
           uint64_t reg = r.uleb();
           def_cfa_reg(reg);
-          state_.cfa_offset = r.sleb() * cie_.data_align;
+          state_.cfa_offset = scaled(r.sleb());
           break;
         }
-        case 0x13: state_.cfa_offset = r.sleb() * cie_.data_align; break;  // def_cfa_offset_sf
+        case 0x13: state_.cfa_offset = scaled(r.sleb()); break;  // def_cfa_offset_sf
         case 0x14:                                                          // val_offset
         case 0x15: {                                                        // val_offset_sf
           uint64_t reg = r.uleb();
