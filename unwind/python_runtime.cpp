@@ -310,7 +310,8 @@ int code_line(const CodeInfo& code, int minor, uint32_t lasti) {
     for (size_t i = 0; i + 1 < n; i += 2) {
       uint64_t end = start + t[i];
       auto delta = static_cast<int8_t>(t[i + 1]);
-      if (delta != -128) line += delta;
+      // The table comes from the target's memory: a sum that overflows is no line at all.
+      if (delta != -128 && __builtin_add_overflow(line, delta, &line)) return code.first_line;
       if (addr >= start && addr < end) return delta == -128 ? result : line;
       if (delta != -128) result = line;
       start = end;
@@ -339,23 +340,23 @@ int code_line(const CodeInfo& code, int minor, uint32_t lasti) {
     if (!(first & 0x80)) continue;  // not at an entry start: resynchronize
     unsigned kind = (first >> 3) & 15;
     uint64_t length = (first & 7) + 1;
-    int delta = 0;
+    int64_t delta = 0;
     if (kind == 15) {
       delta = 0;  // no location
     } else if (kind == 14) {
-      delta = static_cast<int>(svarint());
+      delta = svarint();
       varint();
       varint();
       varint();
     } else if (kind == 13) {
-      delta = static_cast<int>(svarint());
+      delta = svarint();
     } else if (kind >= 10) {
       delta = static_cast<int>(kind) - 10;
       i += 2;
     } else {
       i += 1;
     }
-    line += delta;
+    if (__builtin_add_overflow(line, delta, &line)) return code.first_line;  // corrupt table
     if (lasti < unit + length) return line;
     unit += length;
   }
