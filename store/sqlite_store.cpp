@@ -106,7 +106,13 @@ class Stmt {
     return *this;
   }
   int step() { return sqlite3_step(s_); }
-  void reset() { sqlite3_reset(s_); sqlite3_clear_bindings(s_); }
+  // A statement that failed to prepare (a corrupt or foreign schema) is null: sqlite3_reset accepts
+  // that, sqlite3_clear_bindings does not.
+  void reset() {
+    if (!s_) return;
+    sqlite3_reset(s_);
+    sqlite3_clear_bindings(s_);
+  }
   int64_t i64(int c) { return sqlite3_column_int64(s_, c); }
   double dbl(int c) { return sqlite3_column_double(s_, c); }
   std::string text(int c) {
