@@ -106,7 +106,7 @@ bool ImageMemReader::read(uint64_t addr, void* dst, size_t n) {
   --it;
   uint64_t off = addr - it->first;
   if (off > it->second.size() || it->second.size() - off < n) return false;
-  std::memcpy(dst, it->second.data() + off, n);
+  if (n) std::memcpy(dst, it->second.data() + off, n);  // memcpy of 0 bytes may still not take null
   return true;
 }
 
