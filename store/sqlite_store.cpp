@@ -681,7 +681,7 @@ class SqliteStore final : public Store {
       std::string blob = ss.blob(0);
       if (blob.size() % sizeof(int64_t)) return Error{"store is corrupt: stack blob of odd size"};
       std::vector<int64_t> ids(blob.size() / sizeof(int64_t));
-      std::memcpy(ids.data(), blob.data(), blob.size());
+      if (!ids.empty()) std::memcpy(ids.data(), blob.data(), blob.size());  // an empty stack: data() is null
       for (int64_t fid : ids) {
         auto it = frames.find(fid);
         if (it == frames.end()) {
