@@ -1,10 +1,12 @@
 #include <signal.h>
+#include <unistd.h>
 
 #include <atomic>
 #include <filesystem>
 #include <iostream>
 
 #include "cli/args.h"
+#include "common/capabilities.h"
 #include "cli/commands.h"
 #include "server/server.h"
 
@@ -26,6 +28,8 @@ options:
   --web-dir DIR     static files for / (default: the web UI built beside this program,
                     BIN/../web or BIN/../share/strata/web; else a placeholder page)
   --silent-after S  call a node silent after S seconds without a batch (default: 3 of its intervals)
+  --user NAME       run as this user (started as root; the store must be writable by it). The
+                    server needs no privilege: it drops every capability in any case.
 
 Exit codes: 0 ok, 1 bad input, 2 environment (address in use, store unreachable).
 )";
@@ -49,13 +53,15 @@ void on_stop(int) { g_stop = true; }
 int serve_main(std::vector<std::string> argv) {
   Args args(std::move(argv));
   server::ServeOptions opts;
+  std::string user;
   while (!args.done()) {
     std::string a = args.next();
     if (a == "-h" || a == "--help") {
       std::cout << kServeHelp;
       return 0;
     }
-    if (a != "--store" && a != "--listen" && a != "--token-file" && a != "--web-dir" && a != "--silent-after")
+    if (a != "--store" && a != "--listen" && a != "--token-file" && a != "--web-dir" && a != "--silent-after" &&
+        a != "--user")
       return fail("serve: unknown option '" + a + "' (see strata serve --help)", 1);
     auto v = args.value(a);
     if (!v) return fail(v.error().message, 1);
@@ -65,6 +71,8 @@ int serve_main(std::vector<std::string> argv) {
       opts.listen = *v;
     } else if (a == "--web-dir") {
       opts.web_dir = *v;
+    } else if (a == "--user") {
+      user = *v;
     } else if (a == "--silent-after") {
       auto s = parse_seconds(a, *v);
       if (!s) return fail(s.error().message, 1);
@@ -81,6 +89,12 @@ int serve_main(std::vector<std::string> argv) {
   sigaction(SIGINT, &sa, nullptr);
   sigaction(SIGTERM, &sa, nullptr);
   signal(SIGPIPE, SIG_IGN);
+  // Nothing the collector does needs privilege (the token file is read already): give it all up
+  // before the first byte from the network arrives.
+  auto dropped = caps::drop_all_privileges(user);
+  if (!dropped) return fail("serve: " + dropped.error().message, 2);
+  if (!dropped->empty()) std::cerr << "strata: serve: " << *dropped << "\n";
+  if (geteuid() == 0) std::cerr << "strata: serve: warning: running as root (uid 0, no capabilities); --user NAME is safer\n";
   auto st = server::serve(opts, g_stop, std::cerr);
   if (!st) return fail(st.error().message, st.error().exit_code);
   return 0;
