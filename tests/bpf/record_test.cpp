@@ -130,6 +130,32 @@ TEST(Record, WatchesARunningProcessByPid) {
   EXPECT_GT(leaf, 40u) << rep.out;
 }
 
+TEST(Record, PprofDecodesWithProtocAndMatchesTheFoldedTotal) {
+  TempDir dir;
+  std::string folded = record_folded(dir, testprog("cpu_workload") + " 2");
+  uint64_t folded_total = 0;
+  for (const auto& l : parse_folded(folded)) folded_total += l.count;
+  ASSERT_GT(folded_total, 50u);
+  auto rep = run(strata_bin() + " report " + dir.file("rec.db") + " --format pprof -o " + dir.file("p.pb.gz"));
+  ASSERT_EQ(rep.exit_code, 0) << describe(rep);
+  // The real protoc, with pprof's schema: every sample's value summed.
+  auto dec = run("gunzip -c " + dir.file("p.pb.gz") + " | protoc --decode perftools.profiles.Profile -I " +
+                 source_dir() + "/proto " + source_dir() + "/proto/profile.proto");
+  ASSERT_EQ(dec.exit_code, 0) << describe(dec);
+  uint64_t pprof_total = 0;
+  std::istringstream in(dec.out);
+  std::string line;
+  bool in_sample = false;
+  while (std::getline(in, line)) {
+    if (line.rfind("sample {", 0) == 0) in_sample = true;
+    if (line == "}") in_sample = false;
+    auto pos = line.find("  value: ");
+    if (in_sample && pos == 0) pprof_total += std::stoull(line.substr(9));
+  }
+  EXPECT_EQ(pprof_total, folded_total);
+  EXPECT_NE(dec.out.find("build_id"), std::string::npos) << "mappings carry build ids";
+}
+
 TEST(Record, NoBpfPermissionExitsTwoNamingTheCapability) {
   TempDir dir;
   run("chmod 777 " + dir.path());
