@@ -233,7 +233,9 @@ class LiveSampler final : public OnCpuSampler {
     sample_.comm.assign(hdr.comm, strnlen(hdr.comm, sizeof(hdr.comm)));
     const uint8_t* p = data + sizeof(hdr);
     sample_.kstack.resize(hdr.kstack_len);
-    std::memcpy(sample_.kstack.data(), p, hdr.kstack_len * sizeof(uint64_t));
+    // No kernel frames (a sample taken in user mode): data() of the empty vector may be null, which
+    // memcpy must not get even for 0 bytes.
+    if (hdr.kstack_len) std::memcpy(sample_.kstack.data(), p, hdr.kstack_len * sizeof(uint64_t));
     p += hdr.kstack_len * sizeof(uint64_t);
     sample_.ustack.clear();
     for (unsigned i = 0; i < hdr.ustack_len; ++i, p += sizeof(bpf_stack_build_id)) {
