@@ -69,6 +69,14 @@ class SelfSpace : public AddressSpace {
 
 Capture* g_capture;
 
+// The stack is copied as the kernel copies it: raw bytes, redzones and dead frames included. ASan
+// would call that an overflow, so this one copy is not instrumented (a plain loop: memcpy is
+// intercepted whatever the attribute says).
+__attribute__((no_sanitize("address"), noinline)) void copy_raw_stack(uint8_t* dst, uint64_t src, size_t n) {
+  const volatile uint8_t* p = reinterpret_cast<const volatile uint8_t*>(src);
+  for (size_t i = 0; i < n; ++i) dst[i] = p[i];
+}
+
 extern "C" __attribute__((noinline)) void take_snapshot() {
   Capture& c = *g_capture;
   uint64_t ip, sp, bp;
@@ -81,7 +89,7 @@ extern "C" __attribute__((noinline)) void take_snapshot() {
     if (sp >= m.start && sp < m.end) top = std::min(top, m.end);
   }
   c.stack.resize(top - sp);
-  std::memcpy(c.stack.data(), reinterpret_cast<const void*>(sp), c.stack.size());
+  copy_raw_stack(c.stack.data(), sp, c.stack.size());
   asm volatile("" ::: "memory");
 }
 
@@ -122,6 +130,10 @@ std::string name_of(uint64_t ip) {
 }
 
 TEST(StackUnwinder, WalksAChainWithoutFramePointersThroughQsort) {
+#if defined(__SANITIZE_ADDRESS__)
+  // ASan replaces qsort with its interceptor: the chain would not pass through glibc's CFI.
+  GTEST_SKIP() << "qsort is ASan's interceptor in this build";
+#endif
   Capture cap;
   g_capture = &cap;
   int values[] = {3, 1, 2};
