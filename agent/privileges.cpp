@@ -10,7 +10,9 @@
 namespace strata::agent {
 
 std::vector<int> runtime_capabilities() {
-  std::vector<int> keep = {CAP_SYS_PTRACE, CAP_DAC_READ_SEARCH};
+  // CAP_SYSLOG: /proc/kallsyms shows kernel addresses only with it (unless perf_event_paranoid <= 1),
+  // and kernel frames are symbolized after start-up.
+  std::vector<int> keep = {CAP_SYS_PTRACE, CAP_DAC_READ_SEARCH, CAP_SYSLOG};
   if (caps::last_cap() >= 39) {  // CAP_PERFMON (38) and CAP_BPF (39) exist since Linux 5.8
     keep.push_back(38);
     keep.push_back(39);

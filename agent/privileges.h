@@ -16,6 +16,7 @@ namespace strata::agent {
 //  CAP_SYS_PTRACE   /proc/PID/mem, maps, environ of processes of other users or with more
 //                   capabilities than the agent (Python code objects, GPU timelines)
 //  CAP_DAC_READ_SEARCH  reading mapped files through /proc/PID/root (containers, 0700 dirs)
+//  CAP_SYSLOG       kernel addresses in /proc/kallsyms (kernel frames are symbolized at the end)
 // Kernels older than 5.8 have no CAP_BPF / CAP_PERFMON: CAP_SYS_ADMIN is kept there instead.
 std::vector<int> runtime_capabilities();
 
