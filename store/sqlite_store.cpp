@@ -15,9 +15,10 @@ namespace {
 
 // Id caches in front of the frames and stacks tables. A long-running writer (`strata agent` with a
 // local file, `strata serve`) meets new stacks forever: past these sizes a cache starts over, and
-// the unique indexes answer the lookups it no longer can. ~100 bytes an entry: ~40 MB at most.
-constexpr size_t kMaxCachedFrameIds = 1u << 18;
-constexpr size_t kMaxCachedStackIds = 1u << 17;
+// the unique indexes answer the lookups it no longer can. ~150 bytes a frame entry, ~400 bytes a
+// stack entry (its frame ids): ~35 MB at most.
+constexpr size_t kMaxCachedFrameIds = 1u << 17;
+constexpr size_t kMaxCachedStackIds = 1u << 15;
 
 const char* kSchema = R"sql(
 CREATE TABLE meta(key TEXT PRIMARY KEY, value TEXT NOT NULL);

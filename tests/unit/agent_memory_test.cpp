@@ -1,0 +1,120 @@
+// The agent's memory stays bounded: 64 processes and 100k distinct stacks of synthetic samples go
+// through the real normalizer and the SQLite store, in windows closed at kMaxWindowStacks as the
+// recorder and the agent close them; the process's peak RSS must stay under the agent's cap.
+#include <gtest/gtest.h>
+#include <unistd.h>
+
+#include <cstdio>
+#include <fstream>
+#include <random>
+#include <string>
+#include <unordered_map>
+#include <vector>
+
+#include "agent/events.h"
+#include "agent/limits.h"
+#include "agent/normalizer.h"
+#include "store/store.h"
+
+namespace strata::agent {
+namespace {
+
+// Peak and current resident memory of this process (kB), from /proc/self/status.
+uint64_t status_kb(const std::string& key) {
+  std::ifstream f("/proc/self/status");
+  std::string line;
+  while (std::getline(f, line)) {
+    if (line.rfind(key + ":", 0) == 0) return std::stoull(line.substr(key.size() + 1));
+  }
+  return 0;
+}
+
+#if defined(__SANITIZE_ADDRESS__)
+constexpr bool kSanitized = true;  // ASan's shadow memory and quarantine make RSS meaningless
+#else
+constexpr bool kSanitized = false;
+#endif
+
+// A sample as the kernel would deliver it for a process that is gone (pids above pid_max): the
+// normalizer cannot read its mappings, as with short-lived processes, and must stay bounded anyway.
+SampleEvent synthetic_sample(uint32_t process, uint32_t stack_index, std::mt19937_64& rng) {
+  SampleEvent e;
+  e.pid = 5'000'000 + process;
+  e.tid = e.pid + stack_index % 4;
+  e.comm = "rank" + std::to_string(process);
+  // Shared leaves and roots, distinct middles: like real training stacks.
+  for (int i = 0; i < 12; ++i) e.kstack.push_back(0xffffffff81000000ull + (i < 6 ? i : stack_index * 64 + i) * 16);
+  for (int i = 0; i < 24; ++i) {
+    RawUserFrame f;
+    f.has_build_id = true;
+    uint32_t module = (i + stack_index) % 40;  // 40 libraries
+    for (size_t b = 0; b < f.build_id.size(); ++b) f.build_id[b] = static_cast<uint8_t>(module * 7 + b + 1);
+    f.offset_or_ip = 0x1000 + (i < 8 ? static_cast<uint64_t>(i) * 0x40 : (stack_index * 131 + i) * 0x10 + rng() % 8);
+    e.ustack.push_back(f);
+  }
+  return e;
+}
+
+TEST(AgentMemory, HundredThousandStacksOfSixtyFourProcesses) {
+  constexpr uint32_t kProcesses = 64;
+  constexpr uint32_t kStacks = 100'000;
+  char path[] = "/tmp/strata-memory-XXXXXX";
+  int fd = mkstemp(path);
+  ASSERT_GE(fd, 0);
+  close(fd);
+  std::remove(path);
+  auto st = store::Store::open_sqlite(path, store::Store::Mode::kCreateOrAppend);
+  ASSERT_TRUE(st) << st.error().message;
+  auto& store = **st;
+  auto rec = store.begin_recording(store::RecordingInfo{});
+  ASSERT_TRUE(rec);
+
+  const uint64_t rss_before_kb = status_kb("VmRSS");
+  Normalizer normalizer;
+  std::mt19937_64 rng(1);
+  std::vector<Stack> window;  // as the recorder's window: distinct normalized stacks
+  std::vector<store::StackCount> counts;
+  UserStack user;
+  uint64_t windows = 0;
+  auto flush = [&] {
+    ASSERT_TRUE(store.begin());
+    for (size_t i = 0; i < window.size(); ++i) {
+      auto id = store.intern_stack(window[i], user.method);
+      ASSERT_TRUE(id) << id.error().message;
+      counts[i].stack_id = *id;
+    }
+    ASSERT_TRUE(store.put_window(*rec, windows, windows + 1, store::CountKind::kOnCpu, counts));
+    ASSERT_TRUE(store.commit());
+    window.clear();
+    counts.clear();
+    ++windows;
+  };
+  for (uint32_t s = 0; s < kStacks; ++s) {
+    SampleEvent e = synthetic_sample(s % kProcesses, s, rng);
+    normalizer.unwind(e, user);
+    Stack stack;
+    normalizer.normalize(e, user, stack);
+    ASSERT_EQ(stack.size(), e.kstack.size() + e.ustack.size());
+    window.push_back(std::move(stack));
+    counts.push_back(store::StackCount{e.pid, e.tid, e.comm, 0, 1});
+    if (window.size() >= kMaxWindowStacks) flush();
+  }
+  flush();
+  for (uint32_t p = 0; p < kProcesses; ++p) normalizer.forget_process(5'000'000 + p);
+
+  const uint64_t peak_kb = status_kb("VmHWM");
+  std::printf("windows %llu, RSS before %llu kB, peak %llu kB (cap %llu kB)\n",
+              static_cast<unsigned long long>(windows), static_cast<unsigned long long>(rss_before_kb),
+              static_cast<unsigned long long>(peak_kb),
+              static_cast<unsigned long long>(kDefaultMemoryCapBytes / 1024));
+  EXPECT_GE(windows, kStacks / kMaxWindowStacks);
+  if (!kSanitized) {
+    EXPECT_LT(peak_kb * 1024, kDefaultMemoryCapBytes);
+  }
+  std::remove(path);
+  std::remove((std::string(path) + "-wal").c_str());
+  std::remove((std::string(path) + "-shm").c_str());
+}
+
+}  // namespace
+}  // namespace strata::agent
