@@ -146,7 +146,8 @@ async function main() {
     await page.mouse.click(box.x + box.width / 2, box.y + box.height * (2.5 / 4));
     await page.waitForFunction(() => /rank=2/.test(location.hash));
     await waitReady(page, 'heatmap');
-    await (await page.$('#heatmap')).screenshot({ path: path.join(ARTIFACTS, 'heatmap.png') });
+    // A locator, not an element handle: the heatmap may re-render after the click.
+    await page.locator('#heatmap').screenshot({ path: path.join(ARTIFACTS, 'heatmap.png') });
 
     await page.goto(`${url}/${jobHash}`);
     await waitReady(page, 'findings');
