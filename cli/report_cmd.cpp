@@ -35,7 +35,6 @@ filters:
   --rank R  only processes of training rank R      --pid P  only process P      --tid T  only thread T
 )";
 
-
 // The OS layer's metrics per process (rank), after the profile (report/os_table.h).
 void print_os_metrics(store::Store& st, const std::vector<store::ProcessInfo>& procs, std::ostream& out) {
   auto rows = st.metrics("os.");
