@@ -11,7 +11,7 @@
 
 #include "abi/oncpu.h" /* STRATA_MAX_STACK_DEPTH, STRATA_COMM_LEN */
 
-#define STRATA_OFFCPU_ABI_VERSION 1
+#define STRATA_OFFCPU_ABI_VERSION 2
 #define STRATA_OS_MAX_CPUS 256        /* per-CPU run time is kept for CPUs below this */
 #define STRATA_HIST_BUCKETS 128       /* a power of two; see bpf/strata_hist.bpf.h */
 #define STRATA_HIST_SUB 4             /* sub-buckets per power of two */
@@ -46,8 +46,8 @@ enum strata_offcpu_event_type {
 
 #define STRATA_OFFCPU_F_USER_STACK 1 /* the user stack was captured at switch-out */
 
-/* One long block: header, then kstack_len kernel addresses (__u64), then ustack_len
- * struct bpf_stack_build_id, both leaf first (as struct strata_sample). */
+/* One long block: header, then kstack_len kernel addresses (__u64), then ustack_len user
+ * addresses (__u64), both leaf first (as struct strata_sample). */
 struct strata_offcpu_event {
   __u32 type; /* STRATA_OFFCPU_EV_BLOCK */
   __u32 pid;  /* tgid */

@@ -8,7 +8,7 @@
 #include <linux/types.h>
 #endif
 
-#define STRATA_ONCPU_ABI_VERSION 2
+#define STRATA_ONCPU_ABI_VERSION 3
 #define STRATA_MAX_STACK_DEPTH 127 /* PERF_MAX_STACK_DEPTH */
 #define STRATA_COMM_LEN 16
 #define STRATA_BUILD_ID_LEN 20
@@ -60,8 +60,10 @@ struct strata_py_frame {
 };
 #define STRATA_PY_FRAME_ENTRY 1u  /* the first frame a C call of the eval loop ran: a splice point */
 
-/* One sample: header, then kstack_len kernel addresses (__u64), then ustack_len user frames
- * (struct bpf_stack_build_id: build id + file offset, or a raw ip when the kernel could not read
+/* One sample: header, then kstack_len kernel addresses (__u64), then ustack_len user addresses
+ * (__u64; the node normalizes them to build id + file offset through /proc/PID/maps: asking the
+ * kernel for build ids cost ~5 us per sample, more than the rest of the program; was: struct
+ * bpf_stack_build_id: build id + file offset, or a raw ip when the kernel could not read
  * the build id), then py_len struct strata_py_frame, then stack_len bytes of user stack starting at
  * stack_base. Stacks are leaf first. */
 struct strata_sample {

@@ -3,6 +3,7 @@
 #pragma once
 
 #include <array>
+#include <cstring>
 #include <cstdint>
 #include <string>
 #include <vector>
@@ -24,6 +25,16 @@ struct RawPythonFrame {
   uint32_t lasti = 0;
   uint32_t flags = 0;
 };
+
+// User frames as the BPF programs send them: raw addresses, leaf first; a zero ends the stack.
+inline void append_user_ips(const uint8_t* p, unsigned n, std::vector<RawUserFrame>& out) {
+  for (unsigned i = 0; i < n; ++i, p += sizeof(uint64_t)) {
+    uint64_t ip;
+    std::memcpy(&ip, p, sizeof ip);
+    if (ip == 0) break;
+    out.push_back(RawUserFrame{false, {}, ip});
+  }
+}
 
 struct SampleEvent {
   uint32_t pid = 0;

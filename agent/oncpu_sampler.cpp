@@ -223,7 +223,7 @@ class LiveSampler final : public OnCpuSampler {
     strata_sample hdr;
     std::memcpy(&hdr, data, sizeof(hdr));
     size_t need = sizeof(hdr) + hdr.kstack_len * sizeof(uint64_t) +
-                  hdr.ustack_len * sizeof(bpf_stack_build_id) + hdr.py_len * sizeof(strata_py_frame) +
+                  hdr.ustack_len * sizeof(uint64_t) + hdr.py_len * sizeof(strata_py_frame) +
                   hdr.stack_len;
     if (need > size) return;  // never trust a length: the layout is checked, not assumed
     sample_.pid = hdr.pid;
@@ -238,21 +238,8 @@ class LiveSampler final : public OnCpuSampler {
     if (hdr.kstack_len) std::memcpy(sample_.kstack.data(), p, hdr.kstack_len * sizeof(uint64_t));
     p += hdr.kstack_len * sizeof(uint64_t);
     sample_.ustack.clear();
-    for (unsigned i = 0; i < hdr.ustack_len; ++i, p += sizeof(bpf_stack_build_id)) {
-      bpf_stack_build_id f;
-      std::memcpy(&f, p, sizeof(f));
-      if (f.status == BPF_STACK_BUILD_ID_EMPTY) break;
-      RawUserFrame u;
-      u.has_build_id = f.status == BPF_STACK_BUILD_ID_VALID;
-      if (u.has_build_id) {
-        std::memcpy(u.build_id.data(), f.build_id, u.build_id.size());
-        u.offset_or_ip = f.offset;
-      } else {
-        u.offset_or_ip = f.ip;
-      }
-      sample_.ustack.push_back(u);
-    }
-    p = data + sizeof(hdr) + hdr.kstack_len * sizeof(uint64_t) + hdr.ustack_len * sizeof(bpf_stack_build_id);
+    append_user_ips(p, hdr.ustack_len, sample_.ustack);
+    p = data + sizeof(hdr) + hdr.kstack_len * sizeof(uint64_t) + hdr.ustack_len * sizeof(uint64_t);
     sample_.pystack.resize(hdr.py_len);
     for (unsigned i = 0; i < hdr.py_len; ++i, p += sizeof(strata_py_frame)) {
       strata_py_frame f;

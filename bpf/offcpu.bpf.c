@@ -49,7 +49,7 @@ struct {
 } events SEC(".maps");
 
 #define KSTACK_BYTES (STRATA_MAX_STACK_DEPTH * sizeof(__u64))
-#define USTACK_BYTES (STRATA_MAX_STACK_DEPTH * sizeof(struct bpf_stack_build_id))
+#define USTACK_BYTES (STRATA_MAX_STACK_DEPTH * sizeof(__u64))
 
 struct offcpu_buf {
   struct strata_offcpu_event hdr;
@@ -154,11 +154,11 @@ static __always_inline void capture(void* ctx, struct task_state* ts, struct cpu
   if (kbytes < 0) kbytes = 0;
   if (kbytes > KSTACK_BYTES) kbytes = KSTACK_BYTES;
   kbytes &= ~7L;
-  long ubytes = bpf_get_stack(ctx, b->frames + kbytes, USTACK_BYTES, BPF_F_USER_STACK | BPF_F_USER_BUILD_ID);
+  long ubytes = bpf_get_stack(ctx, b->frames + kbytes, USTACK_BYTES, BPF_F_USER_STACK);
   if (ubytes < 0) ubytes = 0;
   if (ubytes > USTACK_BYTES) ubytes = USTACK_BYTES;
   b->hdr.kstack_len = kbytes / sizeof(__u64);
-  b->hdr.ustack_len = ubytes / sizeof(struct bpf_stack_build_id);
+  b->hdr.ustack_len = ubytes / sizeof(__u64);
   ts->has_stack = 1;
   bump(cs, STRATA_OFFCPU_CNT_CAPTURES);
 }
@@ -242,7 +242,7 @@ static __always_inline void emit(struct task_struct* next, struct task_state* ts
   b->hdr._pad = 0;
   BPF_CORE_READ_STR_INTO(&b->hdr.comm, next, comm);
   __u64 size = sizeof(b->hdr) + (__u64)b->hdr.kstack_len * sizeof(__u64) +
-               (__u64)b->hdr.ustack_len * sizeof(struct bpf_stack_build_id);
+               (__u64)b->hdr.ustack_len * sizeof(__u64);
   if (size > sizeof(*b)) size = sizeof(*b);
   if (bpf_ringbuf_output(&events, b, size, strata_rb_flags(&events)) == 0)
     bump(cs, STRATA_OFFCPU_CNT_EMITTED);

@@ -51,7 +51,7 @@ struct {
 } py_procs SEC(".maps");
 
 #define KSTACK_BYTES (STRATA_MAX_STACK_DEPTH * sizeof(__u64))
-#define USTACK_BYTES (STRATA_MAX_STACK_DEPTH * sizeof(struct bpf_stack_build_id))
+#define USTACK_BYTES (STRATA_MAX_STACK_DEPTH * sizeof(__u64))
 #define PY_BYTES (STRATA_MAX_PY_FRAMES * sizeof(struct strata_py_frame))
 #define PAGE 4096
 #define SNAP_BYTES STRATA_STACK_SNAPSHOT_MAX
@@ -279,7 +279,7 @@ int on_cpu_sample(struct bpf_perf_event_data* ctx) {
 
   long ubytes = 0;
   if (user_stack_mode != STRATA_USTACK_SNAPSHOT)
-    ubytes = bpf_get_stack(ctx, buf->frames + kbytes, USTACK_BYTES, BPF_F_USER_STACK | BPF_F_USER_BUILD_ID);
+    ubytes = bpf_get_stack(ctx, buf->frames + kbytes, USTACK_BYTES, BPF_F_USER_STACK);
   if (ubytes < 0) {
     bump(STRATA_CNT_USTACK_ERR);
     ubytes = 0;
@@ -287,7 +287,7 @@ int on_cpu_sample(struct bpf_perf_event_data* ctx) {
   if (ubytes > USTACK_BYTES) ubytes = USTACK_BYTES;
 
   buf->hdr.kstack_len = kbytes / sizeof(__u64);
-  buf->hdr.ustack_len = ubytes / sizeof(struct bpf_stack_build_id);
+  buf->hdr.ustack_len = ubytes / sizeof(__u64);
 
   __u64 off = kbytes + ubytes;
   if (off > KSTACK_BYTES + USTACK_BYTES) off = KSTACK_BYTES + USTACK_BYTES;

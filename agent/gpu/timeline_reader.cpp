@@ -92,12 +92,21 @@ Result<std::unique_ptr<GpuTimingSource>> open_timeline_file(const std::string& p
   return std::unique_ptr<GpuTimingSource>(std::move(t));
 }
 
-Result<std::unique_ptr<GpuTimingSource>> open_timeline_for(uint32_t pid) {
+std::vector<std::string> timeline_dirs_of(uint32_t pid) {
   std::vector<std::string> dirs;
   for (const char* key : {"STRATA_TIMELINE_DIR", "STRATA_TESTBED_DIR"}) {
     std::string d = process_env(pid, key);
     if (!d.empty()) dirs.push_back(d);
   }
+  return dirs;
+}
+
+Result<std::unique_ptr<GpuTimingSource>> open_timeline_for(uint32_t pid) {
+  return open_timeline_for(pid, timeline_dirs_of(pid));
+}
+
+Result<std::unique_ptr<GpuTimingSource>> open_timeline_for(uint32_t pid, const std::vector<std::string>& env_dirs) {
+  std::vector<std::string> dirs = env_dirs;
   dirs.push_back("/tmp/strata-timeline");
   dirs.push_back("/tmp/strata-testbed");
   // Through the process's root: a process in a container writes inside its own /tmp.

@@ -36,6 +36,11 @@ class GpuTimingSource {
 // names (STRATA_TIMELINE_DIR, else STRATA_TESTBED_DIR), then /tmp/strata-timeline and
 // /tmp/strata-testbed. Error when the process has none (no GPU work seen yet, or no timing source).
 Result<std::unique_ptr<GpuTimingSource>> open_timeline_for(uint32_t pid);
+// The same, with the directories named by the process's environment read earlier (a process that
+// has exited has no /proc/PID/environ any more).
+Result<std::unique_ptr<GpuTimingSource>> open_timeline_for(uint32_t pid, const std::vector<std::string>& env_dirs);
+// Those directories: STRATA_TIMELINE_DIR, STRATA_TESTBED_DIR from /proc/PID/environ.
+std::vector<std::string> timeline_dirs_of(uint32_t pid);
 Result<std::unique_ptr<GpuTimingSource>> open_timeline_file(const std::string& path);
 
 }  // namespace strata::agent

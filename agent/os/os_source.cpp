@@ -213,7 +213,7 @@ class OsLayerSource final : public Source {
     strata_offcpu_event hdr;
     std::memcpy(&hdr, data, sizeof(hdr));
     if (hdr.type != STRATA_OFFCPU_EV_BLOCK) return;
-    size_t need = sizeof(hdr) + hdr.kstack_len * sizeof(uint64_t) + hdr.ustack_len * sizeof(bpf_stack_build_id);
+    size_t need = sizeof(hdr) + hdr.kstack_len * sizeof(uint64_t) + hdr.ustack_len * sizeof(uint64_t);
     if (need > size) return;  // never trust a length
     SampleEvent& s = event_.sample;
     s.pid = hdr.pid;
@@ -223,23 +223,10 @@ class OsLayerSource final : public Source {
     s.comm.assign(hdr.comm, strnlen(hdr.comm, sizeof(hdr.comm)));
     const uint8_t* p = data + sizeof(hdr);
     s.kstack.resize(hdr.kstack_len);
-    std::memcpy(s.kstack.data(), p, hdr.kstack_len * sizeof(uint64_t));
+    if (hdr.kstack_len) std::memcpy(s.kstack.data(), p, hdr.kstack_len * sizeof(uint64_t));
     p += hdr.kstack_len * sizeof(uint64_t);
     s.ustack.clear();
-    for (unsigned i = 0; i < hdr.ustack_len; ++i, p += sizeof(bpf_stack_build_id)) {
-      bpf_stack_build_id f;
-      std::memcpy(&f, p, sizeof(f));
-      if (f.status == BPF_STACK_BUILD_ID_EMPTY) break;
-      RawUserFrame u;
-      u.has_build_id = f.status == BPF_STACK_BUILD_ID_VALID;
-      if (u.has_build_id) {
-        std::memcpy(u.build_id.data(), f.build_id, u.build_id.size());
-        u.offset_or_ip = f.offset;
-      } else {
-        u.offset_or_ip = f.ip;
-      }
-      s.ustack.push_back(u);
-    }
+    append_user_ips(p, hdr.ustack_len, s.ustack);
     event_.blocked_ns = hdr.blocked_ns;
     event_.reason = hdr.reason;
     agg_.add(event_);
