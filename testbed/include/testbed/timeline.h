@@ -1,87 +1,9 @@
-/* The testbed's device timeline: what CUPTI activity records give on a real GPU.
- *
- * The libcudart.so.13 stand-in writes one file per process, $STRATA_TESTBED_DIR/<pid>.timeline
- * (default dir /tmp/strata-testbed), and appends one record per piece of device work when it
- * finishes (kernels, memcpy, memset, NCCL collectives). A GPU timing source outside the process
- * mmaps the file read-only and follows the ring.
- *
- * Plain C, no logic beyond inline helpers: the agent includes this header as is.
- *
- * Layout (little endian, all offsets fixed):
- *   [0, 4096)                   struct strata_timeline_header
- *   [4096 + i * record_size)    struct strata_timeline_record, slot i of `capacity` slots
- *
- * Protocol: one writer per file (the process serializes its stream workers), any number of readers.
- *   writer, for record number n (0-based):  slot = n % capacity
- *     1. store slot.seq = 0                   (release)  -- record being rewritten
- *     2. write every other field of the slot
- *     3. store slot.seq = n + 1               (release)  -- record complete
- *     4. store header.write_index = n + 1     (release)
- *   reader: w = load header.write_index (acquire); for n in [max(last, w - capacity), w):
- *     s1 = load slot.seq (acquire); copy slot; s2 = load slot.seq (acquire);
- *     keep the copy only if s1 == s2 == n + 1 (else the writer lapped the reader: count a drop).
- * A reader that falls more than `capacity` records behind loses the oldest ones, like a CUPTI
- * buffer overflow; it can tell how many from the indices.
- */
+/* The testbed's device timeline is strata's GPU timeline format (abi/gpu_timeline.h): the
+ * libcudart.so.13 stand-in writes what CUPTI activity records give on a real GPU, in the same file
+ * layout strata's CUPTI injection library writes, so the agent reads both the same way. */
 #ifndef STRATA_TESTBED_TIMELINE_H
 #define STRATA_TESTBED_TIMELINE_H
 
-#include <stdint.h>
-
-#ifdef __cplusplus
-extern "C" {
-#endif
-
-#define STRATA_TIMELINE_MAGIC 0x454e494c454d4954ull /* "TIMELINE" */
-#define STRATA_TIMELINE_VERSION 1u
-#define STRATA_TIMELINE_HEADER_SIZE 4096u
-#define STRATA_TIMELINE_DEFAULT_CAPACITY 16384u /* records; 4 MiB per process */
-#define STRATA_TIMELINE_NAME_LEN 96u
-
-/* What kind of device work a record describes (CUPTI_ACTIVITY_KIND_* analogues). */
-enum strata_timeline_kind {
-  STRATA_TL_KERNEL = 1,     /* cudaLaunchKernel */
-  STRATA_TL_MEMCPY = 2,     /* cudaMemcpy[Async]; `bytes` set, `copy_kind` = cudaMemcpyKind */
-  STRATA_TL_MEMSET = 3,     /* cudaMemset[Async]; `bytes` set */
-  STRATA_TL_COLLECTIVE = 4, /* an NCCL kernel (collective or p2p); `bytes` = payload of the call */
-};
-
-struct strata_timeline_header {
-  uint64_t magic;          /* STRATA_TIMELINE_MAGIC */
-  uint32_t version;        /* STRATA_TIMELINE_VERSION; readers refuse other versions */
-  uint32_t header_size;    /* STRATA_TIMELINE_HEADER_SIZE */
-  uint32_t record_size;    /* sizeof(struct strata_timeline_record) */
-  uint32_t capacity;       /* number of record slots */
-  int32_t pid;             /* writer process */
-  uint32_t clock_id;       /* CLOCK_MONOTONIC (1): every *_ns field uses it */
-  uint64_t write_index;    /* records ever written; see protocol above */
-  uint64_t start_ns;       /* when the writer created the file */
-  uint8_t reserved[STRATA_TIMELINE_HEADER_SIZE - 48];
-};
-
-struct strata_timeline_record {
-  uint64_t seq;            /* n + 1 when slot holds record n; 0 while being written */
-  uint32_t kind;           /* enum strata_timeline_kind */
-  int32_t device;          /* device ordinal (cudaSetDevice) */
-  uint64_t start_ns;       /* work started on the device */
-  uint64_t end_ns;         /* work finished on the device */
-  uint64_t api_ns;         /* host thread called the API (cudaLaunchKernel, ncclAllReduce, ...) */
-  uint64_t correlation_id; /* per-process counter, increasing in API call order, starts at 1 */
-  uint64_t func;           /* kernels: the host stub address passed as `func` (symbolize it through
-                              the owning module's .dynsym); collectives: the ncclDevKernel_* stub */
-  uint64_t stream;         /* the cudaStream_t value the API got (0 = legacy default stream) */
-  uint64_t bytes;          /* memcpy/memset/collective payload bytes; 0 for kernels */
-  uint64_t grid_threads;   /* kernels: gridDim * blockDim thread count */
-  int32_t api_tid;         /* host thread id that called the API */
-  uint32_t copy_kind;      /* memcpy: enum cudaMemcpyKind value */
-  char name[STRATA_TIMELINE_NAME_LEN]; /* short display name, NUL-terminated (may be truncated);
-                                          the exact name is the symbol of `func` */
-};
-
-#ifdef __cplusplus
-static_assert(sizeof(struct strata_timeline_header) == STRATA_TIMELINE_HEADER_SIZE, "header layout");
-static_assert(sizeof(struct strata_timeline_record) == 184, "record layout");
-}
-#endif
+#include "abi/gpu_timeline.h"
 
 #endif /* STRATA_TESTBED_TIMELINE_H */
