@@ -14,7 +14,8 @@ TMP=$(mktemp -d /tmp/strata-ingest-bench.XXXXXX)
 OUT=$HERE/results/ingest.txt
 mkdir -p "$HERE/results"
 pids=()
-cleanup() { for p in "${pids[@]}"; do kill "$p" 2>/dev/null || true; done; wait 2>/dev/null || true; rm -rf "$TMP"; }
+# Wait for what we started only: a bare `wait` would also wait for the tee below, which waits for us.
+cleanup() { for p in "${pids[@]}"; do kill "$p" 2>/dev/null || true; done; for p in "${pids[@]}"; do wait "$p" 2>/dev/null || true; done; rm -rf "$TMP"; }
 trap cleanup EXIT
 free_port() { python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])'; }
 
