@@ -1,5 +1,6 @@
 // The agent's cost budget (DESIGN §4 "adaptive"): each window, the agent's own CPU plus its BPF
-// run time is compared with the watched processes' CPU; over budget it steps down — first node-side
+// run time is compared with the watched processes' CPU (at least one core's worth of the window);
+// over budget it steps down — first node-side
 // CFI unwinding off (kernel frame-pointer stacks only), then half, then a quarter of the sampling
 // rate — and steps back up when well under budget for two windows. Pure logic, unit-tested.
 #pragma once
@@ -17,10 +18,13 @@ class CostBudget {
   // thread).
   explicit CostBudget(double share = 0.005) : share_(share) {}
 
-  // Returns the level for the next window.
-  int update(double cost_s, double target_cpu_s) {
-    if (target_cpu_s < 0.05) return level_;  // idle targets: nothing to judge by
-    double s = cost_s / target_cpu_s;
+  // Returns the level for the next window. The budget is per busy thread with at least one: a job
+  // that mostly waits for its GPUs still allows 0.5% of one core (else every GPU-bound job would
+  // lose its CFI stacks to the budget).
+  int update(double cost_s, double target_cpu_s, double wall_s) {
+    double base = target_cpu_s > wall_s ? target_cpu_s : wall_s;
+    if (base < 0.05) return level_;  // nothing to judge by
+    double s = cost_s / base;
     last_share_ = s;
     if (s > share_ && level_ < kQuarterRate) {
       ++level_;

@@ -460,7 +460,8 @@ class Recorder final : public EventSink {
     budget_bpf_mark_ = bpf;
     budget_target_mark_ = target_ns;
     int before = budget_.level();
-    int level = budget_.update(cost, target);
+    double wall = static_cast<double>(ctx.mono_end_ns - ctx.mono_start_ns) / 1e9;
+    int level = budget_.update(cost, target, wall);
     if (level != before) {
       normalizer_.set_snapshot_unwinding(level == CostBudget::kFull);
       (void)sampler_->set_frequency(CostBudget::rate_at(level, opts_.frequency_hz));

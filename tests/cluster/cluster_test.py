@@ -234,9 +234,21 @@ def main():
                   "%s: collectives and stack counts shipped" % node)
             for kind in KINDS:
                 stored = backend.per_node(kind).get(node, 0)
-                check(stored == acked.get(kind, 0),
-                      "%s %s: store holds %d rows, agent had %d acknowledged" % (node, kind, stored,
-                                                                                  acked.get(kind, 0)))
+                if BACKEND == "clickhouse":
+                    # ClickHouse has no transaction across tables: a server killed while applying a
+                    # batch can leave part of it, which the resend then writes again. What holds
+                    # there is at-least-once (README, ClickHouse): nothing may be lost; duplicates are
+                    # reported, not hidden.
+                    check(stored >= acked.get(kind, 0),
+                          "%s %s: store holds %d rows, agent had %d acknowledged (none lost)" %
+                          (node, kind, stored, acked.get(kind, 0)))
+                    if stored > acked.get(kind, 0):
+                        print("KNOWN %s %s: %d rows written twice (a batch applied in part when the server "
+                              "was killed)" % (node, kind, stored - acked.get(kind, 0)))
+                else:
+                    check(stored == acked.get(kind, 0),
+                          "%s %s: store holds %d rows, agent had %d acknowledged" % (node, kind, stored,
+                                                                                      acked.get(kind, 0)))
         ranks = backend.query("SELECT DISTINCT rank FROM %sprocesses WHERE rank >= 0" %
                               ("strata_test." if BACKEND == "clickhouse" else ""))
         check(sorted(int(r[0]) for r in ranks) == [0, 1, 2, 3], "processes: ranks 0-3 stored")

@@ -8,21 +8,28 @@ namespace {
 
 TEST(CostBudget, StepsDownOverBudgetAndBackUpWhenCalm) {
   CostBudget b(0.005);
-  EXPECT_EQ(b.update(0.001, 10), CostBudget::kFull) << "0.01%: fine";
-  EXPECT_EQ(b.update(0.1, 10), CostBudget::kFramePointers) << "1%: over 0.5%";
-  EXPECT_EQ(b.update(0.08, 10), CostBudget::kHalfRate);
-  EXPECT_EQ(b.update(0.07, 10), CostBudget::kQuarterRate);
-  EXPECT_EQ(b.update(0.07, 10), CostBudget::kQuarterRate) << "the floor";
-  EXPECT_EQ(b.update(0.001, 10), CostBudget::kQuarterRate) << "one calm window is not enough";
-  EXPECT_EQ(b.update(0.001, 10), CostBudget::kHalfRate);
-  EXPECT_EQ(b.update(0.03, 10), CostBudget::kHalfRate) << "between a third of the budget and the budget: hold";
+  EXPECT_EQ(b.update(0.001, 10, 10), CostBudget::kFull) << "0.01%: fine";
+  EXPECT_EQ(b.update(0.1, 10, 10), CostBudget::kFramePointers) << "1%: over 0.5%";
+  EXPECT_EQ(b.update(0.08, 10, 10), CostBudget::kHalfRate);
+  EXPECT_EQ(b.update(0.07, 10, 10), CostBudget::kQuarterRate);
+  EXPECT_EQ(b.update(0.07, 10, 10), CostBudget::kQuarterRate) << "the floor";
+  EXPECT_EQ(b.update(0.001, 10, 10), CostBudget::kQuarterRate) << "one calm window is not enough";
+  EXPECT_EQ(b.update(0.001, 10, 10), CostBudget::kHalfRate);
+  EXPECT_EQ(b.update(0.03, 10, 10), CostBudget::kHalfRate) << "between a third of the budget and the budget: hold";
   EXPECT_EQ(b.max_level(), CostBudget::kQuarterRate);
   EXPECT_EQ(b.steps_down(), 3);
 }
 
 TEST(CostBudget, IdleTargetsChangeNothing) {
   CostBudget b(0.005);
-  EXPECT_EQ(b.update(0.5, 0.01), CostBudget::kFull);
+  EXPECT_EQ(b.update(0.5, 0.01, 0.01), CostBudget::kFull);
+}
+
+TEST(CostBudget, AJobWaitingOnItsGpusStillGetsOneCoresBudget) {
+  CostBudget b(0.005);
+  // 0.2 s of targets' CPU in a 10 s window: 30 ms of agent work is 15% of that, but 0.3% of a core.
+  EXPECT_EQ(b.update(0.03, 0.2, 10), CostBudget::kFull);
+  EXPECT_EQ(b.update(0.08, 0.2, 10), CostBudget::kFramePointers) << "0.8% of a core is over";
 }
 
 TEST(CostBudget, RatesNeverFallBelowTenHertz) {
