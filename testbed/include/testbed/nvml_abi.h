@@ -1,87 +1,17 @@
-/* The slice of NVML's ABI (nvml.h, as shipped with the NVIDIA driver) that strata uses.
- *
- * No nvml.h on the development machines, so the few declarations are written out here from the
- * documented ABI: enum values, struct layouts and function names are the real ones. The
- * libnvidia-ml.so.1 stand-in implements them; the agent includes this header to dlopen and call the
- * real libnvidia-ml.so.1 (declare function pointer types from the prototypes below).
+/* The slice of NVML's ABI that the testbed's libnvidia-ml.so.1 stand-in implements: the types and
+ * constants are strata's own declaration of the real ABI (abi/nvml_abi.h, one definition for both);
+ * this header adds the function prototypes the stand-in exports (the product only dlopens NVML).
  */
 #ifndef STRATA_TESTBED_NVML_ABI_H
 #define STRATA_TESTBED_NVML_ABI_H
+
+#include "abi/nvml_abi.h"
 
 #ifdef __cplusplus
 extern "C" {
 #endif
 
-typedef enum nvmlReturn_enum {
-  NVML_SUCCESS = 0,
-  NVML_ERROR_UNINITIALIZED = 1,
-  NVML_ERROR_INVALID_ARGUMENT = 2,
-  NVML_ERROR_NOT_SUPPORTED = 3,
-  NVML_ERROR_NO_PERMISSION = 4,
-  NVML_ERROR_ALREADY_INITIALIZED = 5,
-  NVML_ERROR_NOT_FOUND = 6,
-  NVML_ERROR_INSUFFICIENT_SIZE = 7,
-  NVML_ERROR_INSUFFICIENT_POWER = 8,
-  NVML_ERROR_DRIVER_NOT_LOADED = 9,
-  NVML_ERROR_TIMEOUT = 10,
-  NVML_ERROR_IRQ_ISSUE = 11,
-  NVML_ERROR_LIBRARY_NOT_FOUND = 12,
-  NVML_ERROR_FUNCTION_NOT_FOUND = 13,
-  NVML_ERROR_CORRUPTED_INFOROM = 14,
-  NVML_ERROR_GPU_IS_LOST = 15,
-  NVML_ERROR_RESET_REQUIRED = 16,
-  NVML_ERROR_OPERATING_SYSTEM = 17,
-  NVML_ERROR_LIB_RM_VERSION_MISMATCH = 18,
-  NVML_ERROR_IN_USE = 19,
-  NVML_ERROR_MEMORY = 20,
-  NVML_ERROR_NO_DATA = 21,
-  NVML_ERROR_VGPU_ECC_NOT_SUPPORTED = 22,
-  NVML_ERROR_INSUFFICIENT_RESOURCES = 23,
-  NVML_ERROR_FREQ_NOT_SUPPORTED = 24,
-  NVML_ERROR_ARGUMENT_VERSION_MISMATCH = 25,
-  NVML_ERROR_DEPRECATED = 26,
-  NVML_ERROR_NOT_READY = 27,
-  NVML_ERROR_GPU_NOT_FOUND = 28,
-  NVML_ERROR_INVALID_STATE = 29,
-  NVML_ERROR_UNKNOWN = 999
-} nvmlReturn_t;
-
-typedef struct nvmlDevice_st* nvmlDevice_t;
-
-typedef struct nvmlUtilization_st {
-  unsigned int gpu;    /* percent of time a kernel ran over the last sample period */
-  unsigned int memory; /* percent of time device memory was read or written */
-} nvmlUtilization_t;
-
-typedef struct nvmlMemory_st {
-  unsigned long long total; /* bytes */
-  unsigned long long free;
-  unsigned long long used;
-} nvmlMemory_t;
-
-typedef enum nvmlClockType_enum {
-  NVML_CLOCK_GRAPHICS = 0,
-  NVML_CLOCK_SM = 1,
-  NVML_CLOCK_MEM = 2,
-  NVML_CLOCK_VIDEO = 3,
-  NVML_CLOCK_COUNT
-} nvmlClockType_t;
-
-typedef enum nvmlTemperatureSensors_enum {
-  NVML_TEMPERATURE_GPU = 0,
-  NVML_TEMPERATURE_COUNT
-} nvmlTemperatureSensors_t;
-
-/* Clocks event (formerly "throttle") reasons: bits of nvmlDeviceGetCurrentClocksEventReasons. */
-#define nvmlClocksEventReasonGpuIdle 0x0000000000000001ULL
-#define nvmlClocksEventReasonApplicationsClocksSetting 0x0000000000000002ULL
-#define nvmlClocksEventReasonSwPowerCap 0x0000000000000004ULL
-#define nvmlClocksThrottleReasonHwSlowdown 0x0000000000000008ULL
-#define nvmlClocksEventReasonSyncBoost 0x0000000000000010ULL
-#define nvmlClocksEventReasonSwThermalSlowdown 0x0000000000000020ULL
-#define nvmlClocksThrottleReasonHwThermalSlowdown 0x0000000000000040ULL
-#define nvmlClocksThrottleReasonHwPowerBrakeSlowdown 0x0000000000000080ULL
-#define nvmlClocksEventReasonDisplayClockSetting 0x0000000000000100ULL
+/* Clocks event reason bits are in abi/nvml_abi.h; these are the names it does not carry. */
 #define nvmlClocksEventReasonNone 0x0000000000000000ULL
 /* The older names of the same bits. */
 #define nvmlClocksThrottleReasonGpuIdle nvmlClocksEventReasonGpuIdle
