@@ -2,8 +2,8 @@
  *
  * No nvml.h on the build machines, so the declarations are written out from the documented ABI:
  * enum values, struct layouts and function names are the real ones (the testbed's
- * testbed/include/testbed/nvml_abi.h carries the same subset for its libnvidia-ml.so.1 stand-in;
- * keep the two identical where they overlap). The product never links NVML: it dlopens the library
+ * libnvidia-ml.so.1 stand-in includes this header too, through testbed/include/testbed/nvml_abi.h).
+ * The product never links NVML: it dlopens the library
  * and looks these functions up, so only typedefs of the function types are declared here.
  */
 #ifndef STRATA_ABI_NVML_ABI_H
