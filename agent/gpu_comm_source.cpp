@@ -16,6 +16,7 @@
 
 #include "abi/gpu_comm.h"
 #include "agent/comm/step_detector.h"
+#include "agent/flight_recorder.h"
 #include "agent/gpu/timeline_reader.h"
 #include "agent/libbpf_log.h"
 #include "agent/normalizer.h"
@@ -72,27 +73,6 @@ struct PendingCollective {
   bool device = false;
 };
 
-// One bounded ring of raw records per process: the flight recorder the diagnosis drills into.
-template <typename T>
-class FlightRing {
- public:
-  explicit FlightRing(size_t cap) : cap_(cap) {}
-  void push(const T& v) {
-    if (ring_.size() == cap_) {
-      ring_.pop_front();
-      ++dropped_;
-    }
-    ring_.push_back(v);
-  }
-  const std::deque<T>& items() const { return ring_; }
-  uint64_t dropped() const { return dropped_; }
-
- private:
-  size_t cap_;
-  std::deque<T> ring_;
-  uint64_t dropped_ = 0;
-};
-
 struct ProcState {
   uint32_t pid = 0;
   bool alive = true;
@@ -111,7 +91,6 @@ struct ProcState {
   uint64_t exec_mono = 0;
   bool maps_changed = false;
   int device = -1;
-  FlightRing<store::CollectiveRecord> flight{4096};
   // Device busy intervals of the last minutes (monotonic): steps span windows.
   struct Busy {
     uint64_t start, end;
@@ -314,10 +293,12 @@ class GpuCommSource final : public Source {
       auto& slot = by_name[{d.pid, d.name}];
       slot.first += 1;
       slot.second += d.end_ns - d.start_ns;
+      d.start_ns = to_unix(d.start_ns);
+      d.end_ns = to_unix(d.end_ns);
+      d.api_ns = to_unix(d.api_ns);
+      // Every raw record goes to the flight recorder; the store gets them up to the cap.
+      if (env_.flight_recorder) env_.flight_recorder->add_device(d);
       if (per_pid[d.pid]++ < opts_.max_device_records_per_window) {
-        d.start_ns = to_unix(d.start_ns);
-        d.end_ns = to_unix(d.end_ns);
-        d.api_ns = to_unix(d.api_ns);
         acts.push_back(d);
       } else {
         ++device_records_summarized_;
@@ -673,7 +654,7 @@ class GpuCommSource final : public Source {
       r.exit_ns = to_unix(r.exit_ns);
       r.device_start_ns = to_unix(r.device_start_ns);
       r.device_end_ns = to_unix(r.device_end_ns);
-      st.flight.push(r);
+      if (env_.flight_recorder) env_.flight_recorder->add_collective(r);
       out.push_back(std::move(r));
       st.inflight.pop_front();
     }

@@ -17,6 +17,7 @@ const std::vector<std::string>& all_layers();
 Result<std::set<std::string>> parse_layers(const std::string& spec);
 
 class Normalizer;
+class FlightRecorder;
 
 struct SourceEnv {
   int targets_map_fd = -1;  // the BPF map of watched tgids, shared by every BPF source
@@ -26,6 +27,8 @@ struct SourceEnv {
   // timeline); the cluster agent ships per-window summaries only and keeps raw records in its flight
   // recorder (DESIGN §2: summaries always, detail on demand).
   bool raw_device_records = true;
+  // Where raw collectives and device records are kept for drill-down (the agent's); none: not kept.
+  FlightRecorder* flight_recorder = nullptr;
 };
 
 struct Sources {

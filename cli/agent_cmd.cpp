@@ -15,7 +15,8 @@ namespace strata::cli {
 
 namespace {
 const char* kAgentHelp = R"(usage: strata agent (--server URL | -o FILE.db) [--node NAME] [--token-file F] [--window S]
-                    [--select KEY[=V1,V2...]]... [--listen-metrics ADDR] [--spool DIR] [--spool-max-mb N]
+                    [--select KEY[=V1,V2...]]... [--listen-metrics ADDR] [--advertise HOST:PORT]
+                    [--spool DIR] [--spool-max-mb N]
                     [-F HZ] [--layers L,...] [--duration S]
 
 Runs on a training node: finds training processes by their environment (RANK, WORLD_SIZE,
@@ -29,7 +30,10 @@ options:
   --token-file F      bearer token for the collector (first line of F)
   --window S          aggregation and send interval in seconds (default 10)
   --select KEY=V,...  watch processes whose environment has KEY set to one of the values (repeatable)
-  --listen-metrics A  serve the agent's health on http://A/metrics (default 127.0.0.1:9465; "off")
+  --listen-metrics A  serve the agent's health on http://A/metrics (default 127.0.0.1:9465; "off"),
+                      and its flight recorder on http://A/drilldown (behind the token)
+  --advertise H:P     where the collector reaches /drilldown (default: the --listen-metrics address;
+                      the hostname when that is 0.0.0.0)
   --spool DIR         where unsent batches wait (default /var/lib/strata/spool)
   --spool-max-mb N    spool bound; the oldest batches are dropped, and counted, past it (default 256)
   -F HZ, --layers L   as for strata record
@@ -65,7 +69,7 @@ int agent_main(std::vector<std::string> argv) {
       return 0;
     }
     if (a != "--server" && a != "-o" && a != "--output" && a != "--node" && a != "--token-file" && a != "--window" &&
-        a != "--select" && a != "--listen-metrics" && a != "--spool" && a != "--spool-max-mb" && a != "-F" &&
+        a != "--select" && a != "--listen-metrics" && a != "--advertise" && a != "--spool" && a != "--spool-max-mb" && a != "-F" &&
         a != "--layers" && a != "--duration")
       return fail("agent: unknown option '" + a + "' (see strata agent --help)", 1);
     auto v = args.value(a);
@@ -91,6 +95,8 @@ int agent_main(std::vector<std::string> argv) {
       opts.selector.terms[t->first] = t->second;
     } else if (a == "--listen-metrics") {
       opts.listen_metrics = *v;
+    } else if (a == "--advertise") {
+      opts.advertise = *v;
     } else if (a == "--spool") {
       spool = *v;
     } else if (a == "--spool-max-mb") {

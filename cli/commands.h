@@ -14,6 +14,7 @@ int report_main(std::vector<std::string> args);
 int agent_main(std::vector<std::string> args);
 int serve_main(std::vector<std::string> args);
 int diagnose_main(std::vector<std::string> args);
+int drilldown_main(std::vector<std::string> args);
 
 // The first line of a token file, trimmed; an error naming the file when missing or empty.
 Result<std::string> read_token_file(const std::string& path);

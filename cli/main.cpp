@@ -18,6 +18,7 @@ commands:
   diagnose say why the job is slow: rank, layer, cause, culprit, ms per step, evidence
   agent    node daemon: find training processes, watch them, ship to a collector
   serve    collector: ingest from agents, store (SQLite or ClickHouse), query API, /metrics
+  drilldown a node agent's raw recent collectives and device records, through the collector
 
 Run `strata <command> --help` for the options of a command.
 )";
@@ -42,6 +43,7 @@ int main(int argc, char** argv) {
     if (cmd == "diagnose") return strata::cli::diagnose_main(args);
     if (cmd == "agent") return strata::cli::agent_main(args);
     if (cmd == "serve") return strata::cli::serve_main(args);
+    if (cmd == "drilldown") return strata::cli::drilldown_main(args);
   } catch (const std::exception& e) {
     // Only for the unexpected: recoverable errors travel as Result and are reported by the commands.
     return strata::cli::fail(std::string("internal error: ") + e.what(), 1);

@@ -15,6 +15,7 @@
 
 #include "proto/ingest_codec.h"
 #include "report/exporters.h"
+#include "server/drilldown.h"
 #include "server/ingest_applier.h"
 #include "server/json.h"
 #include "server/web_api.h"
@@ -159,6 +160,9 @@ class Server {
     svr_.Get("/api/v1/collectives", [this](const httplib::Request& req, httplib::Response& res) { collectives(req, res); });
     // The web UI's views: findings (the diagnosis), heatmap, diff, timeline, overhead (web_api.h).
     add_web_api(svr_, WebApiContext{*store_, store_mu_, [this](const std::string& r) { count_request(r); }});
+    // A node agent's flight recorder, asked through the collector (drilldown.h).
+    add_drilldown_api(svr_, DrilldownContext{*store_, store_mu_, opts_.token,
+                                             [this](const std::string& r) { count_request(r); }});
     svr_.Get("/metrics", [this](const httplib::Request&, httplib::Response& res) { prometheus(res); });
     bool static_files = !opts_.web_dir.empty() && svr_.set_mount_point("/", opts_.web_dir);
     if (!static_files) {

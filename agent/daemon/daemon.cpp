@@ -15,6 +15,7 @@
 #include <thread>
 #include <unordered_map>
 
+#include "agent/flight_recorder.h"
 #include "agent/normalizer.h"
 #include "agent/oncpu_sampler.h"
 #include "agent/limits.h"
@@ -136,6 +137,7 @@ class Daemon final : public EventSink {
     env.normalizer = &normalizer_;
     env.frequency_hz = opts_.frequency_hz;
     env.raw_device_records = false;  // summaries ship; raw kernels stay in the flight recorder
+    env.flight_recorder = &flight_;
     auto started = make_sources(opts_.layers, env);
     sources_ = std::move(started.sources);
     for (const auto& w : started.warnings) log_ << "strata: agent: warning: " << w << "\n";
@@ -241,6 +243,7 @@ class Daemon final : public EventSink {
     h.set_rss_bytes(rss_bytes());
     h.set_watched_processes(static_cast<uint32_t>(live_.size()));
     h.set_version("0.1.0");
+    h.set_drilldown_url(drilldown_url_);
   }
 
   uint64_t probe_hits() const {
@@ -262,10 +265,97 @@ class Daemon final : public EventSink {
     http_->Get("/metrics", [this](const httplib::Request&, httplib::Response& res) {
       res.set_content(page_.get(), "text/plain; version=0.0.4");
     });
+    http_->Get("/drilldown", [this](const httplib::Request& req, httplib::Response& res) { drilldown(req, res); });
     if (!http_->bind_to_port(host, port))
       return Error{"--listen-metrics " + opts_.listen_metrics + ": cannot listen (port in use?)"}.environment();
+    // Where the collector reaches /drilldown: --advertise, else the listen address (a wildcard
+    // address is no destination: the node's name stands for it).
+    std::string adv = opts_.advertise;
+    if (adv.empty()) {
+      std::string h = host;
+      if (h.empty() || h == "0.0.0.0" || h == "::" || h == "[::]") h = node_name();
+      adv = h + ":" + std::to_string(port);
+    }
+    drilldown_url_ = adv.rfind("http://", 0) == 0 || adv.rfind("https://", 0) == 0 ? adv : "http://" + adv;
     http_thread_ = std::thread([this] { http_->listen_after_bind(); });
     return {};
+  }
+
+  // GET /drilldown?[pid=P][&rank=R][&last=30s | &from_ns=A&to_ns=B][&limit=N][&kinds=collectives,device]:
+  // the flight recorder's raw records (DESIGN §2). Behind the agent's token when it has one: the
+  // records name the job's processes and timing.
+  void drilldown(const httplib::Request& req, httplib::Response& res) {
+    auto bad = [&](int status, const std::string& why) {
+      res.status = status;
+      std::string e;
+      for (char c : why) e += (c == '"' || c == '\\') ? std::string("\\") + c : std::string(1, c);
+      res.set_content("{\"error\":\"" + e + "\"}\n", "application/json");
+    };
+    if (!opts_.token.empty()) {
+      const std::string h = req.get_header_value("Authorization");
+      if (h.rfind("Bearer ", 0) != 0 || !token_equal(h.substr(7), opts_.token)) {
+        res.set_header("WWW-Authenticate", "Bearer");
+        return bad(401, "missing or wrong bearer token (Authorization: Bearer TOKEN)");
+      }
+    }
+    auto uint_param = [&](const char* key, uint64_t max) -> std::optional<uint64_t> {
+      const std::string v = req.get_param_value(key);
+      if (v.empty() || v.size() > 20 || v.find_first_not_of("0123456789") != std::string::npos) return std::nullopt;
+      uint64_t n = std::strtoull(v.c_str(), nullptr, 10);
+      if (n > max) return std::nullopt;
+      return n;
+    };
+    DrilldownQuery q;
+    uint64_t now = unix_now_ns();
+    if (req.has_param("pid")) {
+      auto v = uint_param("pid", 1u << 22);
+      if (!v) return bad(400, "pid: expected a process id");
+      q.pid = static_cast<uint32_t>(*v);
+    }
+    if (req.has_param("rank")) {
+      auto v = uint_param("rank", 1u << 22);
+      if (!v) return bad(400, "rank: expected a number");
+      q.rank = static_cast<int>(*v);
+    }
+    if (req.has_param("last")) {
+      auto d = parse_duration_ns(req.get_param_value("last"));
+      if (!d) return bad(400, "last: expected a duration such as 30s, 5m, 500ms");
+      q.from_ns = now > *d ? now - *d : 0;
+    }
+    if (req.has_param("from_ns")) {
+      auto v = uint_param("from_ns", UINT64_MAX);
+      if (!v) return bad(400, "from_ns: expected unix nanoseconds");
+      q.from_ns = *v;
+    }
+    if (req.has_param("to_ns")) {
+      auto v = uint_param("to_ns", UINT64_MAX);
+      if (!v) return bad(400, "to_ns: expected unix nanoseconds");
+      q.to_ns = *v;
+    }
+    if (q.to_ns < q.from_ns) return bad(400, "to_ns is before from_ns");
+    if (req.has_param("limit")) {
+      auto v = uint_param("limit", 1000000);
+      if (!v || *v == 0) return bad(400, "limit: expected 1..1000000");
+      q.limit = *v;
+    }
+    if (req.has_param("kinds")) {
+      q.collectives = q.device = false;
+      std::stringstream ss(req.get_param_value("kinds"));
+      std::string k;
+      while (std::getline(ss, k, ',')) {
+        if (k == "collectives") q.collectives = true;
+        else if (k == "device") q.device = true;
+        else return bad(400, "kinds: expected collectives and/or device");
+      }
+    }
+    res.set_content(flight_.query_json(q, node_, now), "application/json");
+  }
+
+  static bool token_equal(const std::string& a, const std::string& b) {
+    unsigned char diff = a.size() == b.size() ? 0 : 1;
+    for (size_t i = 0; i < std::max(a.size(), b.size()); ++i)
+      diff |= static_cast<unsigned char>((i < a.size() ? a[i] : 0) ^ (i < b.size() ? b[i] : 0));
+    return diff == 0;
   }
 
   void update_metrics_page() {
@@ -364,6 +454,7 @@ class Daemon final : public EventSink {
       p.start_ns = unix_now_ns();
     }
     pending_processes_[pid] = p;
+    flight_.note_process(p);
     for (auto& src : sources_) src->on_process(p);
     if (info) normalizer_.learn_process(pid);
   }
@@ -372,6 +463,7 @@ class Daemon final : public EventSink {
     if (!live_.erase(pid)) return;
     normalizer_.forget_process(pid);
     for (auto& src : sources_) src->on_process_exit(pid);
+    flight_.note_exit(pid);
     // known_ keeps the pid until it is reused by an unrelated process: a late sample of the dying
     // process must not re-announce it.
   }
@@ -500,6 +592,7 @@ class Daemon final : public EventSink {
   std::unique_ptr<OnCpuSampler> sampler_;
   std::unique_ptr<symbolize::Symbolizer> symbolizer_ = symbolize::make_caching_symbolizer();
   Normalizer normalizer_;
+  FlightRecorder flight_;  // before the sources: they hold a pointer to it
   std::vector<std::unique_ptr<Source>> sources_;
   int64_t recording_ = 0;
   uint64_t window_start_unix_ = 0;
@@ -517,6 +610,7 @@ class Daemon final : public EventSink {
   std::unordered_map<uint64_t, uint32_t> raw_stack_index_;
   std::unordered_map<CountKey, uint64_t, CountKeyHash> counts_;
 
+  std::string drilldown_url_;  // announced to the collector in every batch's health
   MetricsPage page_;
   std::unique_ptr<httplib::Server> http_;
   std::thread http_thread_;

@@ -29,6 +29,9 @@ SOURCE = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file_
 STRATA = os.path.join(BUILD, "bin", "strata")
 SIM = os.path.join(BUILD, "bin", "strata-sim")
 TOKEN = "t0ps3cret-" + os.urandom(6).hex()
+# In the sim's environment, which its ranks inherit: the agents watch this run's ranks only, not
+# those of another test's sim on the same machine.
+RUN_ID = os.urandom(6).hex()
 # Append-only kinds: the store must hold exactly the acknowledged rows.
 KINDS = ["collectives", "stack_counts", "metrics", "steps", "device_activity", "communicators", "launch_samples"]
 
@@ -40,6 +43,7 @@ def check(cond, what):
     print(("ok   " if cond else "FAIL ") + what, flush=True)
     if not cond:
         failures.append(what)
+    return cond
 
 
 def free_port():
@@ -176,6 +180,63 @@ def make_batch(tmp, text, name):
     return subprocess.run(["zstd", "-q", "-c"], input=raw, capture_output=True, check=True).stdout
 
 
+def drilldown(url, token_file, node, *extra):
+    r = subprocess.run([STRATA, "drilldown", "--server", url, "--token-file", token_file, "--node", node] + list(extra),
+                       capture_output=True, text=True)
+    return r.returncode, r.stdout, r.stderr
+
+
+def check_drilldown(url, token_file, agents, truth_path):
+    """The agents' flight recorders, asked through the server: each rank's collectives as the sim
+    made them (the sim's truth: its pid, how many collectives, DDP's 3 all-reduces of 256 KiB per
+    step), with contiguous sequence numbers; a window returns exactly the records inside it."""
+    truth = json.load(open(truth_path))
+    for rank in range(4):
+        node = "n0" if rank < 2 else "n1"
+        rc, out, err = drilldown(url, token_file, node, "--rank", str(rank), "--last", "10m", "--kinds",
+                                 "collectives", "--json")
+        if not check(rc == 0, "drilldown %s rank %d: answered (%s)" % (node, rank, err.strip()[:200])):
+            continue
+        d = json.loads(out)
+        procs = d["processes"]
+        pid = truth["pids"][str(rank)]
+        check(len(procs) == 1 and procs[0]["pid"] == pid and procs[0]["rank"] == rank,
+              "drilldown rank %d: one process, the sim's pid %d: %s" % (rank, pid, [(p["pid"], p["rank"]) for p in procs]))
+        if not procs:
+            continue
+        colls = procs[0]["collectives"]
+        want = [r for r in truth["per_rank"] if r["rank"] == rank][0]["collectives"]
+        seqs = [c["seq"] for c in colls]
+        check(len(colls) == want and procs[0]["collectives_in_window"] == want,
+              "drilldown rank %d: %d collectives, the sim made %d" % (rank, len(colls), want))
+        check(seqs == list(range(1, len(seqs) + 1)), "drilldown rank %d: seq 1..%d contiguous" % (rank, len(seqs)))
+        check(all(c["library"] == "nccl" and c["op"] == "allreduce" and c["bytes"] == 64 * 1024 * 4 for c in colls),
+              "drilldown rank %d: every one an NCCL all-reduce of 256 KiB (DDP buckets)" % rank)
+        check(len({c["comm_id"] for c in colls}) == 1 and all(c["enter_ns"] <= c["exit_ns"] for c in colls),
+              "drilldown rank %d: one communicator, enter <= exit" % rank)
+        if len(colls) > 20:
+            # A window in the middle: exactly the records that started inside it.
+            a, b = colls[len(colls) // 3], colls[2 * len(colls) // 3]
+            rc, out, _ = drilldown(url, token_file, node, "--rank", str(rank), "--from-ns", str(a["enter_ns"]),
+                                   "--to-ns", str(b["enter_ns"]), "--json")
+            sub = json.loads(out)["processes"][0]["collectives"] if rc == 0 else []
+            check([c["seq"] for c in sub] == list(range(a["seq"], b["seq"] + 1)),
+                  "drilldown rank %d window: seq %d..%d exactly (%d records)" % (rank, a["seq"], b["seq"], len(sub)))
+    rc, out, _ = drilldown(url, token_file, "n0", "--last", "10m", "--limit", "5", "--kinds", "collectives")
+    check(rc == 0 and out.count("allreduce") == 10 and "rank 0" in out and "rank 1" in out,
+          "strata drilldown (text): node n0's two ranks, newest 5 each")
+    rc, _, err = drilldown(url, token_file, "no-such-node")
+    check(rc == 1 and "no agent" in err, "drilldown of an unknown node: refused (%s)" % err.strip()[:100])
+    check(http("GET", url + "/api/v1/nodes/n0/drilldown")[0] == 401, "drilldown without a token: 401")
+    # The agent's own listener wants the token too.
+    nodes = json.loads(http("GET", url + "/api/v1/nodes", token=TOKEN)[1])["nodes"]
+    agent_url = [n for n in nodes if n["node"] == "n0"][-1]["health"]["drilldown_url"]
+    check(http("GET", agent_url + "/drilldown")[0] == 401, "agent /drilldown without a token: 401")
+    check(http("GET", agent_url + "/drilldown?last=1h&kinds=collectives", token=TOKEN)[0] == 200,
+          "agent /drilldown with the token: 200")
+    check(http("GET", agent_url + "/drilldown?last=soon", token=TOKEN)[0] == 400, "agent /drilldown bad window: 400")
+
+
 def main():
     if os.geteuid() != 0:
         raise SystemExit("cluster_test needs root (BPF)")
@@ -203,12 +264,17 @@ def main():
         for i, sel in enumerate(["LOCAL_RANK=0,1", "LOCAL_RANK=2,3"]):
             log = os.path.join(tmp, "agent%d.log" % i)
             a = start([STRATA, "agent", "--server", url, "--node", "n%d" % i, "--token-file", token_file,
-                       "--window", "1", "--select", sel, "--spool", os.path.join(tmp, "spool%d" % i),
+                       "--window", "1", "--select", sel, "--select", "STRATA_CLUSTER_TEST=" + RUN_ID, "--spool", os.path.join(tmp, "spool%d" % i),
                        "--listen-metrics", "127.0.0.1:%d" % free_port()], log)
             agents.append((a, log))
         time.sleep(2)
-        sim = start([SIM, "run", "--ranks", "4", "--steps", "150", "--quiet"], os.path.join(tmp, "sim.log"))
-        time.sleep(5)
+        truth_path = os.path.join(tmp, "truth.json")
+        # The ranks' start-up before their first NCCL call is longer than the agents' /proc scan
+        # (2 s), as PyTorch's is: the agents see every collective from the first.
+        sim_env = dict(os.environ, STRATA_CLUSTER_TEST=RUN_ID, STRATA_SIM_STARTUP_MS="4000")
+        sim = start([SIM, "run", "--ranks", "4", "--steps", "150", "--quiet", "--truth", truth_path],
+                    os.path.join(tmp, "sim.log"), env=sim_env)
+        time.sleep(8)
         server.send_signal(signal.SIGKILL)
         server.wait()
         time.sleep(3)  # agents spool meanwhile
@@ -221,6 +287,7 @@ def main():
         job = [j for j in jobs if j["job"].startswith("strata-sim")]
         check(len(job) == 1 and job[0]["ranks"] == 4 and job[0]["nodes"] == ["n0", "n1"]
               and job[0]["status"] == "healthy", "jobs API: 4 ranks over n0 and n1, healthy: %s" % body[:300])
+        check_drilldown(url, token_file, agents, truth_path)
         for a, _ in agents:
             a.send_signal(signal.SIGTERM)
         for a, _ in agents:

@@ -1,0 +1,186 @@
+// `strata drilldown`: the raw records of one node's flight recorder (each collective call, each
+// device activity), asked through the collector (GET /api/v1/nodes/{node}/drilldown).
+#include <google/protobuf/struct.pb.h>
+#include <google/protobuf/util/json_util.h>
+#include <httplib.h>
+
+#include <cstdio>
+#include <iostream>
+
+#include "agent/flight_recorder.h"
+#include "cli/args.h"
+#include "cli/commands.h"
+
+namespace strata::cli {
+namespace {
+
+const char* kDrilldownHelp = R"(usage: strata drilldown --server URL --node NODE [--rank R | --pid P]
+                        [--last DURATION | --from-ns A --to-ns B] [--kinds collectives,device]
+                        [--limit N] [--token-file F] [--json]
+
+Asks the agent on NODE, through the collector at URL, for the raw records its flight recorder
+keeps: every collective call (op, communicator, sequence number, bytes, enter/exit and device
+times) and every device activity (kernels, copies) of the last minutes, per process.
+
+options:
+  --server URL        the collector (`strata serve`), http://HOST:PORT
+  --node NODE         the node whose agent answers (as in /api/v1/nodes)
+  --rank R, --pid P   one rank / one process (default: every watched process of the node)
+  --last DURATION     records that started in the last DURATION: 30s, 5m, 500ms (default 30s)
+  --from-ns A, --to-ns B
+                      records that started inside [A, B], unix nanoseconds (instead of --last)
+  --kinds K,...       collectives and/or device (default both)
+  --limit N           at most N records per process and kind, the newest (default 10000)
+  --token-file F      bearer token of the collector (first line of F)
+  --json              print the agent's JSON as it is
+
+Exit codes: 0 ok, 1 bad input or a refusal (unknown node, bad parameter), 2 collector or agent
+unreachable.
+)";
+
+double num(const google::protobuf::Struct& s, const char* key) {
+  auto it = s.fields().find(key);
+  return it == s.fields().end() ? 0 : it->second.number_value();
+}
+
+std::string str(const google::protobuf::Struct& s, const char* key) {
+  auto it = s.fields().find(key);
+  return it == s.fields().end() ? "" : it->second.string_value();
+}
+
+const google::protobuf::ListValue* list(const google::protobuf::Struct& s, const char* key) {
+  auto it = s.fields().find(key);
+  return it == s.fields().end() || !it->second.has_list_value() ? nullptr : &it->second.list_value();
+}
+
+void print_text(const google::protobuf::Struct& root) {
+  double from = num(root, "from_ns"), to = num(root, "to_ns"), now = num(root, "now_ns");
+  const auto* procs = list(root, "processes");
+  int n = procs ? procs->values_size() : 0;
+  std::printf("node %s: %d process(es); records that started from %.1f s ago%s\n", str(root, "node").c_str(), n,
+              (now - from) / 1e9, to >= now ? "" : " to a set end");
+  if (!procs) return;
+  for (const auto& pv : procs->values()) {
+    const auto& p = pv.struct_value();
+    std::printf("\npid %.0f  rank %.0f  job %s  %s  %s\n", num(p, "pid"), num(p, "rank"), str(p, "job").c_str(),
+                str(p, "comm").c_str(), p.fields().at("alive").bool_value() ? "(alive)" : "(exited)");
+    if (const auto* cs = list(p, "collectives")) {
+      std::printf("  %.0f collective(s) in the window (%d shown, %.0f evicted from the ring before)\n",
+                  num(p, "collectives_in_window"), cs->values_size(), num(p, "collectives_evicted"));
+      if (cs->values_size() > 0)
+        std::printf("  %8s  %-14s %10s  %-16s %10s %9s %9s  %s\n", "seq", "op", "bytes", "comm", "start_s", "host_ms",
+                    "device_ms", "completion");
+      for (const auto& cv : cs->values()) {
+        const auto& c = cv.struct_value();
+        double enter = num(c, "enter_ns"), exit = num(c, "exit_ns");
+        double dev = num(c, "device_end_ns") > 0 ? (num(c, "device_end_ns") - num(c, "device_start_ns")) / 1e6 : 0;
+        std::string comm = str(c, "comm_id").substr(0, 16);
+        std::printf("  %8.0f  %-14s %10.0f  %-16s %10.3f %9.3f %9.3f  %s\n", num(c, "seq"),
+                    (str(c, "library") + ":" + str(c, "op")).c_str(), num(c, "bytes"), comm.c_str(),
+                    (enter - now) / 1e9, (exit - enter) / 1e6, dev, str(c, "completion").c_str());
+      }
+    }
+    if (const auto* ds = list(p, "device")) {
+      std::printf("  %.0f device record(s) in the window (%d shown, %.0f evicted)\n", num(p, "device_in_window"),
+                  ds->values_size(), num(p, "device_evicted"));
+      for (const auto& dv : ds->values()) {
+        const auto& d = dv.struct_value();
+        std::printf("  %-10s %-32s gpu %.0f stream %.0f %10.3f s %9.3f ms\n", str(d, "kind").c_str(),
+                    str(d, "name").substr(0, 32).c_str(), num(d, "device"), num(d, "stream"),
+                    (num(d, "start_ns") - now) / 1e9, (num(d, "end_ns") - num(d, "start_ns")) / 1e6);
+      }
+    }
+  }
+}
+
+}  // namespace
+
+int drilldown_main(std::vector<std::string> argv) {
+  Args args(std::move(argv));
+  std::string server, node, token, last, from_ns, to_ns, kinds, limit, rank, pid;
+  bool json = false;
+  while (!args.done()) {
+    std::string a = args.next();
+    if (a == "-h" || a == "--help") {
+      std::cout << kDrilldownHelp;
+      return 0;
+    }
+    if (a == "--json") {
+      json = true;
+      continue;
+    }
+    if (a != "--server" && a != "--node" && a != "--rank" && a != "--pid" && a != "--last" && a != "--from-ns" &&
+        a != "--to-ns" && a != "--kinds" && a != "--limit" && a != "--token-file")
+      return fail("drilldown: unknown option '" + a + "' (see strata drilldown --help)", 1);
+    auto v = args.value(a);
+    if (!v) return fail(v.error().message, 1);
+    if (a == "--server") {
+      server = *v;
+      while (!server.empty() && server.back() == '/') server.pop_back();
+    } else if (a == "--node") {
+      node = *v;
+    } else if (a == "--rank" || a == "--pid") {
+      auto n = parse_uint(a, *v, 0, 1u << 22);
+      if (!n) return fail(n.error().message, 1);
+      (a == "--rank" ? rank : pid) = std::to_string(*n);
+    } else if (a == "--last") {
+      if (!agent::parse_duration_ns(*v)) return fail("--last " + *v + ": expected a duration such as 30s, 5m, 500ms", 1);
+      last = *v;
+    } else if (a == "--from-ns" || a == "--to-ns") {
+      auto n = parse_uint(a, *v, 0, UINT64_MAX);
+      if (!n) return fail(n.error().message, 1);
+      (a == "--from-ns" ? from_ns : to_ns) = std::to_string(*n);
+    } else if (a == "--kinds") {
+      kinds = *v;
+    } else if (a == "--limit") {
+      auto n = parse_uint(a, *v, 1, 1000000);
+      if (!n) return fail(n.error().message, 1);
+      limit = std::to_string(*n);
+    } else if (a == "--token-file") {
+      auto t = read_token_file(*v);
+      if (!t) return fail(t.error().message, 1);
+      token = *t;
+    }
+  }
+  if (server.empty() || node.empty()) return fail("drilldown: give --server URL and --node NODE (see --help)", 1);
+  if (!last.empty() && !from_ns.empty()) return fail("drilldown: give --last or --from-ns/--to-ns, not both", 1);
+  if (last.empty() && from_ns.empty() && to_ns.empty()) last = "30s";
+
+  std::string query;
+  auto add = [&](const char* key, const std::string& v) {
+    if (!v.empty()) query += (query.empty() ? "?" : "&") + std::string(key) + "=" + httplib::detail::encode_query_param(v);
+  };
+  add("rank", rank);
+  add("pid", pid);
+  add("last", last);
+  add("from_ns", from_ns);
+  add("to_ns", to_ns);
+  add("kinds", kinds);
+  add("limit", limit);
+  httplib::Client cli(server);
+  if (!cli.is_valid()) return fail("--server " + server + ": expected http://HOST:PORT", 1);
+  cli.set_connection_timeout(5, 0);
+  cli.set_read_timeout(30, 0);
+  httplib::Headers headers;
+  if (!token.empty()) headers.emplace("Authorization", "Bearer " + token);
+  auto res = cli.Get(("/api/v1/nodes/" + httplib::detail::encode_query_param(node) + "/drilldown" + query).c_str(),
+                     headers);
+  if (!res) return fail("cannot reach the collector at " + server + ": " + httplib::to_string(res.error()), 2);
+  if (res->status != 200) {
+    std::string why = res->body;
+    while (!why.empty() && why.back() == '\n') why.pop_back();
+    // The collector's refusal says why; an agent that did not answer is the environment.
+    return fail("drilldown: HTTP " + std::to_string(res->status) + ": " + why, res->status == 502 ? 2 : 1);
+  }
+  if (json) {
+    std::cout << res->body;
+    return 0;
+  }
+  google::protobuf::Struct root;
+  if (!google::protobuf::util::JsonStringToMessage(res->body, &root).ok())
+    return fail("drilldown: the answer is not the agent's JSON (use --json to see it)", 1);
+  print_text(root);
+  return 0;
+}
+
+}  // namespace strata::cli
