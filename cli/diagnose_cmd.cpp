@@ -1,3 +1,5 @@
+#include <httplib.h>
+
 #include <iostream>
 
 #include "cli/args.h"
@@ -21,11 +23,42 @@ options:
   --job ID          the job to diagnose (default: the one with the most ranks in the latest recording)
   --json            {"job":..,"findings":[{"rank":..,"node":..,"layer":..,"cause":..,"culprit":..,
                     "lost_ms_per_step":..,"confidence":..,"evidence":[...]}]}; no findings = healthy
-  --server URL      read from `strata serve` at URL (http://HOST:PORT) instead of a file
+  --server URL      the findings `strata serve` at URL (http://HOST:PORT) keeps: it diagnoses
+                    every job with new data each window; adds the findings' history (first seen,
+                    still active or resolved)
   --token-file F    its bearer token (first line of F)
 
 Exit codes: 0 diagnosed (healthy or not), 1 bad input (not a strata store, no job in it).
 )";
+// The collector's kept diagnosis (GET /api/v1/findings): the server made it, this prints it.
+int diagnose_remote(std::string server, const std::string& token, const std::string& job, bool json) {
+  while (!server.empty() && server.back() == '/') server.pop_back();
+  httplib::Client cli(server);
+  if (!cli.is_valid()) return fail("diagnose: --server " + server + ": expected http://HOST:PORT", 1);
+  cli.set_connection_timeout(5, 0);
+  cli.set_read_timeout(120, 0);  // a job nothing was kept for is diagnosed on the first request
+  httplib::Headers headers;
+  if (!token.empty()) headers.emplace("Authorization", "Bearer " + token);
+  std::string path = std::string("/api/v1/findings?format=") + (json ? "json" : "text");
+  if (!job.empty()) path += "&job=" + httplib::detail::encode_query_param(job);
+  auto res = cli.Get(path.c_str(), headers);
+  if (!res) return fail("diagnose: cannot reach the collector at " + server + ": " + httplib::to_string(res.error()), 2);
+  if (res->status != 200) {
+    std::string why = res->body;
+    while (!why.empty() && why.back() == '\n') why.pop_back();
+    if (why.size() > 300) why = why.substr(0, 300) + "...";
+    return fail("diagnose: " + server + ": HTTP " + std::to_string(res->status) + ": " + why, res->status == 503 ? 2 : 1);
+  }
+  // JSON: an error is in the body ("no such job"), as the web UI reads it.
+  if (json && res->body.find("\"error\":") != std::string::npos && res->body.find("\"findings\":[]") != std::string::npos &&
+      res->body.find("\"kept\":") == std::string::npos) {
+    std::cout << res->body;
+    return 1;
+  }
+  std::cout << res->body;
+  return 0;
+}
+
 }  // namespace
 
 int diagnose_main(std::vector<std::string> argv) {
@@ -64,8 +97,8 @@ int diagnose_main(std::vector<std::string> argv) {
   if (file.empty() == server.empty())
     return fail("diagnose: which store? (strata diagnose FILE.db, or strata diagnose --server URL)", 1);
 
-  auto st = server.empty() ? store::Store::open_sqlite(file, store::Store::Mode::kReadOnly)
-                           : store::Store::open_remote(server, token);
+  if (!server.empty()) return diagnose_remote(server, token, load.job, json);
+  auto st = store::Store::open_sqlite(file, store::Store::Mode::kReadOnly);
   if (!st) return fail(st.error().message, st.error().exit_code);
   auto job = diagnose::load_job_window(**st, load);
   if (!job) return fail("diagnose: " + job.error().message, job.error().exit_code);

@@ -28,6 +28,9 @@ options:
   --web-dir DIR     static files for / (default: the web UI built beside this program,
                     BIN/../web or BIN/../share/strata/web; else a placeholder page)
   --silent-after S  call a node silent after S seconds without a batch (default: 3 of its intervals)
+  --diagnose-every S  diagnose the jobs that got new data every S seconds and keep the findings
+                    (default 2; 0: only when the findings are asked for). GET /api/v1/findings and
+                    `strata diagnose --server` read the kept findings and their history.
   --user NAME       run as this user (started as root; the store must be writable by it). The
                     server needs no privilege: it drops every capability in any case.
 
@@ -61,7 +64,7 @@ int serve_main(std::vector<std::string> argv) {
       return 0;
     }
     if (a != "--store" && a != "--listen" && a != "--token-file" && a != "--web-dir" && a != "--silent-after" &&
-        a != "--user")
+        a != "--user" && a != "--diagnose-every")
       return fail("serve: unknown option '" + a + "' (see strata serve --help)", 1);
     auto v = args.value(a);
     if (!v) return fail(v.error().message, 1);
@@ -77,6 +80,10 @@ int serve_main(std::vector<std::string> argv) {
       auto s = parse_seconds(a, *v);
       if (!s) return fail(s.error().message, 1);
       opts.silent_after_s = *s;
+    } else if (a == "--diagnose-every") {
+      auto s = *v == "0" ? Result<double>(0.0) : parse_seconds(a, *v);
+      if (!s) return fail(s.error().message, 1);
+      opts.diagnose_every_s = *s;
     } else {
       auto t = read_token_file(*v);
       if (!t) return fail(t.error().message, 1);

@@ -87,7 +87,7 @@ std::string call_path(const Stack& stack, bool keep_syscall) {
   return path.empty() ? "[kernel]" : path;
 }
 
-Status load_profile(store::Store& s, int64_t rec, JobWindow& job, RankWindow& r, store::CountKind kind, double steps) {
+Status load_profile(store::Store& s, std::optional<int64_t> rec, JobWindow& job, RankWindow& r, store::CountKind kind, double steps) {
   store::ProfileFilter f;
   f.pid = r.pid;
   f.recording = rec;
@@ -153,7 +153,8 @@ Result<JobWindow> load_job_window(store::Store& s, const LoadOptions& opt) {
   auto rec_r = s.latest_recording();
   if (!rec_r) return rec_r.error();
   if (!*rec_r) return Error{"the store holds no recording"};
-  int64_t rec = **rec_r;
+  std::optional<int64_t> rec = **rec_r;
+  if (opt.all_recordings) rec.reset();
   auto procs = s.processes(rec);
   if (!procs) return procs.error();
 

@@ -14,6 +14,9 @@ namespace strata::diagnose {
 struct LoadOptions {
   std::string job;        // empty: the job with the most ranks in the latest recording
   int warmup_steps = 2;   // first steps of each rank are start-up, never a baseline
+  // Every recording, not only the latest: a collector holds one per agent (node) and agent start,
+  // and a job's ranks span them.
+  bool all_recordings = false;
 };
 
 Result<JobWindow> load_job_window(store::Store& store, const LoadOptions& options = {});

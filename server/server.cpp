@@ -15,6 +15,7 @@
 
 #include "proto/ingest_codec.h"
 #include "report/exporters.h"
+#include "server/diagnoser.h"
 #include "server/drilldown.h"
 #include "server/ingest_applier.h"
 #include "server/json.h"
@@ -83,7 +84,8 @@ uint64_t rss_bytes() {
 class Server {
  public:
   Server(const ServeOptions& opts, std::unique_ptr<store::Store> store, std::ostream& log)
-      : opts_(opts), store_(std::move(store)), applier_(*store_), log_(log) {}
+      : opts_(opts), store_(std::move(store)), applier_(*store_), log_(log),
+        diagnoser_(*store_, store_mu_, DiagnoserOptions{opts.diagnose_every_s}, log) {}
 
   Status run(const std::atomic<bool>& stop) {
     auto colon = opts_.listen.rfind(':');
@@ -105,6 +107,7 @@ class Server {
       return Error{"cannot listen on " + opts_.listen + " (in use, or not an address of this host)"}.environment();
     log_ << "strata: serving on http://" << opts_.listen << (opts_.token.empty() ? " (no token: open to anyone who can connect)" : "")
          << "\n";
+    diagnoser_.start();  // a round every --diagnose-every seconds for jobs with new data
     std::atomic<bool> finished{false};
     std::thread watcher([&] {
       while (!stop && !finished) std::this_thread::sleep_for(std::chrono::milliseconds(100));
@@ -113,6 +116,7 @@ class Server {
     bool ok = svr_.listen_after_bind();
     finished = true;
     watcher.join();
+    diagnoser_.stop();
     if (!ok && !stop) return Error{"server stopped unexpectedly"};
     return {};
   }
@@ -159,7 +163,7 @@ class Server {
     svr_.Get("/api/v1/steps", [this](const httplib::Request& req, httplib::Response& res) { steps(req, res); });
     svr_.Get("/api/v1/collectives", [this](const httplib::Request& req, httplib::Response& res) { collectives(req, res); });
     // The web UI's views: findings (the diagnosis), heatmap, diff, timeline, overhead (web_api.h).
-    add_web_api(svr_, WebApiContext{*store_, store_mu_, [this](const std::string& r) { count_request(r); }});
+    add_web_api(svr_, WebApiContext{*store_, store_mu_, [this](const std::string& r) { count_request(r); }, &diagnoser_});
     // A node agent's flight recorder, asked through the collector (drilldown.h).
     add_drilldown_api(svr_, DrilldownContext{*store_, store_mu_, opts_.token,
                                              [this](const std::string& r) { count_request(r); }});
@@ -215,6 +219,7 @@ class Server {
       reply_error(res, 503, "store unavailable: " + out.error().message);
       return;
     }
+    if (!out->duplicate) diagnoser_.note(*batch);  // its jobs get a diagnosis round
     uint64_t rows = 0;
     {
       std::lock_guard lock(counters_.mu);
@@ -579,6 +584,14 @@ class Server {
     for (const auto& [k, v] : counters_.requests) o << "strata_serve_requests_total{route=\"" << k << "\"} " << v << "\n";
     o << "# TYPE strata_serve_agents gauge\nstrata_serve_agents{status=\"healthy\"} " << agents.size() - silent_n
       << "\nstrata_serve_agents{status=\"silent\"} " << silent_n << "\n";
+    auto dc = diagnoser_.counters();
+    o << "# HELP strata_serve_diagnoses_total Job diagnoses made and kept, by outcome (skipped: no new data).\n"
+         "# TYPE strata_serve_diagnoses_total counter\n";
+    o << "strata_serve_diagnoses_total{outcome=\"kept\"} " << dc.diagnosed << "\n";
+    o << "strata_serve_diagnoses_total{outcome=\"failed\"} " << dc.failed << "\n";
+    o << "strata_serve_diagnoses_total{outcome=\"skipped\"} " << dc.skipped << "\n";
+    o << "# TYPE strata_serve_diagnosis_seconds_total counter\nstrata_serve_diagnosis_seconds_total " << dc.seconds
+      << "\n";
     o << "# TYPE process_cpu_seconds_total counter\nprocess_cpu_seconds_total " << process_cpu_s() << "\n";
     o << "# TYPE process_resident_memory_bytes gauge\nprocess_resident_memory_bytes " << rss_bytes() << "\n";
     res.set_content(o.str(), "text/plain; version=0.0.4");
@@ -590,6 +603,7 @@ class Server {
   IngestApplier applier_;
   ServerCounters counters_;
   std::ostream& log_;
+  Diagnoser diagnoser_;  // before svr_: handlers use it until the server stops
   httplib::Server svr_;
 };
 

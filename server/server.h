@@ -20,6 +20,7 @@ struct ServeOptions {
   size_t max_compressed = 32u << 20;
   size_t max_decompressed = 256u << 20;
   double silent_after_s = 0;  // 0: three of the agent's own send intervals (at least 5 s)
+  double diagnose_every_s = 2;  // a diagnosis round for jobs with new data; 0: only when asked
 };
 
 // Opens the store an option names (sqlite:FILE.db, a bare FILE.db, or clickhouse://HOST:PORT/DB).

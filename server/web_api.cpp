@@ -18,11 +18,6 @@
 #include "report/exporters.h"
 #include "server/json.h"
 
-#ifdef STRATA_HAVE_DIAGNOSE
-#include "diagnose/engine.h"
-#include "diagnose/loader.h"
-#include "diagnose/render.h"
-#endif
 
 namespace strata::server {
 namespace {
@@ -85,46 +80,20 @@ class WebApi {
  public:
   explicit WebApi(WebApiContext ctx) : ctx_(std::move(ctx)) {}
 
+  // The diagnosis strata serve keeps (server/diagnoser.h): the latest round's report and the
+  // findings' history; &format=text for `strata diagnose --server`.
   void findings(const httplib::Request& req, httplib::Response& res) {
     ctx_.count_request("findings");
     const std::string job = req.has_param("job") ? req.get_param_value("job") : "";
-#ifdef STRATA_HAVE_DIAGNOSE
-    // A diagnosis reads every layer of the job: reuse it for a few seconds (a page asks several times).
-    const auto now = std::chrono::steady_clock::now();
-    const std::string key = (req.has_param("job") ? "=" : "?") + job;
-    {
-      std::lock_guard lock(cache_mu_);
-      auto it = cache_.find(key);
-      if (it != cache_.end() && now - it->second.first < std::chrono::seconds(5)) {
-        res.set_content(it->second.second, "application/json");
-        return;
-      }
+    if (!ctx_.diagnoser) {
+      res.set_content("{\"job\":" + json_str(job) + ",\"findings\":[],\"error\":\"this server keeps no diagnoses\"}\n",
+                      "application/json");
+      return;
     }
-    std::ostringstream out;
-    {
-      std::lock_guard lock(ctx_.store_mu);
-      diagnose::LoadOptions lo;
-      lo.job = job;
-      auto window = diagnose::load_job_window(ctx_.store, lo);
-      if (!window) {
-        // No steps yet, or no such job: say so instead of looking healthy.
-        out << "{\"job\":" << json_str(job) << ",\"findings\":[],\"error\":" << json_str(window.error().message)
-            << "}";
-      } else {
-        diagnose::write_json(diagnose::diagnose(*window), out);
-      }
-    }
-    std::string body = out.str() + "\n";
-    {
-      std::lock_guard lock(cache_mu_);
-      cache_[key] = {now, body};
-    }
-    res.set_content(body, "application/json");
-#else
-    res.set_content("{\"job\":" + json_str(job) +
-                        ",\"findings\":[],\"error\":\"the diagnosis engine is not built into this server\"}\n",
-                    "application/json");
-#endif
+    const bool text = req.has_param("format") && req.get_param_value("format") == "text";
+    auto r = ctx_.diagnoser->findings(job, req.has_param("job"), text);
+    res.status = r.status;
+    res.set_content(r.body, r.content_type);
   }
 
   // One row per rank, one column per step (the n-th step of every rank: ranks of a data-parallel job
@@ -392,8 +361,6 @@ class WebApi {
 
  private:
   WebApiContext ctx_;
-  std::mutex cache_mu_;
-  std::map<std::string, std::pair<std::chrono::steady_clock::time_point, std::string>> cache_;
 };
 
 }  // namespace

@@ -1,6 +1,7 @@
 // The query endpoints the web UI (web/) needs beyond the collector's raw ones, each shaped for one
 // view so a page of 1,000 ranks loads in a few requests:
-//   GET /api/v1/findings?job=J          the diagnosis (DESIGN §8 `diagnose --json`), cached briefly
+//   GET /api/v1/findings?job=J          the kept diagnosis (DESIGN §8 `diagnose --json`) and the
+//                                       findings' history; &format=text: as `strata diagnose` prints
 //   GET /api/v1/heatmap?job=J           rank x step matrices: step, collective wait, compute, GPU idle
 //   GET /api/v1/diff?job=J&rank=R&kind= folded stacks of rank R beside the sum over its peers
 //   GET /api/v1/timeline?job=J&rank=R   the rank's chrome-trace JSON (Perfetto), &download=1 to save
@@ -11,6 +12,7 @@
 #include <mutex>
 #include <string>
 
+#include "server/diagnoser.h"
 #include "store/store.h"
 
 namespace httplib {
@@ -23,6 +25,7 @@ struct WebApiContext {
   store::Store& store;
   std::mutex& store_mu;  // held around every store call, as the collector's own routes do
   std::function<void(const std::string&)> count_request;
+  Diagnoser* diagnoser = nullptr;  // the kept findings; null: none kept
 };
 
 void add_web_api(httplib::Server& svr, WebApiContext ctx);

@@ -67,6 +67,15 @@ const char* kTables[] = {
        ENGINE = ReplacingMergeTree() ORDER BY (agent_id, kind, local_id))",
     R"(agents (agent_id String, node String, last_seen_ns UInt64, last_batch UInt64, interval_s Float64,
        health String) ENGINE = ReplacingMergeTree(last_seen_ns) ORDER BY agent_id)",
+    // The diagnoses `strata serve` keeps: the latest round per job (FINAL / argMax picks it), every
+    // round's findings.
+    R"(diagnoses (job String, diagnosed_ns UInt64, window_start_ns UInt64, window_end_ns UInt64, ranks UInt32,
+       findings UInt32, report_json String, report_text String) ENGINE = ReplacingMergeTree(diagnosed_ns)
+       ORDER BY job)",
+    R"(findings (job String, diagnosed_ns UInt64, window_start_ns UInt64, window_end_ns UInt64, rank Int32,
+       node String, layer String, cause String, culprit String, lost_ms_per_step Float64, confidence Float64,
+       evidence String) ENGINE = MergeTree()
+       PARTITION BY toYYYYMMDD(toDateTime(intDiv(diagnosed_ns, 1000000000))) ORDER BY (job, rank, cause, diagnosed_ns))",
     R"(meta (key String, value String) ENGINE = TinyLog)",
 };
 
@@ -410,6 +419,78 @@ class ClickHouseStore final : public Store {
     return out;
   }
 
+  // Sent at once, not with the next commit: the diagnoser is not the ingest path. Findings first, so
+  // a round is never the latest without its findings.
+  Status put_diagnosis(const KeptDiagnosis& d, const std::vector<KeptFinding>& findings) override {
+    if (!findings.empty()) {
+      RowBinary f;
+      for (const auto& x : findings)
+        f.str(x.job).num(x.diagnosed_ns).num(x.window_start_ns).num(x.window_end_ns).num(static_cast<int32_t>(x.rank))
+            .str(x.node).str(x.layer).str(x.cause).str(x.culprit).num(x.lost_ms_per_step).num(x.confidence)
+            .str(x.evidence_json);
+      if (auto st = insert("findings", f.data()); !st) return st;
+    }
+    RowBinary r;
+    r.str(d.job).num(d.diagnosed_ns).num(d.window_start_ns).num(d.window_end_ns).num(d.ranks).num(d.findings)
+        .str(d.report_json).str(d.report_text);
+    return insert("diagnoses", r.data());
+  }
+
+  Result<std::vector<KeptDiagnosis>> read_diagnoses(const std::string* job) {
+    auto r = query("SELECT job, max(diagnosed_ns), argMax(window_start_ns, diagnosed_ns), argMax(window_end_ns, diagnosed_ns),"
+                   " argMax(ranks, diagnosed_ns), argMax(findings, diagnosed_ns), argMax(report_json, diagnosed_ns),"
+                   " argMax(report_text, diagnosed_ns) FROM " + db_ + ".diagnoses" +
+                   (job ? " WHERE job = " + quote(*job) : std::string()) + " GROUP BY job ORDER BY job");
+    std::vector<KeptDiagnosis> out;
+    if (!r) return missing_table(r.error()) ? Result<std::vector<KeptDiagnosis>>(out) : r.error();
+    for (const auto& row : *r) {
+      KeptDiagnosis d;
+      d.job = row[0];
+      d.diagnosed_ns = u64(row[1]);
+      d.window_start_ns = u64(row[2]);
+      d.window_end_ns = u64(row[3]);
+      d.ranks = static_cast<uint32_t>(u64(row[4]));
+      d.findings = static_cast<uint32_t>(u64(row[5]));
+      d.report_json = row[6];
+      d.report_text = row[7];
+      out.push_back(std::move(d));
+    }
+    return out;
+  }
+
+  Result<std::optional<KeptDiagnosis>> latest_diagnosis(const std::string& job) override {
+    auto r = read_diagnoses(&job);
+    if (!r) return r.error();
+    if (r->empty()) return std::optional<KeptDiagnosis>{};
+    return std::optional<KeptDiagnosis>{std::move(r->front())};
+  }
+
+  Result<std::vector<KeptDiagnosis>> latest_diagnoses() override { return read_diagnoses(nullptr); }
+
+  Result<std::vector<FindingHistory>> finding_history(const std::string& job) override {
+    auto r = query("SELECT rank, argMax(node, diagnosed_ns), argMax(layer, diagnosed_ns), cause,"
+                   " argMax(culprit, diagnosed_ns), max(diagnosed_ns) AS last_seen, min(diagnosed_ns), min(window_start_ns),"
+                   " count(), max(lost_ms_per_step) AS max_lost FROM " + db_ + ".findings WHERE job = " + quote(job) +
+                   " GROUP BY rank, cause ORDER BY last_seen DESC, max_lost DESC");
+    std::vector<FindingHistory> out;
+    if (!r) return missing_table(r.error()) ? Result<std::vector<FindingHistory>>(out) : r.error();
+    for (const auto& row : *r) {
+      FindingHistory h;
+      h.rank = static_cast<int>(i64(row[0]));
+      h.node = row[1];
+      h.layer = row[2];
+      h.cause = row[3];
+      h.culprit = row[4];
+      h.last_seen_ns = u64(row[5]);
+      h.first_seen_ns = u64(row[6]);
+      h.first_window_start_ns = u64(row[7]);
+      h.rounds = u64(row[8]);
+      h.max_lost_ms_per_step = dbl(row[9]);
+      out.push_back(std::move(h));
+    }
+    return out;
+  }
+
   // -- reading
   Result<report::Profile> load_profile(const ProfileFilter& f) override {
     report::Profile p;
@@ -681,6 +762,9 @@ class ClickHouseStore final : public Store {
   }
 
   RowBinary& buf(const std::string& table) { return buffers_[table]; }
+
+  // A database read only from before schema 3 has no diagnosis tables: it kept nothing.
+  static bool missing_table(const Error& e) { return e.message.find("doesn't exist") != std::string::npos; }
 
   Error err(const std::string& what, const httplib::Result& res) const {
     std::string why = res ? "HTTP " + std::to_string(res->status) + ": " + res->body.substr(0, 300)

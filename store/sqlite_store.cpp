@@ -87,6 +87,21 @@ CREATE TABLE IF NOT EXISTS agents(
   interval_s REAL NOT NULL, health TEXT NOT NULL);
 )sql";
 
+// Schema 3: the diagnoses `strata serve` makes every window. The latest round per job, and every
+// round's findings (their history: when one first appeared, whether it is still there).
+const char* kDiagnosisSchema = R"sql(
+CREATE TABLE IF NOT EXISTS diagnoses(
+  job TEXT PRIMARY KEY, diagnosed_ns INTEGER NOT NULL, window_start_ns INTEGER NOT NULL,
+  window_end_ns INTEGER NOT NULL, ranks INTEGER NOT NULL, findings INTEGER NOT NULL,
+  report_json TEXT NOT NULL, report_text TEXT NOT NULL);
+CREATE TABLE IF NOT EXISTS findings(
+  job TEXT NOT NULL, diagnosed_ns INTEGER NOT NULL, window_start_ns INTEGER NOT NULL,
+  window_end_ns INTEGER NOT NULL, rank INTEGER NOT NULL, node TEXT NOT NULL, layer TEXT NOT NULL,
+  cause TEXT NOT NULL, culprit TEXT NOT NULL, lost_ms_per_step REAL NOT NULL, confidence REAL NOT NULL,
+  evidence TEXT NOT NULL);
+CREATE INDEX IF NOT EXISTS findings_by_job ON findings(job, rank, cause, diagnosed_ns);
+)sql";
+
 // A prepared statement that finalizes itself.
 class Stmt {
  public:
@@ -170,6 +185,7 @@ class SqliteStore final : public Store {
     if (auto s = exec("BEGIN"); !s) return s;
     if (auto s = exec(kSchema); !s) return s;
     if (auto s = exec(kCollectorSchema); !s) return s;
+    if (auto s = exec(kDiagnosisSchema); !s) return s;
     version_ = kSchemaVersion;
     Stmt m(db_, "INSERT INTO meta(key, value) VALUES('application','strata'),('schema_version',?)");
     m.bind(1, std::to_string(kSchemaVersion));
@@ -626,6 +642,94 @@ class SqliteStore final : public Store {
     return out;
   }
 
+  Status put_diagnosis(const KeptDiagnosis& d, const std::vector<KeptFinding>& findings) override {
+    if (version_ < 3) return Error{path_ + ": schema " + std::to_string(version_) + " keeps no diagnoses"};
+    if (auto s = exec("BEGIN IMMEDIATE"); !s) return s;
+    Status st = [&]() -> Status {
+      Stmt s(db_, "INSERT OR REPLACE INTO diagnoses(job,diagnosed_ns,window_start_ns,window_end_ns,ranks,findings,"
+                  "report_json,report_text) VALUES(?,?,?,?,?,?,?,?)");
+      s.bind(1, d.job).bind(2, i64(d.diagnosed_ns)).bind(3, i64(d.window_start_ns)).bind(4, i64(d.window_end_ns))
+          .bind(5, i64(d.ranks)).bind(6, i64(d.findings)).bind(7, d.report_json).bind(8, d.report_text);
+      if (s.step() != SQLITE_DONE) return err("keeping a diagnosis");
+      Stmt f(db_, "INSERT INTO findings(job,diagnosed_ns,window_start_ns,window_end_ns,rank,node,layer,cause,culprit,"
+                  "lost_ms_per_step,confidence,evidence) VALUES(?,?,?,?,?,?,?,?,?,?,?,?)");
+      for (const auto& x : findings) {
+        f.reset();
+        f.bind(1, x.job).bind(2, i64(x.diagnosed_ns)).bind(3, i64(x.window_start_ns)).bind(4, i64(x.window_end_ns))
+            .bind(5, i64(x.rank)).bind(6, x.node).bind(7, x.layer).bind(8, x.cause).bind(9, x.culprit)
+            .bind(10, x.lost_ms_per_step).bind(11, x.confidence).bind(12, x.evidence_json);
+        if (f.step() != SQLITE_DONE) return err("keeping a finding");
+      }
+      return {};
+    }();
+    if (!st) {
+      (void)exec("ROLLBACK");
+      return st;
+    }
+    return exec("COMMIT");
+  }
+
+  Result<std::vector<KeptDiagnosis>> read_diagnoses(const std::string* job) {
+    std::vector<KeptDiagnosis> out;
+    if (version_ < 3) return out;
+    std::string sql = "SELECT job,diagnosed_ns,window_start_ns,window_end_ns,ranks,findings,report_json,report_text"
+                      " FROM diagnoses";
+    if (job) sql += " WHERE job=?";
+    Stmt s(db_, (sql + " ORDER BY job").c_str());
+    if (job) s.bind(1, *job);
+    int rc;
+    while ((rc = s.step()) == SQLITE_ROW) {
+      KeptDiagnosis d;
+      d.job = s.text(0);
+      d.diagnosed_ns = static_cast<uint64_t>(s.i64(1));
+      d.window_start_ns = static_cast<uint64_t>(s.i64(2));
+      d.window_end_ns = static_cast<uint64_t>(s.i64(3));
+      d.ranks = static_cast<uint32_t>(s.i64(4));
+      d.findings = static_cast<uint32_t>(s.i64(5));
+      d.report_json = s.text(6);
+      d.report_text = s.text(7);
+      out.push_back(std::move(d));
+    }
+    if (rc != SQLITE_DONE) return err("reading diagnoses");
+    return out;
+  }
+
+  Result<std::optional<KeptDiagnosis>> latest_diagnosis(const std::string& job) override {
+    auto r = read_diagnoses(&job);
+    if (!r) return r.error();
+    if (r->empty()) return std::optional<KeptDiagnosis>{};
+    return std::optional<KeptDiagnosis>{std::move(r->front())};
+  }
+
+  Result<std::vector<KeptDiagnosis>> latest_diagnoses() override { return read_diagnoses(nullptr); }
+
+  Result<std::vector<FindingHistory>> finding_history(const std::string& job) override {
+    std::vector<FindingHistory> out;
+    if (version_ < 3) return out;
+    // SQLite takes the bare columns from the row that holds MAX(diagnosed_ns): the latest wording.
+    Stmt s(db_, "SELECT rank, node, layer, cause, culprit, MAX(diagnosed_ns), MIN(diagnosed_ns), MIN(window_start_ns),"
+                " COUNT(*), MAX(lost_ms_per_step) FROM findings WHERE job=? GROUP BY rank, cause"
+                " ORDER BY 6 DESC, 10 DESC");
+    s.bind(1, job);
+    int rc;
+    while ((rc = s.step()) == SQLITE_ROW) {
+      FindingHistory h;
+      h.rank = static_cast<int>(s.i64(0));
+      h.node = s.text(1);
+      h.layer = s.text(2);
+      h.cause = s.text(3);
+      h.culprit = s.text(4);
+      h.last_seen_ns = static_cast<uint64_t>(s.i64(5));
+      h.first_seen_ns = static_cast<uint64_t>(s.i64(6));
+      h.first_window_start_ns = static_cast<uint64_t>(s.i64(7));
+      h.rounds = static_cast<uint64_t>(s.i64(8));
+      h.max_lost_ms_per_step = s.dbl(9);
+      out.push_back(std::move(h));
+    }
+    if (rc != SQLITE_DONE) return err("reading finding history");
+    return out;
+  }
+
   Result<report::Profile> load_profile(const ProfileFilter& f) override {
     report::Profile p;
     p.kind = f.kind == CountKind::kOnCpu ? "oncpu" : "offcpu";
@@ -815,6 +919,7 @@ class SqliteStore final : public Store {
     if (version_ >= kSchemaVersion) return {};
     if (auto s = exec("BEGIN IMMEDIATE"); !s) return s;
     if (auto s = exec(kCollectorSchema); !s) return s;
+    if (auto s = exec(kDiagnosisSchema); !s) return s;
     Stmt m(db_, "UPDATE meta SET value=? WHERE key='schema_version'");
     m.bind(1, std::to_string(kSchemaVersion));
     if (m.step() != SQLITE_DONE) return err("migrating the schema");

@@ -15,7 +15,8 @@
 namespace strata::store {
 
 // 2: the collector's tables (ingest_batches, agent_ids, agents); version 1 files are migrated.
-inline constexpr int kSchemaVersion = 2;
+// 3: the collector's kept diagnoses (diagnoses, findings); older files are migrated.
+inline constexpr int kSchemaVersion = 3;
 
 struct RecordingInfo {
   std::string node;
@@ -158,6 +159,40 @@ struct AgentStatus {
 // Kinds of agent-local ids a collector maps to its own (ingest: recordings and stacks).
 enum class AgentIdKind : int { kRecording = 0, kStack = 1 };
 
+// The diagnosis `strata serve` made of a job in one round (DESIGN §6: every window), as rendered
+// for the API and the CLI. The store keeps the latest per job.
+struct KeptDiagnosis {
+  std::string job;
+  uint64_t diagnosed_ns = 0;                         // server clock, unix ns
+  uint64_t window_start_ns = 0, window_end_ns = 0;   // the analysis window
+  uint32_t ranks = 0;
+  uint32_t findings = 0;
+  std::string report_json;  // DESIGN §8 `diagnose --json`
+  std::string report_text;  // `strata diagnose`'s text
+};
+
+// One finding of one round; every round's findings are kept, so their history can be told.
+struct KeptFinding {
+  std::string job;
+  uint64_t diagnosed_ns = 0;
+  uint64_t window_start_ns = 0, window_end_ns = 0;
+  int rank = -1;
+  std::string node, layer, cause, culprit;
+  double lost_ms_per_step = 0;
+  double confidence = 0;
+  std::string evidence_json;  // {"evidence":[...],"advice":"..."}
+};
+
+// A finding (job, rank, cause) over the rounds that reported it.
+struct FindingHistory {
+  int rank = -1;
+  std::string node, layer, cause, culprit;  // as last reported
+  uint64_t first_seen_ns = 0, last_seen_ns = 0;
+  uint64_t first_window_start_ns = 0;       // where the first round that saw it put the change
+  uint64_t rounds = 0;
+  double max_lost_ms_per_step = 0;
+};
+
 struct FrameRow {
   int64_t id = 0;
   Frame frame;
@@ -227,6 +262,21 @@ class Store {
     return Error{"this store does not keep ingest bookkeeping"};
   }
   virtual Result<std::vector<AgentStatus>> agents() { return std::vector<AgentStatus>{}; }
+
+  // -- the collector's kept diagnoses: the latest round per job replaces the one before; every
+  // round's findings are added (in one transaction where the store has them). Stores without
+  // them (a file from before schema 3 read only, the remote reader) keep nothing.
+  virtual Status put_diagnosis(const KeptDiagnosis& /*d*/, const std::vector<KeptFinding>& /*findings*/) {
+    return Error{"this store does not keep diagnoses"};
+  }
+  virtual Result<std::optional<KeptDiagnosis>> latest_diagnosis(const std::string& /*job*/) {
+    return std::optional<KeptDiagnosis>{};
+  }
+  virtual Result<std::vector<KeptDiagnosis>> latest_diagnoses() { return std::vector<KeptDiagnosis>{}; }
+  // Per (rank, cause) of the job, newest last seen first.
+  virtual Result<std::vector<FindingHistory>> finding_history(const std::string& /*job*/) {
+    return std::vector<FindingHistory>{};
+  }
 
   // -- reading
   virtual Result<report::Profile> load_profile(const ProfileFilter& filter) = 0;

@@ -1,0 +1,307 @@
+#include "server/diagnoser.h"
+
+#include <algorithm>
+#include <chrono>
+#include <cmath>
+#include <ctime>
+#include <map>
+#include <sstream>
+
+#include "server/json.h"
+
+#ifdef STRATA_HAVE_DIAGNOSE
+#include "diagnose/engine.h"
+#include "diagnose/loader.h"
+#include "diagnose/render.h"
+#endif
+
+namespace strata::server {
+namespace {
+
+uint64_t unix_now_ns() {
+  return static_cast<uint64_t>(
+      std::chrono::duration_cast<std::chrono::nanoseconds>(std::chrono::system_clock::now().time_since_epoch())
+          .count());
+}
+
+// "2026-11-29 22:31:07 UTC": when a finding appeared, for people.
+std::string utc(uint64_t ns) {
+  time_t t = static_cast<time_t>(ns / 1000000000ull);
+  tm tm{};
+  gmtime_r(&t, &tm);
+  char buf[32];
+  std::strftime(buf, sizeof buf, "%Y-%m-%d %H:%M:%S UTC", &tm);
+  return buf;
+}
+
+// A round at most this often per job, however often data comes; and the thread sleeps at least this
+// many times as long as its last round took, so the diagnosis never takes more than a fifth of a
+// core nor holds the store from ingest for long.
+constexpr double kBusyFactor = 4;
+
+}  // namespace
+
+Diagnoser::Diagnoser(store::Store& store, std::mutex& store_mu, DiagnoserOptions opts, std::ostream& log)
+    : store_(store), store_mu_(store_mu), opts_(opts), log_(log) {}
+
+Diagnoser::~Diagnoser() { stop(); }
+
+void Diagnoser::start() {
+  if (opts_.every_s <= 0 || thread_.joinable()) return;
+  {
+    // What the store holds but no round has looked at (a restart, a recorded file being served):
+    // every job with ranks gets a first round.
+    std::lock_guard lock(store_mu_);
+    if (auto procs = store_.processes()) {
+      auto kept = store_.latest_diagnoses();
+      std::set<std::string> have;
+      if (kept) {
+        for (const auto& d : *kept) have.insert(d.job);
+      }
+      std::lock_guard l2(mu_);
+      for (const auto& p : *procs) {
+        if (p.rank >= 0 && !have.count(p.job)) dirty_jobs_.insert(p.job);
+      }
+    }
+  }
+  thread_ = std::thread([this] { loop(); });
+}
+
+void Diagnoser::stop() {
+  {
+    std::lock_guard lock(mu_);
+    stopping_ = true;
+  }
+  cv_.notify_all();
+  if (thread_.joinable()) thread_.join();
+}
+
+void Diagnoser::note(const ingest::Batch& b) {
+  std::lock_guard lock(mu_);
+  for (const auto& r : b.records()) {
+    switch (r.kind_case()) {
+      case ingest::Record::kProcess:
+        if (r.process().rank() >= 0) dirty_jobs_.insert(r.process().job());
+        break;
+      case ingest::Record::kSteps:
+        for (const auto& s : r.steps().rows()) dirty_pids_.insert(s.pid());
+        break;
+      case ingest::Record::kMetrics:
+        // A rank that stopped stepping still sends its OS metrics: the round that finds it hung.
+        for (const auto& m : r.metrics().metrics()) {
+          if (m.pid() != 0) dirty_pids_.insert(m.pid());
+        }
+        break;
+      case ingest::Record::kCollectives:
+        for (const auto& c : r.collectives().rows()) dirty_pids_.insert(c.pid());
+        break;
+      default:
+        break;
+    }
+  }
+}
+
+DiagnoserCounters Diagnoser::counters() {
+  std::lock_guard lock(mu_);
+  return counters_;
+}
+
+void Diagnoser::loop() {
+  auto pause = std::chrono::duration<double>(opts_.every_s);
+  while (true) {
+    {
+      std::unique_lock lock(mu_);
+      cv_.wait_for(lock, pause, [this] { return stopping_; });
+      if (stopping_) return;
+    }
+    auto t0 = std::chrono::steady_clock::now();
+    round();
+    std::chrono::duration<double> took = std::chrono::steady_clock::now() - t0;
+    pause = std::max(std::chrono::duration<double>(opts_.every_s), kBusyFactor * took);
+  }
+}
+
+void Diagnoser::round() {
+  std::set<uint32_t> pids;
+  std::set<std::string> jobs;
+  {
+    std::lock_guard lock(mu_);
+    pids.swap(dirty_pids_);
+    jobs.swap(dirty_jobs_);
+  }
+  if (pids.empty() && jobs.empty()) return;
+  std::set<std::string> all_jobs;
+  {
+    std::lock_guard lock(store_mu_);
+    auto procs = store_.processes();
+    if (!procs) {
+      log_ << "strata: serve: diagnosis: " << procs.error().message << "\n";
+      return;
+    }
+    for (const auto& p : *procs) {
+      if (p.rank < 0) continue;
+      all_jobs.insert(p.job);
+      if (pids.count(p.pid)) jobs.insert(p.job);
+    }
+  }
+  {
+    std::lock_guard lock(mu_);
+    counters_.rounds++;
+    counters_.skipped += all_jobs.size() > jobs.size() ? all_jobs.size() - jobs.size() : 0;
+  }
+  for (const auto& job : jobs) {
+    {
+      std::lock_guard lock(mu_);
+      if (stopping_) return;
+    }
+    (void)diagnose_job(job);
+  }
+}
+
+Result<std::string> Diagnoser::diagnose_job(const std::string& job) {
+#ifdef STRATA_HAVE_DIAGNOSE
+  std::lock_guard one(round_mu_);
+  auto t0 = std::chrono::steady_clock::now();
+  auto count = [&](bool ok) {
+    std::lock_guard lock(mu_);
+    (ok ? counters_.diagnosed : counters_.failed)++;
+    counters_.seconds += std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  };
+  diagnose::LoadOptions lo;
+  lo.job = job;
+  lo.all_recordings = true;
+  Result<diagnose::JobWindow> window = Error{""};
+  {
+    std::lock_guard lock(store_mu_);
+    window = diagnose::load_job_window(store_, lo);
+  }
+  if (!window) {
+    count(false);
+    return window.error();  // no steps yet: nothing to keep
+  }
+  // The engine reads only the window: the store is free for ingest meanwhile.
+  auto dx = diagnose::diagnose(*window);
+  std::ostringstream json, text;
+  diagnose::write_json(dx, json);
+  diagnose::write_text(dx, text);
+  store::KeptDiagnosis kd;
+  kd.job = window->job;
+  kd.diagnosed_ns = unix_now_ns();
+  kd.window_start_ns = window->start_ns;
+  kd.window_end_ns = window->end_ns;
+  kd.ranks = static_cast<uint32_t>(dx.ranks);
+  kd.findings = static_cast<uint32_t>(dx.findings.size());
+  kd.report_json = json.str();
+  kd.report_text = text.str();
+  std::vector<store::KeptFinding> rows;
+  for (const auto& f : dx.findings) {
+    store::KeptFinding k;
+    k.job = kd.job;
+    k.diagnosed_ns = kd.diagnosed_ns;
+    k.window_start_ns = kd.window_start_ns;
+    k.window_end_ns = kd.window_end_ns;
+    k.rank = f.rank;
+    k.node = f.node;
+    k.layer = f.layer;
+    k.cause = f.cause;
+    k.culprit = f.culprit;
+    k.lost_ms_per_step = std::isfinite(f.lost_ms_per_step) ? f.lost_ms_per_step : 0;
+    k.confidence = f.confidence;
+    k.evidence_json = "{\"evidence\":[";
+    for (size_t i = 0; i < f.evidence.size(); ++i) k.evidence_json += (i ? "," : "") + json_str(f.evidence[i]);
+    k.evidence_json += "],\"advice\":" + json_str(f.advice) + "}";
+    rows.push_back(std::move(k));
+  }
+  Status st;
+  {
+    std::lock_guard lock(store_mu_);
+    st = store_.put_diagnosis(kd, rows);
+  }
+  if (!st) log_ << "strata: serve: cannot keep the diagnosis of job '" << kd.job << "': " << st.error().message << "\n";
+  count(static_cast<bool>(st));
+  if (!st) return st.error();
+  return kd.job;
+#else
+  (void)job;
+  return Error{"the diagnosis engine is not built into this server"};
+#endif
+}
+
+Diagnoser::Reply Diagnoser::findings(const std::string& wanted, bool job_given, bool text) {
+  auto error_reply = [&](int status, const std::string& job, const std::string& why) {
+    Reply r;
+    r.status = text ? status : 200;  // the web UI reads the JSON's "error"
+    r.content_type = text ? "text/plain; charset=utf-8" : "application/json";
+    r.body = text ? why + "\n"
+                  : "{\"job\":" + json_str(job) + ",\"findings\":[],\"error\":" + json_str(why) + "}\n";
+    return r;
+  };
+  std::string job = wanted;
+  std::optional<store::KeptDiagnosis> kept;
+  {
+    std::lock_guard lock(store_mu_);
+    if (job_given) {
+      auto k = store_.latest_diagnosis(job);
+      if (!k) return error_reply(503, job, k.error().message);
+      kept = std::move(*k);
+    } else {
+      // The job with the most ranks, as a recording's diagnosis picks it.
+      auto all = store_.latest_diagnoses();
+      if (!all) return error_reply(503, job, all.error().message);
+      for (auto& d : *all) {
+        if (!kept || d.ranks > kept->ranks) kept = std::move(d);
+      }
+    }
+  }
+  if (!kept) {
+    // Nothing kept yet (the first request before the first round): diagnose it now.
+    auto name = diagnose_job(job_given ? job : "");
+    if (!name) return error_reply(404, job, name.error().message);
+    std::lock_guard lock(store_mu_);
+    auto k = store_.latest_diagnosis(*name);
+    if (!k || !*k) return error_reply(503, job, "the diagnosis was made but cannot be read back");
+    kept = std::move(**k);
+  }
+  std::vector<store::FindingHistory> history;
+  {
+    std::lock_guard lock(store_mu_);
+    auto h = store_.finding_history(kept->job);
+    if (!h) return error_reply(503, kept->job, h.error().message);
+    history = std::move(*h);
+  }
+  Reply r;
+  if (text) {
+    r.content_type = "text/plain; charset=utf-8";
+    std::string o = kept->report_text;
+    o += "\ndiagnosed by strata serve at " + utc(kept->diagnosed_ns) + " (a round whenever new data arrives)\n";
+    if (!history.empty()) o += "history of this job's findings:\n";
+    for (const auto& h : history) {
+      bool active = h.last_seen_ns == kept->diagnosed_ns;
+      o += std::string("  ") + (active ? "ACTIVE  " : "resolved") + " " + h.cause + " on rank " + std::to_string(h.rank) +
+           ": " + h.culprit + "; first seen " + utc(h.first_seen_ns) + (active ? "" : ", last seen " + utc(h.last_seen_ns)) +
+           ", in " + std::to_string(h.rounds) + " round(s)\n";
+    }
+    r.body = std::move(o);
+    return r;
+  }
+  r.content_type = "application/json";
+  std::string o = kept->report_json;
+  while (!o.empty() && (o.back() == '\n' || o.back() == ' ')) o.pop_back();
+  if (o.empty() || o.back() != '}') return error_reply(503, kept->job, "a kept diagnosis is damaged");
+  o.pop_back();
+  o += ",\"kept\":{\"diagnosed_ns\":" + json_num(kept->diagnosed_ns) + ",\"window_start_ns\":" +
+       json_num(kept->window_start_ns) + ",\"window_end_ns\":" + json_num(kept->window_end_ns) + "},\"history\":[";
+  for (size_t i = 0; i < history.size(); ++i) {
+    const auto& h = history[i];
+    o += (i ? "," : "") + std::string("{\"rank\":") + json_num(h.rank) + ",\"node\":" + json_str(h.node) +
+         ",\"layer\":" + json_str(h.layer) + ",\"cause\":" + json_str(h.cause) + ",\"culprit\":" + json_str(h.culprit) +
+         ",\"first_seen_ns\":" + json_num(h.first_seen_ns) + ",\"last_seen_ns\":" + json_num(h.last_seen_ns) +
+         ",\"first_window_start_ns\":" + json_num(h.first_window_start_ns) + ",\"rounds\":" + json_num(h.rounds) +
+         ",\"max_lost_ms_per_step\":" + json_num(h.max_lost_ms_per_step) +
+         ",\"active\":" + (h.last_seen_ns == kept->diagnosed_ns ? "true" : "false") + "}";
+  }
+  r.body = o + "]}\n";
+  return r;
+}
+
+}  // namespace strata::server
