@@ -30,6 +30,11 @@ std::string sim_tag() { return "strata-" + std::to_string(::getpid()); }
 
 namespace {
 
+// memory-reclaim: the culprit's data file and the samples every rank reads per step (4 KiB each).
+// With the limit leaving a few MiB of page cache, most of the culprit's reads miss.
+constexpr int kReclaimShardMb = 48;
+constexpr int kReclaimSamples = 4096;
+
 // Runs a command, waits; on failure returns its stderr's first line.
 Status run_cmd(const std::vector<std::string>& argv, std::string* out = nullptr) {
   int pipe_out[2], pipe_err[2];
@@ -138,8 +143,17 @@ pid_t spawn_hog(int cpu, int nice) {
   CPU_ZERO(&set);
   CPU_SET(cpu, &set);
   ::sched_setaffinity(0, sizeof(set), &set);
-  // A noisy neighbour of somewhat higher priority (a backup, a log shipper): the rank's short
-  // CPU bursts cannot hide behind the scheduler's wake-up credit.
+  // A noisy neighbour of higher priority (a backup, a log shipper): the rank's short CPU bursts
+  // cannot hide behind the scheduler's wake-up credit. With autogroup scheduling (a session's
+  // processes share one weight) the hog needs a session of its own with the priority on it:
+  // in the sim's session its weight would be charged to the ranks' group and starve the peers
+  // too, on the other CPU, while a nice inside the session would not count against the rank.
+  ::setsid();
+  if (int fd = ::open("/proc/self/autogroup", O_WRONLY | O_CLOEXEC); fd >= 0) {
+    std::string v = std::to_string(nice);
+    (void)!::write(fd, v.data(), v.size());
+    ::close(fd);
+  }
   ::setpriority(PRIO_PROCESS, 0, nice);
   volatile double x = 1.0;
   for (;;) x = std::sqrt(x + 1.0);  // pure CPU: the contention is the point
@@ -262,13 +276,21 @@ Status FaultInjector::prepare() {
       return prepare_cgroup("cpu");
     case FaultKind::kMemoryReclaim: {
       mechanism_ = "cgroup memory limit + page cache and anonymous pressure";
-      // Its own data file (24 MiB): the page cache it needs is charged to its own cgroup, and
-      // under the limit it cannot keep it: every sample read becomes a disk read after reclaim.
+      // Its own data file (kReclaimShardMb): the page cache it needs is charged to its own cgroup,
+      // and under the limit it cannot keep it: most sample reads become disk reads, each page
+      // charged to a full cgroup, so the rank reclaims (memcg direct reclaim) all the time.
       std::string shard = run_dir_ + "/shard-r" + std::to_string(f.rank) + ".bin";
       std::ofstream out(shard, std::ios::binary);
       std::vector<char> block(1 << 20, 7);
-      for (int i = 0; i < 24; ++i) out.write(block.data(), static_cast<std::streamsize>(block.size()));
+      for (int i = 0; i < kReclaimShardMb; ++i) out.write(block.data(), static_cast<std::streamsize>(block.size()));
+      out.close();
       if (!out) return Error{"cannot write " + shard};
+      // On disk now: written pages are dirty, and the page cache keeps dirty pages at the
+      // fadvise(DONTNEED) of activate(), charged to the sim's cgroup, so the rank would never miss.
+      if (int fd = ::open(shard.c_str(), O_RDONLY | O_CLOEXEC); fd >= 0) {
+        ::fdatasync(fd);
+        ::close(fd);
+      }
       return prepare_cgroup("memory");
     }
     case FaultKind::kIoStall: {
@@ -302,6 +324,9 @@ RankSetup FaultInjector::rank_setup(int rank) const {
   bool culprit = rank == f.rank;
   // Ranks are bound to CPUs like a launcher would (cpu-contention re-pins them when it starts).
   s.cpus.push_back(rank % ncpu_);
+  // memory-reclaim: every rank reads more samples per step than one batch (the same work on all
+  // ranks; from the page cache it costs little): refaults are what a squeezed cache costs.
+  if (f.kind == FaultKind::kMemoryReclaim) s.env["STRATA_SIM_SAMPLES"] = std::to_string(kReclaimSamples);
   if (!culprit) return s;
   for (const auto& [ctrl, dir] : cgroups_) s.cgroup_procs.push_back(dir + "/cgroup.procs");
   if (!netns_.empty()) s.netns = netns_;
@@ -327,16 +352,25 @@ Status FaultInjector::activate(pid_t culprit_pid) {
   strata_gpu_device_state* dev = gpus_ ? &gpus_->dev[f.rank % STRATA_GPU_STATE_MAX_DEVICES] : nullptr;
   switch (f.kind) {
     case FaultKind::kCpuContention: {
-      // The culprit is bound to the hogs' CPU; its peers may use every other CPU (and that one
-      // too: with 2 CPUs, confining them to one would make them the victims).
+      // The culprit (every thread: its NCCL and stream workers too) is bound to the hogs' CPU, and
+      // its peers to the other CPUs: otherwise the scheduler parks a peer on the hogs' CPU now and
+      // then and the peer becomes a victim too (2 CPUs here). The hogs run at a higher priority
+      // than the rank, so the rank gets a small, steady share of its CPU (with 2 hogs at nice -10:
+      // about 1/20) and its fixed CPU work per step takes many times longer than its peers'.
       int cpu = ncpu_ >= 2 ? ncpu_ - 1 : 0;
-      std::vector<int> all;
-      for (int c = 0; c < ncpu_; ++c) all.push_back(c);
+      std::vector<int> others;
+      for (int c = 0; c < ncpu_; ++c) {
+        if (c != cpu) others.push_back(c);
+      }
+      if (others.empty()) others.push_back(cpu);
       for (size_t r = 0; r < rank_pids_.size(); ++r) {
-        pin_process(rank_pids_[r], static_cast<int>(r) == f.rank ? std::vector<int>{cpu} : all);
+        pin_process(rank_pids_[r], static_cast<int>(r) == f.rank ? std::vector<int>{cpu} : others);
       }
       for (int i = 0; i < static_cast<int>(f.param("hogs")); ++i) hogs_.push_back(spawn_hog(cpu, static_cast<int>(-f.param("priority"))));
       details_["cpu"] = std::to_string(cpu);
+      std::string pids;
+      for (pid_t h : hogs_) pids += (pids.empty() ? "" : ",") + std::to_string(h);
+      details_["hog_pids"] = pids;
       return {};
     }
     case FaultKind::kCpuThrottling: {

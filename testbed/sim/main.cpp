@@ -58,6 +58,7 @@ struct StepStat {
   int step;
   double step_ms, load_ms, compute_ms, comm_ms;
   int collectives;  // collective calls the rank made in the step
+  double cpu_ms, runq_ms;  // CPU time of the rank's threads, and their run-queue wait
 };
 
 struct Rank {
@@ -72,7 +73,7 @@ struct Rank {
 
 struct Means {
   int n = 0;
-  double step = 0, load = 0, compute = 0, comm = 0;
+  double step = 0, load = 0, compute = 0, comm = 0, cpu = 0, runq = 0;
 };
 
 Means means(const Rank& r, int from, int to) {
@@ -84,12 +85,16 @@ Means means(const Rank& r, int from, int to) {
     m.load += s.load_ms;
     m.compute += s.compute_ms;
     m.comm += s.comm_ms;
+    m.cpu += s.cpu_ms;
+    m.runq += s.runq_ms;
   }
   if (m.n > 0) {
     m.step /= m.n;
     m.load /= m.n;
     m.compute /= m.n;
     m.comm /= m.n;
+    m.cpu /= m.n;
+    m.runq /= m.n;
   }
   return m;
 }
@@ -289,8 +294,8 @@ class Sim {
       r.partial.erase(0, pos + 1);
       StepStat s{};
       int rank_no = 0;
-      if (std::sscanf(line.c_str(), "step %d %d %lf %lf %lf %lf %d", &rank_no, &s.step, &s.step_ms, &s.load_ms,
-                      &s.compute_ms, &s.comm_ms, &s.collectives) >= 6) {
+      if (std::sscanf(line.c_str(), "step %d %d %lf %lf %lf %lf %d %lf %lf", &rank_no, &s.step, &s.step_ms,
+                      &s.load_ms, &s.compute_ms, &s.comm_ms, &s.collectives, &s.cpu_ms, &s.runq_ms) >= 6) {
         r.steps.push_back(s);
         last_progress_ns_ = monotonic_ns();
         const FaultSpec& f = opts_.fault;
@@ -423,14 +428,15 @@ class Sim {
 
   void print_table() {
     int from = opts_.fault.kind == FaultKind::kNone ? 0 : opts_.fault.start_step;
-    std::printf("%-5s %-8s %6s %9s %9s %11s %9s   (means over steps %d..%d; baseline step_ms before)\n", "rank",
-                "pid", "steps", "step_ms", "load_ms", "compute_ms", "comm_ms", from, opts_.steps - 1);
+    std::printf("%-5s %-8s %6s %9s %9s %11s %9s %8s %8s   (means over steps %d..%d; baseline step_ms before)\n",
+                "rank", "pid", "steps", "step_ms", "load_ms", "compute_ms", "comm_ms", "cpu_ms", "runq_ms", from,
+                opts_.steps - 1);
     double lo = 1e30, hi = 0;
     for (const auto& r : ranks_) {
       Means m = means(r, from, opts_.steps);
       Means b = means(r, baseline_from(from), from);
-      std::printf("%-5d %-8d %6zu %9.1f %9.1f %11.1f %9.1f", r.rank, r.pid, r.steps.size(), m.step, m.load,
-                  m.compute, m.comm);
+      std::printf("%-5d %-8d %6zu %9.1f %9.1f %11.1f %9.1f %8.1f %8.1f", r.rank, r.pid, r.steps.size(), m.step,
+                  m.load, m.compute, m.comm, m.cpu, m.runq);
       if (b.n > 0) std::printf("   (baseline %.1f)", b.step);
       std::printf("\n");
       if (m.n > 0) {
@@ -484,12 +490,24 @@ class Sim {
       o << "    {\"rank\": " << r.rank << ", \"pid\": " << r.pid << ", \"steps_done\": " << r.steps.size()
         << ", \"collectives\": " << collectives
         << ", \"fault_window\": {\"step_ms\": " << num(m.step) << ", \"load_ms\": " << num(m.load)
-        << ", \"compute_ms\": " << num(m.compute) << ", \"comm_ms\": " << num(m.comm) << "}"
+        << ", \"compute_ms\": " << num(m.compute) << ", \"comm_ms\": " << num(m.comm)
+        << ", \"cpu_ms\": " << num(m.cpu) << ", \"runq_ms\": " << num(m.runq) << "}"
         << ", \"baseline\": {\"step_ms\": " << num(b.step) << ", \"load_ms\": " << num(b.load)
-        << ", \"compute_ms\": " << num(b.compute) << ", \"comm_ms\": " << num(b.comm) << "}"
+        << ", \"compute_ms\": " << num(b.compute) << ", \"comm_ms\": " << num(b.comm)
+        << ", \"cpu_ms\": " << num(b.cpu) << ", \"runq_ms\": " << num(b.runq) << "}"
         << ",\n     \"step_ms\": [";
       for (size_t s = 0; s < r.steps.size(); ++s) o << (s ? "," : "") << num(r.steps[s].step_ms);
-      o << "]}" << (i + 1 < ranks_.size() ? "," : "") << "\n";
+      // Per step as well, for medians: one slow step (the machine is shared) must not decide a test.
+      o << "],\n     \"steps_detail\": {";
+      const std::pair<const char*, double StepStat::*> fields[] = {
+          {"load_ms", &StepStat::load_ms}, {"comm_ms", &StepStat::comm_ms},
+          {"cpu_ms", &StepStat::cpu_ms},   {"runq_ms", &StepStat::runq_ms}};
+      for (size_t fi = 0; fi < std::size(fields); ++fi) {
+        o << (fi ? ", " : "") << "\"" << fields[fi].first << "\": [";
+        for (size_t s = 0; s < r.steps.size(); ++s) o << (s ? "," : "") << num(r.steps[s].*fields[fi].second);
+        o << "]";
+      }
+      o << "}}" << (i + 1 < ranks_.size() ? "," : "") << "\n";
     }
     o << "  ]\n}\n";
     std::ofstream out(opts_.truth_path);

@@ -4,7 +4,7 @@ ctypes onto the stand-in libcudart.so.13 / libnccl.so.2, so a profiler sees Pyth
 
 Started by `strata-sim run --python`; runs on any Python 3 (plain ctypes, no numpy).
 Reports each step to strata-sim on fd STRATA_SIM_REPORT_FD:
-    step <rank> <step> <step_ms> <load_ms> <compute_ms> <comm_ms>
+    step <rank> <step> <step_ms> <load_ms> <compute_ms> <comm_ms> <collectives> <cpu_ms> <runq_ms>
 """
 import ctypes
 import os
@@ -21,6 +21,7 @@ SCALE = float(os.environ.get("STRATA_SIM_SCALE", "1"))
 FSDP = os.environ.get("STRATA_SIM_MODE", "ddp") == "fsdp"
 REPORT_FD = int(os.environ.get("STRATA_SIM_REPORT_FD", "-1"))
 SCRATCH_MB = int(os.environ.get("STRATA_SIM_SCRATCH_MB", "8"))
+SAMPLES = int(os.environ.get("STRATA_SIM_SAMPLES", "0") or 0)  # data reads per step; 0: one batch
 
 LAYERS = 6
 BUCKETS = 3
@@ -191,14 +192,32 @@ class Data:
                 self.buf = mmap.mmap(-1, 4096)  # page aligned, as O_DIRECT wants
 
 
-def load_batch(data, step, nbytes):
-    """Reads 4 KiB samples at shuffled offsets of the data file (a map-style dataset)."""
+def runqueue_wait_ms():
+    """Time this process's threads waited runnable on a run queue (schedstat), ms."""
+    total = 0
+    try:
+        tids = os.listdir("/proc/self/task")
+    except OSError:
+        return 0.0
+    for tid in tids:
+        try:
+            with open("/proc/self/task/%s/schedstat" % tid) as f:
+                total += int(f.read().split()[1])
+        except (OSError, IndexError, ValueError):
+            pass
+    return total / 1e6
+
+
+def load_batch(data, step, nbytes, reads=0):
+    """Reads 4 KiB samples at shuffled offsets of the data file (a map-style dataset): `reads`
+    of them (0: as many as fill the batch); the batch keeps the last ones."""
     out = bytearray()
     if data.fd < 0 or data.size < 4096:
         return bytes(nbytes)
     samples = data.size // 4096
+    reads = reads or (nbytes + 4095) // 4096
     x = ((step << 20) ^ RANK ^ 0x9E3779B97F4A7C15) & 0xFFFFFFFFFFFFFFFF
-    while len(out) < nbytes:
+    for _ in range(reads):
         x ^= (x << 13) & 0xFFFFFFFFFFFFFFFF
         x ^= x >> 7
         x ^= (x << 17) & 0xFFFFFFFFFFFFFFFF
@@ -208,7 +227,9 @@ def load_batch(data, step, nbytes):
             out += data.buf[:4096]
         else:
             out += os.pread(data.fd, 4096, off)
-    return bytes(out[:nbytes])
+        if len(out) > nbytes:
+            del out[:len(out) - nbytes]
+    return bytes(out.ljust(nbytes, b"\0"))
 
 
 def cpu_work(batch, units):
@@ -332,8 +353,8 @@ def train():
     for step in range(STEPS):
         faulty = step >= fault["start_step"]
         scale = fault["factor"] if faulty and fault["kind"] == "workload-imbalance" else 1.0
-        t0 = time.perf_counter()
-        batch = load_batch(data, step, int(BATCH_BYTES * scale))
+        t0, cpu0, wait0 = time.perf_counter(), time.process_time(), runqueue_wait_ms()
+        batch = load_batch(data, step, int(BATCH_BYTES * scale), int(SAMPLES * scale))
         preprocess(batch, LOAD_UNITS * scale)
         if faulty and fault["kind"] == "host-hotspot":
             slow_augment(batch, fault["ms"] * units_per_ms)
@@ -343,9 +364,10 @@ def train():
         model.optimizer_step()
         compute_ms, comm_ms = model.times()
         step_ms = (time.perf_counter() - t0) * 1000
+        cpu_ms, runq_ms = (time.process_time() - cpu0) * 1000, runqueue_wait_ms() - wait0
         if REPORT_FD >= 0:
-            os.write(REPORT_FD, ("step %d %d %.3f %.3f %.3f %.3f %d\n" % (
-                RANK, step, step_ms, load_ms, compute_ms, comm_ms, model.ncomm)).encode())
+            os.write(REPORT_FD, ("step %d %d %.3f %.3f %.3f %.3f %d %.3f %.3f\n" % (
+                RANK, step, step_ms, load_ms, compute_ms, comm_ms, model.ncomm, cpu_ms, runq_ms)).encode())
     nccl.ncclCommDestroy(comm)
 
 

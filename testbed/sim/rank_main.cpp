@@ -5,19 +5,23 @@
 // forward and backward kernels; gradient all-reduce per bucket on a comm stream as backward
 // proceeds (DDP), or all-gather before each layer and reduce-scatter after it (FSDP); optimizer
 // step; wait for the device. It reports each step's times to strata-sim on a pipe:
-//   step <rank> <step> <step_ms> <load_ms> <compute_ms> <comm_ms>
+//   step <rank> <step> <step_ms> <load_ms> <compute_ms> <comm_ms> <collectives> <cpu_ms> <runq_ms>
 // compute_ms: forward+backward kernel time on the device (CUDA events on the compute stream);
-// comm_ms: time in collectives on the device, waiting for peers included (events on the comm stream).
+// comm_ms: time in collectives on the device, waiting for peers included (events on the comm stream);
+// cpu_ms: CPU time of all the rank's threads in the step; runq_ms: time they waited runnable.
 //
 // CPU work is a fixed amount of work, never a fixed time: contention and throttling stretch it.
 #include <arpa/inet.h>
 #include <cuda_runtime_api.h>
+#include <dirent.h>
 #include <fcntl.h>
 #include <nccl.h>
 #include <netinet/in.h>
 #include <sys/socket.h>
+#include <time.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <chrono>
 #include <cmath>
 #include <cstdio>
@@ -66,6 +70,34 @@ double now_ms() {
     ncclResult_t r_ = (x);                                                          \
     if (r_ != ncclSuccess) die(std::string(#x) + ": " + ncclGetErrorString(r_)); \
   } while (0)
+
+// CPU time of the whole process (every thread), ms.
+double process_cpu_ms() {
+  timespec ts{};
+  ::clock_gettime(CLOCK_PROCESS_CPUTIME_ID, &ts);
+  return static_cast<double>(ts.tv_sec) * 1e3 + static_cast<double>(ts.tv_nsec) / 1e6;
+}
+
+// Time the process's threads have waited runnable on a run queue, ms (the second field of
+// /proc/self/task/*/schedstat): what CPU contention and throttling add, read by the rank itself
+// so the sim's numbers show the host side without a profiler. Threads that exited drop out; the
+// rank's threads live as long as it does.
+double runqueue_wait_ms() {
+  double total = 0;
+  DIR* dir = ::opendir("/proc/self/task");
+  if (dir == nullptr) return 0;
+  while (dirent* e = ::readdir(dir)) {
+    if (e->d_name[0] == '.') continue;
+    std::string path = std::string("/proc/self/task/") + e->d_name + "/schedstat";
+    FILE* f = std::fopen(path.c_str(), "re");
+    if (f == nullptr) continue;
+    unsigned long long run = 0, wait = 0;
+    if (std::fscanf(f, "%llu %llu", &run, &wait) == 2) total += static_cast<double>(wait) / 1e6;
+    std::fclose(f);
+  }
+  ::closedir(dir);
+  return total;
+}
 
 // In-process faults (the others are set up from outside by strata-sim).
 struct Fault {
@@ -178,14 +210,19 @@ __attribute__((noinline)) uint64_t cpu_work(const unsigned char* data, size_t le
 // Reads this step's batch: 4 KiB samples at shuffled offsets of the data file, as a map-style
 // dataset does (O_DIRECT on a block device for the io fault). From the page cache this is cheap;
 // a rank whose cache is squeezed (memory-reclaim) or whose device is slow (io-stall) stalls here.
-__attribute__((noinline)) std::vector<unsigned char> load_batch(DataSource& d, int step, int rank, size_t bytes) {
+// `samples` reads per step (0: as many as fill the batch); more samples than the batch holds are
+// folded into it (a loader that reads more records than it keeps, e.g. for shuffling buffers).
+__attribute__((noinline)) std::vector<unsigned char> load_batch(DataSource& d, int step, int rank, size_t bytes,
+                                                                size_t samples) {
   constexpr size_t kSample = 4096;
   std::vector<unsigned char> batch(bytes);
-  if (d.fd < 0 || d.size < static_cast<off_t>(kSample)) return batch;
+  if (d.fd < 0 || d.size < static_cast<off_t>(kSample) || bytes == 0) return batch;
   if (d.buf == nullptr) d.buf = std::aligned_alloc(kSample, kSample);
   const uint64_t samples_in_file = static_cast<uint64_t>(d.size) / kSample;
+  if (samples == 0) samples = (bytes + kSample - 1) / kSample;
   uint64_t x = (static_cast<uint64_t>(step) << 20) ^ static_cast<uint64_t>(rank) ^ 0x9e3779b97f4a7c15ull;
-  for (size_t done = 0; done < bytes; done += kSample) {
+  size_t at = 0;
+  for (size_t i = 0; i < samples; ++i) {
     x ^= x << 13;
     x ^= x >> 7;
     x ^= x << 17;
@@ -193,7 +230,9 @@ __attribute__((noinline)) std::vector<unsigned char> load_batch(DataSource& d, i
     if (::pread(d.fd, d.buf, kSample, off) != static_cast<ssize_t>(kSample)) {
       die(std::string("reading data: ") + std::strerror(errno));
     }
-    std::memcpy(batch.data() + done, d.buf, std::min(kSample, bytes - done));
+    if (at >= bytes) at = 0;
+    std::memcpy(batch.data() + at, d.buf, std::min(kSample, bytes - at));
+    at += kSample;
   }
   return batch;
 }
@@ -249,6 +288,7 @@ int main() {
   const bool fsdp = env_str("STRATA_SIM_MODE", "ddp") == "fsdp";
   const int report_fd = env_int("STRATA_SIM_REPORT_FD", -1);
   const size_t scratch_mb = static_cast<size_t>(env_int("STRATA_SIM_SCRATCH_MB", 8));
+  const size_t samples = static_cast<size_t>(std::max(0, env_int("STRATA_SIM_SAMPLES", 0)));  // 0: one batch
   const Fault fault = parse_fault_env();
 
   constexpr int kLayers = 6;
@@ -308,8 +348,9 @@ int main() {
   for (int step = 0; step < steps; ++step) {
     const bool faulty = step >= fault.start_step;
     const double batch_scale = (faulty && fault.kind == "workload-imbalance") ? fault.factor : 1.0;
-    double t0 = now_ms();
-    auto batch = load_batch(data, step, rank, static_cast<size_t>(kBatchBytes * batch_scale));
+    double t0 = now_ms(), cpu0 = process_cpu_ms(), wait0 = runqueue_wait_ms();
+    auto batch = load_batch(data, step, rank, static_cast<size_t>(kBatchBytes * batch_scale),
+                            static_cast<size_t>(static_cast<double>(samples) * batch_scale));
     sink = sink + preprocess(batch, static_cast<long>(kLoadUnits * batch_scale), scratch_mb);
     if (faulty && fault.kind == "host-hotspot") {
       sink = sink + slow_augment(batch, static_cast<long>(fault.ms * units_per_ms));
@@ -374,10 +415,12 @@ int main() {
     // In DDP the comm stream overlaps the backward pass; time it waited for peers is what the
     // events measure, as a profiler on a real GPU would.
     double step_ms = now_ms() - t0;
+    double cpu_ms = process_cpu_ms() - cpu0, runq_ms = runqueue_wait_ms() - wait0;
     if (report_fd >= 0) {
-      char line[160];
-      int n = std::snprintf(line, sizeof(line), "step %d %d %.3f %.3f %.3f %.3f %d\n", rank, step, step_ms, load_ms,
-                            static_cast<double>(compute_ms), static_cast<double>(comm_ms), ncomm);
+      char line[200];
+      int n = std::snprintf(line, sizeof(line), "step %d %d %.3f %.3f %.3f %.3f %d %.3f %.3f\n", rank, step, step_ms,
+                            load_ms, static_cast<double>(compute_ms), static_cast<double>(comm_ms), ncomm, cpu_ms,
+                            runq_ms);
       if (::write(report_fd, line, static_cast<size_t>(n)) != n) die("lost strata-sim (report pipe)");
     }
   }

@@ -21,8 +21,9 @@ struct KindInfo {
 const std::vector<KindInfo>& kinds() {
   static const std::vector<KindInfo> k = {
       {"none", FaultKind::kNone, "", "", {}},
-      // hogs: CPU-bound processes on the rank's CPU; priority: how far below nice 0 they run
-      {"cpu-contention", FaultKind::kCpuContention, "os", "cpu-contention", {{"hogs", 2}, {"priority", 5}}},
+      // hogs: CPU-bound processes on the rank's CPU; priority: how far below nice 0 they run (each in a
+      // session of its own, the autogroup at that nice too): at 15 the rank gets a few % of its CPU
+      {"cpu-contention", FaultKind::kCpuContention, "os", "cpu-contention", {{"hogs", 2}, {"priority", 15}}},
       // quota_pct: the rank's CPU quota in % of one CPU per 100 ms period
       {"cpu-throttling", FaultKind::kCpuThrottling, "os", "cpu-throttling", {{"quota_pct", 5}}},
       // headroom_mb: memory limit above the rank's usage when the fault starts
