@@ -32,19 +32,16 @@ std::vector<std::string> stat_fields(uint32_t pid) {
   return f;  // f[0] is field 3 (state)
 }
 
-uint64_t boot_time_unix_ns() {
-  std::ifstream in("/proc/stat");
-  std::string key;
-  uint64_t value = 0;
-  while (in >> key) {
-    if (key == "btime") {
-      in >> value;
-      return value * 1'000'000'000ull;
-    }
-    in.ignore(1 << 20, '\n');
-  }
-  return 0;
+uint64_t clock_ns(clockid_t id) {
+  timespec ts{};
+  clock_gettime(id, &ts);
+  return static_cast<uint64_t>(ts.tv_sec) * 1'000'000'000ull + static_cast<uint64_t>(ts.tv_nsec);
 }
+
+// The moment of boot on the agent's timeline (unix_now_ns): /proc/PID/stat's start times count
+// from it, on CLOCK_BOOTTIME. Not /proc/stat's btime: the kernel moves that with every step of
+// the wall clock, and it has whole seconds only.
+uint64_t boot_time_unix_ns() { return unix_now_ns() - clock_ns(CLOCK_BOOTTIME); }
 
 }  // namespace
 
@@ -63,16 +60,26 @@ std::string process_env(uint32_t pid, const std::string& key) {
 
 bool process_exists(uint32_t pid) { return pid > 0 && (kill(static_cast<pid_t>(pid), 0) == 0 || errno == EPERM); }
 
+// CLOCK_REALTIME once, then CLOCK_MONOTONIC: see process_info.h.
 uint64_t unix_now_ns() {
-  timespec ts{};
-  clock_gettime(CLOCK_REALTIME, &ts);
-  return static_cast<uint64_t>(ts.tv_sec) * 1'000'000'000ull + static_cast<uint64_t>(ts.tv_nsec);
+  static const uint64_t offset = clock_ns(CLOCK_REALTIME) - clock_ns(CLOCK_MONOTONIC);
+  return clock_ns(CLOCK_MONOTONIC) + offset;
 }
 
-uint64_t monotonic_now_ns() {
-  timespec ts{};
-  clock_gettime(CLOCK_MONOTONIC, &ts);
-  return static_cast<uint64_t>(ts.tv_sec) * 1'000'000'000ull + static_cast<uint64_t>(ts.tv_nsec);
+uint64_t monotonic_now_ns() { return clock_ns(CLOCK_MONOTONIC); }
+
+int64_t wall_clock_step_ns() {
+  uint64_t timeline = unix_now_ns();
+  return static_cast<int64_t>(clock_ns(CLOCK_REALTIME) - timeline);
+}
+
+bool WallClockWatch::look() {
+  int64_t now = wall_clock_step_ns();
+  int64_t moved = now - offset_ns;
+  offset_ns = now;
+  if (moved > -1'000'000'000 && moved < 1'000'000'000) return false;  // NTP slews; it does not step
+  steps++;
+  return true;
 }
 
 std::string node_name() {

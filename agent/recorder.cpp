@@ -367,6 +367,8 @@ class Recorder final : public EventSink {
         {"bpf_run_s", static_cast<double>(c.bpf_run_ns) / 1e9},
         {"target_cpu_s", summary_.target_cpu_s},
         {"wall_s", summary_.wall_s},
+        {"wall_clock_steps", static_cast<double>(clock_watch_.steps)},
+        {"wall_clock_offset_s", static_cast<double>(clock_watch_.offset_ns) / 1e9},
     };
     const auto u = normalizer_.unwind_counters();
     for (const auto& [k, v] : std::vector<std::pair<std::string, double>>{
@@ -398,6 +400,7 @@ class Recorder final : public EventSink {
 
   Status flush_window() {
     uint64_t end_unix = unix_now_ns();
+    clock_watch_.look();  // the window's times come from the timeline, whatever the wall clock did
     if (auto st = store_->begin(); !st) return st;
     for (const auto& [pid, p] : pending_processes_) {
       if (auto st = store_->put_process(recording_, p); !st) return st;
@@ -503,6 +506,7 @@ class Recorder final : public EventSink {
   uint64_t child_cpu_ns_ = 0;
   uint64_t window_start_unix_ = 0;
   uint64_t window_start_mono_ = 0;
+  WallClockWatch clock_watch_;
   std::vector<std::unique_ptr<Source>> sources_;
 
   std::set<uint32_t> known_;

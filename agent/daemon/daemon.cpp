@@ -375,6 +375,10 @@ class Daemon final : public EventSink {
           static_cast<double>(c.bpf_run_ns) / 1e9, "counter");
     gauge("strata_agent_watched_processes", "Processes watched now.", static_cast<double>(live_.size()));
     gauge("strata_agent_windows_total", "Windows written.", static_cast<double>(windows_), "counter");
+    gauge("strata_agent_wall_clock_steps_total", "Steps of the wall clock seen (the run's timeline does not follow them).",
+          static_cast<double>(clock_watch_.steps), "counter");
+    gauge("strata_agent_wall_clock_offset_seconds", "The wall clock minus the run's timeline, at the last window.",
+          static_cast<double>(clock_watch_.offset_ns) / 1e9);
     gauge("process_cpu_seconds_total", "The agent's own CPU time.", cpu_seconds_self(), "counter");
     gauge("process_resident_memory_bytes", "The agent's resident memory.", static_cast<double>(rss_bytes()));
     if (writer_) {
@@ -531,6 +535,11 @@ class Daemon final : public EventSink {
 
   Status flush_window(bool last = false) {
     uint64_t end_unix = unix_now_ns();
+    // Windows stay on the run's timeline (process_info.h); a step is said once, and counted.
+    if (clock_watch_.look())
+      log_ << "strata: agent: warning: the wall clock stepped; it is now "
+           << static_cast<double>(clock_watch_.offset_ns) / 1e9
+           << " s from this run's timeline, which keeps counting from the start (a restart takes the clock again)\n";
     if (auto st = store_->begin(); !st) return st;
     for (const auto& [pid, p] : pending_processes_) {
       if (auto st = store_->put_process(recording_, p); !st) return st;
@@ -597,6 +606,7 @@ class Daemon final : public EventSink {
   int64_t recording_ = 0;
   uint64_t window_start_unix_ = 0;
   uint64_t window_start_mono_ = 0;
+  WallClockWatch clock_watch_;
   uint64_t windows_ = 0;
   uint64_t samples_ = 0;
 
