@@ -11,7 +11,7 @@
 
 #include "abi/oncpu.h" /* STRATA_MAX_STACK_DEPTH, STRATA_COMM_LEN */
 
-#define STRATA_OFFCPU_ABI_VERSION 2
+#define STRATA_OFFCPU_ABI_VERSION 3
 #define STRATA_OS_MAX_CPUS 256        /* per-CPU run time is kept for CPUs below this */
 #define STRATA_HIST_BUCKETS 128       /* a power of two; see bpf/strata_hist.bpf.h */
 #define STRATA_HIST_SUB 4             /* sub-buckets per power of two */
@@ -37,6 +37,11 @@ enum strata_offcpu_counter {
   STRATA_OFFCPU_CNT_NO_USER_STACK, /* emitted with the kernel stack only (no capture at switch-out) */
   STRATA_OFFCPU_CNT_STORAGE_FAIL,  /* task storage could not be created */
   STRATA_OFFCPU_CNT_NEIGHBOURS_FULL, /* neighbour map full: a neighbour's time was not counted */
+  STRATA_OFFCPU_CNT_SNAPSHOTS,     /* user stack copies taken at switch-out (for CFI unwinding) */
+  STRATA_OFFCPU_CNT_SNAPSHOT_SKIPPED, /* a copy wanted but the per-CPU copy cap was reached */
+  STRATA_OFFCPU_CNT_SNAPSHOT_LOST, /* a copy reused by another thread before its owner woke */
+  STRATA_OFFCPU_CNT_SNAPSHOT_SENT, /* long blocks sent with their stack copy */
+  STRATA_OFFCPU_CNT_SNAPSHOT_DROPPED, /* ... sent without it: no room in the ring buffer */
   STRATA_OFFCPU_CNT__COUNT,
 };
 
@@ -45,9 +50,12 @@ enum strata_offcpu_event_type {
 };
 
 #define STRATA_OFFCPU_F_USER_STACK 1 /* the user stack was captured at switch-out */
+#define STRATA_OFFCPU_F_SNAPSHOT 2   /* ip/sp/bp and a copy of the user stack follow the frames */
 
 /* One long block: header, then kstack_len kernel addresses (__u64), then ustack_len user
- * addresses (__u64), both leaf first (as struct strata_sample). */
+ * addresses (__u64), both leaf first (as struct strata_sample), then stack_len bytes of user stack
+ * from stack_base (STRATA_OFFCPU_F_SNAPSHOT): the frame-pointer walk stops in frameless code such as
+ * glibc's futex wait, so the node unwinds this copy with CFI, as it does for on-CPU samples. */
 struct strata_offcpu_event {
   __u32 type; /* STRATA_OFFCPU_EV_BLOCK */
   __u32 pid;  /* tgid */
@@ -61,6 +69,13 @@ struct strata_offcpu_event {
   __u8 reason; /* enum strata_offcpu_reason */
   __u8 flags;  /* STRATA_OFFCPU_F_* */
   __u16 _pad;
+  __u32 stack_len;  /* bytes of stack copy after the frames */
+  __u32 _pad2;
+  __u64 ip, sp, bp; /* user registers at switch-out (STRATA_OFFCPU_F_SNAPSHOT) */
+  __u64 stack_base; /* address of the first copied byte */
+  __u32 uret_len;   /* pending uretprobe returns at switch-out (abi/oncpu.h) */
+  __u32 _pad3;
+  struct strata_uret uret[STRATA_MAX_URETPROBES];
 };
 
 /* Per-CPU state of the probe (a per-CPU array of one): the last switch, rate caps, counters. */
@@ -68,7 +83,7 @@ struct strata_offcpu_cpu_state {
   __u64 last_switch_ns;
   __u64 watched_seen_ns; /* a watched thread ran here */
   __u64 period;          /* ~1 s periods of the rate caps */
-  __u32 events, captures, explores, _pad;
+  __u32 events, captures, explores, snapshots;
   __u64 counters[STRATA_OFFCPU_CNT__COUNT];
 };
 

@@ -8,7 +8,7 @@
 #include <linux/types.h>
 #endif
 
-#define STRATA_ONCPU_ABI_VERSION 3
+#define STRATA_ONCPU_ABI_VERSION 4
 #define STRATA_MAX_STACK_DEPTH 127 /* PERF_MAX_STACK_DEPTH */
 #define STRATA_COMM_LEN 16
 #define STRATA_BUILD_ID_LEN 20
@@ -16,6 +16,16 @@
 #define STRATA_MAX_PY_FRAMES 128
 #define STRATA_PY_NO_FIELD 0xffff   /* a field the version does not have */
 #define STRATA_PY_FRAME_READ 128    /* bytes of one interpreter frame read at once */
+#define STRATA_MAX_URETPROBES 4     /* pending uretprobe returns reported per stack copy */
+
+/* A return address a uretprobe replaced with the kernel's trampoline: `slot` is where on the user
+ * stack it was (rsp at the probed function's entry), `ret` what it was. A stack copy holds the
+ * trampoline address there, which would end a CFI walk at "[uprobes]"; the node puts `ret` back.
+ * (The kernel does the same for its own frame-pointer walk.) */
+struct strata_uret {
+  __u64 ret;
+  __u64 slot;
+};
 
 enum strata_event_type {
   STRATA_EV_SAMPLE = 1,
@@ -81,6 +91,9 @@ struct strata_sample {
   __u32 stack_len;  /* bytes of stack snapshot */
   __u64 ip, sp, bp; /* user registers at the sample */
   __u64 stack_base; /* address of the first snapshot byte */
+  __u32 uret_len;   /* entries of uret in use, innermost first */
+  __u32 _pad2;
+  struct strata_uret uret[STRATA_MAX_URETPROBES];
 };
 
 /* Where a CPython version keeps what the frame walk needs; the agent fills one per process after

@@ -52,6 +52,20 @@ struct SampleEvent {
   std::vector<RawPythonFrame> pystack;  // leaf first
 };
 
+// Puts back the return addresses that pending uretprobes replaced with the kernel's trampoline in
+// a stack copy (each entry: `slot`, where it was; `ret`, what it was: struct strata_uret), so CFI
+// walks go on past probed functions. Slots outside the copy are left alone.
+template <class Uret>
+void restore_uretprobe_returns(SampleEvent& s, const Uret* uret, unsigned n) {
+  for (unsigned i = 0; i < n; ++i) {
+    uint64_t slot = uret[i].slot, ret = uret[i].ret;
+    if (slot < s.stack_base || slot - s.stack_base > s.stack.size() ||
+        s.stack.size() - (slot - s.stack_base) < sizeof(uint64_t))
+      continue;
+    std::memcpy(s.stack.data() + (slot - s.stack_base), &ret, sizeof ret);
+  }
+}
+
 struct ProcEvent {
   enum class Type { kFork, kExec, kExit };
   Type type = Type::kFork;

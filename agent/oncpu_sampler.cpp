@@ -3,10 +3,12 @@
 #include <bpf/bpf.h>
 #include <bpf/libbpf.h>
 #include <linux/perf_event.h>
+#include <sys/epoll.h>
 #include <sys/ioctl.h>
 #include <sys/syscall.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cstdlib>
 #include <cstring>
 #include <fstream>
@@ -56,6 +58,7 @@ std::vector<int> online_cpus() {
 class LiveSampler final : public OnCpuSampler {
  public:
   ~LiveSampler() override {
+    if (wait_fd_ >= 0) close(wait_fd_);
     ring_buffer__free(ring_);
     for (auto* link : links_) bpf_link__destroy(link);
     for (int fd : perf_fds_) close(fd);
@@ -121,9 +124,19 @@ class LiveSampler final : public OnCpuSampler {
 
   Result<int> poll(int timeout_ms, EventSink& sink) override {
     sink_ = &sink;
-    // Samples do not wake us (see bpf/strata_ringbuf.bpf.h): wait for a process event or the
-    // timeout, then drain whatever is there.
-    int n = ring_buffer__poll(ring_, timeout_ms);
+    // Samples do not wake us (see bpf/strata_ringbuf.bpf.h): wait for a process event, another
+    // source's wake-up or the timeout, then drain whatever is there.
+    int n = 0;
+    if (wait_fd_ >= 0) {
+      epoll_event ev[4];
+      int r = epoll_wait(wait_fd_, ev, 4, timeout_ms);
+      if (r < 0 && errno != EINTR) {
+        sink_ = nullptr;
+        return Error::from_errno("waiting for ring buffers", errno);
+      }
+    } else {
+      n = ring_buffer__poll(ring_, timeout_ms);
+    }
     if (n < 0 && n != -EINTR) {
       sink_ = nullptr;
       return Error::from_errno("polling the sample ring buffer", -n);
@@ -252,11 +265,31 @@ class LiveSampler final : public OnCpuSampler {
     sample_.bp = hdr.bp;
     sample_.stack_base = hdr.stack_base;
     sample_.stack.assign(p, p + hdr.stack_len);
+    restore_uretprobe_returns(sample_, hdr.uret, std::min<unsigned>(hdr.uret_len, STRATA_MAX_URETPROBES));
     sink_->on_sample(sample_);
+  }
+
+  Status add_wake_fd(int fd) override {
+    if (fd < 0) return {};
+    if (wait_fd_ < 0) {
+      wait_fd_ = epoll_create1(EPOLL_CLOEXEC);
+      if (wait_fd_ < 0) return Error::from_errno("epoll_create1", errno);
+      epoll_event ev{};
+      ev.events = EPOLLIN;
+      ev.data.fd = ring_buffer__epoll_fd(ring_);
+      if (epoll_ctl(wait_fd_, EPOLL_CTL_ADD, ev.data.fd, &ev) != 0)
+        return Error::from_errno("epoll_ctl on the sample ring buffer", errno);
+    }
+    epoll_event ev{};
+    ev.events = EPOLLIN;
+    ev.data.fd = fd;
+    if (epoll_ctl(wait_fd_, EPOLL_CTL_ADD, fd, &ev) != 0) return Error::from_errno("epoll_ctl", errno);
+    return {};
   }
 
   oncpu_bpf* skel_ = nullptr;
   ring_buffer* ring_ = nullptr;
+  int wait_fd_ = -1;  // epoll over our ring's epoll fd and other sources' wake fds, once one is added
   std::vector<int> perf_fds_;
   std::vector<bpf_link*> links_;
   int stats_fd_ = -1;

@@ -52,6 +52,9 @@ class OnCpuSampler {
   virtual Status add_target(uint32_t pid) = 0;
   // Waits up to timeout_ms for events, delivers them to sink; returns the number delivered.
   virtual Result<int> poll(int timeout_ms, EventSink& sink) = 0;
+  // Also ends poll's wait when `fd` is readable: another source's ring buffer asking to be drained
+  // before it fills (the caller then polls that source). Not owned.
+  virtual Status add_wake_fd(int fd) = 0;
   virtual SamplerCounters counters() const = 0;
   // Changes the sampling rate of the running perf events (the cost budget lowers it).
   virtual Status set_frequency(unsigned hz) = 0;

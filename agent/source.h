@@ -30,6 +30,9 @@ class Source {
   virtual void on_process_exit(uint32_t /*pid*/) {}
   // Takes what is ready without blocking long (the record loop calls it a few times a second).
   virtual Status poll() = 0;
+  // A file descriptor that becomes readable when the source wants poll() called soon (its ring
+  // buffer filling up); -1 when a few polls a second are enough.
+  virtual int wake_fd() const { return -1; }
   // Writes the window's aggregates; called inside the store's transaction.
   virtual Status flush(store::Store& store, const WindowContext& w) = 0;
   // Its own counters for the closing summary and /metrics: drops, probe hits, ...

@@ -8,9 +8,15 @@
  *   - the processes that ran on CPUs where a watched process ran recently (neighbours).
  * Stacks are captured at switch-out (only then is the thread current), kept in task storage, and sent
  * at switch-in if the thread was off CPU for at least min_block_ns. Capturing on every switch would
- * cost O(switches), so a capture is taken only for threads whose previous block was long (they tend to
- * block long again), plus a small per-CPU exploration budget; both under a per-CPU cap. A long block
- * without a captured stack is still sent, with the kernel stack read at switch-in. */
+ * cost O(switches), so a capture is taken only for threads that blocked long lately (within their last
+ * eight blocks: threads that alternate short and long waits, like a stream worker, stay covered), plus a
+ * small per-CPU exploration budget; both under a per-CPU cap. A long block
+ * without a captured stack is still sent, with the kernel stack read at switch-in.
+ * The frame-pointer walk of the user stack stops in frameless code (glibc's futex and poll waits, where
+ * most blocked threads sit), so a capture also copies the top of the user stack with rip/rsp/rbp for
+ * the node to unwind with CFI, as on-CPU samples do. The copies (16 KB) live in a fixed pool, not in
+ * every watched thread's storage: memory stays bounded however many threads block, and a copy that
+ * another thread's capture reused before its owner woke is dropped (counted), leaving the FP stack. */
 #include "vmlinux.h"
 #include <bpf/bpf_helpers.h>
 #include <bpf/bpf_tracing.h>
@@ -19,6 +25,7 @@
 #include "bpf/strata_ringbuf.bpf.h"
 
 #include "abi/offcpu.h"
+#include "bpf/strata_uret.bpf.h"
 #include "bpf/strata_hist.bpf.h"
 
 char LICENSE[] SEC("license") = "GPL";
@@ -32,6 +39,9 @@ const volatile __u32 max_captures_per_sec = 1000; /* per CPU: stack captures at 
 const volatile __u32 explore_per_sec = 50;        /* per CPU: captures for threads not known to block long */
 const volatile __u32 kstack_skip = 2;              /* frames of the BPF glue above __schedule */
 const volatile __u64 neighbour_horizon_ns = 2000000000ull; /* count neighbours this long after a watched thread ran */
+const volatile __u32 snapshot_pages = 4;          /* user stack copy: rest of rsp's page + up to this many; 0: none */
+const volatile __u32 max_snapshots_per_sec = 500; /* per CPU: stack copies at switch-out */
+const volatile __u32 pool_mask = 255;             /* snapshot pool slots - 1 (a power of two) */
 
 #define TASK_INTERRUPTIBLE 0x1
 #define TASK_UNINTERRUPTIBLE 0x2
@@ -51,10 +61,43 @@ struct {
 #define KSTACK_BYTES (STRATA_MAX_STACK_DEPTH * sizeof(__u64))
 #define USTACK_BYTES (STRATA_MAX_STACK_DEPTH * sizeof(__u64))
 
+#define PAGE 4096
+#define SNAP_BYTES STRATA_STACK_SNAPSHOT_MAX
+
 struct offcpu_buf {
   struct strata_offcpu_event hdr;
   __u8 frames[KSTACK_BYTES + USTACK_BYTES];
 };
+
+/* What is sent: the frames, then the stack copy. Assembled in per-CPU scratch. */
+struct offcpu_send_buf {
+  struct strata_offcpu_event hdr;
+  __u8 frames[KSTACK_BYTES + USTACK_BYTES + SNAP_BYTES];
+};
+
+/* One stack copy. `stamp` names the capture that wrote it (0 while being written). */
+struct snap_slot {
+  __u64 stamp;
+  __u64 ip, sp, bp;
+  __u32 len;
+  __u32 uret_len;
+  struct strata_uret uret[STRATA_MAX_URETPROBES];
+  __u8 data[SNAP_BYTES];
+};
+
+struct {
+  __uint(type, BPF_MAP_TYPE_ARRAY);
+  __uint(max_entries, 256); /* pool_mask + 1, set by the agent before load */
+  __type(key, __u32);
+  __type(value, struct snap_slot);
+} snap_pool SEC(".maps");
+
+struct {
+  __uint(type, BPF_MAP_TYPE_ARRAY);
+  __uint(max_entries, 1);
+  __type(key, __u32);
+  __type(value, __u64);
+} snap_cursor SEC(".maps");
 
 /* Per watched thread. The event buffer lives here so a captured stack waits in place for switch-in. */
 struct task_state {
@@ -63,8 +106,10 @@ struct task_state {
   __u32 last_cpu;       /* CPU + 1 where it last ran; 0 unknown */
   __u8 reason;
   __u8 has_stack;
-  __u8 last_long;       /* the previous block reached min_block_ns */
+  __u8 long_score;      /* 8 after a block reached min_block_ns, less one per shorter block */
   __u8 run_delay_seen;
+  __u32 snap_slot;      /* pool slot of the stack copy, valid while snap_stamp matches the slot's */
+  __u64 snap_stamp;     /* 0: no copy */
   struct offcpu_buf buf;
 };
 
@@ -107,12 +152,12 @@ struct {
   __type(value, struct strata_sched_stats);
 } zero_stats SEC(".maps");
 
-/* Scratch for long blocks sent without a captured stack. */
+/* Scratch where a long block is assembled before it is sent. */
 struct {
   __uint(type, BPF_MAP_TYPE_PERCPU_ARRAY);
   __uint(max_entries, 1);
   __type(key, __u32);
-  __type(value, struct offcpu_buf);
+  __type(value, struct offcpu_send_buf);
 } scratch SEC(".maps");
 
 static __always_inline void bump(struct cpu_state* cs, __u32 counter) {
@@ -126,6 +171,7 @@ static __always_inline void roll_period(struct cpu_state* cs, __u64 now) {
     cs->events = 0;
     cs->captures = 0;
     cs->explores = 0;
+    cs->snapshots = 0;
   }
 }
 
@@ -163,6 +209,48 @@ static __always_inline void capture(void* ctx, struct task_state* ts, struct cpu
   bump(cs, STRATA_OFFCPU_CNT_CAPTURES);
 }
 
+/* Copies the top of the user stack into a pool slot: the rest of rsp's page, then whole pages while
+ * they read. The slot is marked unwritten first and stamped last, so a reader can tell a torn copy. */
+static __always_inline void copy_stack(struct task_state* ts, struct cpu_state* cs, __u64 now, __u32 tid) {
+  ts->snap_stamp = 0;
+  if (!snapshot_pages) return;
+  if (cs->snapshots >= max_snapshots_per_sec) {
+    bump(cs, STRATA_OFFCPU_CNT_SNAPSHOT_SKIPPED);
+    return;
+  }
+  __u32 zero = 0;
+  __u64* cursor = bpf_map_lookup_elem(&snap_cursor, &zero);
+  if (!cursor) return;
+  __u32 idx = (__u32)__sync_fetch_and_add(cursor, 1) & pool_mask;
+  struct snap_slot* slot = bpf_map_lookup_elem(&snap_pool, &idx);
+  if (!slot) return;
+  struct pt_regs* regs = (struct pt_regs*)bpf_task_pt_regs(bpf_get_current_task_btf());
+  __u64 sp = BPF_CORE_READ(regs, sp);
+  __u64 first = PAGE - (sp & (PAGE - 1));
+  if (first > PAGE || first == 0 || !sp) return;
+  cs->snapshots++;
+  slot->stamp = 0;
+  if (bpf_probe_read_user(slot->data, first, (void*)sp) != 0) return;
+  __u64 len = first;
+  for (__u32 i = 0; i < SNAP_BYTES / PAGE - 1; i++) {
+    if (i + 1 >= snapshot_pages) break;
+    if (len > SNAP_BYTES - PAGE) break;
+    if (bpf_probe_read_user(slot->data + len, PAGE, (void*)(sp + len)) != 0) break;
+    len += PAGE;
+  }
+  slot->ip = BPF_CORE_READ(regs, ip);
+  slot->sp = sp;
+  slot->bp = BPF_CORE_READ(regs, bp);
+  slot->len = len;
+  slot->uret_len = strata_read_uretprobes(slot->uret);
+  __u64 stamp = (now << 8) ^ tid;
+  if (!stamp) stamp = 1;
+  slot->stamp = stamp;
+  ts->snap_slot = idx;
+  ts->snap_stamp = stamp;
+  bump(cs, STRATA_OFFCPU_CNT_SNAPSHOTS);
+}
+
 static __always_inline void switch_out(void* ctx, struct task_struct* prev, __u32 tgid, bool preempt,
                                        unsigned int state, __u32 cpu, __u64 ran, __u64 now,
                                        struct cpu_state* cs) {
@@ -176,6 +264,7 @@ static __always_inline void switch_out(void* ctx, struct task_struct* prev, __u3
   ts->reason = reason;
   ts->last_cpu = cpu + 1;
   ts->has_stack = 0;
+  ts->snap_stamp = 0;
 
   if (sched_metrics) {
     struct strata_sched_stats* st = stats_of(tgid);
@@ -204,7 +293,7 @@ static __always_inline void switch_out(void* ctx, struct task_struct* prev, __u3
   }
 
   if (!capture_stacks) return;
-  bool want = ts->last_long;
+  bool want = ts->long_score > 0;
   if (!want && cs->explores < explore_per_sec) {
     cs->explores++;
     want = true;
@@ -216,20 +305,70 @@ static __always_inline void switch_out(void* ctx, struct task_struct* prev, __u3
   }
   cs->captures++;
   capture(ctx, ts, cs);
+  /* Only a thread that sleeps gets a copy: a preempted one is runnable and back soon, and on-CPU
+   * samples already see it with full stacks. */
+  if (reason != STRATA_OFFCPU_PREEMPTED) copy_stack(ts, cs, now, prev->pid);
 }
 
 static __always_inline void emit(struct task_struct* next, struct task_state* ts, __u32 tgid, __u32 cpu,
                                  __u64 now, __u64 blocked, struct cpu_state* cs) {
-  struct offcpu_buf* b = &ts->buf;
-  if (!ts->has_stack) {
-    __u32 zero = 0;
-    b = bpf_map_lookup_elem(&scratch, &zero);
-    if (!b) return;
+  __u32 zero = 0;
+  struct offcpu_send_buf* b = bpf_map_lookup_elem(&scratch, &zero);
+  if (!b) return;
+  __u64 fbytes = 0;
+  b->hdr.flags = 0;
+  b->hdr.stack_len = 0;
+  b->hdr.ip = b->hdr.sp = b->hdr.bp = b->hdr.stack_base = 0;
+  b->hdr.uret_len = 0;
+  b->hdr._pad3 = 0;
+  if (ts->has_stack) {
+    fbytes = ((__u64)ts->buf.hdr.kstack_len + ts->buf.hdr.ustack_len) * sizeof(__u64);
+    if (fbytes > KSTACK_BYTES + USTACK_BYTES) fbytes = KSTACK_BYTES + USTACK_BYTES;
+    if (fbytes) bpf_probe_read_kernel(b->frames, fbytes, ts->buf.frames);
+    b->hdr.kstack_len = ts->buf.hdr.kstack_len;
+    b->hdr.ustack_len = ts->buf.hdr.ustack_len;
+    b->hdr.flags = STRATA_OFFCPU_F_USER_STACK;
+  } else {
     long kbytes = bpf_get_task_stack(next, b->frames, KSTACK_BYTES, 0);
     if (kbytes < 0) kbytes = 0;
-    b->hdr.kstack_len = kbytes / sizeof(__u64);
+    if (kbytes > KSTACK_BYTES) kbytes = KSTACK_BYTES;
+    fbytes = kbytes & ~7L;
+    b->hdr.kstack_len = fbytes / sizeof(__u64);
     b->hdr.ustack_len = 0;
     bump(cs, STRATA_OFFCPU_CNT_NO_USER_STACK);
+  }
+  __u64 snap = 0;
+  if (ts->has_stack && ts->snap_stamp) {
+    __u32 idx = ts->snap_slot & pool_mask;
+    struct snap_slot* slot = bpf_map_lookup_elem(&snap_pool, &idx);
+    if (slot && slot->stamp == ts->snap_stamp) {
+      snap = slot->len;
+      if (snap > SNAP_BYTES) snap = SNAP_BYTES;
+      if (fbytes > KSTACK_BYTES + USTACK_BYTES) fbytes = KSTACK_BYTES + USTACK_BYTES;
+      if (snap && bpf_probe_read_kernel(b->frames + fbytes, snap, slot->data) == 0) {
+        b->hdr.ip = slot->ip;
+        b->hdr.sp = slot->sp;
+        b->hdr.bp = slot->bp;
+        b->hdr.uret_len = slot->uret_len;
+        __builtin_memcpy(b->hdr.uret, slot->uret, sizeof(b->hdr.uret));
+      } else {
+        snap = 0;
+      }
+      /* Reused while being read (another CPU's capture took the slot): drop the copy. */
+      if (snap && *(volatile __u64*)&slot->stamp != ts->snap_stamp) {
+        snap = 0;
+        b->hdr.uret_len = 0;
+      }
+    }
+    if (snap) {
+      b->hdr.flags |= STRATA_OFFCPU_F_SNAPSHOT;
+      b->hdr.stack_len = snap;
+      b->hdr.stack_base = b->hdr.sp;
+      bump(cs, STRATA_OFFCPU_CNT_SNAPSHOT_SENT);
+    } else {
+      bump(cs, STRATA_OFFCPU_CNT_SNAPSHOT_LOST);
+    }
+    ts->snap_stamp = 0;
   }
   b->hdr.type = STRATA_OFFCPU_EV_BLOCK;
   b->hdr.pid = tgid;
@@ -238,16 +377,29 @@ static __always_inline void emit(struct task_struct* next, struct task_state* ts
   b->hdr.ts_ns = now;
   b->hdr.blocked_ns = blocked;
   b->hdr.reason = ts->reason;
-  b->hdr.flags = ts->has_stack ? STRATA_OFFCPU_F_USER_STACK : 0;
   b->hdr._pad = 0;
+  b->hdr._pad2 = 0;
   BPF_CORE_READ_STR_INTO(&b->hdr.comm, next, comm);
-  __u64 size = sizeof(b->hdr) + (__u64)b->hdr.kstack_len * sizeof(__u64) +
-               (__u64)b->hdr.ustack_len * sizeof(__u64);
+  __u64 size = sizeof(b->hdr) + fbytes + snap;
   if (size > sizeof(*b)) size = sizeof(*b);
-  if (bpf_ringbuf_output(&events, b, size, strata_rb_flags(&events)) == 0)
+  if (bpf_ringbuf_output(&events, b, size, strata_rb_flags(&events)) == 0) {
     bump(cs, STRATA_OFFCPU_CNT_EMITTED);
-  else
-    bump(cs, STRATA_OFFCPU_CNT_RINGBUF_DROP);
+    return;
+  }
+  if (snap) {
+    /* No room for the stack copy: the blocked time and the frame-pointer stack still go. */
+    b->hdr.flags &= ~STRATA_OFFCPU_F_SNAPSHOT;
+    b->hdr.stack_len = 0;
+    b->hdr.uret_len = 0;
+    size = sizeof(b->hdr) + fbytes;
+    if (size > sizeof(*b)) size = sizeof(*b);
+    if (bpf_ringbuf_output(&events, b, size, BPF_RB_FORCE_WAKEUP) == 0) {
+      bump(cs, STRATA_OFFCPU_CNT_EMITTED);
+      bump(cs, STRATA_OFFCPU_CNT_SNAPSHOT_DROPPED);
+      return;
+    }
+  }
+  bump(cs, STRATA_OFFCPU_CNT_RINGBUF_DROP);
 }
 
 static __always_inline void switch_in(struct task_struct* next, __u32 tgid, __u32 cpu, __u64 now,
@@ -266,10 +418,10 @@ static __always_inline void switch_in(struct task_struct* next, __u32 tgid, __u3
     }
   }
   if (blocked < min_block_ns) {
-    ts->last_long = 0;
+    if (ts->long_score) ts->long_score--;
     return;
   }
-  ts->last_long = 1;
+  ts->long_score = 8;
   bump(cs, STRATA_OFFCPU_CNT_LONG);
   if (!capture_stacks) return;
   if (cs->events >= max_events_per_sec) {

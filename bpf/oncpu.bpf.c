@@ -16,6 +16,7 @@
 #include "bpf/strata_ringbuf.bpf.h"
 
 #include "abi/oncpu.h"
+#include "bpf/strata_uret.bpf.h"
 
 char LICENSE[] SEC("license") = "GPL";
 
@@ -92,6 +93,7 @@ static __always_inline __u64 copy_user_stack(struct sample_buf* buf, __u64 off) 
   buf->hdr.bp = BPF_CORE_READ(regs, bp);
   buf->hdr.stack_base = sp;
   buf->hdr.flags |= STRATA_SAMPLE_HAS_REGS;
+  buf->hdr.uret_len = strata_read_uretprobes(buf->hdr.uret);
   if (off > KSTACK_BYTES + USTACK_BYTES + PY_BYTES) return 0;
   __u64 first = PAGE - (sp & (PAGE - 1));
   if (first > PAGE || first == 0) return 0;
@@ -266,6 +268,8 @@ int on_cpu_sample(struct bpf_perf_event_data* ctx) {
   buf->hdr.py_len = 0;
   buf->hdr.py_status = 0;
   buf->hdr.stack_len = 0;
+  buf->hdr.uret_len = 0;
+  buf->hdr._pad2 = 0;
   bpf_get_current_comm(buf->hdr.comm, sizeof(buf->hdr.comm));
 
   long kbytes = bpf_get_stack(ctx, buf->frames, KSTACK_BYTES, 0);

@@ -26,9 +26,12 @@ size_t OffCpuAggregator::KeyHash::operator()(const Key& k) const {
 
 void OffCpuAggregator::add(const OffCpuEvent& e) {
   const SampleEvent& s = e.sample;
-  uint64_t h = mix(mix(s.pid, e.reason), s.kstack.size());
+  // Unwind first (the stack copy with CFI, else the kernel's frame-pointer walk): blocks share a
+  // stored stack when their unwound stacks are equal.
+  normalizer_.unwind(s, user_);
+  uint64_t h = mix(mix(mix(s.pid, e.reason), s.kstack.size()), static_cast<uint64_t>(user_.method));
   for (uint64_t a : s.kstack) h = mix(h, a);
-  for (const auto& u : s.ustack) {
+  for (const auto& u : user_.native) {
     uint64_t id;
     std::memcpy(&id, u.build_id.data(), sizeof id);
     h = mix(mix(h, u.offset_or_ip), u.has_build_id ? id : 0);
@@ -40,9 +43,10 @@ void OffCpuAggregator::add(const OffCpuEvent& e) {
   } else {
     Stack stack;
     stack.push_back(reason_frame(e.reason));
-    normalizer_.normalize(s, stack);
+    normalizer_.normalize(s, user_, stack);
     index = static_cast<uint32_t>(stacks_.size());
     stacks_.push_back(std::move(stack));
+    methods_.push_back(user_.method);
     raw_index_.emplace(h, index);
   }
   ns_[Key{s.pid, s.tid, index, s.comm}] += e.blocked_ns;
@@ -53,7 +57,7 @@ Status OffCpuAggregator::flush(store::Store& store, int64_t recording, uint64_t 
   if (!ns_.empty()) {
     std::vector<int64_t> ids(stacks_.size());
     for (size_t i = 0; i < stacks_.size(); ++i) {
-      auto id = store.intern_stack(stacks_[i]);
+      auto id = store.intern_stack(stacks_[i], methods_[i]);
       if (!id) return id.error();
       ids[i] = *id;
     }
@@ -70,6 +74,7 @@ Status OffCpuAggregator::flush(store::Store& store, int64_t recording, uint64_t 
     }
   }
   stacks_.clear();
+  methods_.clear();
   raw_index_.clear();
   ns_.clear();
   return {};

@@ -46,7 +46,9 @@ class OffCpuAggregator {
     size_t operator()(const Key& k) const;
   };
   Normalizer& normalizer_;
+  UserStack user_;  // reused
   std::vector<Stack> stacks_;
+  std::vector<store::UnwindMethod> methods_;  // per stacks_ entry
   std::unordered_map<uint64_t, uint32_t> raw_index_;  // hash of raw stack + reason -> stacks_ index
   std::unordered_map<Key, uint64_t, KeyHash> ns_;
   uint64_t blocks_ = 0;

@@ -6,6 +6,7 @@
 #include <signal.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cstring>
 #include <map>
 #include <set>
@@ -49,6 +50,32 @@ bool tracepoint_exists(const btf* vmlinux, const char* section) {
   return btf__find_by_name_kind(vmlinux, type.c_str(), BTF_KIND_TYPEDEF) >= 0;
 }
 
+// Where __schedule lies in the kernel text: off-CPU kernel stacks are cut to start there, whatever
+// frames of BPF and tracepoint glue the kernel's walk put above it (their number differs between
+// kernels and with how the program was compiled). {0, 0} when unknown.
+std::pair<uint64_t, uint64_t> schedule_text_range() {
+  FILE* f = std::fopen("/proc/kallsyms", "re");
+  if (!f) return {0, 0};
+  char line[512];
+  uint64_t lo = 0, hi = 0;
+  while (std::fgets(line, sizeof line, f)) {
+    char* end = nullptr;
+    uint64_t addr = std::strtoull(line, &end, 16);
+    if (lo) {
+      if (addr > lo) {
+        hi = addr;
+        break;
+      }
+      continue;
+    }
+    size_t n = std::strlen(line);
+    while (n && (line[n - 1] == '\n' || line[n - 1] == ' ')) line[--n] = 0;
+    if (n > 13 && std::strcmp(line + n - 11, " __schedule") == 0 && addr) lo = addr;
+  }
+  std::fclose(f);
+  return hi > lo && lo ? std::pair{lo, hi} : std::pair<uint64_t, uint64_t>{0, 0};
+}
+
 bool process_alive(uint32_t pid) { return ::kill(static_cast<pid_t>(pid), 0) == 0 || errno == EPERM; }
 
 class OsLayerSource final : public Source {
@@ -72,6 +99,14 @@ class OsLayerSource final : public Source {
     sched_->rodata->max_events_per_sec = opts_.max_events_per_sec;
     sched_->rodata->max_captures_per_sec = opts_.max_captures_per_sec;
     sched_->rodata->explore_per_sec = opts_.explore_per_sec;
+    schedule_ = schedule_text_range();
+    if (schedule_.first) sched_->rodata->kstack_skip = 0;  // cut at __schedule on the node instead
+    sched_->rodata->snapshot_pages = opts_.snapshot_pages;
+    sched_->rodata->max_snapshots_per_sec = opts_.max_snapshots_per_sec;
+    uint32_t slots = 1;  // a power of two
+    while (slots < opts_.snapshot_slots && slots < (1u << 16)) slots <<= 1;
+    sched_->rodata->pool_mask = slots - 1;
+    bpf_map__set_max_entries(sched_->maps.snap_pool, slots);
     bpf_map__set_max_entries(sched_->maps.events, ringbuf_size(opts_.ringbuf_bytes_per_cpu));
     bpf_map__set_max_entries(sched_->maps.sched_stats, opts_.max_processes);
     if (targets_fd >= 0 && bpf_map__reuse_fd(sched_->maps.targets, targets_fd) != 0)
@@ -127,6 +162,8 @@ class OsLayerSource final : public Source {
 
   void on_process_exit(uint32_t pid) override { exited_.insert(pid); }
 
+  int wake_fd() const override { return ring_ ? ring_buffer__epoll_fd(ring_) : -1; }
+
   Status poll() override {
     if (!ring_) return {};
     int n = ring_buffer__consume(ring_);
@@ -169,6 +206,11 @@ class OsLayerSource final : public Source {
       out.push_back({"offcpu_captures", d(c[STRATA_OFFCPU_CNT_CAPTURES])});
       out.push_back({"offcpu_capture_skipped", d(c[STRATA_OFFCPU_CNT_CAPTURE_SKIPPED])});
       out.push_back({"offcpu_no_user_stack", d(c[STRATA_OFFCPU_CNT_NO_USER_STACK])});
+      out.push_back({"offcpu_snapshots", d(c[STRATA_OFFCPU_CNT_SNAPSHOTS])});
+      out.push_back({"offcpu_snapshot_skipped", d(c[STRATA_OFFCPU_CNT_SNAPSHOT_SKIPPED])});
+      out.push_back({"offcpu_snapshot_lost", d(c[STRATA_OFFCPU_CNT_SNAPSHOT_LOST])});
+      out.push_back({"offcpu_snapshot_sent", d(c[STRATA_OFFCPU_CNT_SNAPSHOT_SENT])});
+      out.push_back({"offcpu_snapshot_dropped", d(c[STRATA_OFFCPU_CNT_SNAPSHOT_DROPPED])});
       out.push_back({"offcpu_stored_us", d(agg_.stored_us())});
     }
     out.push_back({"offcpu_storage_failures", d(c[STRATA_OFFCPU_CNT_STORAGE_FAIL])});
@@ -213,7 +255,9 @@ class OsLayerSource final : public Source {
     strata_offcpu_event hdr;
     std::memcpy(&hdr, data, sizeof(hdr));
     if (hdr.type != STRATA_OFFCPU_EV_BLOCK) return;
-    size_t need = sizeof(hdr) + hdr.kstack_len * sizeof(uint64_t) + hdr.ustack_len * sizeof(uint64_t);
+    size_t frames = sizeof(hdr) + hdr.kstack_len * sizeof(uint64_t) + hdr.ustack_len * sizeof(uint64_t);
+    bool snapshot = (hdr.flags & STRATA_OFFCPU_F_SNAPSHOT) != 0;
+    size_t need = frames + (snapshot ? hdr.stack_len : 0);
     if (need > size) return;  // never trust a length
     SampleEvent& s = event_.sample;
     s.pid = hdr.pid;
@@ -225,8 +269,27 @@ class OsLayerSource final : public Source {
     s.kstack.resize(hdr.kstack_len);
     if (hdr.kstack_len) std::memcpy(s.kstack.data(), p, hdr.kstack_len * sizeof(uint64_t));
     p += hdr.kstack_len * sizeof(uint64_t);
+    if (schedule_.first) {
+      for (size_t i = 0; i < s.kstack.size(); ++i) {
+        if (s.kstack[i] >= schedule_.first && s.kstack[i] < schedule_.second) {
+          s.kstack.erase(s.kstack.begin(), s.kstack.begin() + static_cast<std::ptrdiff_t>(i));
+          break;
+        }
+      }
+    }
     s.ustack.clear();
     append_user_ips(p, hdr.ustack_len, s.ustack);
+    s.has_regs = snapshot && hdr.stack_len > 0;
+    s.ip = s.has_regs ? hdr.ip : 0;
+    s.sp = s.has_regs ? hdr.sp : 0;
+    s.bp = s.has_regs ? hdr.bp : 0;
+    s.stack_base = s.has_regs ? hdr.stack_base : 0;
+    if (s.has_regs) {
+      s.stack.assign(data + frames, data + frames + hdr.stack_len);
+      restore_uretprobe_returns(s, hdr.uret, std::min<unsigned>(hdr.uret_len, STRATA_MAX_URETPROBES));
+    } else {
+      s.stack.clear();
+    }
     event_.blocked_ns = hdr.blocked_ns;
     event_.reason = hdr.reason;
     agg_.add(event_);
@@ -352,6 +415,7 @@ class OsLayerSource final : public Source {
 
   OsLayerOptions opts_;
   offcpu_bpf* sched_ = nullptr;
+  std::pair<uint64_t, uint64_t> schedule_{0, 0};  // __schedule's text, where off-CPU kernel stacks start
   os_bpf* os_ = nullptr;
   ring_buffer* ring_ = nullptr;
   int stats_fd_ = -1;
@@ -373,6 +437,10 @@ OsLayerOptions options_from_env(bool offcpu, bool os) {
   o.min_block_us = env_u64("STRATA_OFFCPU_MIN_BLOCK_US", o.min_block_us);
   o.max_events_per_sec = static_cast<uint32_t>(env_u64("STRATA_OFFCPU_MAX_EVENTS", o.max_events_per_sec));
   o.max_captures_per_sec = static_cast<uint32_t>(env_u64("STRATA_OFFCPU_MAX_CAPTURES", o.max_captures_per_sec));
+  o.max_snapshots_per_sec = static_cast<uint32_t>(env_u64("STRATA_OFFCPU_MAX_SNAPSHOTS", o.max_snapshots_per_sec));
+  o.snapshot_slots = static_cast<uint32_t>(env_u64("STRATA_OFFCPU_SNAPSHOT_SLOTS", o.snapshot_slots));
+  // Frame pointers only (STRATA_USER_STACK_MODE=0, as for the on-CPU sampler): no stack copies.
+  if (const char* m = std::getenv("STRATA_USER_STACK_MODE"); m && *m == '0') o.snapshot_pages = 0;
   return o;
 }
 

@@ -8,6 +8,9 @@
 //   STRATA_OFFCPU_MIN_BLOCK_US  a block shorter than this is counted, not sent with its stack (1000)
 //   STRATA_OFFCPU_MAX_EVENTS    long blocks sent per CPU per second (1000)
 //   STRATA_OFFCPU_MAX_CAPTURES  stack captures at switch-out per CPU per second (1000)
+//   STRATA_OFFCPU_MAX_SNAPSHOTS user stack copies (for CFI unwinding) per CPU per second (500)
+//   STRATA_OFFCPU_SNAPSHOT_SLOTS copies kept at once, node-wide, 16 KB each (256: 4 MB)
+//   STRATA_USER_STACK_MODE=0    frame pointers only, no copies (as for on-CPU samples)
 #pragma once
 
 #include <memory>
@@ -25,6 +28,9 @@ struct OsLayerOptions {
   uint32_t max_events_per_sec = 1000;
   uint32_t max_captures_per_sec = 1000;
   uint32_t explore_per_sec = 50;
+  uint32_t snapshot_pages = 4;           // user stack copy at switch-out; 0: frame pointers only
+  uint32_t max_snapshots_per_sec = 500;  // per CPU
+  uint32_t snapshot_slots = 256;         // the pool of copies waiting for their thread to wake
   uint32_t ringbuf_bytes_per_cpu = 512 * 1024;
   uint32_t max_processes = 4096;
 };

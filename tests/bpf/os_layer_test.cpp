@@ -7,6 +7,7 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <iostream>
 #include <map>
 #include <regex>
 #include <sstream>
@@ -104,6 +105,41 @@ TEST(OffCpu, ThreadsBlockedInKnownPlacesShowTheirStacksAndTime) {
                                   << " us\n" << rep.out.substr(0, 3000);
     EXPECT_GE(static_cast<double>(sleeping), 0.95 * static_cast<double>(recorded)) << s.function << " not [sleep]";
   }
+}
+
+// Off-CPU stacks through code without frame pointers: a thread waits on a condition variable (glibc's
+// frameless futex wait) at the end of a chain built with -fomit-frame-pointer. The frame-pointer walk
+// stops in glibc; the stack copied at switch-out, unwound with CFI on the node, must give the whole
+// chain, from the thread's start, for nearly all of the blocked time.
+TEST(OffCpu, BlockedThreadWithoutFramePointersShowsItsWholeChain) {
+  TempDir dir;
+  auto rec = run(record(dir, "offcpu", testprog("offcpu_nofp") + " 3"));
+  ASSERT_EQ(rec.exit_code, 0) << describe(rec);
+  uint64_t measured = number_after(rec.out + rec.err, "cond_wait_us");
+  ASSERT_GT(measured, 1'000'000u) << describe(rec);
+  auto rep = run(strata_bin() + " report " + dir.file("rec.db") + " --kind offcpu --format folded");
+  ASSERT_EQ(rep.exit_code, 0) << describe(rep);
+  const std::regex chain("(^|;)start_thread;waiter;waiter_main;cond_chain_1;cond_chain_2;cond_chain_3;pthread_cond_wait");
+  uint64_t futex_us = 0, whole_us = 0;
+  std::istringstream in(rep.out);
+  std::string line;
+  while (std::getline(in, line)) {
+    auto sp = line.rfind(' ');
+    if (sp == std::string::npos || line.find("futex") == std::string::npos) continue;
+    if (line.find("offcpu_nofp") == std::string::npos && line.find("cond_chain") == std::string::npos &&
+        line.find("__futex_abstimed_wait") == std::string::npos)
+      continue;
+    uint64_t us = std::stoull(line.substr(sp + 1));
+    futex_us += us;
+    if (std::regex_search(line.substr(0, sp), chain)) whole_us += us;
+  }
+  // The waiter's blocks are ~all of the futex time (the main thread sleeps in nanosleep instead).
+  EXPECT_GE(static_cast<double>(futex_us), 0.8 * static_cast<double>(measured)) << rep.out.substr(0, 4000);
+  EXPECT_GE(static_cast<double>(whole_us), 0.9 * static_cast<double>(futex_us))
+      << "whole chain for " << whole_us << " of " << futex_us << " us blocked in futex waits\n"
+      << rep.out.substr(0, 4000);
+  std::cout << "offcpu_nofp: measured " << measured << " us waiting; recorded " << futex_us << " us in futex waits, "
+            << whole_us << " us with the whole chain\n";
 }
 
 // Item 1, cpu-contention: a hog on the faulty worker's CPU; the control worker has a CPU of its own.
