@@ -10,6 +10,8 @@
 #include <sstream>
 #include <vector>
 
+#include "agent/container_identity.h"
+
 namespace strata::agent {
 namespace {
 
@@ -143,6 +145,12 @@ Result<store::ProcessInfo> read_process_info(uint32_t pid, const std::string& no
   } else if (p.rank >= 0 && env.count("MASTER_ADDR")) {
     p.job = env["MASTER_ADDR"] + ":" + env["MASTER_PORT"];
   }
+  ContainerIdentity id = parse_cgroup_identity(read_file(base + "/cgroup"));
+  add_env_identity(env, id);
+  p.pod_uid = id.pod_uid;
+  p.container_id = id.container_id;
+  p.pod_name = id.pod_name;
+  p.pod_namespace = id.pod_namespace;
   return p;
 }
 

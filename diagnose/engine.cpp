@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdio>
+#include <map>
 #include <optional>
 #include <string_view>
 #include <unordered_map>
@@ -224,6 +225,69 @@ std::optional<PathDiff> blocking_caller(const JobWindow& job, size_t c, const st
   return best;
 }
 
+// The system call a blocked path ends in ("pread64()"), else empty.
+std::string syscall_in(const std::string& path) {
+  auto frames = split_path(path);
+  for (size_t i = frames.size(); i-- > 0;) {
+    std::string_view f = frames[i];
+    if (f.size() > 2 && f.substr(f.size() - 2) == "()") return std::string(f);
+  }
+  return {};
+}
+
+bool io_syscall(std::string_view sc) {
+  for (std::string_view io : {"read()", "pread64()", "readv()", "preadv()", "preadv2()", "io_uring_enter()",
+                              "io_getevents()", "io_pgetevents()", "fsync()", "fdatasync()", "sync_file_range()",
+                              "openat()", "write()", "pwrite64()", "writev()", "pwritev()", "pwritev2()",
+                              "sendfile64()", "copy_file_range()", "splice()"}) {
+    if (sc == io) return true;
+  }
+  return false;
+}
+
+// Where rank c makes the blocking call: of its on-CPU time inside `syscall` (any I/O call when
+// empty), the caller with the most. A blocked read's off-CPU stack often has no user frames; the
+// same call sampled on-CPU names the function. Unwound by frame pointers through libc's frameless
+// wrapper, a stack skips the immediate caller ("main;__libc_pread" for "main;load_batch;
+// __libc_pread"): a caller that is an ancestor on another site's path counts for that deeper site.
+struct CallSite {
+  std::string syscall, caller;
+  double ms = 0;
+};
+std::optional<CallSite> call_site(const JobWindow& job, size_t c, const std::string& syscall) {
+  struct Site {
+    std::string sc;
+    std::vector<std::string> frames;  // short names, root first; the caller last
+    double ms;
+  };
+  std::vector<Site> sites;
+  for (const auto& v : job.ranks[c].syscall_callers) {
+    const std::string& key = job.names.name(v.name);
+    auto bar = key.find('|');
+    if (bar == std::string::npos) continue;
+    std::string_view sc(key.data(), bar);
+    if (!syscall.empty() ? sc != syscall : !io_syscall(sc)) continue;
+    Site s{std::string(sc), {}, v.ms_per_step};
+    for (auto f : split_path(std::string_view(key).substr(bar + 1))) s.frames.push_back(short_function(f));
+    if (!s.frames.empty()) sites.push_back(std::move(s));
+  }
+  std::map<std::pair<std::string, std::string>, double> by_caller;  // (syscall, caller) -> ms
+  for (const auto& s : sites) {
+    const Site* deeper = nullptr;
+    for (const auto& t : sites) {
+      if (t.sc != s.sc || t.frames.size() < 2) continue;
+      bool ancestor = std::find(t.frames.begin(), t.frames.end() - 1, s.frames.back()) != t.frames.end() - 1;
+      if (ancestor && (!deeper || t.ms > deeper->ms)) deeper = &t;
+    }
+    by_caller[{s.sc, (deeper ? deeper : &s)->frames.back()}] += s.ms;
+  }
+  std::optional<CallSite> best;
+  for (const auto& [k, ms] : by_caller) {
+    if (!best || ms > best->ms) best = CallSite{k.first, k.second, ms};
+  }
+  return best;
+}
+
 // The foreign process that runs most on the culprit's CPUs beyond what its peers see.
 struct NeighbourDiff {
   std::string name;
@@ -392,8 +456,22 @@ std::vector<Hypothesis> descend(const JobWindow& job, size_t c, double extra, bo
       h.explained_ms = io;
       h.confidence = 0.8;
       h.evidence.push_back(who + " is blocked on I/O " + ms(r.get(Os::kBlockedIo)) + " per step (+" + ms(io) + " vs peers)");
-      if (known(r.get(Os::kBioLatency))) h.evidence.push_back("block I/O latency " + ms(r.get(Os::kBioLatency)) + " per request");
+      if (known(r.get(Os::kBioLatency))) {
+        double lat_peers = peer_median(job, peers, [](const RankWindow& x) { return x.get(Os::kBioLatency); });
+        h.evidence.push_back("block I/O latency " + ms(r.get(Os::kBioLatency)) + " per request" +
+                             (known(lat_peers) ? " vs " + ms(lat_peers) + " on its peers" : "; its peers issue no block I/O"));
+      }
       if (d) h.evidence.push_back("blocked time grows under " + d->function + ": +" + ms(d->excess_ms) + " per step");
+      // Name the function that makes the blocking call, from the same call seen on-CPU.
+      std::string sc = d ? syscall_in(d->path) : std::string();
+      if (auto site = call_site(job, c, sc)) {
+        std::string call = site->syscall.substr(0, site->syscall.size() - 2);
+        h.culprit = site->caller + " (" + call + ")";
+        std::string proc = r.process.empty() ? who : "`" + r.process + "` (" + who + ", pid " + std::to_string(r.pid) + ")";
+        h.evidence.push_back(proc + " blocks in " + site->syscall + " called from " + site->caller + ": its on-CPU stacks in that call (" +
+                             ms(site->ms) + " per step) name the caller" +
+                             (d && d->function == site->syscall ? "; the blocked stacks carry no user frames" : ""));
+      }
       h.advice = "read the training data from faster storage, cache it locally, or prefetch with more loader workers";
       add(std::move(h));
     }

@@ -87,6 +87,45 @@ std::string call_path(const Stack& stack, bool keep_syscall) {
   return path.empty() ? "[kernel]" : path;
 }
 
+// For an on-CPU stack inside a system call: "pread64()|main;load_batch", the call and the user
+// frames (root first) down to the function that made it, else empty. The caller is the deepest
+// Python frame when the stack has one (the interpreter's own C frames are not where the program
+// reads), else the deepest native frame that is not libc's wrapper or strata's uprobe trampoline.
+std::string syscall_caller(const Stack& stack) {
+  std::string sc;
+  size_t i = 0;
+  for (; i < stack.size() && stack[i].kind == FrameKind::kKernel; ++i) {
+    if (sc.empty()) sc = syscall_of(stack[i].function);
+  }
+  if (sc.empty()) return {};
+  size_t native = stack.size(), python = stack.size();
+  for (size_t k = i; k < stack.size(); ++k) {
+    const Frame& f = stack[k];
+    if (f.kind == FrameKind::kPython) {
+      if (python == stack.size() && !f.function.empty()) python = k;
+      continue;
+    }
+    if (native != stack.size() || f.kind == FrameKind::kKernel || f.module.rfind("[uprobes", 0) == 0) continue;
+    bool libc = f.module.find("/libc.so") != std::string::npos || f.module.find("/libc-") != std::string::npos ||
+                f.function.rfind("__", 0) == 0;
+    if (!libc) native = k;
+  }
+  size_t caller = python != stack.size() ? python : native;
+  if (caller == stack.size()) return {};
+  std::string path;
+  for (size_t k = stack.size(); k-- > caller;) {
+    const Frame& f = stack[k];
+    if (f.kind == FrameKind::kKernel || f.module.rfind("[uprobes", 0) == 0) continue;
+    if (python != stack.size() && f.kind != FrameKind::kPython) continue;  // the Python program's frames only
+    std::string name = f.kind == FrameKind::kPython && !f.function.empty() ? f.function : f.display_name();
+    for (char& ch : name) {
+      if (ch == ';' || ch == '|') ch = ':';
+    }
+    path += (path.empty() ? "" : ";") + name;
+  }
+  return sc + "|" + path;
+}
+
 Status load_profile(store::Store& s, std::optional<int64_t> rec, JobWindow& job, RankWindow& r, store::CountKind kind, double steps) {
   store::ProfileFilter f;
   f.pid = r.pid;
@@ -112,9 +151,15 @@ Status load_profile(store::Store& s, std::optional<int64_t> rec, JobWindow& job,
     }
     auto it = path_of.find(smp.stack_index);
     if (it == path_of.end()) it = path_of.emplace(smp.stack_index, job.names.id(call_path(stack, offcpu))).first;
-    out.push_back({it->second, static_cast<double>(smp.count) * unit_ms / steps});
+    const double ms = static_cast<double>(smp.count) * unit_ms / steps;
+    out.push_back({it->second, ms});
+    if (!offcpu) {
+      std::string sc = syscall_caller(stack);
+      if (!sc.empty()) r.syscall_callers.push_back({job.names.id(sc), ms});
+    }
   }
   normalize(out);
+  normalize(r.syscall_callers);
   return {};
 }
 
@@ -224,6 +269,7 @@ Result<JobWindow> load_job_window(store::Store& s, const LoadOptions& opt) {
     r.rank = rs.proc.rank;
     r.pid = rs.proc.pid;
     r.node = rs.proc.node;
+    r.process = rs.proc.comm;
     if (cp > 0) {
       r.base = phase(rs.steps, 0, cp);
       r.now = phase(rs.steps, cp, rs.steps.size());

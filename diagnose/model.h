@@ -98,6 +98,11 @@ struct RankWindow {
   Values kernels;     // GPU kernel time per step, by kernel name
   Values oncpu;       // on-CPU time per step by call path (root first, ';'-separated)
   Values offcpu;      // blocked time per step by call path
+  // On-CPU time per step inside a system call, by "syscall()|caller": the function that made the
+  // call, from on-CPU stacks (unwound with CFI through libc). A thread blocked in I/O often has
+  // no usable user stack off-CPU; the same call seen on-CPU says where the rank blocks.
+  Values syscall_callers;
+  std::string process;  // the rank's process name (comm)
   bool alive = true;              // the process was still seen at the end of the window
   uint64_t last_progress_ns = 0;  // last collective completion or step end (unix ns)
   uint64_t last_device_ns = 0;    // end of the last device work seen; 0: unknown

@@ -354,7 +354,9 @@ class Server {
       o += "{\"node\":" + json_str(p.node) + ",\"pid\":" + json_num(p.pid) + ",\"ppid\":" + json_num(p.ppid) +
            ",\"start_ns\":" + json_num(p.start_ns) + ",\"comm\":" + json_str(p.comm) +
            ",\"command\":" + json_str(p.command) + ",\"job\":" + json_str(p.job) + ",\"rank\":" + json_num(p.rank) +
-           ",\"local_rank\":" + json_num(p.local_rank) + ",\"world_size\":" + json_num(p.world_size) + "}";
+           ",\"local_rank\":" + json_num(p.local_rank) + ",\"world_size\":" + json_num(p.world_size) +
+           ",\"pod_uid\":" + json_str(p.pod_uid) + ",\"container_id\":" + json_str(p.container_id) +
+           ",\"pod_name\":" + json_str(p.pod_name) + ",\"pod_namespace\":" + json_str(p.pod_namespace) + "}";
     }
     res.set_content(o + "]}\n", "application/json");
   }
@@ -409,6 +411,10 @@ class Server {
     r->set_rank(p.rank);
     r->set_local_rank(p.local_rank);
     r->set_world_size(p.world_size);
+    r->set_pod_uid(p.pod_uid);
+    r->set_container_id(p.container_id);
+    r->set_pod_name(p.pod_name);
+    r->set_pod_namespace(p.pod_namespace);
   }
 
   // The remote reader's view (store/remote_store.cpp): a profile and its context, as protobuf.

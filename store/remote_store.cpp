@@ -93,6 +93,10 @@ class RemoteStore final : public Store {
       r.rank = p.rank();
       r.local_rank = p.local_rank();
       r.world_size = p.world_size();
+      r.pod_uid = p.pod_uid();
+      r.container_id = p.container_id();
+      r.pod_name = p.pod_name();
+      r.pod_namespace = p.pod_namespace();
       out.push_back(std::move(r));
     }
     return out;

@@ -6,6 +6,7 @@
 #include <cstring>
 #include <fstream>
 #include <map>
+#include <set>
 #include <unordered_map>
 
 #include "store/store.h"
@@ -172,12 +173,13 @@ class SqliteStore final : public Store {
       // Check in read-only mode first: a foreign file is never written.
       if (auto s = open_db(SQLITE_OPEN_READONLY); !s) return s;
       if (auto s = check_meta(); !s) return s;
-      if (mode == Mode::kReadOnly) return {};
+      if (mode == Mode::kReadOnly) return identity_columns(/*add=*/false);
       sqlite3_close_v2(db_);
       db_ = nullptr;
       if (auto s = open_db(SQLITE_OPEN_READWRITE); !s) return s;
       if (auto s = configure(); !s) return s;
-      return migrate();
+      if (auto s = migrate(); !s) return s;
+      return identity_columns(/*add=*/true);
     }
     if (mode == Mode::kReadOnly) return Error{path_ + " is empty: not a strata store"};
     if (auto s = open_db(SQLITE_OPEN_READWRITE | SQLITE_OPEN_CREATE); !s) return s;
@@ -190,7 +192,31 @@ class SqliteStore final : public Store {
     Stmt m(db_, "INSERT INTO meta(key, value) VALUES('application','strata'),('schema_version',?)");
     m.bind(1, std::to_string(kSchemaVersion));
     if (m.step() != SQLITE_DONE) return err("writing metadata");
-    return exec("COMMIT");
+    if (auto s = exec("COMMIT"); !s) return s;
+    return identity_columns(/*add=*/true);
+  }
+
+  // The processes' pod / container identity columns: added to a file that lacks them (they only
+  // add to a table, so the schema version stays); a read-only file without them reads them empty.
+  Status identity_columns(bool add) {
+    std::set<std::string> have;
+    {
+      Stmt s(db_, "SELECT name FROM pragma_table_info('processes')");
+      int rc;
+      while ((rc = s.step()) == SQLITE_ROW) have.insert(s.text(0));
+      if (rc != SQLITE_DONE) return err("reading the processes table's columns");
+    }
+    has_identity_ = true;
+    for (const char* c : {"pod_uid", "container_id", "pod_name", "pod_namespace"}) {
+      if (have.count(c)) continue;
+      if (!add) {
+        has_identity_ = false;
+        continue;
+      }
+      std::string sql = std::string("ALTER TABLE processes ADD COLUMN ") + c + " TEXT NOT NULL DEFAULT ''";
+      if (auto s = exec(sql.c_str()); !s) return s;
+    }
+    return {};
   }
 
   Result<int64_t> begin_recording(const RecordingInfo& r) override {
@@ -209,14 +235,17 @@ class SqliteStore final : public Store {
 
   Status put_process(int64_t recording, const ProcessInfo& p) override {
     Stmt s(db_,
-           "INSERT INTO processes(recording_id,node,pid,ppid,start_ns,comm,command,job,rank,local_rank,world_size)"
-           " VALUES(?,?,?,?,?,?,?,?,?,?,?) ON CONFLICT(recording_id,node,pid,start_ns) DO UPDATE SET"
+           "INSERT INTO processes(recording_id,node,pid,ppid,start_ns,comm,command,job,rank,local_rank,world_size,"
+           "pod_uid,container_id,pod_name,pod_namespace)"
+           " VALUES(?,?,?,?,?,?,?,?,?,?,?,?,?,?,?) ON CONFLICT(recording_id,node,pid,start_ns) DO UPDATE SET"
            " comm=excluded.comm, command=excluded.command, job=excluded.job, rank=excluded.rank,"
-           " local_rank=excluded.local_rank, world_size=excluded.world_size");
+           " local_rank=excluded.local_rank, world_size=excluded.world_size, pod_uid=excluded.pod_uid,"
+           " container_id=excluded.container_id, pod_name=excluded.pod_name, pod_namespace=excluded.pod_namespace");
     s.bind(1, recording).bind(2, p.node).bind(3, static_cast<int64_t>(p.pid))
         .bind(4, static_cast<int64_t>(p.ppid)).bind(5, static_cast<int64_t>(p.start_ns)).bind(6, p.comm)
         .bind(7, p.command).bind(8, p.job).bind(9, static_cast<int64_t>(p.rank))
-        .bind(10, static_cast<int64_t>(p.local_rank)).bind(11, static_cast<int64_t>(p.world_size));
+        .bind(10, static_cast<int64_t>(p.local_rank)).bind(11, static_cast<int64_t>(p.world_size))
+        .bind(12, p.pod_uid).bind(13, p.container_id).bind(14, p.pod_name).bind(15, p.pod_namespace);
     return s.step() == SQLITE_DONE ? Status{} : Status{err("adding process " + std::to_string(p.pid))};
   }
 
@@ -811,7 +840,8 @@ class SqliteStore final : public Store {
 
   Result<std::vector<ProcessInfo>> processes(std::optional<int64_t> recording) override {
     std::string sql =
-        "SELECT pid,ppid,start_ns,node,comm,command,job,rank,local_rank,world_size FROM processes";
+        std::string("SELECT pid,ppid,start_ns,node,comm,command,job,rank,local_rank,world_size,") +
+        (has_identity_ ? "pod_uid,container_id,pod_name,pod_namespace" : "'','','',''") + " FROM processes";
     if (recording) sql += " WHERE recording_id=" + std::to_string(*recording);
     sql += " ORDER BY id";
     Stmt s(db_, sql.c_str());
@@ -829,6 +859,10 @@ class SqliteStore final : public Store {
       p.rank = static_cast<int>(s.i64(7));
       p.local_rank = static_cast<int>(s.i64(8));
       p.world_size = static_cast<int>(s.i64(9));
+      p.pod_uid = s.text(10);
+      p.container_id = s.text(11);
+      p.pod_name = s.text(12);
+      p.pod_namespace = s.text(13);
       out.push_back(std::move(p));
     }
     if (rc != SQLITE_DONE) return err("reading processes");
@@ -935,6 +969,7 @@ class SqliteStore final : public Store {
   std::string path_;
   sqlite3* db_ = nullptr;
   int version_ = 0;
+  bool has_identity_ = false;  // the processes table has the pod / container columns
   std::unordered_map<std::string, int64_t> frame_ids_;
   std::unordered_map<std::string, int64_t> stack_ids_;
   uint64_t cache_resets_ = 0;  // times a full id cache was started over

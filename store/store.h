@@ -37,6 +37,11 @@ struct ProcessInfo {
   int rank = -1;
   int local_rank = -1;
   int world_size = -1;
+  // Where it runs on a Kubernetes / container node (agent/container_identity.h); empty elsewhere.
+  std::string pod_uid;
+  std::string container_id;  // containerd://<id>, docker://<id>, cri-o://<id>, ...
+  std::string pod_name;
+  std::string pod_namespace;
 };
 
 enum class CountKind : int { kOnCpu = 0, kOffCpu = 1 };

@@ -128,6 +128,10 @@ Status BatchingWriter::put_process(int64_t recording, const store::ProcessInfo& 
   r->set_rank(p.rank);
   r->set_local_rank(p.local_rank);
   r->set_world_size(p.world_size);
+  r->set_pod_uid(p.pod_uid);
+  r->set_container_id(p.container_id);
+  r->set_pod_name(p.pod_name);
+  r->set_pod_namespace(p.pod_namespace);
   return maybe_seal();
 }
 
