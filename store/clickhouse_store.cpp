@@ -28,7 +28,8 @@ const char* kTables[] = {
        window_s Float64, version UInt64) ENGINE = ReplacingMergeTree(version)
        PARTITION BY toYYYYMM(toDateTime(intDiv(started_ns, 1000000000))) ORDER BY id)",
     R"(processes (recording_id Int64, node String, pid UInt32, ppid UInt32, start_ns UInt64, comm String,
-       command String, job String, rank Int32, local_rank Int32, world_size Int32, version UInt64)
+       command String, job String, rank Int32, local_rank Int32, world_size Int32, version UInt64,
+       pod_uid String, container_id String, pod_name String, pod_namespace String)
        ENGINE = ReplacingMergeTree(version) PARTITION BY toYYYYMMDD(toDateTime(intDiv(start_ns, 1000000000)))
        ORDER BY (recording_id, node, pid, start_ns))",
     R"(frames (id Int64, kind UInt8, build_id String, module String, offset UInt64, function String, file String,
@@ -77,6 +78,21 @@ const char* kTables[] = {
        evidence String) ENGINE = MergeTree()
        PARTITION BY toYYYYMMDD(toDateTime(intDiv(diagnosed_ns, 1000000000))) ORDER BY (job, rank, cause, diagnosed_ns))",
     R"(meta (key String, value String) ENGINE = TinyLog)",
+};
+
+// Columns added to a table after its first release, in the order they were added. A database made
+// before gets them by ALTER TABLE ADD COLUMN, which appends them as the CREATE above has them, so
+// RowBinary rows line up with either.
+struct AddedColumn {
+  const char* table;
+  const char* name;
+  const char* type;
+};
+const AddedColumn kAddedColumns[] = {
+    {"processes", "pod_uid", "String"},
+    {"processes", "container_id", "String"},
+    {"processes", "pod_name", "String"},
+    {"processes", "pod_namespace", "String"},
 };
 
 // RowBinary: little-endian fixed-width numbers, strings as LEB128 length + bytes.
@@ -182,6 +198,7 @@ class ClickHouseStore final : public Store {
         if (auto st = exec(std::string("CREATE TABLE IF NOT EXISTS ") + db_ + "." + t); !st) return st;
       }
     }
+    if (auto st = added_columns(mode != Mode::kReadOnly); !st) return st;
     auto meta = query("SELECT value FROM " + db_ + ".meta WHERE key = 'schema_version'");
     if (!meta) return meta.error();
     if (meta->empty()) {
@@ -199,6 +216,25 @@ class ClickHouseStore final : public Store {
       next_recording_ = std::max(next_recording_, i64(r[0]) + 1);
     }
     return {};
+  }
+
+  // Adds the columns an older database lacks (when writing); notes which it has (a read-only look
+  // at an older database reads them empty).
+  Status added_columns(bool add) {
+    auto cols = query("SELECT table, name FROM system.columns WHERE database = " + quote(db_));
+    if (!cols) return cols.error();
+    for (const auto& r : *cols) columns_.insert({r[0], r[1]});
+    for (const auto& c : kAddedColumns) {
+      if (columns_.count({c.table, c.name}) || !add) continue;
+      if (auto st = exec("ALTER TABLE " + db_ + "." + c.table + " ADD COLUMN " + c.name + " " + c.type); !st) return st;
+      columns_.insert({c.table, c.name});
+    }
+    return {};
+  }
+
+  // A column's name for a SELECT, or an empty string literal when this database lacks it.
+  std::string column_or_empty(const std::string& table, const std::string& name) const {
+    return columns_.count({table, name}) ? name : "''";
   }
 
   // Drops the daily partitions older than `days` (MergeTree tables partitioned by day).
@@ -245,7 +281,8 @@ class ClickHouseStore final : public Store {
   Status put_process(int64_t recording, const ProcessInfo& p) override {
     buf("processes").num(recording).str(p.node).num(p.pid).num(p.ppid).num(p.start_ns).str(p.comm).str(p.command)
         .str(p.job).num(static_cast<int32_t>(p.rank)).num(static_cast<int32_t>(p.local_rank))
-        .num(static_cast<int32_t>(p.world_size)).num(version());
+        .num(static_cast<int32_t>(p.world_size)).num(version()).str(p.pod_uid).str(p.container_id).str(p.pod_name)
+        .str(p.pod_namespace);
     return {};
   }
 
@@ -581,8 +618,12 @@ class ClickHouseStore final : public Store {
   }
 
   Result<std::vector<ProcessInfo>> processes(std::optional<int64_t> rec) override {
-    auto rows = query("SELECT pid, ppid, start_ns, node, comm, command, job, rank, local_rank, world_size FROM " +
-                      db_ + ".processes FINAL" + where(rec, std::nullopt) + " ORDER BY recording_id, start_ns, pid");
+    std::string identity;
+    for (const char* c : {"pod_uid", "container_id", "pod_name", "pod_namespace"})
+      identity += ", " + column_or_empty("processes", c);
+    auto rows = query("SELECT pid, ppid, start_ns, node, comm, command, job, rank, local_rank, world_size" + identity +
+                      " FROM " + db_ + ".processes FINAL" + where(rec, std::nullopt) +
+                      " ORDER BY recording_id, start_ns, pid");
     if (!rows) return rows.error();
     std::vector<ProcessInfo> out;
     for (const auto& r : *rows) {
@@ -597,6 +638,10 @@ class ClickHouseStore final : public Store {
       p.rank = static_cast<int>(i64(r[7]));
       p.local_rank = static_cast<int>(i64(r[8]));
       p.world_size = static_cast<int>(i64(r[9]));
+      p.pod_uid = r[10];
+      p.container_id = r[11];
+      p.pod_name = r[12];
+      p.pod_namespace = r[13];
       out.push_back(std::move(p));
     }
     return out;
@@ -819,6 +864,7 @@ class ClickHouseStore final : public Store {
   uint64_t version_ = 0;
   std::unordered_set<int64_t> known_frames_, known_stacks_;
   std::set<std::pair<std::string, uint64_t>> applied_;
+  std::set<std::pair<std::string, std::string>> columns_;  // (table, column) this database has
   std::vector<std::pair<std::string, uint64_t>> applied_pending_;
 };
 

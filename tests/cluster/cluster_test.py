@@ -2,7 +2,8 @@
 """Cluster pipeline end to end (root): `strata serve` on loopback, two agents as two nodes
 (--node n0/n1, ranks split by --select LOCAL_RANK), a 4-rank strata-sim job.
 
-Checks: the store holds exactly what each agent says the server acknowledged (rows per kind per
+Checks: the collector diagnoses the job as windows arrive and keeps it (findings API, diagnoses
+table, `strata diagnose --server`); the store holds exactly what each agent says the server acknowledged (rows per kind per
 node) and each agent's sealed rows were all acknowledged; the server is killed (SIGKILL) mid-run
 and restarted, and still nothing is lost or duplicated; a killed agent's node turns silent and its
 job degraded; a missing or wrong token gets 401; garbage, truncated, oversized, future-version
@@ -22,6 +23,7 @@ import tempfile
 import time
 import urllib.error
 import urllib.request
+import uuid
 
 BUILD = os.path.abspath(sys.argv[1])
 BACKEND = sys.argv[2] if len(sys.argv) > 2 else "sqlite"
@@ -180,6 +182,28 @@ def make_batch(tmp, text, name):
     return subprocess.run(["zstd", "-q", "-c"], input=raw, capture_output=True, check=True).stdout
 
 
+def place_in_pod_cgroup(pid):
+    """Moves pid into a cgroup named as kubelet names a pod's container: on cgroup v2 the systemd
+    driver's slices with a containerd scope, on v1 the cgroupfs driver's kubepods/QOS/podUID/ID.
+    Returns (pod UID, container id as the agent should name it, the dirs made, deepest first)."""
+    uid = str(uuid.uuid4())
+    cid = os.urandom(32).hex()
+    v2 = [m for m in ("/sys/fs/cgroup/unified", "/sys/fs/cgroup") if os.path.exists(m + "/cgroup.controllers")]
+    if v2:
+        parts = ["kubepods.slice", "kubepods-besteffort.slice",
+                 "kubepods-besteffort-pod%s.slice" % uid.replace("-", "_"), "cri-containerd-%s.scope" % cid]
+        base, want = v2[0], "containerd://" + cid
+    else:
+        parts = ["kubepods", "besteffort", "pod" + uid, cid]
+        base, want = "/sys/fs/cgroup/pids", cid
+    dirs = [os.path.join(base, *parts[:i + 1]) for i in range(len(parts))]
+    for d in dirs:
+        os.makedirs(d, exist_ok=True)
+    with open(os.path.join(dirs[-1], "cgroup.procs"), "w") as f:
+        f.write(str(pid))
+    return uid, want, list(reversed(dirs))
+
+
 def drilldown(url, token_file, node, *extra):
     r = subprocess.run([STRATA, "drilldown", "--server", url, "--token-file", token_file, "--node", node] + list(extra),
                        capture_output=True, text=True)
@@ -288,6 +312,19 @@ def main():
         check(len(job) == 1 and job[0]["ranks"] == 4 and job[0]["nodes"] == ["n0", "n1"]
               and job[0]["status"] == "healthy", "jobs API: 4 ranks over n0 and n1, healthy: %s" % body[:300])
         check_drilldown(url, token_file, agents, truth_path)
+        # The collector diagnoses the job as its windows arrive and keeps the result in the store.
+        sim_job = job[0]["job"] if job else ""
+        status, body = http("GET", url + "/api/v1/findings?job=" + sim_job, token=TOKEN)
+        kept = json.loads(body) if status == 200 else {}
+        check("kept" in kept and "history" in kept and kept.get("ranks") == 4,
+              "findings API: a kept diagnosis of the 4-rank job: %s" % body[:300])
+        kept_rows = backend.query("SELECT count() FROM strata_test.diagnoses" if BACKEND == "clickhouse"
+                                  else "SELECT COUNT(*) FROM diagnoses")
+        check(int(kept_rows[0][0]) >= 1, "store: diagnoses table holds the job's latest round")
+        dx = subprocess.run([STRATA, "diagnose", "--server", url, "--token-file", token_file, "--job", sim_job],
+                            capture_output=True, text=True)
+        check(dx.returncode == 0 and "diagnosed by strata serve" in dx.stdout,
+              "strata diagnose --server: the kept diagnosis (%s)" % (dx.stdout + dx.stderr)[-200:])
         for a, _ in agents:
             a.send_signal(signal.SIGTERM)
         for a, _ in agents:
@@ -326,8 +363,11 @@ def main():
         check(report.returncode == 0 and len(report.stdout.splitlines()) > 0, "strata report --server: folded")
 
         # -- 3. a killed agent: its node turns silent, its job is not healthy
-        env = dict(os.environ, STRATA_JOB="silent-test", RANK="0", WORLD_SIZE="1")
+        # It runs as in a Kubernetes pod: a kubepods cgroup, the downward API's POD_NAME / POD_NAMESPACE.
+        env = dict(os.environ, STRATA_JOB="silent-test", RANK="0", WORLD_SIZE="1", POD_NAME="trainer-0",
+                   POD_NAMESPACE="ml", KUBERNETES_SERVICE_HOST="10.96.0.1")
         sleeper = start(["sleep", "120"], os.path.join(tmp, "sleeper.log"), env=env)
+        pod_uid, container_id, cgroup_dirs = place_in_pod_cgroup(sleeper.pid)
         a2 = start([STRATA, "agent", "--server", url, "--node", "n2", "--token-file", token_file, "--window", "1",
                     "--select", "STRATA_JOB=silent-test", "--spool", os.path.join(tmp, "spool2"),
                     "--listen-metrics", "off"], os.path.join(tmp, "agent2.log"))
@@ -339,6 +379,11 @@ def main():
                 break
             time.sleep(0.2)
         check(seen, "node n2's job appears")
+        ps = json.loads(http("GET", url + "/api/v1/processes?job=silent-test", token=TOKEN)[1])["processes"]
+        check(len(ps) == 1 and ps[0]["pod_uid"] == pod_uid and ps[0]["container_id"] == container_id
+              and ps[0]["pod_name"] == "trainer-0" and ps[0]["pod_namespace"] == "ml",
+              "a process in a kubepods cgroup: pod %s, container %s, trainer-0 in ml on its record: %s" %
+              (pod_uid, container_id, ps))
         a2.send_signal(signal.SIGKILL)
         a2.wait()
         time.sleep(5)
@@ -350,6 +395,12 @@ def main():
         check(sj and sj[0]["status"] != "healthy" and sj[0]["silent_nodes"] == ["n2"],
               "killed agent: job silent-test not healthy")
         sleeper.kill()
+        sleeper.wait()
+        for d in cgroup_dirs:
+            try:
+                os.rmdir(d)
+            except OSError:
+                pass
 
         # -- 4. bad batches: 4xx with a reason, store untouched
         before = backend.total_rows()
