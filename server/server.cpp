@@ -382,6 +382,7 @@ class Server {
     if (kind == "oncpu") f.kind = store::CountKind::kOnCpu;
     else if (kind == "offcpu") f.kind = store::CountKind::kOffCpu;
     else return Error{"kind: expected oncpu or offcpu"};
+    if (auto st = time_range_of(req, f); !st) return st.error();
     return f;
   }
 

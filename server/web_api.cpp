@@ -143,6 +143,15 @@ class WebApi {
       }
       o += (c ? "," : "") + json_num(t);
     }
+    // Column end: the latest end among ranks, so [start, end) of a column holds every rank's step.
+    o += "],\"step_end_ns\":[";
+    for (size_t c = 0; c < columns; ++c) {
+      uint64_t t = 0;
+      for (const auto& v : per_row) {
+        if (c < v.size()) t = std::max(t, v[c]->end_ns);
+      }
+      o += (c ? "," : "") + json_num(t);
+    }
     o += "],\"ranks\":[";
     for (size_t r = 0; r < rows.size(); ++r) {
       o += (r ? "," : "") + std::string("{\"rank\":") + json_num(rows[r].rank) + ",\"pid\":" + json_num(rows[r].pid) +
@@ -228,6 +237,7 @@ class WebApi {
     store::ProfileFilter f;
     if (kind == "offcpu") f.kind = store::CountKind::kOffCpu;
     else if (kind != "oncpu") return reply_error(res, 400, "kind: expected oncpu or offcpu");
+    if (auto st = time_range_of(req, f); !st) return reply_error(res, 400, st.error().message);
     std::vector<store::ProcessInfo> procs;
     Result<report::Profile> profile = Error{""};
     {
@@ -271,7 +281,14 @@ class WebApi {
     }
     std::string o = "{\"job\":" + json_str(job) + ",\"rank\":" + json_num(*rank) + ",\"kind\":" + json_str(kind) +
                     ",\"unit\":" + json_str(profile->value_unit) +
-                    ",\"peers\":" + json_num(static_cast<uint64_t>(peers.size())) + ",\"stacks\":[";
+                    ",\"peers\":" + json_num(static_cast<uint64_t>(peers.size()));
+    // With a time range: the span the counts cover (whole windows), so the UI can say what it shows.
+    if (f.from_ns || f.to_ns) {
+      o += ",\"window\":{\"from_ns\":" + json_num(f.from_ns.value_or(0)) + ",\"to_ns\":" +
+           (f.to_ns ? json_num(*f.to_ns) : std::string("null")) + ",\"start_ns\":" + json_num(profile->start_ns) +
+           ",\"end_ns\":" + json_num(profile->start_ns + profile->duration_ns) + "}";
+    }
+    o += ",\"stacks\":[";
     bool first = true;
     for (const auto& [stack, c] : counts) {
       o += (first ? "[" : ",[") + json_str(stack) + "," + json_num(c.first) + "," + json_num(c.second) + "]";
@@ -364,6 +381,24 @@ class WebApi {
 };
 
 }  // namespace
+
+Status time_range_of(const httplib::Request& req, store::ProfileFilter& f) {
+  auto ns = [&](const char* key) -> Result<std::optional<uint64_t>> {
+    if (!req.has_param(key)) return std::optional<uint64_t>{};
+    const std::string v = req.get_param_value(key);
+    if (v.empty() || v.size() > 19 || v.find_first_not_of("0123456789") != std::string::npos)
+      return Error{std::string(key) + ": expected unix nanoseconds"};
+    return std::optional<uint64_t>{std::stoull(v)};
+  };
+  auto from = ns("from");
+  if (!from) return from.error();
+  auto to = ns("to");
+  if (!to) return to.error();
+  if (*from && *to && **from >= **to) return Error{"from, to: expected from < to"};
+  f.from_ns = *from;
+  f.to_ns = *to;
+  return {};
+}
 
 void add_web_api(httplib::Server& svr, WebApiContext ctx) {
   // Lives as long as the process: the routes below hold it.

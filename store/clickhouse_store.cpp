@@ -551,6 +551,23 @@ class ClickHouseStore final : public Store {
     if (f.rank)
       sql += " AND (recording_id, pid) IN (SELECT recording_id, pid FROM " + db_ + ".processes WHERE rank = " +
              std::to_string(*f.rank) + ")";
+    if (f.from_ns || f.to_ns) {
+      // The windows that overlap [from, to) (each row carries its window); the profile then spans them.
+      std::string range;
+      if (f.from_ns) range += " AND end_ns > " + std::to_string(*f.from_ns);
+      if (f.to_ns) range += " AND start_ns < " + std::to_string(*f.to_ns);
+      std::string rw2 = f.recording ? " AND recording_id = " + std::to_string(*f.recording) : "";
+      auto span = query("SELECT min(start_ns), max(end_ns), count() FROM " + db_ + ".stack_counts WHERE 1 = 1" +
+                        range + rw2);
+      if (!span) return span.error();
+      if (!span->empty() && u64((*span)[0][2]) > 0) {
+        p.start_ns = u64((*span)[0][0]);
+        p.duration_ns = u64((*span)[0][1]) - p.start_ns;
+      } else {
+        p.duration_ns = 0;  // no window in the range: an empty profile
+      }
+      sql += range;
+    }
     sql += " GROUP BY pid, tid, thread_comm, stack_id ORDER BY pid, tid, stack_id";
     auto rows = query(sql);
     if (!rows) return rows.error();

@@ -170,6 +170,8 @@ class RemoteStore final : public Store {
     if (f.rank) path += "&rank=" + std::to_string(*f.rank);
     if (f.pid) path += "&pid=" + std::to_string(*f.pid);
     if (f.tid) path += "&tid=" + std::to_string(*f.tid);
+    if (f.from_ns) path += "&from=" + std::to_string(*f.from_ns);
+    if (f.to_ns) path += "&to=" + std::to_string(*f.to_ns);
     httplib::Client cli(url_);
     cli.set_connection_timeout(5, 0);
     cli.set_read_timeout(120, 0);

@@ -3,6 +3,8 @@
 #include <sqlite3.h>
 #include <sys/stat.h>
 
+#include <algorithm>
+#include <cstdint>
 #include <cstring>
 #include <fstream>
 #include <map>
@@ -783,6 +785,22 @@ class SqliteStore final : public Store {
     if (f.rank) {
       sql += " AND EXISTS (SELECT 1 FROM processes pr WHERE pr.recording_id=sc.recording_id AND pr.pid=sc.pid"
              " AND pr.rank=" + std::to_string(*f.rank) + ")";
+    }
+    if (f.from_ns || f.to_ns) {
+      // The windows that overlap [from, to); the profile then spans exactly those windows.
+      auto ns = [](uint64_t v) { return std::to_string(std::min<uint64_t>(v, INT64_MAX)); };  // SQLite's integers
+      std::string windows = "SELECT id FROM windows WHERE 1=1";
+      if (f.from_ns) windows += " AND end_ns > " + ns(*f.from_ns);
+      if (f.to_ns) windows += " AND start_ns < " + ns(*f.to_ns);
+      if (f.recording) windows += " AND recording_id=" + std::to_string(*f.recording);
+      sql += " AND sc.window_id IN (" + windows + ")";
+      Stmt span(db_, ("SELECT MIN(start_ns), MAX(end_ns) FROM windows WHERE id IN (" + windows + ")").c_str());
+      if (span.step() == SQLITE_ROW && !span.is_null(0)) {
+        p.start_ns = static_cast<uint64_t>(span.i64(0));
+        p.duration_ns = static_cast<uint64_t>(span.i64(1) - span.i64(0));
+      } else {
+        p.duration_ns = 0;  // no window in the range: an empty profile
+      }
     }
     sql += " GROUP BY sc.pid, sc.tid, sc.thread_comm, sc.stack_id ORDER BY sc.pid, sc.tid, sc.stack_id";
     Stmt s(db_, sql.c_str());

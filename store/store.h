@@ -149,6 +149,11 @@ struct ProfileFilter {
   std::optional<int> rank;
   std::optional<int64_t> recording;  // default: all recordings
   CountKind kind = CountKind::kOnCpu;
+  // A time range [from_ns, to_ns) (unix ns; either end may be open): the windows that overlap it.
+  // Stacks are counted per window, so a range is as fine as the windows are (default 10 s); the
+  // profile's start_ns/duration_ns then say which span the counts cover.
+  std::optional<uint64_t> from_ns;
+  std::optional<uint64_t> to_ns;
 };
 
 // What a collector knows of one agent: its last batch and the health that batch carried.

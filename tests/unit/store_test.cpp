@@ -20,6 +20,60 @@ Frame native(const std::string& fn, uint64_t off) {
   return f;
 }
 
+// A time range keeps the windows that overlap [from, to) and says which span they cover (the web
+// UI's flame graph of a rank in a window of the heatmap).
+TEST(Store, TimeRangeKeepsTheOverlappingWindows) {
+  TempDir d;
+  auto st = Store::open_sqlite(d.file("s.db"), Store::Mode::kCreateOrAppend);
+  ASSERT_TRUE(st) << st.error().message;
+  auto& s = **st;
+  auto rec = s.begin_recording({"node-1", "app", 1000, 99, 10});
+  ASSERT_TRUE(rec);
+  ProcessInfo p;
+  p.pid = 42;
+  p.node = "node-1";
+  p.rank = 3;
+  ASSERT_TRUE(s.put_process(*rec, p));
+  auto a = s.intern_stack({native("leaf", 0x10), native("main", 0x20)});
+  auto b = s.intern_stack({native("other", 0x30), native("main", 0x20)});
+  ASSERT_TRUE(a && b);
+  ASSERT_TRUE(s.put_window(*rec, 1000, 2000, CountKind::kOnCpu, {{42, 42, "app", *a, 5}, {42, 43, "w", *b, 7}}));
+  ASSERT_TRUE(s.put_window(*rec, 2000, 3000, CountKind::kOnCpu, {{42, 42, "app", *a, 3}}));
+  ASSERT_TRUE(s.put_window(*rec, 3000, 4000, CountKind::kOffCpu, {{42, 42, "app", *b, 900}}));
+  ASSERT_TRUE(s.end_recording(*rec, 4000));
+
+  auto load = [&](std::optional<uint64_t> from, std::optional<uint64_t> to, CountKind kind = CountKind::kOnCpu) {
+    ProfileFilter f;
+    f.from_ns = from;
+    f.to_ns = to;
+    f.kind = kind;
+    f.rank = 3;
+    auto prof = s.load_profile(f);
+    EXPECT_TRUE(prof) << prof.error().message;
+    return prof ? *prof : report::Profile{};
+  };
+  EXPECT_EQ(load({}, {}).total(), 15u) << "no range: the whole recording";
+  auto first = load(0, 1500);
+  EXPECT_EQ(first.total(), 12u);
+  EXPECT_EQ(first.start_ns, 1000u) << "the span of the windows kept, not the range asked";
+  EXPECT_EQ(first.duration_ns, 1000u);
+  EXPECT_EQ(load(2000, {}).total(), 3u) << "windows are half-open: [1000, 2000) ends where 2000 starts";
+  EXPECT_EQ(load({}, 2000).total(), 12u);
+  auto both = load(1500, 2500);
+  EXPECT_EQ(both.total(), 15u) << "a range across two windows keeps both";
+  EXPECT_EQ(both.start_ns, 1000u);
+  EXPECT_EQ(both.duration_ns, 2000u);
+  EXPECT_EQ(load(1999, 2001).total(), 15u);
+  auto none = load(5000, 6000);
+  EXPECT_EQ(none.total(), 0u) << "no window in the range: empty";
+  EXPECT_EQ(none.duration_ns, 0u);
+  EXPECT_EQ(load(2500, 3500).total(), 3u) << "kinds stay apart: the off-CPU window adds nothing on-CPU";
+  EXPECT_EQ(load(2500, 3500, CountKind::kOffCpu).total(), 900u);
+  EXPECT_EQ(load(0, UINT64_MAX).total(), 15u) << "a range past SQLite's integers is clamped, not wrapped";
+  // Any window is a part of the whole: the sum over the windows equals the whole recording.
+  EXPECT_EQ(load(0, 2000).total() + load(2000, 3000).total(), load({}, {}).total());
+}
+
 TEST(Store, RoundTripsStacksCountsAndProcesses) {
   TempDir d;
   auto st = Store::open_sqlite(d.file("s.db"), Store::Mode::kCreateOrAppend);
