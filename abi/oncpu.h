@@ -17,6 +17,13 @@
 #define STRATA_PY_NO_FIELD 0xffff   /* a field the version does not have */
 #define STRATA_PY_FRAME_READ 128    /* bytes of one interpreter frame read at once */
 #define STRATA_MAX_URETPROBES 4     /* pending uretprobe returns reported per stack copy */
+#define STRATA_TARGET_BITMAP_WORDS 65536 /* bits for every tgid below PID_MAX_LIMIT (4194304) */
+
+/* The argument of the "syscall" program set_target (run by the agent with BPF_PROG_TEST_RUN). */
+struct strata_set_target_args {
+  __u32 tgid;
+  __u32 on;
+};
 
 /* A return address a uretprobe replaced with the kernel's trampoline: `slot` is where on the user
  * stack it was (rsp at the probed function's entry), `ret` what it was. A stack copy holds the

@@ -68,3 +68,5 @@ class OnCpuSampler {
 Status check_bpf_permissions();
 
 }  // namespace strata::agent
+  // ... and as a bitmap by tgid (bpf/strata_targets.bpf.h), kept in step by the kernel side.
+  virtual int target_bits_fd() const = 0;

@@ -108,6 +108,7 @@ class Recorder final : public EventSink {
     });
     SourceEnv env;
     env.targets_map_fd = sampler_->targets_map_fd();
+    env.target_bits_fd = sampler_->target_bits_fd();
     env.normalizer = &normalizer_;
     env.frequency_hz = opts_.frequency_hz;
     auto started = make_sources(opts_.layers, env);

@@ -21,6 +21,7 @@ class FlightRecorder;
 
 struct SourceEnv {
   int targets_map_fd = -1;  // the BPF map of watched tgids, shared by every BPF source
+  int target_bits_fd = -1;  // the same as a bitmap (bpf/strata_targets.bpf.h), for hot paths
   Normalizer* normalizer = nullptr;  // the recorder's: user frames -> build id + offset + module
   unsigned frequency_hz = 99;
   // Raw per-kernel GPU records into the store every window (strata record: one box, kept for the

@@ -25,6 +25,7 @@
 #include "bpf/strata_ringbuf.bpf.h"
 
 #include "abi/offcpu.h"
+#include "bpf/strata_targets.bpf.h"
 #include "bpf/strata_uret.bpf.h"
 #include "bpf/strata_hist.bpf.h"
 
@@ -45,13 +46,6 @@ const volatile __u32 pool_mask = 255;             /* snapshot pool slots - 1 (a 
 
 #define TASK_INTERRUPTIBLE 0x1
 #define TASK_UNINTERRUPTIBLE 0x2
-
-struct {
-  __uint(type, BPF_MAP_TYPE_HASH);
-  __uint(max_entries, 16384); /* replaced by the on-CPU sampler's map (bpf_map__reuse_fd) */
-  __type(key, __u32);
-  __type(value, __u8);
-} targets SEC(".maps");
 
 struct {
   __uint(type, BPF_MAP_TYPE_RINGBUF);
@@ -452,8 +446,8 @@ int BPF_PROG(on_switch, bool preempt, struct task_struct* prev, struct task_stru
   if (!cs) return 0;
   __u32 prev_tgid = prev->tgid;
   __u32 next_tgid = next->tgid;
-  bool prev_watched = prev_tgid && bpf_map_lookup_elem(&targets, &prev_tgid);
-  bool next_watched = next_tgid && bpf_map_lookup_elem(&targets, &next_tgid);
+  bool prev_watched = prev_tgid && strata_is_target(prev_tgid);
+  bool next_watched = next_tgid && strata_is_target(next_tgid);
   /* The common case on a busy node: no watched thread here lately. Leave before reading the clock;
    * last_switch_ns goes stale, so the first slice after a quiet spell is not counted. */
   if (!prev_watched && !next_watched && !cs->watched_seen_ns) {

@@ -16,6 +16,7 @@
 #include "bpf/strata_ringbuf.bpf.h"
 
 #include "abi/oncpu.h"
+#include "bpf/strata_targets.bpf.h"
 #include "bpf/strata_uret.bpf.h"
 
 char LICENSE[] SEC("license") = "GPL";
@@ -338,6 +339,7 @@ int BPF_PROG(on_fork, struct task_struct* parent, struct task_struct* child) {
     bump(STRATA_CNT_TARGETS_FULL);
     return 0;
   }
+  strata_mark_target(ctgid, true);
   emit_proc_event(STRATA_EV_FORK, ctgid, ptgid, child);
   return 0;
 }
@@ -357,6 +359,14 @@ int BPF_PROG(on_exit, struct task_struct* task) {
   /* The group is dead when the last thread exits: signal->live has dropped to zero. */
   if (BPF_CORE_READ(task, signal, live.counter) != 0) return 0;
   bpf_map_delete_elem(&targets, &tgid);
+  strata_mark_target(tgid, false);
   emit_proc_event(STRATA_EV_EXIT, tgid, 0, task);
+  return 0;
+}
+
+/* The agent watches a process: marks it in the bitmap (the agent adds it to `targets` itself). */
+SEC("syscall")
+int set_target(struct strata_set_target_args* args) {
+  strata_mark_target(args->tgid, args->on != 0);
   return 0;
 }

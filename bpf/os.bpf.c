@@ -12,18 +12,14 @@
 #include <bpf/bpf_core_read.h>
 
 #include "abi/os.h"
+#include "bpf/strata_targets.bpf.h"
 #include "bpf/strata_hist.bpf.h"
 
 char LICENSE[] SEC("license") = "GPL";
 
 const volatile __u32 abi_version = STRATA_OS_ABI_VERSION;
 
-struct {
-  __uint(type, BPF_MAP_TYPE_HASH);
-  __uint(max_entries, 16384); /* replaced by the on-CPU sampler's map (bpf_map__reuse_fd) */
-  __type(key, __u32);
-  __type(value, __u8);
-} targets SEC(".maps");
+/* target_bits (bpf/strata_targets.bpf.h) is replaced by the on-CPU sampler's (bpf_map__reuse_fd). */
 
 struct {
   __uint(type, BPF_MAP_TYPE_PERCPU_ARRAY);
@@ -99,7 +95,7 @@ static __always_inline void bump(__u32 counter) {
   if (v) *v += 1;
 }
 
-static __always_inline bool watched(__u32 tgid) { return tgid && bpf_map_lookup_elem(&targets, &tgid); }
+static __always_inline bool watched(__u32 tgid) { return tgid && strata_is_target(tgid); }
 
 static __always_inline struct strata_os_stats* stats_of(__u32 tgid) {
   struct strata_os_stats* st = bpf_map_lookup_elem(&os_stats, &tgid);

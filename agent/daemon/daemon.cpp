@@ -134,6 +134,7 @@ class Daemon final : public EventSink {
     });
     SourceEnv env;
     env.targets_map_fd = sampler_->targets_map_fd();
+    env.target_bits_fd = sampler_->target_bits_fd();
     env.normalizer = &normalizer_;
     env.frequency_hz = opts_.frequency_hz;
     env.raw_device_records = false;  // summaries ship; raw kernels stay in the flight recorder

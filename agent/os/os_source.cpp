@@ -89,7 +89,7 @@ class OsLayerSource final : public Source {
     if (stats_fd_ >= 0) close(stats_fd_);
   }
 
-  Status init(int targets_fd) {
+  Status init(int target_bits_fd) {
     setup_libbpf_logging();
     sched_ = offcpu_bpf__open();
     if (!sched_) return Error::from_errno("cannot open the off-CPU BPF program", errno);
@@ -109,8 +109,8 @@ class OsLayerSource final : public Source {
     bpf_map__set_max_entries(sched_->maps.snap_pool, slots);
     bpf_map__set_max_entries(sched_->maps.events, ringbuf_size(opts_.ringbuf_bytes_per_cpu));
     bpf_map__set_max_entries(sched_->maps.sched_stats, opts_.max_processes);
-    if (targets_fd >= 0 && bpf_map__reuse_fd(sched_->maps.targets, targets_fd) != 0)
-      return Error::from_errno("cannot share the map of watched processes", errno);
+    if (target_bits_fd >= 0 && bpf_map__reuse_fd(sched_->maps.target_bits, target_bits_fd) != 0)
+      return Error::from_errno("cannot share the bitmap of watched processes", errno);
     if (int err = offcpu_bpf__load(sched_); err)
       return Error::from_errno("cannot load the off-CPU BPF program (see the libbpf messages above)", -err);
     if (int err = offcpu_bpf__attach(sched_); err)
@@ -120,18 +120,18 @@ class OsLayerSource final : public Source {
       if (!ring_) return Error::from_errno("cannot open the off-CPU ring buffer", errno);
     }
     if (opts_.os) {
-      if (auto st = init_os(targets_fd); !st) return st;
+      if (auto st = init_os(target_bits_fd); !st) return st;
     }
     stats_fd_ = bpf_enable_stats(BPF_STATS_RUN_TIME);
     return {};
   }
 
-  Status init_os(int targets_fd) {
+  Status init_os(int target_bits_fd) {
     os_ = os_bpf__open();
     if (!os_) return Error::from_errno("cannot open the OS-event BPF program", errno);
     bpf_map__set_max_entries(os_->maps.os_stats, opts_.max_processes);
-    if (targets_fd >= 0 && bpf_map__reuse_fd(os_->maps.targets, targets_fd) != 0)
-      return Error::from_errno("cannot share the map of watched processes", errno);
+    if (target_bits_fd >= 0 && bpf_map__reuse_fd(os_->maps.target_bits, target_bits_fd) != 0)
+      return Error::from_errno("cannot share the bitmap of watched processes", errno);
     // Tracepoints differ between kernels (block_io_start is 6.5+): probe, never infer from versions.
     btf* vmlinux = btf__load_vmlinux_btf();
     for (bpf_program* p = bpf_object__next_program(os_->obj, nullptr); p; p = bpf_object__next_program(os_->obj, p)) {
@@ -447,7 +447,7 @@ OsLayerOptions options_from_env(bool offcpu, bool os) {
 Result<std::unique_ptr<Source>> start_os_layer(const OsLayerOptions& opts, const SourceEnv& env) {
   if (!env.normalizer) return Error{"the OS layer needs the recorder's normalizer"};
   auto src = std::make_unique<OsLayerSource>(opts, *env.normalizer);
-  if (auto st = src->init(env.targets_map_fd); !st) return st.error().environment();
+  if (auto st = src->init(env.target_bits_fd); !st) return st.error().environment();
   return std::unique_ptr<Source>(std::move(src));
 }
 

@@ -182,17 +182,18 @@ TEST(OsMetrics, CpuHogOnTheSameCpuRaisesRunQueueLatencyAndIsNamedAsNeighbour) {
   EXPECT_LT(control_hog * 10, top->second) << "the control worker shares no CPU with the hog";
 }
 
-// Item 1, cpu-throttling: the faulty worker runs in a cgroup with a 20% CPU quota (v1 or v2).
+// Item 1, cpu-throttling: the faulty worker runs in a cgroup with a 5% CPU quota (v1 or v2): small, so
+// that it binds even when a loaded machine gives the worker little CPU anyway.
 TEST(OsMetrics, CgroupCpuQuotaShowsAsThrottling) {
   std::string cg, quota_cmd;
   if (access("/sys/fs/cgroup/cpu/cpu.cfs_quota_us", F_OK) == 0) {
     cg = "/sys/fs/cgroup/cpu/strata-os-test-" + std::to_string(getpid());
-    quota_cmd = "echo 100000 > " + cg + "/cpu.cfs_period_us && echo 20000 > " + cg + "/cpu.cfs_quota_us";
+    quota_cmd = "echo 100000 > " + cg + "/cpu.cfs_period_us && echo 5000 > " + cg + "/cpu.cfs_quota_us";
   } else if (access("/sys/fs/cgroup/cpu.max", F_OK) == 0 || access("/sys/fs/cgroup/unified/cgroup.subtree_control", F_OK) == 0) {
     std::string root = access("/sys/fs/cgroup/cpu.max", F_OK) == 0 ? "/sys/fs/cgroup" : "/sys/fs/cgroup/unified";
     if (slurp(root + "/cgroup.subtree_control").find("cpu") == std::string::npos) GTEST_SKIP() << "no cgroup cpu controller";
     cg = root + "/strata-os-test-" + std::to_string(getpid());
-    quota_cmd = "echo '20000 100000' > " + cg + "/cpu.max";
+    quota_cmd = "echo '5000 100000' > " + cg + "/cpu.max";
   } else {
     GTEST_SKIP() << "no cgroup cpu controller mounted";
   }
@@ -209,8 +210,9 @@ TEST(OsMetrics, CgroupCpuQuotaShowsAsThrottling) {
   ASSERT_TRUE(faulty->sum.count("os.cgroup_throttled_us")) << describe_metrics(*faulty);
   double f = faulty->sum.at("os.cgroup_throttled_us");
   double c = control->sum.count("os.cgroup_throttled_us") ? control->sum.at("os.cgroup_throttled_us") : 0;
-  EXPECT_GT(f, 10 * c + 200'000) << describe_metrics(*faulty) << "\n" << describe_metrics(*control);
-  EXPECT_GT(faulty->sum.at("os.cgroup_nr_throttled"), 5);
+  // Wide margins: on a loaded machine the worker gets less CPU and so meets its quota less often.
+  EXPECT_GT(f, 10 * c + 20'000) << describe_metrics(*faulty) << "\n" << describe_metrics(*control);
+  EXPECT_GE(faulty->sum.at("os.cgroup_nr_throttled"), 3);
   EXPECT_NE(faulty->by_label.at("os.cgroup_throttled_us").begin()->first.find("strata-os-test"), std::string::npos);
 }
 
