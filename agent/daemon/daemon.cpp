@@ -142,6 +142,9 @@ class Daemon final : public EventSink {
     auto started = make_sources(opts_.layers, env);
     sources_ = std::move(started.sources);
     for (const auto& w : started.warnings) log_ << "strata: agent: warning: " << w << "\n";
+    for (const auto& src : sources_) {
+      if (auto st = sampler_->add_wake_fd(src->wake_fd()); !st) return st.error().context(src->name());
+    }
 
     store::RecordingInfo info;
     info.node = node_;
