@@ -4,7 +4,7 @@
 # What `strata record` costs a CPU-bound job at 99 Hz, beside `perf record -F 99 -g` and bpftrace's
 # `profile:hz:99 /pid == X/ { @[ustack] = count(); }`. See bench/README.md.
 #
-#  1. Accounting (the figure that counts): a fixed-time job (bench/workload.c, one thread, frame
+#  1. Accounting (the figure that counts): a fixed-time job (tests/testprogs/cpu_workload.c, one thread, frame
 #     pointers) runs while each profiler is attached to it by pid. Between the moment the job starts
 #     its work and the moment it finishes, we read the profiler's own CPU time (sum of
 #     /proc/PID/task/*/schedstat, ns) and the run time of the BPF programs it holds (run_time_ns /
@@ -71,7 +71,7 @@ die() {
 [[ -x $STRATA ]] || die "no $STRATA: build first (make build, or cmake --build $BUILD --target strata)"
 [[ -x $PY ]] || die "needs python3"
 CC=$(command -v clang || command -v cc || true)
-[[ -n $CC ]] || die "needs clang or cc to build bench/workload.c"
+[[ -n $CC ]] || die "needs clang or cc to build tests/testprogs/cpu_workload.c"
 
 # Profilers that are missing are skipped, and say so.
 PROFS=()
@@ -133,8 +133,8 @@ fi
 LOAD0=$(cut -d' ' -f1 /proc/loadavg)
 
 WL=$T/workload
-"$CC" -O2 -g -fno-omit-frame-pointer -mno-omit-leaf-frame-pointer -Wall -o "$WL" "$HERE/workload.c" ||
-  die "cannot build bench/workload.c"
+"$CC" -O2 -g -fno-omit-frame-pointer -mno-omit-leaf-frame-pointer -Wall -o "$WL" "$ROOT/tests/testprogs/cpu_workload.c" ||
+  die "cannot build tests/testprogs/cpu_workload.c"
 
 RAW=$T/raw.txt
 : >"$RAW"
@@ -356,7 +356,7 @@ ab_one() {
 started=$SECONDS
 RATE=$("$WL" -c 1)
 AB_N=$((RATE * AB_SECS))
-echo "record_overhead: job = bench/workload.c, $RATE batches/s now; A/B runs of $AB_N batches (~${AB_SECS} s)" >&2
+echo "record_overhead: job = tests/testprogs/cpu_workload.c, $RATE batches/s now; A/B runs of $AB_N batches (~${AB_SECS} s)" >&2
 
 for dur in $ACCT_DURS; do
   for prof in "${PROFS[@]}"; do acct_run "$prof" "$dur"; done

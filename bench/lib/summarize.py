@@ -188,7 +188,7 @@ def main():
     # ---- print --------------------------------------------------------------------------------------
     p = print
     p()
-    p(f"strata record overhead at {hz:g} Hz  (strata {meta.get('git', '?')}; job: bench/workload.c, 1 thread, "
+    p(f"strata record overhead at {hz:g} Hz  (strata {meta.get('git', '?')}; job: tests/testprogs/cpu_workload.c, 1 thread, "
       f"frame pointers; {cpus:g} CPUs; kernel {meta.get('kernel', '?')})")
     p()
     p("1. Accounting: cost = (profiler's own CPU while the job ran + run time of its BPF programs) / job CPU")
