@@ -25,6 +25,7 @@
 #include "bpf/strata_ringbuf.bpf.h"
 
 #include "abi/offcpu.h"
+#include "bpf/strata_maps.bpf.h"
 #include "bpf/strata_targets.bpf.h"
 #include "bpf/strata_uret.bpf.h"
 #include "bpf/strata_hist.bpf.h"
@@ -170,13 +171,8 @@ static __always_inline void roll_period(struct cpu_state* cs, __u64 now) {
 }
 
 static __always_inline struct strata_sched_stats* stats_of(__u32 tgid) {
-  struct strata_sched_stats* st = bpf_map_lookup_elem(&sched_stats, &tgid);
-  if (st) return st;
-  __u32 zero = 0;
-  struct strata_sched_stats* z = bpf_map_lookup_elem(&zero_stats, &zero);
-  if (!z) return 0;
-  bpf_map_update_elem(&sched_stats, &tgid, z, BPF_NOEXIST);
-  return bpf_map_lookup_elem(&sched_stats, &tgid);
+  bool full = false; /* the agent sizes sched_stats for its processes; a miss is a process too many */
+  return strata_lookup_or_init(&sched_stats, &tgid, &zero_stats, &full);
 }
 
 static __always_inline __u8 reason_of(struct task_struct* prev, bool preempt, unsigned int state) {

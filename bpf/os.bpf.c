@@ -12,6 +12,7 @@
 #include <bpf/bpf_core_read.h>
 
 #include "abi/os.h"
+#include "bpf/strata_maps.bpf.h"
 #include "bpf/strata_targets.bpf.h"
 #include "bpf/strata_hist.bpf.h"
 
@@ -98,13 +99,10 @@ static __always_inline void bump(__u32 counter) {
 static __always_inline bool watched(__u32 tgid) { return tgid && strata_is_target(tgid); }
 
 static __always_inline struct strata_os_stats* stats_of(__u32 tgid) {
-  struct strata_os_stats* st = bpf_map_lookup_elem(&os_stats, &tgid);
-  if (st) return st;
-  __u32 zero = 0;
-  struct strata_os_stats* z = bpf_map_lookup_elem(&zero_stats, &zero);
-  if (!z) return 0;
-  if (bpf_map_update_elem(&os_stats, &tgid, z, BPF_NOEXIST) != 0) bump(STRATA_OS_CNT_STATS_FULL);
-  return bpf_map_lookup_elem(&os_stats, &tgid);
+  bool full = false;
+  struct strata_os_stats* st = strata_lookup_or_init(&os_stats, &tgid, &zero_stats, &full);
+  if (full) bump(STRATA_OS_CNT_STATS_FULL);
+  return st;
 }
 
 static __always_inline struct irq_start* irq_start_here(void) {
