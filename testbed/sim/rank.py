@@ -27,7 +27,7 @@ LAYERS = 6
 BUCKETS = 3
 BUCKET_ELEMS = 64 * 1024
 BATCH_BYTES = 512 * 1024
-LOAD_UNITS = 30         # rounds of Python work over the batch: ~10 ms
+LOAD_UNITS = 200        # rounds of Python work over the batch: ~10 ms (~50 us a round here)
 PS_PER_THREAD = 10      # testbed/include/testbed/cost_model.h
 NCCL_FLOAT, NCCL_SUM = 7, 0
 MEMCPY_H2D = 1
@@ -210,13 +210,14 @@ def runqueue_wait_ms():
 
 def load_batch(data, step, nbytes, reads=0):
     """Reads 4 KiB samples at shuffled offsets of the data file (a map-style dataset): `reads`
-    of them (0: as many as fill the batch); the batch keeps the last ones."""
-    out = bytearray()
-    if data.fd < 0 or data.size < 4096:
+    of them (0: as many as fill the batch); more are folded into the batch, as in rank_main.cpp."""
+    if data.fd < 0 or data.size < 4096 or nbytes <= 0:
         return bytes(nbytes)
+    out = bytearray(nbytes)
     samples = data.size // 4096
     reads = reads or (nbytes + 4095) // 4096
     x = ((step << 20) ^ RANK ^ 0x9E3779B97F4A7C15) & 0xFFFFFFFFFFFFFFFF
+    at = 0
     for _ in range(reads):
         x ^= (x << 13) & 0xFFFFFFFFFFFFFFFF
         x ^= x >> 7
@@ -224,12 +225,15 @@ def load_batch(data, step, nbytes, reads=0):
         off = (x % samples) * 4096
         if data.direct:
             os.preadv(data.fd, [data.buf], off)
-            out += data.buf[:4096]
+            sample = data.buf[:4096]
         else:
-            out += os.pread(data.fd, 4096, off)
-        if len(out) > nbytes:
-            del out[:len(out) - nbytes]
-    return bytes(out.ljust(nbytes, b"\0"))
+            sample = os.pread(data.fd, 4096, off)
+        if at >= nbytes:
+            at = 0
+        n = min(4096, nbytes - at)
+        out[at:at + n] = sample[:n]
+        at += 4096
+    return bytes(out)
 
 
 def cpu_work(batch, units):
