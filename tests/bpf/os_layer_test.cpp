@@ -1,8 +1,9 @@
 // The OS layer against the real kernel (root): off-CPU stacks and blocked time of threads that block
 // in known places, and OS phenomena created here on purpose — a CPU hog sharing a worker's CPU, a
-// cgroup CPU quota, a memory cgroup limit, throttled block I/O — each compared with a control worker
-// that runs the same program at the same time (ratios, not absolute numbers). A healthy pair of
-// identical workers must show no metric standing out.
+// cgroup CPU quota — each compared with a control worker that runs the same program at the same time
+// (ratios, not absolute numbers). A healthy pair of identical workers must show no metric standing
+// out. The testbed's four OS faults (memory-reclaim and io-stall too) against a rank's peers, and a
+// healthy sim run: os_sim_test.cpp.
 #include <gtest/gtest.h>
 #include <unistd.h>
 
