@@ -249,7 +249,12 @@ void Normalizer::normalize(const SampleEvent& e, const UserStack& user, Stack& o
     out.push_back(std::move(f));
   }
   size_t user_start = out.size();
-  for (const auto& u : user.native) {
+  for (size_t ui = 0; ui < user.native.size(); ++ui) {
+    RawUserFrame u = user.native[ui];
+    // Past the leaf, frames are return addresses: the instruction after the call, which may
+    // belong to the next line or to code inlined after it. The call is one byte earlier (as perf
+    // and addr2line look them up), so lines and inlined functions name the call site.
+    if (ui > 0 && u.offset_or_ip > 0) u.offset_or_ip -= 1;
     Frame f;
     f.kind = FrameKind::kNative;
     if (u.has_build_id) {

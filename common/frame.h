@@ -34,4 +34,19 @@ struct Frame {
 // A stack is listed leaf first, as the kernel gives it.
 using Stack = std::vector<Frame>;
 
+// Functions inlined at one machine address (from DWARF): the address is one frame of the stack as
+// stored, but several as the source reads. Symbolization keeps them in the frame's function field,
+// encoded, so stored stacks stay as sampled; readers expand them with expand_inlined.
+struct InlinedFrame {
+  std::string function;
+  std::string file;
+  int line = 0;
+};
+// `outer` is the function the address is in (the symbol); `chain` lists, leaf first, every function
+// as the source has it: the innermost inlined one at the address's line, ..., then `outer` itself at
+// the line of the outermost call. A chain of one frame or fewer encodes as `outer` alone.
+std::string encode_inlined(const std::string& outer, const std::vector<InlinedFrame>& chain);
+// Replaces every frame whose function carries an inline chain by the chain's frames (leaf first).
+void expand_inlined(Stack& stack);
+
 }  // namespace strata

@@ -720,6 +720,7 @@ class ClickHouseStore final : public Store {
     }
     return out;
   }
+      expand_inlined(p.stacks[i]);
 
   Result<std::vector<DeviceActivity>> device_activity(std::optional<int64_t> rec, std::optional<uint32_t> pid) override {
     auto rows = query("SELECT pid, device, kind, name, stream, start_ns, end_ns, api_ns, api_tid, correlation, bytes"

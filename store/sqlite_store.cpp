@@ -852,6 +852,7 @@ class SqliteStore final : public Store {
         }
         p.stacks[i].push_back(it->second);
       }
+      expand_inlined(p.stacks[i]);
     }
     return p;
   }

@@ -24,7 +24,7 @@ class CachingSymbolizer final : public Symbolizer {
         s = lookup_kernel(f.offset);
       }
       if (!s) continue;  // keeps module+offset
-      f.function = s->function;
+      f.function = encode_inlined(s->function, s->inlined);
       if (!s->file.empty()) {
         f.file = s->file;
         f.line = s->line;

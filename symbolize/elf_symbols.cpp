@@ -58,7 +58,7 @@ class LineTable {
   }
 
   // Not thread-safe: libdw fills its line caches on first use.
-  bool lookup(uint64_t vaddr, std::string& file, int& line) const {
+  bool lookup(uint64_t vaddr, std::string& file, int& line, Dwarf_Die* cu_out = nullptr) const {
     auto it = std::upper_bound(ranges_.begin(), ranges_.end(), vaddr,
                                [](uint64_t a, const CuRange& r) { return a < r.lo; });
     // CU ranges rarely overlap; a few steps back covers the ones that do.
@@ -73,12 +73,63 @@ class LineTable {
       if (src == nullptr || dwarf_lineno(l, &n) != 0) continue;
       file = src;
       line = n;
+      if (cu_out) *cu_out = die;
       return true;
     }
     return false;
   }
 
+  // The functions DWARF says were inlined at vaddr, leaf first (see Symbol::inlined): each
+  // DW_TAG_inlined_subroutine scope around the address is a function at the line where the next
+  // inner one was called (its DW_AT_call_file / DW_AT_call_line); `outer` closes the chain. Empty
+  // when nothing is inlined there.
+  void lookup_inlined(Dwarf_Die cu, uint64_t vaddr, const std::string& outer, std::string file, int line,
+                      std::vector<InlinedFrame>& out) const {
+    // dwarf_getscopes gives the innermost scope at the address, but past an inlined instance it
+    // goes on with the abstract definition's scopes; the concrete parents (the functions it was
+    // inlined into) come from dwarf_getscopes_die on that innermost scope (as eu-addr2line -i).
+    Dwarf_Die* found = nullptr;
+    int nfound = dwarf_getscopes(&cu, vaddr, &found);
+    if (nfound <= 0) return;
+    Dwarf_Die innermost = found[0];
+    free(found);
+    Dwarf_Die* scopes = nullptr;
+    int n = dwarf_getscopes_die(&innermost, &scopes);
+    if (n <= 0) return;
+    Dwarf_Files* files = nullptr;
+    size_t nfiles = 0;
+    if (dwarf_getsrcfiles(&cu, &files, &nfiles) != 0) files = nullptr;
+    for (int i = 0; i < n; ++i) {
+      if (dwarf_tag(&scopes[i]) != DW_TAG_inlined_subroutine) continue;
+      out.push_back(InlinedFrame{inlined_name(&scopes[i]), file, line});
+      file.clear();
+      line = 0;
+      Dwarf_Attribute a;
+      Dwarf_Word w = 0;
+      if (files && dwarf_attr(&scopes[i], DW_AT_call_file, &a) && dwarf_formudata(&a, &w) == 0 && w < nfiles) {
+        if (const char* src = dwarf_filesrc(files, w, nullptr, nullptr)) file = src;
+      }
+      if (dwarf_attr(&scopes[i], DW_AT_call_line, &a) && dwarf_formudata(&a, &w) == 0) line = static_cast<int>(w);
+    }
+    free(scopes);
+    if (!out.empty()) out.push_back(InlinedFrame{outer, file, line});
+  }
+
  private:
+  // An inlined function's name from its abstract origin: the linkage name demangled, else DW_AT_name.
+  static std::string inlined_name(Dwarf_Die* die) {
+    Dwarf_Attribute a;
+    for (int at : {DW_AT_linkage_name, DW_AT_MIPS_linkage_name}) {
+      if (dwarf_attr_integrate(die, at, &a)) {
+        if (const char* n = dwarf_formstring(&a)) return demangle(n);
+      }
+    }
+    if (dwarf_attr_integrate(die, DW_AT_name, &a)) {
+      if (const char* n = dwarf_formstring(&a)) return n;
+    }
+    return "[inlined]";
+  }
+
   struct DwarfDeleter {
     void operator()(Dwarf* d) const { dwarf_end(d); }
   };
@@ -121,7 +172,8 @@ class ElfFile final : public ElfSymbols {
     if (e == nullptr) return std::nullopt;
     Symbol s;
     s.function = demangle(std::string(symbols_.name(*e)));
-    if (lines_) lines_->lookup(vaddr, s.file, s.line);
+    Dwarf_Die cu;
+    if (lines_ && lines_->lookup(vaddr, s.file, s.line, &cu)) lines_->lookup_inlined(cu, vaddr, s.function, s.file, s.line, s.inlined);
     return s;
   }
 

@@ -18,6 +18,9 @@ struct Symbol {
   std::string function;  // demangled
   std::string file;      // source file, when debug info tells (may stay empty)
   int line = 0;
+  // When DWARF says functions were inlined at the address: every function as the source reads,
+  // leaf first, ending with `function` at the line of the outermost call (common/frame.h).
+  std::vector<InlinedFrame> inlined;
 };
 
 // Reads the GNU build id note of an ELF file, as lowercase hex.

@@ -28,6 +28,20 @@ namespace symbolize_test_ns {
 __attribute__((noinline)) double mangled_function(int a, double b) { return a * b + 1.5; }
 }  // namespace symbolize_test_ns
 
+// Two levels of inlining into one function: DWARF keeps them as inlined-subroutine scopes.
+volatile int g_inline_sink;
+static inline __attribute__((always_inline)) void inl_leaf(int x) {
+  g_inline_sink = x * 7;  // MARK:inl_leaf
+}
+static inline __attribute__((always_inline)) void inl_mid(int x) {
+  inl_leaf(x + 1);  // MARK:inl_mid
+  g_inline_sink = g_inline_sink + 3;
+}
+extern "C" __attribute__((noinline)) int symbolize_test_inlining(int x) {
+  inl_mid(x);  // MARK:inl_outer
+  return g_inline_sink;
+}
+
 namespace {
 
 uintptr_t address_of(int (*f)(int)) { return reinterpret_cast<uintptr_t>(f); }
@@ -177,6 +191,45 @@ TEST(SymbolizeElf, OwnFunctionsByVaddr) {
 
   EXPECT_FALSE((*syms)->lookup_vaddr(0).has_value());
   EXPECT_FALSE((*syms)->lookup_vaddr(~0ULL).has_value());
+}
+
+// Inlined functions: an address in inl_leaf's code, inlined into inl_mid, inlined into
+// symbolize_test_inlining, symbolizes as the three functions, each at its own source line.
+TEST(SymbolizeElf, InlinedFunctionsAreFramesOfTheirOwn) {
+  auto syms = ElfSymbols::open("/proc/self/exe");
+  ASSERT_TRUE(syms.ok()) << syms.error().message;
+  uint64_t start = address_of(&symbolize_test_inlining) - main_program_bias();
+  std::string self = __FILE__;
+  std::optional<Symbol> found;
+  for (uint64_t a = start; a < start + 128 && !found; ++a) {
+    auto s = (*syms)->lookup_vaddr(a);
+    if (s && s->function == "symbolize_test_inlining" && s->inlined.size() == 3 &&
+        s->inlined[0].function.starts_with("inl_leaf"))
+      found = s;
+  }
+  ASSERT_TRUE(found.has_value()) << "no address of symbolize_test_inlining carries the inline chain";
+  EXPECT_EQ(found->inlined[0].line, marked_line(self, "inl_leaf"));
+  EXPECT_TRUE(found->inlined[1].function.starts_with("inl_mid")) << found->inlined[1].function;
+  EXPECT_EQ(found->inlined[1].line, marked_line(self, "inl_mid"));
+  EXPECT_EQ(found->inlined[2].function, "symbolize_test_inlining");
+  EXPECT_EQ(found->inlined[2].line, marked_line(self, "inl_outer"));
+  EXPECT_TRUE(ends_with(found->inlined[2].file, "symbolize_test.cpp")) << found->inlined[2].file;
+
+  // Stored in one frame, expanded into three by readers, leaf first; a plain frame stays as it is.
+  strata::Frame f;
+  f.kind = FrameKind::kNative;
+  f.function = strata::encode_inlined(found->function, found->inlined);
+  EXPECT_EQ(f.display_name(), "symbolize_test_inlining");
+  strata::Frame plain;
+  plain.function = "main";
+  strata::Stack stack = {f, plain};
+  strata::expand_inlined(stack);
+  ASSERT_EQ(stack.size(), 4u);
+  EXPECT_TRUE(stack[0].function.starts_with("inl_leaf"));
+  EXPECT_TRUE(stack[1].function.starts_with("inl_mid"));
+  EXPECT_EQ(stack[2].function, "symbolize_test_inlining");
+  EXPECT_EQ(stack[2].line, marked_line(self, "inl_outer"));
+  EXPECT_EQ(stack[3].function, "main");
 }
 
 TEST(SymbolizeElf, OwnFunctionByFileOffset) {
