@@ -330,7 +330,8 @@ Result<JobWindow> load_job_window(store::Store& s, const LoadOptions& opt) {
     std::map<std::string, std::pair<double, int>> reasons;
   };
   std::map<std::string, Gpu> gpus;
-  std::unordered_map<uint32_t, uint64_t> last_seen;
+  std::unordered_map<uint32_t, uint64_t> last_seen, last_seen_end;
+  uint64_t latest_window_start = 0;  // of any process: the latest window an agent closed
   for (const auto& row : *rows) {
     const auto& m = row.metric;
     job.observed_until_ns = std::max(job.observed_until_ns, row.end_ns);
@@ -346,9 +347,11 @@ Result<JobWindow> load_job_window(store::Store& s, const LoadOptions& opt) {
       }
       continue;
     }
+    latest_window_start = std::max(latest_window_start, row.start_ns);
     auto it = by_pid.find(m.pid);
     if (it == by_pid.end()) continue;
     last_seen[m.pid] = std::max(last_seen[m.pid], row.start_ns);
+    last_seen_end[m.pid] = std::max(last_seen_end[m.pid], row.end_ns);
     RankWindow& r = *it->second;
     if (m.name == "gpu.device") r.gpu.index = static_cast<int>(m.value);
     if (row.end_ns < job.start_ns) continue;  // before the analysis window
@@ -381,7 +384,10 @@ Result<JobWindow> load_job_window(store::Store& s, const LoadOptions& opt) {
 
   for (auto& r : job.ranks) {
     // Still there after its last progress: a metric window that began later has it.
-    r.alive = last_seen.count(r.pid) && last_seen[r.pid] > r.last_progress_ns;
+    // ... and still there at the end: its last window reaches into the latest window anyone closed.
+    // A rank that exits after its last step (a job's teardown can take seconds) is not hung.
+    r.alive = last_seen.count(r.pid) && last_seen[r.pid] > r.last_progress_ns &&
+              last_seen_end[r.pid] > latest_window_start;
     auto it = acc.find(r.pid);
     if (it != acc.end() && known(r.now.step_ms)) {
       Acc& a = it->second;
