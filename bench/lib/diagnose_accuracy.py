@@ -87,19 +87,32 @@ def manifest(truth):
     return statistics.median(slow) >= 1.05 * statistics.median(base)
 
 
+# PyTorch DDP (gloo, CPU; testbed/workloads/ddp_train.py under Debian's python3): the faults that
+# apply to a CPU job, each sized to stand out on a shared 2-core machine.
+DDP_KINDS = ["host-hotspot", "workload-imbalance", "cpu-contention", "cpu-throttling"]
+DDP_PARAMS = {"host-hotspot": "ms=150", "workload-imbalance": "factor=3", "cpu-contention": "hogs=2",
+              "cpu-throttling": "quota_pct=30"}
+
+
 def one_run(args, kind, ranks, python, seed, workdir, log):
     # A string seed: reproducible across runs (tuple hashes are salted per process).
-    rng = random.Random(f"{kind}/{ranks}/{python}/{seed}")
+    rng = random.Random(f"{kind}/{ranks}/{python}/{seed}" + ("/ddp" if args.ddp else ""))
     rank = rng.randrange(ranks)
     start = rng.randrange(8, 15)
     steps = args.steps_4 if ranks == 4 else args.steps_8
     spec = kind if kind == "none" else f"{kind}:rank={rank},start_step={start}"
-    name = f"{kind}-r{ranks}-{'py' if python else 'cpp'}-s{seed}"
+    name = f"{kind}-r{ranks}-{'ddp' if args.ddp else 'py' if python else 'cpp'}-s{seed}"
     db = os.path.join(workdir, name + ".db")
     truth_path = os.path.join(workdir, name + ".json")
-    sim = [os.path.join(args.build, "bin", "strata-sim"), "run", "--ranks", str(ranks), "--steps", str(steps),
-           "--fault", spec, "--seed", str(seed), "--truth", truth_path, "--hang-timeout", "25", "--quiet"]
-    if python:
+    if args.ddp:
+        if kind != "none":
+            spec += "," + DDP_PARAMS[kind]
+        sim = ["/usr/bin/python3", "testbed/workloads/ddp_train.py", "--ranks", str(ranks), "--steps", str(steps),
+               "--fault", spec, "--truth", truth_path]
+    else:
+        sim = [os.path.join(args.build, "bin", "strata-sim"), "run", "--ranks", str(ranks), "--steps", str(steps),
+               "--fault", spec, "--seed", str(seed), "--truth", truth_path, "--hang-timeout", "25", "--quiet"]
+    if python and not args.ddp:
         sim.append("--python")
     env = dict(os.environ)
     env["STRATA_NVML_LIBRARY"] = os.path.join(args.build, "testbed", "lib", "libnvidia-ml.so.1")
@@ -157,7 +170,7 @@ def p90(xs):
     return xs[min(len(xs) - 1, int(round(0.9 * (len(xs) - 1))))]
 
 
-def summarize(results, out):
+def summarize(results, out, quiet=False):
     lines = []
     hdr = (f"{'kind':<20} {'runs':>4} {'no-eff':>6} {'rank@1':>7} {'cause@1':>7} {'culprit':>7} "
            f"{'lat p50':>7} {'lat p90':>7}  (latency: fault start -> first correct finding, 10 s windows)")
@@ -191,7 +204,8 @@ def summarize(results, out):
         lines.append(f"time to first correct finding over all kinds: p50 {statistics.median(allat):.1f} s, "
                      f"p90 {p90(allat):.1f} s ({len(allat)} runs)")
     text = "\n".join(lines)
-    print(text)
+    if not quiet:
+        print(text)
     out.write(text + "\n")
 
 
@@ -203,37 +217,77 @@ def main():
     ap.add_argument("--seeds", type=int, default=3)
     ap.add_argument("--keep", action="store_true", help="keep the recorded stores")
     ap.add_argument("--out", default="bench/results/diagnose_accuracy")
+    ap.add_argument("--ddp", action="store_true",
+                    help="PyTorch DDP (gloo, CPU) instead of strata-sim: " + ", ".join(DDP_KINDS) + " and healthy runs")
+    ap.add_argument("--kinds", default=None, help="only these fault kinds, comma separated (none: healthy)")
+    ap.add_argument("--ranks", default="4,8", help="rank counts of the full matrix")
+    ap.add_argument("--langs", default="cpp,py", help="rank programs of the full matrix: cpp, py")
+    ap.add_argument("--steps-4", dest="steps_4_opt", type=int, default=None, help="steps of a 4-rank run (default 150, quick 110)")
+    ap.add_argument("--steps-8", dest="steps_8_opt", type=int, default=None, help="steps of an 8-rank run (default 90)")
     args = ap.parse_args()
     args.strata = args.strata or os.path.join(args.build, "bin", "strata")
     # Enough steps for two or three 10 s windows after the fault starts.
     args.steps_4 = 150
     args.steps_8 = 90
-    if args.quick:
+    kinds = args.kinds.split(",") if args.kinds else (DDP_KINDS if args.ddp else KINDS) + ["none"]
+    if args.ddp:
+        # One rank program (Python); 4 ranks on a 2-core machine; --quick: each kind once + 2 healthy.
+        args.steps_4 = args.steps_4_opt or 150
+        args.steps_8 = args.steps_8_opt or 100
+        if args.out == ap.get_default("out"):
+            args.out = "bench/results/diagnose_accuracy_ddp"
+        if args.quick:
+            matrix = [(k, 4, True, 1) for k in kinds if k != "none"] + [("none", 4, True, s) for s in (1, 2)]
+        else:
+            matrix = [(k, n, True, seed) for seed in range(1, args.seeds + 1)
+                      for n in [int(x) for x in args.ranks.split(",")] for k in kinds]
+    elif args.quick:
         matrix = [(k, 4, False, 1) for k in KINDS] + [("none", 4, False, 1), ("none", 4, True, 1)]
+        matrix = [m for m in matrix if m[0] in kinds]
         args.steps_4 = 110
     else:
         matrix = []
         for seed in range(1, args.seeds + 1):
-            for ranks in (4, 8):
-                for python in (False, True):
-                    for k in KINDS + ["none"]:
+            for ranks in [int(x) for x in args.ranks.split(",")]:
+                for python in [lang == "py" for lang in args.langs.split(",")]:
+                    for k in kinds:
                         matrix.append((k, ranks, python, seed))
+    if args.steps_4_opt and not args.ddp:
+        args.steps_4 = args.steps_4_opt
+    if args.steps_8_opt and not args.ddp:
+        args.steps_8 = args.steps_8_opt
     os.makedirs(args.out, exist_ok=True)
     workdir = tempfile.mkdtemp(prefix="strata-diag-acc-")
     results = []
     t0 = time.time()
+    load0 = f"{os.getloadavg()[0]:.2f}"
+    loads = []
+
+    def write_summary(final):
+        with open(os.path.join(args.out, "results.json"), "w") as f:
+            json.dump(results, f, indent=1)
+        with open(os.path.join(args.out, "summary.txt"), "w") as out:
+            done = "" if final else f", PARTIAL: {len(results)} of {len(matrix)} so far"
+            mean_load = sum(loads) / len(loads) if loads else 0.0
+            out.write(f"{len(results)} runs in {time.time() - t0:.0f} s ({'quick' if args.quick else 'full'}"
+                      f"{', PyTorch DDP gloo' if args.ddp else ''}{done}); load average at start {load0}, "
+                      f"mean over runs {mean_load:.2f} ({os.cpu_count()} CPUs)\n")
+            summarize(results, out, quiet=not final)
+
     with open(os.path.join(args.out, "runs.log"), "w") as log:
         for i, (k, n, py, seed) in enumerate(matrix):
             print(f"[{i + 1}/{len(matrix)}] {k} ranks={n} {'python' if py else 'c++'} seed={seed}", file=sys.stderr)
             r = one_run(args, k, n, py, seed, workdir, log)
+            loads.append(os.getloadavg()[0])
             if r:
+                r["load_avg_1m"] = loads[-1]
                 results.append(r)
-    with open(os.path.join(args.out, "results.json"), "w") as f:
-        json.dump(results, f, indent=1)
-    with open(os.path.join(args.out, "summary.txt"), "w") as out:
-        out.write(f"{len(results)} runs in {time.time() - t0:.0f} s ({'quick' if args.quick else 'full'})\n")
-        summarize(results, out)
-    shutil.rmtree(workdir, ignore_errors=True)
+            write_summary(False)  # a partial table survives an interrupted run
+    write_summary(True)
+    if args.keep:
+        print("recorded stores kept in " + workdir, file=sys.stderr)
+    else:
+        shutil.rmtree(workdir, ignore_errors=True)
 
 
 if __name__ == "__main__":

@@ -3,11 +3,13 @@
 
     /usr/bin/python3 testbed/workloads/ddp_train.py --ranks 2 --steps 30 \
         [--fault host-hotspot:rank=1,start_step=5,ms=40 | workload-imbalance:rank=1,factor=2 |
-         cpu-contention:rank=1,hogs=2] [--truth FILE.json]
+         cpu-contention:rank=1,hogs=2 | cpu-throttling:rank=1,quota_pct=30] [--truth FILE.json]
 
-Spawns its ranks with torch.multiprocessing (RANK, WORLD_SIZE, MASTER_ADDR, MASTER_PORT in each
-rank's environment, as torchrun sets them), trains a small MLP, prints per-rank step times and
-writes the same ground-truth JSON as strata-sim. Kept small for a 2-core machine.
+Spawns its ranks with torch.multiprocessing (RANK, LOCAL_RANK, WORLD_SIZE, MASTER_ADDR, MASTER_PORT
+and STRATA_JOB in each rank's environment from its start, as torchrun sets them, so an agent reads
+them in /proc/PID/environ), trains a small MLP, prints per-rank step times and writes the same
+ground-truth JSON as strata-sim (with each rank's baseline before the fault). Kept small for a
+2-core machine. cpu-throttling needs root (a cgroup CPU quota the culprit joins at start_step).
 """
 import argparse
 import json
@@ -22,7 +24,9 @@ import torch.multiprocessing as mp
 
 LAYERS = {"host-hotspot": ("cpu", "host-hotspot", "slow_augment"),
           "workload-imbalance": ("cpu", "workload-imbalance", "load_batch"),
-          "cpu-contention": ("os", "cpu-contention", "strata-hog")}
+          "cpu-contention": ("os", "cpu-contention", "strata-hog"),
+          "cpu-throttling": ("os", "cpu-throttling", "cgroup cpu quota")}
+WARMUP = 2  # first steps: start-up, not a baseline
 
 
 def parse_fault(text, ranks, steps):
@@ -31,12 +35,13 @@ def parse_fault(text, ranks, steps):
     kind, _, rest = text.partition(":")
     if kind not in LAYERS:
         raise ValueError("unknown or unsupported fault kind '%s' (here: none, %s)" % (kind, ", ".join(LAYERS)))
-    f = {"kind": kind, "rank": None, "start_step": max(1, steps // 10), "ms": 40.0, "factor": 2.0, "hogs": 2}
+    f = {"kind": kind, "rank": None, "start_step": max(1, steps // 10), "ms": 40.0, "factor": 2.0, "hogs": 2,
+         "quota_pct": 30}
     for item in filter(None, rest.split(",")):
         key, _, value = item.partition("=")
         if key not in f or key == "kind":
             raise ValueError("fault %s has no option '%s'" % (kind, key))
-        f[key] = float(value) if key in ("ms", "factor") else int(value)
+        f[key] = float(value) if key in ("ms", "factor", "quota_pct") else int(value)
     if f["rank"] is None or not 0 <= f["rank"] < ranks:
         raise ValueError("fault %s needs rank=R with R in 0..%d" % (kind, ranks - 1))
     return f
@@ -68,12 +73,47 @@ def optimizer_step(opt):
     opt.zero_grad()
 
 
-def rank_main(rank, world, steps, fault, port, queue):
+def cpu_cgroup(name):
+    """A cgroup for a CPU quota: cgroup v2 where the unified hierarchy has the cpu controller, else
+    the v1 cpu hierarchy; under this process's own cgroup. Returns (dir, v2)."""
+    own = {}
+    for line in open("/proc/self/cgroup"):
+        _, ctrls, path = line.strip().split(":", 2)
+        for c in ctrls.split(","):
+            own[c] = path
+    ctl = "/sys/fs/cgroup/cgroup.controllers"
+    if os.path.exists(ctl) and "cpu" in open(ctl).read().split():
+        parent = "/sys/fs/cgroup" + own.get("", "/")
+        with open(parent.rstrip("/") + "/cgroup.subtree_control", "w") as f:
+            f.write("+cpu")
+        d, v2 = parent.rstrip("/") + "/" + name, True
+    else:
+        d, v2 = "/sys/fs/cgroup/cpu" + own.get("cpu", "/").rstrip("/") + "/" + name, False
+    os.makedirs(d, exist_ok=True)
+    return d, v2
+
+
+def throttle_self(cgroup, v2, quota_pct):
+    """Joins the quota'd cgroup (every thread: cgroup.procs moves the whole process)."""
+    period = 100000
+    quota = max(1000, int(quota_pct * period / 100))
+    if v2:
+        open(cgroup + "/cpu.max", "w").write("%d %d" % (quota, period))
+    else:
+        open(cgroup + "/cpu.cfs_period_us", "w").write(str(period))
+        open(cgroup + "/cpu.cfs_quota_us", "w").write(str(quota))
+    open(cgroup + "/cgroup.procs", "w").write(str(os.getpid()))
+
+
+def rank_main(rank, world, steps, fault, port, queue, cgroup=None):
     os.environ.update(RANK=str(rank), LOCAL_RANK=str(rank), WORLD_SIZE=str(world),
                       MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port))
     torch.set_num_threads(1)
     if fault["kind"] == "cpu-contention":
-        os.sched_setaffinity(0, {rank % os.cpu_count()})
+        # The culprit alone on the hogs' CPU, its peers on the others: else a peer sharing that CPU
+        # is a victim too.
+        hog_cpu, ncpu = os.cpu_count() - 1, os.cpu_count()
+        os.sched_setaffinity(0, {hog_cpu} if rank == fault["rank"] or ncpu == 1 else set(range(ncpu)) - {hog_cpu})
     dist.init_process_group("gloo", rank=rank, world_size=world)
     torch.manual_seed(0)
     model = torch.nn.parallel.DistributedDataParallel(torch.nn.Sequential(
@@ -83,6 +123,8 @@ def rank_main(rank, world, steps, fault, port, queue):
     culprit = fault.get("rank") == rank
     for step in range(steps):
         faulty = culprit and step >= fault.get("start_step", 1 << 30)
+        if faulty and fault["kind"] == "cpu-throttling" and step == fault["start_step"]:
+            throttle_self(cgroup[0], cgroup[1], fault["quota_pct"])
         t0 = time.perf_counter()
         scale = fault["factor"] if faulty and fault["kind"] == "workload-imbalance" else 1.0
         x, y = load_batch(step, 256, scale)
@@ -95,6 +137,11 @@ def rank_main(rank, world, steps, fault, port, queue):
         t2 = time.perf_counter()
         queue.put((rank, step, (t2 - t0) * 1000, (t1 - t0) * 1000))
     dist.destroy_process_group()
+    # Exit at once, as a finished rank does: torch's interpreter teardown takes seconds on a busy
+    # machine, and a rank that lingers that long after its last step looks hung.
+    queue.close()
+    queue.join_thread()
+    os._exit(0)
 
 
 def free_port():
@@ -118,17 +165,28 @@ def main():
     hogs = []
     if fault["kind"] == "cpu-contention":
         import subprocess
-        cpu = fault["rank"] % os.cpu_count()
+        cpu = os.cpu_count() - 1
         for _ in range(fault["hogs"]):
             hogs.append(subprocess.Popen(["taskset", "-c", str(cpu), sys.executable, "-c",
                                           "import ctypes;ctypes.CDLL(None).prctl(15,b'strata-hog',0,0,0)\nwhile True: pass"]))
+    cgroup = None
+    if fault["kind"] == "cpu-throttling":
+        cgroup = cpu_cgroup("strata-ddp-%d-r%d" % (os.getpid(), fault["rank"]))
     ctx = mp.get_context("spawn")
     queue = ctx.Queue()
     port = free_port()
-    procs = [ctx.Process(target=rank_main, args=(r, a.ranks, a.steps, fault, port, queue)) for r in range(a.ranks)]
+    procs = [ctx.Process(target=rank_main, args=(r, a.ranks, a.steps, fault, port, queue, cgroup))
+             for r in range(a.ranks)]
+    job = os.environ.get("STRATA_JOB") or "ddp-train-%d" % os.getpid()
+    saved = dict(os.environ)
     try:
-        for p in procs:
+        for r, p in enumerate(procs):
+            # A spawned process starts with os.environ as it is now: its identity from exec on.
+            os.environ.update(RANK=str(r), LOCAL_RANK=str(r), WORLD_SIZE=str(a.ranks), MASTER_ADDR="127.0.0.1",
+                              MASTER_PORT=str(port), STRATA_JOB=job)
             p.start()
+        os.environ.clear()
+        os.environ.update(saved)
         stats = {r: [] for r in range(a.ranks)}
         for _ in range(a.ranks * a.steps):
             r, step, step_ms, load_ms = queue.get(timeout=300)
@@ -142,22 +200,30 @@ def main():
         for p in procs:
             if p.is_alive():
                 p.kill()
+        if cgroup:
+            try:
+                os.rmdir(cgroup[0])
+            except OSError:
+                pass
     start = fault.get("start_step", 0) if fault["kind"] != "none" else 0
     per_rank = []
     for r in range(a.ranks):
         win = [s for s in stats[r] if s[0] >= start] or stats[r]
         m = lambda i: sum(s[i] for s in win) / len(win)
+        base = [s for s in stats[r] if WARMUP <= s[0] < start] if start > WARMUP else []
+        b = lambda i: sum(s[i] for s in base) / len(base)
         per_rank.append({"rank": r, "pid": procs[r].pid, "steps_done": len(stats[r]),
-                         "fault_window": {"step_ms": m(1), "load_ms": m(2)}})
+                         "fault_window": {"step_ms": m(1), "load_ms": m(2)},
+                         "baseline": {"step_ms": b(1), "load_ms": b(2)} if base else None})
         print("rank %d pid %d step_ms %.1f load_ms %.1f" % (r, procs[r].pid, m(1), m(2)))
-    truth = {"ranks": a.ranks, "steps": a.steps, "program": "pytorch-ddp-gloo",
+    truth = {"ranks": a.ranks, "steps": a.steps, "program": "pytorch-ddp-gloo", "job": job,
              "pids": {str(r): procs[r].pid for r in range(a.ranks)}, "per_rank": per_rank,
              "fault": {"kind": fault["kind"]}}
     if fault["kind"] != "none":
         layer, cause, culprit = LAYERS[fault["kind"]]
         truth["fault"].update(rank=fault["rank"], layer=layer, cause=cause, culprit=culprit,
                               start_step=fault["start_step"],
-                              params={k: fault[k] for k in ("ms", "factor", "hogs")})
+                              params={k: fault[k] for k in ("ms", "factor", "hogs", "quota_pct")})
     if a.truth:
         with open(a.truth, "w") as f:
             json.dump(truth, f, indent=1)
