@@ -314,6 +314,7 @@ Result<ApplyOutcome> IngestApplier::apply(const ingest::Batch& b, const std::str
   if (*seen) {
     o.duplicate = true;
   } else {
+    if (auto st = store_.begin_batch(b.agent_id(), b.batch_id()); !st) return fail(st.error());
     if (auto st = apply_records(b, **maps, added, o); !st) return fail(st.error());
     if (auto st = store_.mark_batch_applied(b.agent_id(), b.batch_id(), now_ns); !st) return fail(st.error());
   }

@@ -6,16 +6,22 @@
 //  - ids: recordings are numbered by this (single) writer; frames and stacks are named by a hash
 //    of their content, so any writer derives the same id for the same stack.
 //  - begin/commit buffer the rows and send one INSERT per table on commit. ClickHouse has no
-//    multi-table transaction: a crash in the middle of a commit can leave part of it written.
+//    multi-table transaction: a crash in the middle of a commit can leave part of it written. For
+//    the collector's batches that is repaired: rows carry their batch, and a batch applied again
+//    after an interrupted attempt first loses what that attempt wrote (begin_batch).
 //  - every row carries the node, so per-node queries need no join (and shard well).
 #include <httplib.h>
+#include <unistd.h>
 
 #include <chrono>
+#include <cstdlib>
 #include <cstring>
 #include <map>
 #include <set>
 #include <sstream>
+#include <thread>
 #include <unordered_set>
+#include <vector>
 
 #include "store/store.h"
 
@@ -25,46 +31,50 @@ namespace {
 // Tables, 18.16 syntax. PARTITION BY day of the row's time; ORDER BY what readers filter on.
 const char* kTables[] = {
     R"(recordings (id Int64, node String, command String, started_ns UInt64, ended_ns UInt64, sample_hz UInt32,
-       window_s Float64, version UInt64) ENGINE = ReplacingMergeTree(version)
+       window_s Float64, version UInt64, ingest_agent String, ingest_batch UInt64) ENGINE = ReplacingMergeTree(version)
        PARTITION BY toYYYYMM(toDateTime(intDiv(started_ns, 1000000000))) ORDER BY id)",
     R"(processes (recording_id Int64, node String, pid UInt32, ppid UInt32, start_ns UInt64, comm String,
        command String, job String, rank Int32, local_rank Int32, world_size Int32, version UInt64,
-       pod_uid String, container_id String, pod_name String, pod_namespace String)
+       pod_uid String, container_id String, pod_name String, pod_namespace String, ingest_agent String, ingest_batch UInt64)
        ENGINE = ReplacingMergeTree(version) PARTITION BY toYYYYMMDD(toDateTime(intDiv(start_ns, 1000000000)))
        ORDER BY (recording_id, node, pid, start_ns))",
     R"(frames (id Int64, kind UInt8, build_id String, module String, offset UInt64, function String, file String,
        line Int32) ENGINE = ReplacingMergeTree() ORDER BY id)",
     R"(stacks (id Int64, method UInt8, frame_ids Array(Int64)) ENGINE = ReplacingMergeTree() ORDER BY id)",
     R"(stack_counts (recording_id Int64, node String, start_ns UInt64, end_ns UInt64, kind UInt8, pid UInt32,
-       tid UInt32, thread_comm String, stack_id Int64, value UInt64) ENGINE = MergeTree()
+       tid UInt32, thread_comm String, stack_id Int64, value UInt64, ingest_agent String, ingest_batch UInt64) ENGINE = MergeTree()
        PARTITION BY toYYYYMMDD(toDateTime(intDiv(start_ns, 1000000000))) ORDER BY (kind, recording_id, pid, start_ns))",
     R"(metrics (recording_id Int64, node String, start_ns UInt64, end_ns UInt64, pid UInt32, name String,
-       label String, value Float64) ENGINE = MergeTree()
+       label String, value Float64, ingest_agent String, ingest_batch UInt64) ENGINE = MergeTree()
        PARTITION BY toYYYYMMDD(toDateTime(intDiv(start_ns, 1000000000))) ORDER BY (name, recording_id, pid, start_ns))",
     R"(communicators (recording_id Int64, node String, pid UInt32, handle UInt64, comm_id String, rank Int32,
-       nranks Int32, init_ns UInt64) ENGINE = MergeTree()
+       nranks Int32, init_ns UInt64, ingest_agent String, ingest_batch UInt64) ENGINE = MergeTree()
        PARTITION BY toYYYYMMDD(toDateTime(intDiv(init_ns, 1000000000))) ORDER BY (recording_id, pid, init_ns))",
     R"(collectives (recording_id Int64, node String, pid UInt32, tid UInt32, library String, op String,
        comm_id String, comm_handle UInt64, seq UInt64, count UInt64, dtype Int32, bytes UInt64, redop Int32,
        peer Int32, stream UInt64, enter_ns UInt64, exit_ns UInt64, device_start_ns UInt64, device_end_ns UInt64,
-       completion String, ret Int32) ENGINE = MergeTree()
+       completion String, ret Int32, ingest_agent String, ingest_batch UInt64) ENGINE = MergeTree()
        PARTITION BY toYYYYMMDD(toDateTime(intDiv(enter_ns, 1000000000))) ORDER BY (recording_id, pid, enter_ns))",
     R"(device_activity (recording_id Int64, node String, pid UInt32, device Int32, kind String, name String,
        stream UInt64, start_ns UInt64, end_ns UInt64, api_ns UInt64, api_tid UInt32, correlation UInt64,
-       bytes UInt64) ENGINE = MergeTree()
+       bytes UInt64, ingest_agent String, ingest_batch UInt64) ENGINE = MergeTree()
        PARTITION BY toYYYYMMDD(toDateTime(intDiv(start_ns, 1000000000))) ORDER BY (recording_id, pid, start_ns))",
     R"(steps (recording_id Int64, node String, pid UInt32, step UInt64, start_ns UInt64, end_ns UInt64,
        collective_ns UInt64, device_collective_ns UInt64, device_compute_ns UInt64, gpu_idle_ns UInt64,
-       device_known UInt8) ENGINE = MergeTree()
+       device_known UInt8, ingest_agent String, ingest_batch UInt64) ENGINE = MergeTree()
        PARTITION BY toYYYYMMDD(toDateTime(intDiv(start_ns, 1000000000))) ORDER BY (recording_id, pid, step))",
     R"(launch_samples (recording_id Int64, node String, start_ns UInt64, end_ns UInt64, pid UInt32, tid UInt32,
-       kernel String, stack_id Int64, count UInt64) ENGINE = MergeTree()
+       kernel String, stack_id Int64, count UInt64, ingest_agent String, ingest_batch UInt64) ENGINE = MergeTree()
        PARTITION BY toYYYYMMDD(toDateTime(intDiv(start_ns, 1000000000))) ORDER BY (recording_id, pid, start_ns))",
-    R"(agent_stats (recording_id Int64, node String, key String, value Float64, version UInt64)
+    R"(agent_stats (recording_id Int64, node String, key String, value Float64, version UInt64, ingest_agent String, ingest_batch UInt64)
        ENGINE = ReplacingMergeTree(version) ORDER BY (recording_id, key))",
     R"(ingest_batches (agent_id String, batch_id UInt64, received_ns UInt64) ENGINE = MergeTree()
        PARTITION BY toYYYYMMDD(toDateTime(intDiv(received_ns, 1000000000))) ORDER BY (agent_id, batch_id))",
-    R"(agent_ids (agent_id String, kind UInt8, local_id Int64, store_id Int64)
+    // A batch whose rows are being written: present and not in ingest_batches means an attempt was
+    // cut short (the server killed between tables), and its rows are removed before it is applied again.
+    R"(ingest_attempts (agent_id String, batch_id UInt64, started_ns UInt64) ENGINE = MergeTree()
+       PARTITION BY toYYYYMMDD(toDateTime(intDiv(started_ns, 1000000000))) ORDER BY (agent_id, batch_id))",
+    R"(agent_ids (agent_id String, kind UInt8, local_id Int64, store_id Int64, ingest_agent String, ingest_batch UInt64)
        ENGINE = ReplacingMergeTree() ORDER BY (agent_id, kind, local_id))",
     R"(agents (agent_id String, node String, last_seen_ns UInt64, last_batch UInt64, interval_s Float64,
        health String) ENGINE = ReplacingMergeTree(last_seen_ns) ORDER BY agent_id)",
@@ -93,7 +103,23 @@ const AddedColumn kAddedColumns[] = {
     {"processes", "container_id", "String"},
     {"processes", "pod_name", "String"},
     {"processes", "pod_namespace", "String"},
+    // Which ingest batch wrote a row (exactly-once after an interrupted apply; see begin_batch).
+    {"recordings", "ingest_agent", "String"},      {"recordings", "ingest_batch", "UInt64"},
+    {"processes", "ingest_agent", "String"},       {"processes", "ingest_batch", "UInt64"},
+    {"stack_counts", "ingest_agent", "String"},    {"stack_counts", "ingest_batch", "UInt64"},
+    {"metrics", "ingest_agent", "String"},         {"metrics", "ingest_batch", "UInt64"},
+    {"communicators", "ingest_agent", "String"},   {"communicators", "ingest_batch", "UInt64"},
+    {"collectives", "ingest_agent", "String"},     {"collectives", "ingest_batch", "UInt64"},
+    {"device_activity", "ingest_agent", "String"}, {"device_activity", "ingest_batch", "UInt64"},
+    {"steps", "ingest_agent", "String"},           {"steps", "ingest_batch", "UInt64"},
+    {"launch_samples", "ingest_agent", "String"},  {"launch_samples", "ingest_batch", "UInt64"},
+    {"agent_stats", "ingest_agent", "String"},     {"agent_stats", "ingest_batch", "UInt64"},
+    {"agent_ids", "ingest_agent", "String"},       {"agent_ids", "ingest_batch", "UInt64"},
 };
+
+// The tables whose rows carry the batch that wrote them.
+const char* kBatchTables[] = {"recordings", "processes", "stack_counts", "metrics", "communicators", "collectives",
+                              "device_activity", "steps", "launch_samples", "agent_stats", "agent_ids"};
 
 // RowBinary: little-endian fixed-width numbers, strings as LEB128 length + bytes.
 class RowBinary {
@@ -184,6 +210,9 @@ class ClickHouseStore final : public Store {
     cli_.set_read_timeout(300, 0);
     cli_.set_write_timeout(300, 0);
     cli_.set_keep_alive(true);
+    // A request's headers and body leave in two writes: with Nagle's algorithm the body waits for
+    // the server's delayed ACK, 40 ms per statement (half a second per ingest batch).
+    cli_.set_tcp_nodelay(true);
   }
 
   Status open(Mode mode) {
@@ -237,6 +266,36 @@ class ClickHouseStore final : public Store {
     return columns_.count({table, name}) ? name : "''";
   }
 
+  // Deletes what an interrupted attempt at a batch left. ALTER TABLE DELETE is a mutation that
+  // ClickHouse runs in the background (18.16 has no synchronous form): wait until system.mutations
+  // says it is done, so the rows written next are not deleted with them. Only tables that hold rows
+  // of the batch are touched (a mutation rewrites a table's parts).
+  Status remove_batch_rows(const std::string& agent, uint64_t batch_id) {
+    std::string match = " WHERE ingest_agent = " + quote(agent) + " AND ingest_batch = " + std::to_string(batch_id);
+    std::string count_sql;
+    for (const char* t : kBatchTables)
+      count_sql += std::string(count_sql.empty() ? "" : " UNION ALL ") + "SELECT '" + t + "', count() FROM " + db_ +
+                   "." + t + match;
+    auto counts = query(count_sql);
+    if (!counts) return counts.error();
+    std::vector<std::string> tables;
+    for (const auto& r : *counts)
+      if (r.size() == 2 && u64(r[1]) > 0) tables.push_back(r[0]);
+    for (const auto& t : tables) {
+      if (auto st = exec("ALTER TABLE " + db_ + "." + t + " DELETE" + match); !st) return st;
+    }
+    if (tables.empty()) return {};
+    auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(120);
+    while (true) {
+      auto left = query("SELECT count() FROM system.mutations WHERE database = " + quote(db_) + " AND is_done = 0");
+      if (!left) return left.error();
+      if (!left->empty() && u64((*left)[0][0]) == 0) return {};
+      if (std::chrono::steady_clock::now() > deadline)
+        return Error{"clickhouse " + db_ + ": removing the rows of an interrupted batch takes over 120 s (see system.mutations)"};
+      std::this_thread::sleep_for(std::chrono::milliseconds(50));
+    }
+  }
+
   // Drops the daily partitions older than `days` (MergeTree tables partitioned by day).
   Status apply_retention(unsigned days) {
     auto now = std::chrono::system_clock::to_time_t(std::chrono::system_clock::now());
@@ -283,6 +342,7 @@ class ClickHouseStore final : public Store {
         .str(p.job).num(static_cast<int32_t>(p.rank)).num(static_cast<int32_t>(p.local_rank))
         .num(static_cast<int32_t>(p.world_size)).num(version()).str(p.pod_uid).str(p.container_id).str(p.pod_name)
         .str(p.pod_namespace);
+    tag(buf("processes"));
     return {};
   }
 
@@ -313,19 +373,20 @@ class ClickHouseStore final : public Store {
     const std::string& node = node_of(rec);
     for (const auto& c : counts)
       b.num(rec).str(node).num(start_ns).num(end_ns).num(static_cast<uint8_t>(kind)).num(c.pid).num(c.tid)
-          .str(c.thread_comm).num(c.stack_id).num(c.value);
+          .str(c.thread_comm).num(c.stack_id).num(c.value).str(batch_agent_).num(batch_id_);
     return {};
   }
 
   Status put_stat(int64_t rec, const std::string& key, double value) override {
-    buf("agent_stats").num(rec).str(node_of(rec)).str(key).num(value).num(version());
+    tag(buf("agent_stats").num(rec).str(node_of(rec)).str(key).num(value).num(version()));
     return {};
   }
 
   Status put_metrics(int64_t rec, uint64_t start_ns, uint64_t end_ns, const std::vector<Metric>& metrics) override {
     auto& b = buf("metrics");
     const std::string& node = node_of(rec);
-    for (const auto& m : metrics) b.num(rec).str(node).num(start_ns).num(end_ns).num(m.pid).str(m.name).str(m.label).num(m.value);
+    for (const auto& m : metrics)
+      tag(b.num(rec).str(node).num(start_ns).num(end_ns).num(m.pid).str(m.name).str(m.label).num(m.value));
     return {};
   }
 
@@ -333,7 +394,7 @@ class ClickHouseStore final : public Store {
     auto& b = buf("communicators");
     for (const auto& r : rows)
       b.num(rec).str(node_of(rec)).num(r.pid).num(r.handle).str(r.comm_id).num(static_cast<int32_t>(r.rank))
-          .num(static_cast<int32_t>(r.nranks)).num(r.init_ns);
+          .num(static_cast<int32_t>(r.nranks)).num(r.init_ns).str(batch_agent_).num(batch_id_);
     return {};
   }
 
@@ -344,7 +405,7 @@ class ClickHouseStore final : public Store {
       b.num(rec).str(node).num(r.pid).num(r.tid).str(r.library).str(r.op).str(r.comm_id).num(r.comm_handle).num(r.seq)
           .num(r.count).num(static_cast<int32_t>(r.dtype)).num(r.bytes).num(static_cast<int32_t>(r.redop))
           .num(static_cast<int32_t>(r.peer)).num(r.stream).num(r.enter_ns).num(r.exit_ns).num(r.device_start_ns)
-          .num(r.device_end_ns).str(r.completion).num(static_cast<int32_t>(r.ret));
+          .num(r.device_end_ns).str(r.completion).num(static_cast<int32_t>(r.ret)).str(batch_agent_).num(batch_id_);
     return {};
   }
 
@@ -353,7 +414,8 @@ class ClickHouseStore final : public Store {
     const std::string& node = node_of(rec);
     for (const auto& r : rows)
       b.num(rec).str(node).num(r.pid).num(static_cast<int32_t>(r.device)).str(r.kind).str(r.name).num(r.stream)
-          .num(r.start_ns).num(r.end_ns).num(r.api_ns).num(r.api_tid).num(r.correlation).num(r.bytes);
+          .num(r.start_ns).num(r.end_ns).num(r.api_ns).num(r.api_tid).num(r.correlation).num(r.bytes)
+          .str(batch_agent_).num(batch_id_);
     return {};
   }
 
@@ -362,7 +424,7 @@ class ClickHouseStore final : public Store {
     for (const auto& r : rows)
       b.num(rec).str(node_of(rec)).num(r.pid).num(r.step).num(r.start_ns).num(r.end_ns).num(r.collective_ns)
           .num(r.device_collective_ns).num(r.device_compute_ns).num(r.gpu_idle_ns)
-          .num(static_cast<uint8_t>(r.device_known ? 1 : 0));
+          .num(static_cast<uint8_t>(r.device_known ? 1 : 0)).str(batch_agent_).num(batch_id_);
     return {};
   }
 
@@ -371,7 +433,7 @@ class ClickHouseStore final : public Store {
     auto& b = buf("launch_samples");
     for (const auto& r : rows)
       b.num(rec).str(node_of(rec)).num(start_ns).num(end_ns).num(r.pid).num(r.tid).str(r.kernel).num(r.stack_id)
-          .num(r.count);
+          .num(r.count).str(batch_agent_).num(batch_id_);
     return {};
   }
 
@@ -383,9 +445,17 @@ class ClickHouseStore final : public Store {
 
   Status commit() override {
     // The bookkeeping tables go last: a batch is marked applied only after its rows are in.
-    static const char* kOrder[] = {"recordings", "processes", "frames", "stacks", "stack_counts", "metrics",
-                                   "communicators", "collectives", "device_activity", "steps", "launch_samples",
-                                   "agent_stats", "agent_ids", "ingest_batches", "agents"};
+    // The attempt goes first: whatever follows of a batch can be found and removed if the server
+    // dies before ingest_batches says the batch is in.
+    static const char* kOrder[] = {"ingest_attempts", "recordings", "processes", "frames", "stacks", "stack_counts",
+                                   "metrics", "communicators", "collectives", "device_activity", "steps",
+                                   "launch_samples", "agent_stats", "agent_ids", "ingest_batches", "agents"};
+    // A test failpoint: the process dies after this many table inserts, as a kill between tables
+    // would leave it.
+    static const long die_after = [] {
+      const char* v = std::getenv("STRATA_FAILPOINT_CLICKHOUSE_DIE_AFTER_INSERTS");
+      return v ? std::atol(v) : 0;
+    }();
     for (const char* t : kOrder) {
       auto it = buffers_.find(t);
       if (it == buffers_.end() || it->second.empty()) continue;
@@ -394,14 +464,37 @@ class ClickHouseStore final : public Store {
         return st;
       }
       it->second.clear();
+      if (die_after > 0 && ++failpoint_inserts_ >= die_after) _exit(137);
     }
     buffers_.clear();
     applied_pending_.clear();
+    batch_agent_.clear();
+    batch_id_ = 0;
+    return {};
+  }
+
+  // Exactly once without transactions: the batch's rows carry (agent, batch id); an attempt is
+  // recorded before them and the batch is marked applied after them. A batch with an attempt but
+  // no mark was cut short: its rows are deleted (a mutation, waited for) before it is written again.
+  Status begin_batch(const std::string& agent, uint64_t batch_id) override {
+    batch_agent_ = agent;
+    batch_id_ = batch_id;
+    auto r = query("SELECT count() FROM " + db_ + ".ingest_attempts WHERE agent_id = " + quote(agent) +
+                   " AND batch_id = " + std::to_string(batch_id));
+    if (!r) return r.error();
+    if (!r->empty() && u64((*r)[0][0]) > 0) {
+      if (auto st = remove_batch_rows(agent, batch_id); !st) return st;
+    }
+    buf("ingest_attempts").str(agent).num(batch_id).num(static_cast<uint64_t>(
+        std::chrono::duration_cast<std::chrono::nanoseconds>(std::chrono::system_clock::now().time_since_epoch())
+            .count()));
     return {};
   }
 
   Status rollback() override {
     buffers_.clear();
+    batch_agent_.clear();
+    batch_id_ = 0;
     // Ids the buffers named may not exist: learn them again.
     known_frames_.clear();
     known_stacks_.clear();
@@ -437,7 +530,7 @@ class ClickHouseStore final : public Store {
   }
 
   Status put_agent_id(const std::string& agent, AgentIdKind kind, int64_t local_id, int64_t store_id) override {
-    buf("agent_ids").str(agent).num(static_cast<uint8_t>(kind)).num(local_id).num(store_id);
+    tag(buf("agent_ids").str(agent).num(static_cast<uint8_t>(kind)).num(local_id).num(store_id));
     return {};
   }
 
@@ -816,7 +909,10 @@ class ClickHouseStore final : public Store {
     const auto& r = recordings_[id];
     buf("recordings").num(id).str(r.node).str(r.command).num(r.started_ns).num(ended_ns).num(static_cast<uint32_t>(r.sample_hz))
         .num(r.window_s).num(version());
+    tag(buf("recordings"));
   }
+
+  RowBinary& tag(RowBinary& b) { return b.str(batch_agent_).num(batch_id_); }
 
   const std::string& node_of(int64_t rec) {
     static const std::string unknown;
@@ -883,6 +979,9 @@ class ClickHouseStore final : public Store {
   std::unordered_set<int64_t> known_frames_, known_stacks_;
   std::set<std::pair<std::string, uint64_t>> applied_;
   std::set<std::pair<std::string, std::string>> columns_;  // (table, column) this database has
+  std::string batch_agent_;  // the ingest batch being written (begin_batch), tagged on its rows
+  uint64_t batch_id_ = 0;
+  long failpoint_inserts_ = 0;
   std::vector<std::pair<std::string, uint64_t>> applied_pending_;
 };
 

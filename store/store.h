@@ -260,6 +260,10 @@ class Store {
   virtual Status mark_batch_applied(const std::string& /*agent*/, uint64_t /*batch_id*/, uint64_t /*received_ns*/) {
     return Error{"this store does not keep ingest bookkeeping"};
   }
+  // The batch whose rows follow, once batch_applied said it is new. A store without transactions
+  // across tables (ClickHouse) tags the rows with it and first removes what an interrupted earlier
+  // attempt at the same batch wrote, so a batch lands exactly once; a transactional one needs nothing.
+  virtual Status begin_batch(const std::string& /*agent*/, uint64_t /*batch_id*/) { return {}; }
   virtual Result<std::vector<std::pair<int64_t, int64_t>>> agent_ids(const std::string& /*agent*/,
                                                                      AgentIdKind /*kind*/) {
     return Error{"this store does not keep ingest bookkeeping"};
