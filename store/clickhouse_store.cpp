@@ -723,6 +723,7 @@ class ClickHouseStore final : public Store {
         auto it = frames.find(fid);
         if (it != frames.end()) p.stacks[i].push_back(it->second);
       }
+      expand_inlined(p.stacks[i]);
     }
     return p;
   }
@@ -813,7 +814,6 @@ class ClickHouseStore final : public Store {
     }
     return out;
   }
-      expand_inlined(p.stacks[i]);
 
   Result<std::vector<DeviceActivity>> device_activity(std::optional<int64_t> rec, std::optional<uint32_t> pid) override {
     auto rows = query("SELECT pid, device, kind, name, stream, start_ns, end_ns, api_ns, api_tid, correlation, bytes"
