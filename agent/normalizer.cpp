@@ -11,7 +11,6 @@
 namespace strata::agent {
 namespace {
 constexpr uint64_t kMaxRefreshesPerPid = 64;   // bounds /proc reads for processes that map oddly
-constexpr size_t kUnwindTableBudget = 128u << 20;  // all modules' CFI rows together
 constexpr size_t kMaxNativeFrames = 127;
 constexpr size_t kMaxCodeObjectsPerProcess = 16384;
 
@@ -88,7 +87,8 @@ class Normalizer::ProcessSpace final : public unwind::AddressSpace {
   std::vector<std::shared_ptr<const unwind::ModuleUnwind>> held_;
 };
 
-Normalizer::Normalizer() : modules_(std::make_unique<unwind::ModuleCache>(kUnwindTableBudget)) {}
+Normalizer::Normalizer(size_t unwind_table_budget)
+    : modules_(std::make_unique<unwind::ModuleCache>(unwind_table_budget)) {}
 Normalizer::~Normalizer() = default;
 
 std::string build_id_hex(const uint8_t* id, size_t len) {
@@ -352,6 +352,10 @@ void Normalizer::append_python(const SampleEvent& e, Stack& out) {
 UnwindCounters Normalizer::unwind_counters() const {
   UnwindCounters c = counters_;
   c.table_bytes = modules_->memory_bytes();
+  c.table_peak_bytes = modules_->peak_bytes();
+  c.table_budget_bytes = modules_->budget_bytes();
+  c.table_builds = modules_->builds();
+  c.table_evictions = modules_->evictions();
   return c;
 }
 

@@ -38,12 +38,20 @@ struct UnwindCounters {
   uint64_t python_unresolved = 0;  // code objects that could not be read
   uint64_t python_processes = 0;
   size_t table_bytes = 0;          // unwind tables held now
+  size_t table_peak_bytes = 0;     // ... at most, over the run (never above the budget)
+  size_t table_budget_bytes = 0;
+  uint64_t table_builds = 0;       // modules' tables built (again, after an eviction)
+  uint64_t table_evictions = 0;    // least recently used tables dropped to stay in the budget
   std::array<uint64_t, 6> stops{};  // snapshot walks by unwind::StopReason
 };
 
+// The unwind tables of all modules together (CFI rows, cached by build id, least recently used
+// dropped first): strata record / agent --unwind-tables-mb.
+constexpr size_t kDefaultUnwindTableBudget = 128u << 20;
+
 class Normalizer {
  public:
-  Normalizer();
+  explicit Normalizer(size_t unwind_table_budget = kDefaultUnwindTableBudget);
   ~Normalizer();
 
   // Appends the sample's frames to `out`, leaf first: kernel frames, then user frames.

@@ -381,6 +381,10 @@ class Recorder final : public EventSink {
              {"unwind_fp_fallbacks", static_cast<double>(u.fp_fallbacks)},
              {"unwind_node_s", static_cast<double>(u.unwind_ns) / 1e9},
              {"unwind_table_bytes", static_cast<double>(u.table_bytes)},
+             {"unwind_table_peak_bytes", static_cast<double>(u.table_peak_bytes)},
+             {"unwind_table_budget_bytes", static_cast<double>(u.table_budget_bytes)},
+             {"unwind_table_builds", static_cast<double>(u.table_builds)},
+             {"unwind_table_evictions", static_cast<double>(u.table_evictions)},
              {"python_processes", static_cast<double>(u.python_processes)},
              {"python_frames", static_cast<double>(u.python_frames)},
              {"python_unresolved", static_cast<double>(u.python_unresolved)},
@@ -504,7 +508,7 @@ class Recorder final : public EventSink {
   std::unique_ptr<store::Store> store_;
   std::unique_ptr<OnCpuSampler> sampler_;
   std::unique_ptr<symbolize::Symbolizer> symbolizer_ = symbolize::make_caching_symbolizer();
-  Normalizer normalizer_;
+  Normalizer normalizer_{opts_.unwind_table_bytes};  // after opts_
   int64_t recording_ = 0;
   pid_t child_ = -1;
   uint64_t child_cpu_ns_ = 0;

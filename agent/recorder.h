@@ -23,6 +23,7 @@ struct RecordOptions {
   std::string node;                 // default: hostname
   bool symbolize_each_window = false;  // else once at the end (symbol tables load off the target's time)
   std::set<std::string> layers = {"cpu", "offcpu", "os", "gpu", "comm"};  // --layers
+  size_t unwind_table_bytes = 128u << 20;  // --unwind-tables-mb (normalizer.h)
 };
 
 struct RecordSummary {

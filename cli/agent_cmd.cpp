@@ -17,6 +17,7 @@ namespace {
 const char* kAgentHelp = R"(usage: strata agent (--server URL | -o FILE.db) [--node NAME] [--token-file F] [--window S]
                     [--select KEY[=V1,V2...]]... [--listen-metrics ADDR] [--advertise HOST:PORT]
                     [--spool DIR] [--spool-max-mb N]
+                    [--unwind-tables-mb N]
                     [-F HZ] [--layers L,...] [--duration S]
 
 Runs on a training node: finds training processes by their environment (RANK, WORLD_SIZE,
@@ -35,7 +36,10 @@ options:
   --advertise H:P     where the collector reaches /drilldown (default: the --listen-metrics address;
                       the hostname when that is 0.0.0.0)
   --spool DIR         where unsent batches wait (default /var/lib/strata/spool)
-  --spool-max-mb N    spool bound; the oldest batches are dropped, and counted, past it (default 256)
+  --spool-max-mb N    spool bound; the oldest batches are dropped, and counted, past it (default 256;
+                      fractions allowed, at least 0.0625)
+  --unwind-tables-mb N  memory for the modules' unwind tables together, least recently used dropped
+                      and rebuilt when needed (default 128; fractions allowed, at least 0.0625)
   -F HZ, --layers L   as for strata record
   --duration S        stop after S seconds (default: until SIGINT/SIGTERM)
 
@@ -69,8 +73,8 @@ int agent_main(std::vector<std::string> argv) {
       return 0;
     }
     if (a != "--server" && a != "-o" && a != "--output" && a != "--node" && a != "--token-file" && a != "--window" &&
-        a != "--select" && a != "--listen-metrics" && a != "--advertise" && a != "--spool" && a != "--spool-max-mb" && a != "-F" &&
-        a != "--layers" && a != "--duration")
+        a != "--select" && a != "--listen-metrics" && a != "--advertise" && a != "--spool" && a != "--spool-max-mb" &&
+        a != "--unwind-tables-mb" && a != "-F" && a != "--layers" && a != "--duration")
       return fail("agent: unknown option '" + a + "' (see strata agent --help)", 1);
     auto v = args.value(a);
     if (!v) return fail(v.error().message, 1);
@@ -99,10 +103,10 @@ int agent_main(std::vector<std::string> argv) {
       opts.advertise = *v;
     } else if (a == "--spool") {
       spool = *v;
-    } else if (a == "--spool-max-mb") {
-      auto n = parse_uint(a, *v, 1, 1 << 20);
+    } else if (a == "--spool-max-mb" || a == "--unwind-tables-mb") {
+      auto n = parse_mib(a, *v, 1.0 / 16, 1 << 20);
       if (!n) return fail(n.error().message, 1);
-      opts.spool_max_bytes = *n << 20;
+      (a == "--spool-max-mb" ? opts.spool_max_bytes : opts.unwind_table_bytes) = *n;
     } else if (a == "-F") {
       auto hz = parse_uint(a, *v, 1, 1000);
       if (!hz) return fail(hz.error().message, 1);

@@ -24,6 +24,17 @@ Result<double> parse_seconds(const std::string& flag, const std::string& text) {
   return v;
 }
 
+Result<uint64_t> parse_mib(const std::string& flag, const std::string& text, double min_mib, double max_mib) {
+  char* end = nullptr;
+  double v = std::strtod(text.c_str(), &end);
+  if (text.empty() || !end || *end != '\0' || !std::isfinite(v) || v < min_mib || v > max_mib) {
+    std::ostringstream o;
+    o << flag << ": expected a size in MiB from " << min_mib << " to " << max_mib << ", got '" << text << "'";
+    return Error{o.str()};
+  }
+  return static_cast<uint64_t>(v * 1024 * 1024);
+}
+
 Result<std::vector<uint32_t>> parse_pid_list(const std::string& text) {
   std::vector<uint32_t> pids;
   std::stringstream ss(text);

@@ -19,6 +19,10 @@ options:
   --duration S     stop after S seconds (the command keeps running)
   --window S       aggregation window in seconds (default 10)
   --layers L,...   what to record: cpu (on-CPU stacks), offcpu, os, gpu, comm, or all (default all)
+  --unwind-tables-mb N
+                   memory for the modules' unwind tables together (CFI rows, by build id; the
+                   least recently used are dropped and rebuilt when needed); fractions allowed,
+                   at least 0.0625 (default 128)
   -p PID[,PID]     watch running processes
   -- CMD ARGS...   run CMD and watch it until it exits
 
@@ -67,6 +71,12 @@ int record_main(std::vector<std::string> argv) {
       auto layers = agent::parse_layers(*v);
       if (!layers) return fail(layers.error().message, 1);
       opts.layers = *layers;
+    } else if (a == "--unwind-tables-mb") {
+      auto v = args.value(a);
+      if (!v) return fail(v.error().message, 1);
+      auto bytes = parse_mib(a, *v, 1.0 / 16, 65536);
+      if (!bytes) return fail(bytes.error().message, 1);
+      opts.unwind_table_bytes = *bytes;
     } else if (a == "--node") {
       auto v = args.value(a);
       if (!v) return fail(v.error().message, 1);

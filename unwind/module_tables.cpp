@@ -151,11 +151,21 @@ std::shared_ptr<const ModuleUnwind> ModuleCache::get(const std::string& key, con
   // One module may use at most the whole budget; rows past it are not built.
   opts.limits.max_rows = std::min(opts.limits.max_rows, budget_ / sizeof(UnwindRow));
   auto loaded = load_module_unwind(open_path, opts);
+  if (loaded && (*loaded)->memory_bytes() > budget_) {
+    // The rows' spare capacity, the segments and the bookkeeping count too: keep the module's
+    // first rows only (its later functions stop the walk), so the budget holds whatever loads.
+    auto& rows = (*loaded)->table.rows;
+    size_t over = (*loaded)->memory_bytes() - budget_;
+    size_t drop = std::min(rows.size(), (over + sizeof(UnwindRow) - 1) / sizeof(UnwindRow) + 1);
+    rows.resize(rows.size() - std::min(rows.size(), drop));
+    rows.shrink_to_fit();
+    if (!rows.empty()) rows.back() = UnwindRow{rows.back().pc, 0, 0, CfaRule::kInvalid, RbpRule::kSame};  // ends here
+  }
   build_ns_ += static_cast<uint64_t>(
       std::chrono::duration_cast<std::chrono::nanoseconds>(std::chrono::steady_clock::now() - t0).count());
   builds_++;
   std::shared_ptr<const ModuleUnwind> module;
-  if (loaded) module = std::shared_ptr<const ModuleUnwind>(std::move(*loaded));
+  if (loaded && (*loaded)->memory_bytes() <= budget_) module = std::shared_ptr<const ModuleUnwind>(std::move(*loaded));
   size_t bytes = module ? module->memory_bytes() : 64;
   while (used_ + bytes > budget_ && !lru_.empty()) {
     auto victim = entries_.find(lru_.back());
@@ -167,6 +177,7 @@ std::shared_ptr<const ModuleUnwind> ModuleCache::get(const std::string& key, con
   lru_.push_front(key);
   entries_[key] = Entry{module, lru_.begin()};
   used_ += bytes;
+  peak_ = std::max(peak_, used_);
   return module;
 }
 

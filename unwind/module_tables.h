@@ -62,6 +62,8 @@ class ModuleCache {
   // The module for `path` (read via `open_path`, e.g. through /proc/PID/root), nullptr if unusable.
   std::shared_ptr<const ModuleUnwind> get(const std::string& key, const std::string& open_path);
   size_t memory_bytes() const { return used_; }
+  size_t peak_bytes() const { return peak_; }  // the most memory_bytes() has been
+  size_t budget_bytes() const { return budget_; }
   size_t modules() const { return entries_.size(); }
   uint64_t builds() const { return builds_; }
   uint64_t evictions() const { return evictions_; }
@@ -74,7 +76,7 @@ class ModuleCache {
   };
   size_t budget_;
   ModuleOptions options_;
-  size_t used_ = 0;
+  size_t used_ = 0, peak_ = 0;
   uint64_t builds_ = 0, evictions_ = 0, build_ns_ = 0;
   std::unordered_map<std::string, Entry> entries_;
   std::list<std::string> lru_;  // front: most recently used

@@ -383,6 +383,15 @@ class Daemon final : public EventSink {
           static_cast<double>(clock_watch_.steps), "counter");
     gauge("strata_agent_wall_clock_offset_seconds", "The wall clock minus the run's timeline, at the last window.",
           static_cast<double>(clock_watch_.offset_ns) / 1e9);
+    const auto u = normalizer_.unwind_counters();
+    gauge("strata_agent_unwind_table_bytes", "Unwind tables (CFI rows) held now, within --unwind-tables-mb.",
+          static_cast<double>(u.table_bytes));
+    gauge("strata_agent_unwind_table_peak_bytes", "The most the unwind tables have held.",
+          static_cast<double>(u.table_peak_bytes));
+    gauge("strata_agent_unwind_table_builds_total", "Modules' unwind tables built (again after an eviction).",
+          static_cast<double>(u.table_builds), "counter");
+    gauge("strata_agent_unwind_table_evictions_total", "Unwind tables dropped to stay inside the budget.",
+          static_cast<double>(u.table_evictions), "counter");
     gauge("process_cpu_seconds_total", "The agent's own CPU time.", cpu_seconds_self(), "counter");
     gauge("process_resident_memory_bytes", "The agent's resident memory.", static_cast<double>(rss_bytes()));
     if (writer_) {
@@ -604,7 +613,7 @@ class Daemon final : public EventSink {
   shipper::BatchingWriter* writer_ = nullptr;  // store_, when shipping
   std::unique_ptr<OnCpuSampler> sampler_;
   std::unique_ptr<symbolize::Symbolizer> symbolizer_ = symbolize::make_caching_symbolizer();
-  Normalizer normalizer_;
+  Normalizer normalizer_{opts_.unwind_table_bytes};  // after opts_
   FlightRecorder flight_;  // before the sources: they hold a pointer to it
   std::vector<std::unique_ptr<Source>> sources_;
   int64_t recording_ = 0;

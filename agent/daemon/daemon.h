@@ -33,6 +33,7 @@ struct AgentOptions {
   std::string token;
   std::string spool_dir;    // default: /var/lib/strata/spool-<node> (or $TMPDIR when not writable)
   uint64_t spool_max_bytes = 256ull << 20;
+  uint64_t unwind_table_bytes = 128ull << 20;  // CFI tables of all modules together (LRU)
   double window_s = 10;
   double scan_s = 2;        // how often /proc is scanned for new training processes
   double duration_s = 0;    // 0: until SIGINT/SIGTERM

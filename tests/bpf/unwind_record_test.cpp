@@ -4,6 +4,9 @@
 #include <gtest/gtest.h>
 #include <unistd.h>
 
+#include <iostream>
+#include <map>
+#include <set>
 #include <sstream>
 
 #include "tests/support/run.h"
@@ -16,8 +19,8 @@ struct Folded {
   uint64_t count = 0;
 };
 
-std::vector<Folded> record(const TempDir& dir, const std::string& cmd) {
-  auto rec = run(strata_bin() + " record --layers cpu -o " + dir.file("rec.db") + " -- " + cmd);
+std::vector<Folded> record(const TempDir& dir, const std::string& cmd, const std::string& options = "") {
+  auto rec = run(strata_bin() + " record --layers cpu " + options + " -o " + dir.file("rec.db") + " -- " + cmd);
   EXPECT_EQ(rec.exit_code, 0) << describe(rec);
   auto rep = run(strata_bin() + " report " + dir.file("rec.db") + " --format folded");
   EXPECT_EQ(rep.exit_code, 0) << describe(rep);
@@ -99,6 +102,58 @@ TEST(Unwind, PythonToCToPythonCallbackIsWhole) {
   auto lines = record(dir, "/usr/bin/python3.11 " + source("py_ctypes.py") + " 2");
   expect_chain(lines, "cb_leaf", {"_start", "py_main", "call_into_c", "ffi_call", "qsort_r", "py_callback", "cb_leaf"},
                "py_ctypes.py");
+}
+
+// The unwind tables' memory budget (--unwind-tables-mb): 16 modules of ~65 KB of CFI rows each,
+// plus libc's ~300 KB, against 0.75 MiB. Tables must be evicted and rebuilt, the cache must never
+// hold more than the budget, and the stacks through every module must still be whole.
+TEST(Unwind, TableBudgetEvictsRebuildsAndStillUnwinds) {
+  TempDir dir;
+  constexpr int kModules = 16;
+  constexpr uint64_t kBudget = 786432;  // 0.75 MiB
+  const std::string prog = testprog("many_modules");
+  const std::string modules_dir = prog.substr(0, prog.rfind('/'));  // libstrata_modN.so lie beside it
+  auto lines = record(dir, prog + " " + modules_dir + " " + std::to_string(kModules) + " 4", "--unwind-tables-mb 0.75");
+  auto stats = run("sqlite3 " + dir.file("rec.db") +
+                   " \"SELECT key || ' ' || CAST(value AS INTEGER) FROM agent_stats WHERE key LIKE 'unwind_table%'\"");
+  ASSERT_EQ(stats.exit_code, 0) << describe(stats);
+  std::map<std::string, uint64_t> st;
+  std::istringstream in(stats.out);
+  std::string key;
+  uint64_t value;
+  while (in >> key >> value) st[key] = value;
+  std::cout << "unwind table stats:";
+  for (const auto& [k, v] : st) std::cout << " " << k << "=" << v;
+  std::cout << "\n";
+  EXPECT_EQ(st["unwind_table_budget_bytes"], kBudget);
+  EXPECT_GT(st["unwind_table_peak_bytes"], kBudget / 2) << "the modules did not fill the budget";
+  EXPECT_LE(st["unwind_table_peak_bytes"], kBudget);
+  EXPECT_LE(st["unwind_table_bytes"], kBudget);
+  EXPECT_GT(st["unwind_table_evictions"], 0u);
+  EXPECT_GT(st["unwind_table_builds"], static_cast<uint64_t>(kModules) + 4) << "tables were not rebuilt";
+
+  // Every module's chain, whole from _start, in (nearly) every sample of its leaf.
+  uint64_t total = 0, full = 0;
+  std::set<int> seen;
+  std::string bad;
+  for (const auto& l : lines) {
+    if (l.frames.empty()) continue;
+    const std::string leaf = name_of(l.frames.back());
+    if (leaf.rfind("mod", 0) != 0 || leaf.size() < 9 || leaf.substr(leaf.size() - 5) != "_leaf") continue;
+    std::string mod = leaf.substr(0, leaf.size() - 5);
+    total += l.count;
+    seen.insert(std::stoi(mod.substr(3)));
+    std::vector<std::string> chain = {"_start", "main", mod + "_run", mod + "_a", mod + "_b", leaf};
+    size_t at = 0;
+    for (const auto& f : l.frames)
+      if (at < chain.size() && name_of(f) == chain[at]) ++at;
+    if (at == chain.size() && l.frames.front() == "_start") full += l.count;
+    else bad = l.frames.front() + ";...;" + leaf;
+  }
+  std::cout << full << " of " << total << " module samples whole from _start, in " << seen.size() << " modules\n";
+  ASSERT_GT(total, 100u) << "too few samples in the modules";
+  EXPECT_GE(seen.size(), static_cast<size_t>(kModules * 3 / 4)) << "samples in too few modules";
+  EXPECT_GE(static_cast<double>(full) / static_cast<double>(total), 0.95) << full << " of " << total << "; " << bad;
 }
 
 }  // namespace

@@ -152,6 +152,15 @@ TEST(ModuleCache, StaysInsideItsBudget) {
   EXPECT_LE(small.memory_bytes(), 64u * 1024);
   EXPECT_EQ(small.get("missing", "/nonexistent"), nullptr);
   EXPECT_GE(small.builds(), 3u);
+  // libc's rows alone are more than the budget: it was cut to fit, and pushed out by the others.
+  EXPECT_LE(libc->memory_bytes(), 64u * 1024);
+  EXPECT_GE(small.evictions(), 1u);
+  EXPECT_LE(small.peak_bytes(), 64u * 1024);
+  // Asked again: rebuilt, and the cache still inside its budget.
+  uint64_t builds = small.builds();
+  ASSERT_NE(small.get("libc", info.dli_fname), nullptr);
+  EXPECT_EQ(small.builds(), builds + 1);
+  EXPECT_LE(small.peak_bytes(), 64u * 1024);
 }
 
 }  // namespace
