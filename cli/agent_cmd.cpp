@@ -142,6 +142,8 @@ int agent_main(std::vector<std::string> argv) {
     for (const auto& [k, v] : s->records_acked) std::cerr << " " << k << "=" << v;
     std::cerr << "\nstrata: agent: sealed";
     for (const auto& [k, v] : s->records_sealed) std::cerr << " " << k << "=" << v;
+    std::cerr << "\nstrata: agent: dropped";
+    for (const auto& [k, v] : s->records_dropped) std::cerr << " " << k << "=" << v;
   }
   std::cerr << "\n";
   return 0;

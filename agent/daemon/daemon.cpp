@@ -411,6 +411,10 @@ class Daemon final : public EventSink {
       o << "# HELP strata_agent_records_acked_total Rows acknowledged by the collector, by kind.\n"
            "# TYPE strata_agent_records_acked_total counter\n";
       for (const auto& [k, v] : s.records_acked) o << "strata_agent_records_acked_total{kind=\"" << k << "\"} " << v << "\n";
+      o << "# HELP strata_agent_records_dropped_total Rows in batches dropped because the spool was full, by kind.\n"
+           "# TYPE strata_agent_records_dropped_total counter\n";
+      for (const auto& [k, v] : s.records_dropped)
+        o << "strata_agent_records_dropped_total{kind=\"" << k << "\"} " << v << "\n";
     }
     std::vector<std::pair<std::string, double>> stats;
     for (const auto& src : sources_) src->stats(stats);
@@ -536,6 +540,7 @@ class Daemon final : public EventSink {
       auto c = writer_->counters();
       s.records_sealed = c.records_sealed;
       s.records_acked = c.records_acked;
+      s.records_dropped = c.records_dropped;
       s.batches_sent = c.batches_sent;
       s.batches_pending = c.spool_batches;
       s.batches_dropped = c.batches_dropped;

@@ -50,6 +50,7 @@ struct AgentSummary {
   uint64_t samples = 0;
   std::map<std::string, uint64_t> records_sealed;  // per kind, written into batches
   std::map<std::string, uint64_t> records_acked;   // per kind, acknowledged by the server
+  std::map<std::string, uint64_t> records_dropped; // per kind, in batches the full spool dropped
   uint64_t batches_sent = 0, batches_pending = 0, batches_dropped = 0, batches_rejected = 0;
   uint64_t bytes_sent = 0;
 };

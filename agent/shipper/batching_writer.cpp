@@ -338,9 +338,18 @@ Status BatchingWriter::seal() {
     std::lock_guard lock(mu_);
     counters_.batches_sealed++;
     for (const auto& [k, v] : counts) counters_.records_sealed[k] += v;
-    for (uint64_t d : dropped) pending_counts_.erase(d);
+    auto count_dropped = [&](const KindCounts& rows) {
+      for (const auto& [k, v] : rows) counters_.records_dropped[k] += v;
+    };
+    for (uint64_t d : dropped) {
+      if (auto it = pending_counts_.find(d); it != pending_counts_.end()) {
+        count_dropped(it->second);
+        pending_counts_.erase(it);
+      }
+    }
     counters_.batches_dropped = spool_.dropped();
     if (*seq != 0) pending_counts_[*seq] = std::move(counts);
+    else count_dropped(counts);
   }
   if (!dropped.empty() || *seq == 0) spool_dropped_ = true;
   cv_.notify_all();
@@ -411,10 +420,11 @@ void BatchingWriter::ship_loop() {
       cv_.wait_for(lock, wait, [&] { return stop_ || (backoff_s == 0 && spool_.count() > 0); });
       if (stop_) return;
     }
-    while (auto e = spool_.oldest()) {
+    while (auto e = spool_.checkout()) {
       auto body = spool_.read(*e);
       bool done = body ? ship_one(*e, *body) : true;  // an unreadable file is dropped
       if (!done) {
+        spool_.release();
         backoff_s = backoff_s == 0 ? 0.5 : std::min(backoff_s * 2, 10.0);
         break;
       }

@@ -40,12 +40,13 @@ struct ShipperCounters {
   uint64_t batches_sent = 0;      // acknowledged by the server (applied or already applied)
   uint64_t send_failures = 0;     // attempts that failed (unreachable, 5xx, 401): retried
   uint64_t batches_rejected = 0;  // refused by the server as bad (4xx): dropped
-  uint64_t batches_dropped = 0;   // oldest dropped because the spool was full
+  uint64_t batches_dropped = 0;   // oldest dropped because the spool was full (or the new one)
   uint64_t bytes_sent = 0;        // compressed, acknowledged
   uint64_t spool_bytes = 0;
   uint64_t spool_batches = 0;
   KindCounts records_sealed;      // rows put into batches
   KindCounts records_acked;       // rows of acknowledged batches (this run's)
+  KindCounts records_dropped;     // rows of batches the full spool dropped (this run's)
 };
 
 class BatchingWriter final : public store::Store {

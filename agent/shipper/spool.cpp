@@ -39,7 +39,7 @@ Status make_dirs(const std::string& dir) {
 
 Spool::Spool(Spool&& o) noexcept
     : dir_(std::move(o.dir_)), max_bytes_(o.max_bytes_), entries_(std::move(o.entries_)), bytes_(o.bytes_),
-      next_seq_(o.next_seq_), dropped_(o.dropped_) {}
+      next_seq_(o.next_seq_), dropped_(o.dropped_), pinned_(o.pinned_) {}
 
 Result<Spool> Spool::open(const std::string& dir, uint64_t max_bytes) {
   if (auto st = make_dirs(dir); !st) return st.error().environment();
@@ -68,14 +68,23 @@ Result<Spool> Spool::open(const std::string& dir, uint64_t max_bytes) {
 
 Result<uint64_t> Spool::push(const std::string& bytes, std::vector<uint64_t>& dropped) {
   std::lock_guard lock(mu_);
-  while (!entries_.empty() && bytes_ + bytes.size() > max_bytes_) {
-    unlink(entries_.front().path.c_str());
-    bytes_ -= entries_.front().bytes;
-    dropped.push_back(entries_.front().seq);
-    entries_.erase(entries_.begin());
+  if (bytes.size() > max_bytes_) {  // larger than the whole spool: kept nowhere, the others stay
+    ++dropped_;
+    return uint64_t{0};
+  }
+  // Oldest first, passing over the batch being sent.
+  for (size_t i = 0; i < entries_.size() && bytes_ + bytes.size() > max_bytes_;) {
+    if (entries_[i].seq == pinned_) {
+      ++i;
+      continue;
+    }
+    unlink(entries_[i].path.c_str());
+    bytes_ -= entries_[i].bytes;
+    dropped.push_back(entries_[i].seq);
+    entries_.erase(entries_.begin() + static_cast<std::ptrdiff_t>(i));
     ++dropped_;
   }
-  if (bytes.size() > max_bytes_) {  // larger than the whole spool: cannot be kept at all
+  if (bytes_ + bytes.size() > max_bytes_) {  // only the batch being sent is left, and this one is too big
     ++dropped_;
     return uint64_t{0};
   }
@@ -110,8 +119,21 @@ Result<std::string> Spool::read(const Entry& e) const {
   return data;
 }
 
+std::optional<Spool::Entry> Spool::checkout() {
+  std::lock_guard lock(mu_);
+  if (entries_.empty()) return std::nullopt;
+  pinned_ = entries_.front().seq;
+  return entries_.front();
+}
+
+void Spool::release() {
+  std::lock_guard lock(mu_);
+  pinned_ = 0;
+}
+
 void Spool::remove(const Entry& e) {
   std::lock_guard lock(mu_);
+  if (pinned_ == e.seq) pinned_ = 0;
   auto it = std::find_if(entries_.begin(), entries_.end(), [&](const Entry& x) { return x.seq == e.seq; });
   if (it == entries_.end()) return;  // dropped meanwhile
   unlink(it->path.c_str());

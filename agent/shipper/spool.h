@@ -19,7 +19,9 @@ class Spool {
   static Result<Spool> open(const std::string& dir, uint64_t max_bytes);
 
   // Adds a batch and returns its sequence number; drops the oldest ones first when it would not
-  // fit, adding their sequence numbers to `dropped`. 0: the batch alone is larger than the spool.
+  // fit, adding their sequence numbers to `dropped`. 0: the batch was dropped itself (larger than
+  // the spool, or only the batch being sent is left to drop). The files never hold more than
+  // max_bytes together.
   Result<uint64_t> push(const std::string& bytes, std::vector<uint64_t>& dropped);
 
   struct Entry {
@@ -28,6 +30,11 @@ class Spool {
     uint64_t bytes = 0;
   };
   std::optional<Entry> oldest() const;
+  // The oldest batch, kept from being dropped until remove() or release(): the one being sent,
+  // which the collector may take even while the spool overflows (it would count twice, as
+  // dropped and as delivered).
+  std::optional<Entry> checkout();
+  void release();
   Result<std::string> read(const Entry& e) const;
   void remove(const Entry& e);
 
@@ -46,6 +53,7 @@ class Spool {
   uint64_t bytes_ = 0;
   uint64_t next_seq_ = 1;
   uint64_t dropped_ = 0;
+  uint64_t pinned_ = 0;  // seq of the checked-out batch, 0: none
 };
 
 }  // namespace strata::agent::shipper
