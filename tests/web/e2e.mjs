@@ -1,9 +1,10 @@
 // End-to-end test of the web UI in headless Chromium (Debian's chromium, driven by playwright-core):
 // record a 4-rank sim run with a fault under `strata record`, serve the store with `strata serve`
 // (its default web directory: the build's web/), and walk the pages a person would: the job list,
-// the job (the finding names the faulty rank and its cause, the heatmap), the culprit's differential
-// flame graph (the culprit function stands out), the timeline and the nodes. Screenshots land in
-// build/test-artifacts/web/.
+// the job (the finding names the faulty rank and its cause, the heatmap), a heatmap cell's flame
+// graphs for that step's time window, the culprit's differential flame graph (the culprit function
+// stands out), the timeline and its chrome-trace download (also from a server with a bearer token:
+// the token never rides in a URL), and the nodes. Screenshots land in build/test-artifacts/web/.
 //
 // Environment (CTest sets them): STRATA_BIN, STRATA_BUILD, STRATA_SOURCE. Needs root (strata record).
 // Exit 77: skipped (not root, or no chromium).
@@ -46,11 +47,11 @@ function check(ok, what) {
   if (!ok) failures++;
 }
 
-function recordOnce(name, fault) {
+function recordOnce(name, fault, extra = []) {
   const db = path.join(work, `${name}.db`);
   fs.rmSync(db, { force: true });
   const r = spawnSync(path.join(BIN, 'strata'),
-    ['record', '-o', db, '--', path.join(BIN, 'strata-sim'), 'run', '--ranks', '4', '--steps', '30', '--fault', fault,
+    ['record', '-o', db, ...extra, '--', path.join(BIN, 'strata-sim'), 'run', '--ranks', '4', '--steps', '30', '--fault', fault,
       '--truth', path.join(work, `${name}.truth.json`)],
     { encoding: 'utf8', timeout: 240_000 });
   if (r.status !== 0) throw new Error(`strata record (${fault}) failed: ${r.stderr.slice(-2000)}`);
@@ -60,10 +61,10 @@ function recordOnce(name, fault) {
 // The recording is this test's input, not what it tests: on a machine busy with other work (CPU
 // hogs of other tests, builds) the diagnosis can rightly see contention instead of the planted
 // fault. Record again (up to 3 times) until `strata diagnose` names the fault, then check the UI.
-function record(name, fault, rank, causes) {
+function record(name, fault, rank, causes, extra = []) {
   let last = '';
   for (let attempt = 1; attempt <= 3; attempt++) {
-    const db = recordOnce(name, fault);
+    const db = recordOnce(name, fault, extra);
     const d = spawnSync(path.join(BIN, 'strata'), ['diagnose', db, '--json'], { encoding: 'utf8' });
     last = d.stdout;
     try {
@@ -86,20 +87,55 @@ async function freePort() {
   });
 }
 
-async function serve(db) {
+// Starts `strata serve` on the store; with `token`, behind that bearer token. Returns its URL.
+async function serve(db, token) {
   const port = await freePort();
-  const log = fs.openSync(path.join(work, `serve-${port}.log`), 'w');
-  const p = spawn(path.join(BIN, 'strata'), ['serve', '--store', `sqlite:${db}`, '--listen', `127.0.0.1:${port}`],
-    { stdio: ['ignore', log, log] });
+  const logPath = path.join(work, `serve-${port}.log`);
+  const log = fs.openSync(logPath, 'w');
+  const args = ['serve', '--store', `sqlite:${db}`, '--listen', `127.0.0.1:${port}`];
+  if (token) {
+    const tf = path.join(work, `token-${port}`);
+    fs.writeFileSync(tf, token + '\n', { mode: 0o600 });
+    args.push('--token-file', tf);
+  }
+  const p = spawn(path.join(BIN, 'strata'), args, { stdio: ['ignore', log, log] });
   children.push(p);
   const url = `http://127.0.0.1:${port}`;
+  serve.procs.set(url, { proc: p, logPath });
+  const headers = token ? { Authorization: `Bearer ${token}` } : {};
   for (let i = 0; i < 100; i++) {
     try {
-      if ((await fetch(`${url}/api/v1/jobs`)).ok) return url;
+      if ((await fetch(`${url}/api/v1/jobs`, { headers })).ok) return url;
     } catch { /* not up yet */ }
     await new Promise((r) => setTimeout(r, 100));
   }
   throw new Error(`strata serve on ${url} did not answer (log: ${fs.readFileSync(path.join(work, `serve-${port}.log`), 'utf8')})`);
+}
+
+serve.procs = new Map();
+
+async function stopServer(url) {
+  const { proc } = serve.procs.get(url);
+  if (proc.exitCode !== null) return;
+  const exited = new Promise((r) => proc.once('exit', r));
+  proc.kill('SIGTERM');
+  await exited;
+}
+
+// Clicks the chrome-trace download of a timeline page; returns the saved file's text.
+async function downloadTrace(page) {
+  const [dl] = await Promise.all([page.waitForEvent('download', { timeout: 60_000 }), page.click('#download-trace')]);
+  const failure = await dl.failure();
+  if (failure) throw new Error(`chrome-trace download failed: ${failure}`);
+  return { name: dl.suggestedFilename(), text: fs.readFileSync(await dl.path(), 'utf8'), url: dl.url() };
+}
+
+function parseJson(text) {
+  try {
+    return JSON.parse(text);
+  } catch {
+    return null;
+  }
 }
 
 async function waitReady(page, what) {
@@ -117,7 +153,8 @@ async function main() {
   });
   try {
     // ---- a slow GPU on rank 2
-    const gpuDb = record('gpu-slow', 'gpu-slow:rank=2', 2, /gpu-slow/);
+    // Short windows (2 s): a step's window then holds a part of the run's stacks, not all of them.
+    const gpuDb = record('gpu-slow', 'gpu-slow:rank=2', 2, /gpu-slow/, ['--window', '2']);
     const url = await serve(gpuDb);
     const page = await browser.newPage();
     page.on('pageerror', (e) => check(false, `no page error (${e.message})`));
@@ -141,13 +178,62 @@ async function main() {
     await page.screenshot({ path: path.join(ARTIFACTS, 'job-gpu-slow.png'), fullPage: true });
     const jobHash = await page.evaluate(() => location.hash);
 
-    // The heatmap alone, with rank 2 picked (a click on its row), shareable by URL.
+    // The heatmap alone, with rank 2 picked (a click on its cell in the middle step), shareable by URL.
     const box = await heat.boundingBox();
     await page.mouse.click(box.x + box.width / 2, box.y + box.height * (2.5 / 4));
-    await page.waitForFunction(() => /rank=2/.test(location.hash));
+    await page.waitForFunction(() => /rank=2/.test(location.hash) && /step=\d+/.test(location.hash));
     await waitReady(page, 'heatmap');
     // A locator, not an element handle: the heatmap may re-render after the click.
     await page.locator('#heatmap').screenshot({ path: path.join(ARTIFACTS, 'heatmap.png') });
+
+    // ---- the picked cell's flame graph: rank 2 in that step's time window
+    await page.click('#cell-flame');
+    await waitReady(page, 'flame');
+    const winUrl = new URL(page.url());
+    const winState = new URLSearchParams(winUrl.hash.replace(/^#\/flame\?/, ''));
+    check(winState.get('rank') === '2' && /^\d+$/.test(winState.get('from') ?? '') && /^\d+$/.test(winState.get('to') ?? ''),
+      `windowed flame graph: the URL carries rank and time window (${winUrl.hash})`);
+    const winTotal = Number(await page.getAttribute('#flame', 'data-total'));
+    const winSpan = await page.textContent('#window-span');
+    const winFrames = (await page.$$('#flame g[name]')).length;
+    await page.screenshot({ path: path.join(ARTIFACTS, 'flame-window.png'), fullPage: true });
+    // The same rank over the whole run ("whole run" link), then compare.
+    await page.evaluate(() => { document.body.dataset.ready = ''; });
+    await page.click('#whole-run');
+    await waitReady(page, 'flame');
+    check(!/from=|to=/.test(page.url()), `"whole run" drops the window from the URL (${new URL(page.url()).hash})`);
+    const allTotal = Number(await page.getAttribute('#flame', 'data-total'));
+    check(winTotal > 0 && winTotal <= allTotal && winFrames > 0,
+      `windowed flame graph: ${winTotal} samples in the window, > 0 and <= the whole run's ${allTotal} (${winSpan.trim()})`);
+    console.log(`${winTotal < allTotal ? 'ok  ' : 'INFO'} the window holds a part of the run (${winTotal} of ${allTotal} samples)`);
+    // The API agrees with the page, and the windows of the run add up to the whole.
+    // (ns from the raw text: JSON numbers past 2^53 lose their last digits in JS.)
+    const api = async (q) => {
+      const text = await (await fetch(`${url}/api/v1/diff?${q}`)).text();
+      return { ...JSON.parse(text), span: [text.match(/"start_ns":(\d+)/)?.[1], text.match(/"end_ns":(\d+)/)?.[1]] };
+    };
+    const q0 = `job=${encodeURIComponent(winState.get('job') ?? '')}&rank=2&kind=oncpu`;
+    const sum = (d) => d.stacks.reduce((n, [, r]) => n + r, 0);
+    const apiWin = await api(`${q0}&from=${winState.get('from')}&to=${winState.get('to')}`);
+    const before = await api(`${q0}&to=${apiWin.span[0]}`);
+    const after = await api(`${q0}&from=${apiWin.span[1]}`);
+    check(sum(apiWin) === winTotal && sum(before) + sum(apiWin) + sum(after) === allTotal,
+      `diff API: window ${sum(apiWin)} + before ${sum(before)} + after ${sum(after)} = whole run ${allTotal}`);
+    // Off-CPU and differential keep the window (back to it through history).
+    await page.evaluate(() => { document.body.dataset.ready = ''; });
+    await page.goBack();
+    await waitReady(page, 'flame');
+    await page.evaluate(() => { document.body.dataset.ready = ''; });
+    await page.selectOption('#kind', 'offcpu');
+    await waitReady(page, 'flame');
+    check(/kind=offcpu/.test(page.url()) && /from=\d+/.test(page.url()) && /to=\d+/.test(page.url()), 'off-CPU flame graph keeps the window');
+    await page.evaluate(() => { document.body.dataset.ready = ''; });
+    await page.check('#diff');
+    await waitReady(page, 'flame');
+    const diffTotal = Number(await page.getAttribute('#flame', 'data-total'));
+    check(/diff=1/.test(page.url()) && /from=\d+/.test(page.url()) && (await page.textContent('#window-span')).includes('UTC'),
+      `differential flame graph keeps the window (${diffTotal} µs off-CPU on rank 2 in it)`);
+    await page.screenshot({ path: path.join(ARTIFACTS, 'diff-flame-window-offcpu.png'), fullPage: true });
 
     await page.goto(`${url}/${jobHash}`);
     await waitReady(page, 'findings');
@@ -173,9 +259,10 @@ async function main() {
     const jobName = (await (await fetch(`${url}/api/v1/jobs`)).json()).jobs[0].job;
     await page.goto(`${url}/#/timeline?job=${encodeURIComponent(jobName)}&rank=2`);
     await waitReady(page, 'timeline');
-    const href = await page.getAttribute('#download-trace', 'href');
-    const trace = await (await fetch(new URL(href, `${url}/`))).json();
-    check(Array.isArray(trace.traceEvents) && trace.traceEvents.some((e) => e.cat === 'step'), 'timeline: the chrome-trace download has the rank\'s steps');
+    const saved = await downloadTrace(page);
+    const trace = parseJson(saved.text);
+    check(Array.isArray(trace?.traceEvents) && trace.traceEvents.some((e) => e.cat === 'step'),
+      `timeline: the chrome-trace download (${saved.name}) has the rank's steps`);
     await page.screenshot({ path: path.join(ARTIFACTS, 'timeline.png'), fullPage: true });
 
     await page.goto(`${url}/#/nodes`);
@@ -191,6 +278,33 @@ async function main() {
     const bg = await dark.evaluate(() => getComputedStyle(document.body).backgroundColor);
     check(bg === 'rgb(13, 17, 23)', `dark mode follows prefers-color-scheme (body ${bg})`);
     await dark.screenshot({ path: path.join(ARTIFACTS, 'job-dark.png'), fullPage: true });
+    await dark.close();
+
+    // ---- the same store behind a bearer token: the UI asks for it once (a prompt), every API call
+    // sends it as a header, and the chrome-trace download works without the token in any URL.
+    await stopServer(url);  // one server on the file at a time (each keeps its diagnoses in it)
+    const token = `e2e-${Math.random().toString(36).slice(2)}-token`;
+    const turl = await serve(gpuDb, token);
+    check((await fetch(`${turl}/api/v1/timeline?rank=2`)).status === 401, 'token server: an API call without the token gets 401');
+    const tpage = await browser.newPage();
+    const prompts = [];
+    tpage.on('dialog', (d) => { prompts.push(d.type()); void d.accept(token); });
+    const urls = [];
+    tpage.on('request', (r) => urls.push(r.url()));
+    tpage.on('pageerror', (e) => check(false, `no page error behind the token (${e.message})`));
+    await tpage.goto(`${turl}/#/timeline?job=${encodeURIComponent(jobName)}&rank=2`);
+    await waitReady(tpage, 'timeline');
+    check(prompts.length === 1 && prompts[0] === 'prompt', `token server: the UI asked for the token once (${prompts.join(', ') || 'never'})`);
+    const tsaved = await downloadTrace(tpage);
+    const ttrace = parseJson(tsaved.text);
+    check(Array.isArray(ttrace?.traceEvents) && ttrace.traceEvents.some((e) => e.cat === 'step'),
+      `token server: the chrome-trace download has the rank's steps (${tsaved.name}, ${tsaved.text.length} bytes, from ${tsaved.url.slice(0, 5)}…)`);
+    const leaked = urls.concat([tsaved.url]).filter((u) => u.includes(token));
+    check(leaked.length === 0, `token server: the token is in no URL (${urls.length} requests)`);
+    const tlog = fs.readFileSync(serve.procs.get(turl).logPath, 'utf8');
+    check(!tlog.includes(token), 'token server: the token is not in the server\'s log');
+    await tpage.screenshot({ path: path.join(ARTIFACTS, 'timeline-token.png'), fullPage: true });
+    await tpage.close();
 
     // ---- a CPU hotspot on rank 2: the culprit function tops the differential flame graph
     const hotDb = record('host-hotspot', 'host-hotspot:rank=2', 2, /host-hotspot|cpu_work|slow_augment/);

@@ -1,8 +1,9 @@
 // Unit tests of the web UI's data shaping (web/src/shape.ts): run by `npm test` in web/ and by CTest
 // (label "web").
 import {
-  buildFlameTree, colorDomain, diffTree, functionDeltas, median, osTotalsByPid, parseFolded, quantile, rampColor,
-  rankBreakdown, robustZ, stepTrend, traceTracks, fmtMs, type DiffProfile, type Heatmap,
+  buildFlameTree, cellRange, colorDomain, diffTree, fmtRange, functionDeltas, median, nsString, osTotalsByPid,
+  parseFolded, quantile, rampColor, rangeSteps, rankBreakdown, rankTotal, robustZ, stepsRange, stepTrend,
+  traceTracks, fmtMs, type DiffProfile, type Heatmap,
 } from '../../web/src/shape';
 
 describe('statistics', () => {
@@ -39,6 +40,44 @@ describe('heatmap', () => {
     expect(rampColor(0)).toEqual([68, 1, 84]);
     expect(rampColor(2)).toEqual([253, 231, 37]);
     expect(rampColor(NaN)).toEqual([128, 128, 128]);
+  });
+});
+
+describe('time windows', () => {
+  const t0 = 1_700_000_000_000_000_000;
+  const hm: Pick<Heatmap, 'step_start_ns' | 'step_end_ns' | 'series'> = {
+    step_start_ns: [t0, t0 + 200e6, t0 + 400e6],
+    step_end_ns: [t0 + 210e6, t0 + 420e6, t0 + 650e6],
+    series: { step_ms: [[200, 200, 250], [210, 220, 240]] },
+  };
+  it('ns strings are plain decimals the URL and the API carry', () => {
+    expect(nsString(t0)).toBe('1700000000000000000');
+    expect(nsString(1.5e21)).toBe('1500000000000000000000');
+    expect(nsString(-5)).toBe('0');
+  });
+  it('a cell covers its step on every rank: earliest start to latest end', () => {
+    expect(cellRange(hm, 0, 1)).toEqual({ from: nsString(t0 + 200e6), to: nsString(t0 + 420e6) });
+    expect(stepsRange(hm, 0, 2)).toEqual({ from: nsString(t0), to: nsString(t0 + 650e6) });
+    expect(stepsRange(hm, 2, 1)).toBeNull();
+    expect(stepsRange(hm, 0, 3)).toBeNull();
+  });
+  it('without step ends (an older server): the next start, or the cell\'s own step time', () => {
+    const old = { step_start_ns: hm.step_start_ns, series: hm.series };
+    expect(cellRange(old, 0, 0)).toEqual({ from: nsString(t0), to: nsString(t0 + 200e6) });
+    expect(cellRange(old, 1, 2)).toEqual({ from: nsString(t0 + 400e6), to: nsString(t0 + 640e6) });
+  });
+  it('a range maps back to the steps it covers (the window picker)', () => {
+    expect(rangeSteps(hm, {})).toEqual([1, 3]);
+    for (const [a, b] of [[0, 0], [1, 1], [2, 2], [0, 1], [1, 2], [0, 2]]) expect(rangeSteps(hm, stepsRange(hm, a, b)!)).toEqual([a + 1, b + 1]);
+    expect(rangeSteps(hm, { from: nsString(t0 + 1), to: nsString(t0 + 100e6) })).toEqual([1, 1]);
+    // Without ends: every step that starts inside the range.
+    expect(rangeSteps({ step_start_ns: hm.step_start_ns }, { from: nsString(t0 + 200e6), to: nsString(t0 + 420e6) })).toEqual([2, 3]);
+    expect(rangeSteps({ step_start_ns: [] }, {})).toBeNull();
+  });
+  it('formats a range and totals a rank\'s profile', () => {
+    expect(fmtRange(Date.UTC(2024, 0, 1, 12, 0, 5, 120) * 1e6, Date.UTC(2024, 0, 1, 12, 0, 5, 320) * 1e6))
+      .toBe('12:00:05.120–12:00:05.320 UTC (0.20 s)');
+    expect(rankTotal({ stacks: [['a;b', 3, 10], ['a;c', 4, 0]] })).toBe(7);
   });
 });
 

@@ -7,6 +7,8 @@ describe('URL state', () => {
       { view: 'jobs' },
       { view: 'job', job: 'torchelastic 7/a&b', metric: 'collective_ms', rank: 137 },
       { view: 'flame', job: 'j', rank: 2, kind: 'offcpu', diff: true },
+      { view: 'flame', job: 'j', rank: 2, kind: 'oncpu', from: '1700000000200000000', to: '1700000000400000000' },
+      { view: 'job', job: 'j', rank: 137, step: 31 },
       { view: 'timeline', job: '', rank: 0, step: 12 },
       { view: 'nodes' },
     ];
@@ -17,5 +19,8 @@ describe('URL state', () => {
     expect(parseHash('#/nope?rank=1')).toEqual({ view: 'jobs', rank: 1 });
     expect(parseHash('#/flame?rank=-3&kind=gpu&diff=yes&metric=<script>')).toEqual({ view: 'flame' });
     expect(formatHash({ view: 'jobs' })).toBe('#/');
+    // A time range is digits only (unix ns); anything else is dropped, not passed to the API.
+    expect(parseHash('#/flame?from=12&to=1e9')).toEqual({ view: 'flame', from: '12' });
+    expect(parseHash('#/flame?from=-1&to=99999999999999999999')).toEqual({ view: 'flame' });
   });
 });

@@ -45,6 +45,25 @@ async function get(path: string, params: Record<string, string | number | undefi
   return res;
 }
 
+// Saves an API answer as a file. A link (<a href download>) cannot send the bearer token, and the
+// token must never ride in a URL (logs, history, Referer): fetch with the header, hand the browser
+// the bytes as a blob: URL, and let it go once the save has started.
+export async function download(path: string, params: Record<string, string | number | undefined>, filename: string): Promise<void> {
+  const blob = await (await get(path, params)).blob();
+  const href = URL.createObjectURL(blob);
+  const a = document.createElement('a');
+  a.href = href;
+  a.download = filename;
+  a.style.display = 'none';
+  document.body.append(a);
+  try {
+    a.click();
+  } finally {
+    a.remove();
+    setTimeout(() => URL.revokeObjectURL(href), 60_000);
+  }
+}
+
 const json = async <T>(path: string, params: Record<string, string | number | undefined> = {}) =>
   (await (await get(path, params)).json()) as T;
 
@@ -53,7 +72,9 @@ export const api = {
   findings: (job: string) => json<Diagnosis>('findings', { job }),
   heatmap: (job: string, onlyTrend = false, series?: string[]) =>
     json<Heatmap>('heatmap', { job, only: onlyTrend ? 'trend' : undefined, series: series?.join(',') }),
-  diff: (job: string, rank: number, kind: string) => json<DiffProfile>('diff', { job, rank, kind }),
+  // `range`: from/to in unix ns (decimal strings); the profile of the windows that overlap it.
+  diff: (job: string, rank: number, kind: string, range: { from?: string; to?: string } = {}) =>
+    json<DiffProfile>('diff', { job, rank, kind, from: range.from, to: range.to }),
   profile: async (rank: number, kind: string) => (await get('profile', { rank, kind })).text(),
   timeline: (job: string, rank: number) => json<{ traceEvents: import('./shape').TraceEvent[] }>('timeline', { job, rank }),
   metrics: (prefix: string) => json<{ metrics: MetricRow[] }>('metrics', { prefix }).then((r) => r.metrics),

@@ -8,7 +8,9 @@ export interface HeatmapOptions {
   rankLabels: number[];
   unit: string;
   selected?: number;  // row index
+  selectedCol?: number;  // column index of the picked cell
   onPick?: (row: number, col: number) => void;
+  onOpen?: (row: number, col: number) => void;  // double click
 }
 
 export function heatmapCanvas(o: HeatmapOptions): HTMLElement {
@@ -46,9 +48,13 @@ export function heatmapCanvas(o: HeatmapOptions): HTMLElement {
       ctx.strokeStyle = '#ff2d55';
       ctx.lineWidth = Math.max(1, rowPx / 3);
       ctx.strokeRect(0.5, o.selected * rowPx + 0.5, canvas.width - 1, Math.max(1, rowPx - 1));
+      if (o.selectedCol !== undefined && o.selectedCol < cols) {
+        ctx.strokeStyle = '#ffffff';
+        ctx.strokeRect(o.selectedCol * colPx + 0.5, o.selected * rowPx + 0.5, Math.max(1, colPx - 1), Math.max(1, rowPx - 1));
+      }
     }
   }
-  const tip = h('div', { class: 'heatmap-tip' }, 'hover a cell; click to pick its rank');
+  const tip = h('div', { class: 'heatmap-tip' }, 'hover a cell; click to pick it (rank and step), double-click for its flame graph');
   const cell = (ev: MouseEvent) => {
     const b = canvas.getBoundingClientRect();
     const r = Math.floor(((ev.clientY - b.top) / b.height) * rows);
@@ -64,6 +70,10 @@ export function heatmapCanvas(o: HeatmapOptions): HTMLElement {
   canvas.addEventListener('click', (ev) => {
     const rc = cell(ev);
     if (rc && o.onPick) o.onPick(rc[0], rc[1]);
+  });
+  canvas.addEventListener('dblclick', (ev) => {
+    const rc = cell(ev);
+    if (rc && o.onOpen) o.onOpen(rc[0], rc[1]);
   });
   const legend = h('div', { class: 'legend' },
     h('span', {}, `${lo.toFixed(1)} ${o.unit}`),

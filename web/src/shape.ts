@@ -46,6 +46,7 @@ export interface Heatmap {
   job: string;
   steps: number;
   step_start_ns: number[];
+  step_end_ns?: number[];  // per column, the latest rank's end (servers before it: absent)
   ranks: HeatmapRank[];
   summary?: { means: Record<string, (number | null)[]> };  // per-rank means of every series
   series: Record<string, (number | null)[][]>;              // the matrices asked for
@@ -60,6 +61,8 @@ export interface DiffProfile {
   unit: string;
   peers: number;
   stacks: DiffStack[];
+  // With a time range: the range asked and the span of the store's windows that cover it (unix ns).
+  window?: { from_ns: number; to_ns: number | null; start_ns: number; end_ns: number };
 }
 
 export interface MetricRow {
@@ -159,6 +162,73 @@ export function rampColor(t: number): [number, number, number] {
   const a = RAMP[i];
   const b = RAMP[i + 1];
   return [0, 1, 2].map((k) => Math.round(a[k] + (b[k] - a[k]) * f)) as [number, number, number];
+}
+
+// ---- time windows (the flame graph of a rank in a window of the run)
+
+// Unix ns as the decimal string the API and the URL carry (JS numbers print 1e21 and up in
+// exponent form; below, String() is exact for the integer the number holds).
+export function nsString(ns: number): string {
+  return BigInt(Math.max(0, Math.round(ns))).toString();
+}
+
+export interface TimeRange {
+  from: string;  // unix ns, inclusive
+  to: string;    // unix ns, exclusive
+}
+
+// Steps `first`..`last` (column indexes) as a time range: from the first's start (the earliest
+// rank's) to the last's end (the latest rank's), so every rank's steps are inside. Without ends (an
+// older server), the next step's start, or for the last step its start plus `lastMs`.
+export function stepsRange(
+  h: Pick<Heatmap, 'step_start_ns' | 'step_end_ns'>, first: number, last: number, lastMs = 0,
+): TimeRange | null {
+  const starts = h.step_start_ns;
+  if (!(first >= 0 && last >= first && last < starts.length) || !(starts[first] > 0)) return null;
+  const from = starts[first];
+  let to = h.step_end_ns?.[last] ?? 0;
+  if (!(to > from)) to = last + 1 < starts.length ? starts[last + 1] : starts[last] + Math.max(0, lastMs) * 1e6;
+  if (!(to > from)) to = from + 1e6;
+  return { from: nsString(Math.floor(from)), to: nsString(Math.ceil(to)) };
+}
+
+// The time range of one heatmap cell: its step (column), every rank's run of it.
+export function cellRange(h: Pick<Heatmap, 'step_start_ns' | 'step_end_ns' | 'series'>, row: number, col: number): TimeRange | null {
+  const v = h.series.step_ms?.[row]?.[col];
+  return stepsRange(h, col, col, typeof v === 'number' ? v : 0);
+}
+
+// The steps (1-based, first..last) a time range covers, for the window picker; null without steps.
+// It undoes stepsRange: the first step starts at or before `from`; the last is the latest that has
+// ended by `to` (every rank), or without ends, the latest that starts before `to`.
+export function rangeSteps(h: Pick<Heatmap, 'step_start_ns' | 'step_end_ns'>, r: Partial<TimeRange>): [number, number] | null {
+  const starts = h.step_start_ns;
+  if (starts.length === 0) return null;
+  const from = r.from !== undefined ? Number(r.from) : -Infinity;
+  const to = r.to !== undefined ? Number(r.to) : Infinity;
+  let first = 0;
+  while (first + 1 < starts.length && starts[first + 1] <= from) first++;
+  let last = first;
+  const ends = h.step_end_ns;
+  if (ends && ends.length === starts.length) {
+    for (let i = first + 1; i < starts.length && starts[i] < to; i++) if (ends[i] <= to) last = i;
+  } else {
+    while (last + 1 < starts.length && starts[last + 1] < to) last++;
+  }
+  return [first + 1, last + 1];
+}
+
+// "12:00:05.120–12:00:05.320 UTC (0.20 s)": a range of unix ns, readable.
+export function fmtRange(fromNs: number, toNs: number): string {
+  const t = (ns: number) => new Date(ns / 1e6).toISOString().slice(11, 23);
+  return `${t(fromNs)}–${t(toNs)} UTC (${((toNs - fromNs) / 1e9).toFixed(2)} s)`;
+}
+
+// The rank's own total in a diff profile (samples or µs): the first column.
+export function rankTotal(d: Pick<DiffProfile, 'stacks'>): number {
+  let t = 0;
+  for (const [, r] of d.stacks) t += r;
+  return t;
 }
 
 // ---- per-rank breakdown

@@ -1,7 +1,9 @@
 // The UI's state lives in the URL hash, so any view can be shared by copying the address:
 //   #/                                   jobs
 //   #/job?job=J&metric=step_ms&rank=R    one job (heatmap metric, selected rank)
+//   #/job?job=J&rank=R&step=N             ... with the heatmap cell (rank R, step N) picked
 //   #/flame?job=J&rank=R&kind=offcpu&diff=1
+//   #/flame?job=J&rank=R&from=NS&to=NS   ... only the stacks of the time range [from, to) (unix ns)
 //   #/timeline?job=J&rank=R&step=N
 //   #/nodes
 
@@ -16,6 +18,9 @@ export interface UiState {
   diff?: boolean;
   metric?: string;
   step?: number;
+  // A time range of the flame graphs, unix ns as decimal strings (beyond JS's exact integers).
+  from?: string;
+  to?: string;
 }
 
 const VIEWS: View[] = ['jobs', 'job', 'flame', 'timeline', 'nodes'];
@@ -42,6 +47,10 @@ export function parseHash(hash: string): UiState {
   if (metric && /^[a-z_]{1,40}$/.test(metric)) s.metric = metric;
   const step = intOf(params.get('step'));
   if (step !== undefined) s.step = step;
+  for (const k of ['from', 'to'] as const) {
+    const v = params.get(k);
+    if (v !== null && /^\d{1,19}$/.test(v)) s[k] = v;
+  }
   return s;
 }
 
@@ -53,6 +62,8 @@ export function formatHash(s: UiState): string {
   if (s.diff) p.set('diff', '1');
   if (s.metric) p.set('metric', s.metric);
   if (s.step !== undefined) p.set('step', String(s.step));
+  if (s.from !== undefined) p.set('from', s.from);
+  if (s.to !== undefined) p.set('to', s.to);
   const q = p.toString();
   return '#/' + (s.view === 'jobs' ? '' : s.view) + (q ? '?' + q : '');
 }

@@ -6,7 +6,9 @@ import 'd3-flame-graph/src/flamegraph.css';
 import { select } from 'd3-selection';
 import { api } from '../api';
 import { errorBox, h } from '../dom';
-import { buildFlameTree, diffTree, fmtNum, functionDeltas, type FlameNode } from '../shape';
+import {
+  buildFlameTree, diffTree, fmtNum, fmtRange, functionDeltas, rangeSteps, rankTotal, stepsRange, type FlameNode, type Heatmap,
+} from '../shape';
 import { formatHash, type UiState } from '../state';
 
 function drawFlame(slot: HTMLElement, tree: FlameNode, opts: { diff: boolean; offcpu: boolean; unit: string }): void {
@@ -31,29 +33,49 @@ export async function flameView(main: HTMLElement, s: UiState, go: (s: UiState) 
   const rank = s.rank ?? 0;
   const kind = s.kind ?? 'oncpu';
   const diff = !!s.diff;
+  const range = { from: s.from, to: s.to };
+  const windowed = range.from !== undefined || range.to !== undefined;
   main.append(h('nav', { class: 'crumbs' }, h('a', { href: '#/' }, 'jobs'), ' / ',
     h('a', { href: formatHash({ view: 'job', job, rank }) }, job || '(unnamed)'), ' / ', `rank ${rank}`));
-  main.append(h('h1', {}, diff ? `Differential flame graph: rank ${rank} vs its peers` : `Flame graph: rank ${rank}`));
+  main.append(h('h1', {}, (diff ? `Differential flame graph: rank ${rank} vs its peers` : `Flame graph: rank ${rank}`) +
+    (windowed ? ' (time window)' : '')));
   const rankIn = h('input', { type: 'number', min: 0, value: rank, id: 'rank', onchange: () => go({ ...s, rank: Number(rankIn.value) }) });
   const kindSel = h('select', { id: 'kind', onchange: () => go({ ...s, kind: kindSel.value as 'oncpu' | 'offcpu' }) },
     h('option', { value: 'oncpu', selected: kind === 'oncpu' }, 'on-CPU'),
     h('option', { value: 'offcpu', selected: kind === 'offcpu' }, 'off-CPU (blocked time)'));
   const diffBox = h('input', { type: 'checkbox', id: 'diff', checked: diff, onchange: () => go({ ...s, diff: diffBox.checked }) });
   const search = h('input', { type: 'search', id: 'search', placeholder: 'search frames' });
+  // The window: whole run, or steps A..B (the job's step starts), kept in the URL as from/to ns.
+  const win = h('span', { class: 'window-pick', id: 'window' }, h('span', { class: 'muted' }, 'window: …'));
   main.append(h('div', { class: 'controls' }, h('label', {}, 'rank ', rankIn), h('label', {}, kindSel),
-    h('label', {}, diffBox, ' differential vs peers'), search,
+    h('label', {}, diffBox, ' differential vs peers'), win, search,
     h('a', { href: formatHash({ view: 'timeline', job, rank }) }, 'timeline of this rank')));
   const legend = diff
     ? h('p', { class: 'muted' }, 'Widths: this rank\'s ', kind === 'oncpu' ? 'samples' : 'blocked µs',
       '. Colour: red where this rank spends more than its average peer, blue where less.')
     : null;
+  const span = h('p', { class: 'muted', id: 'window-span' });
   const slot = h('div', { id: 'flame', class: 'flame' });
   const side = h('div', { id: 'deltas' });
-  main.append(...(legend ? [legend] : []), slot, side);
+  main.append(...(legend ? [legend] : []), span, slot, side);
+  // Steps for the picker; the flame graph does not wait for them.
+  void api.heatmap(job, false, ['none']).then((hm) => windowPicker(win, hm, s, go))
+    .catch(() => win.replaceChildren(windowed ? h('a', { href: formatHash({ ...s, from: undefined, to: undefined }) }, 'whole run') : ''));
   try {
     const unit = kind === 'oncpu' ? 'samples' : 'µs';
+    const d = await api.diff(job, rank, kind, range);
+    const total = rankTotal(d);
+    slot.dataset.total = String(total);
+    slot.dataset.windowed = windowed ? '1' : '0';
+    if (d.window) {
+      span.textContent = d.window.end_ns > d.window.start_ns
+        ? `Window ${fmtRange(d.window.from_ns, d.window.to_ns ?? d.window.end_ns)}; stacks are kept per store window, ` +
+          `so this shows ${fmtRange(d.window.start_ns, d.window.end_ns)}: ${fmtNum(total)} ${unit} on rank ${rank}.`
+        : `No stacks recorded in ${fmtRange(d.window.from_ns, d.window.to_ns ?? d.window.from_ns)}.`;
+    } else {
+      span.textContent = `Whole run: ${fmtNum(total)} ${unit} on rank ${rank}.`;
+    }
     if (diff) {
-      const d = await api.diff(job, rank, kind);
       const tree = diffTree(d);
       if (tree.value === 0) slot.append(h('p', { class: 'muted' }, `no ${kind} samples for rank ${rank}`));
       else drawFlame(slot, tree, { diff: true, offcpu: kind === 'offcpu', unit });
@@ -66,7 +88,6 @@ export async function flameView(main: HTMLElement, s: UiState, go: (s: UiState) 
             h('td', { class: f.delta > 0 ? 'up' : 'down' }, `${f.delta > 0 ? '+' : ''}${fmtNum(f.delta)}`))))));
     } else {
       // The diff endpoint is scoped to the job; its first column is the rank's own profile.
-      const d = await api.diff(job, rank, kind);
       const tree = buildFlameTree(d.stacks.map(([stack, value]) => ({ stack, value })), `rank ${rank}`);
       if (tree.value === 0) slot.append(h('p', { class: 'muted' }, `no ${kind} samples for rank ${rank}`));
       else drawFlame(slot, tree, { diff: false, offcpu: kind === 'offcpu', unit });
@@ -83,4 +104,29 @@ export async function flameView(main: HTMLElement, s: UiState, go: (s: UiState) 
   } catch (e) {
     slot.append(errorBox(e));
   }
+}
+
+// "window: step [A] to [B] | whole run": picking steps sets from/to (ns) in the URL.
+function windowPicker(slot: HTMLElement, hm: Heatmap, s: UiState, go: (s: UiState) => void): void {
+  const n = hm.step_start_ns.length;
+  if (n === 0) {
+    slot.replaceChildren(h('span', { class: 'muted' }, 'window: whole run (no steps recorded)'));
+    return;
+  }
+  const cur = s.from !== undefined || s.to !== undefined ? rangeSteps(hm, { from: s.from, to: s.to }) : null;
+  const stepSel = (id: string, value: number) => h('select', { id }, Array.from({ length: n }, (_, i) =>
+    h('option', { value: i + 1, selected: i + 1 === value }, `step ${i + 1}`)));
+  const a = stepSel('window-from', cur?.[0] ?? 1);
+  const b = stepSel('window-to', cur?.[1] ?? n);
+  const apply = () => {
+    const first = Math.min(Number(a.value), Number(b.value)) - 1;
+    const last = Math.max(Number(a.value), Number(b.value)) - 1;
+    if (first === 0 && last === n - 1) return go({ ...s, from: undefined, to: undefined });
+    const r = stepsRange(hm, first, last);
+    if (r) go({ ...s, ...r });
+  };
+  a.addEventListener('change', apply);
+  b.addEventListener('change', apply);
+  slot.replaceChildren('window: ', a, ' to ', b, ' ',
+    cur ? h('a', { href: formatHash({ ...s, from: undefined, to: undefined }), id: 'whole-run' }, 'whole run') : h('span', { class: 'muted' }, '(whole run)'));
 }

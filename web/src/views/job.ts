@@ -4,7 +4,7 @@ import { lineChart } from '../chart';
 import { errorBox, h } from '../dom';
 import { heatmapCanvas } from '../heatmap';
 import {
-  fmtMs, fmtNum, OS_METRICS, osTotalsByPid, rankBreakdown, robustZ, stepTrend,
+  cellRange, fmtMs, fmtNum, OS_METRICS, osTotalsByPid, rankBreakdown, robustZ, stepTrend,
   type Diagnosis, type Finding, type Heatmap, type RankBreakdown,
 } from '../shape';
 import { formatHash, type UiState } from '../state';
@@ -119,11 +119,28 @@ export async function jobView(main: HTMLElement, s: UiState, go: (s: UiState) =>
 
   const select = h('select', { id: 'metric', onchange: () => go({ ...s, metric: select.value }) },
     Object.entries(METRICS).map(([k, v]) => h('option', { value: k, selected: k === metric }, v)));
+  // A picked cell (rank, step) opens that rank's flame graphs for that step's time window.
+  const selCol = s.step !== undefined && s.step >= 1 && s.step <= hm.steps ? s.step - 1 : undefined;
+  const flameOf = (row: number, col: number, extra: Partial<UiState>): UiState =>
+    ({ view: 'flame', job, rank: hm.ranks[row].rank, kind: 'oncpu', ...(cellRange(hm, row, col) ?? {}), ...extra });
+  const cellBar = h('div', { class: 'controls cell-actions', id: 'cell-actions' });
+  if (selRow !== undefined && selCol !== undefined) {
+    const v = matrix[selRow]?.[selCol];
+    cellBar.append(h('strong', {}, `rank ${s.rank}, step ${selCol + 1}`),
+      typeof v === 'number' ? ` ${fmtMs(v)} ${METRICS[metric]}` : '',
+      h('a', { class: 'button', id: 'cell-flame', href: formatHash(flameOf(selRow, selCol, {})) }, 'flame graph of this step'),
+      h('a', { class: 'button', id: 'cell-diff', href: formatHash(flameOf(selRow, selCol, { diff: true })) }, 'differential'),
+      h('a', { class: 'button', id: 'cell-offcpu', href: formatHash(flameOf(selRow, selCol, { kind: 'offcpu' })) }, 'off-CPU'),
+      h('a', { class: 'button', href: formatHash({ view: 'timeline', job, rank: s.rank, step: selCol + 1 }) }, 'timeline of this step'));
+  } else {
+    cellBar.append(h('span', { class: 'muted' }, 'Pick a cell for its rank\'s flame graphs in that step\'s time window.'));
+  }
   heatSlot.replaceChildren(h('h2', {}, `Ranks × steps: `, select),
     heatmapCanvas({
-      matrix, rankLabels: hm.ranks.map((r) => r.rank), unit: 'ms', selected: selRow,
-      onPick: (row) => go({ ...s, rank: hm.ranks[row].rank }),
-    }));
+      matrix, rankLabels: hm.ranks.map((r) => r.rank), unit: 'ms', selected: selRow, selectedCol: selCol,
+      onPick: (row, col) => go({ ...s, rank: hm.ranks[row].rank, step: col + 1 }),
+      onOpen: (row, col) => go(flameOf(row, col, {})),
+    }), cellBar);
   markReady('heatmap');
 
   const rows = rankBreakdown(hm);

@@ -1,6 +1,6 @@
 // One rank's timeline: steps, communicators, CPU threads, GPU streams (from the same chrome-trace
 // the download link gives Perfetto), drawn on a canvas; pick a step to zoom.
-import { api, apiUrl } from '../api';
+import { api, download } from '../api';
 import { cssVar, errorBox, h } from '../dom';
 import { fmtMs, traceTracks, type Timeline } from '../shape';
 import { formatHash, type UiState } from '../state';
@@ -58,8 +58,18 @@ export async function timelineView(main: HTMLElement, s: UiState, go: (s: UiStat
   main.append(h('nav', { class: 'crumbs' }, h('a', { href: '#/' }, 'jobs'), ' / ',
     h('a', { href: formatHash({ view: 'job', job, rank }) }, job || '(unnamed)'), ' / ', `rank ${rank}`),
     h('h1', {}, `Timeline: rank ${rank}`));
-  const download = h('a', { class: 'button', id: 'download-trace', href: apiUrl('timeline', { job, rank, download: 1 }), download: `strata-rank${rank}.json` },
-    'download chrome-trace (open in Perfetto)');
+  // Fetched with the bearer token (a plain link could not send it), saved from a blob.
+  const save = h('button', { class: 'button', id: 'download-trace', type: 'button' }, 'download chrome-trace (open in Perfetto)');
+  const saveNote = h('span', { class: 'muted', id: 'download-status' });
+  save.addEventListener('click', () => {
+    save.disabled = true;
+    saveNote.textContent = ' preparing…';
+    const file = `strata-${(job || 'job').replace(/[^A-Za-z0-9._-]/g, '_')}-rank${rank}.json`;
+    download('timeline', { job, rank, download: 1 }, file)
+      .then(() => { saveNote.textContent = ` saved ${file}`; })
+      .catch((e) => { saveNote.textContent = ` ${e instanceof Error ? e.message : e}`; })
+      .finally(() => { save.disabled = false; });
+  });
   const slot = h('div', { class: 'timeline' });
   main.append(slot);
   let tl: Timeline;
@@ -73,7 +83,7 @@ export async function timelineView(main: HTMLElement, s: UiState, go: (s: UiStat
     h('option', { value: '' }, 'whole recording'),
     tl.steps.map((st) => h('option', { value: st.step, selected: st.step === s.step }, `step ${st.step} (${fmtMs((st.end - st.start) / 1000)})`)));
   const rankIn = h('input', { type: 'number', min: 0, value: rank, onchange: () => go({ ...s, rank: Number(rankIn.value), step: undefined }) });
-  main.insertBefore(h('div', { class: 'controls' }, h('label', {}, 'rank ', rankIn), h('label', {}, 'zoom ', stepSel), download,
+  main.insertBefore(h('div', { class: 'controls' }, h('label', {}, 'rank ', rankIn), h('label', {}, 'zoom ', stepSel), save, saveNote,
     h('a', { href: formatHash({ view: 'flame', job, rank, diff: true, kind: 'oncpu' }) }, 'differential flame graph')), slot);
   const st = tl.steps.find((x) => x.step === s.step);
   const [from, to] = st ? [st.start, st.end] : [tl.start, tl.end];
