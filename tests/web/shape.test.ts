@@ -2,7 +2,7 @@
 // (label "web").
 import {
   buildFlameTree, cellRange, colorDomain, diffTree, fmtRange, functionDeltas, median, nsString, osTotalsByPid,
-  parseFolded, quantile, rampColor, rangeSteps, rankBreakdown, rankTotal, robustZ, stepsRange, stepTrend,
+  parseFolded, quantile, rampColor, rampTable, rangeSteps, rankBreakdown, rankTotal, robustZ, stepsRange, stepTrend,
   traceTracks, fmtMs, type DiffProfile, type Heatmap,
 } from '../../web/src/shape';
 
@@ -40,6 +40,26 @@ describe('heatmap', () => {
     expect(rampColor(0)).toEqual([68, 1, 84]);
     expect(rampColor(2)).toEqual([253, 231, 37]);
     expect(rampColor(NaN)).toEqual([128, 128, 128]);
+  });
+  it('the ramp table holds the ramp as little-endian RGBA words', () => {
+    const t = rampTable(256);
+    const bytes = new Uint8Array(t.buffer);
+    expect([...bytes.slice(0, 4)]).toEqual([68, 1, 84, 255]);
+    expect([...bytes.slice(255 * 4, 256 * 4)]).toEqual([253, 231, 37, 255]);
+  });
+  it('the median trend and domain match the plain statistics on a large matrix', () => {
+    // 1,000 ranks x 60 steps of pseudo-random values, with gaps: the typed-array paths agree with
+    // quantile()/median() on plain arrays.
+    let x = 7;
+    const rnd = () => ((x = (x * 1103515245 + 12345) % 2 ** 31) / 2 ** 31);
+    const big = Array.from({ length: 1000 }, () => Array.from({ length: 60 }, () => (rnd() < 0.01 ? null : 100 + 50 * rnd())));
+    const col = (c: number) => big.map((r) => r[c]).filter((v): v is number => v !== null);
+    const trend = stepTrend(big);
+    for (const c of [0, 17, 59]) expect(trend[c]).toBeCloseTo(median(col(c)), 9);
+    const rest = big.flatMap((r) => r.slice(2)).filter((v): v is number => v !== null);
+    const [lo, hi] = colorDomain(big);
+    expect(lo).toBeCloseTo(quantile(rest, 0.01), 9);
+    expect(hi).toBeCloseTo(quantile(rest, 0.99), 9);
   });
 });
 

@@ -1,6 +1,6 @@
 // Rank x step heatmap on a canvas: one pixel row per rank at 1,000 ranks, one ImageData write, so it
 // stays fast where a DOM/SVG cell per value would not.
-import { colorDomain, rampColor } from './shape';
+import { colorDomain, rampTable } from './shape';
 import { cssVar, h } from './dom';
 
 export interface HeatmapOptions {
@@ -26,21 +26,20 @@ export function heatmapCanvas(o: HeatmapOptions): HTMLElement {
   const ctx = canvas.getContext('2d');
   if (ctx && rows && cols) {
     const img = ctx.createImageData(canvas.width, canvas.height);
-    const empty = cssVar('--empty-cell') === 'dark' ? [40, 40, 40] : [230, 230, 230];
+    // One 32-bit word per pixel from a 256-colour table (little-endian RGBA, as every browser's
+    // platform is): no colour maths or array per cell.
+    const px = new Uint32Array(img.data.buffer);
+    const ramp = rampTable(256);
+    const empty = cssVar('--empty-cell') === 'dark' ? 0xff282828 : 0xffe6e6e6;
+    const scale = 255 / (hi - lo);
+    const w = canvas.width;
     for (let r = 0; r < rows; r++) {
       const row = o.matrix[r];
       for (let c = 0; c < cols; c++) {
         const v = row[c];
-        const rgb = typeof v === 'number' ? rampColor((v - lo) / (hi - lo)) : empty;
-        for (let y = r * rowPx; y < (r + 1) * rowPx; y++) {
-          let p = (y * canvas.width + c * colPx) * 4;
-          for (let x = 0; x < colPx; x++, p += 4) {
-            img.data[p] = rgb[0];
-            img.data[p + 1] = rgb[1];
-            img.data[p + 2] = rgb[2];
-            img.data[p + 3] = 255;
-          }
-        }
+        let word = empty;
+        if (typeof v === 'number' && Number.isFinite(v)) word = ramp[Math.min(255, Math.max(0, Math.round((v - lo) * scale)))];
+        for (let y = r * rowPx; y < (r + 1) * rowPx; y++) px.fill(word, y * w + c * colPx, y * w + (c + 1) * colPx);
       }
     }
     ctx.putImageData(img, 0, 0);

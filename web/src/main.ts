@@ -5,8 +5,6 @@ import { h } from './dom';
 import { formatHash, parseHash, type UiState } from './state';
 import { jobsView } from './views/jobs';
 import { jobView } from './views/job';
-import { flameView } from './views/flame';
-import { timelineView } from './views/timeline';
 import { nodesView } from './views/nodes';
 
 const main = document.getElementById('main') as HTMLElement;
@@ -24,8 +22,9 @@ async function render(): Promise<void> {
   document.querySelectorAll('header nav a').forEach((a) => a.classList.toggle('active', a.getAttribute('data-view') === s.view));
   switch (s.view) {
     case 'job': await jobView(main, s, go); break;
-    case 'flame': await flameView(main, s, go); break;
-    case 'timeline': await timelineView(main, s, go); break;
+    // Loaded when first opened: d3-flame-graph and the timeline are not the job page's to parse.
+    case 'flame': await (await import('./views/flame')).flameView(main, s, go); break;
+    case 'timeline': await (await import('./views/timeline')).timelineView(main, s, go); break;
     case 'nodes': await nodesView(main); break;
     default: await jobsView(main);
   }
