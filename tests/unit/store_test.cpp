@@ -1,6 +1,10 @@
-// The SQLite store: round trips, interning, filters, and refusing what is not a strata store.
+// The SQLite store: round trips, interning, filters, and refusing what is not a strata store (the
+// time range also on ClickHouse, when a server is given).
 #include <gtest/gtest.h>
 #include <sqlite3.h>
+#include <unistd.h>
+
+#include <cstdlib>
 
 #include "store/store.h"
 #include "tests/support/run.h"
@@ -21,14 +25,11 @@ Frame native(const std::string& fn, uint64_t off) {
 }
 
 // A time range keeps the windows that overlap [from, to) and says which span they cover (the web
-// UI's flame graph of a rank in a window of the heatmap).
-TEST(Store, TimeRangeKeepsTheOverlappingWindows) {
-  TempDir d;
-  auto st = Store::open_sqlite(d.file("s.db"), Store::Mode::kCreateOrAppend);
-  ASSERT_TRUE(st) << st.error().message;
-  auto& s = **st;
+// UI's flame graph of a rank in a window of the heatmap). The same checks run on every backend.
+void check_time_range(Store& s) {
+  ASSERT_TRUE(s.begin());
   auto rec = s.begin_recording({"node-1", "app", 1000, 99, 10});
-  ASSERT_TRUE(rec);
+  ASSERT_TRUE(rec) << rec.error().message;
   ProcessInfo p;
   p.pid = 42;
   p.node = "node-1";
@@ -41,6 +42,8 @@ TEST(Store, TimeRangeKeepsTheOverlappingWindows) {
   ASSERT_TRUE(s.put_window(*rec, 2000, 3000, CountKind::kOnCpu, {{42, 42, "app", *a, 3}}));
   ASSERT_TRUE(s.put_window(*rec, 3000, 4000, CountKind::kOffCpu, {{42, 42, "app", *b, 900}}));
   ASSERT_TRUE(s.end_recording(*rec, 4000));
+  auto committed = s.commit();
+  ASSERT_TRUE(committed) << committed.error().message;
 
   auto load = [&](std::optional<uint64_t> from, std::optional<uint64_t> to, CountKind kind = CountKind::kOnCpu) {
     ProfileFilter f;
@@ -69,9 +72,27 @@ TEST(Store, TimeRangeKeepsTheOverlappingWindows) {
   EXPECT_EQ(none.duration_ns, 0u);
   EXPECT_EQ(load(2500, 3500).total(), 3u) << "kinds stay apart: the off-CPU window adds nothing on-CPU";
   EXPECT_EQ(load(2500, 3500, CountKind::kOffCpu).total(), 900u);
-  EXPECT_EQ(load(0, UINT64_MAX).total(), 15u) << "a range past SQLite's integers is clamped, not wrapped";
+  EXPECT_EQ(load(0, UINT64_MAX).total(), 15u) << "a range past the store's integers is clamped, not wrapped";
   // Any window is a part of the whole: the sum over the windows equals the whole recording.
   EXPECT_EQ(load(0, 2000).total() + load(2000, 3000).total(), load({}, {}).total());
+}
+
+TEST(Store, TimeRangeKeepsTheOverlappingWindows) {
+  TempDir d;
+  auto st = Store::open_sqlite(d.file("s.db"), Store::Mode::kCreateOrAppend);
+  ASSERT_TRUE(st) << st.error().message;
+  check_time_range(**st);
+}
+
+// The same on ClickHouse when a server is given (STRATA_TEST_CLICKHOUSE=clickhouse://HOST:PORT, a
+// throwaway database per run); the cluster test starts one, a unit run has none.
+TEST(Store, TimeRangeOnClickHouse) {
+  const char* url = std::getenv("STRATA_TEST_CLICKHOUSE");
+  if (!url || !*url) GTEST_SKIP() << "set STRATA_TEST_CLICKHOUSE=clickhouse://HOST:PORT to run against ClickHouse";
+  auto st = Store::open_clickhouse(std::string(url) + "/strata_unit_" + std::to_string(getpid()),
+                                   Store::Mode::kCreateOrAppend);
+  ASSERT_TRUE(st) << st.error().message;
+  check_time_range(**st);
 }
 
 TEST(Store, RoundTripsStacksCountsAndProcesses) {
