@@ -254,8 +254,11 @@ class Sim {
         ::sigaction(SIGINT, &dfl, nullptr);
         ::sigaction(SIGTERM, &dfl, nullptr);
         ::sigaction(SIGHUP, &dfl, nullptr);
-        // Ctrl-C reaches the sim, which stops the ranks in order; ranks ignore the terminal's.
-        ::setpgid(0, 0);
+        // Ctrl-C reaches the sim, which stops the ranks in order; ranks ignore the terminal's. A
+        // session of its own, as a rank started over srun or ssh has: with autogroup scheduling each
+        // rank then weighs as much as any other session on the machine, instead of the job's ranks
+        // sharing one weight with the shell that started the sim (so a busy machine slows them alike).
+        ::setsid();
         if (opts_.python) {
           ::execlp(python.c_str(), python.c_str(), rank_py.c_str(), static_cast<char*>(nullptr));
         } else {
@@ -500,7 +503,7 @@ class Sim {
       // Per step as well, for medians: one slow step (the machine is shared) must not decide a test.
       o << "],\n     \"steps_detail\": {";
       const std::pair<const char*, double StepStat::*> fields[] = {
-          {"load_ms", &StepStat::load_ms}, {"comm_ms", &StepStat::comm_ms},
+          {"load_ms", &StepStat::load_ms}, {"compute_ms", &StepStat::compute_ms}, {"comm_ms", &StepStat::comm_ms},
           {"cpu_ms", &StepStat::cpu_ms},   {"runq_ms", &StepStat::runq_ms}};
       for (size_t fi = 0; fi < std::size(fields); ++fi) {
         o << (fi ? ", " : "") << "\"" << fields[fi].first << "\": [";

@@ -29,7 +29,7 @@ const std::vector<KindInfo>& kinds() {
       // headroom_mb: memory limit above the rank's usage when the fault starts
       {"memory-reclaim", FaultKind::kMemoryReclaim, "os", "memory-reclaim", {{"headroom_mb", 4}}},
       // rate_mbps: read bandwidth of the rank's data device, MB/s
-      {"io-stall", FaultKind::kIoStall, "os", "io-stall", {{"rate_mbps", 3}}},
+      {"io-stall", FaultKind::kIoStall, "os", "io-stall", {{"rate_mbps", 1.5}}},
       // ms: extra CPU time per step in slow_augment()
       {"host-hotspot", FaultKind::kHostHotspot, "cpu", "host-hotspot", {{"ms", 40}}},
       // factor: device slowdown; NVML reports HW slowdown + thermal throttling
