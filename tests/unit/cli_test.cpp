@@ -51,6 +51,10 @@ TEST(Cli, UsageErrorsExitOne) {
   expect_one_line_error(run(strata_bin() + " frobnicate"), 1, "unknown command");
   expect_one_line_error(run(strata_bin() + " report"), 1, "which store");
   expect_one_line_error(run(strata_bin() + " report /nonexistent.db"), 1, "no such file");
+  expect_one_line_error(run(strata_bin() + " record --unwind-tables-mb 0.01 -- /bin/true"), 1, "size in MiB");
+  expect_one_line_error(run(strata_bin() + " record --unwind-tables-mb 1x -- /bin/true"), 1, "size in MiB");
+  expect_one_line_error(run(strata_bin() + " agent -o x.db --spool-max-mb -1"), 1, "size in MiB");
+  expect_one_line_error(run(strata_bin() + " agent -o x.db --unwind-tables-mb nan"), 1, "size in MiB");
 }
 
 TEST(Cli, HelpAnswers) {
