@@ -69,9 +69,12 @@ double os_excess(const JobWindow& job, size_t c, const std::vector<size_t>& peer
   return excess(job, c, peers, [m](const RankWindow& r) { return r.get(m); });
 }
 
-// "(anonymous namespace)::cpu_work(unsigned char const*, long)" -> "cpu_work": the name a person
-// searches the code for.
+// "(anonymous namespace)::cpu_work(unsigned char const*, long) [clone .isra.0]" -> "cpu_work": the
+// name a person searches the code for.
 std::string short_function(std::string_view name) {
+  // GCC's clones keep the original's demangled name plus " [clone .isra.0]" (.constprop, .cold, ...).
+  for (auto at = name.rfind(" [clone "); at != std::string_view::npos && name.back() == ']'; at = name.rfind(" [clone "))
+    name = name.substr(0, at);
   if (name.size() > 2 && name.back() == ')') {
     int depth = 0;
     for (size_t i = name.size(); i-- > 0;) {
@@ -401,12 +404,28 @@ std::vector<Hypothesis> descend(const JobWindow& job, size_t c, double extra, bo
     if (!idle_ev.empty()) h.evidence.push_back(idle_ev);
     hs.push_back(std::move(h));
   };
+  double queued_ms = 0;  // run-queue wait that the rank's own extra CPU work explains
   if (host > 0 || job_wide) {
     double runq = os_excess(job, c, peers, Os::kRunqWait);
+    // On a busy machine a rank that computes more also waits more for a CPU: only the run-queue
+    // wait beyond what its CPU demand predicts at its peers' wait-per-CPU-ms is contention.
+    double runq_peers = peer_median(job, peers, [](const RankWindow& x) { return x.get(Os::kRunqWait); });
+    if (known(r.get(Os::kRunqWait)) && known(r.get(Os::kCpu)) && known(runq_peers) && known(cpu_peers) && cpu_peers > 0) {
+      runq = std::min(runq, r.get(Os::kRunqWait) - runq_peers * r.get(Os::kCpu) / cpu_peers);
+    }
     double thr = os_excess(job, c, peers, Os::kThrottled);
     auto nb = top_neighbour(job, c, peers, job_wide);
     if (job_wide && nb) runq = std::max(runq, nb->excess_ms);
-    if (runq > 0 || thr > 0) {
+    // Its cgroup measured no throttling (the metric is there, near zero): a quota cannot be why it
+    // waits. If it also wants more CPU than its peers, it queues for its own extra work on a busy
+    // node: the host hotspot below is the cause, and the wait is part of what it costs.
+    bool unthrottled = known(r.get(Os::kThrottled)) && r.get(Os::kThrottled) < 1.0;
+    bool own_queue = false;
+    if (runq > 0 && unthrottled && cpu > 0 && !(nb && nb->excess_ms >= 0.5 * runq)) {
+      own_queue = true;
+      queued_ms = runq;
+    }
+    if ((runq > 0 || thr > 0) && !own_queue) {
       Hypothesis h;
       if (thr >= 0.5 * runq && thr > 0) {
         h.cause = "cpu-throttling";
@@ -421,6 +440,12 @@ std::vector<Hypothesis> descend(const JobWindow& job, size_t c, double extra, bo
         h.confidence = 0.8;
         h.evidence.push_back("process `" + nb->name + "` runs " + ms(nb->culprit_ms) + " per step on " + who +
                              "'s CPUs" + (job_wide ? "" : " (+" + ms(nb->excess_ms) + " vs peers)"));
+      } else if (unthrottled) {
+        h.cause = "cpu-contention";
+        h.culprit = "other work on the node's CPUs";
+        h.explained_ms = runq;
+        h.confidence = 0.5;  // runnable but not running; no single process and no quota to blame
+        h.evidence.push_back("its cgroup was not throttled and no one process on its CPUs accounts for it: the node's CPUs are oversubscribed");
       } else {
         h.cause = "cpu-throttling";
         h.culprit = "cgroup cpu quota";
@@ -516,9 +541,11 @@ std::vector<Hypothesis> descend(const JobWindow& job, size_t c, double extra, bo
       h.culprit = d ? d->function : "CPU work";
       // A path the peers do not run is a hotspot; more of the usual work explains less.
       bool fresh = d && d->peers_ms < 0.5 * d->culprit_ms;
-      h.explained_ms = fresh ? std::min(cpu, d->excess_ms) : 0.5 * cpu;
+      h.explained_ms = (fresh ? std::min(cpu, d->excess_ms) : 0.5 * cpu) + queued_ms;
       h.confidence = fresh ? 0.85 : 0.5;
       h.evidence.push_back(who + " runs on the CPU " + ms(r.get(Os::kCpu)) + " per step vs " + ms(cpu_peers) + " on its peers");
+      if (queued_ms > 0)
+        h.evidence.push_back("and waits " + ms(queued_ms) + " more per step than its peers for a CPU to run that extra work on (a busy node; its cgroup was not throttled)");
       if (d) {
         std::string where = d->function + (d->caller.empty() ? "" : " (called from " + d->caller + ")");
         h.evidence.push_back("differential on-CPU profile: " + where + " " + ms(d->culprit_ms) + " per step vs " +

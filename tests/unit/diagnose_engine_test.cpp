@@ -82,6 +82,23 @@ INSTANTIATE_TEST_SUITE_P(AllCauses, PlantedCause,
                            return n;
                          });
 
+// A hot rank on a busy node also waits longer for a CPU than its peers. With its cgroup measured
+// unthrottled and no neighbour to blame, the wait is its own extra work queuing: the finding is the
+// hotspot, never a CPU quota. (Recorded under load average 16, before: cpu-throttling, 46%.)
+TEST(DiagnoseEngine, HotRankQueuingOnABusyNodeIsAHotspotNotAQuota) {
+  SyntheticSpec spec;
+  spec.faults = {PlantedFault{3, "host-hotspot", 40}};
+  JobWindow job = make_synthetic_job(spec);
+  RankWindow& r = job.ranks[3];
+  r.set(Os::kRunqWait, r.get(Os::kRunqWait) + 60);  // more than the hotspot's own CPU time
+  ASSERT_EQ(r.get(Os::kThrottled), 0);
+  auto dx = diagnose(job);
+  ASSERT_FALSE(dx.findings.empty()) << dump(dx);
+  EXPECT_EQ(dx.findings[0].rank, 3) << dump(dx);
+  EXPECT_EQ(dx.findings[0].cause, "host-hotspot") << dump(dx);
+  for (const auto& f : dx.findings) EXPECT_NE(f.cause, "cpu-throttling") << dump(dx);
+}
+
 TEST(DiagnoseEngine, TwoFaultsOnDifferentRanksAreBothReportedByCost) {
   auto dx = run({{5, "io-stall", 25}, {2, "host-hotspot", 60}});
   ASSERT_EQ(dx.findings.size(), 2u) << dump(dx);
