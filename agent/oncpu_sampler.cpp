@@ -119,6 +119,11 @@ class LiveSampler final : public OnCpuSampler {
     if (bpf_map__update_elem(skel_->maps.targets, &pid, sizeof(pid), &one, sizeof(one), BPF_ANY) != 0) {
       return Error::from_errno("cannot watch pid " + std::to_string(pid), errno);
     }
+    // The bitmap's bits are only ever changed atomically in BPF: run set_target for this pid.
+    strata_set_target_args args{pid, 1};
+    LIBBPF_OPTS(bpf_test_run_opts, run, .ctx_in = &args, .ctx_size_in = sizeof(args));
+    if (int err = bpf_prog_test_run_opts(bpf_program__fd(skel_->progs.set_target), &run); err != 0)
+      return Error::from_errno("cannot watch pid " + std::to_string(pid) + " (target bitmap)", -err);
     return {};
   }
 
@@ -128,11 +133,6 @@ class LiveSampler final : public OnCpuSampler {
     // source's wake-up or the timeout, then drain whatever is there.
     int n = 0;
     if (wait_fd_ >= 0) {
-    // The bitmap's bits are only ever changed atomically in BPF: run set_target for this pid.
-    strata_set_target_args args{pid, 1};
-    LIBBPF_OPTS(bpf_test_run_opts, run, .ctx_in = &args, .ctx_size_in = sizeof(args));
-    if (int err = bpf_prog_test_run_opts(bpf_program__fd(skel_->progs.set_target), &run); err != 0)
-      return Error::from_errno("cannot watch pid " + std::to_string(pid) + " (target bitmap)", -err);
       epoll_event ev[4];
       int r = epoll_wait(wait_fd_, ev, 4, timeout_ms);
       if (r < 0 && errno != EINTR) {
@@ -162,6 +162,7 @@ class LiveSampler final : public OnCpuSampler {
   }
 
   int targets_map_fd() const override { return bpf_map__fd(skel_->maps.targets); }
+  int target_bits_fd() const override { return bpf_map__fd(skel_->maps.target_bits); }
 
   Status set_python_process(uint32_t pid, const strata_py_offsets* offsets) override {
     if (!offsets) {
@@ -171,7 +172,6 @@ class LiveSampler final : public OnCpuSampler {
     if (bpf_map__update_elem(skel_->maps.py_procs, &pid, sizeof(pid), offsets, sizeof(*offsets), BPF_ANY) != 0) {
       return Error::from_errno("cannot register the Python interpreter of pid " + std::to_string(pid), errno);
     }
-  int target_bits_fd() const override { return bpf_map__fd(skel_->maps.target_bits); }
     return {};
   }
 

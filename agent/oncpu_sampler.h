@@ -60,6 +60,8 @@ class OnCpuSampler {
   virtual Status set_frequency(unsigned hz) = 0;
   // The map of watched tgids (children added at fork), for other BPF sources to share.
   virtual int targets_map_fd() const = 0;
+  // ... and as a bitmap by tgid (bpf/strata_targets.bpf.h), kept in step by the kernel side.
+  virtual int target_bits_fd() const = 0;
   // Tells the kernel side where process `pid`'s CPython keeps its frames (nullptr: forget it).
   virtual Status set_python_process(uint32_t pid, const struct strata_py_offsets* offsets) = 0;
 };
@@ -68,5 +70,3 @@ class OnCpuSampler {
 Status check_bpf_permissions();
 
 }  // namespace strata::agent
-  // ... and as a bitmap by tgid (bpf/strata_targets.bpf.h), kept in step by the kernel side.
-  virtual int target_bits_fd() const = 0;
