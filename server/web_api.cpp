@@ -1,9 +1,11 @@
 #include "server/web_api.h"
 
 #include <httplib.h>
+#include <zlib.h>
 
 #include <algorithm>
 #include <cctype>
+#include <charconv>
 #include <chrono>
 #include <cmath>
 #include <cstdio>
@@ -28,11 +30,44 @@ void reply_error(httplib::Response& res, int status, const std::string& why) {
 }
 
 // Milliseconds with three decimals: the matrices are the bulk of a page, 17 digits would triple them.
+// to_chars, not printf: 60k of them per 1,000-rank heatmap.
 std::string ms3(double ms) {
   if (!std::isfinite(ms)) return "null";
-  char buf[32];
-  std::snprintf(buf, sizeof buf, "%.3f", ms);
-  return buf;
+  char buf[48];
+  auto r = std::to_chars(buf, buf + sizeof buf, ms, std::chars_format::fixed, 3);
+  return r.ec == std::errc() ? std::string(buf, r.ptr) : "null";
+}
+
+// A large JSON answer, gzipped here at level 1 when the client takes gzip: httplib's own gzip runs
+// at level 6, a third of a 1,000-rank heatmap's time in the server for ~10% fewer bytes. The
+// content type then carries a charset, which httplib does not compress again.
+void reply_json(const httplib::Request& req, httplib::Response& res, const std::string& body) {
+  const std::string type = "application/json; charset=utf-8";
+  res.set_header("Vary", "Accept-Encoding");
+  if (body.size() < 16384 || req.get_header_value("Accept-Encoding").find("gzip") == std::string::npos) {
+    res.set_content(body, type);
+    return;
+  }
+  z_stream z{};
+  if (deflateInit2(&z, 1, Z_DEFLATED, 15 + 16, 8, Z_DEFAULT_STRATEGY) != Z_OK) {
+    res.set_content(body, type);
+    return;
+  }
+  std::string out(deflateBound(&z, body.size()), '\0');
+  z.next_in = reinterpret_cast<Bytef*>(const_cast<char*>(body.data()));
+  z.avail_in = static_cast<uInt>(body.size());
+  z.next_out = reinterpret_cast<Bytef*>(out.data());
+  z.avail_out = static_cast<uInt>(out.size());
+  const int rc = deflate(&z, Z_FINISH);
+  out.resize(z.total_out);
+  deflateEnd(&z);
+  if (rc != Z_STREAM_END) {
+    res.set_content(body, type);
+    return;
+  }
+  res.set_header("Content-Encoding", "gzip");
+  res.set_header("Content-Type", type);
+  res.body = std::move(out);
 }
 
 struct RankProc {
@@ -224,7 +259,7 @@ class WebApi {
       }
       o += "]";
     }
-    res.set_content(o + "}}\n", "application/json");
+    reply_json(req, res, o + "}}\n");
   }
 
   // The differential profile: rank R's stacks beside the sum of the same stacks on its peers (the
@@ -294,7 +329,7 @@ class WebApi {
       o += (first ? "[" : ",[") + json_str(stack) + "," + json_num(c.first) + "," + json_num(c.second) + "]";
       first = false;
     }
-    res.set_content(o + "]}\n", "application/json");
+    reply_json(req, res, o + "]}\n");
   }
 
   // The same trace `strata report --format chrome-trace --rank R` writes (report/chrome_trace.h).
@@ -352,7 +387,7 @@ class WebApi {
       }
       res.set_header("Content-Disposition", "attachment; filename=\"" + file + "\"");
     }
-    res.set_content(out.str(), "application/json");
+    reply_json(req, res, out.str());
   }
 
   // What recording cost (strata record's stats: agent CPU, BPF run time, target CPU, samples...).
