@@ -8,7 +8,7 @@
 #include <linux/types.h>
 #endif
 
-#define STRATA_ONCPU_ABI_VERSION 4
+#define STRATA_ONCPU_ABI_VERSION 5
 #define STRATA_MAX_STACK_DEPTH 127 /* PERF_MAX_STACK_DEPTH */
 #define STRATA_COMM_LEN 16
 #define STRATA_BUILD_ID_LEN 20
@@ -17,6 +17,9 @@
 #define STRATA_PY_NO_FIELD 0xffff   /* a field the version does not have */
 #define STRATA_PY_FRAME_READ 128    /* bytes of one interpreter frame read at once */
 #define STRATA_MAX_URETPROBES 4     /* pending uretprobe returns reported per stack copy */
+#define STRATA_MAX_PROC_MAPPINGS 128 /* executable mappings per process the kernel CFI walk knows */
+#define STRATA_KCFI_NO_MODULE 0xffffffffu /* strata_exec_mapping.module_id: no tables (frame pointers) */
+#define STRATA_KCFI_NO_TABLE 0xfffffffeu  /* ... neither frame pointers nor tables (table budget spent): stop */
 #define STRATA_TARGET_BITMAP_WORDS 65536 /* bits for every tgid below PID_MAX_LIMIT (4194304) */
 
 /* The argument of the "syscall" program set_target (run by the agent with BPF_PROG_TEST_RUN). */
@@ -56,6 +59,17 @@ enum strata_oncpu_counter {
   STRATA_CNT_PY_NO_THREAD,    /* no thread state for the sampled thread (not a Python thread, or gone) */
   STRATA_CNT_PY_READ_ERR,     /* interpreter memory could not be read */
   STRATA_CNT_PY_TRUNCATED,    /* more Python frames than STRATA_MAX_PY_FRAMES */
+  /* The kernel CFI walk (STRATA_USTACK_KERNEL_CFI): samples it walked, and why each walk stopped. */
+  STRATA_CNT_KCFI_WALKS,
+  STRATA_CNT_KCFI_END,        /* reached the outermost frame: the chain is whole */
+  STRATA_CNT_KCFI_NO_PROC,    /* no mappings for the process yet: the kernel's frame-pointer walk instead */
+  STRATA_CNT_KCFI_NO_MAPPING, /* an address outside the known executable mappings (dlopen, JIT) */
+  STRATA_CNT_KCFI_NO_ROW,     /* a module with tables but no row for the address */
+  STRATA_CNT_KCFI_BAD_FRAME,  /* rbp unknown where needed, or a frame that does not move up */
+  STRATA_CNT_KCFI_READ_ERR,   /* the return address or saved rbp could not be read */
+  STRATA_CNT_KCFI_MAX_DEPTH,  /* STRATA_MAX_STACK_DEPTH frames */
+  STRATA_CNT_KCFI_FRAMES,     /* frames stepped with CFI rows */
+  STRATA_CNT_KCFI_FP_FRAMES,  /* frames stepped with frame pointers (modules without tables) */
   STRATA_CNT__COUNT,
 };
 
@@ -64,10 +78,65 @@ enum strata_user_stack_mode {
   STRATA_USTACK_FP = 0,        /* frame-pointer walk in the kernel, build id + offset per frame */
   STRATA_USTACK_SNAPSHOT = 1,  /* copy of the stack top + rip/rsp/rbp, unwound on the node */
   STRATA_USTACK_BOTH = 2,      /* both: the kernel's walk is the fallback for processes gone meanwhile */
+  STRATA_USTACK_KERNEL_CFI = 3, /* CFI walk in the kernel from the agent's compact tables (below),
+                                   frame pointers for modules without tables; no stack copy */
+};
+
+/* Why a kernel CFI walk stopped (strata_sample.kcfi_stop; 0 when there was no such walk). */
+enum strata_kcfi_stop {
+  STRATA_KCFI_STOP_NONE = 0,
+  STRATA_KCFI_STOP_END = 1,
+  STRATA_KCFI_STOP_NO_PROC = 2,
+  STRATA_KCFI_STOP_NO_MAPPING = 3,  /* the agent re-reads the process's maps (dlopen) */
+  STRATA_KCFI_STOP_NO_ROW = 4,
+  STRATA_KCFI_STOP_BAD_FRAME = 5,
+  STRATA_KCFI_STOP_READ_ERR = 6,
+  STRATA_KCFI_STOP_MAX_DEPTH = 7,
+};
+
+/* One row of a module's compact unwind table (the same 12 bytes as unwind::UnwindRow): from `pc`
+ * (ELF virtual address) up to the next row's pc, CFA = (rsp or rbp) + cfa_offset, the return
+ * address at CFA-8, the caller's rbp unchanged or saved at CFA + rbp_offset. Rows of all modules
+ * live in one array map (`kcfi_rows`); `kcfi_modules[module id]` says where a module's begin. */
+#define STRATA_KCFI_CFA_INVALID 0  /* no CFI here: stop */
+#define STRATA_KCFI_CFA_RSP 1
+#define STRATA_KCFI_CFA_RBP 2
+#define STRATA_KCFI_CFA_PLT 3      /* CFA = rsp + 8 + ((rip & 15) >= 11 ? 8 : 0) */
+#define STRATA_KCFI_CFA_END 4      /* the outermost frame */
+#define STRATA_KCFI_RBP_SAME 0
+#define STRATA_KCFI_RBP_OFFSET 1
+#define STRATA_KCFI_RBP_UNKNOWN 2
+struct strata_unwind_row {
+  __u32 pc;
+  __s32 cfa_offset;
+  __s16 rbp_offset;
+  __u8 cfa_rule;
+  __u8 rbp_rule;
+};
+
+struct strata_kcfi_module {
+  __u32 first; /* index of the module's first row in kcfi_rows */
+  __u32 count;
+};
+
+/* One executable mapping: ELF virtual address = process address - bias. */
+struct strata_exec_mapping {
+  __u64 start, end;
+  __u64 bias;
+  __u32 module_id; /* STRATA_KCFI_NO_MODULE: walk with frame pointers */
+  __u32 _pad;
+};
+
+/* A process's executable mappings, sorted by start (map `kcfi_procs`, by tgid). */
+struct strata_proc_mappings {
+  __u32 n;
+  __u32 _pad;
+  struct strata_exec_mapping m[STRATA_MAX_PROC_MAPPINGS];
 };
 
 /* sample flags */
 #define STRATA_SAMPLE_HAS_REGS 1u  /* regs and the stack snapshot are valid */
+#define STRATA_SAMPLE_KERNEL_CFI 2u  /* the user stack is the kernel's CFI walk (kcfi_* below) */
 
 /* One Python frame as the kernel reads it: the code object's address and where in it. */
 struct strata_py_frame {
@@ -99,7 +168,9 @@ struct strata_sample {
   __u64 ip, sp, bp; /* user registers at the sample */
   __u64 stack_base; /* address of the first snapshot byte */
   __u32 uret_len;   /* entries of uret in use, innermost first */
-  __u32 _pad2;
+  __u8 kcfi_stop;   /* enum strata_kcfi_stop */
+  __u8 kcfi_fp_frames; /* frames of the kernel walk stepped with frame pointers */
+  __u16 kcfi_frames; /* frames of the kernel walk stepped with CFI rows (the rest: frame pointers) */
   struct strata_uret uret[STRATA_MAX_URETPROBES];
 };
 

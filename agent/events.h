@@ -50,6 +50,11 @@ struct SampleEvent {
   uint64_t stack_base = 0;
   std::vector<uint8_t> stack;
   std::vector<RawPythonFrame> pystack;  // leaf first
+  // The user stack came from the kernel's CFI walk (STRATA_USTACK_KERNEL_CFI): why it stopped
+  // (enum strata_kcfi_stop) and how many frames it stepped with CFI rows / frame pointers.
+  bool kernel_cfi = false;
+  uint8_t kcfi_stop = 0;
+  uint16_t kcfi_frames = 0, kcfi_fp_frames = 0;
 };
 
 // Puts back the return addresses that pending uretprobes replaced with the kernel's trampoline in

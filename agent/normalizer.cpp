@@ -4,6 +4,7 @@
 #include <unistd.h>
 
 #include <chrono>
+#include <cstddef>
 #include <cstring>
 
 #include "symbolize/symbolizer.h"
@@ -13,6 +14,20 @@ namespace {
 constexpr uint64_t kMaxRefreshesPerPid = 64;   // bounds /proc reads for processes that map oddly
 constexpr size_t kMaxNativeFrames = 127;
 constexpr size_t kMaxCodeObjectsPerProcess = 16384;
+
+// The kernel's row is the unwinder's row, byte for byte (the rows are copied as they are).
+static_assert(sizeof(unwind::UnwindRow) == sizeof(strata_unwind_row));
+static_assert(offsetof(unwind::UnwindRow, pc) == offsetof(strata_unwind_row, pc));
+static_assert(offsetof(unwind::UnwindRow, cfa_offset) == offsetof(strata_unwind_row, cfa_offset));
+static_assert(offsetof(unwind::UnwindRow, rbp_offset) == offsetof(strata_unwind_row, rbp_offset));
+static_assert(offsetof(unwind::UnwindRow, cfa_rule) == offsetof(strata_unwind_row, cfa_rule));
+static_assert(offsetof(unwind::UnwindRow, rbp_rule) == offsetof(strata_unwind_row, rbp_rule));
+static_assert(static_cast<int>(unwind::CfaRule::kRsp) == STRATA_KCFI_CFA_RSP &&
+              static_cast<int>(unwind::CfaRule::kRbp) == STRATA_KCFI_CFA_RBP &&
+              static_cast<int>(unwind::CfaRule::kPltExpr) == STRATA_KCFI_CFA_PLT &&
+              static_cast<int>(unwind::CfaRule::kEndOfStack) == STRATA_KCFI_CFA_END &&
+              static_cast<int>(unwind::RbpRule::kOffset) == STRATA_KCFI_RBP_OFFSET &&
+              static_cast<int>(unwind::RbpRule::kUnknown) == STRATA_KCFI_RBP_UNKNOWN);
 
 // The vdso is the same in every process of this kernel: read our own copy once.
 std::shared_ptr<const unwind::ModuleUnwind> vdso_module() {
@@ -65,13 +80,8 @@ class Normalizer::ProcessSpace final : public unwind::AddressSpace {
       m = it != n_.maps_.end() ? find_mapping(it->second, addr) : nullptr;
     }
     if (!m || !m->executable || m->path.empty()) return false;
-    std::shared_ptr<const unwind::ModuleUnwind> module;
-    if (m->path == "[vdso]") {
-      module = vdso_module();
-    } else if (m->path[0] == '/') {
-      std::string id = n_.build_id_of_file(m->path, pid_);
-      module = n_.modules_->get(id.empty() ? m->path : id, "/proc/" + std::to_string(pid_) + "/root" + m->path);
-    }
+    std::string key;
+    auto module = n_.module_of(*m, pid_, key);
     if (!module) return false;
     held_.push_back(module);  // kept alive for this walk even if the cache drops it
     out.start = m->start;
@@ -132,6 +142,72 @@ std::string Normalizer::build_id_of_file(const std::string& path, uint32_t pid) 
   return value;
 }
 
+std::shared_ptr<const unwind::ModuleUnwind> Normalizer::module_of(const Mapping& m, uint32_t pid, std::string& key) {
+  if (m.path == "[vdso]") {
+    key = m.path;
+    return vdso_module();
+  }
+  if (m.path.empty() || m.path[0] != '/') return nullptr;
+  std::string id = build_id_of_file(m.path, pid);
+  key = id.empty() ? m.path : id;
+  return modules_->get(key, "/proc/" + std::to_string(pid) + "/root" + m.path);
+}
+
+// The kernel keeps its own copy of a module's rows, loaded once per build id (never evicted: the
+// kernel's row budget is fixed at load; a module that does not fit is walked no further).
+uint32_t Normalizer::kernel_module_id(const std::string& key, const unwind::ModuleUnwind& module) {
+  auto it = kernel_ids_.find(key);
+  if (it != kernel_ids_.end()) return it->second;
+  uint32_t id = STRATA_KCFI_NO_TABLE;
+  if (module.method == unwind::ModuleMethod::kFramePointer) {
+    id = STRATA_KCFI_NO_MODULE;
+  } else if (module.method == unwind::ModuleMethod::kCfi) {
+    const auto& rows = module.table.rows;
+    auto loaded = kernel_.load_module(reinterpret_cast<const strata_unwind_row*>(rows.data()), rows.size());
+    if (loaded) {
+      id = *loaded;
+      counters_.kernel_modules++;
+      counters_.kernel_rows += rows.size();
+      counters_.kernel_cfi_bytes += module.cfi_bytes;
+    } else {
+      counters_.kernel_refused++;
+    }
+  }
+  kernel_ids_.emplace(key, id);
+  return id;
+}
+
+void Normalizer::push_kernel_mappings(uint32_t pid, const std::vector<Mapping>& maps) {
+  auto t0 = std::chrono::steady_clock::now();
+  uint64_t built0 = modules_->build_ns();
+  auto pm = std::make_unique<strata_proc_mappings>();
+  std::memset(pm.get(), 0, sizeof(*pm));
+  for (const auto& m : maps) {  // /proc/PID/maps is sorted by address, as the kernel's search needs
+    if (!m.executable || m.path.empty()) continue;
+    std::string key;
+    auto module = module_of(m, pid, key);
+    if (!module) continue;  // the walk stops there (no mapping), as the node's does
+    uint64_t vaddr = module->vaddr_of_file_offset(m.file_offset);
+    if (vaddr == ~0ull) continue;
+    if (pm->n >= STRATA_MAX_PROC_MAPPINGS) {
+      counters_.kernel_mappings_dropped++;
+      continue;
+    }
+    auto& e = pm->m[pm->n++];
+    e.start = m.start;
+    e.end = m.end;
+    e.bias = m.start - vaddr;
+    e.module_id = kernel_module_id(key, *module);
+  }
+  kernel_.set_mappings(pid, pm.get());
+  counters_.kernel_mapping_pushes++;
+  auto ns = static_cast<uint64_t>(
+      std::chrono::duration_cast<std::chrono::nanoseconds>(std::chrono::steady_clock::now() - t0).count());
+  uint64_t built = modules_->build_ns() - built0;
+  counters_.kernel_table_ns += ns > built ? ns - built : 0;
+  counters_.unwind_ns += ns;
+}
+
 void Normalizer::learn_process(uint32_t pid) {
   auto maps = read_proc_maps(pid);
   if (!maps) return;
@@ -141,6 +217,7 @@ void Normalizer::learn_process(uint32_t pid) {
     if (!id.empty()) path_by_build_id_.emplace(trimmed_like_kernel(id), m.path);
   }
   detect_python(pid, *maps);
+  if (kernel_.set_mappings) push_kernel_mappings(pid, *maps);
   maps_[pid] = std::move(*maps);
 }
 
@@ -149,6 +226,7 @@ void Normalizer::forget_process(uint32_t pid) {
   refreshes_.erase(pid);
   spaces_.erase(pid);
   if (python_.erase(pid) && python_hook_) python_hook_(pid, nullptr);
+  if (kernel_.set_mappings) kernel_.set_mappings(pid, nullptr);
 }
 
 void Normalizer::detect_python(uint32_t pid, const std::vector<Mapping>& maps) {
@@ -208,15 +286,37 @@ Normalizer::ProcessSpace& Normalizer::space_of(uint32_t pid) {
 void Normalizer::unwind(const SampleEvent& e, UserStack& out) {
   out.native.clear();
   out.method = store::UnwindMethod::kFramePointer;
+  auto t0 = std::chrono::steady_clock::now();
+  uint64_t once0 = modules_->build_ns() + counters_.kernel_table_ns;  // not per-sample work
+  auto walked = [&] {
+    auto ns = static_cast<uint64_t>(
+        std::chrono::duration_cast<std::chrono::nanoseconds>(std::chrono::steady_clock::now() - t0).count());
+    uint64_t once = modules_->build_ns() + counters_.kernel_table_ns - once0;
+    counters_.walk_ns += ns > once ? ns - once : 0;
+  };
+  if (e.kernel_cfi) {  // unwound in the kernel (mode 3): only normalization is left
+    out.native = e.ustack;
+    out.method = e.kcfi_frames == 0      ? store::UnwindMethod::kFramePointer
+                 : e.kcfi_fp_frames == 0 ? store::UnwindMethod::kDwarf
+                                         : store::UnwindMethod::kMixed;
+    counters_.kernel_walks++;
+    if (e.kcfi_stop == STRATA_KCFI_STOP_END) counters_.kernel_complete++;
+    // An address in no mapping the kernel knows: mapped since (dlopen); it learns on the next sample.
+    if (e.kcfi_stop == STRATA_KCFI_STOP_NO_MAPPING && refreshes_[e.pid]++ < kMaxRefreshesPerPid) learn_process(e.pid);
+    counters_.unwind_ns += static_cast<uint64_t>(
+        std::chrono::duration_cast<std::chrono::nanoseconds>(std::chrono::steady_clock::now() - t0).count());
+    walked();
+    return;
+  }
   bool complete = false;
   if (snapshot_unwinding_ && e.has_regs && e.ip != 0) {
-    auto t0 = std::chrono::steady_clock::now();
     auto& space = space_of(e.pid);
     unwind::unwind_stack(unwind::Registers{e.ip, e.sp, e.bp}, unwind::StackSnapshot{e.stack_base, e.stack}, space,
                          kMaxNativeFrames, unwound_);
     space.release();
     counters_.unwind_ns += static_cast<uint64_t>(
         std::chrono::duration_cast<std::chrono::nanoseconds>(std::chrono::steady_clock::now() - t0).count());
+    walked();
     counters_.snapshot_unwinds++;
     complete = unwound_.stop == unwind::StopReason::kEndOfStack;
     counters_.stops[static_cast<size_t>(unwound_.stop) % counters_.stops.size()]++;
@@ -356,6 +456,7 @@ UnwindCounters Normalizer::unwind_counters() const {
   c.table_budget_bytes = modules_->budget_bytes();
   c.table_builds = modules_->builds();
   c.table_evictions = modules_->evictions();
+  c.table_build_ns = modules_->build_ns();
   return c;
 }
 

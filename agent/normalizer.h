@@ -43,6 +43,25 @@ struct UnwindCounters {
   uint64_t table_builds = 0;       // modules' tables built (again, after an eviction)
   uint64_t table_evictions = 0;    // least recently used tables dropped to stay in the budget
   std::array<uint64_t, 6> stops{};  // snapshot walks by unwind::StopReason
+  // The kernel's CFI walk (mode 3): its tables as the normalizer loaded them.
+  uint64_t kernel_walks = 0;          // samples whose user stack the kernel unwound with CFI
+  uint64_t kernel_complete = 0;       // ... that reached the outermost frame
+  uint64_t kernel_modules = 0;        // modules whose rows went to the kernel
+  uint64_t kernel_rows = 0;
+  uint64_t kernel_cfi_bytes = 0;      // .eh_frame/.debug_frame bytes of those modules
+  uint64_t kernel_refused = 0;        // modules the kernel's row budget had no room for
+  uint64_t kernel_mapping_pushes = 0; // process mapping lists sent
+  uint64_t kernel_mappings_dropped = 0;  // executable mappings past STRATA_MAX_PROC_MAPPINGS
+  uint64_t kernel_table_ns = 0;       // node time loading them into the kernel (also in unwind_ns)
+  uint64_t table_build_ns = 0;        // node time parsing CFI into tables (once per module)
+  uint64_t walk_ns = 0;               // node time unwinding samples, table builds and loads not counted
+};
+
+// Mode 3 (STRATA_USTACK_KERNEL_CFI): how the normalizer gives the kernel its compact tables (rows
+// per module, once per build id) and each process's executable mappings (on every learn_process).
+struct KernelUnwindHooks {
+  std::function<Result<uint32_t>(const strata_unwind_row* rows, size_t n)> load_module;  // module id
+  std::function<void(uint32_t pid, const strata_proc_mappings* maps)> set_mappings;     // nullptr: forget
 };
 
 // The unwind tables of all modules together (CFI rows, cached by build id, least recently used
@@ -73,6 +92,8 @@ class Normalizer {
   // Called when a process's CPython is recognized (offsets) or forgotten (nullptr): the sampler
   // passes it to the kernel side.
   void set_python_hook(std::function<void(uint32_t, const strata_py_offsets*)> hook) { python_hook_ = std::move(hook); }
+  // Turns on loading the kernel's CFI tables (mode 3): from then on learn_process sends them.
+  void set_kernel_unwind(KernelUnwindHooks hooks) { kernel_ = std::move(hooks); }
 
   size_t known_build_ids() const { return path_by_build_id_.size(); }
   UnwindCounters unwind_counters() const;
@@ -87,6 +108,9 @@ class Normalizer {
   bool snapshot_unwinding_ = true;
   void append_python(const SampleEvent& e, Stack& out);
   ProcessSpace& space_of(uint32_t pid);
+  std::shared_ptr<const unwind::ModuleUnwind> module_of(const Mapping& m, uint32_t pid, std::string& key);
+  void push_kernel_mappings(uint32_t pid, const std::vector<Mapping>& maps);
+  uint32_t kernel_module_id(const std::string& key, const unwind::ModuleUnwind& module);
 
   std::unordered_map<std::string, std::string> path_by_build_id_;   // kernel-trimmed hex -> path
   std::unordered_map<std::string, std::string> build_id_by_path_;   // path -> hex ("" = none)
@@ -97,6 +121,8 @@ class Normalizer {
   std::unordered_map<uint32_t, std::unique_ptr<ProcessSpace>> spaces_;
   std::unordered_map<uint32_t, std::unique_ptr<PythonProcess>> python_;
   std::function<void(uint32_t, const strata_py_offsets*)> python_hook_;
+  KernelUnwindHooks kernel_;
+  std::unordered_map<std::string, uint32_t> kernel_ids_;  // module key -> kernel module id
   unwind::UnwoundStack unwound_;  // reused
   UnwindCounters counters_;
 };

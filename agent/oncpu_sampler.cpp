@@ -73,8 +73,17 @@ class LiveSampler final : public OnCpuSampler {
     skel_->rodata->follow_children = opts.follow_children;
     skel_->rodata->user_stack_mode = opts.user_stack_mode;
     // For the bench: compare the methods' costs on the same workload without a rebuild.
-    if (const char* m = std::getenv("STRATA_USER_STACK_MODE"); m && *m >= '0' && *m <= '2')
+    if (const char* m = std::getenv("STRATA_USER_STACK_MODE"); m && *m >= '0' && *m <= '3')
       skel_->rodata->user_stack_mode = static_cast<uint32_t>(*m - '0');
+    mode_ = skel_->rodata->user_stack_mode;
+    // The kernel CFI walk's tables are preallocated: full size only in the mode that uses them.
+    if (mode_ == STRATA_USTACK_KERNEL_CFI) {
+      kcfi_row_capacity_ = opts.kcfi_max_rows;
+      kcfi_module_capacity_ = opts.kcfi_max_modules;
+      bpf_map__set_max_entries(skel_->maps.kcfi_rows, opts.kcfi_max_rows);
+      bpf_map__set_max_entries(skel_->maps.kcfi_modules, opts.kcfi_max_modules);
+      bpf_map__set_max_entries(skel_->maps.kcfi_procs, opts.kcfi_max_procs);
+    }
     skel_->rodata->snapshot_pages = opts.snapshot_pages;
     auto cpus = online_cpus();
     int ncpus = libbpf_num_possible_cpus();
@@ -175,6 +184,45 @@ class LiveSampler final : public OnCpuSampler {
     return {};
   }
 
+  uint32_t user_stack_mode() const override { return mode_; }
+
+  Result<uint32_t> load_unwind_module(const strata_unwind_row* rows, size_t n) override {
+    if (mode_ != STRATA_USTACK_KERNEL_CFI) return Error{"kernel unwind tables are off (user stack mode " + std::to_string(mode_) + ")"};
+    if (n > kcfi_row_capacity_ - kcfi_rows_used_ || kcfi_modules_ >= kcfi_module_capacity_) {
+      kcfi_full_++;
+      return Error{"kernel unwind table full"};
+    }
+    // One batched update per module (arrays support it); rows are few syscalls' worth otherwise.
+    std::vector<uint32_t> keys(n);
+    for (size_t i = 0; i < n; ++i) keys[i] = kcfi_rows_used_ + static_cast<uint32_t>(i);
+    uint32_t count = static_cast<uint32_t>(n);
+    int fd = bpf_map__fd(skel_->maps.kcfi_rows);
+    if (n > 0 && bpf_map_update_batch(fd, keys.data(), rows, &count, nullptr) != 0) {
+      for (size_t i = 0; i < n; ++i) {
+        if (bpf_map_update_elem(fd, &keys[i], &rows[i], BPF_ANY) != 0)
+          return Error::from_errno("cannot load unwind rows", errno);
+      }
+    }
+    uint32_t id = kcfi_modules_;
+    strata_kcfi_module mod{kcfi_rows_used_, static_cast<uint32_t>(n)};
+    if (bpf_map__update_elem(skel_->maps.kcfi_modules, &id, sizeof(id), &mod, sizeof(mod), BPF_ANY) != 0)
+      return Error::from_errno("cannot load an unwind module", errno);
+    kcfi_rows_used_ += static_cast<uint32_t>(n);
+    kcfi_modules_++;
+    return id;
+  }
+
+  Status set_process_mappings(uint32_t pid, const strata_proc_mappings* maps) override {
+    if (mode_ != STRATA_USTACK_KERNEL_CFI) return {};
+    if (!maps) {
+      bpf_map__delete_elem(skel_->maps.kcfi_procs, &pid, sizeof(pid), 0);
+      return {};
+    }
+    if (bpf_map__update_elem(skel_->maps.kcfi_procs, &pid, sizeof(pid), maps, sizeof(*maps), BPF_ANY) != 0)
+      return Error::from_errno("cannot give the kernel the mappings of pid " + std::to_string(pid), errno);
+    return {};
+  }
+
   SamplerCounters counters() const override {
     SamplerCounters c;
     int ncpus = libbpf_num_possible_cpus();
@@ -200,6 +248,14 @@ class LiveSampler final : public OnCpuSampler {
     c.py_no_thread = sum(STRATA_CNT_PY_NO_THREAD);
     c.py_read_errors = sum(STRATA_CNT_PY_READ_ERR);
     c.py_truncated = sum(STRATA_CNT_PY_TRUNCATED);
+    c.kcfi_walks = sum(STRATA_CNT_KCFI_WALKS);
+    for (uint32_t i = 0; i < 7; ++i) c.kcfi_stops[i] = sum(STRATA_CNT_KCFI_END + i);
+    c.kcfi_frames = sum(STRATA_CNT_KCFI_FRAMES);
+    c.kcfi_fp_frames = sum(STRATA_CNT_KCFI_FP_FRAMES);
+    c.kcfi_rows = kcfi_rows_used_;
+    c.kcfi_row_capacity = kcfi_row_capacity_;
+    c.kcfi_modules = kcfi_modules_;
+    c.kcfi_full = kcfi_full_;
     c.bpf_stats = stats_fd_ >= 0;
     for (bpf_program* prog = bpf_object__next_program(skel_->obj, nullptr); prog;
          prog = bpf_object__next_program(skel_->obj, prog)) {
@@ -207,6 +263,7 @@ class LiveSampler final : public OnCpuSampler {
       uint32_t len = sizeof(info);
       if (bpf_obj_get_info_by_fd(bpf_program__fd(prog), &info, &len) == 0) {
         c.bpf_run_ns += info.run_time_ns;
+        if (prog == skel_->progs.on_cpu_sample) c.bpf_sample_run_ns = info.run_time_ns;
         c.bpf_run_cnt += info.run_cnt;
       }
     }
@@ -271,6 +328,10 @@ class LiveSampler final : public OnCpuSampler {
     sample_.bp = hdr.bp;
     sample_.stack_base = hdr.stack_base;
     sample_.stack.assign(p, p + hdr.stack_len);
+    sample_.kernel_cfi = hdr.flags & STRATA_SAMPLE_KERNEL_CFI;
+    sample_.kcfi_stop = hdr.kcfi_stop;
+    sample_.kcfi_frames = hdr.kcfi_frames;
+    sample_.kcfi_fp_frames = hdr.kcfi_fp_frames;
     restore_uretprobe_returns(sample_, hdr.uret, std::min<unsigned>(hdr.uret_len, STRATA_MAX_URETPROBES));
     sink_->on_sample(sample_);
   }
@@ -299,6 +360,10 @@ class LiveSampler final : public OnCpuSampler {
   std::vector<int> perf_fds_;
   std::vector<bpf_link*> links_;
   int stats_fd_ = -1;
+  uint32_t mode_ = 2;
+  uint32_t kcfi_row_capacity_ = 0, kcfi_module_capacity_ = 0;  // mode 3 only
+  uint32_t kcfi_rows_used_ = 0, kcfi_modules_ = 0;
+  uint64_t kcfi_full_ = 0;
   EventSink* sink_ = nullptr;
   SampleEvent sample_;  // reused: no allocation per sample once warm
 };

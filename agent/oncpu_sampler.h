@@ -2,6 +2,7 @@
 // Lifecycle (libbpf-bootstrap's): open -> set rodata and map sizes -> load -> attach -> poll -> destroy.
 #pragma once
 
+#include <cstddef>
 #include <cstdint>
 #include <memory>
 #include <vector>
@@ -10,6 +11,8 @@
 #include "common/result.h"
 
 struct strata_py_offsets;
+struct strata_unwind_row;
+struct strata_proc_mappings;
 
 namespace strata::agent {
 
@@ -23,6 +26,11 @@ struct SamplerOptions {
   // kernel's walk is the fallback when the node cannot unwind). See abi/oncpu.h.
   uint32_t user_stack_mode = 2;
   uint32_t snapshot_pages = 4;  // stack copy: rest of rsp's page + up to this many pages in all
+  // Mode 3 (kernel CFI walk): the kernel's tables, preallocated at these sizes (12 bytes a row,
+  // 4 KiB a process). Loading stops, counted, when the rows are spent.
+  uint32_t kcfi_max_rows = 1u << 20;
+  uint32_t kcfi_max_modules = 4096;
+  uint32_t kcfi_max_procs = 1024;
 };
 
 struct SamplerCounters {
@@ -39,6 +47,16 @@ struct SamplerCounters {
   uint64_t py_no_thread = 0;      // ... whose thread had no Python thread state
   uint64_t py_read_errors = 0;
   uint64_t py_truncated = 0;
+  uint64_t kcfi_walks = 0;     // kernel CFI walks (mode 3) ...
+  uint64_t kcfi_stops[7] = {};  // ... by why they stopped (enum strata_kcfi_stop - 1)
+  uint64_t kcfi_frames = 0;     // frames stepped with CFI rows in the kernel
+  uint64_t kcfi_fp_frames = 0;  // ... with frame pointers
+  uint64_t kcfi_rows = 0;       // rows loaded into the kernel's table
+  uint64_t kcfi_row_capacity = 0;
+  uint64_t kcfi_modules = 0;
+  uint64_t kcfi_full = 0;       // modules refused: the row budget was spent
+  uint64_t bpf_sample_run_ns = 0;  // ... of the sampling program alone (fork/exec/exit of every
+                                   // process on the node run the others)
   uint64_t bpf_run_ns = 0;     // run time of the sampler's BPF programs (kernel BPF stats)
   uint64_t bpf_run_cnt = 0;
   bool bpf_stats = false;      // whether bpf_run_* are measured
@@ -64,6 +82,21 @@ class OnCpuSampler {
   virtual int target_bits_fd() const = 0;
   // Tells the kernel side where process `pid`'s CPython keeps its frames (nullptr: forget it).
   virtual Status set_python_process(uint32_t pid, const struct strata_py_offsets* offsets) = 0;
+  // The user-stack mode the program runs with (options, or STRATA_USER_STACK_MODE): abi/oncpu.h.
+  virtual uint32_t user_stack_mode() const { return 2; }
+  // Mode 3: copies a module's rows (struct strata_unwind_row, sorted) into the kernel's table and
+  // returns its module id; fails when the row budget is spent (counted).
+  virtual Result<uint32_t> load_unwind_module(const struct strata_unwind_row* rows, size_t n) {
+    (void)rows;
+    (void)n;
+    return Error{"no kernel unwind tables"};
+  }
+  // Mode 3: the process's executable mappings for the kernel's walk (nullptr: forget it).
+  virtual Status set_process_mappings(uint32_t pid, const struct strata_proc_mappings* maps) {
+    (void)pid;
+    (void)maps;
+    return {};
+  }
 };
 
 // Whether this process may load BPF and open perf events; an Error names what is missing.

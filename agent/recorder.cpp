@@ -106,6 +106,12 @@ class Recorder final : public EventSink {
     normalizer_.set_python_hook([this](uint32_t pid, const strata_py_offsets* o) {
       (void)sampler_->set_python_process(pid, o);  // a full map only costs that process its Python frames
     });
+    // Mode 3: the kernel unwinds with CFI from tables the normalizer derives and loads.
+    if (sampler_->user_stack_mode() == STRATA_USTACK_KERNEL_CFI) {
+      normalizer_.set_kernel_unwind(KernelUnwindHooks{
+          [this](const strata_unwind_row* rows, size_t n) { return sampler_->load_unwind_module(rows, n); },
+          [this](uint32_t pid, const strata_proc_mappings* m) { (void)sampler_->set_process_mappings(pid, m); }});
+    }
     SourceEnv env;
     env.targets_map_fd = sampler_->targets_map_fd();
     env.target_bits_fd = sampler_->target_bits_fd();
@@ -391,8 +397,26 @@ class Recorder final : public EventSink {
              {"python_samples", static_cast<double>(c.py_samples)},
              {"python_no_thread", static_cast<double>(c.py_no_thread)},
              {"python_read_errors", static_cast<double>(c.py_read_errors)},
-             {"snapshot_errors", static_cast<double>(c.snapshot_errors)}})
+             {"snapshot_errors", static_cast<double>(c.snapshot_errors)},
+             {"unwind_kernel_walks", static_cast<double>(u.kernel_walks)},
+             {"unwind_kernel_complete", static_cast<double>(u.kernel_complete)},
+             {"unwind_kernel_modules", static_cast<double>(u.kernel_modules)},
+             {"unwind_kernel_rows", static_cast<double>(u.kernel_rows)},
+             {"unwind_kernel_table_bytes", static_cast<double>(u.kernel_rows * sizeof(strata_unwind_row))},
+             {"unwind_kernel_cfi_bytes", static_cast<double>(u.kernel_cfi_bytes)},
+             {"unwind_kernel_refused", static_cast<double>(u.kernel_refused)},
+             {"unwind_kernel_mappings_dropped", static_cast<double>(u.kernel_mappings_dropped)},
+             {"unwind_kernel_table_s", static_cast<double>(u.kernel_table_ns) / 1e9},
+             {"unwind_table_build_s", static_cast<double>(u.table_build_ns) / 1e9},
+             {"unwind_walk_s", static_cast<double>(u.walk_ns) / 1e9},
+             {"bpf_sample_run_s", static_cast<double>(c.bpf_sample_run_ns) / 1e9},
+             {"kcfi_frames", static_cast<double>(c.kcfi_frames)},
+             {"kcfi_fp_frames", static_cast<double>(c.kcfi_fp_frames)}})
       stats.emplace_back(k, v);
+    if (c.kcfi_walks > 0) {  // why the kernel's walks stopped (enum strata_kcfi_stop)
+      static const char* names[] = {"end", "no_proc", "no_mapping", "no_row", "bad_frame", "read_err", "max_depth"};
+      for (size_t i = 0; i < 7; ++i) stats.emplace_back(std::string("kcfi_stop_") + names[i], static_cast<double>(c.kcfi_stops[i]));
+    }
     for (size_t i = 0; i < u.stops.size(); ++i) {
       stats.emplace_back(std::string("unwind_stop_") + unwind::stop_reason_name(static_cast<unwind::StopReason>(i)),
                          static_cast<double>(u.stops[i]));

@@ -52,11 +52,45 @@ struct {
   __type(value, struct strata_py_offsets);
 } py_procs SEC(".maps");
 
+/* The kernel CFI walk's tables (STRATA_USTACK_KERNEL_CFI; abi/oncpu.h), filled by the agent:
+ * all modules' rows in one array, where each module's rows begin, each process's executable
+ * mappings. Sized by the agent before load (one entry each in the other modes). */
+struct {
+  __uint(type, BPF_MAP_TYPE_ARRAY);
+  __uint(max_entries, 1);
+  __type(key, __u32);
+  __type(value, struct strata_unwind_row);
+} kcfi_rows SEC(".maps");
+
+struct {
+  __uint(type, BPF_MAP_TYPE_ARRAY);
+  __uint(max_entries, 1);
+  __type(key, __u32); /* module id */
+  __type(value, struct strata_kcfi_module);
+} kcfi_modules SEC(".maps");
+
+struct {
+  __uint(type, BPF_MAP_TYPE_HASH);
+  __uint(max_entries, 1);
+  __type(key, __u32); /* tgid */
+  __type(value, struct strata_proc_mappings);
+} kcfi_procs SEC(".maps");
+
 #define KSTACK_BYTES (STRATA_MAX_STACK_DEPTH * sizeof(__u64))
 #define USTACK_BYTES (STRATA_MAX_STACK_DEPTH * sizeof(__u64))
 #define PY_BYTES (STRATA_MAX_PY_FRAMES * sizeof(struct strata_py_frame))
 #define PAGE 4096
 #define SNAP_BYTES STRATA_STACK_SNAPSHOT_MAX
+
+/* The kernel CFI walk's state (kernel_cfi_walk). */
+struct kcfi_state {
+  __u64 off; /* where user addresses start in frames */
+  __u64 pc, sp, bp;
+  __u32 n, cfi_frames, fp_frames, bp_known, stop;
+  __u32 last_map; /* the mapping of the frame before */
+  __u32 lo, hi, err; /* binary searches: the first entry that starts above x */
+  __u64 x;
+};
 
 /* Per-CPU scratch: a sample is assembled here, then copied to the ring buffer at its real size.
  * Sections follow each other at their real lengths: kernel, user (FP), Python, stack copy. */
@@ -64,6 +98,7 @@ struct sample_buf {
   struct strata_sample hdr;
   __u8 frames[KSTACK_BYTES + USTACK_BYTES + PY_BYTES + SNAP_BYTES];
   __u8 pyframe[STRATA_PY_FRAME_READ]; /* one interpreter frame, read at once */
+  struct kcfi_state kcfi;              /* the kernel CFI walk's state (never sent) */
 };
 
 struct {
@@ -249,6 +284,211 @@ read_err:
   return 0;
 }
 
+/* The kernel CFI walk (STRATA_USTACK_KERNEL_CFI): per frame, the mapping of the address (binary
+ * search in the process's sorted mappings), the module's row (binary search in its rows), then
+ * CFA, return address at CFA-8 and the saved rbp, read from the live stack. Modules without
+ * tables are stepped with frame pointers. Loops are bpf_loop callbacks over state kept in the
+ * per-CPU scratch (struct kcfi_state): the verifier checks each callback once, while state on the
+ * stack, which it tracks exactly, made it check every iteration (past its million instructions). */
+struct kcfi_ctx {
+  struct sample_buf* buf;
+  struct strata_proc_mappings* pm;
+};
+
+static __always_inline __u64 kcfi_fix_uret(struct sample_buf* buf, __u64 slot, __u64 ra) {
+  /* A pending uretprobe put the kernel's trampoline where this return address was. */
+  for (int i = 0; i < STRATA_MAX_URETPROBES; i++) {
+    if (i >= buf->hdr.uret_len) break;
+    if (buf->hdr.uret[i].slot == slot) return buf->hdr.uret[i].ret;
+  }
+  return ra;
+}
+
+/* Binary searches: end with lo = the first entry that starts above x. */
+static long kcfi_mapping_cb(__u32 i, void* ctx) {
+  struct kcfi_ctx* c = ctx;
+  struct kcfi_state* s = &c->buf->kcfi;
+  if (s->lo >= s->hi) return 1;
+  __u32 mid = s->lo + (s->hi - s->lo) / 2;
+  if (c->pm->m[mid & (STRATA_MAX_PROC_MAPPINGS - 1)].start <= s->x) s->lo = mid + 1;
+  else s->hi = mid;
+  return 0;
+}
+
+static long kcfi_row_cb(__u32 i, void* ctx) {
+  struct kcfi_ctx* c = ctx;
+  struct kcfi_state* s = &c->buf->kcfi;
+  if (s->lo >= s->hi) return 1;
+  __u32 mid = s->lo + (s->hi - s->lo) / 2;
+  struct strata_unwind_row* r = bpf_map_lookup_elem(&kcfi_rows, &mid);
+  if (!r) {
+    s->err = 1;
+    return 1;
+  }
+  if (r->pc <= s->x) s->lo = mid + 1;
+  else s->hi = mid;
+  return 0;
+}
+
+static long kcfi_step(__u32 depth, void* ctx) {
+  struct kcfi_ctx* c = ctx;
+  struct sample_buf* buf = c->buf;
+  struct strata_proc_mappings* pm = c->pm;
+  struct kcfi_state* w = &buf->kcfi;
+  __u32 n = w->n;
+  if (n >= STRATA_MAX_STACK_DEPTH) {
+    w->stop = STRATA_KCFI_STOP_MAX_DEPTH;
+    return 1;
+  }
+  __u64 at = w->off + n * sizeof(__u64);
+  if (at > KSTACK_BYTES + USTACK_BYTES - sizeof(__u64)) {
+    w->stop = STRATA_KCFI_STOP_MAX_DEPTH;
+    return 1;
+  }
+  __u64 pc = w->pc, sp = w->sp, bp = w->bp;
+  *(__u64*)(buf->frames + at) = pc;
+  w->n = n + 1;
+  /* A return address points after the call; the call itself (pc-1) is in the caller's range. */
+  __u64 lookup = n == 0 ? pc : pc - 1;
+
+  __u32 cnt = pm->n;
+  if (cnt > STRATA_MAX_PROC_MAPPINGS) cnt = STRATA_MAX_PROC_MAPPINGS;
+  /* Callers are mostly in the callee's module: try the last frame's mapping before searching. */
+  struct strata_exec_mapping* m = &pm->m[w->last_map & (STRATA_MAX_PROC_MAPPINGS - 1)];
+  if (w->last_map >= cnt || lookup < m->start || lookup >= m->end) {
+    w->x = lookup;
+    w->lo = 0;
+    w->hi = cnt;
+    bpf_loop(8, kcfi_mapping_cb, c, 0);
+    __u32 lo = w->lo;
+    if (lo == 0 || lo > cnt) goto no_mapping;
+    w->last_map = lo - 1;
+    m = &pm->m[(lo - 1) & (STRATA_MAX_PROC_MAPPINGS - 1)];
+    if (lookup >= m->end) goto no_mapping;
+  }
+
+  __u64 cfa = 0, ra = 0, next_bp = bp;
+  __u32 next_bp_known = w->bp_known;
+  __u32 mod_id = m->module_id;
+  if (mod_id == STRATA_KCFI_NO_MODULE) {
+    /* Frame pointers: rbp points at the saved caller rbp, the return address above it. */
+    if (!w->bp_known || bp == 0) {
+      w->stop = bp == 0 ? STRATA_KCFI_STOP_END : STRATA_KCFI_STOP_BAD_FRAME;
+      return 1;
+    }
+    if (bpf_probe_read_user(&ra, sizeof(ra), (void*)(bp + 8)) ||
+        bpf_probe_read_user(&next_bp, sizeof(next_bp), (void*)bp)) {
+      w->stop = STRATA_KCFI_STOP_READ_ERR;
+      return 1;
+    }
+    cfa = bp + 16;
+    next_bp_known = 1;
+    w->fp_frames++;
+  } else {
+    struct strata_kcfi_module* mod = bpf_map_lookup_elem(&kcfi_modules, &mod_id);
+    __u64 vaddr = lookup - m->bias;
+    if (!mod || mod->count == 0 || vaddr >= (1ull << 32)) goto no_row;
+    __u32 first = mod->first;
+    w->x = vaddr;
+    w->lo = first;
+    w->hi = first + mod->count;
+    w->err = 0;
+    bpf_loop(32, kcfi_row_cb, c, 0);
+    if (w->err || w->lo == first) goto no_row;
+    __u32 idx = w->lo - 1;
+    struct strata_unwind_row* row = bpf_map_lookup_elem(&kcfi_rows, &idx);
+    if (!row) goto no_row;
+    switch (row->cfa_rule) {
+      case STRATA_KCFI_CFA_END:
+        w->stop = STRATA_KCFI_STOP_END;
+        return 1;
+      case STRATA_KCFI_CFA_RSP: cfa = sp + (__s64)row->cfa_offset; break;
+      case STRATA_KCFI_CFA_RBP:
+        if (!w->bp_known) {
+          w->stop = STRATA_KCFI_STOP_BAD_FRAME;
+          return 1;
+        }
+        cfa = bp + (__s64)row->cfa_offset;
+        break;
+      case STRATA_KCFI_CFA_PLT: cfa = sp + 8 + ((pc & 15) >= 11 ? 8 : 0); break;
+      default: goto no_row;
+    }
+    if (bpf_probe_read_user(&ra, sizeof(ra), (void*)(cfa - 8))) {
+      w->stop = STRATA_KCFI_STOP_READ_ERR;
+      return 1;
+    }
+    if (row->rbp_rule == STRATA_KCFI_RBP_OFFSET) {
+      next_bp_known = bpf_probe_read_user(&next_bp, sizeof(next_bp), (void*)(cfa + (__s64)row->rbp_offset)) == 0;
+    } else if (row->rbp_rule == STRATA_KCFI_RBP_UNKNOWN) {
+      next_bp_known = 0;
+    }
+    w->cfi_frames++;
+  }
+  ra = kcfi_fix_uret(buf, cfa - 8, ra);
+  if (ra == 0) { /* thread entry points clear the return address */
+    w->stop = STRATA_KCFI_STOP_END;
+    return 1;
+  }
+  if (cfa <= sp && n > 0) { /* a frame must move up; the leaf's may not have moved yet */
+    w->stop = STRATA_KCFI_STOP_BAD_FRAME;
+    return 1;
+  }
+  w->pc = ra;
+  w->sp = cfa;
+  w->bp = next_bp;
+  w->bp_known = next_bp_known;
+  return 0;
+no_mapping:
+  w->stop = STRATA_KCFI_STOP_NO_MAPPING;
+  return 1;
+no_row:
+  w->stop = STRATA_KCFI_STOP_NO_ROW;
+  return 1;
+}
+
+static __always_inline void bump_by(__u32 counter, __u64 n) {
+  __u64* v = bpf_map_lookup_elem(&counters, &counter);
+  if (v) *v += n;
+}
+
+/* Writes the user addresses at frames[off]; returns their bytes. A process the agent has not told
+ * us about yet gets the kernel's frame-pointer walk. */
+static __noinline long kernel_cfi_walk(struct bpf_perf_event_data* ctx, struct sample_buf* buf, __u64 off) {
+  if (!buf || off > KSTACK_BYTES) return 0;
+  bump(STRATA_CNT_KCFI_WALKS);
+  __u32 tgid = buf->hdr.pid;
+  buf->hdr.flags |= STRATA_SAMPLE_KERNEL_CFI;
+  struct strata_proc_mappings* pm = bpf_map_lookup_elem(&kcfi_procs, &tgid);
+  if (!pm) {
+    bump(STRATA_CNT_KCFI_NO_PROC);
+    buf->hdr.kcfi_stop = STRATA_KCFI_STOP_NO_PROC;
+    return bpf_get_stack(ctx, buf->frames + off, USTACK_BYTES, BPF_F_USER_STACK);
+  }
+  struct pt_regs* regs = user_regs();
+  struct kcfi_state* w = &buf->kcfi;
+  w->off = off;
+  w->pc = BPF_CORE_READ(regs, ip);
+  w->sp = BPF_CORE_READ(regs, sp);
+  w->bp = BPF_CORE_READ(regs, bp);
+  w->bp_known = 1;
+  w->n = w->cfi_frames = w->fp_frames = w->stop = 0;
+  w->last_map = STRATA_MAX_PROC_MAPPINGS; /* none */
+  buf->hdr.uret_len = strata_read_uretprobes(buf->hdr.uret);
+  struct kcfi_ctx c = {.buf = buf, .pm = pm};
+  bpf_loop(STRATA_MAX_STACK_DEPTH, kcfi_step, &c, 0);
+  __u32 stop = w->stop;
+  if (stop < STRATA_KCFI_STOP_END || stop > STRATA_KCFI_STOP_MAX_DEPTH) stop = STRATA_KCFI_STOP_MAX_DEPTH;
+  buf->hdr.kcfi_stop = stop;
+  buf->hdr.kcfi_frames = w->cfi_frames;
+  buf->hdr.kcfi_fp_frames = w->fp_frames;
+  bump(STRATA_CNT_KCFI_END + stop - STRATA_KCFI_STOP_END);
+  bump_by(STRATA_CNT_KCFI_FRAMES, w->cfi_frames);
+  bump_by(STRATA_CNT_KCFI_FP_FRAMES, w->fp_frames);
+  __u32 n = w->n;
+  if (n > STRATA_MAX_STACK_DEPTH) n = STRATA_MAX_STACK_DEPTH;
+  return n * sizeof(__u64);
+}
+
 SEC("perf_event")
 int on_cpu_sample(struct bpf_perf_event_data* ctx) {
   __u64 id = bpf_get_current_pid_tgid();
@@ -270,7 +510,9 @@ int on_cpu_sample(struct bpf_perf_event_data* ctx) {
   buf->hdr.py_status = 0;
   buf->hdr.stack_len = 0;
   buf->hdr.uret_len = 0;
-  buf->hdr._pad2 = 0;
+  buf->hdr.kcfi_stop = 0;
+  buf->hdr.kcfi_fp_frames = 0;
+  buf->hdr.kcfi_frames = 0;
   bpf_get_current_comm(buf->hdr.comm, sizeof(buf->hdr.comm));
 
   long kbytes = bpf_get_stack(ctx, buf->frames, KSTACK_BYTES, 0);
@@ -283,7 +525,9 @@ int on_cpu_sample(struct bpf_perf_event_data* ctx) {
   kbytes &= ~7L;
 
   long ubytes = 0;
-  if (user_stack_mode != STRATA_USTACK_SNAPSHOT)
+  if (user_stack_mode == STRATA_USTACK_KERNEL_CFI)
+    ubytes = kernel_cfi_walk(ctx, buf, kbytes);
+  else if (user_stack_mode != STRATA_USTACK_SNAPSHOT)
     ubytes = bpf_get_stack(ctx, buf->frames + kbytes, USTACK_BYTES, BPF_F_USER_STACK);
   if (ubytes < 0) {
     bump(STRATA_CNT_USTACK_ERR);
@@ -300,10 +544,11 @@ int on_cpu_sample(struct bpf_perf_event_data* ctx) {
   if (pybytes > PY_BYTES) pybytes = PY_BYTES;
   off += pybytes;
   if (off > KSTACK_BYTES + USTACK_BYTES + PY_BYTES) off = KSTACK_BYTES + USTACK_BYTES + PY_BYTES;
-  if (user_stack_mode != STRATA_USTACK_FP) off += copy_user_stack(buf, off);
+  if (user_stack_mode == STRATA_USTACK_SNAPSHOT || user_stack_mode == STRATA_USTACK_BOTH)
+    off += copy_user_stack(buf, off);
 
   __u64 size = sizeof(buf->hdr) + off;
-  if (size > sizeof(*buf) - STRATA_PY_FRAME_READ) size = sizeof(*buf) - STRATA_PY_FRAME_READ;
+  if (size > sizeof(buf->hdr) + sizeof(buf->frames)) size = sizeof(buf->hdr) + sizeof(buf->frames);
   if (bpf_ringbuf_output(&events, buf, size, strata_rb_flags(&events)) == 0)
     bump(STRATA_CNT_EMITTED);
   else

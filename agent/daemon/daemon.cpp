@@ -132,6 +132,12 @@ class Daemon final : public EventSink {
     normalizer_.set_python_hook([this](uint32_t pid, const strata_py_offsets* o) {
       (void)sampler_->set_python_process(pid, o);
     });
+    // Mode 3: the kernel unwinds with CFI from tables the normalizer derives and loads.
+    if (sampler_->user_stack_mode() == STRATA_USTACK_KERNEL_CFI) {
+      normalizer_.set_kernel_unwind(KernelUnwindHooks{
+          [this](const strata_unwind_row* rows, size_t n) { return sampler_->load_unwind_module(rows, n); },
+          [this](uint32_t pid, const strata_proc_mappings* m) { (void)sampler_->set_process_mappings(pid, m); }});
+    }
     SourceEnv env;
     env.targets_map_fd = sampler_->targets_map_fd();
     env.target_bits_fd = sampler_->target_bits_fd();

@@ -19,8 +19,9 @@ struct Folded {
   uint64_t count = 0;
 };
 
-std::vector<Folded> record(const TempDir& dir, const std::string& cmd, const std::string& options = "") {
-  auto rec = run(strata_bin() + " record --layers cpu " + options + " -o " + dir.file("rec.db") + " -- " + cmd);
+std::vector<Folded> record(const TempDir& dir, const std::string& cmd, const std::string& options = "",
+                           const std::string& env = "") {
+  auto rec = run(env + strata_bin() + " record --layers cpu " + options + " -o " + dir.file("rec.db") + " -- " + cmd);
   EXPECT_EQ(rec.exit_code, 0) << describe(rec);
   auto rep = run(strata_bin() + " report " + dir.file("rec.db") + " --format folded");
   EXPECT_EQ(rep.exit_code, 0) << describe(rep);
@@ -66,15 +67,44 @@ void expect_chain(const std::vector<Folded>& lines, const std::string& leaf, con
   EXPECT_GE(static_cast<double>(full) / static_cast<double>(total), 0.95) << full << " of " << total << "; " << bad;
 }
 
-TEST(Unwind, ChainWithoutFramePointersAcrossALibraryUnderQsort) {
-  TempDir dir;
-  auto lines = record(dir, testprog("nofp_chain") + " 2");
+std::vector<std::string> nofp_chain() {
   std::vector<std::string> chain = {"_start", "main", "qsort_r", "compare"};
   for (int i = 1; i <= 6; ++i) chain.push_back("exe_0" + std::to_string(i));
   for (int i = 1; i <= 12; ++i) chain.push_back((i < 10 ? "lib_0" : "lib_") + std::to_string(i));
   for (int i = 7; i <= 12; ++i) chain.push_back((i < 10 ? "exe_0" : "exe_") + std::to_string(i));
   chain.push_back("nofp_leaf");
-  expect_chain(lines, "nofp_leaf", chain);
+  return chain;
+}
+
+TEST(Unwind, ChainWithoutFramePointersAcrossALibraryUnderQsort) {
+  TempDir dir;
+  auto lines = record(dir, testprog("nofp_chain") + " 2");
+  expect_chain(lines, "nofp_leaf", nofp_chain());
+}
+
+// The same chain unwound in the kernel (STRATA_USER_STACK_MODE=3): CFI rows the agent derived and
+// loaded into BPF maps, no stack copy. The walks must have run there, and (nearly) all be whole.
+TEST(Unwind, ChainWithoutFramePointersKernelCfi) {
+  TempDir dir;
+  auto lines = record(dir, testprog("nofp_chain") + " 2", "", "STRATA_USER_STACK_MODE=3 ");
+  expect_chain(lines, "nofp_leaf", nofp_chain());
+  auto stats = run("sqlite3 " + dir.file("rec.db") +
+                   " \"SELECT key || ' ' || CAST(value AS INTEGER) FROM agent_stats WHERE key LIKE 'unwind_kernel%' "
+                   "OR key LIKE 'kcfi%' OR key IN ('samples', 'unwind_snapshot_samples')\"");
+  ASSERT_EQ(stats.exit_code, 0) << describe(stats);
+  std::map<std::string, uint64_t> st;
+  std::istringstream in(stats.out);
+  std::string key;
+  uint64_t value;
+  while (in >> key >> value) st[key] = value;
+  std::cout << "kernel CFI stats:";
+  for (const auto& [k, v] : st) std::cout << " " << k << "=" << v;
+  std::cout << "\n";
+  EXPECT_EQ(st["unwind_snapshot_samples"], 0u) << "no stack copies in mode 3";
+  EXPECT_GT(st["unwind_kernel_walks"], 15u);
+  EXPECT_GT(st["unwind_kernel_modules"], 1u) << "the executable's and the library's rows";
+  EXPECT_GT(st["kcfi_frames"], st["unwind_kernel_walks"] * 10) << "the chain's frames were stepped with CFI";
+  EXPECT_GE(static_cast<double>(st["unwind_kernel_complete"]), 0.9 * static_cast<double>(st["unwind_kernel_walks"]));
 }
 
 std::string source(const std::string& name) {
@@ -137,9 +167,13 @@ TEST(Unwind, TableBudgetEvictsRebuildsAndStillUnwinds) {
   std::set<int> seen;
   std::string bad;
   for (const auto& l : lines) {
-    if (l.frames.empty()) continue;
-    const std::string leaf = name_of(l.frames.back());
-    if (leaf.rfind("mod", 0) != 0 || leaf.size() < 9 || leaf.substr(leaf.size() - 5) != "_leaf") continue;
+    // The module's leaf, maybe under kernel frames (a timer tick, its clock read).
+    std::string leaf;
+    for (const auto& f : l.frames) {
+      const std::string n = name_of(f);
+      if (n.rfind("mod", 0) == 0 && n.size() >= 9 && n.substr(n.size() - 5) == "_leaf") leaf = n;
+    }
+    if (leaf.empty()) continue;
     std::string mod = leaf.substr(0, leaf.size() - 5);
     total += l.count;
     seen.insert(std::stoi(mod.substr(3)));
