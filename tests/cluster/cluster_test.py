@@ -424,6 +424,9 @@ def main():
                 break
             time.sleep(0.2)
         check(seen, "node n2's job appears")
+        rc, _, err = drilldown(url, token_file, "n2")
+        check(rc == 1 and "no drill-down address" in err,
+              "drilldown of a node whose agent serves no HTTP (--listen-metrics off): refused (%s)" % err.strip()[:120])
         ps = json.loads(http("GET", url + "/api/v1/processes?job=silent-test", token=TOKEN)[1])["processes"]
         check(len(ps) == 1 and ps[0]["pod_uid"] == pod_uid and ps[0]["container_id"] == container_id
               and ps[0]["pod_name"] == "trainer-0" and ps[0]["pod_namespace"] == "ml",
