@@ -7,6 +7,7 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <chrono>
 #include <cstring>
 #include <map>
 #include <set>
@@ -165,10 +166,25 @@ class OsLayerSource final : public Source {
   int wake_fd() const override { return ring_ ? ring_buffer__epoll_fd(ring_) : -1; }
 
   Status poll() override {
+    if (opts_.os) follow_cgroup_moves();
     if (!ring_) return {};
     int n = ring_buffer__consume(ring_);
     if (n < 0 && n != -EINTR) return Error::from_errno("reading the off-CPU ring buffer", -n);
     return {};
+  }
+
+  // A process that moves to another cgroup (a container runtime, a job launcher, the testbed's
+  // faults) is rebased on its new cgroup's counters within a second, so the window it moved in
+  // counts the throttling after the move (comparing counters of two cgroups would give nothing).
+  void follow_cgroup_moves() {
+    auto now = std::chrono::steady_clock::now();
+    if (now - last_cgroup_check_ < std::chrono::seconds(1)) return;
+    last_cgroup_check_ = now;
+    for (auto& [pid, snap] : last_) {
+      if (exited_.count(pid)) continue;
+      std::string cg = cgroups_.cgroup_of(pid);
+      if (!cg.empty() && cg != snap.cgroup) read_cgroup(pid, snap);
+    }
   }
 
   Status flush(store::Store& store, const WindowContext& w) override {
@@ -422,6 +438,7 @@ class OsLayerSource final : public Source {
   OffCpuAggregator agg_;
   OffCpuEvent event_;  // reused: no allocation per event once warm
   CgroupReader cgroups_;
+  std::chrono::steady_clock::time_point last_cgroup_check_{};
   std::set<uint32_t> pids_;
   std::set<uint32_t> exited_;
   std::map<uint32_t, ProcSnapshot> last_;

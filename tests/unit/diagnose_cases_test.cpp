@@ -105,6 +105,9 @@ INSTANTIATE_TEST_SUITE_P(Recorded, RecordedCase, ::testing::ValuesIn(case_names(
                          });
 GTEST_ALLOW_UNINSTANTIATED_PARAMETERIZED_TEST(RecordedCase);
 
+// The cases are found (CTest sets STRATA_SOURCE): no cases must fail, not pass by running nothing.
+TEST(RecordedCases, AreFound) { EXPECT_GE(case_names().size(), 10u) << "no cases in " << cases_dir() << " (STRATA_SOURCE?)"; }
+
 TEST(RecordedCases, ForeignFileIsRefused) {
   fs::path tmp = fs::temp_directory_path() / ("strata-diagnose-foreign-" + std::to_string(::getpid()) + ".db");
   {
