@@ -136,14 +136,16 @@ TEST(Unwind, PythonToCToPythonCallbackIsWhole) {
 
 // The unwind tables' memory budget (--unwind-tables-mb): 16 modules of ~65 KB of CFI rows each,
 // plus libc's ~300 KB, against 0.75 MiB. Tables must be evicted and rebuilt, the cache must never
-// hold more than the budget, and the stacks through every module must still be whole.
+// hold more than the budget, and the stacks through every module must still be whole. One window
+// (--window 120): the cost budget, judged per window, must not trade CFI for frame pointers here.
 TEST(Unwind, TableBudgetEvictsRebuildsAndStillUnwinds) {
   TempDir dir;
   constexpr int kModules = 16;
   constexpr uint64_t kBudget = 786432;  // 0.75 MiB
   const std::string prog = testprog("many_modules");
   const std::string modules_dir = prog.substr(0, prog.rfind('/'));  // libstrata_modN.so lie beside it
-  auto lines = record(dir, prog + " " + modules_dir + " " + std::to_string(kModules) + " 4", "--unwind-tables-mb 0.75");
+  auto lines = record(dir, prog + " " + modules_dir + " " + std::to_string(kModules) + " 4",
+                      "--unwind-tables-mb 0.75 --window 120");
   auto stats = run("sqlite3 " + dir.file("rec.db") +
                    " \"SELECT key || ' ' || CAST(value AS INTEGER) FROM agent_stats WHERE key LIKE 'unwind_table%'\"");
   ASSERT_EQ(stats.exit_code, 0) << describe(stats);

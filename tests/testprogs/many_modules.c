@@ -1,6 +1,7 @@
 // Loads N distinct modules (libstrata_mod0.so .. libstrata_modN-1.so from DIR, see
-// unwind_module.c) and spins in each in turn, 5 ms at a time, for S seconds: more unwind tables
-// than a small --unwind-tables-mb holds, each needed again and again.
+// unwind_module.c) and spins in each in turn, 5 ms at a time, for S seconds of CPU time (so a busy
+// machine gives as many samples, later): more unwind tables than a small --unwind-tables-mb holds,
+// each needed again and again.
 //   many_modules DIR N S
 #include <dlfcn.h>
 #include <stdio.h>
@@ -9,9 +10,9 @@
 
 typedef long (*run_fn)(long);
 
-static double now_s(void) {
+static double cpu_s(void) {
   struct timespec ts;
-  clock_gettime(CLOCK_MONOTONIC, &ts);
+  clock_gettime(CLOCK_PROCESS_CPUTIME_ID, &ts);
   return (double)ts.tv_sec + (double)ts.tv_nsec / 1e9;
 }
 
@@ -40,8 +41,8 @@ int main(int argc, char** argv) {
     }
   }
   long sum = 0;
-  double end = now_s() + seconds;
-  while (now_s() < end)
+  double end = cpu_s() + seconds;
+  while (cpu_s() < end)
     for (int i = 0; i < n; i++) sum += runs[i](5000000);
   printf("%ld\n", sum & 1);
   return 0;
