@@ -6,25 +6,12 @@
 #include <cstdio>
 #include <vector>
 
+#include "common/json.h"
+
 namespace strata::agent {
 namespace {
 
-std::string jstr(const std::string& s) {
-  std::string o = "\"";
-  for (unsigned char c : s) {
-    if (c == '"' || c == '\\') {
-      o += '\\';
-      o += static_cast<char>(c);
-    } else if (c < 0x20) {
-      char b[8];
-      std::snprintf(b, sizeof b, "\\u%04x", c);
-      o += b;
-    } else {
-      o += static_cast<char>(c);
-    }
-  }
-  return o + "\"";
-}
+std::string jstr(const std::string& s) { return json_str(s); }
 
 std::string jnum(uint64_t v) { return std::to_string(v); }
 std::string jnum(int v) { return std::to_string(v); }

@@ -4,31 +4,13 @@
 #include <cstdio>
 #include <string>
 
+#include "common/json.h"
+
 namespace strata::diagnose {
 
 namespace {
 
-std::string json_string(const std::string& s) {
-  std::string out = "\"";
-  for (unsigned char c : s) {
-    switch (c) {
-      case '"': out += "\\\""; break;
-      case '\\': out += "\\\\"; break;
-      case '\n': out += "\\n"; break;
-      case '\t': out += "\\t"; break;
-      case '\r': out += "\\r"; break;
-      default:
-        if (c < 0x20) {
-          char buf[8];
-          std::snprintf(buf, sizeof buf, "\\u%04x", c);
-          out += buf;
-        } else {
-          out += static_cast<char>(c);
-        }
-    }
-  }
-  return out + "\"";
-}
+std::string json_string(const std::string& s) { return json_str(s); }
 
 // JSON has no NaN: unknown numbers are null.
 std::string json_number(double v, const char* f = "%.3f") {

@@ -5,6 +5,8 @@
 #include <map>
 #include <set>
 
+#include "common/json.h"
+
 namespace strata::report {
 namespace {
 
@@ -13,27 +15,6 @@ constexpr uint64_t kStepTrack = 4'000'000'000ull;
 constexpr uint64_t kStreamTrackBase = 4'100'000'000ull;
 constexpr uint64_t kCommTrackBase = 4'200'000'000ull;
 
-std::string json_escape(const std::string& s) {
-  std::string o;
-  o.reserve(s.size() + 2);
-  for (unsigned char c : s) {
-    switch (c) {
-      case '"': o += "\\\""; break;
-      case '\\': o += "\\\\"; break;
-      case '\n': o += "\\n"; break;
-      case '\t': o += "\\t"; break;
-      default:
-        if (c < 0x20) {
-          char b[8];
-          std::snprintf(b, sizeof b, "\\u%04x", c);
-          o += b;
-        } else {
-          o.push_back(static_cast<char>(c));
-        }
-    }
-  }
-  return o;
-}
 
 class Writer {
  public:
