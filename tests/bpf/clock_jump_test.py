@@ -2,8 +2,8 @@
 """Wall-clock steps during a recording (label bpf; root).
 
 The machine's clock is shared and never touched: an LD_PRELOAD shim (tests/testprogs/clockjump.c)
-steps CLOCK_REALTIME of the processes it is loaded in, an hour ahead 3 s after they start and an
-hour behind (net) 3 s later, as NTP or `date -s` would step a real node. Both `strata record` and
+steps CLOCK_REALTIME of the processes it is loaded in, an hour ahead 2 s after they start and an
+hour behind (net) 2 s later, as NTP or `date -s` would step a real node. Both `strata record` and
 `strata agent` run with it, beside a 2-rank strata-sim job that sees the same steps.
 
 Checks, on each store:
@@ -33,7 +33,7 @@ B = os.path.abspath(sys.argv[1])
 STRATA = os.path.join(B, "bin", "strata")
 SIM = os.path.join(B, "bin", "strata-sim")
 SHIM = os.path.join(B, "testprogs", "libstrata_clockjump.so")
-JUMPS = "3:+3600,6:-7200"  # net: an hour behind from 6 s on
+JUMPS = "2:+3600,4:-7200"  # net: an hour behind from 4 s on (each run lasts 8 s or more)
 HOUR = 3600e9
 WINDOW_S = 1
 MAX_WINDOW_NS = 30e9  # generous: windows close every second; a step would make one an hour long
@@ -129,7 +129,7 @@ def case_record(tmp):
     truth = os.path.join(tmp, "record-truth.json")
     t0 = time.time_ns()
     p = subprocess.Popen([STRATA, "record", "-o", db, "--window", str(WINDOW_S), "--", SIM, "run", "--ranks", "2",
-                          "--steps", "60", "--quiet", "--truth", truth],
+                          "--steps", "80", "--quiet", "--truth", truth],
                          stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=shim_env())
     out, err = p.communicate(timeout=300)
     t1 = time.time_ns()
@@ -173,7 +173,7 @@ def case_agent(tmp):
     # are then followed from their first instruction and every collective must be there.
     env = shim_env()
     env["STRATA_CLOCK_TEST"] = str(os.getpid())
-    sim = subprocess.Popen(["sh", "-c", 'read go && exec "$0" "$@"', SIM, "run", "--ranks", "2", "--steps", "60",
+    sim = subprocess.Popen(["sh", "-c", 'read go && exec "$0" "$@"', SIM, "run", "--ranks", "2", "--steps", "80",
                             "--quiet", "--truth", truth], stdin=subprocess.PIPE, stdout=subprocess.PIPE,
                            stderr=subprocess.PIPE, text=True, env=env)
     watched = None
