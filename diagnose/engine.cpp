@@ -552,6 +552,26 @@ std::vector<Hypothesis> descend(const JobWindow& job, size_t c, double extra, bo
                              ms(d->peers_ms) + " on peers");
       }
       h.advice = "optimize or move off the critical path: " + h.culprit + " (prefetch in a data-loader worker)";
+      // A CPU-only job (no device timeline: DDP on gloo) whose on-CPU time grew outside the top
+      // path too: every step function does more of the same work, as with more data per step
+      // (the GPU branch above says so from device time). A hotspot leaves the rest as it was.
+      auto total = [](const RankWindow& x) {
+        double t = 0;
+        for (const auto& v : x.oncpu) t += v.ms_per_step;
+        return t;
+      };
+      double rest_mine = d ? total(r) - d->culprit_ms : 0;
+      double rest_peers = d ? peer_median(job, peers, total) - d->peers_ms : 0;
+      double growth = rest_peers > 0 ? rest_mine / rest_peers - 1 : 0;
+      if (!known(r.now.device_compute_ms) && d && growth >= 0.25) {
+        h.cause = "workload-imbalance";
+        h.culprit = "larger batches (more work in " + d->function + ")";
+        h.confidence = 0.6;
+        h.evidence.push_back("not one function: " + who + "'s on-CPU time outside " + d->function + " grew " +
+                             fmt("%.0f%%", 100 * growth) + " too (" + ms(rest_mine) + " vs " + ms(rest_peers) +
+                             " per step on peers), as with more data per step");
+        h.advice = "balance the work across ranks: check the sampler / sharding and batch sizes of " + who;
+      }
       add(std::move(h));
     }
   }
