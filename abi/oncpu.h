@@ -117,6 +117,13 @@ struct strata_unwind_row {
 struct strata_kcfi_module {
   __u32 first; /* index of the module's first row in kcfi_rows */
   __u32 count;
+  /* A page index narrows the row search to a few rows: kcfi_pages[page_first + p] is the last row
+   * that starts at or below the start of page base_page + p (4 KiB pages of ELF addresses).
+   * page_count 0: no index (the search covers all the module's rows). */
+  __u32 page_first;
+  __u32 page_count;
+  __u32 base_page;
+  __u32 _pad;
 };
 
 /* One executable mapping: ELF virtual address = process address - bias. */

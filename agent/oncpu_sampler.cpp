@@ -83,6 +83,8 @@ class LiveSampler final : public OnCpuSampler {
       bpf_map__set_max_entries(skel_->maps.kcfi_rows, opts.kcfi_max_rows);
       bpf_map__set_max_entries(skel_->maps.kcfi_modules, opts.kcfi_max_modules);
       bpf_map__set_max_entries(skel_->maps.kcfi_procs, opts.kcfi_max_procs);
+      kcfi_page_capacity_ = opts.kcfi_max_pages;
+      bpf_map__set_max_entries(skel_->maps.kcfi_pages, opts.kcfi_max_pages);
     }
     skel_->rodata->snapshot_pages = opts.snapshot_pages;
     auto cpus = online_cpus();
@@ -204,7 +206,32 @@ class LiveSampler final : public OnCpuSampler {
       }
     }
     uint32_t id = kcfi_modules_;
-    strata_kcfi_module mod{kcfi_rows_used_, static_cast<uint32_t>(n)};
+    strata_kcfi_module mod{kcfi_rows_used_, static_cast<uint32_t>(n), 0, 0, 0, 0};
+    // The page index: per 4 KiB page the last row starting at or below the page's start, so the
+    // kernel searches a few rows, not all (modules without room for it are searched whole).
+    if (n > 0) {
+      uint32_t base = rows[0].pc >> 12, pages = (rows[n - 1].pc >> 12) - base + 1;
+      if (pages <= kcfi_page_capacity_ - kcfi_pages_used_) {
+        std::vector<uint32_t> index(pages), pkeys(pages);
+        size_t r = 0;
+        for (uint32_t p = 0; p < pages; ++p) {
+          uint64_t start = static_cast<uint64_t>(base + p) << 12;
+          while (r + 1 < n && rows[r + 1].pc <= start) ++r;
+          index[p] = kcfi_rows_used_ + static_cast<uint32_t>(r);
+          pkeys[p] = kcfi_pages_used_ + p;
+        }
+        uint32_t pcount = pages;
+        int pfd = bpf_map__fd(skel_->maps.kcfi_pages);
+        bool ok = bpf_map_update_batch(pfd, pkeys.data(), index.data(), &pcount, nullptr) == 0;
+        for (uint32_t p = 0; !ok && p < pages; ++p) ok = bpf_map_update_elem(pfd, &pkeys[p], &index[p], BPF_ANY) == 0;
+        if (ok) {
+          mod.page_first = kcfi_pages_used_;
+          mod.page_count = pages;
+          mod.base_page = base;
+          kcfi_pages_used_ += pages;
+        }
+      }
+    }
     if (bpf_map__update_elem(skel_->maps.kcfi_modules, &id, sizeof(id), &mod, sizeof(mod), BPF_ANY) != 0)
       return Error::from_errno("cannot load an unwind module", errno);
     kcfi_rows_used_ += static_cast<uint32_t>(n);
@@ -253,6 +280,7 @@ class LiveSampler final : public OnCpuSampler {
     c.kcfi_frames = sum(STRATA_CNT_KCFI_FRAMES);
     c.kcfi_fp_frames = sum(STRATA_CNT_KCFI_FP_FRAMES);
     c.kcfi_rows = kcfi_rows_used_;
+    c.kcfi_pages = kcfi_pages_used_;
     c.kcfi_row_capacity = kcfi_row_capacity_;
     c.kcfi_modules = kcfi_modules_;
     c.kcfi_full = kcfi_full_;
@@ -363,6 +391,7 @@ class LiveSampler final : public OnCpuSampler {
   uint32_t mode_ = 2;
   uint32_t kcfi_row_capacity_ = 0, kcfi_module_capacity_ = 0;  // mode 3 only
   uint32_t kcfi_rows_used_ = 0, kcfi_modules_ = 0;
+  uint32_t kcfi_page_capacity_ = 0, kcfi_pages_used_ = 0;
   uint64_t kcfi_full_ = 0;
   EventSink* sink_ = nullptr;
   SampleEvent sample_;  // reused: no allocation per sample once warm

@@ -29,6 +29,7 @@ struct SamplerOptions {
   // Mode 3 (kernel CFI walk): the kernel's tables, preallocated at these sizes (12 bytes a row,
   // 4 KiB a process). Loading stops, counted, when the rows are spent.
   uint32_t kcfi_max_rows = 1u << 20;
+  uint32_t kcfi_max_pages = 1u << 18;  // page index entries (4 bytes per 4 KiB of code): 1 GiB of code
   uint32_t kcfi_max_modules = 4096;
   uint32_t kcfi_max_procs = 1024;
 };
@@ -52,6 +53,7 @@ struct SamplerCounters {
   uint64_t kcfi_frames = 0;     // frames stepped with CFI rows in the kernel
   uint64_t kcfi_fp_frames = 0;  // ... with frame pointers
   uint64_t kcfi_rows = 0;       // rows loaded into the kernel's table
+  uint64_t kcfi_pages = 0;      // page index entries loaded
   uint64_t kcfi_row_capacity = 0;
   uint64_t kcfi_modules = 0;
   uint64_t kcfi_full = 0;       // modules refused: the row budget was spent

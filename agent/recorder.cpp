@@ -411,6 +411,7 @@ class Recorder final : public EventSink {
              {"unwind_walk_s", static_cast<double>(u.walk_ns) / 1e9},
              {"bpf_sample_run_s", static_cast<double>(c.bpf_sample_run_ns) / 1e9},
              {"kcfi_frames", static_cast<double>(c.kcfi_frames)},
+             {"kcfi_page_index_bytes", static_cast<double>(c.kcfi_pages * sizeof(uint32_t))},
              {"kcfi_fp_frames", static_cast<double>(c.kcfi_fp_frames)}})
       stats.emplace_back(k, v);
     if (c.kcfi_walks > 0) {  // why the kernel's walks stopped (enum strata_kcfi_stop)

@@ -76,6 +76,13 @@ struct {
   __type(value, struct strata_proc_mappings);
 } kcfi_procs SEC(".maps");
 
+struct {
+  __uint(type, BPF_MAP_TYPE_ARRAY);
+  __uint(max_entries, 1);
+  __type(key, __u32);
+  __type(value, __u32); /* row index: struct strata_kcfi_module's page index */
+} kcfi_pages SEC(".maps");
+
 #define KSTACK_BYTES (STRATA_MAX_STACK_DEPTH * sizeof(__u64))
 #define USTACK_BYTES (STRATA_MAX_STACK_DEPTH * sizeof(__u64))
 #define PY_BYTES (STRATA_MAX_PY_FRAMES * sizeof(struct strata_py_frame))
@@ -388,10 +395,20 @@ static long kcfi_step(__u32 depth, void* ctx) {
     struct strata_kcfi_module* mod = bpf_map_lookup_elem(&kcfi_modules, &mod_id);
     __u64 vaddr = lookup - m->bias;
     if (!mod || mod->count == 0 || vaddr >= (1ull << 32)) goto no_row;
-    __u32 first = mod->first;
+    __u32 first = mod->first, end = mod->first + mod->count;
+    __u32 lo = first, hi = end;
+    __u32 page = (__u32)(vaddr >> 12);
+    if (page >= mod->base_page && page - mod->base_page < mod->page_count) {
+      __u32 k = mod->page_first + (page - mod->base_page);
+      __u32* a = bpf_map_lookup_elem(&kcfi_pages, &k);
+      if (a && *a >= first && *a < end) lo = *a;
+      k++;
+      __u32* b = page - mod->base_page + 1 < mod->page_count ? bpf_map_lookup_elem(&kcfi_pages, &k) : 0;
+      if (b && *b >= lo && *b < end) hi = *b + 1;
+    }
     w->x = vaddr;
-    w->lo = first;
-    w->hi = first + mod->count;
+    w->lo = lo;
+    w->hi = hi;
     w->err = 0;
     bpf_loop(32, kcfi_row_cb, c, 0);
     if (w->err || w->lo == first) goto no_row;
