@@ -226,6 +226,8 @@ def main():
     ap.add_argument("--out", default="bench/results/diagnose_accuracy")
     ap.add_argument("--summarize", default=None, metavar="RESULTS.json",
                     help="print the table of an earlier run's results.json and exit")
+    ap.add_argument("--rescore", default=None, metavar="DIR",
+                    help="with --summarize: diagnose the stores a --keep run left in DIR again with this build")
     ap.add_argument("--ddp", action="store_true",
                     help="PyTorch DDP (gloo, CPU) instead of strata-sim: " + ", ".join(DDP_KINDS) + " and healthy runs")
     ap.add_argument("--kinds", default=None, help="only these fault kinds, comma separated (none: healthy)")
@@ -235,7 +237,15 @@ def main():
     ap.add_argument("--steps-8", dest="steps_8_opt", type=int, default=None, help="steps of an 8-rank run (default 90)")
     args = ap.parse_args()
     if args.summarize:
-        summarize(json.load(open(args.summarize)), sys.stdout, quiet=True)
+        results = json.load(open(args.summarize))
+        if args.rescore:
+            # The final stores of a --keep run diagnosed again by this build (the latency column
+            # stays the recorded run's: it needs the cut stores).
+            for r in results:
+                db = os.path.join(args.rescore, r["name"] + ".db")
+                if os.path.exists(db):
+                    r["findings"] = diagnose(args.strata or os.path.join(args.build, "bin", "strata"), db)["findings"]
+        summarize(results, sys.stdout, quiet=True)
         return
     args.strata = args.strata or os.path.join(args.build, "bin", "strata")
     # Enough steps for two or three 10 s windows after the fault starts.
