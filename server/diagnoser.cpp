@@ -236,6 +236,8 @@ Diagnoser::Reply Diagnoser::findings(const std::string& wanted, bool job_given, 
                   : "{\"job\":" + json_str(job) + ",\"findings\":[],\"error\":" + json_str(why) + "}\n";
     return r;
   };
+  // Without background rounds, a request makes the round for whatever arrived since the last one.
+  if (opts_.every_s <= 0) round();
   std::string job = wanted;
   std::optional<store::KeptDiagnosis> kept;
   {
