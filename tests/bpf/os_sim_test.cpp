@@ -63,7 +63,9 @@ std::string describe_all(const SimRecording& s) {
 // Records a sim run with `fault` under the OS layer and sums each rank's metrics over the run.
 SimRecording record_sim(const TempDir& dir, const std::string& fault, int steps) {
   SimRecording s;
-  auto rec = run(strata_bin() + " record --layers os --window 1 -o " + dir.file("os.db") + " -- " + sim() +
+  // The stand-in GPUs' state in a directory of its own: another sim on the machine resets the shared one.
+  auto rec = run("mkdir -p " + dir.file("testbed") + " && STRATA_TESTBED_DIR=" + dir.file("testbed") + " " +
+                 strata_bin() + " record --layers os --window 1 -o " + dir.file("os.db") + " -- " + sim() +
                  " run --ranks 4 --steps " + std::to_string(steps) + " --fault " + fault + " --truth " +
                  dir.file("truth.json"));
   s.log = rec.out + rec.err;

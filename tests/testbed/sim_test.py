@@ -11,6 +11,7 @@ usage: sim_test.py BUILD_DIR [TEST_NAME...]
 import glob
 import json
 import os
+import shutil
 import signal
 import subprocess
 import sys
@@ -281,6 +282,10 @@ def main():
         print("sim_test: needs root (cgroups, network namespaces); FAILING rather than skipping")
         return 1
     names = sys.argv[2:] or [n for n in globals() if n.startswith("test_")]
+    # A testbed directory of our own: the stand-in GPUs' state (slowdown, hang) lives there, and a
+    # sim run elsewhere on the machine (another test, a benchmark) resets it for its ranks.
+    testbed_dir = tempfile.mkdtemp(prefix="strata-sim-test-testbed-")
+    os.environ["STRATA_TESTBED_DIR"] = testbed_dir
     failed = []
     for name in names:
         t0 = time.time()
@@ -291,6 +296,7 @@ def main():
             failed.append(name)
             print("FAIL %-40s %5.1f s" % (name, time.time() - t0), flush=True)
             traceback.print_exc()
+    shutil.rmtree(testbed_dir, ignore_errors=True)
     print("%d passed, %d failed" % (len(names) - len(failed), len(failed)))
     return 1 if failed else 0
 
