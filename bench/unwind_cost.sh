@@ -47,3 +47,11 @@ done
 echo "kcfi table size:$ratio" | awk '{ print }'
 # Bytes of kernel table per MB of CFI, per workload (12-byte rows, rows repeat only where a rule changes).
 echo "$ratio" | tr ';' '\n' | awk '/rows/ { for (i = 1; i <= NF; i++) { if ($(i) == "B" && $(i+1) == "of" && $(i+2) == "kernel") kb = $(i-1); if ($(i) == "B" && $(i+1) == "of" && $(i+2) == "CFI") cb = $(i-1) } if (cb > 0) printf "  %s kernel table bytes per MB of .eh_frame: %.2f MB/MB\n", $1, kb / cb }'
+cat <<'NOTE'
+Choice per module kind (bench/README.md has the measured table and the reasons):
+  modules with frame pointers: frame pointers in every mode (no tables; cheapest).
+  modules without: kcfi and snapshot cost about the same per sample all told (BPF + node);
+  the snapshot is whole from a process's first sample and after dlopen (the node re-reads the
+  maps), kcfi only once the agent has loaded the tables (see 'complete'). Default stays 'both' (2);
+  kcfi (3) where 4-16 KB stack copies per sample are the bottleneck (ring buffer, node CPU).
+NOTE
