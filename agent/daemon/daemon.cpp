@@ -408,7 +408,7 @@ class Daemon final : public EventSink {
             static_cast<double>(s.batches_sent), "counter");
       gauge("strata_agent_batch_send_failures_total", "Send attempts that failed and will be retried.",
             static_cast<double>(s.send_failures), "counter");
-      gauge("strata_agent_batches_dropped_total", "Batches dropped because the spool was full.",
+      gauge("strata_agent_batches_dropped_total", "Batches dropped because the spool was full or its disk would not take them.",
             static_cast<double>(s.batches_dropped), "counter");
       gauge("strata_agent_batches_rejected_total", "Batches the collector refused as bad.",
             static_cast<double>(s.batches_rejected), "counter");

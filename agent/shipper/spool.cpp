@@ -91,16 +91,26 @@ Result<uint64_t> Spool::push(const std::string& bytes, std::vector<uint64_t>& dr
   uint64_t seq = next_seq_++;
   std::string path = dir_ + "/" + file_name(seq);
   std::string tmp = path + ".tmp";
+  // A disk that is full or failing costs this batch, counted, never the agent: the job it watches
+  // goes on, and so does shipping what is already spooled.
   {
     std::ofstream out(tmp, std::ios::binary | std::ios::trunc);
     out.write(bytes.data(), static_cast<std::streamsize>(bytes.size()));
+    out.close();
     if (!out) {
       unlink(tmp.c_str());
-      return Error{"writing spool file " + tmp + ": disk full or not writable"}.environment();
+      ++dropped_;
+      ++write_failures_;
+      return uint64_t{0};
     }
   }
   // rename: a crash leaves the old state or the new file, never half a batch.
-  if (rename(tmp.c_str(), path.c_str()) != 0) return Error::from_errno("renaming " + tmp, errno).environment();
+  if (rename(tmp.c_str(), path.c_str()) != 0) {
+    unlink(tmp.c_str());
+    ++dropped_;
+    ++write_failures_;
+    return uint64_t{0};
+  }
   entries_.push_back({path, seq, bytes.size()});
   bytes_ += bytes.size();
   return seq;
@@ -152,6 +162,11 @@ uint64_t Spool::count() const {
 uint64_t Spool::dropped() const {
   std::lock_guard lock(mu_);
   return dropped_;
+}
+
+uint64_t Spool::write_failures() const {
+  std::lock_guard lock(mu_);
+  return write_failures_;
 }
 
 }  // namespace strata::agent::shipper

@@ -40,7 +40,8 @@ class Spool {
 
   uint64_t bytes() const;
   uint64_t count() const;
-  uint64_t dropped() const;
+  uint64_t dropped() const;       // batches dropped: spool full, or not written (below)
+  uint64_t write_failures() const;  // batches the disk would not take (full, read-only, failing)
 
   Spool(Spool&& o) noexcept;
 
@@ -53,6 +54,7 @@ class Spool {
   uint64_t bytes_ = 0;
   uint64_t next_seq_ = 1;
   uint64_t dropped_ = 0;
+  uint64_t write_failures_ = 0;
   uint64_t pinned_ = 0;  // seq of the checked-out batch, 0: none
 };
 

@@ -81,5 +81,25 @@ TEST(Spool, ABatchLargerThanTheSpoolIsDroppedAlone) {
   EXPECT_EQ(spool->dropped(), 1u);
 }
 
+// A disk that will not take a batch (full, read-only, failing) costs that batch, counted; the
+// spool goes on with the next one. Here the batch's temporary file cannot be created: a directory
+// stands in its place.
+TEST(Spool, ABatchTheDiskWillNotTakeIsDroppedAndCounted) {
+  test::TempDir tmp;
+  auto spool = Spool::open(tmp.file("spool"), 1000);
+  ASSERT_TRUE(spool);
+  std::vector<uint64_t> dropped;
+  ASSERT_EQ(*spool->push(std::string(10, 'a'), dropped), 1u);
+  ASSERT_EQ(mkdir((tmp.file("spool") + "/0000000000000002.batch.tmp").c_str(), 0700), 0);
+  auto r = spool->push(std::string(10, 'b'), dropped);
+  ASSERT_TRUE(r) << "a write failure is not an error of the agent";
+  EXPECT_EQ(*r, 0u);
+  EXPECT_EQ(spool->dropped(), 1u);
+  EXPECT_EQ(spool->write_failures(), 1u);
+  EXPECT_EQ(spool->count(), 1u);
+  EXPECT_EQ(*spool->push(std::string(10, 'c'), dropped), 3u) << "the next batch is spooled again";
+  EXPECT_EQ(spool->count(), 2u);
+}
+
 }  // namespace
 }  // namespace strata::agent::shipper
