@@ -11,7 +11,8 @@ export interface Line {
 }
 
 export function lineChart(xs: number[], lines: Line[], opts: { width: number; height: number; sparkline?: boolean }): HTMLElement {
-  const el = h('div', { class: opts.sparkline ? 'spark' : 'chart' });
+  // Its height is kept from the start: the chart draws a frame later and must not push the page down.
+  const el = h('div', { class: opts.sparkline ? 'spark' : 'chart', style: `min-height:${opts.height + (opts.sparkline ? 0 : 40)}px` });
   const fg = cssVar('--fg') || '#222';
   const grid = cssVar('--grid') || '#ddd';
   const axis = { stroke: fg, grid: { stroke: grid, width: 1 }, ticks: { stroke: grid } };

@@ -48,8 +48,11 @@ export function heatmapCanvas(o: HeatmapOptions): HTMLElement {
       ctx.lineWidth = Math.max(1, rowPx / 3);
       ctx.strokeRect(0.5, o.selected * rowPx + 0.5, canvas.width - 1, Math.max(1, rowPx - 1));
       if (o.selectedCol !== undefined && o.selectedCol < cols) {
+        // The picked cell: a thin white frame inside the row's, its colour still showing.
+        const lw = Math.max(1, Math.floor(Math.min(colPx, rowPx) / 8));
         ctx.strokeStyle = '#ffffff';
-        ctx.strokeRect(o.selectedCol * colPx + 0.5, o.selected * rowPx + 0.5, Math.max(1, colPx - 1), Math.max(1, rowPx - 1));
+        ctx.lineWidth = lw;
+        ctx.strokeRect(o.selectedCol * colPx + lw / 2, o.selected * rowPx + lw / 2, Math.max(1, colPx - lw), Math.max(1, rowPx - lw));
       }
     }
   }
