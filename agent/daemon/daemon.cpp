@@ -398,6 +398,16 @@ class Daemon final : public EventSink {
           static_cast<double>(u.table_builds), "counter");
     gauge("strata_agent_unwind_table_evictions_total", "Unwind tables dropped to stay inside the budget.",
           static_cast<double>(u.table_evictions), "counter");
+    if (c.kcfi_walks > 0 || c.kcfi_rows > 0) {  // STRATA_USER_STACK_MODE=3: the kernel's CFI walk
+      gauge("strata_agent_kcfi_walks_total", "User stacks unwound in the kernel with CFI.",
+            static_cast<double>(c.kcfi_walks), "counter");
+      gauge("strata_agent_kcfi_complete_total", "... that reached the outermost frame.",
+            static_cast<double>(c.kcfi_stops[0]), "counter");
+      gauge("strata_agent_kcfi_table_bytes", "CFI rows and page index loaded into the kernel.",
+            static_cast<double>(c.kcfi_rows * sizeof(strata_unwind_row) + c.kcfi_pages * sizeof(uint32_t)));
+      gauge("strata_agent_kcfi_modules_refused_total", "Modules the kernel's row budget had no room for.",
+            static_cast<double>(c.kcfi_full), "counter");
+    }
     gauge("process_cpu_seconds_total", "The agent's own CPU time.", cpu_seconds_self(), "counter");
     gauge("process_resident_memory_bytes", "The agent's resident memory.", static_cast<double>(rss_bytes()));
     if (writer_) {
