@@ -461,18 +461,23 @@ std::vector<Hypothesis> descend(const JobWindow& job, size_t c, double extra, bo
       add(std::move(h));
     }
     double rec = os_excess(job, c, peers, Os::kReclaim);
+    double io = os_excess(job, c, peers, Os::kBlockedIo);
+    // Reclaim under a memory limit takes the page cache the rank reads its data from: the reads
+    // go to disk again. Its extra block I/O is then the limit's cost too, not a slow disk.
+    bool thrash = rec >= 0.5 && io > 0;
     if (rec > 0) {
       Hypothesis h;
       h.cause = "memory-reclaim";
       auto d = blocking_caller(job, c, peers);
       h.culprit = d ? d->function : "memory limit";
-      h.explained_ms = rec;
+      h.explained_ms = rec + (thrash ? io : 0);
       h.confidence = 0.8;
       h.evidence.push_back(who + " stalls in direct reclaim / compaction " + ms(r.get(Os::kReclaim)) + " per step (+" + ms(rec) + " vs peers)");
+      if (thrash)
+        h.evidence.push_back("and waits " + ms(io) + " more per step than its peers on block I/O: its page cache is reclaimed, so it reads its data from disk again");
       h.advice = "raise the memory limit of " + who + "'s container or cut its page-cache use";
       add(std::move(h));
     }
-    double io = os_excess(job, c, peers, Os::kBlockedIo);
     if (io > 0) {
       Hypothesis h;
       h.cause = "io-stall";

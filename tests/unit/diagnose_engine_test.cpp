@@ -99,6 +99,20 @@ TEST(DiagnoseEngine, HotRankQueuingOnABusyNodeIsAHotspotNotAQuota) {
   for (const auto& f : dx.findings) EXPECT_NE(f.cause, "cpu-throttling") << dump(dx);
 }
 
+// Under a tight memory limit the rank's page cache is reclaimed and its data reads go to disk: more
+// time on block I/O than in reclaim itself. The limit is the cause, the disk reads its cost.
+TEST(DiagnoseEngine, ReclaimThatSendsReadsToDiskIsMemoryReclaimNotAnIoStall) {
+  SyntheticSpec spec;
+  spec.faults = {PlantedFault{3, "memory-reclaim", 20}};
+  JobWindow job = make_synthetic_job(spec);
+  RankWindow& r = job.ranks[3];
+  r.set(Os::kBlockedIo, r.get(Os::kBlockedIo) + 60);
+  auto dx = diagnose(job);
+  ASSERT_FALSE(dx.findings.empty()) << dump(dx);
+  EXPECT_EQ(dx.findings[0].rank, 3) << dump(dx);
+  EXPECT_EQ(dx.findings[0].cause, "memory-reclaim") << dump(dx);
+}
+
 TEST(DiagnoseEngine, TwoFaultsOnDifferentRanksAreBothReportedByCost) {
   auto dx = run({{5, "io-stall", 25}, {2, "host-hotspot", 60}});
   ASSERT_EQ(dx.findings.size(), 2u) << dump(dx);
