@@ -441,11 +441,19 @@ std::vector<Hypothesis> descend(const JobWindow& job, size_t c, double extra, bo
         h.evidence.push_back("process `" + nb->name + "` runs " + ms(nb->culprit_ms) + " per step on " + who +
                              "'s CPUs" + (job_wide ? "" : " (+" + ms(nb->excess_ms) + " vs peers)"));
       } else if (unthrottled) {
+        // Runnable but not running, no quota: its CPUs are oversubscribed. The process that ran
+        // there more than on its peers' CPUs is the likeliest culprit, even if it accounts for less
+        // than half of the wait (a loaded node adds the rest).
         h.cause = "cpu-contention";
-        h.culprit = "other work on the node's CPUs";
+        bool named = nb && nb->excess_ms > 0;
+        h.culprit = named ? nb->name : "other work on the node's CPUs";
         h.explained_ms = runq;
-        h.confidence = 0.5;  // runnable but not running; no single process and no quota to blame
-        h.evidence.push_back("its cgroup was not throttled and no one process on its CPUs accounts for it: the node's CPUs are oversubscribed");
+        h.confidence = named ? 0.6 : 0.5;
+        if (named)
+          h.evidence.push_back("process `" + nb->name + "` runs " + ms(nb->culprit_ms) + " per step on " + who + "'s CPUs (+" +
+                               ms(nb->excess_ms) + " vs peers); the rest of the wait is other work on a busy node");
+        else
+          h.evidence.push_back("its cgroup was not throttled and no one process on its CPUs accounts for it: the node's CPUs are oversubscribed");
       } else {
         h.cause = "cpu-throttling";
         h.culprit = "cgroup cpu quota";
