@@ -211,10 +211,22 @@ Result<JobWindow> load_job_window(store::Store& s, const LoadOptions& opt) {
   // Jobs and their ranks. Children inherit RANK (a launcher's shell, a data-loader worker): the
   // rank is the process that trains (has steps); among those, a restarted rank's latest.
   std::map<std::string, std::map<int, store::ProcessInfo>> jobs;
-  std::unordered_set<uint32_t> recorded_pids;
+  // The job itself, never its own neighbour: processes with a RANK (ranks, and children that
+  // inherit it: data-loader workers) and their recorded ancestors (the launcher). Other recorded
+  // processes (something the launcher started beside the ranks without a RANK) can be neighbours.
+  std::unordered_set<uint32_t> job_pids;
+  std::unordered_map<uint32_t, uint32_t> parent_of;
+  for (const auto& p : *procs) {
+    parent_of[p.pid] = p.ppid;
+    if (p.rank >= 0) job_pids.insert(p.pid);
+  }
+  for (const auto& p : *procs) {
+    if (p.rank < 0) continue;
+    uint32_t up = p.ppid;
+    for (int depth = 0; depth < 64 && up && parent_of.count(up) && job_pids.insert(up).second; ++depth) up = parent_of[up];
+  }
   auto trains = [&](uint32_t pid) { return steps_by_pid.count(pid) > 0; };
   for (const auto& p : *procs) {
-    recorded_pids.insert(p.pid);
     if (p.rank < 0) continue;
     auto& slot = jobs[p.job][p.rank];
     bool better = slot.pid == 0 || (trains(p.pid) && !trains(slot.pid)) ||
@@ -374,11 +386,11 @@ Result<JobWindow> load_job_window(store::Store& s, const LoadOptions& opt) {
     else if (n == "os.bio_latency_us.mean") a.bio_lat_sum += m.value / 1e3, ++a.bio_lat_n;
     else if (n == "api.time_us" && m.label.find("LaunchKernel") != std::string::npos) add(Os::kLaunchApi, m.value / 1e3);
     else if (n == "os.neighbour_run_us") {
-      // "comm:pid"; processes of the recorded tree are the job itself, not neighbours.
+      // "comm:pid"; the job's own processes are not neighbours (job_pids above).
       auto colon = m.label.rfind(':');
       std::string comm = colon == std::string::npos ? m.label : m.label.substr(0, colon);
       uint32_t npid = colon == std::string::npos ? 0 : static_cast<uint32_t>(std::strtoul(m.label.c_str() + colon + 1, nullptr, 10));
-      if (!recorded_pids.count(npid)) a.neighbours[comm] += m.value / 1e3;
+      if (!job_pids.count(npid)) a.neighbours[comm] += m.value / 1e3;
     } else if (n == "gpu.kernel_us") a.kernels[m.label] += m.value / 1e3;
   }
 
