@@ -7,6 +7,7 @@
 #include <map>
 #include <sstream>
 
+#include "common/clock.h"
 #include "server/json.h"
 
 #ifdef STRATA_HAVE_DIAGNOSE
@@ -17,12 +18,6 @@
 
 namespace strata::server {
 namespace {
-
-uint64_t unix_now_ns() {
-  return static_cast<uint64_t>(
-      std::chrono::duration_cast<std::chrono::nanoseconds>(std::chrono::system_clock::now().time_since_epoch())
-          .count());
-}
 
 // "2026-11-29 22:31:07 UTC": when a finding appeared, for people.
 std::string utc(uint64_t ns) {
@@ -186,7 +181,7 @@ Result<std::string> Diagnoser::diagnose_job(const std::string& job) {
   diagnose::write_text(dx, text);
   store::KeptDiagnosis kd;
   kd.job = window->job;
-  kd.diagnosed_ns = unix_now_ns();
+  kd.diagnosed_ns = wall_clock_ns();
   kd.window_start_ns = window->start_ns;
   kd.window_end_ns = window->end_ns;
   kd.ranks = static_cast<uint32_t>(dx.ranks);

@@ -13,6 +13,7 @@
 #include <sstream>
 #include <thread>
 
+#include "common/clock.h"
 #include "proto/ingest_codec.h"
 #include "report/exporters.h"
 #include "server/diagnoser.h"
@@ -23,12 +24,6 @@
 
 namespace strata::server {
 namespace {
-
-uint64_t unix_now_ns() {
-  return static_cast<uint64_t>(
-      std::chrono::duration_cast<std::chrono::nanoseconds>(std::chrono::system_clock::now().time_since_epoch())
-          .count());
-}
 
 const char* kPlaceholderPage = R"(<!doctype html>
 <html><head><meta charset="utf-8"><title>strata</title></head>
@@ -229,7 +224,7 @@ class Server {
     Result<ApplyOutcome> out = Error{""};
     {
       std::lock_guard lock(store_mu_);
-      out = applier_.apply(*batch, health, unix_now_ns());
+      out = applier_.apply(*batch, health, wall_clock_ns());
     }
     double dt = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
     if (!out) {
@@ -276,7 +271,7 @@ class Server {
       if (!a) return reply_error(res, 503, a.error().message);
       agents = std::move(*a);
     }
-    uint64_t now = unix_now_ns();
+    uint64_t now = wall_clock_ns();
     std::string o = "{\"nodes\":[";
     bool first = true;
     for (const auto& a : agents) {
@@ -304,7 +299,7 @@ class Server {
       procs = std::move(*p);
       agents = std::move(*a);
     }
-    uint64_t now = unix_now_ns();
+    uint64_t now = wall_clock_ns();
     // A node is silent when its newest agent is.
     std::map<std::string, const store::AgentStatus*> newest;
     for (const auto& a : agents) {
@@ -587,7 +582,7 @@ class Server {
       std::lock_guard lock(store_mu_);
       if (auto a = store_->agents()) agents = std::move(*a);
     }
-    uint64_t now = unix_now_ns();
+    uint64_t now = wall_clock_ns();
     uint64_t silent_n = 0;
     for (const auto& a : agents) silent_n += silent(a, now) ? 1 : 0;
     std::lock_guard lock(counters_.mu);

@@ -23,6 +23,7 @@
 #include <unordered_set>
 #include <vector>
 
+#include "common/clock.h"
 #include "store/store.h"
 
 namespace strata::store {
@@ -485,9 +486,7 @@ class ClickHouseStore final : public Store {
     if (!r->empty() && u64((*r)[0][0]) > 0) {
       if (auto st = remove_batch_rows(agent, batch_id); !st) return st;
     }
-    buf("ingest_attempts").str(agent).num(batch_id).num(static_cast<uint64_t>(
-        std::chrono::duration_cast<std::chrono::nanoseconds>(std::chrono::system_clock::now().time_since_epoch())
-            .count()));
+    buf("ingest_attempts").str(agent).num(batch_id).num(wall_clock_ns());
     return {};
   }
 
@@ -566,7 +565,7 @@ class ClickHouseStore final : public Store {
     return insert("diagnoses", r.data());
   }
 
-  Result<std::vector<KeptDiagnosis>> read_diagnoses(const std::string* job) {
+  Result<std::vector<KeptDiagnosis>> kept_diagnoses(const std::string* job) override {
     auto r = query("SELECT job, max(diagnosed_ns), argMax(window_start_ns, diagnosed_ns), argMax(window_end_ns, diagnosed_ns),"
                    " argMax(ranks, diagnosed_ns), argMax(findings, diagnosed_ns), argMax(report_json, diagnosed_ns),"
                    " argMax(report_text, diagnosed_ns) FROM " + db_ + ".diagnoses" +
@@ -587,15 +586,6 @@ class ClickHouseStore final : public Store {
     }
     return out;
   }
-
-  Result<std::optional<KeptDiagnosis>> latest_diagnosis(const std::string& job) override {
-    auto r = read_diagnoses(&job);
-    if (!r) return r.error();
-    if (r->empty()) return std::optional<KeptDiagnosis>{};
-    return std::optional<KeptDiagnosis>{std::move(r->front())};
-  }
-
-  Result<std::vector<KeptDiagnosis>> latest_diagnoses() override { return read_diagnoses(nullptr); }
 
   Result<std::vector<FindingHistory>> finding_history(const std::string& job) override {
     auto r = query("SELECT rank, argMax(node, diagnosed_ns), argMax(layer, diagnosed_ns), cause,"

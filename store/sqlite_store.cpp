@@ -700,7 +700,7 @@ class SqliteStore final : public Store {
     return exec("COMMIT");
   }
 
-  Result<std::vector<KeptDiagnosis>> read_diagnoses(const std::string* job) {
+  Result<std::vector<KeptDiagnosis>> kept_diagnoses(const std::string* job) override {
     std::vector<KeptDiagnosis> out;
     if (version_ < 3) return out;
     std::string sql = "SELECT job,diagnosed_ns,window_start_ns,window_end_ns,ranks,findings,report_json,report_text"
@@ -724,15 +724,6 @@ class SqliteStore final : public Store {
     if (rc != SQLITE_DONE) return err("reading diagnoses");
     return out;
   }
-
-  Result<std::optional<KeptDiagnosis>> latest_diagnosis(const std::string& job) override {
-    auto r = read_diagnoses(&job);
-    if (!r) return r.error();
-    if (r->empty()) return std::optional<KeptDiagnosis>{};
-    return std::optional<KeptDiagnosis>{std::move(r->front())};
-  }
-
-  Result<std::vector<KeptDiagnosis>> latest_diagnoses() override { return read_diagnoses(nullptr); }
 
   Result<std::vector<FindingHistory>> finding_history(const std::string& job) override {
     std::vector<FindingHistory> out;

@@ -283,10 +283,17 @@ class Store {
   virtual Status put_diagnosis(const KeptDiagnosis& /*d*/, const std::vector<KeptFinding>& /*findings*/) {
     return Error{"this store does not keep diagnoses"};
   }
-  virtual Result<std::optional<KeptDiagnosis>> latest_diagnosis(const std::string& /*job*/) {
-    return std::optional<KeptDiagnosis>{};
+  // The kept diagnosis of `job`, or of every job (nullptr), ordered by job.
+  virtual Result<std::vector<KeptDiagnosis>> kept_diagnoses(const std::string* /*job*/) {
+    return std::vector<KeptDiagnosis>{};
   }
-  virtual Result<std::vector<KeptDiagnosis>> latest_diagnoses() { return std::vector<KeptDiagnosis>{}; }
+  Result<std::optional<KeptDiagnosis>> latest_diagnosis(const std::string& job) {
+    auto r = kept_diagnoses(&job);
+    if (!r) return r.error();
+    if (r->empty()) return std::optional<KeptDiagnosis>{};
+    return std::optional<KeptDiagnosis>{std::move(r->front())};
+  }
+  Result<std::vector<KeptDiagnosis>> latest_diagnoses() { return kept_diagnoses(nullptr); }
   // Per (rank, cause) of the job, newest last seen first.
   virtual Result<std::vector<FindingHistory>> finding_history(const std::string& /*job*/) {
     return std::vector<FindingHistory>{};
