@@ -21,13 +21,14 @@ import json
 import os
 import re
 import signal
-import socket
 import sqlite3
 import subprocess
 import sys
 import tempfile
 import time
-import urllib.request
+
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "support"))
+from harness import check, failures, free_port, metric, scrape  # noqa: E402
 
 B = os.path.abspath(sys.argv[1])
 STRATA = os.path.join(B, "bin", "strata")
@@ -37,13 +38,6 @@ JUMPS = "2:+3600,4:-7200"  # net: an hour behind from 4 s on (each run lasts 8 s
 HOUR = 3600e9
 WINDOW_S = 1
 MAX_WINDOW_NS = 30e9  # generous: windows close every second; a step would make one an hour long
-failures = []
-
-
-def check(ok, what):
-    print(("ok   " if ok else "FAIL ") + what, flush=True)
-    if not ok:
-        failures.append(what)
 
 
 def rows(db, sql, args=()):
@@ -52,14 +46,6 @@ def rows(db, sql, args=()):
         return con.execute(sql, args).fetchall()
     finally:
         con.close()
-
-
-def free_port():
-    s = socket.socket()
-    s.bind(("127.0.0.1", 0))
-    port = s.getsockname()[1]
-    s.close()
-    return port
 
 
 def shim_env():
@@ -146,19 +132,6 @@ def case_record(tmp):
     check(stored > 0 and stored == stats.get("samples_stored"),
           f"record: {stored} on-CPU samples in windows, {stats.get('samples_stored')} taken")
     check_store("record", db, t0, t1, read_truth(truth))
-
-
-def metric(text, name):
-    m = re.search(r"^" + re.escape(name) + r" (\S+)$", text, re.M)
-    return float(m.group(1)) if m else None
-
-
-def scrape(port):
-    try:
-        with urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=10) as r:
-            return r.read().decode()
-    except OSError as e:
-        return str(e)
 
 
 def case_agent(tmp):

@@ -17,7 +17,6 @@ import json
 import os
 import shutil
 import signal
-import socket
 import sqlite3
 import subprocess
 import sys
@@ -26,6 +25,9 @@ import time
 import urllib.error
 import urllib.request
 import uuid
+
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "support"))
+from harness import check, failures, free_port, parse_agent_log, procs, start  # noqa: E402
 
 BUILD = os.path.abspath(sys.argv[1])
 BACKEND = sys.argv[2] if len(sys.argv) > 2 else "sqlite"
@@ -38,30 +40,6 @@ TOKEN = "t0ps3cret-" + os.urandom(6).hex()
 RUN_ID = os.urandom(6).hex()
 # Append-only kinds: the store must hold exactly the acknowledged rows.
 KINDS = ["collectives", "stack_counts", "metrics", "steps", "device_activity", "communicators", "launch_samples"]
-
-procs = []
-failures = []
-
-
-def check(cond, what):
-    print(("ok   " if cond else "FAIL ") + what, flush=True)
-    if not cond:
-        failures.append(what)
-    return cond
-
-
-def free_port():
-    s = socket.socket()
-    s.bind(("127.0.0.1", 0))
-    port = s.getsockname()[1]
-    s.close()
-    return port
-
-
-def start(args, log, env=None):
-    p = subprocess.Popen(args, stdout=open(log, "w"), stderr=subprocess.STDOUT, env=env)
-    procs.append(p)
-    return p
 
 
 def http(method, url, body=None, token=None, timeout=30):
@@ -159,19 +137,6 @@ class ClickHouseBackend:
     def total_rows(self):
         tables = ["recordings", "processes", "frames", "stacks", "ingest_batches", "agent_ids"] + KINDS
         return {t: int(self.query("SELECT count() FROM strata_test." + t)[0][0]) for t in tables}
-
-
-def parse_agent_log(path):
-    acked, sealed, pending = {}, {}, None
-    for line in open(path):
-        for tag, d in (("strata: agent: acked", acked), ("strata: agent: sealed", sealed)):
-            if line.startswith(tag):
-                for kv in line[len(tag):].split():
-                    k, v = kv.split("=")
-                    d[k] = int(v)
-        if "pending " in line:
-            pending = int(line.split("pending ")[1].split(",")[0])
-    return acked, sealed, pending
 
 
 def make_batch(tmp, text, name):
@@ -385,7 +350,7 @@ def main():
         for a, _ in agents:
             a.wait(60)
         for i, (_, log) in enumerate(agents):
-            acked, sealed, pending = parse_agent_log(log)
+            acked, sealed, _, pending, _ = parse_agent_log(log)
             node = "n%d" % i
             check(pending == 0, "%s: spool drained (pending %s)" % (node, pending))
             check(acked == sealed, "%s: every sealed row acknowledged" % node)

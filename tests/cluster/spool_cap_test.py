@@ -16,13 +16,14 @@ usage: spool_cap_test.py BUILD_DIR
 import os
 import re
 import signal
-import socket
 import sqlite3
 import subprocess
 import sys
 import tempfile
 import time
-import urllib.request
+
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "support"))
+from harness import check, failures, free_port, metric, parse_agent_log, procs, scrape, start  # noqa: E402
 
 BUILD = os.path.abspath(sys.argv[1])
 STRATA = os.path.join(BUILD, "bin", "strata")
@@ -30,42 +31,6 @@ SIM = os.path.join(BUILD, "bin", "strata-sim")
 CAP = 65536  # --spool-max-mb 0.0625
 KINDS = ["collectives", "stack_counts", "metrics", "steps", "device_activity", "communicators", "launch_samples"]
 NODE = "spool-n0"
-
-procs = []
-failures = []
-
-
-def check(cond, what):
-    print(("ok   " if cond else "FAIL ") + what, flush=True)
-    if not cond:
-        failures.append(what)
-
-
-def free_port():
-    s = socket.socket()
-    s.bind(("127.0.0.1", 0))
-    port = s.getsockname()[1]
-    s.close()
-    return port
-
-
-def start(args, log, env=None, stdin=None):
-    p = subprocess.Popen(args, stdout=open(log, "w"), stderr=subprocess.STDOUT, env=env, stdin=stdin)
-    procs.append(p)
-    return p
-
-
-def scrape(port):
-    try:
-        with urllib.request.urlopen("http://127.0.0.1:%d/metrics" % port, timeout=5) as r:
-            return r.read().decode()
-    except OSError:
-        return ""
-
-
-def metric(text, name):
-    m = re.search(r"^" + re.escape(name) + r" (\S+)$", text, re.M)
-    return float(m.group(1)) if m else None
 
 
 def spool_bytes(path):
@@ -80,21 +45,6 @@ def spool_bytes(path):
     except FileNotFoundError:
         pass
     return total
-
-
-def parse_agent_log(path):
-    out = {"acked": {}, "sealed": {}, "dropped": {}}
-    pending = batches_dropped = None
-    for line in open(path):
-        for tag, d in out.items():
-            if line.startswith("strata: agent: " + tag):
-                for kv in line[len("strata: agent: " + tag):].split():
-                    k, v = kv.split("=")
-                    d[k] = int(v)
-        m = re.search(r"pending (\d+), dropped (\d+)", line)
-        if m:
-            pending, batches_dropped = int(m.group(1)), int(m.group(2))
-    return out["acked"], out["sealed"], out["dropped"], pending, batches_dropped
 
 
 def main():

@@ -1,0 +1,61 @@
+"""What the Python end-to-end tests share: checks that print ok/FAIL and are counted, the processes
+they started (to stop at the end), a free loopback port, an agent's /metrics and its closing lines."""
+import os
+import re
+import socket
+import subprocess
+import urllib.request
+
+procs = []     # every process start() started, for the test's cleanup
+failures = []  # what check() found false
+
+
+def check(cond, what):
+    print(("ok   " if cond else "FAIL ") + what, flush=True)
+    if not cond:
+        failures.append(what)
+    return cond
+
+
+def free_port():
+    s = socket.socket()
+    s.bind(("127.0.0.1", 0))
+    port = s.getsockname()[1]
+    s.close()
+    return port
+
+
+def start(args, log, env=None, stdin=None):
+    p = subprocess.Popen(args, stdout=open(log, "w"), stderr=subprocess.STDOUT, env=env, stdin=stdin)
+    procs.append(p)
+    return p
+
+
+def scrape(port, timeout=10):
+    """The agent's /metrics page; "" when it does not answer."""
+    try:
+        with urllib.request.urlopen("http://127.0.0.1:%d/metrics" % port, timeout=timeout) as r:
+            return r.read().decode()
+    except OSError:
+        return ""
+
+
+def metric(text, name):
+    m = re.search(r"^" + re.escape(name) + r" (\S+)$", text, re.M)
+    return float(m.group(1)) if m else None
+
+
+def parse_agent_log(path):
+    """The agent's closing lines: rows acked, sealed and dropped per kind, batches pending and dropped."""
+    out = {"acked": {}, "sealed": {}, "dropped": {}}
+    pending = batches_dropped = None
+    for line in open(path):
+        for tag, d in out.items():
+            if line.startswith("strata: agent: " + tag):
+                for kv in line[len("strata: agent: " + tag):].split():
+                    k, v = kv.split("=")
+                    d[k] = int(v)
+        m = re.search(r"pending (\d+), dropped (\d+)", line)
+        if m:
+            pending, batches_dropped = int(m.group(1)), int(m.group(2))
+    return out["acked"], out["sealed"], out["dropped"], pending, batches_dropped
