@@ -82,24 +82,30 @@ TEST(Unwind, ChainWithoutFramePointersAcrossALibraryUnderQsort) {
   expect_chain(lines, "nofp_leaf", nofp_chain());
 }
 
+// The recording's agent stats whose key matches the SQL condition `where`, printed as `what stats:`.
+std::map<std::string, uint64_t> recording_stats(const TempDir& dir, const std::string& where, const std::string& what) {
+  auto stats = run("sqlite3 " + dir.file("rec.db") + " \"SELECT key || ' ' || CAST(value AS INTEGER) FROM agent_stats WHERE " +
+                   where + "\"");
+  std::map<std::string, uint64_t> st;
+  EXPECT_EQ(stats.exit_code, 0) << describe(stats);  // then every expectation on the stats fails too
+  std::istringstream in(stats.out);
+  std::string key;
+  uint64_t value;
+  while (in >> key >> value) st[key] = value;
+  std::cout << what << " stats:";
+  for (const auto& [k, v] : st) std::cout << " " << k << "=" << v;
+  std::cout << "\n";
+  return st;
+}
+
 // The same chain unwound in the kernel (STRATA_USER_STACK_MODE=3): CFI rows the agent derived and
 // loaded into BPF maps, no stack copy. The walks must have run there, and (nearly) all be whole.
 TEST(Unwind, ChainWithoutFramePointersKernelCfi) {
   TempDir dir;
   auto lines = record(dir, testprog("nofp_chain") + " 2", "", "STRATA_USER_STACK_MODE=3 ");
   expect_chain(lines, "nofp_leaf", nofp_chain());
-  auto stats = run("sqlite3 " + dir.file("rec.db") +
-                   " \"SELECT key || ' ' || CAST(value AS INTEGER) FROM agent_stats WHERE key LIKE 'unwind_kernel%' "
-                   "OR key LIKE 'kcfi%' OR key IN ('samples', 'unwind_snapshot_samples')\"");
-  ASSERT_EQ(stats.exit_code, 0) << describe(stats);
-  std::map<std::string, uint64_t> st;
-  std::istringstream in(stats.out);
-  std::string key;
-  uint64_t value;
-  while (in >> key >> value) st[key] = value;
-  std::cout << "kernel CFI stats:";
-  for (const auto& [k, v] : st) std::cout << " " << k << "=" << v;
-  std::cout << "\n";
+  auto st = recording_stats(dir, "key LIKE 'unwind_kernel%' OR key LIKE 'kcfi%' OR key IN ('samples', 'unwind_snapshot_samples')",
+                            "kernel CFI");
   EXPECT_EQ(st["unwind_snapshot_samples"], 0u) << "no stack copies in mode 3";
   EXPECT_GT(st["unwind_kernel_walks"], 15u);
   EXPECT_GT(st["unwind_kernel_modules"], 1u) << "the executable's and the library's rows";
@@ -146,17 +152,7 @@ TEST(Unwind, TableBudgetEvictsRebuildsAndStillUnwinds) {
   const std::string modules_dir = prog.substr(0, prog.rfind('/'));  // libstrata_modN.so lie beside it
   auto lines = record(dir, prog + " " + modules_dir + " " + std::to_string(kModules) + " 4",
                       "--unwind-tables-mb 0.75 --window 120");
-  auto stats = run("sqlite3 " + dir.file("rec.db") +
-                   " \"SELECT key || ' ' || CAST(value AS INTEGER) FROM agent_stats WHERE key LIKE 'unwind_table%'\"");
-  ASSERT_EQ(stats.exit_code, 0) << describe(stats);
-  std::map<std::string, uint64_t> st;
-  std::istringstream in(stats.out);
-  std::string key;
-  uint64_t value;
-  while (in >> key >> value) st[key] = value;
-  std::cout << "unwind table stats:";
-  for (const auto& [k, v] : st) std::cout << " " << k << "=" << v;
-  std::cout << "\n";
+  auto st = recording_stats(dir, "key LIKE 'unwind_table%'", "unwind table");
   EXPECT_EQ(st["unwind_table_budget_bytes"], kBudget);
   EXPECT_GT(st["unwind_table_peak_bytes"], kBudget / 2) << "the modules did not fill the budget";
   EXPECT_LE(st["unwind_table_peak_bytes"], kBudget);
