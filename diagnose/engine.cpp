@@ -318,6 +318,80 @@ struct Hypothesis {
 
 std::string rank_name(const RankWindow& r) { return "rank " + std::to_string(r.rank); }
 
+// A slow link seen in the ranks' TCP connections: the sender of a connection measures its smoothed
+// RTT, and a connection whose RTT is far above the job's others is slow. Both sides of a connection
+// are found by its endpoints. The rank whose own link is slow is on every slow connection through
+// it: in a ring, it sends slowly to the next rank and receives slowly from the previous one, while
+// those two each see one slow connection. So the culprit is the rank with slow connections to the
+// most peers.
+struct SlowLinks {
+  size_t culprit = 0;                // index into job.ranks
+  std::vector<std::string> peers;    // its peers over slow connections ("rank 3", or an endpoint)
+  double slow_ms = 0, median_ms = 0;  // the slowest of them; the job's median connection
+  size_t connections = 0;             // connections that sent data
+  bool unique = false;                // no other rank has as many slow peers
+};
+
+std::optional<SlowLinks> find_slow_links(const JobWindow& job) {
+  // Loopback addresses are only unique within a node.
+  auto key = [&](const RankWindow& r, const std::string& ep) {
+    bool loop = ep.rfind("127.", 0) == 0 || ep.rfind("[::1]", 0) == 0;
+    return loop ? r.node + "/" + ep : ep;
+  };
+  // The peer's side of "L>R" is its "R>L"; accepted connections share their listener's local
+  // endpoint, so an endpoint alone names the peer only when its side was not recorded.
+  std::vector<double> rtts;
+  std::unordered_map<std::string, size_t> owner;
+  for (size_t i = 0; i < job.ranks.size(); ++i) {
+    for (const auto& l : job.ranks[i].links) {
+      owner.emplace(key(job.ranks[i], l.local) + ">" + key(job.ranks[i], l.remote), i);
+      owner.emplace(key(job.ranks[i], l.local), i);
+      if (l.sent_bytes > 0 && known(l.srtt_ms)) rtts.push_back(l.srtt_ms);
+    }
+  }
+  if (rtts.size() < 2) return std::nullopt;
+  size_t connections = rtts.size();
+  double med = median(std::move(rtts));
+  double threshold = std::max(4 * med, med + 1.0);
+  std::vector<std::map<std::string, double>> slow(job.ranks.size());  // peer -> worst RTT
+  for (size_t i = 0; i < job.ranks.size(); ++i) {
+    for (const auto& l : job.ranks[i].links) {
+      if (!(l.sent_bytes > 0 && known(l.srtt_ms) && l.srtt_ms >= threshold)) continue;
+      auto o = owner.find(key(job.ranks[i], l.remote) + ">" + key(job.ranks[i], l.local));
+      if (o == owner.end()) o = owner.find(key(job.ranks[i], l.remote));
+      std::string peer = o != owner.end() ? rank_name(job.ranks[o->second]) : l.remote;
+      auto& mine = slow[i][peer];
+      mine = std::max(mine, l.srtt_ms);
+      if (o != owner.end() && o->second != i) {
+        auto& theirs = slow[o->second][rank_name(job.ranks[i])];
+        theirs = std::max(theirs, l.srtt_ms);
+      }
+    }
+  }
+  SlowLinks out;
+  out.median_ms = med;
+  out.connections = connections;
+  size_t best = 0, ties = 0;
+  double best_rtt = 0;
+  for (size_t i = 0; i < slow.size(); ++i) {
+    double worst = 0;
+    for (const auto& [p, v] : slow[i]) worst = std::max(worst, v);
+    if (slow[i].size() > best || (slow[i].size() == best && best > 0 && worst > best_rtt)) {
+      ties = slow[i].size() == best ? ties + 1 : 0;
+      best = slow[i].size();
+      best_rtt = worst;
+      out.culprit = i;
+    } else if (slow[i].size() == best && best > 0) {
+      ++ties;
+    }
+  }
+  if (best == 0) return std::nullopt;
+  out.unique = ties == 0;
+  out.slow_ms = best_rtt;
+  for (const auto& [p, v] : slow[out.culprit]) out.peers.push_back(p);
+  return out;
+}
+
 // Kernels whose time grew most on the culprit: "ampere_sgemm_128x64_tn 10.0 ms vs 5.0 ms".
 std::string kernel_evidence(const JobWindow& job, size_t c, const std::vector<size_t>& peers) {
   struct K {
@@ -763,11 +837,13 @@ Diagnosis diagnose(const JobWindow& job, const Options& opt) {
       double wait_base = median(column(job, [](const RankWindow& r) { return r.base.steps > 0 ? r.base.wait_ms : kUnknown; }));
       double wait_up = known(wait_base) ? wait_med - wait_base : 0;
       if (wait_up >= 0.5 * lost) {
-        // A slow link: everyone waits longer in the collectives and nobody computes longer. In a
-        // ring, the ranks on both sides of the slow link wait longest.
+        // A slow link: everyone waits longer in the collectives and nobody computes longer. Its
+        // end is the rank on every slow TCP connection when those were recorded; else, in a ring,
+        // the ranks on both sides of the slow link wait longest.
+        auto links = find_slow_links(job);
         size_t best = 0;
         double best_score = -1e300;
-        for (size_t i = 0; i < n; ++i) {
+        for (size_t i = 0; i < n && !links; ++i) {
           const auto& prev = job.ranks[(i + n - 1) % n];
           const auto& next = job.ranks[(i + 1) % n];
           double score = (prev.now.wait_ms + next.now.wait_ms) / 2 - job.ranks[i].now.wait_ms;
@@ -776,6 +852,7 @@ Diagnosis diagnose(const JobWindow& job, const Options& opt) {
             best = i;
           }
         }
+        if (links) best = links->culprit;
         const auto& r = job.ranks[best];
         Finding f;
         f.rank = r.rank;
@@ -788,12 +865,21 @@ Diagnosis diagnose(const JobWindow& job, const Options& opt) {
         f.evidence.push_back("all " + std::to_string(n) + " ranks wait longer in collectives" +
                              (job.communicator.empty() ? "" : " of communicator " + job.communicator) + ": " + ms(wait_med) +
                              " per step vs " + ms(wait_base) + " before; no rank computes longer than its peers");
-        const auto& prev = job.ranks[(best + n - 1) % n];
-        const auto& next = job.ranks[(best + 1) % n];
-        f.evidence.push_back("ring neighbours rank " + std::to_string(prev.rank) + " and rank " + std::to_string(next.rank) +
-                             " wait " + ms((prev.now.wait_ms + next.now.wait_ms) / 2) + " vs " + ms(r.now.wait_ms) +
-                             " for rank " + std::to_string(r.rank));
-        f.confidence = clamp01(0.5 + (best_score > 0 && wait_med > 0 ? best_score / wait_med : 0));
+        if (links) {
+          std::string peers;
+          for (const auto& p : links->peers) peers += (peers.empty() ? "" : " and ") + p;
+          f.evidence.push_back("TCP connections of " + rank_name(r) + " with " + peers + " are slow: smoothed RTT up to " +
+                               ms(links->slow_ms) + " vs " + ms(links->median_ms) + " median over the job's " +
+                               std::to_string(links->connections) + " connections that sent data");
+          f.confidence = links->unique ? 0.9 : 0.6;
+        } else {
+          const auto& prev = job.ranks[(best + n - 1) % n];
+          const auto& next = job.ranks[(best + 1) % n];
+          f.evidence.push_back("ring neighbours rank " + std::to_string(prev.rank) + " and rank " + std::to_string(next.rank) +
+                               " wait " + ms((prev.now.wait_ms + next.now.wait_ms) / 2) + " vs " + ms(r.now.wait_ms) +
+                               " for rank " + std::to_string(r.rank));
+          f.confidence = clamp01(0.5 + (best_score > 0 && wait_med > 0 ? best_score / wait_med : 0));
+        }
         f.advice = "check the NIC / link of " + rank_name(r) + " (ethtool -S, link speed, tc qdisc) and NCCL_IB/SOCKET settings";
         dx.findings.push_back(std::move(f));
       } else if (lost >= 0.15 * dx.baseline_step_ms) {

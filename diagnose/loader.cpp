@@ -332,6 +332,7 @@ Result<JobWindow> load_job_window(store::Store& s, const LoadOptions& opt) {
     std::array<bool, kOsCount> seen{};
     std::set<std::pair<uint64_t, uint64_t>> windows;
     std::map<std::string, double> neighbours, kernels;
+    std::map<std::string, TcpLink> links;  // by "local>remote"
     double bio_lat_sum = 0;
     int bio_lat_n = 0;
   };
@@ -391,7 +392,18 @@ Result<JobWindow> load_job_window(store::Store& s, const LoadOptions& opt) {
       std::string comm = colon == std::string::npos ? m.label : m.label.substr(0, colon);
       uint32_t npid = colon == std::string::npos ? 0 : static_cast<uint32_t>(std::strtoul(m.label.c_str() + colon + 1, nullptr, 10));
       if (!job_pids.count(npid)) a.neighbours[comm] += m.value / 1e3;
-    } else if (n == "gpu.kernel_us") a.kernels[m.label] += m.value / 1e3;
+    } else if (n == "gpu.kernel_us") {
+      a.kernels[m.label] += m.value / 1e3;
+    } else if (n.rfind("net.tcp_", 0) == 0) {
+      auto gt = m.label.find('>');
+      if (gt == std::string::npos) continue;
+      TcpLink& l = a.links[m.label];
+      l.local = m.label.substr(0, gt);
+      l.remote = m.label.substr(gt + 1);
+      if (n == "net.tcp_sent_bytes") l.sent_bytes += m.value;
+      else if (n == "net.tcp_received_bytes") l.received_bytes += m.value;
+      else if (n == "net.tcp_srtt_us") l.srtt_ms = known(l.srtt_ms) ? std::max(l.srtt_ms, m.value / 1e3) : m.value / 1e3;
+    }
   }
 
   for (auto& r : job.ranks) {
@@ -414,6 +426,7 @@ Result<JobWindow> load_job_window(store::Store& s, const LoadOptions& opt) {
       for (const auto& [name, v] : a.kernels) r.kernels.push_back({job.names.id(name), v * per_step});
       normalize(r.neighbours);
       normalize(r.kernels);
+      for (auto& [label, l] : a.links) r.links.push_back(std::move(l));
     }
     if (r.gpu.index >= 0) {
       auto g = gpus.find("gpu" + std::to_string(r.gpu.index));

@@ -86,6 +86,14 @@ struct GpuState {
   std::string throttle_reasons;      // "hw_slowdown,hw_thermal"; empty when none
 };
 
+// One TCP connection of a rank in the analysis window, seen from the rank's side. "local" and
+// "remote" ("addr:port") pair it with the same connection seen from the peer's side.
+struct TcpLink {
+  std::string local, remote;
+  double srtt_ms = kUnknown;  // smoothed RTT, known on the side that sent data
+  double sent_bytes = 0, received_bytes = 0;
+};
+
 struct RankWindow {
   int rank = -1;
   uint32_t pid = 0;
@@ -102,6 +110,7 @@ struct RankWindow {
   // call, from on-CPU stacks (unwound with CFI through libc). A thread blocked in I/O often has
   // no usable user stack off-CPU; the same call seen on-CPU says where the rank blocks.
   Values syscall_callers;
+  std::vector<TcpLink> links;  // TCP connections that moved data (empty: not recorded)
   std::string process;  // the rank's process name (comm)
   bool alive = true;              // the process was still seen at the end of the window
   uint64_t last_progress_ns = 0;  // last collective completion or step end (unix ns)

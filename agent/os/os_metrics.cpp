@@ -140,6 +140,36 @@ std::vector<store::Metric> process_metrics(uint32_t pid, const ProcSnapshot& bef
     out.add("os.cgroup_throttled_us", static_cast<double>(delta(b.throttled_us, n.throttled_us)), now.cgroup);
   }
 
+  // TCP connections that moved data in the window, labelled "local>remote": the sender's smoothed
+  // RTT and the bytes each way. The endpoints pair a connection's two sides across ranks (and
+  // nodes), so the diagnosis can tell which rank is on every slow link.
+  if (!now.tcp.empty()) {
+    std::map<std::string, const TcpLink*> prior;
+    for (const auto& l : before.tcp) prior[l.local + ">" + l.remote] = &l;
+    struct Moved {
+      std::string label;
+      uint64_t sent, received, srtt_us;
+    };
+    std::vector<Moved> moved;
+    for (const auto& l : now.tcp) {
+      std::string label = l.local + ">" + l.remote;
+      auto it = prior.find(label);
+      uint64_t sent = delta(it != prior.end() ? it->second->bytes_acked : 0, l.bytes_acked);
+      uint64_t recv = delta(it != prior.end() ? it->second->bytes_received : 0, l.bytes_received);
+      if (sent + recv > 0) moved.push_back({std::move(label), sent, recv, l.srtt_us});
+    }
+    std::sort(moved.begin(), moved.end(),
+              [](const Moved& a, const Moved& b) { return a.sent + a.received > b.sent + b.received; });
+    if (moved.size() > in.max_tcp_links) moved.resize(in.max_tcp_links);
+    for (const auto& m : moved) {
+      if (m.sent) {
+        out.add("net.tcp_sent_bytes", static_cast<double>(m.sent), m.label);
+        out.add("net.tcp_srtt_us", static_cast<double>(m.srtt_us), m.label);
+      }
+      if (m.received) out.add("net.tcp_received_bytes", static_cast<double>(m.received), m.label);
+    }
+  }
+
   if (!cpu_share.empty()) {
     std::map<std::pair<uint32_t, std::string>, double> by_proc;  // (tgid, comm) -> weighted ns
     for (const auto& nb : in.neighbours) {

@@ -51,6 +51,7 @@ struct ProcSnapshot {
   std::optional<Faults> faults;
   std::optional<CpuStat> cpu_stat;
   std::string cgroup;  // label of the cgroup metrics
+  std::vector<TcpLink> tcp;  // established TCP connections
 };
 
 // A neighbour's run time on one CPU during the window (read and cleared from the kernel map).
@@ -66,6 +67,7 @@ struct MetricInputs {
   uint64_t tcp_retransmits = 0;                 // this process's, this window
   const std::map<unsigned, std::string>* irq_names = nullptr;
   size_t max_neighbours = 10;                   // per process, largest first
+  size_t max_tcp_links = 32;                    // per process, most bytes first
   double min_neighbour_us = 100;                // smaller ones are left out
 };
 

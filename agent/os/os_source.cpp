@@ -166,7 +166,10 @@ class OsLayerSource final : public Source {
   int wake_fd() const override { return ring_ ? ring_buffer__epoll_fd(ring_) : -1; }
 
   Status poll() override {
-    if (opts_.os) follow_cgroup_moves();
+    if (opts_.os) {
+      follow_cgroup_moves();
+      follow_tcp_links();
+    }
     if (!ring_) return {};
     int n = ring_buffer__consume(ring_);
     if (n < 0 && n != -EINTR) return Error::from_errno("reading the off-CPU ring buffer", -n);
@@ -184,6 +187,19 @@ class OsLayerSource final : public Source {
       if (exited_.count(pid)) continue;
       std::string cg = cgroups_.cgroup_of(pid);
       if (!cg.empty() && cg != snap.cgroup) read_cgroup(pid, snap);
+    }
+  }
+
+  // Each watched process's TCP connections, every 2 s: a rank that exits before its window closes
+  // (the end of a job) still has the connections it last had.
+  void follow_tcp_links() {
+    auto now = std::chrono::steady_clock::now();
+    if (now - last_tcp_check_ < std::chrono::seconds(2)) return;
+    last_tcp_check_ = now;
+    for (uint32_t pid : pids_) {
+      if (exited_.count(pid)) continue;
+      auto links = read_tcp_links(pid);
+      if (!links.empty()) tcp_latest_[pid] = std::move(links);
     }
   }
 
@@ -387,8 +403,14 @@ class OsLayerSource final : public Source {
       if (alive) {
         now.faults = read_faults(pid);
         read_cgroup(pid, now);
+        now.tcp = read_tcp_links(pid);
       }
       if (!now.faults) now.faults = before.faults;  // gone: its last reading, a zero delta
+      if (now.tcp.empty()) {
+        auto t = tcp_latest_.find(pid);
+        if (t != tcp_latest_.end()) now.tcp = std::move(t->second);
+      }
+      tcp_latest_.erase(pid);
       if (!now.cpu_stat) {
         now.cpu_stat = before.cpu_stat;
         now.cgroup = before.cgroup;
@@ -412,6 +434,7 @@ class OsLayerSource final : public Source {
     for (uint32_t pid : exited_) {
       pids_.erase(pid);
       last_.erase(pid);
+      tcp_latest_.erase(pid);
       if (sched_) bpf_map__delete_elem(sched_->maps.sched_stats, &pid, sizeof(pid), 0);
       if (os_) bpf_map__delete_elem(os_->maps.os_stats, &pid, sizeof(pid), 0);
     }
@@ -439,6 +462,8 @@ class OsLayerSource final : public Source {
   OffCpuEvent event_;  // reused: no allocation per event once warm
   CgroupReader cgroups_;
   std::chrono::steady_clock::time_point last_cgroup_check_{};
+  std::chrono::steady_clock::time_point last_tcp_check_{};
+  std::map<uint32_t, std::vector<TcpLink>> tcp_latest_;  // the latest reading of each process
   std::set<uint32_t> pids_;
   std::set<uint32_t> exited_;
   std::map<uint32_t, ProcSnapshot> last_;

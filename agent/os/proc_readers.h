@@ -7,6 +7,7 @@
 #include <optional>
 #include <set>
 #include <string>
+#include <vector>
 
 namespace strata::agent::os {
 
@@ -21,6 +22,22 @@ std::optional<Faults> read_faults(uint32_t pid);
 
 // Inodes of the sockets pid holds ("socket:[INODE]" links in /proc/PID/fd).
 std::set<uint64_t> socket_inodes(uint32_t pid);
+
+// One established TCP connection of a process, as the kernel's tcp_info says (the socket is read
+// through a duplicate taken with pidfd_getfd, so the process's network namespace does not matter).
+struct TcpLink {
+  std::string local, remote;  // "addr:port" (IPv6 in brackets)
+  uint64_t srtt_us = 0;       // smoothed RTT, measured by the sending side
+  uint64_t bytes_acked = 0;   // sent and acknowledged, since the connection began
+  uint64_t bytes_received = 0;
+};
+
+// The established TCP connections of pid, at most max_links of them. Needs ptrace access to pid
+// (CAP_SYS_PTRACE, or the same user); empty when it has none or cannot be read.
+std::vector<TcpLink> read_tcp_links(uint32_t pid, size_t max_links = 256);
+
+// "addr:port" of a socket address; "" for families other than IPv4 / IPv6.
+std::string endpoint_string(const void* sockaddr, size_t len);
 
 // /proc/interrupts text -> irq number -> name (the last column: the device or handler name).
 std::map<unsigned, std::string> parse_irq_names(const std::string& text);

@@ -99,6 +99,47 @@ TEST(DiagnoseEngine, HotRankQueuingOnABusyNodeIsAHotspotNotAQuota) {
   for (const auto& f : dx.findings) EXPECT_NE(f.cause, "cpu-throttling") << dump(dx);
 }
 
+// A slow link with the ranks' TCP connections recorded: the rank on both slow connections of the
+// ring (it sends slowly to the next rank and receives slowly from the previous one) is the culprit,
+// even where the collective waits point elsewhere (on the testbed they are noise at this size).
+TEST(DiagnoseEngine, SlowLinkEndIsTheRankOnEverySlowConnection) {
+  SyntheticSpec spec;
+  spec.faults = {PlantedFault{3, "network-slow", 40}};
+  JobWindow job = make_synthetic_job(spec);
+  const size_t n = job.ranks.size();
+  const size_t culprit = 5;  // not the planted rank: only the connections say 5
+  auto ep = [](size_t i, int port) { return "10.0.0." + std::to_string(i + 1) + ":" + std::to_string(port); };
+  for (size_t i = 0; i < n; ++i) {
+    size_t next = (i + 1) % n;
+    bool slow = i == culprit || next == culprit;  // culprit-1 -> culprit and culprit -> culprit+1
+    // i connects to next's listener (port 4000) from an ephemeral port; i sends, next receives.
+    TcpLink send{ep(i, 50000 + static_cast<int>(i)), ep(next, 4000), slow ? 19.0 : 0.08, 5e7, 0};
+    TcpLink recv{ep(next, 4000), ep(i, 50000 + static_cast<int>(i)), 0.01, 0, 5e7};
+    job.ranks[i].links.push_back(send);
+    job.ranks[next].links.push_back(recv);
+  }
+  auto dx = diagnose(job);
+  ASSERT_FALSE(dx.findings.empty()) << dump(dx);
+  const Finding& f = dx.findings[0];
+  EXPECT_EQ(f.cause, "network-slow") << dump(dx);
+  EXPECT_EQ(f.rank, static_cast<int>(culprit)) << dump(dx);
+  EXPECT_GE(f.confidence, 0.9) << dump(dx);
+  std::string all;
+  for (const auto& e : f.evidence) all += e + "\n";
+  EXPECT_NE(all.find("with rank 4 and rank 6 are slow"), std::string::npos) << all;
+
+  // Without a slow connection (every RTT alike) the ring waits decide, as before.
+  for (auto& r : job.ranks) {
+    for (auto& l : r.links) {
+      if (l.sent_bytes > 0) l.srtt_ms = 0.08;
+    }
+  }
+  auto flat = diagnose(job);
+  ASSERT_FALSE(flat.findings.empty()) << dump(flat);
+  EXPECT_EQ(flat.findings[0].cause, "network-slow");
+  EXPECT_EQ(flat.findings[0].rank, 3) << dump(flat);
+}
+
 // Under a tight memory limit the rank's page cache is reclaimed and its data reads go to disk: more
 // time on block I/O than in reclaim itself. The limit is the cause, the disk reads its cost.
 TEST(DiagnoseEngine, ReclaimThatSendsReadsToDiskIsMemoryReclaimNotAnIoStall) {

@@ -3,6 +3,11 @@
 // /proc parsers, and the off-CPU aggregation into the store.
 #include <gtest/gtest.h>
 
+#include <arpa/inet.h>
+#include <netinet/in.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
 #include <map>
 #include <sstream>
 
@@ -177,6 +182,70 @@ TEST(OsProc, FaultsFromStatWithAWeirdCommand) {
   EXPECT_EQ(f->minor, 1500u);
   EXPECT_EQ(f->major, 27u);
   EXPECT_FALSE(parse_proc_stat_faults("garbage"));
+}
+
+// A TCP connection over loopback inside this process: both of its sides are read, their endpoints
+// mirror each other, and the sender's acknowledged bytes and RTT are there.
+TEST(OsProc, TcpLinksOfAProcessMirrorEachOtherWithTheirBytes) {
+  int ls = ::socket(AF_INET, SOCK_STREAM, 0);
+  ASSERT_GE(ls, 0);
+  sockaddr_in a{};
+  a.sin_family = AF_INET;
+  a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  ASSERT_EQ(::bind(ls, reinterpret_cast<sockaddr*>(&a), sizeof(a)), 0);
+  ASSERT_EQ(::listen(ls, 1), 0);
+  socklen_t alen = sizeof(a);
+  ASSERT_EQ(::getsockname(ls, reinterpret_cast<sockaddr*>(&a), &alen), 0);
+  int c = ::socket(AF_INET, SOCK_STREAM, 0);
+  ASSERT_EQ(::connect(c, reinterpret_cast<sockaddr*>(&a), sizeof(a)), 0);
+  int srv = ::accept(ls, nullptr, nullptr);
+  ASSERT_GE(srv, 0);
+  std::vector<char> buf(100000, 'x');
+  size_t sent = 0, got = 0;
+  while (sent < buf.size() || got < buf.size()) {
+    if (sent < buf.size()) {
+      ssize_t n = ::send(c, buf.data() + sent, buf.size() - sent, MSG_DONTWAIT);
+      if (n > 0) sent += static_cast<size_t>(n);
+    }
+    ssize_t n = ::recv(srv, buf.data(), buf.size(), MSG_DONTWAIT);
+    if (n > 0) got += static_cast<size_t>(n);
+  }
+  auto links = read_tcp_links(static_cast<uint32_t>(::getpid()));
+  const TcpLink* client = nullptr;
+  const TcpLink* server = nullptr;
+  std::string port = ":" + std::to_string(ntohs(a.sin_port));
+  for (const auto& l : links) {
+    if (l.remote.size() > port.size() && l.remote.ends_with(port)) client = &l;
+    if (l.local.size() > port.size() && l.local.ends_with(port)) server = &l;
+  }
+  ASSERT_NE(client, nullptr);
+  ASSERT_NE(server, nullptr);
+  EXPECT_EQ(client->local, server->remote);
+  EXPECT_EQ(client->remote, server->local);
+  EXPECT_EQ(client->local.rfind("127.0.0.1:", 0), 0u) << client->local;
+  EXPECT_GE(client->bytes_acked, buf.size());
+  EXPECT_GE(server->bytes_received, buf.size());
+  EXPECT_GT(client->srtt_us, 0u);
+  EXPECT_EQ(links.size(), 2u);
+  ::close(c);
+  ::close(srv);
+  ::close(ls);
+}
+
+TEST(OsMetrics, TcpLinksThatMovedDataGetTheirBytesAndTheSendersRtt) {
+  ProcSnapshot before, now;
+  before.tcp = {TcpLink{"10.0.0.1:5000", "10.0.0.2:4000", 90, 1000, 10},
+                TcpLink{"10.0.0.1:5001", "10.0.0.3:4000", 50, 7, 7}};
+  now.tcp = {TcpLink{"10.0.0.1:5000", "10.0.0.2:4000", 19000, 51000, 10},
+             TcpLink{"10.0.0.1:5001", "10.0.0.3:4000", 60, 7, 7},       // idle: left out
+             TcpLink{"10.0.0.1:4000", "10.0.0.4:6000", 40, 0, 3000}};  // new: receives only
+  auto m = by_name(process_metrics(7, before, now, MetricInputs{}));
+  EXPECT_EQ(m["net.tcp_sent_bytes{10.0.0.1:5000>10.0.0.2:4000}"], 50000);
+  EXPECT_EQ(m["net.tcp_srtt_us{10.0.0.1:5000>10.0.0.2:4000}"], 19000);
+  EXPECT_EQ(m.count("net.tcp_received_bytes{10.0.0.1:5000>10.0.0.2:4000}"), 0u);
+  EXPECT_EQ(m["net.tcp_received_bytes{10.0.0.1:4000>10.0.0.4:6000}"], 3000);
+  EXPECT_EQ(m.count("net.tcp_srtt_us{10.0.0.1:4000>10.0.0.4:6000}"), 0u);  // sent nothing: no RTT of its own
+  for (const auto& [k, v] : m) EXPECT_EQ(k.find("10.0.0.3"), std::string::npos) << k;
 }
 
 TEST(OsProc, IrqNamesAndSoftirqVectors) {
