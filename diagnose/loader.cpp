@@ -54,11 +54,19 @@ PhaseStats phase(const std::vector<store::StepRecord>& steps, size_t from, size_
   return p;
 }
 
-// The system call a kernel frame enters ("__x64_sys_pread64" -> "pread64()"), else empty.
+// The system call a kernel frame enters ("__x64_sys_pread64" -> "pread64()"), else empty. Some
+// entries are tail calls that leave no __x64_sys_ frame (preadv enters as do_preadv, read as
+// ksys_read): their helpers name the call too.
 std::string syscall_of(const std::string& fn) {
-  for (const char* prefix : {"__x64_sys_", "__arm64_sys_", "__se_sys_"}) {
+  for (const char* prefix : {"__x64_sys_", "__arm64_sys_", "__se_sys_", "ksys_"}) {
     std::string p = prefix;
     if (fn.rfind(p, 0) == 0) return fn.substr(p.size()) + "()";
+  }
+  static const std::pair<std::string_view, std::string_view> kHelpers[] = {
+      {"do_preadv", "preadv()"}, {"do_pwritev", "pwritev()"}, {"do_readv", "readv()"},
+      {"do_writev", "writev()"}, {"do_sys_openat2", "openat()"}, {"do_fsync", "fsync()"}};
+  for (const auto& [helper, call] : kHelpers) {
+    if (fn == helper) return std::string(call);
   }
   return {};
 }
