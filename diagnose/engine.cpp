@@ -371,24 +371,25 @@ std::optional<SlowLinks> find_slow_links(const JobWindow& job) {
   SlowLinks out;
   out.median_ms = med;
   out.connections = connections;
-  size_t best = 0, ties = 0;
-  double best_rtt = 0;
+  auto worst = [](const std::map<std::string, double>& peers) {
+    double w = 0;
+    for (const auto& [p, v] : peers) w = std::max(w, v);
+    return w;
+  };
+  size_t best = 0;
   for (size_t i = 0; i < slow.size(); ++i) {
-    double worst = 0;
-    for (const auto& [p, v] : slow[i]) worst = std::max(worst, v);
-    if (slow[i].size() > best || (slow[i].size() == best && best > 0 && worst > best_rtt)) {
-      ties = slow[i].size() == best ? ties + 1 : 0;
-      best = slow[i].size();
-      best_rtt = worst;
-      out.culprit = i;
-    } else if (slow[i].size() == best && best > 0) {
-      ++ties;
+    if (slow[i].size() > slow[best].size() ||
+        (slow[i].size() == slow[best].size() && worst(slow[i]) > worst(slow[best]))) {
+      best = i;
     }
   }
-  if (best == 0) return std::nullopt;
-  out.unique = ties == 0;
-  out.slow_ms = best_rtt;
-  for (const auto& [p, v] : slow[out.culprit]) out.peers.push_back(p);
+  size_t ties = 0;
+  for (const auto& peers : slow) ties += peers.size() == slow[best].size() ? 1 : 0;
+  if (slow[best].empty()) return std::nullopt;
+  out.culprit = best;
+  out.unique = ties == 1;
+  out.slow_ms = worst(slow[best]);
+  for (const auto& [p, v] : slow[best]) out.peers.push_back(p);
   return out;
 }
 
