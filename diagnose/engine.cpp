@@ -12,6 +12,31 @@
 
 namespace strata::diagnose {
 
+std::string short_function(std::string_view name) {
+  // GCC's clones keep the original's demangled name plus " [clone .isra.0]" (.constprop, .cold, ...).
+  for (auto at = name.rfind(" [clone "); at != std::string_view::npos && name.back() == ']'; at = name.rfind(" [clone "))
+    name = name.substr(0, at);
+  if (name.size() > 2 && name.back() == ')') {
+    int depth = 0;
+    for (size_t i = name.size(); i-- > 0;) {
+      if (name[i] == ')') ++depth;
+      if (name[i] == '(' && --depth == 0) {
+        if (i > 0) name = name.substr(0, i);
+        break;
+      }
+    }
+  }
+  // Drop namespaces and classes, but not inside template arguments.
+  int angle = 0;
+  size_t cut = 0;
+  for (size_t i = 0; i + 1 < name.size(); ++i) {
+    if (name[i] == '<') ++angle;
+    if (name[i] == '>') --angle;
+    if (angle == 0 && name[i] == ':' && name[i + 1] == ':') cut = i + 2;
+  }
+  return std::string(name.substr(cut));
+}
+
 namespace {
 
 // Peers are compared through medians; beyond this many ranks a deterministic, evenly strided sample
@@ -71,31 +96,6 @@ double os_excess(const JobWindow& job, size_t c, const std::vector<size_t>& peer
 
 // "(anonymous namespace)::cpu_work(unsigned char const*, long) [clone .isra.0]" -> "cpu_work": the
 // name a person searches the code for.
-std::string short_function(std::string_view name) {
-  // GCC's clones keep the original's demangled name plus " [clone .isra.0]" (.constprop, .cold, ...).
-  for (auto at = name.rfind(" [clone "); at != std::string_view::npos && name.back() == ']'; at = name.rfind(" [clone "))
-    name = name.substr(0, at);
-  if (name.size() > 2 && name.back() == ')') {
-    int depth = 0;
-    for (size_t i = name.size(); i-- > 0;) {
-      if (name[i] == ')') ++depth;
-      if (name[i] == '(' && --depth == 0) {
-        if (i > 0) name = name.substr(0, i);
-        break;
-      }
-    }
-  }
-  // Drop namespaces and classes, but not inside template arguments.
-  int angle = 0;
-  size_t cut = 0;
-  for (size_t i = 0; i + 1 < name.size(); ++i) {
-    if (name[i] == '<') ++angle;
-    if (name[i] == '>') --angle;
-    if (angle == 0 && name[i] == ':' && name[i + 1] == ':') cut = i + 2;
-  }
-  return std::string(name.substr(cut));
-}
-
 std::vector<std::string_view> split_path(std::string_view path) {
   std::vector<std::string_view> out;
   size_t start = 0;

@@ -53,4 +53,7 @@ SecondOpinion second_opinion(const JobWindow& job);
 
 const char* layer_of(const std::string& cause);
 
+// A function's name for a report: "ns::Class::fn(int) [clone .isra.0]" -> "fn".
+std::string short_function(std::string_view name);
+
 }  // namespace strata::diagnose

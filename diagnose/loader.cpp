@@ -74,7 +74,7 @@ std::string syscall_of(const std::string& fn) {
 // A user-level call path, root first: kernel frames say how the thread waited, not where the
 // program's time went, and the uprobe trampoline is strata's own. Off-CPU paths keep the system
 // call, since a blocked thread's user stack may be missing.
-std::string call_path(const Stack& stack, bool keep_syscall) {
+std::string call_path(const Stack& stack, bool keep_syscall, std::unordered_set<std::string>* python) {
   std::string path;
   for (auto it = stack.rbegin(); it != stack.rend(); ++it) {
     if (it->kind == FrameKind::kKernel) {
@@ -89,6 +89,7 @@ std::string call_path(const Stack& stack, bool keep_syscall) {
     for (char& ch : name) {
       if (ch == ';') ch = ':';
     }
+    if (python && it->kind == FrameKind::kPython) python->insert(name);
     if (!path.empty()) path += ';';
     path += name;
   }
@@ -158,7 +159,7 @@ Status load_profile(store::Store& s, std::optional<int64_t> rec, JobWindow& job,
       if (!blocked) continue;
     }
     auto it = path_of.find(smp.stack_index);
-    if (it == path_of.end()) it = path_of.emplace(smp.stack_index, job.names.id(call_path(stack, offcpu))).first;
+    if (it == path_of.end()) it = path_of.emplace(smp.stack_index, job.names.id(call_path(stack, offcpu, &job.python_functions))).first;
     const double ms = static_cast<double>(smp.count) * unit_ms / steps;
     out.push_back({it->second, ms});
     if (!offcpu) {

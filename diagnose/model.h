@@ -10,6 +10,7 @@
 #include <string>
 #include <string_view>
 #include <unordered_map>
+#include <unordered_set>
 #include <vector>
 
 namespace strata::diagnose {
@@ -128,6 +129,9 @@ struct JobWindow {
   std::string communicator;           // the main communicator's id, for evidence
   Names names;
   std::vector<RankWindow> ranks;      // ordered by rank; ring neighbours are adjacent
+  // Names in call paths that are Python functions: a path's deepest one is where the program's
+  // time goes (the frames below it are the interpreter's).
+  std::unordered_set<std::string> python_functions;
 };
 
 }  // namespace strata::diagnose

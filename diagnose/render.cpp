@@ -63,7 +63,7 @@ void write_text(const Diagnosis& dx, std::ostream& out) {
     for (const auto& e : f.evidence) out << "     - " << e << "\n";
     if (!f.advice.empty()) out << "   what to do: " << f.advice << "\n";
   }
-  out << "\nsecond opinion (robust z-scores over per-rank metrics): " << dx.second.summary << "\n";
+  out << "\nsecond opinion (robust z-scores over per-rank metrics and per-function times): " << dx.second.summary << "\n";
   for (const auto& n : dx.second.notes) out << "  " << n << "\n";
 }
 

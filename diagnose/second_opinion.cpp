@@ -1,10 +1,13 @@
 // The second opinion (eACGM's idea, made robust): every rank is a vector of metrics; a rank whose
-// vector sits far from the job's on any axis, in robust z-scores, is an outlier. It knows nothing
-// of layers or causes, so it catches what the rules miss and shows when they see something else.
+// vector sits far from the job's on any axis, in robust z-scores, is an outlier. The axes are the
+// layers' metrics and, as PerfTracker compares function behaviour across workers, the time per step
+// each function (call path) takes on-CPU and blocked. It knows nothing of layers or causes, so it
+// catches what the rules miss and shows when they see something else.
 #include <algorithm>
 #include <cmath>
 #include <cstdio>
 #include <functional>
+#include <unordered_map>
 
 #include "diagnose/engine.h"
 #include "diagnose/stats.h"
@@ -34,9 +37,60 @@ std::vector<Feature> features() {
   return f;
 }
 
+// The function a call path is in, for per-function summaries: its deepest Python function when it
+// has one (the frames below are the interpreter's), else its leaf.
+std::string function_of(const JobWindow& job, const std::string& path) {
+  size_t end = path.size();
+  while (!job.python_functions.empty() && end > 0) {
+    size_t semi = path.rfind(';', end - 1);
+    size_t start = semi == std::string::npos ? 0 : semi + 1;
+    std::string f = path.substr(start, end - start);
+    if (job.python_functions.count(f)) return f;
+    if (semi == std::string::npos) break;
+    end = semi;
+  }
+  auto semi = path.rfind(';');
+  return short_function(semi == std::string::npos ? path : path.substr(semi + 1));
+}
+
+// Each rank's time per step by function (sparse: only where it ran).
+struct FunctionTimes {
+  std::vector<std::string> names;
+  std::vector<std::vector<std::pair<size_t, double>>> by_rank;  // per function: (rank index, ms)
+};
+FunctionTimes function_times(const JobWindow& job, Values RankWindow::*profile) {
+  FunctionTimes out;
+  std::unordered_map<NameId, size_t> fn_of_path;
+  std::unordered_map<std::string, size_t> index;
+  for (size_t i = 0; i < job.ranks.size(); ++i) {
+    std::unordered_map<size_t, double> mine;
+    for (const auto& v : job.ranks[i].*profile) {
+      auto it = fn_of_path.find(v.name);
+      if (it == fn_of_path.end()) {
+        std::string fn = function_of(job, job.names.name(v.name));
+        auto [ix, fresh] = index.emplace(fn, out.names.size());
+        if (fresh) {
+          out.names.push_back(fn);
+          out.by_rank.emplace_back();
+        }
+        it = fn_of_path.emplace(v.name, ix->second).first;
+      }
+      mine[it->second] += v.ms_per_step;
+    }
+    for (const auto& [f, ms] : mine) out.by_rank[f].push_back({i, ms});
+  }
+  return out;
+}
+
 }  // namespace
 
 SecondOpinion second_opinion(const JobWindow& job) {
+  auto column_of = [](const JobWindow& j) {
+    std::vector<double> v;
+    v.reserve(j.ranks.size());
+    for (const auto& r : j.ranks) v.push_back(r.now.step_ms);
+    return v;
+  };
   SecondOpinion so;
   size_t n = job.ranks.size();
   if (n < 3) return so;  // nothing to compare a rank with
@@ -64,6 +118,43 @@ SecondOpinion second_opinion(const JobWindow& job) {
       }
     }
   }
+  // A function's time differs by rank for ordinary reasons (rank 0 logs, sampling picks one path
+  // or its sibling): it deviates only beyond 5% of the job's step time.
+  double step = median(column_of(job));
+  double fn_floor = std::max(2.0, known(step) ? 0.05 * step : 0.0);
+  // Per function (PerfTracker): where fewer than half the ranks run a function its median is 0 and
+  // so is its spread; the others are compared in full.
+  for (auto [profile, kind] : {std::pair{&RankWindow::oncpu, " on-CPU"}, std::pair{&RankWindow::offcpu, " blocked"}}) {
+    FunctionTimes ft = function_times(job, profile);
+    for (size_t k = 0; k < ft.names.size(); ++k) {
+      const auto& sparse = ft.by_rank[k];
+      double med = 0, scale = fn_floor / 3;
+      std::vector<double> v;
+      if (2 * sparse.size() > n) {
+        v.assign(n, 0);
+        for (const auto& [i, ms] : sparse) v[i] = ms;
+        med = median(v);
+        double sigma = robust_sigma(v, med);
+        scale = std::max({known(sigma) ? sigma : 0.0, 0.05 * std::fabs(med), fn_floor / 3});
+      }
+      auto consider = [&](size_t i, double x) {
+        if (std::fabs(x - med) < fn_floor) return;
+        double z = (x - med) / scale;
+        if (std::fabs(z) >= kThreshold) {
+          char buf[64];
+          std::snprintf(buf, sizeof buf, " z=%+.0f", z);
+          why[i] += (why[i].empty() ? "" : ", ") + ft.names[k] + kind + buf;
+        }
+        if (std::fabs(z) > std::fabs(score[i])) score[i] = z;
+      };
+      if (v.empty()) {
+        for (const auto& [i, ms] : sparse) consider(i, ms);
+      } else {
+        for (size_t i = 0; i < n; ++i) consider(i, v[i]);
+      }
+    }
+  }
+
   std::vector<size_t> out;
   for (size_t i = 0; i < n; ++i) {
     if (std::fabs(score[i]) >= kThreshold) out.push_back(i);

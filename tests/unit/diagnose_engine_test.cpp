@@ -192,6 +192,31 @@ TEST(DiagnoseEngine, SecondOpinionSaysWhenItDisagrees) {
   EXPECT_TRUE(dx.second.disagrees);
 }
 
+// PerfTracker's idea in the second opinion: one function's time per step compared across ranks. A
+// rank that spends 30 ms per step in a function no peer runs stands out by that function, named
+// by its deepest Python frame when the path has one (not the interpreter's C frames below it).
+TEST(DiagnoseEngine, SecondOpinionComparesEachFunctionAcrossRanks) {
+  SyntheticSpec spec;
+  auto job = make_synthetic_job(spec);
+  job.python_functions = {"train", "tokenize"};
+  for (auto& r : job.ranks) {
+    r.oncpu.push_back({job.names.id("main;train;forward_cpu(float const*)"), 20});
+    normalize(r.oncpu);
+  }
+  auto& odd = job.ranks[6];
+  odd.oncpu.push_back({job.names.id("main;train;tokenize;_PyEval_EvalFrameDefault;PyUnicode_Split"), 18});
+  odd.oncpu.push_back({job.names.id("main;train;tokenize;PyUnicode_Join"), 12});
+  normalize(odd.oncpu);
+  auto dx = diagnose(job);
+  ASSERT_EQ(dx.second.outlier_ranks.size(), 1u) << dump(dx);
+  EXPECT_EQ(dx.second.outlier_ranks[0], 6);
+  ASSERT_EQ(dx.second.notes.size(), 1u);
+  EXPECT_NE(dx.second.notes[0].find("tokenize on-CPU z=+"), std::string::npos) << dx.second.notes[0];
+  EXPECT_EQ(dx.second.notes[0].find("PyUnicode"), std::string::npos) << dx.second.notes[0];
+  // The function every rank runs alike is no outlier anywhere.
+  for (const auto& note : dx.second.notes) EXPECT_EQ(note.find("forward_cpu"), std::string::npos) << note;
+}
+
 TEST(DiagnoseEngine, JsonFollowsTheContract) {
   auto dx = run({{1, "gpu-slow", 40}});
   std::ostringstream o;
