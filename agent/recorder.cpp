@@ -20,6 +20,7 @@
 #include "agent/cost_budget.h"
 #include "agent/gpu/cupti_env.h"
 #include "agent/normalizer.h"
+#include "agent/window_profile.h"
 #include "agent/limits.h"
 #include "agent/privileges.h"
 #include "agent/process_info.h"
@@ -56,24 +57,6 @@ std::string resolve_command(const std::string& cmd) {
   }
   return "";
 }
-
-uint64_t mix(uint64_t h, uint64_t v) {
-  h ^= v + 0x9e3779b97f4a7c15ull + (h << 6) + (h >> 2);
-  return h;
-}
-
-struct CountKey {
-  uint32_t pid, tid, stack;
-  std::string comm;
-  bool operator==(const CountKey& o) const {
-    return pid == o.pid && tid == o.tid && stack == o.stack && comm == o.comm;
-  }
-};
-struct CountKeyHash {
-  size_t operator()(const CountKey& k) const {
-    return mix(mix(mix(k.pid, k.tid), k.stack), std::hash<std::string>()(k.comm));
-  }
-};
 
 class Recorder final : public EventSink {
  public:
@@ -159,30 +142,7 @@ class Recorder final : public EventSink {
   }
 
   void on_sample(const SampleEvent& e) override {
-    // Unwinding is per sample (the stack copy differs every time); identical unwound stacks then
-    // share one normalization per window: the rest of the per-sample cost is a hash.
-    normalizer_.unwind(e, user_stack_);
-    uint64_t h = mix(mix(e.pid, e.kstack.size()), static_cast<uint64_t>(user_stack_.method));
-    for (uint64_t a : e.kstack) h = mix(h, a);
-    for (const auto& u : user_stack_.native) {
-      uint64_t id;
-      std::memcpy(&id, u.build_id.data(), sizeof id);
-      h = mix(mix(h, u.offset_or_ip), u.has_build_id ? id : 0);
-    }
-    for (const auto& p : e.pystack) h = mix(mix(h, p.code), p.lasti);
-    auto it = raw_stack_index_.find(h);
-    uint32_t index;
-    if (it != raw_stack_index_.end()) {
-      index = it->second;
-    } else {
-      Stack stack;
-      normalizer_.normalize(e, user_stack_, stack);
-      index = static_cast<uint32_t>(window_stacks_.size());
-      window_stacks_.push_back(std::move(stack));
-      window_methods_.push_back(user_stack_.method);
-      raw_stack_index_.emplace(h, index);
-    }
-    counts_[CountKey{e.pid, e.tid, index, e.comm}] += 1;
+    profile_.add(e);
     threads_.insert((static_cast<uint64_t>(e.pid) << 32) | e.tid);
     if (!known_.count(e.pid)) see_process(e.pid, 0, "");
   }
@@ -332,7 +292,7 @@ class Recorder final : public EventSink {
       if (opts_.duration_s > 0 && std::chrono::duration<double>(now - start).count() >= opts_.duration_s) done = true;
       // A window also closes when it holds kMaxWindowStacks distinct stacks: memory stays bounded.
       if (std::chrono::duration<double>(now - window_start).count() >= opts_.window_s ||
-          window_stacks_.size() >= kMaxWindowStacks) {
+          profile_.distinct_stacks() >= kMaxWindowStacks) {
         if (auto st = flush_window(); !st) return st.error();
         window_start = now;
       }
@@ -439,24 +399,11 @@ class Recorder final : public EventSink {
       if (auto st = store_->put_process(recording_, p); !st) return st;
     }
     pending_processes_.clear();
-    std::vector<int64_t> ids(window_stacks_.size());
-    for (size_t i = 0; i < window_stacks_.size(); ++i) {
-      auto id = store_->intern_stack(window_stacks_[i], window_methods_[i]);
-      if (!id) return id.error();
-      ids[i] = *id;
-      stored_stacks_.insert(*id);
-    }
-    std::vector<store::StackCount> counts;
-    counts.reserve(counts_.size());
-    for (const auto& [k, v] : counts_) {
-      counts.push_back(store::StackCount{k.pid, k.tid, k.comm, ids[k.stack], v});
-      summary_.samples_stored += v;
-    }
-    if (!counts.empty()) {
-      auto st = store_->put_window(recording_, window_start_unix_, end_unix, store::CountKind::kOnCpu, counts);
-      if (!st) return st;
-      summary_.windows++;
-    }
+    auto written = profile_.write(*store_, recording_, window_start_unix_, end_unix);
+    if (!written) return written.error();
+    stored_stacks_.insert(written->stack_ids.begin(), written->stack_ids.end());
+    summary_.samples_stored += written->samples;
+    if (written->samples > 0) summary_.windows++;
     WindowContext ctx;
     ctx.recording = recording_;
     ctx.start_ns = window_start_unix_;
@@ -474,10 +421,6 @@ class Recorder final : public EventSink {
     }
     if (auto st = store_->commit(); !st) return st;
     summary_.distinct_stacks = stored_stacks_.size();
-    window_stacks_.clear();
-    window_methods_.clear();
-    raw_stack_index_.clear();
-    counts_.clear();
     window_start_unix_ = end_unix;
     window_start_mono_ = ctx.mono_end_ns;
     return {};
@@ -549,11 +492,7 @@ class Recorder final : public EventSink {
   std::map<uint32_t, store::ProcessInfo> pending_processes_;
   std::unordered_map<uint32_t, uint64_t> cpu_first_, cpu_last_;
 
-  std::vector<Stack> window_stacks_;
-  std::vector<store::UnwindMethod> window_methods_;  // how each of window_stacks_ was unwound
-  UserStack user_stack_;                             // reused per sample
-  std::unordered_map<uint64_t, uint32_t> raw_stack_index_;
-  std::unordered_map<CountKey, uint64_t, CountKeyHash> counts_;
+  WindowProfile profile_{normalizer_};  // after normalizer_
   RecordSummary summary_;
 };
 

@@ -17,6 +17,7 @@
 
 #include "agent/flight_recorder.h"
 #include "agent/normalizer.h"
+#include "agent/window_profile.h"
 #include "agent/oncpu_sampler.h"
 #include "agent/limits.h"
 #include "agent/privileges.h"
@@ -72,23 +73,6 @@ std::string random_hex(size_t n) {
   return s;
 }
 
-uint64_t mix(uint64_t h, uint64_t v) {
-  h ^= v + 0x9e3779b97f4a7c15ull + (h << 6) + (h >> 2);
-  return h;
-}
-
-struct CountKey {
-  uint32_t pid, tid, stack;
-  std::string comm;
-  bool operator==(const CountKey& o) const {
-    return pid == o.pid && tid == o.tid && stack == o.stack && comm == o.comm;
-  }
-};
-struct CountKeyHash {
-  size_t operator()(const CountKey& k) const {
-    return mix(mix(mix(k.pid, k.tid), k.stack), std::hash<std::string>()(k.comm));
-  }
-};
 
 // What /metrics shows, rebuilt by the main loop about once a second and read by the HTTP thread.
 class MetricsPage {
@@ -173,29 +157,7 @@ class Daemon final : public EventSink {
   }
 
   void on_sample(const SampleEvent& e) override {
-    // As the recorder: unwind per sample, normalize once per distinct stack per window.
-    normalizer_.unwind(e, user_stack_);
-    uint64_t h = mix(mix(e.pid, e.kstack.size()), static_cast<uint64_t>(user_stack_.method));
-    for (uint64_t a : e.kstack) h = mix(h, a);
-    for (const auto& u : user_stack_.native) {
-      uint64_t id;
-      std::memcpy(&id, u.build_id.data(), sizeof id);
-      h = mix(mix(h, u.offset_or_ip), u.has_build_id ? id : 0);
-    }
-    for (const auto& p : e.pystack) h = mix(mix(h, p.code), p.lasti);
-    auto it = raw_stack_index_.find(h);
-    uint32_t index;
-    if (it != raw_stack_index_.end()) {
-      index = it->second;
-    } else {
-      Stack stack;
-      normalizer_.normalize(e, user_stack_, stack);
-      index = static_cast<uint32_t>(window_stacks_.size());
-      window_stacks_.push_back(std::move(stack));
-      window_methods_.push_back(user_stack_.method);
-      raw_stack_index_.emplace(h, index);
-    }
-    counts_[CountKey{e.pid, e.tid, index, e.comm}] += 1;
+    profile_.add(e);
     samples_++;
     if (!known_.count(e.pid)) see_process(e.pid, 0, "");
   }
@@ -532,7 +494,7 @@ class Daemon final : public EventSink {
       if (opts_.duration_s > 0 && std::chrono::duration<double>(now - start).count() >= opts_.duration_s) break;
       // A window also closes when it holds kMaxWindowStacks distinct stacks: memory stays bounded.
       if (std::chrono::duration<double>(now - window_start).count() >= opts_.window_s ||
-          window_stacks_.size() >= kMaxWindowStacks) {
+          profile_.distinct_stacks() >= kMaxWindowStacks) {
         if (auto st = flush_window(); !st) return st.error();
         window_start = now;
       }
@@ -579,18 +541,8 @@ class Daemon final : public EventSink {
       if (auto st = store_->put_process(recording_, p); !st) return st;
     }
     pending_processes_.clear();
-    std::vector<int64_t> ids(window_stacks_.size());
-    for (size_t i = 0; i < window_stacks_.size(); ++i) {
-      auto id = store_->intern_stack(window_stacks_[i], window_methods_[i]);
-      if (!id) return id.error();
-      ids[i] = *id;
-    }
-    std::vector<store::StackCount> counts;
-    counts.reserve(counts_.size());
-    for (const auto& [k, v] : counts_) counts.push_back(store::StackCount{k.pid, k.tid, k.comm, ids[k.stack], v});
-    if (!counts.empty()) {
-      auto st = store_->put_window(recording_, window_start_unix_, end_unix, store::CountKind::kOnCpu, counts);
-      if (!st) return st;
+    if (auto written = profile_.write(*store_, recording_, window_start_unix_, end_unix); !written) {
+      return written.error();
     }
     WindowContext ctx;
     ctx.recording = recording_;
@@ -618,10 +570,6 @@ class Daemon final : public EventSink {
     // For the shipper, commit seals the window's batch: also the heartbeat when it is empty.
     if (auto st = store_->commit(); !st) return st;
     windows_++;
-    window_stacks_.clear();
-    window_methods_.clear();
-    raw_stack_index_.clear();
-    counts_.clear();
     window_start_unix_ = end_unix;
     window_start_mono_ = ctx.mono_end_ns;
     return {};
@@ -648,11 +596,7 @@ class Daemon final : public EventSink {
   std::set<uint32_t> known_;
   std::set<uint32_t> live_;
   std::map<uint32_t, store::ProcessInfo> pending_processes_;
-  std::vector<Stack> window_stacks_;
-  std::vector<store::UnwindMethod> window_methods_;
-  UserStack user_stack_;
-  std::unordered_map<uint64_t, uint32_t> raw_stack_index_;
-  std::unordered_map<CountKey, uint64_t, CountKeyHash> counts_;
+  WindowProfile profile_{normalizer_};  // after normalizer_
 
   std::string drilldown_url_;  // announced to the collector in every batch's health
   MetricsPage page_;
