@@ -56,8 +56,11 @@ class CachingSymbolizer final : public Symbolizer {
   std::optional<Symbol> lookup_kernel(uint64_t address) {
     if (!kallsyms_tried_) {
       kallsyms_tried_ = true;
-      auto k = Kallsyms::load(options_.kallsyms_path);
-      if (k) kallsyms_ = std::move(*k);
+      if (options_.kallsyms_path == "/proc/kallsyms") {
+        kallsyms_ = Kallsyms::shared();
+      } else if (auto k = Kallsyms::load(options_.kallsyms_path)) {
+        kallsyms_ = std::move(*k);
+      }
     }
     if (!kallsyms_) return std::nullopt;
     return kallsyms_->lookup(address);
@@ -109,7 +112,7 @@ class CachingSymbolizer final : public Symbolizer {
   std::unordered_map<std::string, const ElfSymbols*> debug_by_build_id_;  // nullptr: none found
   std::unordered_map<Key, std::optional<Symbol>, KeyHash> results_;
   bool kallsyms_tried_ = false;
-  std::unique_ptr<Kallsyms> kallsyms_;
+  std::shared_ptr<const Kallsyms> kallsyms_;
 };
 
 }  // namespace

@@ -1,6 +1,7 @@
 #include <cctype>
 #include <cerrno>
 #include <fstream>
+#include <mutex>
 #include <string_view>
 #include <sstream>
 
@@ -45,12 +46,30 @@ class KallsymsTable final : public Kallsyms {
     return s;
   }
   size_t symbol_count() const override { return table_.size(); }
+  std::optional<std::pair<uint64_t, uint64_t>> range_of(std::string_view function) const override {
+    for (const auto& e : table_.entries()) {
+      if (table_.name(e) == function) return std::pair{e.start, e.end};
+    }
+    return std::nullopt;
+  }
 
  private:
   SymbolTable table_;
 };
 
 }  // namespace
+
+std::shared_ptr<const Kallsyms> Kallsyms::shared() {
+  static std::mutex mu;
+  static bool tried = false;
+  static std::shared_ptr<const Kallsyms> table;
+  std::lock_guard<std::mutex> lock(mu);
+  if (!tried) {
+    tried = true;
+    if (auto k = load()) table = std::move(*k);
+  }
+  return table;
+}
 
 Result<std::unique_ptr<Kallsyms>> Kallsyms::load(const std::string& path) {
   std::ifstream in(path, std::ios::binary);

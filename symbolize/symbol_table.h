@@ -30,6 +30,7 @@ class SymbolTable {
     return std::string_view(arena_).substr(e.name_offset, e.name_size);
   }
   size_t size() const { return entries_.size(); }
+  const std::vector<Entry>& entries() const { return entries_; }
 
  private:
   struct Pending {

@@ -7,6 +7,8 @@
 #include <memory>
 #include <optional>
 #include <string>
+#include <string_view>
+#include <utility>
 #include <vector>
 
 #include "common/frame.h"
@@ -63,8 +65,13 @@ class ElfSymbols {
 class Kallsyms {
  public:
   static Result<std::unique_ptr<Kallsyms>> load(const std::string& path = "/proc/kallsyms");
+  // /proc/kallsyms, read once per process for everyone who needs it (the symbolizer, the off-CPU
+  // source's __schedule range); nullptr when it cannot be read.
+  static std::shared_ptr<const Kallsyms> shared();
   virtual ~Kallsyms() = default;
   virtual std::optional<Symbol> lookup(uint64_t address) const = 0;
+  // [start, end) of a kernel function by name; nullopt when absent.
+  virtual std::optional<std::pair<uint64_t, uint64_t>> range_of(std::string_view function) const = 0;
   virtual size_t symbol_count() const = 0;
 };
 

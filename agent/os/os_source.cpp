@@ -23,6 +23,7 @@
 #include "agent/os/proc_readers.h"
 #include "bpf/offcpu.skel.h"
 #include "bpf/os.skel.h"
+#include "symbolize/symbolizer.h"
 
 namespace strata::agent::os {
 namespace {
@@ -55,26 +56,9 @@ bool tracepoint_exists(const btf* vmlinux, const char* section) {
 // frames of BPF and tracepoint glue the kernel's walk put above it (their number differs between
 // kernels and with how the program was compiled). {0, 0} when unknown.
 std::pair<uint64_t, uint64_t> schedule_text_range() {
-  FILE* f = std::fopen("/proc/kallsyms", "re");
-  if (!f) return {0, 0};
-  char line[512];
-  uint64_t lo = 0, hi = 0;
-  while (std::fgets(line, sizeof line, f)) {
-    char* end = nullptr;
-    uint64_t addr = std::strtoull(line, &end, 16);
-    if (lo) {
-      if (addr > lo) {
-        hi = addr;
-        break;
-      }
-      continue;
-    }
-    size_t n = std::strlen(line);
-    while (n && (line[n - 1] == '\n' || line[n - 1] == ' ')) line[--n] = 0;
-    if (n > 13 && std::strcmp(line + n - 11, " __schedule") == 0 && addr) lo = addr;
-  }
-  std::fclose(f);
-  return hi > lo && lo ? std::pair{lo, hi} : std::pair<uint64_t, uint64_t>{0, 0};
+  auto kallsyms = symbolize::Kallsyms::shared();
+  auto range = kallsyms ? kallsyms->range_of("__schedule") : std::nullopt;
+  return range ? *range : std::pair<uint64_t, uint64_t>{0, 0};
 }
 
 bool process_alive(uint32_t pid) { return ::kill(static_cast<pid_t>(pid), 0) == 0 || errno == EPERM; }

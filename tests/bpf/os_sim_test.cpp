@@ -8,6 +8,8 @@
 //   cpu-throttling  os.cgroup_throttled_us (os.runq_wait_us grows too: reported)
 //   memory-reclaim  os.direct_reclaim_count / _us (label memcg: the cgroup limit)
 //   io-stall        os.blocked_us{io} and os.bio_count (its reads of the throttled device)
+//   network-slow    net.tcp_srtt_us of the connections through the rank's link (its own netns, tbf),
+//                   and each of its connections' other side recorded on the peer rank
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -99,12 +101,13 @@ SimRecording record_sim(const TempDir& dir, const std::string& fault, int steps)
   auto st = store::Store::open_sqlite(dir.file("os.db"), store::Store::Mode::kReadOnly);
   EXPECT_TRUE(st) << (st ? "" : st.error().message);
   if (!st) return s;
-  auto rows = (*st)->metrics("os.");
+  auto rows = (*st)->metrics("");
   EXPECT_TRUE(rows);
   if (!rows) return s;
   for (const auto& r : *rows) {
     auto it = rank_of_pid.find(r.metric.pid);
     if (it == rank_of_pid.end()) continue;
+    if (r.metric.name.rfind("os.", 0) != 0 && r.metric.name.rfind("net.", 0) != 0) continue;
     auto& m = s.rank_metrics[it->second];
     m.sum[r.metric.name] += r.metric.value;
     m.by_label[r.metric.name][r.metric.label] += r.metric.value;
@@ -223,6 +226,48 @@ TEST(OsSimFaults, IoStallShowsBlockedReadsOfTheRank) {
   expect(s, 1, kBioCount);
   // Its reads wait on the throttled device: the latency of its requests is the device's, not 0.
   EXPECT_GT(s.rank_metrics.at(1).get("os.bio_latency_us.max"), 0) << describe_all(s);
+}
+
+// The rank behind a slow link (its own network namespace, tbf both ways): the connections through
+// it (rank 1 -> 2 and rank 2 -> 3 in the ring) have an RTT far above the others', and each of the
+// rank's connections is recorded from the other side on its peer ("A>B" on one, "B>A" on the other),
+// which is how the diagnosis tells the link's end.
+TEST(OsSimFaults, NetworkSlowShowsTheSlowConnectionsFromBothSides) {
+  TempDir dir;
+  auto s = record_sim(dir, "network-slow:rank=2,start_step=3", 24);
+  ASSERT_EQ(s.rank_metrics.size(), 4u) << s.log;
+  auto max_rtt = [&](int rank) {
+    double worst = 0;
+    const auto& m = s.rank_metrics.at(rank);
+    if (!m.by_label.count("net.tcp_srtt_us")) return worst;
+    for (const auto& [label, v] : m.by_label.at("net.tcp_srtt_us")) worst = std::max(worst, v);
+    return worst;
+  };
+  double fast = std::max(max_rtt(0), max_rtt(3));
+  std::printf("    worst summed RTT: rank 0 %.0f, rank 1 %.0f, rank 2 %.0f, rank 3 %.0f us\n", max_rtt(0), max_rtt(1),
+              max_rtt(2), max_rtt(3));
+  EXPECT_GT(max_rtt(2), 4 * fast + 1000) << describe_all(s);  // it sends to rank 3 over its link
+  EXPECT_GT(max_rtt(1), 4 * fast + 1000) << describe_all(s);  // rank 1 sends to it over its link
+  // Both sides: every connection of rank 2 that moved data is on another rank reversed.
+  std::set<std::string> others;
+  for (int rank : {0, 1, 3}) {
+    for (const auto& [name, labels] : s.rank_metrics.at(rank).by_label) {
+      if (name.rfind("net.tcp_", 0) == 0)
+        for (const auto& [label, v] : labels) others.insert(label);
+    }
+  }
+  int paired = 0;
+  for (const char* name : {"net.tcp_sent_bytes", "net.tcp_received_bytes"}) {
+    if (!s.rank_metrics.at(2).by_label.count(name)) continue;
+    for (const auto& [label, v] : s.rank_metrics.at(2).by_label.at(name)) {
+      auto gt = label.find('>');
+      ASSERT_NE(gt, std::string::npos) << label;
+      std::string reversed = label.substr(gt + 1) + ">" + label.substr(0, gt);
+      EXPECT_TRUE(others.count(reversed)) << label << " has no other side\n" << describe_all(s);
+      ++paired;
+    }
+  }
+  EXPECT_GE(paired, 2) << describe_all(s);  // at least its send and its receive connection
 }
 
 // Item 3 on the sim: with no fault no rank stands out by any of the rules above.

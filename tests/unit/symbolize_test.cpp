@@ -525,6 +525,13 @@ TEST(SymbolizeKallsyms, ParsesTextSymbols) {
   EXPECT_EQ(name(0xffffffffc0a00050), "mod_other");
   // Past the last symbol by more than any function is long: not resolved.
   EXPECT_EQ(name(0xffffffffc0a00040 + (1 << 21)), "<none>");
+  // By name: a function runs to the next symbol (the off-CPU source cuts stacks at __schedule's).
+  auto helper = (*k)->range_of("helper_one");
+  ASSERT_TRUE(helper);
+  EXPECT_EQ(helper->first, 0xffffffff81001000u);
+  EXPECT_EQ(helper->second, 0xffffffff81002000u);
+  EXPECT_FALSE((*k)->range_of("some_data"));  // not text
+  EXPECT_FALSE((*k)->range_of("nothing_by_this_name"));
 }
 
 TEST(SymbolizeKallsyms, HiddenAddressesAreAnError) {
