@@ -495,8 +495,10 @@ std::vector<Hypothesis> descend(const JobWindow& job, size_t c, double extra, bo
     // waits. If it also wants more CPU than its peers, it queues for its own extra work on a busy
     // node: the host hotspot below is the cause, and the wait is part of what it costs.
     bool unthrottled = known(r.get(Os::kThrottled)) && r.get(Os::kThrottled) < 1.0;
+    // Its extra CPU must be able to explain the wait: at most a load factor of 20 (0.2 ms more CPU
+    // is no reason to wait 800 ms more; the hogs that arrived mid-window are).
     bool own_queue = false;
-    if (runq > 0 && unthrottled && cpu > 0 && !(nb && nb->excess_ms >= 0.5 * runq)) {
+    if (runq > 0 && unthrottled && cpu >= std::max(1.0, 0.05 * runq) && !(nb && nb->excess_ms >= 0.5 * runq)) {
       own_queue = true;
       queued_ms = runq;
     }

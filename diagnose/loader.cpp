@@ -225,9 +225,11 @@ Result<JobWindow> load_job_window(store::Store& s, const LoadOptions& opt) {
   // processes (something the launcher started beside the ranks without a RANK) can be neighbours.
   std::unordered_set<uint32_t> job_pids;
   std::unordered_map<uint32_t, uint32_t> parent_of;
+  std::unordered_map<uint32_t, std::string> recorded_name;  // a recorded process's name (after its exec)
   for (const auto& p : *procs) {
     parent_of[p.pid] = p.ppid;
     if (p.rank >= 0) job_pids.insert(p.pid);
+    if (!p.comm.empty()) recorded_name[p.pid] = p.comm;
   }
   for (const auto& p : *procs) {
     if (p.rank < 0) continue;
@@ -353,6 +355,13 @@ Result<JobWindow> load_job_window(store::Store& s, const LoadOptions& opt) {
   };
   std::map<std::string, Gpu> gpus;
   std::unordered_map<uint32_t, uint64_t> last_seen, last_seen_end;
+  struct NeighbourTime {
+    uint32_t pid, npid;
+    std::string comm;
+    double ms;
+  };
+  std::vector<NeighbourTime> neighbour_time;
+  std::unordered_map<uint32_t, std::pair<uint64_t, std::string>> neighbour_name;  // pid -> (seen at, name)
   uint64_t latest_window_start = 0;  // of any process: the latest window an agent closed
   for (const auto& row : *rows) {
     const auto& m = row.metric;
@@ -396,11 +405,15 @@ Result<JobWindow> load_job_window(store::Store& s, const LoadOptions& opt) {
     else if (n == "os.bio_latency_us.mean") a.bio_lat_sum += m.value / 1e3, ++a.bio_lat_n;
     else if (n == "api.time_us" && m.label.find("LaunchKernel") != std::string::npos) add(Os::kLaunchApi, m.value / 1e3);
     else if (n == "os.neighbour_run_us") {
-      // "comm:pid"; the job's own processes are not neighbours (job_pids above).
+      // "comm:pid"; the job's own processes are not neighbours (job_pids above). Named below by
+      // the pid's latest name: a process renamed mid-run (exec, prctl) is one neighbour.
       auto colon = m.label.rfind(':');
       std::string comm = colon == std::string::npos ? m.label : m.label.substr(0, colon);
       uint32_t npid = colon == std::string::npos ? 0 : static_cast<uint32_t>(std::strtoul(m.label.c_str() + colon + 1, nullptr, 10));
-      if (!job_pids.count(npid)) a.neighbours[comm] += m.value / 1e3;
+      if (job_pids.count(npid)) continue;
+      auto& latest = neighbour_name[npid];
+      if (row.end_ns >= latest.first) latest = {row.end_ns, comm};
+      neighbour_time.push_back({m.pid, npid, comm, m.value / 1e3});
     } else if (n == "gpu.kernel_us") {
       a.kernels[m.label] += m.value / 1e3;
     } else if (n.rfind("net.tcp_", 0) == 0) {
@@ -413,6 +426,14 @@ Result<JobWindow> load_job_window(store::Store& s, const LoadOptions& opt) {
       else if (n == "net.tcp_received_bytes") l.received_bytes += m.value;
       else if (n == "net.tcp_srtt_us") l.srtt_ms = known(l.srtt_ms) ? std::max(l.srtt_ms, m.value / 1e3) : m.value / 1e3;
     }
+  }
+
+  for (const auto& t : neighbour_time) {
+    // A recorded process by its recorded name, else by the latest name it ran under.
+    auto rn = recorded_name.find(t.npid);
+    const auto& latest = neighbour_name[t.npid];
+    std::string name = rn != recorded_name.end() && t.npid ? rn->second : !latest.second.empty() ? latest.second : t.comm;
+    acc[t.pid].neighbours[name] += t.ms;
   }
 
   for (auto& r : job.ranks) {
