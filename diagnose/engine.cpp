@@ -560,6 +560,14 @@ std::vector<Hypothesis> descend(const JobWindow& job, size_t c, double extra, bo
       h.evidence.push_back(who + " stalls in direct reclaim / compaction " + ms(r.get(Os::kReclaim)) + " per step (+" + ms(rec) + " vs peers)");
       if (thrash)
         h.evidence.push_back("and waits " + ms(io) + " more per step than its peers on block I/O: its page cache is reclaimed, so it reads its data from disk again");
+      // The function whose allocations reclaim: the caller of the blocked call, from the same call
+      // sampled on-CPU (a page-cache read charging a full cgroup blocks with no user frames).
+      std::string sc = d ? syscall_in(d->path) : std::string();
+      if (auto site = !sc.empty() ? call_site(job, c, sc) : std::nullopt) {
+        h.culprit = site->caller + " (" + site->syscall.substr(0, site->syscall.size() - 2) + ")";
+        h.evidence.push_back("it blocks in " + site->syscall + " called from " + site->caller +
+                             ": the pages it reads are charged to its full cgroup, which reclaims first");
+      }
       h.advice = "raise the memory limit of " + who + "'s container or cut its page-cache use";
       add(std::move(h));
     }
@@ -679,6 +687,9 @@ Finding to_finding(const JobWindow& job, size_t c, double lost, std::vector<Hypo
   f.node = r.node;
   f.lost_ms_per_step = lost;
   f.evidence = std::move(head);
+  // A hypothesis that explains under a tenth of what the rank lost is not its cause (0.2 ms more
+  // CPU is no hotspot behind 46 ms more busy time): then the cause is unknown, and said so.
+  if (!hs.empty() && lost > 0 && hs.front().explained_ms < 0.1 * lost) hs.clear();
   if (hs.empty()) {
     f.cause = "host-hotspot";
     f.layer = layer_of(f.cause);

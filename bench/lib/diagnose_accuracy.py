@@ -89,9 +89,36 @@ def manifest(truth):
 
 # PyTorch DDP (gloo, CPU; testbed/workloads/ddp_train.py under Debian's python3): the faults that
 # apply to a CPU job, each sized to stand out on a shared 2-core machine.
-DDP_KINDS = ["host-hotspot", "workload-imbalance", "cpu-contention", "cpu-throttling"]
+DDP_KINDS = ["host-hotspot", "workload-imbalance", "cpu-contention", "cpu-throttling", "network-slow"]
 DDP_PARAMS = {"host-hotspot": "ms=150", "workload-imbalance": "factor=3", "cpu-contention": "hogs=2",
-              "cpu-throttling": "quota_pct=10"}
+              "cpu-throttling": "quota_pct=10", "network-slow": "rate_mbit=40"}
+
+
+def first_correct_latency(strata, db, truth, workdir):
+    """Seconds from the fault's start to the end of the first window whose store (cut there, as
+    `strata serve` would have had it) is diagnosed right; None when none is."""
+    t_fault = fault_start_ns(db, truth)
+    if t_fault is None:
+        return None
+    con = sqlite3.connect(db)
+    ends = sorted({e for (e,) in con.execute("SELECT end_ns FROM windows")})
+    con.close()
+    cut = os.path.join(workdir, "cut.db")
+    try:
+        for t in ends:
+            if t < t_fault:
+                continue
+            d = diagnose(strata, db) if t == ends[-1] else None
+            if d is None:
+                cut_store(db, cut, t)
+                d = diagnose(strata, cut)
+            if d["findings"] and correct(d["findings"][0], truth):
+                return (t - t_fault) / 1e9
+        return None
+    finally:
+        for p in (cut, cut + "-wal", cut + "-shm"):
+            if os.path.exists(p):
+                os.remove(p)
 
 
 def one_run(args, kind, ranks, python, seed, workdir, log):
@@ -128,25 +155,7 @@ def one_run(args, kind, ranks, python, seed, workdir, log):
            "findings": dx.get("findings", []), "error": dx.get("error"), "truth": truth["fault"],
            "manifest": manifest(truth) if kind != "none" else None, "latency_s": None}
     if kind != "none":
-        t_fault = fault_start_ns(db, truth)
-        con = sqlite3.connect(db)
-        ends = sorted({e for (e,) in con.execute("SELECT end_ns FROM windows")})
-        con.close()
-        if t_fault is not None:
-            cut = os.path.join(workdir, "cut.db")
-            for t in ends:
-                if t < t_fault:
-                    continue
-                d = diagnose(args.strata, db) if t == ends[-1] else None
-                if d is None:
-                    cut_store(db, cut, t)
-                    d = diagnose(args.strata, cut)
-                if d["findings"] and correct(d["findings"][0], truth):
-                    res["latency_s"] = (t - t_fault) / 1e9
-                    break
-            for p in (cut, cut + "-wal", cut + "-shm"):
-                if os.path.exists(p):
-                    os.remove(p)
+        res["latency_s"] = first_correct_latency(args.strata, db, truth, workdir)
     top = res["findings"][0] if res["findings"] else None
     tf = truth["fault"]
     log.write(f"{name}: truth rank {tf.get('rank')} {tf.get('cause')} ({tf.get('culprit')}); "
@@ -227,7 +236,7 @@ def main():
     ap.add_argument("--summarize", default=None, metavar="RESULTS.json",
                     help="print the table of an earlier run's results.json and exit")
     ap.add_argument("--rescore", default=None, metavar="DIR",
-                    help="with --summarize: diagnose the stores a --keep run left in DIR again with this build")
+                    help="with --summarize: diagnose the stores a --keep run left in DIR again with this build (latency too)")
     ap.add_argument("--ddp", action="store_true",
                     help="PyTorch DDP (gloo, CPU) instead of strata-sim: " + ", ".join(DDP_KINDS) + " and healthy runs")
     ap.add_argument("--kinds", default=None, help="only these fault kinds, comma separated (none: healthy)")
@@ -239,12 +248,18 @@ def main():
     if args.summarize:
         results = json.load(open(args.summarize))
         if args.rescore:
-            # The final stores of a --keep run diagnosed again by this build (the latency column
-            # stays the recorded run's: it needs the cut stores).
+            # The stores a --keep run left, diagnosed again by this build: the final store, and the
+            # store cut at each window's end for the latency.
+            strata = args.strata or os.path.join(args.build, "bin", "strata")
+            scratch = tempfile.mkdtemp(prefix="strata-rescore-")
             for r in results:
                 db = os.path.join(args.rescore, r["name"] + ".db")
                 if os.path.exists(db):
-                    r["findings"] = diagnose(args.strata or os.path.join(args.build, "bin", "strata"), db)["findings"]
+                    r["findings"] = diagnose(strata, db)["findings"]
+                    truth_path = os.path.join(args.rescore, r["name"] + ".json")
+                    if r["kind"] != "none" and os.path.exists(truth_path):
+                        r["latency_s"] = first_correct_latency(strata, db, json.load(open(truth_path)), scratch)
+            shutil.rmtree(scratch, ignore_errors=True)
         summarize(results, sys.stdout, quiet=True)
         return
     args.strata = args.strata or os.path.join(args.build, "bin", "strata")

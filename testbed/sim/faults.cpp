@@ -168,7 +168,9 @@ FaultInjector::FaultInjector(const Options& opts, std::string run_dir, strata_gp
     case FaultKind::kCpuContention: culprit_ = "strata-hog"; break;
     case FaultKind::kHostHotspot: culprit_ = "slow_augment"; break;
     case FaultKind::kIoStall: culprit_ = "load_batch"; break;
-    case FaultKind::kMemoryReclaim: culprit_ = "preprocess"; break;
+    // Its reads: the data pages load_batch reads are charged to the full cgroup, which reclaims
+    // inside the read (try_to_free_mem_cgroup_pages under pread64 in the recorded stacks).
+    case FaultKind::kMemoryReclaim: culprit_ = "load_batch"; break;
     case FaultKind::kCpuThrottling: culprit_ = "cgroup cpu quota"; break;
     case FaultKind::kGpuSlow: culprit_ = "GPU " + std::to_string(f.rank); break;
     case FaultKind::kHang: culprit_ = "GPU " + std::to_string(f.rank); break;
