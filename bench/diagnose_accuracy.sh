@@ -6,7 +6,7 @@
 #   sudo bench/diagnose_accuracy.sh [--quick] [--ddp] [--seeds N] [--ranks 4,8] [--langs cpp,py] [--kinds K,..]
 #                                   [--steps-4 N] [--steps-8 N] [--build DIR] [--strata BIN] [--keep]
 # --ddp: PyTorch DDP (gloo, CPU) under Debian's python3: host-hotspot, workload-imbalance, cpu-contention,
-#   cpu-throttling on a random rank + healthy runs (--quick: each once on 4 ranks + 2 healthy, ~8 minutes);
+#   cpu-throttling, network-slow (its own netns + tbf) on a random rank + healthy runs (--quick: each once on 4 ranks + 2 healthy, ~8 minutes);
 #   results in bench/results/diagnose_accuracy_ddp/.
 # --quick: 11 runs (each kind once on 4 C++ ranks + 2 healthy), about 5 minutes.
 # full: 3 seeds x {4,8} ranks x {C++,Python} x (9 kinds + healthy) = 120 runs, about 70 minutes.

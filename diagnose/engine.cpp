@@ -5,6 +5,7 @@
 #include <cstdio>
 #include <map>
 #include <optional>
+#include <set>
 #include <string_view>
 #include <unordered_map>
 
@@ -318,18 +319,20 @@ struct Hypothesis {
 
 std::string rank_name(const RankWindow& r) { return "rank " + std::to_string(r.rank); }
 
-// A slow link seen in the ranks' TCP connections: the sender of a connection measures its smoothed
-// RTT, and a connection whose RTT is far above the job's others is slow. Both sides of a connection
-// are found by its endpoints. The rank whose own link is slow is on every slow connection through
-// it: in a ring, it sends slowly to the next rank and receives slowly from the previous one, while
-// those two each see one slow connection. So the culprit is the rank with slow connections to the
-// most peers.
+// A slow link seen in the ranks' TCP connections. The sender of a connection measures its smoothed
+// RTT; both sides of a connection are found by its endpoints. A rank whose own link (NIC, cable,
+// port) is slow has every connection through it slow, in and out; a rank next to it has one slow
+// connection (to it) and the others fast. So each rank scores the fastest of its bulk connections
+// (those that carry a real share of the job's traffic: control connections with delayed ACKs have
+// long RTTs of their own), and the culprit is the rank whose fastest connection is slow.
 struct SlowLinks {
-  size_t culprit = 0;                // index into job.ranks
-  std::vector<std::string> peers;    // its peers over slow connections ("rank 3", or an endpoint)
-  double slow_ms = 0, median_ms = 0;  // the slowest of them; the job's median connection
-  size_t connections = 0;             // connections that sent data
-  bool unique = false;                // no other rank has as many slow peers
+  size_t culprit = 0;                 // index into job.ranks
+  std::vector<std::string> peers;     // its peers over bulk connections ("rank 3", or an endpoint)
+  double fastest_ms = 0;              // the RTT of its fastest bulk connection
+  double next_ms = 0;                 // the same for the runner-up rank
+  double median_ms = 0;               // the median bulk connection's RTT
+  size_t connections = 0;             // bulk connections
+  bool unique = false;                // clearly ahead of the runner-up (2x)
 };
 
 std::optional<SlowLinks> find_slow_links(const JobWindow& job) {
@@ -340,56 +343,55 @@ std::optional<SlowLinks> find_slow_links(const JobWindow& job) {
   };
   // The peer's side of "L>R" is its "R>L"; accepted connections share their listener's local
   // endpoint, so an endpoint alone names the peer only when its side was not recorded.
-  std::vector<double> rtts;
   std::unordered_map<std::string, size_t> owner;
+  double max_sent = 0;
   for (size_t i = 0; i < job.ranks.size(); ++i) {
     for (const auto& l : job.ranks[i].links) {
       owner.emplace(key(job.ranks[i], l.local) + ">" + key(job.ranks[i], l.remote), i);
       owner.emplace(key(job.ranks[i], l.local), i);
-      if (l.sent_bytes > 0 && known(l.srtt_ms)) rtts.push_back(l.srtt_ms);
+      max_sent = std::max(max_sent, l.sent_bytes);
+    }
+  }
+  if (max_sent <= 0) return std::nullopt;
+  struct Conn {
+    std::string peer;
+    double rtt_ms;
+  };
+  std::vector<std::vector<Conn>> conns(job.ranks.size());
+  std::vector<double> rtts;
+  for (size_t i = 0; i < job.ranks.size(); ++i) {
+    for (const auto& l : job.ranks[i].links) {
+      if (!(l.sent_bytes >= 0.05 * max_sent && known(l.srtt_ms))) continue;
+      rtts.push_back(l.srtt_ms);
+      auto o = owner.find(key(job.ranks[i], l.remote) + ">" + key(job.ranks[i], l.local));
+      if (o == owner.end()) o = owner.find(key(job.ranks[i], l.remote));
+      bool paired = o != owner.end() && o->second != i;
+      conns[i].push_back({paired ? rank_name(job.ranks[o->second]) : l.remote, l.srtt_ms});
+      if (paired) conns[o->second].push_back({rank_name(job.ranks[i]), l.srtt_ms});
     }
   }
   if (rtts.size() < 2) return std::nullopt;
-  size_t connections = rtts.size();
-  double med = median(std::move(rtts));
-  double threshold = std::max(4 * med, med + 1.0);
-  std::vector<std::map<std::string, double>> slow(job.ranks.size());  // peer -> worst RTT
-  for (size_t i = 0; i < job.ranks.size(); ++i) {
-    for (const auto& l : job.ranks[i].links) {
-      if (!(l.sent_bytes > 0 && known(l.srtt_ms) && l.srtt_ms >= threshold)) continue;
-      auto o = owner.find(key(job.ranks[i], l.remote) + ">" + key(job.ranks[i], l.local));
-      if (o == owner.end()) o = owner.find(key(job.ranks[i], l.remote));
-      std::string peer = o != owner.end() ? rank_name(job.ranks[o->second]) : l.remote;
-      auto& mine = slow[i][peer];
-      mine = std::max(mine, l.srtt_ms);
-      if (o != owner.end() && o->second != i) {
-        auto& theirs = slow[o->second][rank_name(job.ranks[i])];
-        theirs = std::max(theirs, l.srtt_ms);
-      }
-    }
-  }
   SlowLinks out;
-  out.median_ms = med;
-  out.connections = connections;
-  auto worst = [](const std::map<std::string, double>& peers) {
-    double w = 0;
-    for (const auto& [p, v] : peers) w = std::max(w, v);
-    return w;
-  };
-  size_t best = 0;
-  for (size_t i = 0; i < slow.size(); ++i) {
-    if (slow[i].size() > slow[best].size() ||
-        (slow[i].size() == slow[best].size() && worst(slow[i]) > worst(slow[best]))) {
-      best = i;
-    }
+  out.connections = rtts.size();
+  out.median_ms = median(std::move(rtts));
+  std::vector<std::pair<double, size_t>> fastest;  // (its fastest bulk connection's RTT, rank index)
+  for (size_t i = 0; i < conns.size(); ++i) {
+    if (conns[i].empty()) continue;
+    double f = conns[i].front().rtt_ms;
+    for (const auto& c : conns[i]) f = std::min(f, c.rtt_ms);
+    fastest.push_back({f, i});
   }
-  size_t ties = 0;
-  for (const auto& peers : slow) ties += peers.size() == slow[best].size() ? 1 : 0;
-  if (slow[best].empty()) return std::nullopt;
-  out.culprit = best;
-  out.unique = ties == 1;
-  out.slow_ms = worst(slow[best]);
-  for (const auto& [p, v] : slow[best]) out.peers.push_back(p);
+  if (fastest.size() < 2) return std::nullopt;
+  std::sort(fastest.begin(), fastest.end(), [](const auto& a, const auto& b) { return a.first > b.first; });
+  out.culprit = fastest[0].second;
+  out.fastest_ms = fastest[0].first;
+  out.next_ms = fastest[1].first;
+  // Slow at all: 1.5x the runner-up and 1 ms above it; else the links say nothing.
+  if (!(out.fastest_ms >= 1.5 * out.next_ms && out.fastest_ms >= out.next_ms + 1.0)) return std::nullopt;
+  out.unique = out.fastest_ms >= 2 * out.next_ms;
+  std::set<std::string> peers;
+  for (const auto& c : conns[out.culprit]) peers.insert(c.peer);
+  out.peers.assign(peers.begin(), peers.end());
   return out;
 }
 
@@ -882,9 +884,10 @@ Diagnosis diagnose(const JobWindow& job, const Options& opt) {
         if (links) {
           std::string peers;
           for (const auto& p : links->peers) peers += (peers.empty() ? "" : " and ") + p;
-          f.evidence.push_back("TCP connections of " + rank_name(r) + " with " + peers + " are slow: smoothed RTT up to " +
-                               ms(links->slow_ms) + " vs " + ms(links->median_ms) + " median over the job's " +
-                               std::to_string(links->connections) + " connections that sent data");
+          f.evidence.push_back("every bulk TCP connection of " + rank_name(r) + " (with " + peers + ") is slow: smoothed RTT " +
+                               ms(links->fastest_ms) + " or more, while every other rank has one of " + ms(links->next_ms) +
+                               " or less (median over the job's " + std::to_string(links->connections) + " bulk connections " +
+                               ms(links->median_ms) + ")");
           f.confidence = links->unique ? 0.9 : 0.6;
         } else {
           const auto& prev = job.ranks[(best + n - 1) % n];

@@ -3,18 +3,24 @@
 
     /usr/bin/python3 testbed/workloads/ddp_train.py --ranks 2 --steps 30 \
         [--fault host-hotspot:rank=1,start_step=5,ms=40 | workload-imbalance:rank=1,factor=2 |
-         cpu-contention:rank=1,hogs=2 | cpu-throttling:rank=1,quota_pct=30] [--truth FILE.json]
+         cpu-contention:rank=1,hogs=2 | cpu-throttling:rank=1,quota_pct=30 |
+         network-slow:rank=1,rate_mbit=40] [--truth FILE.json]
 
 Spawns its ranks with torch.multiprocessing (RANK, LOCAL_RANK, WORLD_SIZE, MASTER_ADDR, MASTER_PORT
 and STRATA_JOB in each rank's environment from its start, as torchrun sets them, so an agent reads
 them in /proc/PID/environ), trains a small MLP, prints per-rank step times and writes the same
 ground-truth JSON as strata-sim (with each rank's baseline before the fault). Kept small for a
 2-core machine. cpu-throttling needs root (a cgroup CPU quota the culprit joins at start_step).
+network-slow needs root too: the culprit runs in its own network namespace behind a veth pair, every
+rank's gloo traffic goes over the veth addresses (GLOO_SOCKET_IFNAME), and at start_step a tc tbf
+limits both directions of the culprit's link.
 """
 import argparse
 import json
 import os
+import ctypes
 import socket
+import subprocess
 import sys
 import time
 
@@ -25,7 +31,8 @@ import torch.multiprocessing as mp
 LAYERS = {"host-hotspot": ("cpu", "host-hotspot", "slow_augment"),
           "workload-imbalance": ("cpu", "workload-imbalance", "load_batch"),
           "cpu-contention": ("os", "cpu-contention", "strata-hog"),
-          "cpu-throttling": ("os", "cpu-throttling", "cgroup cpu quota")}
+          "cpu-throttling": ("os", "cpu-throttling", "cgroup cpu quota"),
+          "network-slow": ("comm", "network-slow", "link of rank %(rank)d")}
 WARMUP = 2  # first steps: start-up, not a baseline
 
 
@@ -36,12 +43,12 @@ def parse_fault(text, ranks, steps):
     if kind not in LAYERS:
         raise ValueError("unknown or unsupported fault kind '%s' (here: none, %s)" % (kind, ", ".join(LAYERS)))
     f = {"kind": kind, "rank": None, "start_step": max(1, steps // 10), "ms": 40.0, "factor": 2.0, "hogs": 2,
-         "quota_pct": 30}
+         "quota_pct": 30, "rate_mbit": 40}
     for item in filter(None, rest.split(",")):
         key, _, value = item.partition("=")
         if key not in f or key == "kind":
             raise ValueError("fault %s has no option '%s'" % (kind, key))
-        f[key] = float(value) if key in ("ms", "factor", "quota_pct") else int(value)
+        f[key] = float(value) if key in ("ms", "factor", "quota_pct", "rate_mbit") else int(value)
     if f["rank"] is None or not 0 <= f["rank"] < ranks:
         raise ValueError("fault %s needs rank=R with R in 0..%d" % (kind, ranks - 1))
     return f
@@ -105,9 +112,58 @@ def throttle_self(cgroup, v2, quota_pct):
     open(cgroup + "/cgroup.procs", "w").write(str(os.getpid()))
 
 
-def rank_main(rank, world, steps, fault, port, queue, cgroup=None):
+class SlowLink:
+    """The culprit's network: a namespace with one end of a veth pair (the other on the host), each
+    end addressed; tbf on both ends at the fault's start. Every rank's gloo and store traffic goes
+    over the veth addresses, so the culprit's whole link is slow and nothing else is."""
+
+    def __init__(self, rank):
+        tag = str(os.getpid())
+        self.netns = "strata-ddp-%s-r%d" % (tag, rank)
+        self.host_dev, self.ns_dev = "dv%sh" % tag, "dv%sn" % tag
+        subnet = 20 + os.getpid() % 200
+        self.host_ip, self.ns_ip = "10.232.%d.1" % subnet, "10.232.%d.2" % subnet
+        for cmd in (["ip", "netns", "add", self.netns],
+                    ["ip", "link", "add", self.host_dev, "type", "veth", "peer", "name", self.ns_dev],
+                    ["ip", "link", "set", self.ns_dev, "netns", self.netns],
+                    ["ip", "addr", "add", self.host_ip + "/24", "dev", self.host_dev],
+                    ["ip", "link", "set", self.host_dev, "up"],
+                    ["ip", "netns", "exec", self.netns, "ip", "addr", "add", self.ns_ip + "/24", "dev", self.ns_dev],
+                    ["ip", "netns", "exec", self.netns, "ip", "link", "set", self.ns_dev, "up"],
+                    ["ip", "netns", "exec", self.netns, "ip", "link", "set", "lo", "up"],
+                    ["ip", "netns", "exec", self.netns, "ip", "route", "add", "default", "via", self.host_ip]):
+            subprocess.run(cmd, check=True, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+
+    def limit(self, rate_mbit):
+        rate = "%dmbit" % rate_mbit
+        tbf = ["root", "tbf", "rate", rate, "burst", "32kb", "latency", "400ms"]
+        subprocess.run(["tc", "qdisc", "add", "dev", self.host_dev] + tbf, check=True)
+        subprocess.run(["ip", "netns", "exec", self.netns, "tc", "qdisc", "add", "dev", self.ns_dev] + tbf, check=True)
+
+    def close(self):
+        subprocess.run(["ip", "link", "del", self.host_dev], stderr=subprocess.DEVNULL)
+        subprocess.run(["ip", "netns", "del", self.netns], stderr=subprocess.DEVNULL)
+
+
+def enter_netns(name):
+    """Moves this (still single-threaded) process into network namespace `name` (setns(2))."""
+    fd = os.open("/var/run/netns/" + name, os.O_RDONLY)
+    libc = ctypes.CDLL(None, use_errno=True)
+    if libc.setns(fd, 0x40000000) != 0:  # CLONE_NEWNET
+        raise OSError(ctypes.get_errno(), "setns " + name)
+    os.close(fd)
+
+
+def rank_main(rank, world, steps, fault, port, queue, cgroup=None, link=None):
+    master = link[1] if link else "127.0.0.1"
     os.environ.update(RANK=str(rank), LOCAL_RANK=str(rank), WORLD_SIZE=str(world),
-                      MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port))
+                      MASTER_ADDR=master, MASTER_PORT=str(port))
+    if link:
+        netns, _, host_dev, ns_dev = link
+        culprit = fault["rank"] == rank
+        if culprit:
+            enter_netns(netns)
+        os.environ["GLOO_SOCKET_IFNAME"] = ns_dev if culprit else host_dev
     torch.set_num_threads(1)
     if fault["kind"] == "cpu-contention":
         # The culprit alone on the hogs' CPU, its peers on the others: else a peer sharing that CPU
@@ -170,20 +226,24 @@ def main():
             hogs.append(subprocess.Popen(["taskset", "-c", str(cpu), sys.executable, "-c",
                                           "import ctypes;ctypes.CDLL(None).prctl(15,b'strata-hog',0,0,0)\nwhile True: pass"]))
     cgroup = None
+    slow_link = SlowLink(fault["rank"]) if fault["kind"] == "network-slow" else None
+    # The store (rank 0's) is reached at rank 0's address: the namespace's when rank 0 is the culprit.
+    link = ((slow_link.netns, slow_link.ns_ip if fault["rank"] == 0 else slow_link.host_ip, slow_link.host_dev,
+             slow_link.ns_dev) if slow_link else None)
     if fault["kind"] == "cpu-throttling":
         cgroup = cpu_cgroup("strata-ddp-%d-r%d" % (os.getpid(), fault["rank"]))
     ctx = mp.get_context("spawn")
     queue = ctx.Queue()
     port = free_port()
-    procs = [ctx.Process(target=rank_main, args=(r, a.ranks, a.steps, fault, port, queue, cgroup))
+    procs = [ctx.Process(target=rank_main, args=(r, a.ranks, a.steps, fault, port, queue, cgroup, link))
              for r in range(a.ranks)]
     job = os.environ.get("STRATA_JOB") or "ddp-train-%d" % os.getpid()
     saved = dict(os.environ)
     try:
         for r, p in enumerate(procs):
             # A spawned process starts with os.environ as it is now: its identity from exec on.
-            os.environ.update(RANK=str(r), LOCAL_RANK=str(r), WORLD_SIZE=str(a.ranks), MASTER_ADDR="127.0.0.1",
-                              MASTER_PORT=str(port), STRATA_JOB=job)
+            os.environ.update(RANK=str(r), LOCAL_RANK=str(r), WORLD_SIZE=str(a.ranks),
+                              MASTER_ADDR=link[1] if link else "127.0.0.1", MASTER_PORT=str(port), STRATA_JOB=job)
             p.start()
         os.environ.clear()
         os.environ.update(saved)
@@ -191,6 +251,8 @@ def main():
         for _ in range(a.ranks * a.steps):
             r, step, step_ms, load_ms = queue.get(timeout=300)
             stats[r].append((step, step_ms, load_ms))
+            if slow_link and r == fault["rank"] and step == fault["start_step"] - 1:
+                slow_link.limit(fault["rate_mbit"])
         for p in procs:
             p.join()
     finally:
@@ -200,6 +262,8 @@ def main():
         for p in procs:
             if p.is_alive():
                 p.kill()
+        if slow_link:
+            slow_link.close()
         if cgroup:
             try:
                 os.rmdir(cgroup[0])
@@ -221,9 +285,9 @@ def main():
              "fault": {"kind": fault["kind"]}}
     if fault["kind"] != "none":
         layer, cause, culprit = LAYERS[fault["kind"]]
-        truth["fault"].update(rank=fault["rank"], layer=layer, cause=cause, culprit=culprit,
+        truth["fault"].update(rank=fault["rank"], layer=layer, cause=cause, culprit=culprit % {"rank": fault["rank"]},
                               start_step=fault["start_step"],
-                              params={k: fault[k] for k in ("ms", "factor", "hogs", "quota_pct")})
+                              params={k: fault[k] for k in ("ms", "factor", "hogs", "quota_pct", "rate_mbit")})
     if a.truth:
         with open(a.truth, "w") as f:
             json.dump(truth, f, indent=1)
