@@ -655,13 +655,18 @@ std::vector<Hypothesis> descend(const JobWindow& job, size_t c, double extra, bo
       // A CPU-only job (no device timeline: DDP on gloo) whose on-CPU time grew outside the top
       // path too: every step function does more of the same work, as with more data per step
       // (the GPU branch above says so from device time). A hotspot leaves the rest as it was.
-      auto total = [](const RankWindow& x) {
+      // "Outside" is outside the top function's whole subtree (its callees' paths are its work).
+      auto outside = [&](const RankWindow& x) {
         double t = 0;
-        for (const auto& v : x.oncpu) t += v.ms_per_step;
+        for (const auto& v : x.oncpu) {
+          bool in = false;
+          for (auto f : split_path(job.names.name(v.name))) in = in || short_function(f) == d->function;
+          if (!in) t += v.ms_per_step;
+        }
         return t;
       };
-      double rest_mine = d ? total(r) - d->culprit_ms : 0;
-      double rest_peers = d ? peer_median(job, peers, total) - d->peers_ms : 0;
+      double rest_mine = d ? outside(r) : 0;
+      double rest_peers = d ? peer_median(job, peers, outside) : 0;
       double growth = rest_peers > 0 ? rest_mine / rest_peers - 1 : 0;
       if (!known(r.now.device_compute_ms) && d && growth >= 0.25) {
         h.cause = "workload-imbalance";
