@@ -182,7 +182,7 @@ class OsLayerSource final : public Source {
     last_tcp_check_ = now;
     for (uint32_t pid : pids_) {
       if (exited_.count(pid)) continue;
-      auto links = read_tcp_links(pid);
+      auto links = read_tcp_links(pid, socket_fds(pid));
       if (!links.empty()) tcp_latest_[pid] = std::move(links);
     }
   }
@@ -384,10 +384,12 @@ class OsLayerSource final : public Source {
       if (it != irq.end()) now.irq_ns = it->second;
       bool alive = !exited_.count(pid) && process_alive(pid);
       ProcSnapshot& before = last_[pid];
+      std::map<int, uint64_t> sockets;  // fd -> inode, read once while it lives
       if (alive) {
         now.faults = read_faults(pid);
         read_cgroup(pid, now);
-        now.tcp = read_tcp_links(pid);
+        sockets = socket_fds(pid);  // one scan of /proc/PID/fd for connections and retransmits
+        now.tcp = read_tcp_links(pid, sockets);
       }
       if (!now.faults) now.faults = before.faults;  // gone: its last reading, a zero delta
       if (now.tcp.empty()) {
@@ -401,7 +403,7 @@ class OsLayerSource final : public Source {
       }
       in.tcp_retransmits = 0;
       if (!retrans.empty() && alive) {
-        for (uint64_t ino : socket_inodes(pid)) {
+        for (const auto& [fd, ino] : sockets) {
           auto r = retrans.find(ino);
           if (r != retrans.end()) in.tcp_retransmits += r->second;
         }

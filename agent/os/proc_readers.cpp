@@ -49,8 +49,8 @@ std::optional<Faults> read_faults(uint32_t pid) {
   return parse_proc_stat_faults(text);
 }
 
-std::set<uint64_t> socket_inodes(uint32_t pid) {
-  std::set<uint64_t> out;
+std::map<int, uint64_t> socket_fds(uint32_t pid) {
+  std::map<int, uint64_t> out;
   std::string dir = "/proc/" + std::to_string(pid) + "/fd";
   DIR* d = opendir(dir.c_str());
   if (!d) return out;
@@ -60,8 +60,7 @@ std::set<uint64_t> socket_inodes(uint32_t pid) {
     ssize_t n = readlink((dir + "/" + e->d_name).c_str(), buf, sizeof(buf) - 1);
     if (n <= 0) continue;
     buf[n] = 0;
-    std::string link(buf);
-    if (link.rfind("socket:[", 0) == 0) out.insert(std::strtoull(link.c_str() + 8, nullptr, 10));
+    if (std::strncmp(buf, "socket:[", 8) == 0) out[std::atoi(e->d_name)] = std::strtoull(buf + 8, nullptr, 10);
   }
   closedir(d);
   return out;
@@ -87,25 +86,12 @@ std::string endpoint_string(const void* addr, size_t len) {
   return {};
 }
 
-std::vector<TcpLink> read_tcp_links(uint32_t pid, size_t max_links) {
+std::vector<TcpLink> read_tcp_links(uint32_t pid, const std::map<int, uint64_t>& sockets, size_t max_links) {
   std::vector<TcpLink> out;
-  std::string dir = "/proc/" + std::to_string(pid) + "/fd";
-  std::vector<int> fds;
-  if (DIR* d = opendir(dir.c_str())) {
-    while (dirent* e = readdir(d)) {
-      if (e->d_name[0] == '.') continue;
-      char buf[64];
-      ssize_t n = readlink((dir + "/" + e->d_name).c_str(), buf, sizeof(buf) - 1);
-      if (n <= 0) continue;
-      buf[n] = 0;
-      if (std::strncmp(buf, "socket:[", 8) == 0) fds.push_back(std::atoi(e->d_name));
-    }
-    closedir(d);
-  }
-  if (fds.empty()) return out;
+  if (sockets.empty()) return out;
   int pidfd = static_cast<int>(::syscall(SYS_pidfd_open, static_cast<pid_t>(pid), 0));
   if (pidfd < 0) return out;
-  for (int fd : fds) {
+  for (const auto& [fd, inode] : sockets) {
     if (out.size() >= max_links) break;
     // A duplicate of the process's socket: reading tcp_info through it changes nothing for the
     // process (the connection stays its own; closing the duplicate only drops a reference).

@@ -20,8 +20,8 @@ struct Faults {
 std::optional<Faults> parse_proc_stat_faults(const std::string& text);
 std::optional<Faults> read_faults(uint32_t pid);
 
-// Inodes of the sockets pid holds ("socket:[INODE]" links in /proc/PID/fd).
-std::set<uint64_t> socket_inodes(uint32_t pid);
+// The sockets pid holds: fd -> inode ("socket:[INODE]" links in /proc/PID/fd).
+std::map<int, uint64_t> socket_fds(uint32_t pid);
 
 // One established TCP connection of a process, as the kernel's tcp_info says (the socket is read
 // through a duplicate taken with pidfd_getfd, so the process's network namespace does not matter).
@@ -32,9 +32,10 @@ struct TcpLink {
   uint64_t bytes_received = 0;
 };
 
-// The established TCP connections of pid, at most max_links of them. Needs ptrace access to pid
-// (CAP_SYS_PTRACE, or the same user); empty when it has none or cannot be read.
-std::vector<TcpLink> read_tcp_links(uint32_t pid, size_t max_links = 256);
+// The established TCP connections among pid's sockets (socket_fds), at most max_links of them.
+// Needs ptrace access to pid (CAP_SYS_PTRACE, or the same user); empty when it has none or
+// cannot be read.
+std::vector<TcpLink> read_tcp_links(uint32_t pid, const std::map<int, uint64_t>& sockets, size_t max_links = 256);
 
 // "addr:port" of a socket address; "" for families other than IPv4 / IPv6.
 std::string endpoint_string(const void* sockaddr, size_t len);

@@ -210,7 +210,7 @@ TEST(OsProc, TcpLinksOfAProcessMirrorEachOtherWithTheirBytes) {
     ssize_t n = ::recv(srv, buf.data(), buf.size(), MSG_DONTWAIT);
     if (n > 0) got += static_cast<size_t>(n);
   }
-  auto links = read_tcp_links(static_cast<uint32_t>(::getpid()));
+  auto links = read_tcp_links(static_cast<uint32_t>(::getpid()), socket_fds(static_cast<uint32_t>(::getpid())));
   const TcpLink* client = nullptr;
   const TcpLink* server = nullptr;
   std::string port = ":" + std::to_string(ntohs(a.sin_port));
