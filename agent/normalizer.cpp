@@ -460,4 +460,16 @@ UnwindCounters Normalizer::unwind_counters() const {
   return c;
 }
 
+uint64_t unwound_stack_key(uint64_t seed, const SampleEvent& e, const UserStack& user) {
+  uint64_t h = hash_mix(hash_mix(seed, e.kstack.size()), static_cast<uint64_t>(user.method));
+  for (uint64_t a : e.kstack) h = hash_mix(h, a);
+  for (const auto& u : user.native) {
+    uint64_t id;
+    std::memcpy(&id, u.build_id.data(), sizeof id);
+    h = hash_mix(hash_mix(h, u.offset_or_ip), u.has_build_id ? id : 0);
+  }
+  for (const auto& p : e.pystack) h = hash_mix(hash_mix(h, p.code), p.lasti);
+  return h;
+}
+
 }  // namespace strata::agent

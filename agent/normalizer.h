@@ -68,6 +68,15 @@ struct KernelUnwindHooks {
 // dropped first): strata record / agent --unwind-tables-mb.
 constexpr size_t kDefaultUnwindTableBudget = 128u << 20;
 
+// Hash combining for the agent's keys (boost's hash_combine, on 64 bits).
+inline uint64_t hash_mix(uint64_t h, uint64_t v) { return h ^ (v + 0x9e3779b97f4a7c15ull + (h << 6) + (h >> 2)); }
+
+// A key for a sample's unwound stack (kernel addresses, user frames by build id and offset or by
+// address, Python frames), seeded with whatever else keys it (the pid; an off-CPU reason). Samples
+// with equal keys normalize to the same stack: on-CPU windows and off-CPU blocks normalize once
+// per distinct key.
+uint64_t unwound_stack_key(uint64_t seed, const SampleEvent& e, const UserStack& user);
+
 class Normalizer {
  public:
   explicit Normalizer(size_t unwind_table_budget = kDefaultUnwindTableBudget);

@@ -1,31 +1,14 @@
 #include "agent/window_profile.h"
 
-#include <cstring>
-
 namespace strata::agent {
-namespace {
-
-uint64_t mix(uint64_t h, uint64_t v) {
-  h ^= v + 0x9e3779b97f4a7c15ull + (h << 6) + (h >> 2);
-  return h;
-}
-
-}  // namespace
 
 size_t WindowProfile::KeyHash::operator()(const Key& k) const {
-  return mix(mix(mix(k.pid, k.tid), k.stack), std::hash<std::string>()(k.comm));
+  return hash_mix(hash_mix(hash_mix(k.pid, k.tid), k.stack), std::hash<std::string>()(k.comm));
 }
 
 void WindowProfile::add(const SampleEvent& e) {
   normalizer_.unwind(e, user_stack_);
-  uint64_t h = mix(mix(e.pid, e.kstack.size()), static_cast<uint64_t>(user_stack_.method));
-  for (uint64_t a : e.kstack) h = mix(h, a);
-  for (const auto& u : user_stack_.native) {
-    uint64_t id;
-    std::memcpy(&id, u.build_id.data(), sizeof id);
-    h = mix(mix(h, u.offset_or_ip), u.has_build_id ? id : 0);
-  }
-  for (const auto& p : e.pystack) h = mix(mix(h, p.code), p.lasti);
+  uint64_t h = unwound_stack_key(e.pid, e, user_stack_);
   auto it = index_.find(h);
   uint32_t index;
   if (it != index_.end()) {

@@ -1,15 +1,8 @@
 #include "agent/os/offcpu_aggregator.h"
 
-#include <cstring>
-
 #include "agent/os/os_metrics.h"
 
 namespace strata::agent::os {
-namespace {
-
-uint64_t mix(uint64_t h, uint64_t v) { return h ^ (v + 0x9e3779b97f4a7c15ull + (h << 6) + (h >> 2)); }
-
-}  // namespace
 
 Frame reason_frame(unsigned reason) {
   Frame f;
@@ -21,7 +14,7 @@ Frame reason_frame(unsigned reason) {
 }
 
 size_t OffCpuAggregator::KeyHash::operator()(const Key& k) const {
-  return mix(mix(mix(k.pid, k.tid), k.stack), std::hash<std::string>()(k.comm));
+  return hash_mix(hash_mix(hash_mix(k.pid, k.tid), k.stack), std::hash<std::string>()(k.comm));
 }
 
 void OffCpuAggregator::add(const OffCpuEvent& e) {
@@ -29,13 +22,7 @@ void OffCpuAggregator::add(const OffCpuEvent& e) {
   // Unwind first (the stack copy with CFI, else the kernel's frame-pointer walk): blocks share a
   // stored stack when their unwound stacks are equal.
   normalizer_.unwind(s, user_);
-  uint64_t h = mix(mix(mix(s.pid, e.reason), s.kstack.size()), static_cast<uint64_t>(user_.method));
-  for (uint64_t a : s.kstack) h = mix(h, a);
-  for (const auto& u : user_.native) {
-    uint64_t id;
-    std::memcpy(&id, u.build_id.data(), sizeof id);
-    h = mix(mix(h, u.offset_or_ip), u.has_build_id ? id : 0);
-  }
+  uint64_t h = unwound_stack_key(hash_mix(s.pid, e.reason), s, user_);
   auto it = raw_index_.find(h);
   uint32_t index;
   if (it != raw_index_.end()) {
