@@ -13,6 +13,8 @@
 
 namespace strata::diagnose {
 
+// "(anonymous namespace)::cpu_work(unsigned char const*, long) [clone .isra.0]" -> "cpu_work": the
+// name a person searches the code for.
 std::string short_function(std::string_view name) {
   // GCC's clones keep the original's demangled name plus " [clone .isra.0]" (.constprop, .cold, ...).
   for (auto at = name.rfind(" [clone "); at != std::string_view::npos && name.back() == ']'; at = name.rfind(" [clone "))
@@ -95,8 +97,6 @@ double os_excess(const JobWindow& job, size_t c, const std::vector<size_t>& peer
   return excess(job, c, peers, [m](const RankWindow& r) { return r.get(m); });
 }
 
-// "(anonymous namespace)::cpu_work(unsigned char const*, long) [clone .isra.0]" -> "cpu_work": the
-// name a person searches the code for.
 std::vector<std::string_view> split_path(std::string_view path) {
   std::vector<std::string_view> out;
   size_t start = 0;
@@ -257,6 +257,8 @@ bool io_syscall(std::string_view sc) {
 struct CallSite {
   std::string syscall, caller;
   double ms = 0;
+  // The culprit's name: "load_batch (pread64)".
+  std::string name() const { return caller + " (" + syscall.substr(0, syscall.size() - 2) + ")"; }
 };
 std::optional<CallSite> call_site(const JobWindow& job, size_t c, const std::string& syscall) {
   struct Site {
@@ -566,7 +568,7 @@ std::vector<Hypothesis> descend(const JobWindow& job, size_t c, double extra, bo
       // sampled on-CPU (a page-cache read charging a full cgroup blocks with no user frames).
       std::string sc = d ? syscall_in(d->path) : std::string();
       if (auto site = !sc.empty() ? call_site(job, c, sc) : std::nullopt) {
-        h.culprit = site->caller + " (" + site->syscall.substr(0, site->syscall.size() - 2) + ")";
+        h.culprit = site->name();
         h.evidence.push_back("it blocks in " + site->syscall + " called from " + site->caller +
                              ": the pages it reads are charged to its full cgroup, which reclaims first");
       }
@@ -590,8 +592,7 @@ std::vector<Hypothesis> descend(const JobWindow& job, size_t c, double extra, bo
       // Name the function that makes the blocking call, from the same call seen on-CPU.
       std::string sc = d ? syscall_in(d->path) : std::string();
       if (auto site = call_site(job, c, sc)) {
-        std::string call = site->syscall.substr(0, site->syscall.size() - 2);
-        h.culprit = site->caller + " (" + call + ")";
+        h.culprit = site->name();
         std::string proc = r.process.empty() ? who : "`" + r.process + "` (" + who + ", pid " + std::to_string(r.pid) + ")";
         h.evidence.push_back(proc + " blocks in " + site->syscall + " called from " + site->caller + ": its on-CPU stacks in that call (" +
                              ms(site->ms) + " per step) name the caller" +

@@ -406,7 +406,8 @@ Result<JobWindow> load_job_window(store::Store& s, const LoadOptions& opt) {
     else if (n == "api.time_us" && m.label.find("LaunchKernel") != std::string::npos) add(Os::kLaunchApi, m.value / 1e3);
     else if (n == "os.neighbour_run_us") {
       // "comm:pid"; the job's own processes are not neighbours (job_pids above). Named below by
-      // the pid's latest name: a process renamed mid-run (exec, prctl) is one neighbour.
+      // the pid's recorded process name, else its latest name: a process renamed mid-run (exec,
+      // prctl) is one neighbour.
       auto colon = m.label.rfind(':');
       std::string comm = colon == std::string::npos ? m.label : m.label.substr(0, colon);
       uint32_t npid = colon == std::string::npos ? 0 : static_cast<uint32_t>(std::strtoul(m.label.c_str() + colon + 1, nullptr, 10));
