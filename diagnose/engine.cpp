@@ -40,6 +40,19 @@ std::string short_function(std::string_view name) {
   return std::string(name.substr(cut));
 }
 
+// "a;b;c" -> {"a", "b", "c"}: a call path's frames, root first.
+std::vector<std::string_view> split_path(std::string_view path) {
+  std::vector<std::string_view> out;
+  size_t start = 0;
+  while (start <= path.size()) {
+    size_t end = path.find(';', start);
+    if (end == std::string_view::npos) end = path.size();
+    out.push_back(path.substr(start, end - start));
+    start = end + 1;
+  }
+  return out;
+}
+
 namespace {
 
 // Peers are compared through medians; beyond this many ranks a deterministic, evenly strided sample
@@ -95,18 +108,6 @@ double excess(const JobWindow& job, size_t c, const std::vector<size_t>& peers, 
 
 double os_excess(const JobWindow& job, size_t c, const std::vector<size_t>& peers, Os m) {
   return excess(job, c, peers, [m](const RankWindow& r) { return r.get(m); });
-}
-
-std::vector<std::string_view> split_path(std::string_view path) {
-  std::vector<std::string_view> out;
-  size_t start = 0;
-  while (start <= path.size()) {
-    size_t end = path.find(';', start);
-    if (end == std::string_view::npos) end = path.size();
-    out.push_back(path.substr(start, end - start));
-    start = end + 1;
-  }
-  return out;
 }
 
 // Time per step under each call-path prefix (inclusive: a function's callees count for it).

@@ -4,6 +4,7 @@
 #pragma once
 
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include "diagnose/model.h"
@@ -55,5 +56,8 @@ const char* layer_of(const std::string& cause);
 
 // A function's name for a report: "ns::Class::fn(int) [clone .isra.0]" -> "fn".
 std::string short_function(std::string_view name);
+
+// "a;b;c" -> {"a", "b", "c"}: a call path's frames, root first (views into `path`).
+std::vector<std::string_view> split_path(std::string_view path);
 
 }  // namespace strata::diagnose

@@ -40,17 +40,11 @@ std::vector<Feature> features() {
 // The function a call path is in, for per-function summaries: its deepest Python function when it
 // has one (the frames below are the interpreter's), else its leaf.
 std::string function_of(const JobWindow& job, const std::string& path) {
-  size_t end = path.size();
-  while (!job.python_functions.empty() && end > 0) {
-    size_t semi = path.rfind(';', end - 1);
-    size_t start = semi == std::string::npos ? 0 : semi + 1;
-    std::string f = path.substr(start, end - start);
-    if (job.python_functions.count(f)) return f;
-    if (semi == std::string::npos) break;
-    end = semi;
+  auto frames = split_path(path);
+  for (size_t i = frames.size(); i-- > 0 && !job.python_functions.empty();) {
+    if (job.python_functions.count(std::string(frames[i]))) return std::string(frames[i]);
   }
-  auto semi = path.rfind(';');
-  return short_function(semi == std::string::npos ? path : path.substr(semi + 1));
+  return short_function(frames.back());
 }
 
 // Each rank's time per step by function (sparse: only where it ran).
@@ -85,12 +79,6 @@ FunctionTimes function_times(const JobWindow& job, Values RankWindow::*profile) 
 }  // namespace
 
 SecondOpinion second_opinion(const JobWindow& job) {
-  auto column_of = [](const JobWindow& j) {
-    std::vector<double> v;
-    v.reserve(j.ranks.size());
-    for (const auto& r : j.ranks) v.push_back(r.now.step_ms);
-    return v;
-  };
   SecondOpinion so;
   size_t n = job.ranks.size();
   if (n < 3) return so;  // nothing to compare a rank with
@@ -120,7 +108,9 @@ SecondOpinion second_opinion(const JobWindow& job) {
   }
   // A function's time differs by rank for ordinary reasons (rank 0 logs, sampling picks one path
   // or its sibling): it deviates only beyond 5% of the job's step time.
-  double step = median(column_of(job));
+  std::vector<double> steps;
+  for (const auto& r : job.ranks) steps.push_back(r.now.step_ms);
+  double step = median(std::move(steps));
   double fn_floor = std::max(2.0, known(step) ? 0.05 * step : 0.0);
   // Per function (PerfTracker): where fewer than half the ranks run a function its median is 0 and
   // so is its spread; the others are compared in full.
