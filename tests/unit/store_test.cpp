@@ -85,7 +85,8 @@ TEST(Store, TimeRangeKeepsTheOverlappingWindows) {
 }
 
 // The same on ClickHouse when a server is given (STRATA_TEST_CLICKHOUSE=clickhouse://HOST:PORT, a
-// throwaway database per run); the cluster test starts one, a unit run has none.
+// throwaway database per run). A unit run has none and skips; tests/cluster/cluster_test.py
+// (clickhouse) runs this test against the server it starts and fails if it does not pass.
 TEST(Store, TimeRangeOnClickHouse) {
   const char* url = std::getenv("STRATA_TEST_CLICKHOUSE");
   if (!url || !*url) GTEST_SKIP() << "set STRATA_TEST_CLICKHOUSE=clickhouse://HOST:PORT to run against ClickHouse";
