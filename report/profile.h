@@ -16,6 +16,7 @@ struct ProfileSample {
   uint32_t tid = 0;
   std::string comm;    // thread name
   uint64_t count = 0;  // samples (on-CPU) or microseconds blocked (off-CPU)
+  std::string node;    // where the process runs: pids repeat across nodes
 };
 
 struct Profile {

@@ -348,6 +348,11 @@ class ClickHouseStore final : public Store {
   }
 
   Result<int64_t> intern_stack(const Stack& stack, UnwindMethod method) override {
+    // The ids written already, so each frame and stack is sent once; past this many a set starts
+    // over (~40 MB each): writing one again is harmless, ReplacingMergeTree keeps one row per id.
+    constexpr size_t kMaxKnownIds = 1u << 20;
+    if (known_frames_.size() >= kMaxKnownIds) known_frames_.clear();
+    if (known_stacks_.size() >= kMaxKnownIds) known_stacks_.clear();
     std::vector<int64_t> ids;
     ids.reserve(stack.size());
     std::string skey(1, static_cast<char>(method));
@@ -528,6 +533,26 @@ class ClickHouseStore final : public Store {
     return out;
   }
 
+  Result<std::optional<int64_t>> agent_id(const std::string& agent, AgentIdKind kind, int64_t local_id) override {
+    auto r = query("SELECT any(store_id) FROM " + db_ + ".agent_ids WHERE agent_id = " + quote(agent) + " AND kind = " +
+                   std::to_string(static_cast<int>(kind)) + " AND local_id = " + std::to_string(local_id) +
+                   " GROUP BY local_id");
+    if (!r) return r.error();
+    if (r->empty()) return std::optional<int64_t>{};
+    return std::optional<int64_t>{i64((*r)[0][0])};
+  }
+
+  Result<std::vector<std::pair<int64_t, int64_t>>> recent_agent_ids(const std::string& agent, AgentIdKind kind,
+                                                                    size_t limit) override {
+    auto r = query("SELECT local_id, any(store_id) FROM " + db_ + ".agent_ids WHERE agent_id = " + quote(agent) +
+                   " AND kind = " + std::to_string(static_cast<int>(kind)) + " GROUP BY local_id ORDER BY local_id DESC LIMIT " +
+                   std::to_string(limit));
+    if (!r) return r.error();
+    std::vector<std::pair<int64_t, int64_t>> out;
+    for (const auto& row : *r) out.emplace_back(i64(row[0]), i64(row[1]));
+    return out;
+  }
+
   Status put_agent_id(const std::string& agent, AgentIdKind kind, int64_t local_id, int64_t store_id) override {
     tag(buf("agent_ids").str(agent).num(static_cast<uint8_t>(kind)).num(local_id).num(store_id));
     return {};
@@ -626,13 +651,14 @@ class ClickHouseStore final : public Store {
       uint64_t hz = u64((*rec)[0][2]);
       p.period_ns = hz ? 1'000'000'000ull / hz : 0;
     }
-    std::string sql = "SELECT pid, tid, thread_comm, stack_id, sum(value) FROM " + db_ +
-                      ".stack_counts WHERE kind = " + std::to_string(static_cast<int>(f.kind));
-    if (f.pid) sql += " AND pid = " + std::to_string(*f.pid);
-    if (f.tid) sql += " AND tid = " + std::to_string(*f.tid);
-    if (f.recording) sql += " AND recording_id = " + std::to_string(*f.recording);
+    // Samples per (node, pid, thread, stack): pids repeat across nodes.
+    std::string filter = " WHERE kind = " + std::to_string(static_cast<int>(f.kind));
+    if (f.node) filter += " AND node = " + quote(*f.node);
+    if (f.pid) filter += " AND pid = " + std::to_string(*f.pid);
+    if (f.tid) filter += " AND tid = " + std::to_string(*f.tid);
+    if (f.recording) filter += " AND recording_id = " + std::to_string(*f.recording);
     if (f.rank)
-      sql += " AND (recording_id, pid) IN (SELECT recording_id, pid FROM " + db_ + ".processes WHERE rank = " +
+      filter += " AND (recording_id, pid) IN (SELECT recording_id, pid FROM " + db_ + ".processes WHERE rank = " +
              std::to_string(*f.rank) + ")";
     if (f.from_ns || f.to_ns) {
       // The windows that overlap [from, to) (each row carries its window); the profile then spans them.
@@ -649,10 +675,10 @@ class ClickHouseStore final : public Store {
       } else {
         p.duration_ns = 0;  // no window in the range: an empty profile
       }
-      sql += range;
+      filter += range;
     }
-    sql += " GROUP BY pid, tid, thread_comm, stack_id ORDER BY pid, tid, stack_id";
-    auto rows = query(sql);
+    auto rows = query("SELECT pid, tid, thread_comm, stack_id, sum(value), node FROM " + db_ + ".stack_counts" + filter +
+                      " GROUP BY node, pid, tid, thread_comm, stack_id ORDER BY node, pid, tid, stack_id");
     if (!rows) return rows.error();
     std::map<int64_t, uint32_t> index;
     std::vector<int64_t> stack_ids;
@@ -663,6 +689,7 @@ class ClickHouseStore final : public Store {
       s.comm = r[2];
       int64_t sid = i64(r[3]);
       s.count = u64(r[4]);
+      s.node = r[5];
       auto [it, inserted] = index.emplace(sid, static_cast<uint32_t>(stack_ids.size()));
       if (inserted) stack_ids.push_back(sid);
       s.stack_index = it->second;
@@ -670,9 +697,10 @@ class ClickHouseStore final : public Store {
     }
     p.stacks.resize(stack_ids.size());
     if (stack_ids.empty()) return p;
-    std::string in;
-    for (int64_t id : stack_ids) in += (in.empty() ? "" : ",") + std::to_string(id);
-    auto st = query("SELECT id, any(frame_ids) FROM " + db_ + ".stacks WHERE id IN (" + in + ") GROUP BY id");
+    // The stacks and frames the samples name, by subquery: a list of ids in the SQL text grows past
+    // the server's query size limit (256 KiB: ~13k stacks) on a large job.
+    const std::string sample_stacks = "SELECT DISTINCT stack_id FROM " + db_ + ".stack_counts" + filter;
+    auto st = query("SELECT id, any(frame_ids) FROM " + db_ + ".stacks WHERE id IN (" + sample_stacks + ") GROUP BY id");
     if (!st) return st.error();
     std::map<int64_t, std::vector<int64_t>> frames_of;
     std::set<int64_t> frame_ids;
@@ -691,10 +719,10 @@ class ClickHouseStore final : public Store {
     }
     std::map<int64_t, Frame> frames;
     if (!frame_ids.empty()) {
-      std::string fin;
-      for (int64_t id : frame_ids) fin += (fin.empty() ? "" : ",") + std::to_string(id);
+      const std::string sample_frames = "SELECT arrayJoin(frame_ids) FROM " + db_ + ".stacks WHERE id IN (" +
+                                        sample_stacks + ")";
       auto fr = query("SELECT id, any(kind), any(build_id), any(module), any(offset), any(function), any(file),"
-                      " any(line) FROM " + db_ + ".frames WHERE id IN (" + fin + ") GROUP BY id");
+                      " any(line) FROM " + db_ + ".frames WHERE id IN (" + sample_frames + ") GROUP BY id");
       if (!fr) return fr.error();
       for (const auto& r : *fr) {
         Frame x;
@@ -763,20 +791,29 @@ class ClickHouseStore final : public Store {
   }
 
   Result<std::vector<CommunicatorRecord>> communicators(std::optional<int64_t> rec) override {
-    auto rows = query("SELECT pid, handle, comm_id, rank, nranks, init_ns FROM " + db_ + ".communicators" +
+    auto rows = query("SELECT pid, handle, comm_id, rank, nranks, init_ns, node FROM " + db_ + ".communicators" +
                       where(rec, std::nullopt) + " ORDER BY init_ns");
     if (!rows) return rows.error();
     std::vector<CommunicatorRecord> out;
     for (const auto& r : *rows)
       out.push_back({static_cast<uint32_t>(u64(r[0])), u64(r[1]), r[2], static_cast<int>(i64(r[3])),
-                     static_cast<int>(i64(r[4])), u64(r[5])});
+                     static_cast<int>(i64(r[4])), u64(r[5]), r[6]});
     return out;
   }
 
   Result<std::vector<CollectiveRecord>> collectives(std::optional<int64_t> rec, std::optional<uint32_t> pid) override {
-    auto rows = query("SELECT pid, tid, library, op, comm_id, comm_handle, seq, count, dtype, bytes, redop, peer,"
-                      " stream, enter_ns, exit_ns, device_start_ns, device_end_ns, completion, ret FROM " + db_ +
-                      ".collectives" + where(rec, pid) + " ORDER BY pid, enter_ns");
+    RowQuery q;
+    q.recording = rec;
+    q.pid = pid;
+    return read_collectives(q, "pid, node, enter_ns");
+  }
+  Result<std::vector<CollectiveRecord>> query_collectives(const RowQuery& q) override {
+    return read_collectives(q, "enter_ns, node, pid");
+  }
+  Result<std::vector<CollectiveRecord>> read_collectives(const RowQuery& q, const char* order) {
+    auto rows = query(select(q, "collectives", "enter_ns", "greatest(exit_ns, enter_ns + 1)", order,
+                             "pid, tid, library, op, comm_id, comm_handle, seq, count, dtype, bytes, redop, peer,"
+                             " stream, enter_ns, exit_ns, device_start_ns, device_end_ns, completion, ret"));
     if (!rows) return rows.error();
     std::vector<CollectiveRecord> out;
     for (const auto& r : *rows) {
@@ -800,14 +837,24 @@ class ClickHouseStore final : public Store {
       c.device_end_ns = u64(r[16]);
       c.completion = r[17];
       c.ret = static_cast<int>(i64(r[18]));
+      c.node = r[19];
       out.push_back(std::move(c));
     }
     return out;
   }
 
   Result<std::vector<DeviceActivity>> device_activity(std::optional<int64_t> rec, std::optional<uint32_t> pid) override {
-    auto rows = query("SELECT pid, device, kind, name, stream, start_ns, end_ns, api_ns, api_tid, correlation, bytes"
-                      " FROM " + db_ + ".device_activity" + where(rec, pid) + " ORDER BY pid, start_ns");
+    RowQuery q;
+    q.recording = rec;
+    q.pid = pid;
+    return read_device_activity(q, "pid, node, start_ns");
+  }
+  Result<std::vector<DeviceActivity>> query_device_activity(const RowQuery& q) override {
+    return read_device_activity(q, "start_ns, node, pid");
+  }
+  Result<std::vector<DeviceActivity>> read_device_activity(const RowQuery& q, const char* order) {
+    auto rows = query(select(q, "device_activity", "start_ns", "end_ns", order,
+                             "pid, device, kind, name, stream, start_ns, end_ns, api_ns, api_tid, correlation, bytes"));
     if (!rows) return rows.error();
     std::vector<DeviceActivity> out;
     for (const auto& r : *rows) {
@@ -823,14 +870,23 @@ class ClickHouseStore final : public Store {
       d.api_tid = static_cast<uint32_t>(u64(r[8]));
       d.correlation = u64(r[9]);
       d.bytes = u64(r[10]);
+      d.node = r[11];
       out.push_back(std::move(d));
     }
     return out;
   }
 
   Result<std::vector<StepRecord>> steps(std::optional<int64_t> rec, std::optional<uint32_t> pid) override {
-    auto rows = query("SELECT pid, step, start_ns, end_ns, collective_ns, device_collective_ns, device_compute_ns,"
-                      " gpu_idle_ns, device_known FROM " + db_ + ".steps" + where(rec, pid) + " ORDER BY pid, step");
+    RowQuery q;
+    q.recording = rec;
+    q.pid = pid;
+    return read_steps(q, "pid, node, step");
+  }
+  Result<std::vector<StepRecord>> query_steps(const RowQuery& q) override { return read_steps(q, "start_ns, node, pid"); }
+  Result<std::vector<StepRecord>> read_steps(const RowQuery& q, const char* order) {
+    auto rows = query(select(q, "steps", "start_ns", "end_ns", order,
+                             "pid, step, start_ns, end_ns, collective_ns, device_collective_ns, device_compute_ns,"
+                             " gpu_idle_ns, device_known"));
     if (!rows) return rows.error();
     std::vector<StepRecord> out;
     for (const auto& r : *rows) {
@@ -844,6 +900,7 @@ class ClickHouseStore final : public Store {
       s.device_compute_ns = u64(r[6]);
       s.gpu_idle_ns = u64(r[7]);
       s.device_known = u64(r[8]) != 0;
+      s.node = r[9];
       out.push_back(s);
     }
     return out;
@@ -851,13 +908,13 @@ class ClickHouseStore final : public Store {
 
   Result<std::vector<ThreadWindow>> thread_windows(std::optional<int64_t> rec) override {
     std::string w = " WHERE kind = 0" + std::string(rec ? " AND recording_id = " + std::to_string(*rec) : "");
-    auto rows = query("SELECT start_ns, end_ns, pid, tid, thread_comm, sum(value) FROM " + db_ + ".stack_counts" + w +
-                      " GROUP BY start_ns, end_ns, pid, tid, thread_comm ORDER BY start_ns, pid, tid");
+    auto rows = query("SELECT start_ns, end_ns, pid, tid, thread_comm, sum(value), node FROM " + db_ + ".stack_counts" + w +
+                      " GROUP BY start_ns, end_ns, node, pid, tid, thread_comm ORDER BY start_ns, node, pid, tid");
     if (!rows) return rows.error();
     std::vector<ThreadWindow> out;
     for (const auto& r : *rows)
       out.push_back({u64(r[0]), u64(r[1]), static_cast<uint32_t>(u64(r[2])), static_cast<uint32_t>(u64(r[3])), r[4],
-                     u64(r[5])});
+                     u64(r[5]), r[6]});
     return out;
   }
 
@@ -869,9 +926,17 @@ class ClickHouseStore final : public Store {
   }
 
   Result<std::vector<MetricRow>> metrics(const std::string& prefix, std::optional<int64_t> rec) override {
-    auto rows = query("SELECT start_ns, end_ns, pid, name, label, value FROM " + db_ + ".metrics WHERE substring(name, 1, " +
-                      std::to_string(prefix.size()) + ") = " + quote(prefix) + (rec ? " AND recording_id = " + std::to_string(*rec) : std::string()) +
-                      " ORDER BY start_ns, pid, name, label");
+    RowQuery q;
+    q.prefix = prefix;
+    q.recording = rec;
+    return read_metrics(q, "start_ns, pid, name, label");
+  }
+  Result<std::vector<MetricRow>> query_metrics(const RowQuery& q) override {
+    return read_metrics(q, "start_ns, node, pid, name, label");
+  }
+  Result<std::vector<MetricRow>> read_metrics(const RowQuery& q, const char* order) {
+    auto rows = query(select(q, "metrics", "start_ns", "end_ns", order, "start_ns, end_ns, pid, name, label, value",
+                             " AND substring(name, 1, " + std::to_string(q.prefix.size()) + ") = " + quote(q.prefix)));
     if (!rows) return rows.error();
     std::vector<MetricRow> out;
     for (const auto& r : *rows) {
@@ -879,12 +944,28 @@ class ClickHouseStore final : public Store {
       m.start_ns = u64(r[0]);
       m.end_ns = u64(r[1]);
       m.metric = {static_cast<uint32_t>(u64(r[2])), r[3], r[4], dbl(r[5])};
+      m.node = r[6];
       out.push_back(std::move(m));
     }
     return out;
   }
 
  private:
+  // One bounded read (RowQuery) of a table: every row carries its node, the last column here.
+  std::string select(const RowQuery& q, const std::string& table, const std::string& start, const std::string& end,
+                     const std::string& order, const std::string& columns, const std::string& extra = "") const {
+    std::string w = " WHERE 1" + extra;
+    if (q.recording) w += " AND recording_id = " + std::to_string(*q.recording);
+    if (q.node) w += " AND node = " + quote(*q.node);
+    if (q.pid) w += " AND pid = " + std::to_string(*q.pid);
+    if (q.from_ns) w += " AND " + end + " > " + std::to_string(*q.from_ns);
+    if (q.to_ns) w += " AND " + start + " < " + std::to_string(*q.to_ns);
+    std::string sql = "SELECT " + columns + ", node FROM " + db_ + "." + table + w + " ORDER BY " + order;
+    if (q.limit) sql += " LIMIT " + (q.offset ? std::to_string(q.offset) + ", " : std::string()) + std::to_string(q.limit);
+    else if (q.offset) sql += " LIMIT " + std::to_string(q.offset) + ", 18446744073709551615";
+    return sql;
+  }
+
   static std::string where(std::optional<int64_t> rec, std::optional<uint32_t> pid) {
     std::string w = " WHERE 1";
     if (rec) w += " AND recording_id = " + std::to_string(*rec);

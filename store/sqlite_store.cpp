@@ -358,11 +358,22 @@ class SqliteStore final : public Store {
   }
 
   Result<std::vector<MetricRow>> metrics(const std::string& prefix, std::optional<int64_t> recording) override {
-    std::string sql = "SELECT start_ns,end_ns,pid,name,label,value FROM metrics WHERE substr(name,1,?)=?";
-    if (recording) sql += " AND recording_id=" + std::to_string(*recording);
-    sql += " ORDER BY start_ns, pid, name, label";
-    Stmt s(db_, sql.c_str());
-    s.bind(1, static_cast<int64_t>(prefix.size())).bind(2, prefix);
+    RowQuery q;
+    q.prefix = prefix;
+    q.recording = recording;
+    return read_metrics(q, "x.start_ns, x.pid, x.name, x.label");
+  }
+
+  Result<std::vector<MetricRow>> query_metrics(const RowQuery& q) override {
+    return read_metrics(q, "x.start_ns, r.node, x.pid, x.name, x.label");
+  }
+
+  Result<std::vector<MetricRow>> read_metrics(const RowQuery& q, const char* order) {
+    Select sel(q, "metrics", "x.start_ns", "x.end_ns", order);
+    sel.where += " AND substr(x.name,1,?)=?";
+    Stmt s(db_, sel.sql("x.start_ns,x.end_ns,x.pid,x.name,x.label,x.value").c_str());
+    int n = sel.bind(s);
+    s.bind(n + 1, static_cast<int64_t>(q.prefix.size())).bind(n + 2, q.prefix);
     std::vector<MetricRow> out;
     int rc;
     while ((rc = s.step()) == SQLITE_ROW) {
@@ -373,6 +384,7 @@ class SqliteStore final : public Store {
       r.metric.name = s.text(3);
       r.metric.label = s.text(4);
       r.metric.value = s.dbl(5);
+      r.node = s.text(6);
       out.push_back(std::move(r));
     }
     if (rc != SQLITE_DONE) return err("reading metrics");
@@ -441,9 +453,11 @@ class SqliteStore final : public Store {
   }
 
   Result<std::vector<CommunicatorRecord>> communicators(std::optional<int64_t> rec) override {
-    std::string sql = "SELECT pid,handle,comm_id,rank,nranks,init_ns FROM communicators" +
-                      std::string(rec ? " WHERE recording_id=" + std::to_string(*rec) : "") + " ORDER BY init_ns";
-    Stmt s(db_, sql.c_str());
+    RowQuery q;
+    q.recording = rec;
+    Select sel(q, "communicators", "x.init_ns", "x.init_ns", "x.init_ns");
+    Stmt s(db_, sel.sql("x.pid,x.handle,x.comm_id,x.rank,x.nranks,x.init_ns").c_str());
+    sel.bind(s);
     std::vector<CommunicatorRecord> out;
     int rc;
     while ((rc = s.step()) == SQLITE_ROW) {
@@ -454,24 +468,59 @@ class SqliteStore final : public Store {
       r.rank = static_cast<int>(s.i64(3));
       r.nranks = static_cast<int>(s.i64(4));
       r.init_ns = static_cast<uint64_t>(s.i64(5));
+      r.node = s.text(6);
       out.push_back(std::move(r));
     }
     if (rc != SQLITE_DONE) return err("reading communicators");
     return out;
   }
 
-  static std::string where(std::optional<int64_t> rec, std::optional<uint32_t> pid) {
-    std::string w = " WHERE 1=1";
-    if (rec) w += " AND recording_id=" + std::to_string(*rec);
-    if (pid) w += " AND pid=" + std::to_string(*pid);
-    return w;
-  }
+  // One bounded read of a table whose rows belong to a recording: the row's node is its
+  // recording's (joined in as the last column), and the RowQuery's filters become the WHERE clause.
+  struct Select {
+    const RowQuery& q;
+    std::string table, start, end, order;
+    std::string where = " WHERE 1=1";
+    Select(const RowQuery& query, std::string t, std::string start_col, std::string end_col, std::string order_by)
+        : q(query), table(std::move(t)), start(std::move(start_col)), end(std::move(end_col)), order(std::move(order_by)) {
+      auto ns = [](uint64_t v) { return std::to_string(std::min<uint64_t>(v, INT64_MAX)); };  // SQLite's integers
+      if (q.recording) where += " AND x.recording_id=" + std::to_string(*q.recording);
+      if (q.node) where += " AND r.node=?";
+      if (q.pid) where += " AND x.pid=" + std::to_string(*q.pid);
+      if (q.from_ns) where += " AND " + end + " > " + ns(*q.from_ns);
+      if (q.to_ns) where += " AND " + start + " < " + ns(*q.to_ns);
+    }
+    std::string sql(const std::string& columns) const {
+      std::string s = "SELECT " + columns + ", r.node FROM " + table + " x JOIN recordings r ON r.id = x.recording_id" +
+                      where + " ORDER BY " + order;
+      if (q.limit) s += " LIMIT " + std::to_string(std::min<uint64_t>(q.limit, INT64_MAX));
+      if (q.offset) s += (q.limit ? "" : " LIMIT -1") + std::string(" OFFSET ") + std::to_string(std::min<uint64_t>(q.offset, INT64_MAX));
+      return s;
+    }
+    // Binds the node (the only text parameter); returns how many parameters it bound.
+    int bind(Stmt& s) const {
+      if (!q.node) return 0;
+      s.bind(1, *q.node);
+      return 1;
+    }
+  };
 
   Result<std::vector<CollectiveRecord>> collectives(std::optional<int64_t> rec, std::optional<uint32_t> pid) override {
-    std::string sql =
-        "SELECT pid,tid,library,op,comm_id,comm_handle,seq,count,dtype,bytes,redop,peer,stream,enter_ns,exit_ns,"
-        "device_start_ns,device_end_ns,completion,ret FROM collectives" + where(rec, pid) + " ORDER BY pid, enter_ns";
-    Stmt s(db_, sql.c_str());
+    RowQuery q;
+    q.recording = rec;
+    q.pid = pid;
+    return read_collectives(q, "x.pid, r.node, x.enter_ns");
+  }
+
+  Result<std::vector<CollectiveRecord>> query_collectives(const RowQuery& q) override {
+    return read_collectives(q, "x.enter_ns, r.node, x.pid");
+  }
+
+  Result<std::vector<CollectiveRecord>> read_collectives(const RowQuery& q, const char* order) {
+    Select sel(q, "collectives", "x.enter_ns", "MAX(x.exit_ns, x.enter_ns + 1)", order);
+    Stmt s(db_, sel.sql("x.pid,x.tid,x.library,x.op,x.comm_id,x.comm_handle,x.seq,x.count,x.dtype,x.bytes,x.redop,"
+                        "x.peer,x.stream,x.enter_ns,x.exit_ns,x.device_start_ns,x.device_end_ns,x.completion,x.ret").c_str());
+    sel.bind(s);
     std::vector<CollectiveRecord> out;
     int rc;
     while ((rc = s.step()) == SQLITE_ROW) {
@@ -495,6 +544,7 @@ class SqliteStore final : public Store {
       r.device_end_ns = static_cast<uint64_t>(s.i64(16));
       r.completion = s.text(17);
       r.ret = static_cast<int>(s.i64(18));
+      r.node = s.text(19);
       out.push_back(std::move(r));
     }
     if (rc != SQLITE_DONE) return err("reading collectives");
@@ -502,9 +552,21 @@ class SqliteStore final : public Store {
   }
 
   Result<std::vector<DeviceActivity>> device_activity(std::optional<int64_t> rec, std::optional<uint32_t> pid) override {
-    std::string sql = "SELECT pid,device,kind,name,stream,start_ns,end_ns,api_ns,api_tid,correlation,bytes "
-                      "FROM device_activity" + where(rec, pid) + " ORDER BY pid, start_ns";
-    Stmt s(db_, sql.c_str());
+    RowQuery q;
+    q.recording = rec;
+    q.pid = pid;
+    return read_device_activity(q, "x.pid, r.node, x.start_ns");
+  }
+
+  Result<std::vector<DeviceActivity>> query_device_activity(const RowQuery& q) override {
+    return read_device_activity(q, "x.start_ns, r.node, x.pid");
+  }
+
+  Result<std::vector<DeviceActivity>> read_device_activity(const RowQuery& q, const char* order) {
+    Select sel(q, "device_activity", "x.start_ns", "x.end_ns", order);
+    Stmt s(db_, sel.sql("x.pid,x.device,x.kind,x.name,x.stream,x.start_ns,x.end_ns,x.api_ns,x.api_tid,x.correlation,"
+                        "x.bytes").c_str());
+    sel.bind(s);
     std::vector<DeviceActivity> out;
     int rc;
     while ((rc = s.step()) == SQLITE_ROW) {
@@ -520,6 +582,7 @@ class SqliteStore final : public Store {
       r.api_tid = static_cast<uint32_t>(s.i64(8));
       r.correlation = static_cast<uint64_t>(s.i64(9));
       r.bytes = static_cast<uint64_t>(s.i64(10));
+      r.node = s.text(11);
       out.push_back(std::move(r));
     }
     if (rc != SQLITE_DONE) return err("reading device activity");
@@ -527,9 +590,21 @@ class SqliteStore final : public Store {
   }
 
   Result<std::vector<StepRecord>> steps(std::optional<int64_t> rec, std::optional<uint32_t> pid) override {
-    std::string sql = "SELECT pid,step,start_ns,end_ns,collective_ns,device_collective_ns,device_compute_ns,"
-                      "gpu_idle_ns,device_known FROM steps" + where(rec, pid) + " ORDER BY pid, step";
-    Stmt s(db_, sql.c_str());
+    RowQuery q;
+    q.recording = rec;
+    q.pid = pid;
+    return read_steps(q, "x.pid, r.node, x.step");
+  }
+
+  Result<std::vector<StepRecord>> query_steps(const RowQuery& q) override {
+    return read_steps(q, "x.start_ns, r.node, x.pid");
+  }
+
+  Result<std::vector<StepRecord>> read_steps(const RowQuery& q, const char* order) {
+    Select sel(q, "steps", "x.start_ns", "x.end_ns", order);
+    Stmt s(db_, sel.sql("x.pid,x.step,x.start_ns,x.end_ns,x.collective_ns,x.device_collective_ns,x.device_compute_ns,"
+                        "x.gpu_idle_ns,x.device_known").c_str());
+    sel.bind(s);
     std::vector<StepRecord> out;
     int rc;
     while ((rc = s.step()) == SQLITE_ROW) {
@@ -543,6 +618,7 @@ class SqliteStore final : public Store {
       r.device_compute_ns = static_cast<uint64_t>(s.i64(6));
       r.gpu_idle_ns = static_cast<uint64_t>(s.i64(7));
       r.device_known = s.i64(8) != 0;
+      r.node = s.text(9);
       out.push_back(std::move(r));
     }
     if (rc != SQLITE_DONE) return err("reading steps");
@@ -551,10 +627,10 @@ class SqliteStore final : public Store {
 
   Result<std::vector<ThreadWindow>> thread_windows(std::optional<int64_t> rec) override {
     std::string sql =
-        "SELECT w.start_ns, w.end_ns, sc.pid, sc.tid, sc.thread_comm, SUM(sc.value) FROM stack_counts sc"
-        " JOIN windows w ON w.id = sc.window_id WHERE sc.kind = 0";
+        "SELECT w.start_ns, w.end_ns, sc.pid, sc.tid, sc.thread_comm, SUM(sc.value), r.node FROM stack_counts sc"
+        " JOIN windows w ON w.id = sc.window_id JOIN recordings r ON r.id = sc.recording_id WHERE sc.kind = 0";
     if (rec) sql += " AND sc.recording_id=" + std::to_string(*rec);
-    sql += " GROUP BY sc.window_id, sc.pid, sc.tid, sc.thread_comm ORDER BY w.start_ns, sc.pid, sc.tid";
+    sql += " GROUP BY sc.window_id, sc.pid, sc.tid, sc.thread_comm ORDER BY w.start_ns, r.node, sc.pid, sc.tid";
     Stmt s(db_, sql.c_str());
     std::vector<ThreadWindow> out;
     int rc;
@@ -566,6 +642,7 @@ class SqliteStore final : public Store {
       t.tid = static_cast<uint32_t>(s.i64(3));
       t.comm = s.text(4);
       t.samples = static_cast<uint64_t>(s.i64(5));
+      t.node = s.text(6);
       out.push_back(std::move(t));
     }
     if (rc != SQLITE_DONE) return err("reading thread activity");
@@ -633,6 +710,26 @@ class SqliteStore final : public Store {
   Result<std::vector<std::pair<int64_t, int64_t>>> agent_ids(const std::string& agent, AgentIdKind kind) override {
     Stmt s(db_, "SELECT local_id, store_id FROM agent_ids WHERE agent_id=? AND kind=?");
     s.bind(1, agent).bind(2, static_cast<int64_t>(kind));
+    std::vector<std::pair<int64_t, int64_t>> out;
+    int rc;
+    while ((rc = s.step()) == SQLITE_ROW) out.emplace_back(s.i64(0), s.i64(1));
+    if (rc != SQLITE_DONE) return err("reading agent ids");
+    return out;
+  }
+
+  Result<std::optional<int64_t>> agent_id(const std::string& agent, AgentIdKind kind, int64_t local_id) override {
+    Stmt s(db_, "SELECT store_id FROM agent_ids WHERE agent_id=? AND kind=? AND local_id=?");
+    s.bind(1, agent).bind(2, static_cast<int64_t>(kind)).bind(3, local_id);
+    int rc = s.step();
+    if (rc == SQLITE_ROW) return std::optional<int64_t>{s.i64(0)};
+    if (rc != SQLITE_DONE) return err("reading an agent id");
+    return std::optional<int64_t>{};
+  }
+
+  Result<std::vector<std::pair<int64_t, int64_t>>> recent_agent_ids(const std::string& agent, AgentIdKind kind,
+                                                                    size_t limit) override {
+    Stmt s(db_, "SELECT local_id, store_id FROM agent_ids WHERE agent_id=? AND kind=? ORDER BY local_id DESC LIMIT ?");
+    s.bind(1, agent).bind(2, static_cast<int64_t>(kind)).bind(3, static_cast<int64_t>(std::min<size_t>(limit, INT64_MAX)));
     std::vector<std::pair<int64_t, int64_t>> out;
     int rc;
     while ((rc = s.step()) == SQLITE_ROW) out.emplace_back(s.i64(0), s.i64(1));
@@ -768,8 +865,12 @@ class SqliteStore final : public Store {
         p.period_ns = hz > 0 ? 1'000'000'000ull / static_cast<uint64_t>(hz) : 0;
       }
     }
+    // Samples per (node, pid, thread, stack): pids repeat across nodes, so the node (the recording's)
+    // is part of a sample's identity.
     std::string sql =
-        "SELECT sc.pid, sc.tid, sc.thread_comm, sc.stack_id, SUM(sc.value) FROM stack_counts sc WHERE sc.kind=?";
+        "SELECT sc.pid, sc.tid, sc.thread_comm, sc.stack_id, SUM(sc.value), r.node FROM stack_counts sc"
+        " JOIN recordings r ON r.id = sc.recording_id WHERE sc.kind=?";
+    if (f.node) sql += " AND r.node=?";
     if (f.pid) sql += " AND sc.pid=" + std::to_string(*f.pid);
     if (f.tid) sql += " AND sc.tid=" + std::to_string(*f.tid);
     if (f.recording) sql += " AND sc.recording_id=" + std::to_string(*f.recording);
@@ -793,10 +894,11 @@ class SqliteStore final : public Store {
         p.duration_ns = 0;  // no window in the range: an empty profile
       }
     }
-    sql += " GROUP BY sc.pid, sc.tid, sc.thread_comm, sc.stack_id ORDER BY sc.pid, sc.tid, sc.stack_id";
+    sql += " GROUP BY r.node, sc.pid, sc.tid, sc.thread_comm, sc.stack_id ORDER BY r.node, sc.pid, sc.tid, sc.stack_id";
     Stmt s(db_, sql.c_str());
     if (!s.ok()) return err("querying stack counts");
     s.bind(1, static_cast<int64_t>(f.kind));
+    if (f.node) s.bind(2, *f.node);
     std::unordered_map<int64_t, uint32_t> stack_index;
     std::vector<int64_t> stack_ids;
     int rc;
@@ -807,6 +909,7 @@ class SqliteStore final : public Store {
       smp.comm = s.text(2);
       int64_t sid = s.i64(3);
       smp.count = static_cast<uint64_t>(s.i64(4));
+      smp.node = s.text(5);
       auto [it, inserted] = stack_index.emplace(sid, static_cast<uint32_t>(stack_ids.size()));
       if (inserted) stack_ids.push_back(sid);
       smp.stack_index = it->second;

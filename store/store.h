@@ -64,6 +64,11 @@ struct StackCount {
   uint64_t value = 0;    // samples (on-CPU) or microseconds (off-CPU)
 };
 
+// Identity (DESIGN §2, §5): a process is (node, pid, start time); pids repeat across nodes (and
+// containers give ranks identical pids), so rows read back carry `node`, the node of the recording
+// they came in, and every join of rows to processes uses (node, pid). Writers leave `node` empty:
+// a row's node is its recording's.
+
 // A per-window, per-process measurement of some layer (run-queue latency, faults, GPU clock, ...).
 // `label` qualifies it where one name has several series (an IRQ vector, a neighbour's comm, a GPU).
 struct Metric {
@@ -82,6 +87,7 @@ struct CommunicatorRecord {
   int rank = -1;    // rank in the communicator
   int nranks = 0;
   uint64_t init_ns = 0;  // unix ns
+  std::string node;      // read back: the recording's node
 };
 
 // One collective or p2p call. Times are unix ns. `completion` says how the end on the device is
@@ -105,6 +111,7 @@ struct CollectiveRecord {
   uint64_t device_start_ns = 0, device_end_ns = 0;
   std::string completion = "none";
   int ret = 0;
+  std::string node;      // read back: the recording's node
 };
 
 // Work on a GPU as the timing source saw it (kernels, copies, collectives' kernels), or a sampled
@@ -120,6 +127,7 @@ struct DeviceActivity {
   uint32_t api_tid = 0;
   uint64_t correlation = 0;
   uint64_t bytes = 0;
+  std::string node;      // read back: the recording's node
 };
 
 // One training iteration of one process, found from its repeating collective pattern.
@@ -132,6 +140,7 @@ struct StepRecord {
   uint64_t device_compute_ns = 0;     // device time of other kernels, when known
   uint64_t gpu_idle_ns = 0;           // step time with no device work, when known
   bool device_known = false;
+  std::string node;                   // read back: the recording's node
 };
 
 // A kernel launch seen by the sampled launch probe: name, the launching CPU stack, how often.
@@ -146,6 +155,7 @@ struct LaunchSample {
 struct ProfileFilter {
   std::optional<uint32_t> pid;
   std::optional<uint32_t> tid;
+  std::optional<std::string> node;  // with pid: one process (pids repeat across nodes)
   std::optional<int> rank;
   std::optional<int64_t> recording;  // default: all recordings
   CountKind kind = CountKind::kOnCpu;
@@ -201,6 +211,20 @@ struct FindingHistory {
   uint64_t first_window_start_ns = 0;       // where the first round that saw it put the change
   uint64_t rounds = 0;
   double max_lost_ms_per_step = 0;
+};
+
+// A bounded read of one kind of row (steps, collectives, device activity, metrics): the query API
+// and the diagnosis read through these, so no reader needs a whole table. Rows come in time order
+// (then node, pid); `offset` and `limit` page through them.
+struct RowQuery {
+  std::optional<int64_t> recording;
+  std::optional<std::string> node;
+  std::optional<uint32_t> pid;      // with node: one process
+  std::optional<uint64_t> from_ns;  // rows whose time span ends after from_ns...
+  std::optional<uint64_t> to_ns;    // ...and starts before to_ns
+  std::string prefix;               // metrics: names that start with it
+  uint64_t offset = 0;
+  uint64_t limit = 0;               // 0: no limit
 };
 
 struct FrameRow {
@@ -268,6 +292,12 @@ class Store {
                                                                      AgentIdKind /*kind*/) {
     return Error{"this store does not keep ingest bookkeeping"};
   }
+  // One mapping (a point lookup), and the `limit` newest of an agent's mappings (the highest local
+  // ids: those it still refers to), so a collector caches a bounded part of an unbounded table. The
+  // defaults read agent_ids().
+  virtual Result<std::optional<int64_t>> agent_id(const std::string& agent, AgentIdKind kind, int64_t local_id);
+  virtual Result<std::vector<std::pair<int64_t, int64_t>>> recent_agent_ids(const std::string& agent, AgentIdKind kind,
+                                                                            size_t limit);
   virtual Status put_agent_id(const std::string& /*agent*/, AgentIdKind /*kind*/, int64_t /*local_id*/,
                               int64_t /*store_id*/) {
     return Error{"this store does not keep ingest bookkeeping"};
@@ -307,6 +337,7 @@ class Store {
   struct MetricRow {
     uint64_t start_ns = 0, end_ns = 0;
     Metric metric;
+    std::string node;  // the recording's node (metric.pid == 0: this node's own series)
   };
   virtual Result<std::vector<CommunicatorRecord>> communicators(std::optional<int64_t> recording = std::nullopt) = 0;
   virtual Result<std::vector<CollectiveRecord>> collectives(std::optional<int64_t> recording = std::nullopt,
@@ -320,7 +351,14 @@ class Store {
     uint32_t pid = 0, tid = 0;
     std::string comm;
     uint64_t samples = 0;
+    std::string node;
   };
+  // The bounded reads (RowQuery). A store answers them in its query language; the defaults here
+  // read through the unbounded calls above and filter, for stores whose data is small anyway.
+  virtual Result<std::vector<StepRecord>> query_steps(const RowQuery& q);
+  virtual Result<std::vector<CollectiveRecord>> query_collectives(const RowQuery& q);
+  virtual Result<std::vector<DeviceActivity>> query_device_activity(const RowQuery& q);
+  virtual Result<std::vector<MetricRow>> query_metrics(const RowQuery& q);
   // On-CPU samples per window and thread (the CPU thread tracks of a timeline).
   virtual Result<std::vector<ThreadWindow>> thread_windows(std::optional<int64_t> recording = std::nullopt) = 0;
   virtual Result<unsigned> sample_hz(std::optional<int64_t> recording = std::nullopt) = 0;

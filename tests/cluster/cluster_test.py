@@ -298,10 +298,11 @@ def main():
             # The store's unit test that needs a ClickHouse server (it skips without one): run here,
             # against this one, and it must pass, not skip.
             env = dict(os.environ, STRATA_TEST_CLICKHOUSE="clickhouse://127.0.0.1:%d" % backend.http_port)
-            unit = subprocess.run([os.path.join(BUILD, "tests", "store_test"), "--gtest_filter=Store.TimeRangeOnClickHouse"],
-                                  env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, timeout=120)
-            check(unit.returncode == 0 and "[  PASSED  ] 1 test" in unit.stdout and "SKIPPED" not in unit.stdout,
-                  "store_test Store.TimeRangeOnClickHouse passes against the server: " + unit.stdout[-300:])
+            unit = subprocess.run([os.path.join(BUILD, "tests", "store_test"), "--gtest_filter=Store.*OnClickHouse"],
+                                  env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, timeout=300)
+            check(unit.returncode == 0 and "[  PASSED  ] 3 tests" in unit.stdout and "SKIPPED" not in unit.stdout,
+                  "store_test Store.*OnClickHouse (time range, node identity, 100k stacks) pass against the server: " +
+                  unit.stdout[-300:])
         server = start(serve_args, os.path.join(tmp, "serve1.log"))
         check(wait_http(url + "/metrics"), "server listens on loopback")
 
