@@ -81,15 +81,17 @@ Result<report::TimelineData> load_timeline(store::Store& st, const store::Profil
   report::TimelineData d;
   auto procs = st.processes();
   if (!procs) return procs.error();
-  // The rank filter picks processes; everything else filters by pid.
-  std::optional<std::set<uint32_t>> keep;
+  // The rank filter picks processes; everything else filters by process, (node, pid): pids repeat
+  // across nodes in a collector's store.
+  std::optional<std::set<std::pair<std::string, uint32_t>>> keep;
   if (f.pid || f.rank) {
     keep.emplace();
     for (const auto& p : *procs) {
-      if ((f.pid && p.pid == *f.pid) || (f.rank && p.rank == *f.rank)) keep->insert(p.pid);
+      if ((f.node && p.node != *f.node)) continue;
+      if ((f.pid && p.pid == *f.pid) || (f.rank && p.rank == *f.rank)) keep->insert({p.node, p.pid});
     }
   }
-  auto wanted = [&](uint32_t pid) { return !keep || keep->count(pid) > 0; };
+  auto wanted = [&](const std::string& node, uint32_t pid) { return !keep || keep->count({node, pid}) > 0; };
   d.processes = *procs;
   auto comms = st.communicators();
   auto colls = st.collectives();
@@ -105,14 +107,14 @@ Result<report::TimelineData> load_timeline(store::Store& st, const store::Profil
   if (!threads) return threads.error();
   if (!counters) return counters.error();
   if (!hz) return hz.error();
-  for (auto& c : *comms) if (wanted(c.pid)) d.communicators.push_back(std::move(c));
-  for (auto& c : *colls) if (wanted(c.pid)) d.collectives.push_back(std::move(c));
-  for (auto& a : *dev) if (wanted(a.pid)) d.device.push_back(std::move(a));
-  for (auto& s : *steps) if (wanted(s.pid)) d.steps.push_back(std::move(s));
+  for (auto& c : *comms) if (wanted(c.node, c.pid)) d.communicators.push_back(std::move(c));
+  for (auto& c : *colls) if (wanted(c.node, c.pid)) d.collectives.push_back(std::move(c));
+  for (auto& a : *dev) if (wanted(a.node, a.pid)) d.device.push_back(std::move(a));
+  for (auto& s : *steps) if (wanted(s.node, s.pid)) d.steps.push_back(std::move(s));
   for (auto& t : *threads) {
-    if (wanted(t.pid)) d.threads.push_back({t.start_ns, t.end_ns, t.pid, t.tid, t.comm, t.samples});
+    if (wanted(t.node, t.pid)) d.threads.push_back({t.start_ns, t.end_ns, t.pid, t.tid, t.comm, t.samples});
   }
-  for (auto& m : *counters) if (wanted(m.metric.pid)) d.counters.push_back(std::move(m));
+  for (auto& m : *counters) if (wanted(m.node, m.metric.pid)) d.counters.push_back(std::move(m));
   d.sample_hz = *hz ? *hz : 99;
   return d;
 }

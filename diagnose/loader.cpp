@@ -17,6 +17,20 @@ constexpr double kNsPerMs = 1e6;
 
 double ms_of(uint64_t ns) { return static_cast<double>(ns) / kNsPerMs; }
 
+// A process: (node, pid). Pids repeat across nodes (and ranks in containers often have identical
+// pids), so every join of rows to ranks is by both; a restarted rank's new process is told apart
+// by which process the loader picked per rank (the latest start).
+struct Proc {
+  std::string node;
+  uint32_t pid = 0;
+  bool operator==(const Proc& o) const { return pid == o.pid && node == o.node; }
+};
+struct ProcHash {
+  size_t operator()(const Proc& p) const { return std::hash<std::string>{}(p.node) * 31 + p.pid; }
+};
+template <typename V>
+using ByProc = std::unordered_map<Proc, V, ProcHash>;
+
 struct RankSource {
   store::ProcessInfo proc;
   std::vector<store::StepRecord> steps;  // after warm-up, in order
@@ -137,6 +151,7 @@ std::string syscall_caller(const Stack& stack) {
 
 Status load_profile(store::Store& s, std::optional<int64_t> rec, JobWindow& job, RankWindow& r, store::CountKind kind, double steps) {
   store::ProfileFilter f;
+  f.node = r.node;
   f.pid = r.pid;
   f.recording = rec;
   f.kind = kind;
@@ -214,8 +229,8 @@ Result<JobWindow> load_job_window(store::Store& s, const LoadOptions& opt) {
 
   auto steps_r = s.steps(rec);
   if (!steps_r) return steps_r.error();
-  std::unordered_map<uint32_t, std::vector<store::StepRecord>> steps_by_pid;
-  for (auto& st : *steps_r) steps_by_pid[st.pid].push_back(st);
+  ByProc<std::vector<store::StepRecord>> steps_by_proc;
+  for (auto& st : *steps_r) steps_by_proc[{st.node, st.pid}].push_back(st);
 
   // Jobs and their ranks. Children inherit RANK (a launcher's shell, a data-loader worker): the
   // rank is the process that trains (has steps); among those, a restarted rank's latest.
@@ -223,25 +238,26 @@ Result<JobWindow> load_job_window(store::Store& s, const LoadOptions& opt) {
   // The job itself, never its own neighbour: processes with a RANK (ranks, and children that
   // inherit it: data-loader workers) and their recorded ancestors (the launcher). Other recorded
   // processes (something the launcher started beside the ranks without a RANK) can be neighbours.
-  std::unordered_set<uint32_t> job_pids;
-  std::unordered_map<uint32_t, uint32_t> parent_of;
-  std::unordered_map<uint32_t, std::string> recorded_name;  // a recorded process's name (after its exec)
+  ByProc<bool> job_procs;  // a set: (node, pid) of the job's processes
+  ByProc<uint32_t> parent_of;
+  ByProc<std::string> recorded_name;  // a recorded process's name (after its exec)
   for (const auto& p : *procs) {
-    parent_of[p.pid] = p.ppid;
-    if (p.rank >= 0) job_pids.insert(p.pid);
-    if (!p.comm.empty()) recorded_name[p.pid] = p.comm;
+    parent_of[{p.node, p.pid}] = p.ppid;
+    if (p.rank >= 0) job_procs[{p.node, p.pid}] = true;
+    if (!p.comm.empty()) recorded_name[{p.node, p.pid}] = p.comm;
   }
   for (const auto& p : *procs) {
     if (p.rank < 0) continue;
-    uint32_t up = p.ppid;
-    for (int depth = 0; depth < 64 && up && parent_of.count(up) && job_pids.insert(up).second; ++depth) up = parent_of[up];
+    Proc up{p.node, p.ppid};
+    for (int depth = 0; depth < 64 && up.pid && parent_of.count(up) && job_procs.emplace(up, true).second; ++depth)
+      up.pid = parent_of[up];
   }
-  auto trains = [&](uint32_t pid) { return steps_by_pid.count(pid) > 0; };
+  auto trains = [&](const store::ProcessInfo& p) { return steps_by_proc.count({p.node, p.pid}) > 0; };
   for (const auto& p : *procs) {
     if (p.rank < 0) continue;
     auto& slot = jobs[p.job][p.rank];
-    bool better = slot.pid == 0 || (trains(p.pid) && !trains(slot.pid)) ||
-                  (trains(p.pid) == trains(slot.pid) && p.start_ns > slot.start_ns);
+    bool better = slot.pid == 0 || (trains(p) && !trains(slot)) ||
+                  (trains(p) == trains(slot) && p.start_ns > slot.start_ns);
     if (better) slot = p;
   }
   if (jobs.empty()) return Error{"no training job in the store: no recorded process has a RANK"};
@@ -263,7 +279,7 @@ Result<JobWindow> load_job_window(store::Store& s, const LoadOptions& opt) {
   for (const auto& [rank, p] : *ranks) {
     RankSource rs;
     rs.proc = p;
-    auto& st = steps_by_pid[p.pid];
+    auto& st = steps_by_proc[{p.node, p.pid}];
     std::sort(st.begin(), st.end(), [](const auto& a, const auto& b) { return a.step < b.step; });
     rs.all_steps = st.size();
     size_t skip = std::min(st.size(), static_cast<size_t>(std::max(0, opt.warmup_steps)));
@@ -314,11 +330,11 @@ Result<JobWindow> load_job_window(store::Store& s, const LoadOptions& opt) {
   // Collective progress: completion on the device; an NCCL call's host return is only an enqueue.
   auto colls = s.collectives(rec);
   if (!colls) return colls.error();
-  std::unordered_map<uint32_t, RankWindow*> by_pid;
-  for (auto& r : job.ranks) by_pid[r.pid] = &r;
+  ByProc<RankWindow*> by_proc;
+  for (auto& r : job.ranks) by_proc[{r.node, r.pid}] = &r;
   for (const auto& c : *colls) {
-    auto it = by_pid.find(c.pid);
-    if (it == by_pid.end()) continue;
+    auto it = by_proc.find({c.node, c.pid});
+    if (it == by_proc.end()) continue;
     uint64_t done = c.device_end_ns > 0 ? c.device_end_ns : (c.library == "nccl" ? 0 : c.exit_ns);
     it->second->last_progress_ns = std::max(it->second->last_progress_ns, done);
   }
@@ -329,7 +345,11 @@ Result<JobWindow> load_job_window(store::Store& s, const LoadOptions& opt) {
     }
   }
   for (auto& r : job.ranks) {
-    auto dev = s.device_activity(rec, r.pid);
+    store::RowQuery q;
+    q.recording = rec;
+    q.node = r.node;
+    q.pid = r.pid;
+    auto dev = s.query_device_activity(q);
     if (!dev) return dev.error();
     for (const auto& d : *dev) r.last_device_ns = std::max(r.last_device_ns, d.end_ns);
   }
@@ -347,28 +367,28 @@ Result<JobWindow> load_job_window(store::Store& s, const LoadOptions& opt) {
     double bio_lat_sum = 0;
     int bio_lat_n = 0;
   };
-  std::unordered_map<uint32_t, Acc> acc;
+  ByProc<Acc> acc;
   struct Gpu {
     double clock = 0, max_clock = 0;
     int clock_n = 0;
     std::map<std::string, std::pair<double, int>> reasons;
   };
-  std::map<std::string, Gpu> gpus;
-  std::unordered_map<uint32_t, uint64_t> last_seen, last_seen_end;
+  std::map<std::pair<std::string, std::string>, Gpu> gpus;  // by (node, "gpuN"): every node has a gpu0
+  ByProc<uint64_t> last_seen, last_seen_end;
   struct NeighbourTime {
-    uint32_t pid, npid;
+    Proc rank, neighbour;
     std::string comm;
     double ms;
   };
   std::vector<NeighbourTime> neighbour_time;
-  std::unordered_map<uint32_t, std::pair<uint64_t, std::string>> neighbour_name;  // pid -> (seen at, name)
+  ByProc<std::pair<uint64_t, std::string>> neighbour_name;  // (seen at, name)
   uint64_t latest_window_start = 0;  // of any process: the latest window an agent closed
   for (const auto& row : *rows) {
     const auto& m = row.metric;
     job.observed_until_ns = std::max(job.observed_until_ns, row.end_ns);
     if (m.pid == 0 && m.name.rfind("gpu.", 0) == 0) {
       if (row.end_ns < job.start_ns) continue;
-      auto& g = gpus[m.label];
+      auto& g = gpus[{row.node, m.label}];
       if (m.name == "gpu.sm_clock_mhz") g.clock += m.value, ++g.clock_n;
       if (m.name == "gpu.max_sm_clock_mhz") g.max_clock = std::max(g.max_clock, m.value);
       if (m.name.rfind("gpu.throttle.", 0) == 0) {
@@ -379,14 +399,15 @@ Result<JobWindow> load_job_window(store::Store& s, const LoadOptions& opt) {
       continue;
     }
     latest_window_start = std::max(latest_window_start, row.start_ns);
-    auto it = by_pid.find(m.pid);
-    if (it == by_pid.end()) continue;
-    last_seen[m.pid] = std::max(last_seen[m.pid], row.start_ns);
-    last_seen_end[m.pid] = std::max(last_seen_end[m.pid], row.end_ns);
+    const Proc proc{row.node, m.pid};
+    auto it = by_proc.find(proc);
+    if (it == by_proc.end()) continue;
+    last_seen[proc] = std::max(last_seen[proc], row.start_ns);
+    last_seen_end[proc] = std::max(last_seen_end[proc], row.end_ns);
     RankWindow& r = *it->second;
     if (m.name == "gpu.device") r.gpu.index = static_cast<int>(m.value);
     if (row.end_ns < job.start_ns) continue;  // before the analysis window
-    Acc& a = acc[m.pid];
+    Acc& a = acc[proc];
     a.windows.insert({row.start_ns, row.end_ns});
     auto add = [&](Os o, double v) {
       a.sum[static_cast<size_t>(o)] += v;
@@ -411,10 +432,11 @@ Result<JobWindow> load_job_window(store::Store& s, const LoadOptions& opt) {
       auto colon = m.label.rfind(':');
       std::string comm = colon == std::string::npos ? m.label : m.label.substr(0, colon);
       uint32_t npid = colon == std::string::npos ? 0 : static_cast<uint32_t>(std::strtoul(m.label.c_str() + colon + 1, nullptr, 10));
-      if (job_pids.count(npid)) continue;
-      auto& latest = neighbour_name[npid];
+      const Proc neighbour{row.node, npid};  // on the rank's own node
+      if (job_procs.count(neighbour)) continue;
+      auto& latest = neighbour_name[neighbour];
       if (row.end_ns >= latest.first) latest = {row.end_ns, comm};
-      neighbour_time.push_back({m.pid, npid, comm, m.value / 1e3});
+      neighbour_time.push_back({proc, neighbour, comm, m.value / 1e3});
     } else if (n == "gpu.kernel_us") {
       a.kernels[m.label] += m.value / 1e3;
     } else if (n.rfind("net.tcp_", 0) == 0) {
@@ -431,19 +453,20 @@ Result<JobWindow> load_job_window(store::Store& s, const LoadOptions& opt) {
 
   for (const auto& t : neighbour_time) {
     // A recorded process by its recorded name, else by the latest name it ran under.
-    auto rn = recorded_name.find(t.npid);
-    const auto& latest = neighbour_name[t.npid];
-    std::string name = rn != recorded_name.end() && t.npid ? rn->second : !latest.second.empty() ? latest.second : t.comm;
-    acc[t.pid].neighbours[name] += t.ms;
+    auto rn = recorded_name.find(t.neighbour);
+    const auto& latest = neighbour_name[t.neighbour];
+    std::string name = rn != recorded_name.end() && t.neighbour.pid ? rn->second : !latest.second.empty() ? latest.second : t.comm;
+    acc[t.rank].neighbours[name] += t.ms;
   }
 
   for (auto& r : job.ranks) {
     // Still there after its last progress: a metric window that began later has it.
     // ... and still there at the end: its last window reaches into the latest window anyone closed.
     // A rank that exits after its last step (a job's teardown can take seconds) is not hung.
-    r.alive = last_seen.count(r.pid) && last_seen[r.pid] > r.last_progress_ns &&
-              last_seen_end[r.pid] > latest_window_start;
-    auto it = acc.find(r.pid);
+    const Proc proc{r.node, r.pid};
+    r.alive = last_seen.count(proc) && last_seen[proc] > r.last_progress_ns &&
+              last_seen_end[proc] > latest_window_start;
+    auto it = acc.find(proc);
     if (it != acc.end() && known(r.now.step_ms)) {
       Acc& a = it->second;
       double dur_ms = 0;
@@ -460,7 +483,7 @@ Result<JobWindow> load_job_window(store::Store& s, const LoadOptions& opt) {
       for (auto& [label, l] : a.links) r.links.push_back(std::move(l));
     }
     if (r.gpu.index >= 0) {
-      auto g = gpus.find("gpu" + std::to_string(r.gpu.index));
+      auto g = gpus.find({r.node, "gpu" + std::to_string(r.gpu.index)});
       if (g != gpus.end()) {
         r.gpu.known = true;
         if (g->second.clock_n > 0 && g->second.max_clock > 0) {
@@ -475,7 +498,7 @@ Result<JobWindow> load_job_window(store::Store& s, const LoadOptions& opt) {
         }
       }
     }
-    double steps = static_cast<double>(std::max<size_t>(1, steps_by_pid[r.pid].size()));
+    double steps = static_cast<double>(std::max<size_t>(1, steps_by_proc[proc].size()));
     if (auto st = load_profile(s, rec, job, r, store::CountKind::kOnCpu, steps); !st) return st.error();
     if (auto st = load_profile(s, rec, job, r, store::CountKind::kOffCpu, steps); !st) return st.error();
   }

@@ -79,16 +79,16 @@ void Diagnoser::note(const ingest::Batch& b) {
         if (r.process().rank() >= 0) dirty_jobs_.insert(r.process().job());
         break;
       case ingest::Record::kSteps:
-        for (const auto& s : r.steps().rows()) dirty_pids_.insert(s.pid());
+        for (const auto& s : r.steps().rows()) dirty_procs_.insert({b.node(), s.pid()});
         break;
       case ingest::Record::kMetrics:
         // A rank that stopped stepping still sends its OS metrics: the round that finds it hung.
         for (const auto& m : r.metrics().metrics()) {
-          if (m.pid() != 0) dirty_pids_.insert(m.pid());
+          if (m.pid() != 0) dirty_procs_.insert({b.node(), m.pid()});
         }
         break;
       case ingest::Record::kCollectives:
-        for (const auto& c : r.collectives().rows()) dirty_pids_.insert(c.pid());
+        for (const auto& c : r.collectives().rows()) dirty_procs_.insert({b.node(), c.pid()});
         break;
       default:
         break;
@@ -117,14 +117,14 @@ void Diagnoser::loop() {
 }
 
 void Diagnoser::round() {
-  std::set<uint32_t> pids;
+  std::set<std::pair<std::string, uint32_t>> procs_seen;
   std::set<std::string> jobs;
   {
     std::lock_guard lock(mu_);
-    pids.swap(dirty_pids_);
+    procs_seen.swap(dirty_procs_);
     jobs.swap(dirty_jobs_);
   }
-  if (pids.empty() && jobs.empty()) return;
+  if (procs_seen.empty() && jobs.empty()) return;
   std::set<std::string> all_jobs;
   {
     std::lock_guard lock(store_mu_);
@@ -136,7 +136,7 @@ void Diagnoser::round() {
     for (const auto& p : *procs) {
       if (p.rank < 0) continue;
       all_jobs.insert(p.job);
-      if (pids.count(p.pid)) jobs.insert(p.job);
+      if (procs_seen.count({p.node, p.pid})) jobs.insert(p.job);
     }
   }
   {

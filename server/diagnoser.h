@@ -72,7 +72,7 @@ class Diagnoser {
   std::mutex mu_;  // guards what follows
   std::condition_variable cv_;
   bool stopping_ = false;
-  std::set<uint32_t> dirty_pids_;
+  std::set<std::pair<std::string, uint32_t>> dirty_procs_;  // (node, pid): pids repeat across nodes
   std::set<std::string> dirty_jobs_;
   DiagnoserCounters counters_;
 

@@ -1,5 +1,7 @@
 #include "server/ingest_applier.h"
 
+#include <algorithm>
+
 namespace strata::server {
 namespace {
 
@@ -65,22 +67,69 @@ Status validate_batch(const ingest::Batch& b) {
 }
 
 Result<IngestApplier::AgentMaps*> IngestApplier::maps_for(const std::string& agent) {
+  ++batches_;
   auto it = agents_.find(agent);
-  if (it != agents_.end()) return &it->second;
+  if (it != agents_.end()) {
+    it->second.used = batches_;
+    return &it->second;
+  }
   AgentMaps m;
-  auto recs = store_.agent_ids(agent, store::AgentIdKind::kRecording);
+  const size_t half = std::max<size_t>(1, max_per_agent_ / 2);
+  auto recs = store_.recent_agent_ids(agent, store::AgentIdKind::kRecording, half);
   if (!recs) return recs.error();
-  auto stacks = store_.agent_ids(agent, store::AgentIdKind::kStack);
+  auto stacks = store_.recent_agent_ids(agent, store::AgentIdKind::kStack, half);
   if (!stacks) return stacks.error();
   for (auto [l, s] : *recs) m.recordings[l] = s;
   for (auto [l, s] : *stacks) m.stacks[l] = s;
-  return &agents_.emplace(agent, std::move(m)).first->second;
+  m.used = batches_;
+  cached_ += m.size();
+  auto* out = &agents_.emplace(agent, std::move(m)).first->second;
+  evict_to_budget(agent);
+  return out;
+}
+
+void IngestApplier::evict_to_budget(const std::string& keep) {
+  while (cached_ > max_cached_ && agents_.size() > 1) {
+    auto oldest = agents_.end();
+    for (auto it = agents_.begin(); it != agents_.end(); ++it) {
+      if (it->first != keep && (oldest == agents_.end() || it->second.used < oldest->second.used)) oldest = it;
+    }
+    if (oldest == agents_.end()) break;
+    cached_ -= oldest->second.size();
+    agents_.erase(oldest);
+  }
+}
+
+Result<std::optional<int64_t>> IngestApplier::lookup(const std::string& agent, store::AgentIdKind kind, AgentMaps& m,
+                                                     AgentMaps& added, int64_t local) {
+  const bool rec = kind == store::AgentIdKind::kRecording;
+  auto& fresh = rec ? added.recordings : added.stacks;
+  if (auto it = fresh.find(local); it != fresh.end()) return std::optional<int64_t>{it->second};
+  auto& cache = rec ? m.recordings : m.stacks;
+  if (auto it = cache.find(local); it != cache.end()) return std::optional<int64_t>{it->second};
+  // Older than what is cached: the store has every mapping.
+  auto id = store_.agent_id(agent, kind, local);
+  if (!id) return id.error();
+  if (*id) fresh[local] = **id;  // cached with the batch's own once it commits
+  return *id;
+}
+
+void IngestApplier::remember(AgentMaps& m, const AgentMaps& added) {
+  // An agent past its share starts over (its own dictionary did too); the store still answers.
+  if (m.size() + added.size() > max_per_agent_) {
+    cached_ -= m.size();
+    m.recordings.clear();
+    m.stacks.clear();
+  }
+  for (auto& [l, s] : added.recordings) cached_ += m.recordings.insert_or_assign(l, s).second ? 1 : 0;
+  for (auto& [l, s] : added.stacks) cached_ += m.stacks.insert_or_assign(l, s).second ? 1 : 0;
 }
 
 Result<int64_t> IngestApplier::recording(const ingest::Batch& b, AgentMaps& m, AgentMaps& added, int64_t local,
                                          ApplyOutcome& o) {
-  if (auto it = added.recordings.find(local); it != added.recordings.end()) return it->second;
-  if (auto it = m.recordings.find(local); it != m.recordings.end()) return it->second;
+  auto known = lookup(b.agent_id(), store::AgentIdKind::kRecording, m, added, local);
+  if (!known) return known.error();
+  if (*known) return **known;
   // Its begin_recording was in a batch the agent's full spool dropped: keep the rows, under a
   // recording that says so.
   ++o.lost_refs;
@@ -96,8 +145,9 @@ Result<int64_t> IngestApplier::recording(const ingest::Batch& b, AgentMaps& m, A
 
 Result<int64_t> IngestApplier::stack(const ingest::Batch& b, AgentMaps& m, AgentMaps& added, int64_t local,
                                      ApplyOutcome& o) {
-  if (auto it = added.stacks.find(local); it != added.stacks.end()) return it->second;
-  if (auto it = m.stacks.find(local); it != m.stacks.end()) return it->second;
+  auto known = lookup(b.agent_id(), store::AgentIdKind::kStack, m, added, local);
+  if (!known) return known.error();
+  if (*known) return **known;
   ++o.lost_refs;  // defined in a batch the agent dropped: the samples stay, their stack is unknown
   Frame f;
   f.module = "[unknown]";
@@ -116,7 +166,9 @@ Status IngestApplier::apply_records(const ingest::Batch& b, AgentMaps& m, AgentM
       case ingest::Record::kRecording: {
         const auto& p = r.recording();
         store::RecordingInfo info;
-        info.node = p.node();
+        // One agent speaks for one node, the batch's: a row's node is its recording's, and a
+        // process's node must be the same for the two to join (identity is node + pid).
+        info.node = b.node();
         info.command = p.command();
         info.started_ns = p.started_ns();
         info.sample_hz = p.sample_hz();
@@ -138,7 +190,9 @@ Status IngestApplier::apply_records(const ingest::Batch& b, AgentMaps& m, AgentM
       case ingest::Record::kProcess: {
         auto rec = recording(b, m, added, r.process().recording(), o);
         if (!rec) return rec.error();
-        if (auto st = store_.put_process(*rec, from_proto(r.process())); !st) return st;
+        store::ProcessInfo proc = from_proto(r.process());
+        proc.node = b.node();  // as the recording's (above)
+        if (auto st = store_.put_process(*rec, proc); !st) return st;
         o.rows["processes"]++;
         break;
       }
@@ -327,8 +381,8 @@ Result<ApplyOutcome> IngestApplier::apply(const ingest::Batch& b, const std::str
   a.health_json = health_json;
   if (auto st = store_.put_agent_status(a); !st) return fail(st.error());
   if (auto st = store_.commit(); !st) return fail(st.error());
-  for (auto& [l, s] : added.recordings) (*maps)->recordings[l] = s;
-  for (auto& [l, s] : added.stacks) (*maps)->stacks[l] = s;
+  remember(**maps, added);
+  evict_to_budget(b.agent_id());
   return o;
 }
 

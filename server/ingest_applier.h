@@ -23,26 +23,48 @@ struct ApplyOutcome {
 // whole (HTTP 400) before the store is touched.
 Status validate_batch(const ingest::Batch& b);
 
+// How many agent-id mappings the applier caches, all agents together, and per agent. Each entry is
+// ~40 bytes (an unordered_map node): 2M are ~80 MB. An agent's own stack dictionary starts over at
+// 200k stacks (BatchingWriter) and numbers the stacks it sends again anew, so its newest 400k
+// mappings cover what it still refers to; older ones are found in the store when asked for.
+inline constexpr size_t kMaxCachedAgentIds = 2'000'000;
+inline constexpr size_t kMaxCachedIdsPerAgent = 400'000;
+
 class IngestApplier {
  public:
-  explicit IngestApplier(store::Store& store) : store_(store) {}
+  explicit IngestApplier(store::Store& store, size_t max_cached_ids = kMaxCachedAgentIds,
+                         size_t max_per_agent = kMaxCachedIdsPerAgent)
+      : store_(store), max_cached_(max_cached_ids), max_per_agent_(max_per_agent) {}
   // Not thread safe: the server serializes calls.
   Result<ApplyOutcome> apply(const ingest::Batch& b, const std::string& health_json, uint64_t now_ns);
+  // Mappings cached now, all agents together (bounded by max_cached_ids).
+  size_t cached_ids() const { return cached_; }
+  size_t cached_agents() const { return agents_.size(); }
 
  private:
   struct AgentMaps {
     std::unordered_map<int64_t, int64_t> recordings;
     std::unordered_map<int64_t, int64_t> stacks;
+    uint64_t used = 0;  // when last used (the applier's batch count)
+    size_t size() const { return recordings.size() + stacks.size(); }
   };
+  // The store's id for an agent-local one: the batch's own new ones, the cache, then the store.
+  Result<std::optional<int64_t>> lookup(const std::string& agent, store::AgentIdKind kind, AgentMaps& m,
+                                        AgentMaps& added, int64_t local);
+  void remember(AgentMaps& m, const AgentMaps& added);
+  void evict_to_budget(const std::string& keep);
   Result<AgentMaps*> maps_for(const std::string& agent);
   Result<int64_t> recording(const ingest::Batch& b, AgentMaps& m, AgentMaps& added, int64_t local, ApplyOutcome& o);
   Result<int64_t> stack(const ingest::Batch& b, AgentMaps& m, AgentMaps& added, int64_t local, ApplyOutcome& o);
   Status apply_records(const ingest::Batch& b, AgentMaps& m, AgentMaps& added, ApplyOutcome& o);
 
   store::Store& store_;
-  // Loaded from the store on an agent's first batch after a start; bounded by agents x their
-  // dictionaries (each agent caps its own).
+  // The newest mappings of each agent seen lately, loaded from the store on its first batch after a
+  // start; bounded (max_cached_, max_per_agent_): the agent used least lately is forgotten first.
   std::unordered_map<std::string, AgentMaps> agents_;
+  size_t max_cached_, max_per_agent_;
+  size_t cached_ = 0;
+  uint64_t batches_ = 0;
 };
 
 }  // namespace strata::server

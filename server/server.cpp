@@ -5,6 +5,7 @@
 #include <sys/resource.h>
 
 #include <chrono>
+#include <cstring>
 #include <fstream>
 #include <map>
 #include <mutex>
@@ -18,6 +19,7 @@
 #include "report/exporters.h"
 #include "server/diagnoser.h"
 #include "server/drilldown.h"
+#include "server/guarded_server.h"
 #include "server/ingest_applier.h"
 #include "server/json.h"
 #include "server/web_api.h"
@@ -62,6 +64,12 @@ std::optional<uint64_t> query_uint(const httplib::Request& req, const char* key)
   return std::stoull(v);
 }
 
+// The end of a page of rows: where the next page starts, or null after the last.
+std::string page_end(const store::RowQuery& q, size_t rows) {
+  const bool full = q.limit && rows >= q.limit;
+  return ",\"offset\":" + json_num(q.offset) + ",\"next_offset\":" + (full ? json_num(q.offset + rows) : std::string("null"));
+}
+
 double process_cpu_s() {
   rusage ru{};
   getrusage(RUSAGE_SELF, &ru);
@@ -80,7 +88,8 @@ class Server {
  public:
   Server(const ServeOptions& opts, std::unique_ptr<store::Store> store, std::ostream& log)
       : opts_(opts), store_(std::move(store)), applier_(*store_), log_(log),
-        diagnoser_(*store_, store_mu_, DiagnoserOptions{opts.diagnose_every_s}, log) {}
+        diagnoser_(*store_, store_mu_, DiagnoserOptions{opts.diagnose_every_s}, log),
+        svr_(ConnectionLimits{opts.max_connections, opts.request_deadline_s}) {}
 
   Status run(const std::atomic<bool>& stop) {
     auto colon = opts_.listen.rfind(':');
@@ -100,6 +109,7 @@ class Server {
     svr_.set_payload_max_length(opts_.max_compressed + 1);
     if (!svr_.bind_to_port(host, port))
       return Error{"cannot listen on " + opts_.listen + " (in use, or not an address of this host)"}.environment();
+    if (!svr_.widen_backlog()) log_ << "strata: serve: warning: cannot widen the listen backlog: " << std::strerror(errno) << "\n";
     log_ << "strata: serving on http://" << opts_.listen << (opts_.token.empty() ? " (no token: open to anyone who can connect)" : "")
          << "\n";
     diagnoser_.start();  // a round every --diagnose-every seconds for jobs with new data
@@ -180,7 +190,7 @@ class Server {
     // The web UI's views: findings (the diagnosis), heatmap, diff, timeline, overhead (web_api.h).
     add_web_api(svr_, WebApiContext{*store_, store_mu_, [this](const std::string& r) { count_request(r); }, &diagnoser_});
     // A node agent's flight recorder, asked through the collector (drilldown.h).
-    add_drilldown_api(svr_, DrilldownContext{*store_, store_mu_, opts_.token,
+    add_drilldown_api(svr_, DrilldownContext{*store_, store_mu_, peers_, opts_.drilldown_allow, opts_.max_drilldown_bytes,
                                              [this](const std::string& r) { count_request(r); }});
     svr_.Get("/metrics", [this](const httplib::Request&, httplib::Response& res) { prometheus(res); });
     bool static_files = !opts_.web_dir.empty() && svr_.set_mount_point("/", opts_.web_dir);
@@ -203,7 +213,7 @@ class Server {
 
   void ingest(const httplib::Request& req, httplib::Response& res) {
     count_request("ingest");
-    ingest::DecodeLimits limits{opts_.max_compressed, opts_.max_decompressed};
+    ingest::DecodeLimits limits{opts_.max_compressed, opts_.max_decompressed, opts_.max_batch_rows};
     auto batch = ingest::decode_batch(req.body, limits);
     Status valid = batch ? validate_batch(*batch) : Status{batch.error()};
     if (!valid) {
@@ -219,7 +229,12 @@ class Server {
     google::protobuf::util::JsonPrintOptions jo;
     jo.preserve_proto_field_names = true;
     jo.always_print_primitive_fields = true;
-    (void)google::protobuf::util::MessageToJsonString(batch->health(), &health, jo);
+    {
+      // The agent's drill-down credential stays in memory (peers_), never in the store or the API.
+      ingest::AgentHealth shown = batch->health();
+      shown.clear_drilldown_credential();
+      (void)google::protobuf::util::MessageToJsonString(shown, &health, jo);
+    }
     auto t0 = std::chrono::steady_clock::now();
     Result<ApplyOutcome> out = Error{""};
     {
@@ -235,6 +250,9 @@ class Server {
       return;
     }
     if (!out->duplicate) diagnoser_.note(*batch);  // its jobs get a diagnosis round
+    // Where this agent is reached for drill-down: the address its connection comes from.
+    peers_.saw(batch->agent_id(), req.remote_addr, batch->health().drilldown_url(),
+               batch->health().drilldown_credential());
     uint64_t rows = 0;
     {
       std::lock_guard lock(counters_.mu);
@@ -388,6 +406,10 @@ class Server {
       if (!v || *v > 1u << 22) return Error{"pid: expected a number"};
       f.pid = static_cast<uint32_t>(*v);
     }
+    // A pid names a process only on its node: node=N with pid=P is that one process.
+    auto node = node_of(req);
+    if (!node) return node.error();
+    f.node = *node;
     if (req.has_param("tid")) {
       auto v = query_uint(req, "tid");
       if (!v || *v > 1u << 22) return Error{"tid: expected a number"};
@@ -446,7 +468,15 @@ class Server {
       if (!p) return reply_error(res, 503, p.error().message);
       auto procs = store_->processes();
       if (!procs) return reply_error(res, 503, procs.error().message);
-      auto metrics = store_->metrics("os.");
+      // The OS metrics of what the profile covers (its node, pid, time range), one page at most.
+      store::RowQuery mq;
+      mq.prefix = "os.";
+      mq.node = f->node;
+      mq.pid = f->pid;
+      mq.from_ns = f->from_ns;
+      mq.to_ns = f->to_ns;
+      mq.limit = kMaxPageRows;
+      auto metrics = store_->query_metrics(mq);
       if (!metrics) return reply_error(res, 503, metrics.error().message);
       auto latest = store_->latest_recording();
       if (!latest) return reply_error(res, 503, latest.error().message);
@@ -509,34 +539,35 @@ class Server {
 
   void metrics(const httplib::Request& req, httplib::Response& res) {
     count_request("metrics");
-    std::string prefix = req.has_param("prefix") ? req.get_param_value("prefix") : "";
+    auto q = row_query_of(req);
+    if (!q) return reply_error(res, 400, q.error().message);
+    q->prefix = req.has_param("prefix") ? req.get_param_value("prefix") : "";
     Result<std::vector<store::Store::MetricRow>> rows = Error{""};
     {
       std::lock_guard lock(store_mu_);
-      rows = store_->metrics(prefix);
+      rows = store_->query_metrics(*q);
     }
     if (!rows) return reply_error(res, 503, rows.error().message);
     std::string o = "{\"metrics\":[";
     bool first = true;
     for (const auto& r : *rows) {
-      if (req.has_param("pid") && std::to_string(r.metric.pid) != req.get_param_value("pid")) continue;
       o += first ? "" : ",";
       first = false;
-      o += "{\"start_ns\":" + json_num(r.start_ns) + ",\"end_ns\":" + json_num(r.end_ns) + ",\"pid\":" +
-           json_num(r.metric.pid) + ",\"name\":" + json_str(r.metric.name) + ",\"label\":" + json_str(r.metric.label) +
-           ",\"value\":" + json_num(r.metric.value) + "}";
+      o += "{\"start_ns\":" + json_num(r.start_ns) + ",\"end_ns\":" + json_num(r.end_ns) + ",\"node\":" +
+           json_str(r.node) + ",\"pid\":" + json_num(r.metric.pid) + ",\"name\":" + json_str(r.metric.name) +
+           ",\"label\":" + json_str(r.metric.label) + ",\"value\":" + json_num(r.metric.value) + "}";
     }
-    res.set_content(o + "]}\n", "application/json");
+    res.set_content(o + "]" + page_end(*q, rows->size()) + "}\n", "application/json");
   }
 
   void steps(const httplib::Request& req, httplib::Response& res) {
     count_request("steps");
-    std::optional<uint32_t> pid;
-    if (auto v = query_uint(req, "pid")) pid = static_cast<uint32_t>(*v);
+    auto q = row_query_of(req);
+    if (!q) return reply_error(res, 400, q.error().message);
     Result<std::vector<store::StepRecord>> rows = Error{""};
     {
       std::lock_guard lock(store_mu_);
-      rows = store_->steps(std::nullopt, pid);
+      rows = store_->query_steps(*q);
     }
     if (!rows) return reply_error(res, 503, rows.error().message);
     std::string o = "{\"steps\":[";
@@ -544,35 +575,33 @@ class Server {
     for (const auto& s : *rows) {
       o += first ? "" : ",";
       first = false;
-      o += "{\"pid\":" + json_num(s.pid) + ",\"step\":" + json_num(s.step) + ",\"start_ns\":" + json_num(s.start_ns) +
+      o += "{\"node\":" + json_str(s.node) + ",\"pid\":" + json_num(s.pid) + ",\"step\":" + json_num(s.step) + ",\"start_ns\":" + json_num(s.start_ns) +
            ",\"end_ns\":" + json_num(s.end_ns) + ",\"collective_ns\":" + json_num(s.collective_ns) +
            ",\"device_compute_ns\":" + json_num(s.device_compute_ns) + ",\"gpu_idle_ns\":" + json_num(s.gpu_idle_ns) +
            ",\"device_known\":" + (s.device_known ? "true" : "false") + "}";
     }
-    res.set_content(o + "]}\n", "application/json");
+    res.set_content(o + "]" + page_end(*q, rows->size()) + "}\n", "application/json");
   }
 
   void collectives(const httplib::Request& req, httplib::Response& res) {
     count_request("collectives");
-    std::optional<uint32_t> pid;
-    if (auto v = query_uint(req, "pid")) pid = static_cast<uint32_t>(*v);
-    uint64_t limit = query_uint(req, "limit").value_or(10000);
+    auto q = row_query_of(req);
+    if (!q) return reply_error(res, 400, q.error().message);
     Result<std::vector<store::CollectiveRecord>> rows = Error{""};
     {
       std::lock_guard lock(store_mu_);
-      rows = store_->collectives(std::nullopt, pid);
+      rows = store_->query_collectives(*q);
     }
     if (!rows) return reply_error(res, 503, rows.error().message);
-    std::string o = "{\"total\":" + json_num(static_cast<uint64_t>(rows->size())) + ",\"collectives\":[";
+    std::string o = "{\"collectives\":[";
     uint64_t n = 0;
     for (const auto& c : *rows) {
-      if (n == limit) break;
       o += n++ ? "," : "";
-      o += "{\"pid\":" + json_num(c.pid) + ",\"library\":" + json_str(c.library) + ",\"op\":" + json_str(c.op) +
+      o += "{\"node\":" + json_str(c.node) + ",\"pid\":" + json_num(c.pid) + ",\"library\":" + json_str(c.library) + ",\"op\":" + json_str(c.op) +
            ",\"comm_id\":" + json_str(c.comm_id) + ",\"seq\":" + json_num(c.seq) + ",\"bytes\":" + json_num(c.bytes) +
            ",\"enter_ns\":" + json_num(c.enter_ns) + ",\"exit_ns\":" + json_num(c.exit_ns) + "}";
     }
-    res.set_content(o + "]}\n", "application/json");
+    res.set_content(o + "]" + page_end(*q, rows->size()) + "}\n", "application/json");
   }
 
   void prometheus(httplib::Response& res) {
@@ -614,6 +643,15 @@ class Server {
     o << "strata_serve_diagnoses_total{outcome=\"skipped\"} " << dc.skipped << "\n";
     o << "# TYPE strata_serve_diagnosis_seconds_total counter\nstrata_serve_diagnosis_seconds_total " << dc.seconds
       << "\n";
+    auto cc = svr_.counters();
+    o << "# HELP strata_serve_connections Open HTTP connections.\n# TYPE strata_serve_connections gauge\n"
+         "strata_serve_connections " << cc.open << "\n";
+    o << "# HELP strata_serve_connections_refused_total Connections over the cap (503 and closed).\n"
+         "# TYPE strata_serve_connections_refused_total counter\nstrata_serve_connections_refused_total "
+      << cc.refused << "\n";
+    o << "# HELP strata_serve_request_deadline_closed_total Connections closed because a request did not arrive whole in time.\n"
+         "# TYPE strata_serve_request_deadline_closed_total counter\nstrata_serve_request_deadline_closed_total "
+      << cc.deadline_closed << "\n";
     o << "# TYPE process_cpu_seconds_total counter\nprocess_cpu_seconds_total " << process_cpu_s() << "\n";
     o << "# TYPE process_resident_memory_bytes gauge\nprocess_resident_memory_bytes " << rss_bytes() << "\n";
     res.set_content(o.str(), "text/plain; version=0.0.4");
@@ -624,9 +662,10 @@ class Server {
   std::mutex store_mu_;
   IngestApplier applier_;
   ServerCounters counters_;
+  AgentPeers peers_;
   std::ostream& log_;
   Diagnoser diagnoser_;  // before svr_: handlers use it until the server stops
-  httplib::Server svr_;
+  GuardedServer svr_;
 };
 
 }  // namespace

@@ -6,6 +6,7 @@
 #include <cstdint>
 #include <memory>
 #include <string>
+#include <vector>
 
 #include "common/result.h"
 #include "store/store.h"
@@ -21,6 +22,14 @@ struct ServeOptions {
   size_t max_decompressed = 256u << 20;
   double silent_after_s = 0;  // 0: three of the agent's own send intervals (at least 5 s)
   double diagnose_every_s = 2;  // a diagnosis round for jobs with new data; 0: only when asked
+  // Hard limits (README "Limits"); the defaults are explained where they are used.
+  uint64_t max_batch_rows = 1'000'000;  // rows in one ingest batch (ingest::DecodeLimits::max_rows)
+  size_t max_connections = 512;         // open HTTP connections (server/guarded_server.h)
+  double request_deadline_s = 60;       // for a request to arrive whole
+  // Drill-down (server/drilldown.h): hosts besides an agent's own address that its drilldown_url
+  // may name (an agent behind NAT announcing its node's address).
+  std::vector<std::string> drilldown_allow;
+  size_t max_drilldown_bytes = 64u << 20;  // an agent's answer, at most
 };
 
 // Opens the store an option names (sqlite:FILE.db, a bare FILE.db, or clickhouse://HOST:PORT/DB).

@@ -77,6 +77,9 @@ struct RankProc {
   std::string comm;
 };
 
+// A process is (node, pid): pids repeat across nodes, so rows join ranks by both.
+using ProcKey = std::pair<std::string, uint32_t>;
+
 // The ranks of a job, by the processes the store knows. An empty `job` picks the job with the most
 // ranks (a recording holds one). Returns the job chosen.
 std::string job_ranks(const std::vector<store::ProcessInfo>& procs, const std::string& wanted, bool job_given,
@@ -99,7 +102,7 @@ std::string job_ranks(const std::vector<store::ProcessInfo>& procs, const std::s
     if (p.rank >= 0 && p.job == job) out.push_back({p.rank, p.pid, p.node, p.comm});
   }
   std::sort(out.begin(), out.end(), [](const RankProc& a, const RankProc& b) {
-    return a.rank != b.rank ? a.rank < b.rank : a.pid < b.pid;
+    return a.rank != b.rank ? a.rank < b.rank : a.node != b.node ? a.node < b.node : a.pid < b.pid;
   });
   return job;
 }
@@ -151,16 +154,16 @@ class WebApi {
     // A rank restarted under a new pid keeps its row: its processes' steps follow each other.
     std::map<int, size_t> row_of;
     std::vector<RankProc> rows;
-    std::unordered_map<uint32_t, size_t> pid_row;
+    std::map<ProcKey, size_t> proc_row;
     for (const auto& r : ranks) {
       auto [it, fresh] = row_of.emplace(r.rank, rows.size());
       if (fresh) rows.push_back(r);
-      pid_row[r.pid] = it->second;
+      proc_row[{r.node, r.pid}] = it->second;
     }
     std::vector<std::vector<const store::StepRecord*>> per_row(rows.size());
     for (const auto& s : steps) {
-      auto it = pid_row.find(s.pid);
-      if (it != pid_row.end() && s.end_ns > s.start_ns) per_row[it->second].push_back(&s);
+      auto it = proc_row.find({s.node, s.pid});
+      if (it != proc_row.end() && s.end_ns > s.start_ns) per_row[it->second].push_back(&s);
     }
     size_t columns = 0;
     for (auto& v : per_row) {
@@ -285,11 +288,11 @@ class WebApi {
     if (!profile) return reply_error(res, 503, profile.error().message);
     std::vector<RankProc> ranks;
     const std::string job = job_ranks(procs, req.get_param_value("job"), req.has_param("job"), ranks);
-    std::unordered_map<uint32_t, int> rank_of;
+    std::map<ProcKey, int> rank_of;
     std::set<int> peers;
     bool found = false;
     for (const auto& r : ranks) {
-      rank_of[r.pid] = r.rank;
+      rank_of[{r.node, r.pid}] = r.rank;
       if (r.rank != *rank) peers.insert(r.rank);
       found = found || r.rank == *rank;
     }
@@ -298,7 +301,7 @@ class WebApi {
     std::vector<bool> named(profile->stacks.size(), false);
     std::map<std::string, std::pair<uint64_t, uint64_t>> counts;  // folded stack -> (rank, peers)
     for (const auto& s : profile->samples) {
-      auto it = rank_of.find(s.pid);
+      auto it = rank_of.find({s.node, s.pid});
       if (it == rank_of.end() || s.count == 0) continue;
       std::string key = "[no stack]";
       if (s.stack_index < profile->stacks.size()) {
@@ -345,37 +348,44 @@ class WebApi {
       auto procs = ctx_.store.processes();
       if (!procs) return reply_error(res, 503, procs.error().message);
       job = job_ranks(*procs, req.get_param_value("job"), req.has_param("job"), ranks);
-      std::set<uint32_t> keep;
+      std::set<ProcKey> keep;
       for (const auto& r : ranks) {
-        if (r.rank == *rank) keep.insert(r.pid);
+        if (r.rank == *rank) keep.insert({r.node, r.pid});
       }
       if (keep.empty()) return reply_error(res, 404, "no rank " + std::to_string(*rank) + " in job '" + job + "'");
-      auto wanted = [&](uint32_t pid) { return keep.count(pid) > 0; };
+      auto wanted = [&](const std::string& node, uint32_t pid) { return keep.count({node, pid}) > 0; };
       for (const auto& p : *procs) {
-        if (wanted(p.pid)) d.processes.push_back(p);
+        if (wanted(p.node, p.pid)) d.processes.push_back(p);
       }
       auto comms = ctx_.store.communicators();
-      auto colls = ctx_.store.collectives();
-      auto dev = ctx_.store.device_activity();
-      auto steps = ctx_.store.steps();
       auto threads = ctx_.store.thread_windows();
-      auto counters = ctx_.store.metrics("os.");
       auto hz = ctx_.store.sample_hz();
       if (!comms) return reply_error(res, 503, comms.error().message);
-      if (!colls) return reply_error(res, 503, colls.error().message);
-      if (!dev) return reply_error(res, 503, dev.error().message);
-      if (!steps) return reply_error(res, 503, steps.error().message);
       if (!threads) return reply_error(res, 503, threads.error().message);
-      if (!counters) return reply_error(res, 503, counters.error().message);
       if (!hz) return reply_error(res, 503, hz.error().message);
-      for (auto& c : *comms) if (wanted(c.pid)) d.communicators.push_back(std::move(c));
-      for (auto& c : *colls) if (wanted(c.pid)) d.collectives.push_back(std::move(c));
-      for (auto& a : *dev) if (wanted(a.pid)) d.device.push_back(std::move(a));
-      for (auto& s : *steps) if (wanted(s.pid)) d.steps.push_back(std::move(s));
-      for (auto& t : *threads) {
-        if (wanted(t.pid)) d.threads.push_back({t.start_ns, t.end_ns, t.pid, t.tid, t.comm, t.samples});
+      // The rank's own rows, read per process (node, pid): never the whole tables.
+      for (const auto& [node, pid] : keep) {
+        store::RowQuery q;
+        q.node = node;
+        q.pid = pid;
+        auto colls = ctx_.store.query_collectives(q);
+        auto dev = ctx_.store.query_device_activity(q);
+        auto steps = ctx_.store.query_steps(q);
+        q.prefix = "os.";
+        auto counters = ctx_.store.query_metrics(q);
+        if (!colls) return reply_error(res, 503, colls.error().message);
+        if (!dev) return reply_error(res, 503, dev.error().message);
+        if (!steps) return reply_error(res, 503, steps.error().message);
+        if (!counters) return reply_error(res, 503, counters.error().message);
+        for (auto& c : *colls) d.collectives.push_back(std::move(c));
+        for (auto& a : *dev) d.device.push_back(std::move(a));
+        for (auto& x : *steps) d.steps.push_back(std::move(x));
+        for (auto& m : *counters) d.counters.push_back(std::move(m));
       }
-      for (auto& m : *counters) if (wanted(m.metric.pid)) d.counters.push_back(std::move(m));
+      for (auto& c : *comms) if (wanted(c.node, c.pid)) d.communicators.push_back(std::move(c));
+      for (auto& t : *threads) {
+        if (wanted(t.node, t.pid)) d.threads.push_back({t.start_ns, t.end_ns, t.pid, t.tid, t.comm, t.samples});
+      }
       d.sample_hz = *hz ? *hz : 99;
     }
     std::ostringstream out;
@@ -433,6 +443,42 @@ Status time_range_of(const httplib::Request& req, store::ProfileFilter& f) {
   f.from_ns = *from;
   f.to_ns = *to;
   return {};
+}
+
+Result<std::optional<std::string>> node_of(const httplib::Request& req) {
+  if (!req.has_param("node")) return std::optional<std::string>{};
+  std::string v = req.get_param_value("node");
+  if (v.empty() || v.size() > kMaxNodeName) return Error{"node: expected a node name of 1 to 256 characters"};
+  return std::optional<std::string>{std::move(v)};
+}
+
+Result<store::RowQuery> row_query_of(const httplib::Request& req) {
+  store::RowQuery q;
+  auto num = [&](const char* key, uint64_t max) -> Result<std::optional<uint64_t>> {
+    if (!req.has_param(key)) return std::optional<uint64_t>{};
+    const std::string v = req.get_param_value(key);
+    if (v.empty() || v.size() > 19 || v.find_first_not_of("0123456789") != std::string::npos || std::stoull(v) > max)
+      return Error{std::string(key) + ": expected a number up to " + std::to_string(max)};
+    return std::optional<uint64_t>{std::stoull(v)};
+  };
+  auto node = node_of(req);
+  if (!node) return node.error();
+  q.node = *node;
+  auto pid = num("pid", 1u << 22);
+  if (!pid) return pid.error();
+  if (*pid) q.pid = static_cast<uint32_t>(**pid);
+  store::ProfileFilter range;
+  if (auto st = time_range_of(req, range); !st) return st.error();
+  q.from_ns = range.from_ns;
+  q.to_ns = range.to_ns;
+  auto offset = num("offset", INT64_MAX);
+  if (!offset) return offset.error();
+  q.offset = offset->value_or(0);
+  auto limit = num("limit", kMaxPageRows);
+  if (!limit) return limit.error();
+  q.limit = limit->value_or(kDefaultPageRows);
+  if (q.limit == 0) q.limit = kDefaultPageRows;
+  return q;
 }
 
 void add_web_api(httplib::Server& svr, WebApiContext ctx) {

@@ -36,4 +36,18 @@ void add_web_api(httplib::Server& svr, WebApiContext ctx);
 // /diff): the time range of `f`. An error names the bad parameter.
 Status time_range_of(const httplib::Request& req, store::ProfileFilter& f);
 
+// A page of rows is at most this many (`limit=`), so one request never copies a whole table out of
+// the store while ingest waits for it: 100k steps or collectives are ~15 MB of JSON.
+inline constexpr uint64_t kMaxPageRows = 100'000;
+inline constexpr uint64_t kDefaultPageRows = 10'000;
+// Node names are at most this long, as in an ingest batch.
+inline constexpr size_t kMaxNodeName = 256;
+
+// `node=N&pid=P&from=NS&to=NS&offset=K&limit=L` of a row query (/api/v1/steps, /collectives,
+// /metrics): a pid names a process only together with its node (pids repeat across nodes), so a
+// pid without node matches that pid on every node. An error names the bad parameter.
+Result<store::RowQuery> row_query_of(const httplib::Request& req);
+// `node=N`: empty when absent; an error when too long.
+Result<std::optional<std::string>> node_of(const httplib::Request& req);
+
 }  // namespace strata::server

@@ -216,6 +216,7 @@ class Daemon final : public EventSink {
     h.set_watched_processes(static_cast<uint32_t>(live_.size()));
     h.set_version("0.1.0");
     h.set_drilldown_url(drilldown_url_);
+    h.set_drilldown_credential(drilldown_credential_);
   }
 
   uint64_t probe_hits() const {
@@ -249,13 +250,20 @@ class Daemon final : public EventSink {
       adv = h + ":" + std::to_string(port);
     }
     drilldown_url_ = adv.rfind("http://", 0) == 0 || adv.rfind("https://", 0) == 0 ? adv : "http://" + adv;
+    // The collector asks /drilldown with this secret of our own, registered in every batch: it never
+    // forwards its users' token to an address a batch names.
+    std::ifstream urandom("/dev/urandom", std::ios::binary);
+    unsigned char raw[16] = {};
+    urandom.read(reinterpret_cast<char*>(raw), sizeof raw);
+    if (!urandom) return Error{"cannot read /dev/urandom for the drill-down credential"}.environment();
+    static const char kHex[] = "0123456789abcdef";
+    for (unsigned char c : raw) drilldown_credential_ += {kHex[c >> 4], kHex[c & 15]};
     http_thread_ = std::thread([this] { http_->listen_after_bind(); });
     return {};
   }
 
   // GET /drilldown?[pid=P][&rank=R][&last=30s | &from_ns=A&to_ns=B][&limit=N][&kinds=collectives,device]:
-  // the flight recorder's raw records (DESIGN §2). Behind the agent's token when it has one: the
-  // records name the job's processes and timing.
+  // the flight recorder's raw records (DESIGN §2).
   void drilldown(const httplib::Request& req, httplib::Response& res) {
     auto bad = [&](int status, const std::string& why) {
       res.status = status;
@@ -263,9 +271,14 @@ class Daemon final : public EventSink {
       for (char c : why) e += (c == '"' || c == '\\') ? std::string("\\") + c : std::string(1, c);
       res.set_content("{\"error\":\"" + e + "\"}\n", "application/json");
     };
-    if (!opts_.token.empty()) {
+    {
+      // The collector presents our drill-down credential; an operator may use the shared token.
+      // Always behind one of them: the records name the job's processes and timing.
       const std::string h = req.get_header_value("Authorization");
-      if (h.rfind("Bearer ", 0) != 0 || !token_equal(h.substr(7), opts_.token)) {
+      const bool bearer = h.rfind("Bearer ", 0) == 0;
+      const bool ok = bearer && (token_equal(h.substr(7), drilldown_credential_) ||
+                                 (!opts_.token.empty() && token_equal(h.substr(7), opts_.token)));
+      if (!ok) {
         res.set_header("WWW-Authenticate", "Bearer");
         return bad(401, "missing or wrong bearer token (Authorization: Bearer TOKEN)");
       }
@@ -599,6 +612,7 @@ class Daemon final : public EventSink {
   WindowProfile profile_{normalizer_};  // after normalizer_
 
   std::string drilldown_url_;  // announced to the collector in every batch's health
+  std::string drilldown_credential_;  // ... with the secret it asks /drilldown with
   MetricsPage page_;
   std::unique_ptr<httplib::Server> http_;
   std::thread http_thread_;

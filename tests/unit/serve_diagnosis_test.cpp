@@ -13,7 +13,10 @@
 #include <atomic>
 #include <chrono>
 #include <iostream>
+#include <map>
 #include <regex>
+#include <set>
+#include <sstream>
 #include <thread>
 
 #include "agent/shipper/batching_writer.h"
@@ -225,6 +228,186 @@ TEST(ServeDiagnosis, KeepsFindingsAsWindowsArriveAndAfterARestart) {
     EXPECT_NE(text.out.find("ACTIVE"), std::string::npos) << text.out;
     EXPECT_NE(text.out.find("host-hotspot on rank 3"), std::string::npos) << text.out;
   }
+}
+
+// Two nodes whose processes have the same pids (containers, or just chance on a large cluster):
+// the recorded 4-rank job is shipped by two agents through the real ingest path, ranks 0-1 from
+// node-a and ranks 2-3 from node-b under node-a's pids. Every rank's steps, stacks and metrics stay
+// its own, and the diagnosis names the culprit (rank 3) with its node.
+void ship_node(agent::shipper::BatchingWriter& w, int64_t rec, const Recorded& r, const std::set<uint32_t>& pids,
+               const std::map<uint32_t, uint32_t>& remap) {
+  auto pid = [&](uint32_t p) {
+    auto it = remap.find(p);
+    return it == remap.end() ? p : it->second;
+  };
+  auto mine = [&](uint32_t p) { return pids.count(p) > 0; };
+  for (auto p : r.procs) {
+    if (!mine(p.pid)) continue;
+    p.pid = pid(p.pid);
+    ASSERT_TRUE(w.put_process(rec, p));
+  }
+  std::vector<store::CommunicatorRecord> comms;
+  for (auto x : r.comms) if (mine(x.pid)) x.pid = pid(x.pid), comms.push_back(x);
+  std::vector<store::StepRecord> steps;
+  for (auto x : r.steps) if (mine(x.pid)) x.pid = pid(x.pid), steps.push_back(x);
+  std::vector<store::CollectiveRecord> colls;
+  for (auto x : r.colls) if (mine(x.pid)) x.pid = pid(x.pid), colls.push_back(x);
+  std::vector<store::DeviceActivity> dev;
+  for (auto x : r.device) if (mine(x.pid)) x.pid = pid(x.pid), dev.push_back(x);
+  ASSERT_TRUE(w.put_communicators(rec, comms));
+  ASSERT_TRUE(w.put_steps(rec, steps));
+  ASSERT_TRUE(w.put_collectives(rec, colls));
+  ASSERT_TRUE(w.put_device_activity(rec, dev));
+  std::map<std::pair<uint64_t, uint64_t>, std::vector<store::Metric>> by_window;
+  for (const auto& m : r.metrics) {
+    if (m.metric.pid != 0 && !mine(m.metric.pid)) continue;  // pid 0: the node's own series, on each node
+    store::Metric x = m.metric;
+    x.pid = pid(x.pid);
+    by_window[{m.start_ns, m.end_ns}].push_back(x);
+  }
+  for (const auto& [win, ms] : by_window) ASSERT_TRUE(w.put_metrics(rec, win.first, win.second, ms));
+  for (const auto& [kind, prof] : r.profiles) {
+    std::vector<store::StackCount> counts;
+    for (const auto& smp : prof.samples) {
+      if (!mine(smp.pid)) continue;
+      auto id = w.intern_stack(prof.stacks[smp.stack_index], store::UnwindMethod::kFramePointer);
+      ASSERT_TRUE(id);
+      counts.push_back({pid(smp.pid), smp.tid, smp.comm, *id, smp.count});
+    }
+    ASSERT_TRUE(w.put_window(rec, r.start_ns, r.end_ns, kind, counts));
+  }
+  ASSERT_TRUE(w.commit());
+  ASSERT_TRUE(w.drain(30));
+}
+
+uint64_t count_of(const std::string& body, const std::string& needle) {
+  uint64_t n = 0;
+  for (size_t at = body.find(needle); at != std::string::npos; at = body.find(needle, at + 1)) ++n;
+  return n;
+}
+
+// Sum of the sample counts of a folded profile ("a;b;c 12" per line).
+uint64_t folded_total(const std::string& folded) {
+  uint64_t total = 0;
+  std::stringstream in(folded);
+  for (std::string line; std::getline(in, line);) {
+    auto sp = line.rfind(' ');
+    if (sp != std::string::npos) total += std::stoull(line.substr(sp + 1));
+  }
+  return total;
+}
+
+TEST(ServeDiagnosis, TwoNodesWithTheSamePidsKeepTheirOwnRanks) {
+  TempDir tmp;
+  const std::string db = tmp.file("server.db");
+  Recorded r = load(std::string(STRATA_SOURCE_DIR) + "/tests/data/diagnose/host-hotspot.db");
+  ASSERT_FALSE(r.steps.empty());
+  const std::string job = "strata-sim-19106";
+  // The recording's processes: the launcher, ranks 0-3.
+  std::map<int, uint32_t> pid_of_rank;
+  uint32_t launcher = 0;
+  for (const auto& p : r.procs) {
+    if (p.rank >= 0) pid_of_rank[p.rank] = p.pid;
+    else launcher = p.pid;
+  }
+  ASSERT_EQ(pid_of_rank.size(), 4u);
+  ASSERT_NE(launcher, 0u);
+  // node-b's ranks 2 and 3 run under node-a's rank 0 and 1 pids; each node has its own launcher.
+  const std::set<uint32_t> a_pids{launcher, pid_of_rank[0], pid_of_rank[1]};
+  const std::set<uint32_t> b_pids{launcher, pid_of_rank[2], pid_of_rank[3]};
+  const std::map<uint32_t, uint32_t> b_remap{{pid_of_rank[2], pid_of_rank[0]}, {pid_of_rank[3], pid_of_rank[1]}};
+  const uint32_t shared = pid_of_rank[1];  // rank 1 on node-a, rank 3 (the culprit) on node-b
+
+  // What each rank had in the recording, to compare with what the collector keeps per (node, pid).
+  auto steps_of = [&](uint32_t pid) {
+    uint64_t n = 0, ns = 0;
+    for (const auto& s : r.steps) if (s.pid == pid) ++n, ns += s.end_ns - s.start_ns;
+    return std::pair{n, ns};
+  };
+  auto samples_of = [&](uint32_t pid) {
+    uint64_t n = 0;
+    for (const auto& smp : r.profiles[0].second.samples) if (smp.pid == pid) n += smp.count;
+    return n;
+  };
+  auto metric_rows_of = [&](uint32_t pid) {
+    uint64_t n = 0;
+    for (const auto& m : r.metrics) n += m.metric.pid == pid && m.metric.name.rfind("os.", 0) == 0;
+    return n;
+  };
+  ASSERT_NE(steps_of(pid_of_rank[1]).second, steps_of(pid_of_rank[3]).second);
+  ASSERT_NE(samples_of(pid_of_rank[1]), samples_of(pid_of_rank[3]));
+
+  Collector c(db, free_port());
+  for (const std::string node : {"node-a", "node-b"}) {
+    agent::shipper::ShipperOptions so;
+    so.server = c.url();
+    so.node = node;
+    so.agent_id = node + "-agent";
+    so.spool_dir = tmp.file("spool-" + node);
+    auto w = agent::shipper::BatchingWriter::open(so, nullptr, nullptr);
+    ASSERT_TRUE(w) << w.error().message;
+    store::RecordingInfo info;
+    info.node = node;
+    info.command = "replay of host-hotspot.db";
+    info.started_ns = r.start_ns;
+    info.sample_hz = 99;
+    info.window_s = 10;
+    auto rec = (*w)->begin_recording(info);
+    ASSERT_TRUE(rec);
+    const bool a = node == "node-a";
+    ship_node(**w, *rec, r, a ? a_pids : b_pids, a ? std::map<uint32_t, uint32_t>{} : b_remap);
+  }
+
+  // Steps: the same pid on two nodes is two processes.
+  for (const auto& [node, rank] : {std::pair{"node-a", 1}, std::pair{"node-b", 3}}) {
+    const std::string q = "?node=" + std::string(node) + "&pid=" + std::to_string(shared) + "&limit=100000";
+    std::string steps = c.get("/api/v1/steps" + q);
+    auto [n, ns] = steps_of(pid_of_rank[rank]);
+    EXPECT_EQ(count_of(steps, "\"step\":"), n) << node << " rank " << rank << ": " << steps.substr(0, 300);
+    uint64_t got_ns = 0;
+    std::regex span("\"start_ns\":([0-9]+),\"end_ns\":([0-9]+)");
+    for (std::sregex_iterator it(steps.begin(), steps.end(), span), end; it != end; ++it)
+      got_ns += std::stoull((*it)[2]) - std::stoull((*it)[1]);
+    EXPECT_EQ(got_ns, ns) << node << " rank " << rank << "'s steps are not its own";
+    // Stacks.
+    std::string folded = c.get("/api/v1/profile" + q);
+    EXPECT_EQ(folded_total(folded), samples_of(pid_of_rank[rank])) << node << " rank " << rank;
+    // Metrics.
+    std::string metrics = c.get("/api/v1/metrics" + q + "&prefix=os.");
+    EXPECT_EQ(count_of(metrics, "\"name\":"), metric_rows_of(pid_of_rank[rank])) << node << " rank " << rank;
+    EXPECT_EQ(count_of(metrics, "\"node\":\"" + std::string(node) + "\""), metric_rows_of(pid_of_rank[rank]));
+  }
+  // Without a node, a pid names that pid on every node.
+  EXPECT_EQ(folded_total(c.get("/api/v1/profile?pid=" + std::to_string(shared))),
+            samples_of(pid_of_rank[1]) + samples_of(pid_of_rank[3]));
+
+  // The heatmap: four ranks, each with its own steps, and its node.
+  std::string heat = c.get("/api/v1/heatmap?job=" + job + "&series=step_ms");
+  EXPECT_NE(heat.find("{\"rank\":3,\"pid\":" + std::to_string(shared) + ",\"node\":\"node-b\"}"), std::string::npos) << heat.substr(0, 600);
+  EXPECT_NE(heat.find("{\"rank\":1,\"pid\":" + std::to_string(shared) + ",\"node\":\"node-a\"}"), std::string::npos);
+  EXPECT_EQ(number_after(heat, "steps"), steps_of(pid_of_rank[3]).first) << "a rank's row holds another's steps";
+
+  // The differential profile of rank 3 holds rank 3's samples alone.
+  std::string diff = c.get("/api/v1/diff?job=" + job + "&rank=3");
+  uint64_t rank_total = 0;
+  std::regex stack_row("\\[\"[^\"]*\",([0-9]+),([0-9]+)\\]");
+  for (std::sregex_iterator it(diff.begin(), diff.end(), stack_row), end; it != end; ++it) rank_total += std::stoull((*it)[1]);
+  EXPECT_EQ(rank_total, samples_of(pid_of_rank[3]));
+
+  // The diagnosis names the culprit by rank and node.
+  std::string found;
+  for (int k = 0; k < 300; ++k) {
+    found = c.get("/api/v1/findings?job=" + job);
+    if (found.find("\"cause\":\"host-hotspot\"") != std::string::npos) break;
+    std::this_thread::sleep_for(std::chrono::milliseconds(100));
+  }
+  ASSERT_NE(found.find("\"cause\":\"host-hotspot\""), std::string::npos) << found;
+  std::smatch m;
+  ASSERT_TRUE(std::regex_search(found, m, std::regex("\\{(?:\"scope\":\"[a-z]+\",)?\"rank\":([0-9]+),\"node\":\"([^\"]*)\"")))
+      << found.substr(0, 600);
+  EXPECT_EQ(m[1], "3");
+  EXPECT_EQ(m[2], "node-b");
+  EXPECT_NE(found.find("\"culprit\":\"cpu_work\""), std::string::npos) << found.substr(0, 600);
 }
 
 }  // namespace
