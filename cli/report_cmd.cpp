@@ -112,7 +112,7 @@ Result<report::TimelineData> load_timeline(store::Store& st, const store::Profil
   for (auto& a : *dev) if (wanted(a.node, a.pid)) d.device.push_back(std::move(a));
   for (auto& s : *steps) if (wanted(s.node, s.pid)) d.steps.push_back(std::move(s));
   for (auto& t : *threads) {
-    if (wanted(t.node, t.pid)) d.threads.push_back({t.start_ns, t.end_ns, t.pid, t.tid, t.comm, t.samples});
+    if (wanted(t.node, t.pid)) d.threads.push_back({t.start_ns, t.end_ns, t.pid, t.tid, t.comm, t.samples, t.node});
   }
   for (auto& m : *counters) if (wanted(m.node, m.metric.pid)) d.counters.push_back(std::move(m));
   d.sample_hz = *hz ? *hz : 99;

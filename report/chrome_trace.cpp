@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <cstdio>
 #include <map>
+#include <optional>
 #include <set>
 
 #include "common/json.h"
@@ -76,7 +77,59 @@ class Writer {
 
 }  // namespace
 
-void write_chrome_trace(const TimelineData& d, std::ostream& out) {
+namespace {
+
+// Pids repeat across nodes: in a trace of several nodes (a collector's store) each (node, pid) is a
+// trace process of its own: its pid where no other node has that pid, else a number above any pid
+// (pid_max is at most 2^22). `real` gets each trace pid's own pid and node for its name.
+constexpr uint32_t kFirstSharedPid = 1u << 22;
+
+struct RealPid {
+  uint32_t pid = 0;
+  std::string node;
+};
+
+std::optional<TimelineData> with_unique_pids(const TimelineData& d, std::map<uint32_t, RealPid>& real) {
+  std::map<uint32_t, std::set<std::string>> nodes_of;
+  auto see = [&](const std::string& node, uint32_t pid) { nodes_of[pid].insert(node); };
+  for (const auto& p : d.processes) see(p.node, p.pid);
+  for (const auto& c : d.collectives) see(c.node, c.pid);
+  for (const auto& a : d.device) see(a.node, a.pid);
+  for (const auto& s : d.steps) see(s.node, s.pid);
+  for (const auto& t : d.threads) see(t.node, t.pid);
+  for (const auto& m : d.counters) see(m.node, m.metric.pid);
+  std::map<std::pair<std::string, uint32_t>, uint32_t> trace_pid;
+  uint32_t next = kFirstSharedPid;
+  bool shared = false;
+  for (const auto& [pid, nodes] : nodes_of) {
+    for (const auto& node : nodes) {
+      const uint32_t t = nodes.size() == 1 ? pid : next++;
+      shared |= nodes.size() > 1;
+      trace_pid[{node, pid}] = t;
+      real[t] = {pid, nodes.size() > 1 ? node : std::string()};
+    }
+  }
+  if (!shared) return std::nullopt;  // every pid on one node: the trace as it is
+  TimelineData u = d;
+  auto map = [&](const std::string& node, uint32_t& pid) { pid = trace_pid[{node, pid}]; };
+  for (auto& p : u.processes) map(p.node, p.pid);
+  for (auto& c : u.communicators) map(c.node, c.pid);
+  for (auto& c : u.collectives) map(c.node, c.pid);
+  for (auto& a : u.device) map(a.node, a.pid);
+  for (auto& s : u.steps) map(s.node, s.pid);
+  for (auto& t : u.threads) map(t.node, t.pid);
+  for (auto& m : u.counters) {
+    if (m.metric.pid != 0) map(m.node, m.metric.pid);
+  }
+  return u;
+}
+
+}  // namespace
+
+void write_chrome_trace(const TimelineData& data, std::ostream& out) {
+  std::map<uint32_t, RealPid> real;
+  const std::optional<TimelineData> remapped = with_unique_pids(data, real);
+  const TimelineData& d = remapped ? *remapped : data;
   uint64_t t0 = UINT64_MAX;
   auto see = [&](uint64_t t) {
     if (t && t < t0) t0 = t;
@@ -100,15 +153,18 @@ void write_chrome_trace(const TimelineData& d, std::ostream& out) {
   for (const auto& p : d.processes) info[p.pid] = &p;
   for (uint32_t pid : pids) {
     auto it = info.find(pid);
-    std::string name = "pid " + std::to_string(pid);
+    // The process's own pid, and its node where another node has the same pid.
+    const RealPid& r = real[pid];
+    const std::string where = (r.node.empty() ? "" : r.node + ", ") + "pid " + std::to_string(r.pid ? r.pid : pid);
+    std::string name = where;
     int64_t order = 1'000'000 + pid;
     if (it != info.end()) {
       const auto& p = *it->second;
       if (p.rank >= 0) {
-        name = "rank " + std::to_string(p.rank) + " (pid " + std::to_string(pid) + ", " + p.comm + ")";
+        name = "rank " + std::to_string(p.rank) + " (" + where + ", " + p.comm + ")";
         order = p.rank;
       } else {
-        name = p.comm + " (pid " + std::to_string(pid) + ")";
+        name = p.comm + " (" + where + ")";
       }
     }
     w.meta("process_name", pid, 0, name);

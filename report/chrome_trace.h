@@ -16,6 +16,7 @@ struct ThreadActivity {
   uint32_t pid = 0, tid = 0;
   std::string comm;
   uint64_t samples = 0;
+  std::string node;  // pids repeat across nodes
 };
 
 // Everything the timeline shows, already read from a store (times in unix ns).

@@ -384,7 +384,7 @@ class WebApi {
       }
       for (auto& c : *comms) if (wanted(c.node, c.pid)) d.communicators.push_back(std::move(c));
       for (auto& t : *threads) {
-        if (wanted(t.node, t.pid)) d.threads.push_back({t.start_ns, t.end_ns, t.pid, t.tid, t.comm, t.samples});
+        if (wanted(t.node, t.pid)) d.threads.push_back({t.start_ns, t.end_ns, t.pid, t.tid, t.comm, t.samples, t.node});
       }
       d.sample_hz = *hz ? *hz : 99;
     }

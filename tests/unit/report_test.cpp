@@ -1,6 +1,9 @@
 // Exporters on a made-up profile: folded lines, the pprof file (read back with the generated class
 // and with the real protoc CLI), and the top table.
 #include <gtest/gtest.h>
+
+#include <regex>
+#include <set>
 #include <unistd.h>
 #include <zlib.h>
 
@@ -14,6 +17,7 @@
 #include <vector>
 
 #include "profile.pb.h"
+#include "report/chrome_trace.h"
 #include "report/exporters.h"
 
 namespace strata::report {
@@ -345,6 +349,52 @@ std::map<std::string, std::pair<uint64_t, uint64_t>> top_section(const std::stri
     rows[name] = {self, total};
   }
   return rows;
+}
+
+// A trace of a collector's store: two nodes whose processes have the same pid stay two processes,
+// each named with its node; a pid on one node only keeps its number.
+TEST(ChromeTrace, TheSamePidOnTwoNodesIsTwoProcesses) {
+  TimelineData d;
+  for (int k = 0; k < 2; ++k) {
+    const std::string node = k == 0 ? "node-a" : "node-b";
+    store::ProcessInfo p;
+    p.pid = 42;
+    p.node = node;
+    p.comm = "app";
+    p.rank = k;
+    d.processes.push_back(p);
+    store::StepRecord s;
+    s.pid = 42;
+    s.node = node;
+    s.step = 1;
+    s.start_ns = 1000;
+    s.end_ns = 2000 + static_cast<uint64_t>(k) * 1000;
+    d.steps.push_back(s);
+  }
+  store::ProcessInfo alone;
+  alone.pid = 7;
+  alone.node = "node-a";
+  alone.comm = "loader";
+  d.processes.push_back(alone);
+  store::StepRecord s7;
+  s7.pid = 7;
+  s7.node = "node-a";
+  s7.step = 1;
+  s7.start_ns = 1000;
+  s7.end_ns = 1500;
+  d.steps.push_back(s7);
+  std::ostringstream out;
+  write_chrome_trace(d, out);
+  const std::string t = out.str();
+  EXPECT_NE(t.find("rank 0 (node-a, pid 42, app)"), std::string::npos) << t;
+  EXPECT_NE(t.find("rank 1 (node-b, pid 42, app)"), std::string::npos) << t;
+  EXPECT_NE(t.find("loader (pid 7)"), std::string::npos) << t;
+  // Each node's step on a process of its own.
+  std::regex step("\\{\"ph\":\"X\",\"pid\":([0-9]+),[^}]*\"name\":\"step 1\"");
+  std::set<std::string> pids;
+  for (std::sregex_iterator it(t.begin(), t.end(), step), end; it != end; ++it) pids.insert((*it)[1]);
+  EXPECT_EQ(pids.size(), 3u) << t;
+  EXPECT_EQ(pids.count("7"), 1u);
 }
 
 TEST(Top, SelfAndTotalWithRecursionCountedOnce) {
