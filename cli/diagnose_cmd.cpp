@@ -13,6 +13,7 @@ namespace strata::cli {
 
 namespace {
 const char* kDiagnoseHelp = R"(usage: strata diagnose (FILE.db | --server URL [--token-file F]) [--job ID] [--json]
+                       [--from NS] [--to NS]
 
 Says why the recorded training job is slow: which rank (node, link), which layer (comm, GPU, CPU, OS),
 which cause and culprit (a process, a function, a GPU, a link), how many ms per step it costs, the
@@ -21,6 +22,8 @@ with its own history and each rank with its peers (DESIGN §6).
 
 options:
   --job ID          the job to diagnose (default: the one with the most ranks in the latest recording)
+  --from NS, --to NS  only what the file holds in [NS, NS) (unix nanoseconds, either end open): the
+                    cost is bounded by the span, not by the file
   --json            {"job":..,"findings":[{"rank":..,"node":..,"layer":..,"cause":..,"culprit":..,
                     "lost_ms_per_step":..,"confidence":..,"evidence":[...]}]}; no findings = healthy
   --server URL      the findings `strata serve` at URL (http://HOST:PORT) keeps: it diagnoses
@@ -74,6 +77,12 @@ int diagnose_main(std::vector<std::string> argv) {
     }
     if (a == "--json") {
       json = true;
+    } else if (a == "--from" || a == "--to") {
+      auto v = args.value(a);
+      if (!v) return fail(v.error().message, 1);
+      if (v->empty() || v->size() > 19 || v->find_first_not_of("0123456789") != std::string::npos)
+        return fail("diagnose: " + a + " " + *v + ": expected unix nanoseconds", 1);
+      (a == "--from" ? load.from_ns : load.to_ns) = std::stoull(*v);
     } else if (a == "--job" || a == "--server" || a == "--token-file") {
       auto v = args.value(a);
       if (!v) return fail(v.error().message, 1);
@@ -97,6 +106,10 @@ int diagnose_main(std::vector<std::string> argv) {
   if (file.empty() == server.empty())
     return fail("diagnose: which store? (strata diagnose FILE.db, or strata diagnose --server URL)", 1);
 
+  if (load.from_ns && load.to_ns && *load.from_ns >= *load.to_ns)
+    return fail("diagnose: --from must come before --to", 1);
+  if (!server.empty() && (load.from_ns || load.to_ns))
+    return fail("diagnose: --from/--to read a file; the collector diagnoses its latest windows itself", 1);
   if (!server.empty()) return diagnose_remote(server, token, load.job, json);
   auto st = store::Store::open_sqlite(file, store::Store::Mode::kReadOnly);
   if (!st) return fail(st.error().message, st.error().exit_code);

@@ -149,8 +149,12 @@ std::string syscall_caller(const Stack& stack) {
   return sc + "|" + path;
 }
 
-Status load_profile(store::Store& s, std::optional<int64_t> rec, JobWindow& job, RankWindow& r, store::CountKind kind, double steps) {
+Status load_profile(store::Store& s, const store::RowQuery& span, JobWindow& job, RankWindow& r, store::CountKind kind,
+                    double steps) {
   store::ProfileFilter f;
+  f.from_ns = span.from_ns;
+  f.to_ns = span.to_ns;
+  const std::optional<int64_t> rec = span.recording;
   f.node = r.node;
   f.pid = r.pid;
   f.recording = rec;
@@ -227,7 +231,12 @@ Result<JobWindow> load_job_window(store::Store& s, const LoadOptions& opt) {
   auto procs = s.processes(rec);
   if (!procs) return procs.error();
 
-  auto steps_r = s.steps(rec);
+  // Every read below is of this span (the whole store when none is given).
+  store::RowQuery span;
+  span.recording = rec;
+  span.from_ns = opt.from_ns;
+  span.to_ns = opt.to_ns;
+  auto steps_r = s.query_steps(span);
   if (!steps_r) return steps_r.error();
   ByProc<std::vector<store::StepRecord>> steps_by_proc;
   for (auto& st : *steps_r) steps_by_proc[{st.node, st.pid}].push_back(st);
@@ -261,6 +270,7 @@ Result<JobWindow> load_job_window(store::Store& s, const LoadOptions& opt) {
     if (better) slot = p;
   }
   if (jobs.empty()) return Error{"no training job in the store: no recorded process has a RANK"};
+  if (steps_r->empty() && (opt.from_ns || opt.to_ns)) return Error{"no training step in the time span asked for"};
   const std::map<int, store::ProcessInfo>* ranks = nullptr;
   std::string job_name;
   for (const auto& [name, rs] : jobs) {
@@ -282,7 +292,9 @@ Result<JobWindow> load_job_window(store::Store& s, const LoadOptions& opt) {
     auto& st = steps_by_proc[{p.node, p.pid}];
     std::sort(st.begin(), st.end(), [](const auto& a, const auto& b) { return a.step < b.step; });
     rs.all_steps = st.size();
-    size_t skip = std::min(st.size(), static_cast<size_t>(std::max(0, opt.warmup_steps)));
+    // Start-up steps are the process's first ones (numbered from 1), also when a span starts later.
+    size_t skip = 0;
+    while (skip < st.size() && st[skip].step <= static_cast<uint64_t>(std::max(0, opt.warmup_steps))) ++skip;
     rs.steps.assign(st.begin() + static_cast<long>(skip), st.end());
     src.push_back(std::move(rs));
   }
@@ -328,7 +340,7 @@ Result<JobWindow> load_job_window(store::Store& s, const LoadOptions& opt) {
   if (job.start_ns == UINT64_MAX) job.start_ns = 0;
 
   // Collective progress: completion on the device; an NCCL call's host return is only an enqueue.
-  auto colls = s.collectives(rec);
+  auto colls = s.query_collectives(span);
   if (!colls) return colls.error();
   ByProc<RankWindow*> by_proc;
   for (auto& r : job.ranks) by_proc[{r.node, r.pid}] = &r;
@@ -345,8 +357,7 @@ Result<JobWindow> load_job_window(store::Store& s, const LoadOptions& opt) {
     }
   }
   for (auto& r : job.ranks) {
-    store::RowQuery q;
-    q.recording = rec;
+    store::RowQuery q = span;
     q.node = r.node;
     q.pid = r.pid;
     auto dev = s.query_device_activity(q);
@@ -356,7 +367,7 @@ Result<JobWindow> load_job_window(store::Store& s, const LoadOptions& opt) {
 
   // Metrics: rates over the recording windows that overlap the analysis window, times the rank's
   // step time, give time per step.
-  auto rows = s.metrics("");
+  auto rows = s.query_metrics(span);
   if (!rows) return rows.error();
   struct Acc {
     std::array<double, kOsCount> sum{};
@@ -499,8 +510,8 @@ Result<JobWindow> load_job_window(store::Store& s, const LoadOptions& opt) {
       }
     }
     double steps = static_cast<double>(std::max<size_t>(1, steps_by_proc[proc].size()));
-    if (auto st = load_profile(s, rec, job, r, store::CountKind::kOnCpu, steps); !st) return st.error();
-    if (auto st = load_profile(s, rec, job, r, store::CountKind::kOffCpu, steps); !st) return st.error();
+    if (auto st = load_profile(s, span, job, r, store::CountKind::kOnCpu, steps); !st) return st.error();
+    if (auto st = load_profile(s, span, job, r, store::CountKind::kOffCpu, steps); !st) return st.error();
   }
   for (const auto& r : job.ranks) job.observed_until_ns = std::max(job.observed_until_ns, r.last_progress_ns);
   return job;

@@ -3,6 +3,8 @@
 // and per step.
 #pragma once
 
+#include <cstdint>
+#include <optional>
 #include <string>
 
 #include "common/result.h"
@@ -17,6 +19,10 @@ struct LoadOptions {
   // Every recording, not only the latest: a collector holds one per agent (node) and agent start,
   // and a job's ranks span them.
   bool all_recordings = false;
+  // Only what overlaps [from_ns, to_ns) (unix ns; either end open) is read: steps, collectives,
+  // device activity, metrics and the store windows of stacks. The cost is then bounded by the span,
+  // not by what the store holds.
+  std::optional<uint64_t> from_ns, to_ns;
 };
 
 Result<JobWindow> load_job_window(store::Store& store, const LoadOptions& options = {});

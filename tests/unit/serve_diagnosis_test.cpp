@@ -297,6 +297,32 @@ uint64_t folded_total(const std::string& folded) {
   return total;
 }
 
+// strata diagnose FILE.db --from/--to: only the span is read. Before the hotspot (step 10) the job
+// is healthy; over the whole run rank 3's hotspot is found; a span with no step is refused.
+TEST(ServeDiagnosis, ASpanOfARecordingIsDiagnosedAlone) {
+  const std::string db = std::string(STRATA_SOURCE_DIR) + "/tests/data/diagnose/host-hotspot.db";
+  Recorded r = load(db);
+  ASSERT_FALSE(r.steps.empty());
+  uint64_t fault_start = UINT64_MAX, first = UINT64_MAX;
+  for (const auto& s : r.steps) {
+    first = std::min(first, s.start_ns);
+    if (s.step == 10) fault_start = std::min(fault_start, s.start_ns);
+  }
+  ASSERT_NE(fault_start, UINT64_MAX);
+  auto before = run(strata_bin() + " diagnose " + db + " --json --to " + std::to_string(fault_start));
+  ASSERT_EQ(before.exit_code, 0) << before.err;
+  EXPECT_NE(before.out.find("\"healthy\":true"), std::string::npos) << before.out.substr(0, 400);
+  auto whole = run(strata_bin() + " diagnose " + db + " --json --from " + std::to_string(first));
+  ASSERT_EQ(whole.exit_code, 0) << whole.err;
+  EXPECT_NE(whole.out.find("\"cause\":\"host-hotspot\""), std::string::npos) << whole.out.substr(0, 400);
+  auto none = run(strata_bin() + " diagnose " + db + " --from 1 --to 2");
+  EXPECT_EQ(none.exit_code, 1);
+  EXPECT_NE(none.err.find("no training step in the time span"), std::string::npos) << none.err;
+  auto bad = run(strata_bin() + " diagnose " + db + " --from 5 --to 2");
+  EXPECT_EQ(bad.exit_code, 1);
+  EXPECT_NE(bad.err.find("--from must come before --to"), std::string::npos) << bad.err;
+}
+
 TEST(ServeDiagnosis, TwoNodesWithTheSamePidsKeepTheirOwnRanks) {
   TempDir tmp;
   const std::string db = tmp.file("server.db");
