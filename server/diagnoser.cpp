@@ -41,6 +41,21 @@ Diagnoser::Diagnoser(store::Store& store, std::mutex& store_mu, DiagnoserOptions
 
 Diagnoser::~Diagnoser() { stop(); }
 
+void Diagnoser::set_reader(std::unique_ptr<store::Store> reader) {
+  std::lock_guard lock(reader_mu_);
+  reader_ = std::move(reader);
+}
+
+template <typename F>
+auto Diagnoser::read(F f) {
+  {
+    std::lock_guard lock(reader_mu_);
+    if (reader_) return f(*reader_);
+  }
+  std::lock_guard lock(store_mu_);
+  return f(store_);
+}
+
 void Diagnoser::start() {
   if (opts_.every_s <= 0 || thread_.joinable()) return;
   {
@@ -127,8 +142,7 @@ void Diagnoser::round() {
   if (procs_seen.empty() && jobs.empty()) return;
   std::set<std::string> all_jobs;
   {
-    std::lock_guard lock(store_mu_);
-    auto procs = store_.processes();
+    auto procs = read([](store::Store& s) { return s.processes(); });
     if (!procs) {
       log_ << "strata: serve: diagnosis: " << procs.error().message << "\n";
       return;
@@ -165,11 +179,8 @@ Result<std::string> Diagnoser::diagnose_job(const std::string& job) {
   diagnose::LoadOptions lo;
   lo.job = job;
   lo.all_recordings = true;
-  Result<diagnose::JobWindow> window = Error{""};
-  {
-    std::lock_guard lock(store_mu_);
-    window = diagnose::load_job_window(store_, lo);
-  }
+  // Read through the rounds' own connection when there is one: ingest goes on meanwhile.
+  Result<diagnose::JobWindow> window = read([&](store::Store& s) { return diagnose::load_job_window(s, lo); });
   if (!window) {
     count(false);
     return window.error();  // no steps yet: nothing to keep

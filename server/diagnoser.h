@@ -9,6 +9,7 @@
 #include <cstdint>
 #include <mutex>
 #include <ostream>
+#include <memory>
 #include <set>
 #include <string>
 #include <thread>
@@ -40,6 +41,11 @@ class Diagnoser {
 
   void start();
   void stop();
+
+  // A store connection of the rounds' own for their reads (SQLite in WAL mode lets it read beside
+  // the writer; ClickHouse is another HTTP client): a round then reads without the store mutex, and
+  // ingest never waits for it. Without one, rounds read the shared store under the mutex.
+  void set_reader(std::unique_ptr<store::Store> reader);
 
   // After a batch is applied: the processes it brought data for, and the jobs it named.
   void note(const ingest::Batch& batch);
@@ -75,6 +81,12 @@ class Diagnoser {
   std::set<std::pair<std::string, uint32_t>> dirty_procs_;  // (node, pid): pids repeat across nodes
   std::set<std::string> dirty_jobs_;
   DiagnoserCounters counters_;
+
+  // Where rounds read: reader_ under reader_mu_ when set, else store_ under store_mu_.
+  std::unique_ptr<store::Store> reader_;
+  std::mutex reader_mu_;
+  template <typename F>
+  auto read(F f);
 
   std::mutex round_mu_;  // one diagnosis at a time (the thread, or a first request)
   std::thread thread_;

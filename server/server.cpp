@@ -112,6 +112,16 @@ class Server {
     if (!svr_.widen_backlog()) log_ << "strata: serve: warning: cannot widen the listen backlog: " << std::strerror(errno) << "\n";
     log_ << "strata: serving on http://" << opts_.listen << (opts_.token.empty() ? " (no token: open to anyone who can connect)" : "")
          << "\n";
+    // SQLite: the rounds read through a connection of their own (WAL lets it read beside the writer;
+    // the file exists now, the writer made it). A ClickHouse store object keeps the recordings it
+    // wrote in memory, so its rounds read through the writer's.
+    if (opts_.store.rfind("clickhouse://", 0) != 0) {
+      if (auto reader = open_store(opts_.store, store::Store::Mode::kReadOnly)) {
+        diagnoser_.set_reader(std::move(*reader));
+      } else {
+        log_ << "strata: serve: diagnosis reads share the writer's connection: " << reader.error().message << "\n";
+      }
+    }
     diagnoser_.start();  // a round every --diagnose-every seconds for jobs with new data
     std::atomic<bool> finished{false};
     std::thread watcher([&] {
