@@ -83,7 +83,7 @@ struct ProcState {
   StepDetector steps;
   std::unique_ptr<GpuTimingSource> timeline;
   uint64_t next_timeline_try = 0;
-  std::vector<std::string> timeline_dirs;  // from its environment, read while it lived
+  std::optional<TimelineTarget> timeline_target;  // its uid and own pid, read while it lived
   std::vector<TimelineRecord> unmatched_device;  // collective kernels waiting for their call
   std::unordered_map<uint64_t, std::string> kernel_names;  // func address -> name
   std::set<std::string> mapped_files;            // runtime files this process maps
@@ -213,7 +213,7 @@ class GpuCommSource final : public Source {
     auto& st = proc(p.pid);
     st.alive = true;
     st.exec_mono = monotonic_now_ns();
-    if (auto dirs = timeline_dirs_of(p.pid); !dirs.empty()) st.timeline_dirs = std::move(dirs);
+    if (auto t = timeline_target_of(p.pid)) st.timeline_target = *t;
     // Attach to the runtimes the new image will load before it can call them: its DT_NEEDED
     // closure, resolved as the loader will. Libraries loaded later (dlopen) are found by rescans.
     std::string root = "/proc/" + std::to_string(p.pid) + "/root";
@@ -535,7 +535,9 @@ class GpuCommSource final : public Source {
     if (!opts_.gpu) return;
     if (!st.timeline) {
       if (now < st.next_timeline_try && !force) return;
-      auto t = open_timeline_for(st.pid, st.timeline_dirs);
+      if (!st.timeline_target) st.timeline_target = timeline_target_of(st.pid);
+      if (!st.timeline_target) return;  // gone before we knew whose it was: nothing to trust
+      auto t = open_timeline_for(*st.timeline_target);
       if (!t) {
         st.next_timeline_try = now + kNs / 5;  // the file appears with the first device work
         return;

@@ -133,7 +133,7 @@ class Timeline {
     if (failed_ && pid == pid_) return false;
     pid_ = pid;
     header_ = nullptr;
-    std::string path = testbed_dir() + "/" + std::to_string(pid) + ".timeline";
+    std::string path = timeline_dir() + "/" + std::to_string(pid) + ".timeline";
     const uint32_t capacity = STRATA_TIMELINE_DEFAULT_CAPACITY;
     size_t size = STRATA_TIMELINE_HEADER_SIZE + size_t{capacity} * sizeof(strata_timeline_record);
     int fd = ::open(path.c_str(), O_RDWR | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);

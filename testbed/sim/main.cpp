@@ -524,7 +524,7 @@ class Sim {
     if (injector_) injector_->teardown();
     for (const auto& r : ranks_) {
       std::error_code ec;
-      fs::remove(testbed_dir() + "/" + std::to_string(r.pid) + ".timeline", ec);
+      fs::remove(timeline_dir() + "/" + std::to_string(r.pid) + ".timeline", ec);
     }
     std::error_code ec;
     fs::remove_all(run_dir_, ec);

@@ -32,6 +32,7 @@ std::string g_dir = [] {
   char tmpl[] = "/tmp/strata-standins-test-XXXXXX";
   std::string dir = ::mkdtemp(tmpl);
   ::setenv("STRATA_TESTBED_DIR", dir.c_str(), 1);
+  ::setenv("STRATA_TIMELINE_DIR", dir.c_str(), 1);  // the device timelines too (abi/gpu_timeline.h)
   return dir;
 }();
 
