@@ -393,6 +393,7 @@ class Daemon final : public EventSink {
            "# TYPE strata_agent_records_dropped_total counter\n";
       for (const auto& [k, v] : s.records_dropped)
         o << "strata_agent_records_dropped_total{kind=\"" << k << "\"} " << v << "\n";
+      writer_->write_metrics(o);  // kept answers by status, held/set-aside/quarantined batches
     }
     std::vector<std::pair<std::string, double>> stats;
     for (const auto& src : sources_) src->stats(stats);
