@@ -2,10 +2,8 @@
 
 #include <google/protobuf/util/json_util.h>
 #include <httplib.h>
-#include <sys/resource.h>
 
 #include <chrono>
-#include <fstream>
 #include <map>
 #include <mutex>
 #include <ostream>
@@ -14,6 +12,7 @@
 #include <thread>
 
 #include "common/clock.h"
+#include "common/self_usage.h"
 #include "proto/ingest_codec.h"
 #include "report/exporters.h"
 #include "server/diagnoser.h"
@@ -62,20 +61,6 @@ std::optional<uint64_t> query_uint(const httplib::Request& req, const char* key)
   return std::stoull(v);
 }
 
-double process_cpu_s() {
-  rusage ru{};
-  getrusage(RUSAGE_SELF, &ru);
-  return static_cast<double>(ru.ru_utime.tv_sec + ru.ru_stime.tv_sec) +
-         static_cast<double>(ru.ru_utime.tv_usec + ru.ru_stime.tv_usec) / 1e6;
-}
-
-uint64_t rss_bytes() {
-  std::ifstream f("/proc/self/statm");
-  uint64_t size = 0, rss = 0;
-  f >> size >> rss;
-  return rss * 4096;
-}
-
 class Server {
  public:
   Server(const ServeOptions& opts, std::unique_ptr<store::Store> store, std::ostream& log)
@@ -118,11 +103,7 @@ class Server {
 
  private:
   bool authorized(const httplib::Request& req) {
-    if (opts_.token.empty()) return true;
-    const std::string h = req.get_header_value("Authorization");
-    const std::string prefix = "Bearer ";
-    if (h.size() <= prefix.size() || h.compare(0, prefix.size(), prefix) != 0) return false;
-    return token_matches(h.substr(prefix.size()), opts_.token);
+    return bearer_authorized(req.get_header_value("Authorization"), opts_.token);
   }
 
   void count_request(const std::string& route) {
@@ -614,8 +595,8 @@ class Server {
     o << "strata_serve_diagnoses_total{outcome=\"skipped\"} " << dc.skipped << "\n";
     o << "# TYPE strata_serve_diagnosis_seconds_total counter\nstrata_serve_diagnosis_seconds_total " << dc.seconds
       << "\n";
-    o << "# TYPE process_cpu_seconds_total counter\nprocess_cpu_seconds_total " << process_cpu_s() << "\n";
-    o << "# TYPE process_resident_memory_bytes gauge\nprocess_resident_memory_bytes " << rss_bytes() << "\n";
+    o << "# TYPE process_cpu_seconds_total counter\nprocess_cpu_seconds_total " << self_cpu_seconds() << "\n";
+    o << "# TYPE process_resident_memory_bytes gauge\nprocess_resident_memory_bytes " << self_rss_bytes() << "\n";
     res.set_content(o.str(), "text/plain; version=0.0.4");
   }
 
@@ -630,18 +611,6 @@ class Server {
 };
 
 }  // namespace
-
-bool token_matches(const std::string& presented, const std::string& expected) {
-  // Every byte of the longer string is looked at, whatever matches: the time says nothing.
-  size_t n = std::max(presented.size(), expected.size());
-  unsigned char diff = presented.size() == expected.size() ? 0 : 1;
-  for (size_t i = 0; i < n; ++i) {
-    unsigned char a = i < presented.size() ? static_cast<unsigned char>(presented[i]) : 0;
-    unsigned char b = i < expected.size() ? static_cast<unsigned char>(expected[i]) : 0;
-    diff |= a ^ b;
-  }
-  return diff == 0;
-}
 
 Result<std::unique_ptr<store::Store>> open_store(const std::string& spec, store::Store::Mode mode) {
   if (spec.rfind("clickhouse://", 0) == 0) return store::Store::open_clickhouse(spec, mode);

@@ -30,7 +30,4 @@ Result<std::unique_ptr<store::Store>> open_store(const std::string& spec, store:
 // store that cannot be opened.
 Status serve(const ServeOptions& opts, const std::atomic<bool>& stop, std::ostream& log);
 
-// Constant-time comparison of a presented token with the configured one.
-bool token_matches(const std::string& presented, const std::string& expected);
-
 }  // namespace strata::server
