@@ -30,8 +30,8 @@ void write_json(const Diagnosis& dx, std::ostream& out) {
       << ",\"healthy\":" << (dx.findings.empty() ? "true" : "false") << ",\"findings\":[";
   for (size_t i = 0; i < dx.findings.size(); ++i) {
     const auto& f = dx.findings[i];
-    out << (i ? "," : "") << "{\"rank\":" << f.rank << ",\"node\":" << json_string(f.node)
-        << ",\"layer\":" << json_string(f.layer) << ",\"cause\":" << json_string(f.cause)
+    out << (i ? "," : "") << "{\"scope\":" << json_string(scope_name(f.scope)) << ",\"rank\":" << f.rank << ",\"node\":" << json_string(f.node)
+        << ",\"layer\":" << json_string(f.layer) << ",\"cause\":" << json_string(cause_name(f.cause))
         << ",\"culprit\":" << json_string(f.culprit) << ",\"lost_ms_per_step\":" << json_number(f.lost_ms_per_step)
         << ",\"confidence\":" << json_number(f.confidence, "%.2f") << ",\"evidence\":[";
     for (size_t k = 0; k < f.evidence.size(); ++k) out << (k ? "," : "") << json_string(f.evidence[k]);
@@ -55,7 +55,9 @@ void write_text(const Diagnosis& dx, std::ostream& out) {
   }
   for (size_t i = 0; i < dx.findings.size(); ++i) {
     const auto& f = dx.findings[i];
-    out << "\n" << (i + 1) << ". " << f.cause << " on rank " << f.rank;
+    out << "\n" << (i + 1) << ". " << cause_name(f.cause);
+    if (f.scope == Scope::kJob) out << " on the whole job";
+    else out << " on rank " << f.rank;
     if (!f.node.empty()) out << " (node " << f.node << ")";
     out << ", " << f.layer << " layer: " << f.culprit << "\n";
     out << "   costs " << num(f.lost_ms_per_step) << " ms per step, confidence " << num(100 * f.confidence, "%.0f") << "%\n";

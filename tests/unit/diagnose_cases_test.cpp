@@ -85,7 +85,7 @@ TEST_P(RecordedCase, GivesTheExpectedFindings) {
   ASSERT_EQ(dx.findings.size(), want.size()) << text.str();
   for (size_t i = 0; i < want.size(); ++i) {
     EXPECT_EQ(dx.findings[i].rank, want[i].rank) << text.str();
-    EXPECT_EQ(dx.findings[i].cause, want[i].cause) << text.str();
+    EXPECT_EQ(cause_name(dx.findings[i].cause), want[i].cause) << text.str();
     EXPECT_NE(dx.findings[i].culprit.find(want[i].culprit), std::string::npos)
         << "culprit '" << dx.findings[i].culprit << "' should name '" << want[i].culprit << "'\n" << text.str();
   }
