@@ -82,8 +82,9 @@ namespace {
 // Peers are compared through medians; beyond this many ranks a deterministic, evenly strided sample
 // gives the same medians at a fraction of the cost (100k ranks in one window).
 constexpr size_t kMaxPeers = 1000;
-// Job-wide without a past per layer: only a slowdown of 15% or more is looked into with absolute
-// numbers (more than a VM's speed drift of a few %, which no layer explains).
+// A slowdown on every rank alike is a job-wide finding only from 15% on: a loaded machine's speed
+// drifts that much without any one cause (a healthy 4-rank testbed run under load average 12 got
+// 8% slower between its halves, its loopback collectives with it), and its layers drift with it.
 constexpr double kJobWideSlowdown = 0.15;
 // How sure a job-wide finding measured on one example rank is of where it is.
 constexpr double kJobWideLocate = 0.6;
@@ -1186,12 +1187,27 @@ std::vector<JobCandidate> job_layers(const JobWindow& job, double lost) {
   if (known(io) && io > 0) {
     JobCandidate c;
     c.cause = Cause::kIoStall;
-    auto fs = named_growth(job, &RankWindow::offcpu, &RankPast::offcpu, blocking_function);
-    c.culprit = !fs.empty() && fs[0].second > 0 ? fs[0].first + " (block I/O on every rank)" : "block I/O on every rank";
+    auto ps = named_growth(job, &RankWindow::offcpu, &RankPast::offcpu, same_name);
+    c.culprit = "block I/O on every rank";
     c.explained_ms = io;
     c.confidence = 0.7;
     c.evidence.push_back("every rank is blocked on I/O " + ms(io) + " more per step than in the job's healthy past: shared storage or the file system they read");
-    if (!fs.empty() && fs[0].second > 0) c.evidence.push_back("blocked time grows under " + fs[0].first + ": +" + ms(fs[0].second) + " per step");
+    if (!ps.empty() && ps[0].second > 0) {
+      const std::string fn = blocking_function(job, ps[0].first);
+      c.culprit = fn + " (block I/O on every rank)";
+      c.evidence.push_back("blocked time grows under " + fn + ": +" + ms(ps[0].second) + " per step on the median rank");
+      // The function that makes the blocking call, from the same call seen on-CPU (a blocked
+      // read's stack often has no user frames), on the rank that blocks most.
+      size_t most = 0;
+      for (size_t i = 1; i < job.ranks.size(); ++i) {
+        if (job.ranks[i].get(Os::kBlockedIo) > job.ranks[most].get(Os::kBlockedIo)) most = i;
+      }
+      if (auto site = call_site(job, most, syscall_in(ps[0].first))) {
+        c.culprit = site->name() + " (block I/O on every rank)";
+        c.evidence.push_back(rank_name(job.ranks[most]) + " blocks in " + site->syscall + " called from " + site->caller +
+                             " (its on-CPU stacks in that call name the caller)");
+      }
+    }
     c.advice = "check the shared file system / block device the ranks read (latency, quota, other tenants); cache the data locally";
     out.push_back(std::move(c));
   }
@@ -1264,6 +1280,12 @@ std::vector<JobCandidate> job_layers(const JobWindow& job, double lost) {
   return out;
 }
 
+// The job line for a slowdown on every rank that no layer explains (no finding).
+std::string unexplained(const Diagnosis& dx) {
+  return "the job slowed on every rank alike (step " + ms(dx.step_ms) + " vs its baseline " + ms(dx.baseline_step_ms) +
+         ") and no layer of its own past explains it";
+}
+
 bool has_past(const JobWindow& job) {
   for (const auto& r : job.ranks) {
     if (r.past.windows > 0) return true;
@@ -1273,7 +1295,8 @@ bool has_past(const JobWindow& job) {
 
 // The job-scope finding for a slowdown on every rank, from the job's own past; none when no layer
 // explains kMinExplainedShare of the loss.
-std::optional<Finding> job_past_finding(const JobWindow& job, double lost, std::vector<std::string> head) {
+std::optional<Finding> job_past_finding(const JobWindow& job, double lost, double baseline_ms, std::vector<std::string> head) {
+  if (!(lost >= kJobWideSlowdown * baseline_ms)) return std::nullopt;
   auto cs = job_layers(job, lost);
   if (cs.empty() || cs.front().explained_ms < kMinExplainedShare * lost) return std::nullopt;
   JobCandidate& top = cs.front();
@@ -1448,7 +1471,8 @@ Diagnosis diagnose(const JobWindow& job, const Options& opt) {
         if (fabric) {
           std::vector<std::string> head{"job step time " + ms(dx.step_ms) + " vs its baseline " + ms(dx.baseline_step_ms) +
                                         "; every rank waits longer in collectives and no one link is slower than the others"};
-          if (auto f = job_past_finding(job, lost, std::move(head))) dx.findings.push_back(std::move(*f));
+          if (auto f = job_past_finding(job, lost, dx.baseline_step_ms, std::move(head))) dx.findings.push_back(std::move(*f));
+          else dx.note = unexplained(dx);
         } else {
           const auto& r = job.ranks[best];
           Finding f;
@@ -1485,7 +1509,8 @@ Diagnosis diagnose(const JobWindow& job, const Options& opt) {
         // Every rank got slower by itself: each layer against the job's own past names the layer.
         std::vector<std::string> head{"job step time " + ms(dx.step_ms) + " vs its baseline " + ms(dx.baseline_step_ms) +
                                       "; all ranks slowed alike (no straggler, collective waits did not grow)"};
-        if (auto f = job_past_finding(job, lost, std::move(head))) dx.findings.push_back(std::move(*f));
+        if (auto f = job_past_finding(job, lost, dx.baseline_step_ms, std::move(head))) dx.findings.push_back(std::move(*f));
+        else dx.note = unexplained(dx);
       } else if (lost >= kJobWideSlowdown * dx.baseline_step_ms) {
         // No past per layer: look for the layer that explains it on the rank that suffers most,
         // with absolute numbers (another process on our CPUs is never normal).
@@ -1507,6 +1532,9 @@ Diagnosis diagnose(const JobWindow& job, const Options& opt) {
         head.push_back("measured on " + rank_name(job.ranks[c]) + ", the rank whose CPUs other processes use most");
         if (auto f = to_finding(job, c, lost, descend(job, c, lost, true), std::move(head), kJobWideLocate, Scope::kJob))
           dx.findings.push_back(std::move(*f));
+        else dx.note = unexplained(dx);
+      } else {
+        dx.note = unexplained(dx);
       }
     }
   }

@@ -46,7 +46,8 @@ struct Diagnosis {
   size_t ranks = 0;
   double step_ms = kUnknown;           // the job's step time in the window
   double baseline_step_ms = kUnknown;  // before it
-  std::vector<Finding> findings;       // most costly first; empty: healthy
+  std::vector<Finding> findings;       // most costly first; empty: healthy, unless `note` says otherwise
+  std::string note;                    // the job slowed and nothing explains it (then no finding)
   SecondOpinion second;
 };
 

@@ -27,7 +27,9 @@ std::string num(double v, const char* f = "%.1f") { return std::isfinite(v) ? js
 void write_json(const Diagnosis& dx, std::ostream& out) {
   out << "{\"job\":" << json_string(dx.job) << ",\"ranks\":" << dx.ranks
       << ",\"step_ms\":" << json_number(dx.step_ms) << ",\"baseline_step_ms\":" << json_number(dx.baseline_step_ms)
-      << ",\"healthy\":" << (dx.findings.empty() ? "true" : "false") << ",\"findings\":[";
+      << ",\"healthy\":" << (dx.findings.empty() && dx.note.empty() ? "true" : "false");
+  if (!dx.note.empty()) out << ",\"note\":" << json_string(dx.note);
+  out << ",\"findings\":[";
   for (size_t i = 0; i < dx.findings.size(); ++i) {
     const auto& f = dx.findings[i];
     out << (i ? "," : "") << "{\"scope\":" << json_string(scope_name(f.scope)) << ",\"rank\":" << f.rank << ",\"node\":" << json_string(f.node)
@@ -50,7 +52,9 @@ void write_text(const Diagnosis& dx, std::ostream& out) {
       << " ms";
   if (std::isfinite(dx.baseline_step_ms)) out << " (baseline " << num(dx.baseline_step_ms) << " ms)";
   out << "\n";
-  if (dx.findings.empty()) {
+  if (!dx.note.empty()) {
+    out << dx.note << "\n";
+  } else if (dx.findings.empty()) {
     out << "healthy: no rank, layer or link explains a slowdown\n";
   }
   for (size_t i = 0; i < dx.findings.size(); ++i) {

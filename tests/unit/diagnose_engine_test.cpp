@@ -420,6 +420,10 @@ TEST(DiagnoseEngine, ASlowdownNoLayerExplainsIsNoFinding) {
   auto dx = diagnose(job);
   EXPECT_GT(dx.step_ms, 1.2 * dx.baseline_step_ms);
   EXPECT_TRUE(dx.findings.empty()) << dump(dx);
+  EXPECT_NE(dump(dx).find("the job slowed on every rank alike"), std::string::npos) << dump(dx);
+  std::ostringstream o;
+  write_json(dx, o);
+  EXPECT_NE(o.str().find("\"healthy\":false,\"note\":"), std::string::npos) << o.str();
 }
 
 // --- issue 17: a rank's worker processes count for the rank, named as such.
