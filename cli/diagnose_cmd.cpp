@@ -21,8 +21,9 @@ with its own history and each rank with its peers (DESIGN §6).
 
 options:
   --job ID          the job to diagnose (default: the one with the most ranks in the latest recording)
-  --json            {"job":..,"findings":[{"rank":..,"node":..,"layer":..,"cause":..,"culprit":..,
-                    "lost_ms_per_step":..,"confidence":..,"evidence":[...]}]}; no findings = healthy
+  --json            {"job":..,"findings":[{"scope":"rank|job","rank":..,"node":..,"layer":..,"cause":..,
+                    "culprit":..,"lost_ms_per_step":..,"confidence":..,"evidence":[...]}]}; no findings =
+                    healthy (job-wide findings have rank -1)
   --server URL      the findings `strata serve` at URL (http://HOST:PORT) keeps: it diagnoses
                     every job with new data each window; adds the findings' history (first seen,
                     still active or resolved)

@@ -42,6 +42,9 @@ class Names {
 // The agent's process name: never a neighbour, never a culprit (RankWindow::agent_ms holds its cost).
 inline constexpr std::string_view kAgentProcess = "strata";
 inline bool is_agent(std::string_view process) { return process == kAgentProcess; }
+// The root frame of a call path sampled in one of a rank's worker processes (a DataLoader worker):
+// its time counts for the rank, and the evidence says where it ran.
+inline constexpr std::string_view kWorkerFrame = "[worker]";
 
 struct Value {
   NameId name = 0;
@@ -140,6 +143,9 @@ struct RankWindow {
   // The agent's own run time on the rank's CPUs per step (kUnknown: not seen): its budgeted cost,
   // reported apart and never a neighbour or a culprit.
   double agent_ms = kUnknown;
+  // The rank's child processes that inherited its RANK (DataLoader workers): their CPU, off-CPU,
+  // I/O and OS metrics are counted in the rank's, their call paths rooted at kWorkerFrame.
+  std::vector<uint32_t> workers;
   bool alive = true;              // the process was still seen at the end of the window
   uint64_t last_progress_ns = 0;  // last collective completion or step end (unix ns)
   uint64_t last_device_ns = 0;    // end of the last device work seen; 0: unknown

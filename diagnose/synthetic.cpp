@@ -1,11 +1,18 @@
 #include "diagnose/synthetic.h"
 
+#include "diagnose/baseline.h"
+
 #include <algorithm>
 #include <random>
 
 namespace strata::diagnose {
 
 std::string planted_culprit(const PlantedFault& f) {
+  if (f.rank == kAllRanks) {
+    if (f.cause == "gpu-slow") return "the GPUs of every rank";
+    if (f.cause == "network-slow") return "communicator synthetic-comm";
+    if (f.cause == "io-stall") return "load_batch";
+  }
   if (f.cause == "cpu-contention") return "logrotate";
   if (f.cause == "host-hotspot") return "slow_augment";
   if (f.cause == "io-stall") return "load_batch";
@@ -13,6 +20,7 @@ std::string planted_culprit(const PlantedFault& f) {
   if (f.cause == "cpu-throttling") return "cgroup cpu quota";
   // Ranks drive GPUs 0-7 of their node.
   if (f.cause == "gpu-slow" || f.cause == "hang") return "GPU " + std::to_string(f.rank % 8);
+  if (f.cause == "kernel-regression") return "ampere_sgemm_128x64_tn";
   if (f.cause == "network-slow") return "link of rank " + std::to_string(f.rank);
   if (f.cause == "workload-imbalance") return "larger batches";
   return "";
@@ -76,10 +84,21 @@ JobWindow make_synthetic_job(const SyntheticSpec& spec) {
   double comm = 0.28 * s;
   double link_wait = 0;
   int link_rank = -1;
+  double link_all = 0;  // every link slower: every collective takes this much longer
   bool hang = false;
   int hang_rank = -1;
 
+  // A job-wide fault is the same fault planted on every rank.
+  std::vector<PlantedFault> planted;
   for (const auto& f : spec.faults) {
+    if (f.rank != kAllRanks) {
+      planted.push_back(f);
+      continue;
+    }
+    for (size_t i = 0; i < spec.ranks; ++i) planted.push_back({static_cast<int>(i), f.cause, f.ms});
+    if (f.cause == "network-slow") link_all = f.ms;
+  }
+  for (const auto& f : planted) {
     if (f.rank < 0 || static_cast<size_t>(f.rank) >= spec.ranks) continue;
     RankWindow& r = job.ranks[static_cast<size_t>(f.rank)];
     auto addv = [&](Values& v, NameId n, double ms) {
@@ -127,7 +146,12 @@ JobWindow make_synthetic_job(const SyntheticSpec& spec) {
     } else if (f.cause == "irq-softirq") {
       host(f.ms);
       r.set(Os::kIrq, r.get(Os::kIrq) + f.ms);
-    } else if (f.cause == "network-slow") {
+    } else if (f.cause == "kernel-regression") {
+      // One kernel slower; the GPU and everything else as before.
+      r.now.device_compute_ms += f.ms;
+      busy[static_cast<size_t>(f.rank)] += f.ms;
+      for (auto& k : r.kernels) k.ms_per_step += k.name == k_gemm ? f.ms : 0;
+    } else if (f.cause == "network-slow" && link_all == 0) {
       link_wait = std::max(link_wait, f.ms);
       link_rank = f.rank;
     } else if (f.cause == "hang") {
@@ -137,7 +161,7 @@ JobWindow make_synthetic_job(const SyntheticSpec& spec) {
   }
 
   // A synchronous job: every rank leaves the collective when the slowest arrives.
-  double step = *std::max_element(busy.begin(), busy.end()) + comm + link_wait;
+  double step = *std::max_element(busy.begin(), busy.end()) + comm + link_wait + link_all;
   size_t n = spec.ranks;
   for (size_t i = 0; i < n; ++i) {
     RankWindow& r = job.ranks[i];
@@ -157,6 +181,23 @@ JobWindow make_synthetic_job(const SyntheticSpec& spec) {
       r.base.wait_ms = healthy_step - (r.now.device_compute_ms + r.now.gpu_idle_ms);
       r.base.wait_ms = std::max(r.base.wait_ms, 0.2 * s);
     }
+  }
+  if (link_all > 0) {
+    // Every link slower: each rank's bulk connection to the next in the ring has a long RTT.
+    auto ep = [](size_t i, int port) { return "10.0.0." + std::to_string(i + 1) + ":" + std::to_string(port); };
+    for (size_t i = 0; i < n && n > 1; ++i) {
+      size_t next = (i + 1) % n;
+      job.ranks[i].links.push_back({ep(i, 50000), ep(next, 4000), 19.0, 5e7, 0});
+      job.ranks[next].links.push_back({ep(next, 4000), ep(i, 50000), 0.01, 0, 5e7});
+    }
+  }
+  if (spec.past) {
+    SyntheticSpec healthy = spec;
+    healthy.faults.clear();
+    healthy.past = false;
+    JobBaseline past;
+    past.absorb(make_synthetic_job(healthy));
+    past.apply(job);
   }
   if (hang) {
     // Everyone stopped 30 s ago; the hung rank's GPU a little before its peers'.

@@ -198,7 +198,7 @@ Result<std::string> Diagnoser::diagnose_job(const std::string& job) {
     k.rank = f.rank;
     k.node = f.node;
     k.layer = f.layer;
-    k.cause = f.cause;
+    k.cause = cause_name(f.cause);
     k.culprit = f.culprit;
     k.lost_ms_per_step = std::isfinite(f.lost_ms_per_step) ? f.lost_ms_per_step : 0;
     k.confidence = f.confidence;

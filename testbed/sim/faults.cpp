@@ -10,6 +10,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <atomic>
 #include <cerrno>
 #include <cmath>
@@ -176,8 +177,12 @@ FaultInjector::FaultInjector(const Options& opts, std::string run_dir, strata_gp
     case FaultKind::kHang: culprit_ = "GPU " + std::to_string(f.rank); break;
     case FaultKind::kNetworkSlow: culprit_ = "link of rank " + std::to_string(f.rank); break;
     case FaultKind::kWorkloadImbalance: culprit_ = "load_batch"; break;
+    case FaultKind::kKernelRegression: culprit_ = f.kernel; break;
     case FaultKind::kNone: break;
   }
+  // Every rank alike: the culprit is what they share.
+  if (f.all_ranks && f.kind == FaultKind::kGpuSlow) culprit_ = "the GPUs of every rank";
+  if (f.all_ranks && f.kind == FaultKind::kNetworkSlow) culprit_ = "communicator";
 }
 
 FaultInjector::~FaultInjector() { teardown(); }
@@ -301,6 +306,11 @@ Status FaultInjector::prepare() {
       return prepare_cgroup("blkio");
     }
     case FaultKind::kNetworkSlow: {
+      if (f.all_ranks) {
+        // One namespace holds one rank; every rank's sends are paced instead (a slow fabric).
+        mechanism_ = "user-space pacer in the NCCL stand-in, on every rank";
+        return {};
+      }
       mechanism_ = "network namespace + veth + tc tbf";
       Status st = prepare_netns();
       if (st.ok()) return st;
@@ -311,7 +321,10 @@ Status FaultInjector::prepare() {
       mechanism_ = "user-space pacer in the NCCL stand-in";
       return {};
     }
-    case FaultKind::kGpuSlow: mechanism_ = "stand-in GPU slowdown + NVML throttle reasons"; return {};
+    case FaultKind::kGpuSlow:
+      mechanism_ = std::string("stand-in GPU slowdown + NVML throttle reasons") + (f.all_ranks ? ", on every rank's GPU" : "");
+      return {};
+    case FaultKind::kKernelRegression: mechanism_ = "stand-in GPUs: one kernel slower on every rank's device"; return {};
     case FaultKind::kHang: mechanism_ = "stand-in GPU stops executing"; return {};
     case FaultKind::kHostHotspot: mechanism_ = "extra CPU work in slow_augment()"; return {};
     case FaultKind::kWorkloadImbalance: mechanism_ = "larger batches on the rank"; return {};
@@ -323,7 +336,7 @@ Status FaultInjector::prepare() {
 RankSetup FaultInjector::rank_setup(int rank) const {
   RankSetup s;
   const FaultSpec& f = opts_.fault;
-  bool culprit = rank == f.rank;
+  bool culprit = rank == f.rank || f.all_ranks;
   // Ranks are bound to CPUs like a launcher would (cpu-contention re-pins them when it starts).
   s.cpus.push_back(rank % ncpu_);
   // memory-reclaim: every rank reads more samples per step than one batch (the same work on all
@@ -352,6 +365,11 @@ Status FaultInjector::activate(pid_t culprit_pid) {
   active_ = true;
   const FaultSpec& f = opts_.fault;
   strata_gpu_device_state* dev = gpus_ ? &gpus_->dev[f.rank % STRATA_GPU_STATE_MAX_DEVICES] : nullptr;
+  // The devices the fault is on: the culprit's, or every rank's.
+  std::vector<strata_gpu_device_state*> devs;
+  for (int r = 0; gpus_ && r < opts_.ranks; ++r) {
+    if (f.all_ranks || r == f.rank) devs.push_back(&gpus_->dev[r % STRATA_GPU_STATE_MAX_DEVICES]);
+  }
   switch (f.kind) {
     case FaultKind::kCpuContention: {
       // The culprit (every thread: its NCCL and stream workers too) is bound to the hogs' CPU, and
@@ -422,7 +440,7 @@ Status FaultInjector::activate(pid_t culprit_pid) {
     case FaultKind::kNetworkSlow: {
       auto rate = static_cast<long long>(f.param("rate_mbit"));
       if (netns_.empty()) {
-        if (dev) std::atomic_ref<uint64_t>(dev->net_rate_bps).store(static_cast<uint64_t>(rate) * 1000000 / 8);
+        for (auto* d : devs) std::atomic_ref<uint64_t>(d->net_rate_bps).store(static_cast<uint64_t>(rate) * 1000000 / 8);
         return {};
       }
       std::string r = std::to_string(rate) + "mbit";
@@ -436,10 +454,18 @@ Status FaultInjector::activate(pid_t culprit_pid) {
                       "burst", "32kb", "latency", "400ms"});
     }
     case FaultKind::kGpuSlow:
-      if (dev) {
-        std::atomic_ref<uint64_t>(dev->throttle_reasons).store(0x8 | 0x40);  // HW slowdown + HW thermal
-        std::atomic_ref<float>(dev->slowdown).store(static_cast<float>(f.param("factor")));
+      for (auto* d : devs) {
+        std::atomic_ref<uint64_t>(d->throttle_reasons).store(0x8 | 0x40);  // HW slowdown + HW thermal
+        std::atomic_ref<float>(d->slowdown).store(static_cast<float>(f.param("factor")));
       }
+      return {};
+    case FaultKind::kKernelRegression:
+      for (auto* d : devs) {
+        std::memset(d->slow_kernel, 0, sizeof d->slow_kernel);
+        std::memcpy(d->slow_kernel, f.kernel.data(), std::min(f.kernel.size(), sizeof d->slow_kernel - 1));
+        std::atomic_ref<float>(d->kernel_slowdown).store(static_cast<float>(f.param("factor")), std::memory_order_release);
+      }
+      details_["kernel"] = f.kernel;
       return {};
     case FaultKind::kHang:
       if (dev) std::atomic_ref<uint32_t>(dev->hang).store(1);
@@ -457,12 +483,14 @@ void FaultInjector::teardown() {
   for (pid_t pid : hogs_) ::kill(pid, SIGKILL);
   for (pid_t pid : hogs_) ::waitpid(pid, nullptr, 0);
   hogs_.clear();
-  if (gpus_ != nullptr && opts_.fault.rank >= 0) {
-    auto& dev = gpus_->dev[opts_.fault.rank % STRATA_GPU_STATE_MAX_DEVICES];
+  for (int r = 0; gpus_ != nullptr && opts_.fault.rank >= 0 && r < opts_.ranks; ++r) {
+    if (!opts_.fault.all_ranks && r != opts_.fault.rank) continue;
+    auto& dev = gpus_->dev[r % STRATA_GPU_STATE_MAX_DEVICES];
     std::atomic_ref<uint32_t>(dev.hang).store(0);
     std::atomic_ref<float>(dev.slowdown).store(1.0f);
     std::atomic_ref<uint64_t>(dev.throttle_reasons).store(0);
     std::atomic_ref<uint64_t>(dev.net_rate_bps).store(0);
+    std::atomic_ref<float>(dev.kernel_slowdown).store(1.0f);
   }
   if (!veth_host_.empty()) {
     (void)run_cmd({"ip", "link", "del", veth_host_});  // removes both ends and their qdiscs

@@ -423,7 +423,8 @@ class Sim {
     if (f.kind == FaultKind::kNone) {
       std::printf(", no fault\n");
     } else {
-      std::printf(", fault %s on rank %d from step %d (%s/%s) via %s\n", f.name.c_str(), f.rank, f.start_step,
+      std::string where = f.all_ranks ? std::string("every rank") : "rank " + std::to_string(f.rank);
+      std::printf(", fault %s on %s from step %d (%s/%s) via %s\n", f.name.c_str(), where.c_str(), f.start_step,
                   fault_layer(f.kind), fault_cause(f.kind), injector_->mechanism().c_str());
     }
     std::fflush(stdout);
@@ -457,7 +458,7 @@ class Sim {
     std::ostringstream o;
     o << "{\n  \"fault\": {\"kind\": \"" << f.name << "\"";
     if (f.kind != FaultKind::kNone) {
-      o << ", \"rank\": " << f.rank << ", \"layer\": \"" << fault_layer(f.kind) << "\", \"cause\": \""
+      o << ", \"scope\": \"" << (f.all_ranks ? "job" : "rank") << "\", \"rank\": " << (f.all_ranks ? -1 : f.rank) << ", \"layer\": \"" << fault_layer(f.kind) << "\", \"cause\": \""
         << fault_cause(f.kind) << "\", \"culprit\": \"" << json_escape(injector_->culprit())
         << "\", \"start_step\": " << f.start_step << ", \"mechanism\": \"" << json_escape(injector_->mechanism())
         << "\", \"activated\": " << (injector_->active() ? "true" : "false");
@@ -558,7 +559,8 @@ void usage(FILE* to) {
                "                      [--hang-timeout SEC] [--scale F] [--quiet]\n"
                "faults: none cpu-contention[hogs] cpu-throttling[quota_pct] memory-reclaim[headroom_mb]\n"
                "        io-stall[rate_mbps] host-hotspot[ms] gpu-slow[factor] network-slow[rate_mbit] hang\n"
-               "        workload-imbalance[factor]\n");
+               "        workload-imbalance[factor] kernel-regression[kernel,factor] (every rank)\n"
+               "        rank=all: gpu-slow, io-stall and network-slow on every rank alike\n");
 }
 
 }  // namespace

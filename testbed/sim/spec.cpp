@@ -39,6 +39,9 @@ const std::vector<KindInfo>& kinds() {
       {"hang", FaultKind::kHang, "gpu", "hang", {}},
       // factor: the rank's batch size relative to its peers
       {"workload-imbalance", FaultKind::kWorkloadImbalance, "cpu", "workload-imbalance", {{"factor", 1.6}}},
+      // factor: how much longer one kernel (kernel=NAME, default the forward GEMM) takes on every
+      // rank's GPU, as after a library upgrade; the GPUs and every other kernel as before
+      {"kernel-regression", FaultKind::kKernelRegression, "gpu", "kernel-regression", {{"factor", 2}}},
   };
   return k;
 }
@@ -95,6 +98,19 @@ Result<FaultSpec> parse_fault(const std::string& text, int ranks, int steps) {
     size_t eq = item.find('=');
     if (eq == std::string::npos) return Error{"bad fault option '" + item + "' (want key=value)"};
     std::string key = item.substr(0, eq), value = item.substr(eq + 1);
+    if (key == "rank" && value == "all") {
+      bool can = k->kind == FaultKind::kGpuSlow || k->kind == FaultKind::kIoStall || k->kind == FaultKind::kNetworkSlow;
+      if (!can) return Error{"fault " + spec.name + " takes no rank=all (only gpu-slow, io-stall, network-slow)"};
+      spec.all_ranks = true;
+      spec.rank = 0;  // its steps time the fault
+      have_rank = true;
+      continue;
+    }
+    if (key == "kernel" && k->kind == FaultKind::kKernelRegression) {
+      if (value.empty() || value.size() >= 64) return Error{"kernel=" + value + ": want a kernel name of 1..63 characters"};
+      spec.kernel = value;
+      continue;
+    }
     auto num = parse_number(key, value);
     if (!num.ok()) return num.error();
     if (key == "rank") {
@@ -112,7 +128,7 @@ Result<FaultSpec> parse_fault(const std::string& text, int ranks, int steps) {
       if (*num <= 0) return Error{key + "=" + value + " must be positive"};
       spec.params[key] = *num;
     } else {
-      std::string known = "rank, start_step";
+      std::string known = spec.kind == FaultKind::kKernelRegression ? "start_step, kernel" : "rank, start_step";
       for (const auto& [d, _] : k->defaults) known += ", " + d;
       return Error{"fault " + spec.name + " has no option '" + key + "' (options: " + known + ")"};
     }
@@ -122,7 +138,15 @@ Result<FaultSpec> parse_fault(const std::string& text, int ranks, int steps) {
     spec.start_step = 0;
     return spec;
   }
-  if (!have_rank) return Error{"fault " + spec.name + " needs rank=R"};
+  if (spec.kind == FaultKind::kKernelRegression) {
+    if (have_rank) return Error{"fault kernel-regression is on every rank; it takes no rank"};
+    if (spec.params["factor"] <= 1.0) return Error{"kernel-regression factor must be > 1"};
+    if (spec.kernel.empty()) spec.kernel = "ampere_sgemm_128x64_tn";  // the forward GEMM
+    spec.all_ranks = true;
+    spec.rank = 0;
+    return spec;
+  }
+  if (!have_rank) return Error{"fault " + spec.name + " needs rank=R (or rank=all)"};
   if (spec.kind == FaultKind::kGpuSlow && spec.params["factor"] <= 1.0) {
     return Error{"gpu-slow factor must be > 1"};
   }

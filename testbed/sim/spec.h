@@ -21,12 +21,15 @@ enum class FaultKind {
   kNetworkSlow,
   kHang,
   kWorkloadImbalance,
+  kKernelRegression,
 };
 
 struct FaultSpec {
   FaultKind kind = FaultKind::kNone;
   std::string name = "none";  // as written: "gpu-slow"
-  int rank = -1;              // culprit; -1 for none
+  int rank = -1;              // culprit; -1 for none; with all_ranks, the rank whose steps time it
+  bool all_ranks = false;     // rank=all: every rank alike (gpu-slow, io-stall, network-slow; kernel-regression always)
+  std::string kernel;         // kernel-regression: the kernel (a substring of its name)
   int start_step = 0;
   std::map<std::string, double> params;  // kind-specific, defaults filled in
 

@@ -185,6 +185,44 @@ def test_network_slow():
         assert w[r]["compute_ms"] < 1.2 * b[r]["compute_ms"], (r, w[r], b[r])
 
 
+def every_rank_slower(t, field, ratio):
+    """Every rank's median of `field` in the fault window is above `ratio` times its own baseline's:
+    a job-wide fault has no straggler, each rank is its own reference."""
+    m, base = medians(t, field), medians(t, field, baseline=True)
+    for r in range(t["ranks"]):
+        assert m[r] > ratio * base[r], "%s: rank %d %.1f vs its baseline %.1f (want > %.1fx)" % (field, r, m[r], base[r], ratio)
+
+
+def test_gpu_slow_on_every_rank():
+    t = ok_run(["--ranks", "4", "--steps", "20", "--fault", "gpu-slow:rank=all,start_step=5"])
+    f = t["fault"]
+    assert (f["scope"], f["rank"], f["cause"]) == ("job", -1, "gpu-slow"), f
+    every_rank_slower(t, "compute_ms", 1.5)
+
+
+def test_kernel_regression():
+    t = ok_run(["--ranks", "4", "--steps", "20", "--fault", "kernel-regression:kernel=ampere_sgemm_128x64_tn,factor=3,start_step=5"])
+    f = t["fault"]
+    assert (f["scope"], f["rank"], f["cause"], f["culprit"]) == ("job", -1, "kernel-regression", "ampere_sgemm_128x64_tn"), f
+    # One kernel of several: the step's device time grows, by less than the kernel's factor.
+    every_rank_slower(t, "compute_ms", 1.2)
+    m, base = medians(t, "compute_ms"), medians(t, "compute_ms", baseline=True)
+    assert all(m[r] < 3 * base[r] for r in range(4)), (m, base)
+
+
+def test_io_stall_on_every_rank():
+    t = ok_run(["--ranks", "4", "--steps", "16", "--fault", "io-stall:rank=all,start_step=4"])
+    assert (t["fault"]["scope"], t["fault"]["rank"]) == ("job", -1), t["fault"]
+    every_rank_slower(t, "load_ms", 2)
+
+
+def test_network_slow_on_every_rank():
+    t = ok_run(["--ranks", "4", "--steps", "20", "--fault", "network-slow:rank=all,start_step=5"])
+    f = t["fault"]
+    assert (f["scope"], f["rank"]) == ("job", -1) and "every rank" in f["mechanism"], f
+    every_rank_slower(t, "comm_ms", 2)
+
+
 def test_memory_reclaim():
     # The culprit's cgroup limit leaves it a few MiB of page cache for a 48 MiB data file: most of
     # its sample reads miss, and every page read in is charged to a full cgroup (memcg direct
@@ -267,6 +305,7 @@ def test_failing_rank_stops_the_job():
 def test_bad_specs_exit_1():
     for args in (["--fault", "nosuch"], ["--fault", "gpu-slow:rank=9"], ["--fault", "gpu-slow:rank=1,bogus=2"],
                  ["--fault", "gpu-slow"], ["--fault", "gpu-slow:rank=x"], ["--fault", "hang:rank=1,start_step=99"],
+                 ["--fault", "hang:rank=all"], ["--fault", "kernel-regression:rank=1"], ["--fault", "kernel-regression:factor=0.5"],
                  ["--bogus"]):
         p = subprocess.run([SIM, "run", "--ranks", "4", "--steps", "10"] + args, capture_output=True, text=True,
                            timeout=30)

@@ -29,7 +29,12 @@ struct strata_gpu_device_state {
   /* maintained by the libcudart stand-in */
   uint64_t busy_ns;          /* cumulative device busy time */
   uint64_t mem_used;         /* bytes currently allocated with cudaMalloc */
-  uint64_t reserved[11];
+  /* set by the fault injector (kernel-regression): kernels whose name contains slow_kernel take
+     kernel_slowdown times longer; written name first, then the factor (release) */
+  float kernel_slowdown;     /* <= 1.0: none */
+  uint32_t kernel_pad;
+  char slow_kernel[64];
+  uint64_t reserved[2];
 };
 
 struct strata_gpu_state {
