@@ -1,18 +1,21 @@
 // Flame graphs: one rank's on-CPU or off-CPU profile, or the differential flame graph of a rank
 // against its average peer (red: more time on this rank, blue: less).
 import flamegraph from 'd3-flame-graph/src/flamegraph.js';
-import { differentialColorMapper, offCpuColorMapper } from 'd3-flame-graph/src/colorMapper.js';
+import { offCpuColorMapper } from 'd3-flame-graph/src/colorMapper.js';
 import 'd3-flame-graph/src/flamegraph.css';
 import { select } from 'd3-selection';
-import { api } from '../api';
+import { api, download } from '../api';
 import { errorBox, h } from '../dom';
 import {
-  buildFlameTree, diffTree, fmtNum, fmtRange, functionDeltas, rangeSteps, rankTotal, stepsRange, type FlameNode, type Heatmap,
+  buildFlameTree, diffColor, diffTree, fmtNum, fmtRange, functionDeltas, functionTable, maxAbsDelta, rangeSteps, rankTotal,
+  sortFunctions, stepsRange, type FlameNode, type FunctionRow, type FunctionSort, type Heatmap,
 } from '../shape';
 import { formatHash, type UiState } from '../state';
 
 function drawFlame(slot: HTMLElement, tree: FlameNode, opts: { diff: boolean; offcpu: boolean; unit: string }): void {
-  const width = Math.max(600, Math.min(1400, slot.clientWidth || 1000));
+  const width = Math.max(500, Math.min(1400, slot.clientWidth || 900));
+  const maxAbs = opts.diff ? maxAbsDelta(tree) : 0;
+  type D = { data: FlameNode; value: number; highlight?: boolean };
   const chart = flamegraph()
     .width(width)
     .cellHeight(18)
@@ -21,11 +24,48 @@ function drawFlame(slot: HTMLElement, tree: FlameNode, opts: { diff: boolean; of
     .sort(true)
     .selfValue(false)
     .title('')
-    .setLabelHandler((d: { data: { name: string; delta?: number }; value: number; delta?: number }) =>
-      `${d.data.name} — ${fmtNum(d.value)} ${opts.unit}` + (opts.diff ? ` (Δ ${(d.delta ?? 0) >= 0 ? '+' : ''}${fmtNum(d.delta ?? 0)} vs average peer)` : ''));
-  if (opts.diff) chart.computeDelta(true).setColorMapper(differentialColorMapper);
+    .setLabelHandler((d: D) =>
+      `${d.data.name} — ${fmtNum(d.value)} ${opts.unit}` + (opts.diff ? ` (Δ ${(d.data.deltaTotal ?? 0) >= 0 ? '+' : ''}${fmtNum(d.data.deltaTotal ?? 0)} vs average peer)` : ''));
+  // Diff colour by the frame's inclusive delta against the graph's largest (shape.ts diffColor): a
+  // function only this rank runs is red by its size, not grey.
+  if (opts.diff) chart.setColorMapper((d: D, original: string) => (d.highlight ? original : diffColor(d.data.deltaTotal ?? 0, maxAbs)));
   else if (opts.offcpu) chart.setColorMapper(offCpuColorMapper);
   select(slot).datum(tree).call(chart);
+}
+
+// Rows of the function table at most (the rest are the long tail; the search box finds them).
+const TABLE_ROWS = 200;
+
+// The sortable self/total table beside the graph; with peers, the average peer's total and Δ too.
+function functionsTable(rows: FunctionRow[], diff: boolean, unit: string, filter: () => string): HTMLElement {
+  let by: FunctionSort = diff ? 'selfDelta' : 'self';
+  let desc = true;
+  const tbody = h('tbody');
+  const cols: [FunctionSort, string][] = [['name', 'function'], ['self', `self (${unit})`], ['total', `total (${unit})`]];
+  if (diff) cols.push(['selfDelta', 'Δ self vs peer'], ['delta', 'Δ total']);
+  const heads = cols.map(([k, label]) => h('th', { class: 'sortable', 'data-sort': k, title: 'sort' }, label));
+  const fill = () => {
+    const q = filter();
+    const sorted = sortFunctions(q ? rows.filter((r) => r.name.includes(q)) : rows, by, desc).slice(0, TABLE_ROWS);
+    tbody.replaceChildren(...sorted.map((r) => {
+      const delta = (d: number) => h('td', { class: d > 0 ? 'up' : d < 0 ? 'down' : '' }, `${d > 0 ? '+' : ''}${fmtNum(d)}`);
+      return h('tr', { 'data-function': r.name },
+        h('td', { class: 'fn' }, h('code', { title: r.name }, r.name)), h('td', {}, fmtNum(r.self)), h('td', {}, fmtNum(r.total)),
+        diff ? delta(r.self - r.peerSelf) : null, diff ? delta(r.total - r.peerTotal) : null);
+    }));
+    heads.forEach((th, i) => th.classList.toggle('sorted', cols[i][0] === by));
+    heads.forEach((th, i) => th.setAttribute('aria-sort', cols[i][0] === by ? (desc ? 'descending' : 'ascending') : 'none'));
+  };
+  heads.forEach((th, i) => th.addEventListener('click', () => {
+    const k = cols[i][0];
+    desc = k === by ? !desc : k !== 'name';
+    by = k;
+    fill();
+  }));
+  fill();
+  const table = h('table', { class: 'functions', id: 'functions' }, h('thead', {}, h('tr', {}, heads)), tbody);
+  (table as HTMLTableElement & { refill?: () => void }).refill = fill;
+  return table;
 }
 
 export async function flameView(main: HTMLElement, s: UiState, go: (s: UiState) => void): Promise<void> {
@@ -52,12 +92,30 @@ export async function flameView(main: HTMLElement, s: UiState, go: (s: UiState) 
     h('a', { href: formatHash({ view: 'timeline', job, rank }) }, 'timeline of this rank')));
   const legend = diff
     ? h('p', { class: 'muted' }, 'Widths: this rank\'s ', kind === 'oncpu' ? 'samples' : 'blocked µs',
-      '. Colour: red where this rank spends more than its average peer, blue where less.')
+      '. Colour: how much more (red) or less (blue) time this rank spends in a frame, with its callees, than its average peer; grey where they match.')
     : null;
   const span = h('p', { class: 'muted', id: 'window-span' });
+  // Downloads of the rank's profile (this window): folded for flamegraph.pl, pprof for go tool pprof,
+  // Pyroscope, Parca. Fetched with the bearer token and saved from a blob (api.ts download).
+  const base = `strata-${(job || 'job').replace(/[^A-Za-z0-9._-]/g, '_')}-rank${rank}-${kind}`;
+  const dlNote = h('span', { class: 'muted', id: 'profile-download-status' });
+  const dl = (id: string, label: string, format: string, file: string) => {
+    const b = h('button', { class: 'button', id, type: 'button' }, label);
+    b.addEventListener('click', () => {
+      b.disabled = true;
+      download('profile', { rank, kind, from: range.from, to: range.to, format }, file)
+        .then(() => { dlNote.textContent = ` saved ${file}`; })
+        .catch((e) => { dlNote.textContent = ` ${e instanceof Error ? e.message : e}`; })
+        .finally(() => { b.disabled = false; });
+    });
+    return b;
+  };
+  const downloads = h('div', { class: 'controls' }, 'download this rank\'s profile: ',
+    dl('download-folded', 'folded', 'folded', `${base}.folded.txt`), dl('download-pprof', 'pprof', 'pprof', `${base}.pb.gz`), dlNote);
   const slot = h('div', { id: 'flame', class: 'flame' });
+  const tableSlot = h('div', { id: 'function-table', class: 'function-table' });
   const side = h('div', { id: 'deltas' });
-  main.append(...(legend ? [legend] : []), span, slot, side);
+  main.append(...(legend ? [legend] : []), span, downloads, h('div', { class: 'flame-layout' }, slot, tableSlot), side);
   // Steps for the picker; the flame graph does not wait for them.
   void api.heatmap(job, false, ['none']).then((hm) => windowPicker(win, hm, s, go))
     .catch(() => win.replaceChildren(windowed ? h('a', { href: formatHash({ ...s, from: undefined, to: undefined }) }, 'whole run') : ''));
@@ -92,6 +150,10 @@ export async function flameView(main: HTMLElement, s: UiState, go: (s: UiState) 
       if (tree.value === 0) slot.append(h('p', { class: 'muted' }, `no ${kind} samples for rank ${rank}`));
       else drawFlame(slot, tree, { diff: false, offcpu: kind === 'offcpu', unit });
     }
+    const unitShort = kind === 'oncpu' ? 'samples' : 'µs';
+    const fnTable = functionsTable(functionTable(d), diff, unitShort, () => search.value) as HTMLTableElement & { refill?: () => void };
+    tableSlot.append(h('h2', {}, 'Functions'), fnTable);
+    search.addEventListener('input', () => fnTable.refill?.());
     search.addEventListener('input', () => {
       slot.querySelectorAll('g').forEach((g) => {
         const name = g.getAttribute('name') ?? '';
