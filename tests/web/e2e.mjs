@@ -273,6 +273,20 @@ async function main() {
     await page.mouse.click(box.x + box.width / 2, box.y + box.height * (2.5 / 4));
     await page.waitForFunction(() => /rank=2/.test(location.hash) && /step=\d+/.test(location.hash), null, { timeout: 60_000 });
     await waitReady(page, 'heatmap');
+    // The pick is marked in the gutters and leaves the row's cells as they were: rank 2's picked cell
+    // is still its own (red) colour, with nothing drawn over it.
+    const picked = await page.evaluate(() => {
+      const c = document.querySelector('canvas.heatmap');
+      const step = Number(new URLSearchParams(location.hash.split('?')[1]).get('step'));
+      const x = Math.floor(((step - 0.5) / Number(c.dataset.cols)) * c.width);
+      const rowH = c.height / Number(c.dataset.rows);
+      const d = c.getContext('2d').getImageData(x, Math.floor(2.5 * rowH), 1, 1).data;
+      const edge = c.getContext('2d').getImageData(x, Math.floor(2 * rowH), 1, 1).data;
+      return { gutter: !!document.querySelector('.heatmap-sel-row') && !!document.querySelector('.heatmap-sel-col'),
+        mid: [d[0], d[1], d[2]], edge: [edge[0], edge[1], edge[2]] };
+    });
+    check(picked.gutter && picked.mid[0] > 150 && picked.mid[1] < 140 && picked.mid.join() === picked.edge.join(),
+      `heatmap: the picked row and step are marked in the gutters; rank 2's cell keeps its colour to its edge (rgb ${picked.mid.join(',')})`);
     // A locator, not an element handle: the heatmap may re-render after the click.
     await page.locator('#heatmap').screenshot({ path: path.join(ARTIFACTS, 'heatmap.png') });
 

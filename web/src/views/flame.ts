@@ -41,9 +41,10 @@ function functionsTable(rows: FunctionRow[], diff: boolean, unit: string, filter
   let by: FunctionSort = diff ? 'selfDelta' : 'self';
   let desc = true;
   const tbody = h('tbody');
-  const cols: [FunctionSort, string][] = [['name', 'function'], ['self', `self (${unit})`], ['total', `total (${unit})`]];
-  if (diff) cols.push(['selfDelta', 'Δ self vs peer'], ['delta', 'Δ total']);
-  const heads = cols.map(([k, label]) => h('th', { class: 'sortable', 'data-sort': k, title: 'sort' }, label));
+  const cols: [FunctionSort, string, string][] = [['name', 'function', 'function name'], ['self', 'self', `${unit} with the function as the leaf`],
+    ['total', 'total', `${unit} with the function anywhere in the stack (once per stack)`]];
+  if (diff) cols.push(['selfDelta', 'Δ self', 'self minus the average peer\'s self'], ['delta', 'Δ total', 'total minus the average peer\'s total']);
+  const heads = cols.map(([k, label, title]) => h('th', { class: 'sortable', 'data-sort': k, title: `${title}; click to sort` }, label));
   const fill = () => {
     const q = filter();
     const sorted = sortFunctions(q ? rows.filter((r) => r.name.includes(q)) : rows, by, desc).slice(0, TABLE_ROWS);
@@ -152,7 +153,7 @@ export async function flameView(main: HTMLElement, s: UiState, go: (s: UiState) 
     }
     const unitShort = kind === 'oncpu' ? 'samples' : 'µs';
     const fnTable = functionsTable(functionTable(d), diff, unitShort, () => search.value) as HTMLTableElement & { refill?: () => void };
-    tableSlot.append(h('h2', {}, 'Functions'), fnTable);
+    tableSlot.append(h('h2', {}, 'Functions ', h('span', { class: 'muted' }, `(${unitShort}${diff ? '; Δ vs the average peer' : ''})`)), fnTable);
     search.addEventListener('input', () => fnTable.refill?.());
     search.addEventListener('input', () => {
       slot.querySelectorAll('g').forEach((g) => {
