@@ -344,6 +344,19 @@ async function main() {
     check(/diff=1/.test(page.url()) && page.url().includes(`from=${winState.get('from')}`) && diffTotal === winTotal,
       `differential off-CPU flame graph keeps the window (${diffTotal} µs on rank 2 in it, as without peers)`);
     await page.screenshot({ path: path.join(ARTIFACTS, 'diff-flame-window-offcpu.png'), fullPage: true });
+    // The same rank against itself: the first half of the steps as the baseline, the rest as the window.
+    await page.evaluate(() => { document.body.dataset.ready = ''; });
+    await page.waitForFunction(() => document.querySelectorAll('#window select').length === 2, null, { timeout: 60_000 });
+    await page.selectOption('#vs', 'self');
+    await waitReady(page, 'flame');
+    const selfUrl = new URLSearchParams(new URL(page.url()).hash.replace(/^#\/flame\?/, ''));
+    const selfHead = await page.textContent('#deltas h2');
+    const selfSpan = await page.textContent('#window-span');
+    // The baseline is the steps before the window (its end may pass the window's start by the ranks' skew).
+    check(/^\d+$/.test(selfUrl.get('bfrom') ?? '') && BigInt(selfUrl.get('bfrom')) < BigInt(selfUrl.get('from')) &&
+      BigInt(selfUrl.get('bto')) < BigInt(selfUrl.get('to')) &&
+      /baseline steps/.test(selfHead) && /Baseline: /.test(selfSpan) && (await page.$$('#flame g[name]')).length > 0,
+      `differential against its own baseline steps: the URL carries both ranges, the page draws it ("${selfHead}"; ${selfSpan.trim().slice(-120)})`);
 
     await page.goto(`${url}/${jobHash}`);
     await waitReady(page, 'findings');

@@ -6,7 +6,7 @@ import {
   traceTracks, fmtMs, type DiffProfile, type Heatmap,
   computeMatrix, defaultTimelineRanks, deviationDomain, deviationMatrix, diffColor, divergingColor, downsampleExtreme,
   jobStatusText, jobStepMs, markedRows, maxAbsDelta, niceTicks, rankLanes, sortFunctions, functionTable, stepWindow, worstStep,
-  MIN_DEVIATION_SHARE,
+  MIN_DEVIATION_SHARE, selfDiff, shortName,
 } from '../../web/src/shape';
 
 // A synchronous job of `ranks` ranks x `steps` steps: every rank's step takes the same time (they
@@ -385,5 +385,29 @@ describe('cross-rank timeline', () => {
     expect(ranks[0]).toBe(5);
     expect(ranks).toHaveLength(4);
     expect(new Set(ranks).size).toBe(4);
+  });
+});
+
+describe('rank against its own baseline steps', () => {
+  it('scales the baseline to the window\'s span and keeps stacks of either side', () => {
+    const w = (start: number, end: number) => ({ from_ns: start, to_ns: end, start_ns: start, end_ns: end });
+    const now: DiffProfile = { job: 'j', rank: 3, kind: 'oncpu', unit: 'count', peers: 7, window: w(100, 300),
+      stacks: [['main;work', 40, 999], ['main;slow_augment', 30, 0]] };
+    const base: DiffProfile = { job: 'j', rank: 3, kind: 'oncpu', unit: 'count', peers: 7, window: w(0, 100),
+      stacks: [['main;work', 20, 999], ['main;gone', 5, 0]] };
+    const d = selfDiff(now, base);
+    expect(d.peers).toBe(1);
+    // The window spans 200 ns, the baseline 100: the baseline counts double.
+    expect(d.stacks).toEqual([['main;work', 40, 40], ['main;slow_augment', 30, 0], ['main;gone', 0, 10]]);
+    expect(functionDeltas(d, 1)[0].name).toBe('slow_augment');
+  });
+});
+
+describe('function names in tables', () => {
+  it('drops the anonymous namespace, arguments and clone suffix', () => {
+    expect(shortName('(anonymous namespace)::cpu_work(unsigned char const*, unsigned long, long)')).toBe('cpu_work');
+    expect(shortName('slow_augment(std::vector<unsigned char> const&, long) [clone .isra.0]')).toBe('slow_augment');
+    expect(shortName('do_syscall_64_[k]')).toBe('do_syscall_64_[k]');
+    expect(shortName('(anonymous namespace)')).toBe('(anonymous namespace)');
   });
 });

@@ -11,6 +11,7 @@ describe('URL state', () => {
       { view: 'job', job: 'j', rank: 137, step: 31 },
       { view: 'timeline', job: '', rank: 0, step: 12 },
       { view: 'timeline', job: 'j', ranks: [137, 0, 1, 2], step: 31 },
+      { view: 'flame', job: 'j', rank: 2, diff: true, from: '1700000000200000000', to: '1700000000400000000', bfrom: '1700000000000000000', bto: '1700000000100000000' },
       { view: 'job', job: 'j', metric: 'compute_ms', heat: 'abs' },
       { view: 'nodes' },
     ];

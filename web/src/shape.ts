@@ -630,6 +630,15 @@ export function diffColor(delta: number, maxAbs: number): string {
   return `rgb(${r},${g},${b})`;
 }
 
+// A function's name short enough for a table cell: no "(anonymous namespace)::", no argument list
+// or clone suffix ("cpu_work(unsigned char const*, long) [clone .isra.0]" -> "cpu_work"). The full
+// name stays in the cell's title.
+export function shortName(name: string): string {
+  const s = name.replace(/^\(anonymous namespace\)::/, '');
+  const paren = s.indexOf('(');
+  return paren > 0 ? s.slice(0, paren) : s;
+}
+
 export interface FunctionRow {
   name: string;
   self: number;       // samples (or µs) with the function as the leaf, on the rank
@@ -676,6 +685,24 @@ export function sortFunctions(rows: FunctionRow[], by: FunctionSort, desc = true
     return d || b.self - a.self || a.name.localeCompare(b.name);
   });
   return out;
+}
+
+// The differential profile of one rank against itself in a baseline range (slow steps vs baseline
+// steps): the stacks of `now` beside those of `base` scaled by the ratio of the spans the two cover
+// (stacks are kept per store window, so the spans are whole windows), as one "peer". The flame
+// page then draws and ranks it as it does rank vs peers.
+export function selfDiff(now: DiffProfile, base: DiffProfile): DiffProfile {
+  const span = (d: DiffProfile) => (d.window && d.window.end_ns > d.window.start_ns ? d.window.end_ns - d.window.start_ns : NaN);
+  const ratio = span(now) / span(base);
+  const scale = Number.isFinite(ratio) && ratio > 0 ? ratio : 1;
+  const acc = new Map<string, [number, number]>();
+  for (const [stack, r] of now.stacks) acc.set(stack, [r, 0]);
+  for (const [stack, r] of base.stacks) {
+    const e = acc.get(stack) ?? [0, 0];
+    e[1] += r * scale;
+    acc.set(stack, e);
+  }
+  return { ...now, peers: 1, stacks: [...acc.entries()].map(([stack, [r, b]]) => [stack, r, b] as DiffStack) };
 }
 
 export interface FunctionDelta {

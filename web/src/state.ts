@@ -5,6 +5,7 @@
 //   #/job?job=J&heat=abs                  ... the heatmap in absolute values (default: against each step's median)
 //   #/flame?job=J&rank=R&kind=offcpu&diff=1
 //   #/flame?job=J&rank=R&from=NS&to=NS   ... only the stacks of the time range [from, to) (unix ns)
+//   #/flame?job=J&rank=R&diff=1&from=NS&to=NS&bfrom=NS&bto=NS   ... against itself in [bfrom, bto)
 //   #/timeline?job=J&rank=R&step=N       one rank
 //   #/timeline?job=J&ranks=137,0,1&step=N  ranks side by side on one time axis (steps N..N+span-1)
 //   #/nodes
@@ -25,6 +26,9 @@ export interface UiState {
   // A time range of the flame graphs, unix ns as decimal strings (beyond JS's exact integers).
   from?: string;
   to?: string;
+  // The baseline range of a differential flame graph against the rank itself (unix ns strings).
+  bfrom?: string;
+  bto?: string;
 }
 
 const VIEWS: View[] = ['jobs', 'job', 'flame', 'timeline', 'nodes'];
@@ -54,7 +58,7 @@ export function parseHash(hash: string): UiState {
   if (ranks && /^\d{1,9}(,\d{1,9}){0,31}$/.test(ranks)) s.ranks = ranks.split(',').map(Number);
   const step = intOf(params.get('step'));
   if (step !== undefined) s.step = step;
-  for (const k of ['from', 'to'] as const) {
+  for (const k of ['from', 'to', 'bfrom', 'bto'] as const) {
     const v = params.get(k);
     if (v !== null && /^\d{1,19}$/.test(v)) s[k] = v;
   }
@@ -73,6 +77,8 @@ export function formatHash(s: UiState): string {
   if (s.step !== undefined) p.set('step', String(s.step));
   if (s.from !== undefined) p.set('from', s.from);
   if (s.to !== undefined) p.set('to', s.to);
+  if (s.bfrom !== undefined) p.set('bfrom', s.bfrom);
+  if (s.bto !== undefined) p.set('bto', s.bto);
   const q = p.toString();
   return '#/' + (s.view === 'jobs' ? '' : s.view) + (q ? '?' + q : '');
 }
