@@ -2,8 +2,13 @@
 
 #include <google/protobuf/util/json_util.h>
 #include <httplib.h>
+#include <sys/resource.h>
+#include <unistd.h>
 
 #include <chrono>
+#include <cstdlib>
+#include <fstream>
+#include <iterator>
 #include <map>
 #include <mutex>
 #include <ostream>
@@ -305,10 +310,15 @@ class Server {
     std::string o = "{\"jobs\":[";
     bool first = true;
     for (const auto& [name, j] : jobs) {
+      // A node no agent ever sent from was recorded (`strata record` writes no agent): it cannot
+      // fall silent. A job with no agent at all is a finished recording, not a degraded job.
       std::vector<std::string> silent_nodes;
+      bool watched = false;
       for (const auto& n : j.nodes) {
         auto it = newest.find(n);
-        if (it == newest.end() || silent(*it->second, now)) silent_nodes.push_back(n);
+        if (it == newest.end()) continue;
+        watched = true;
+        if (silent(*it->second, now)) silent_nodes.push_back(n);
       }
       o += first ? "" : ",";
       first = false;
@@ -326,7 +336,7 @@ class Server {
         o += (f2 ? "" : ",") + json_str(n);
         f2 = false;
       }
-      o += "],\"status\":" + json_str(silent_nodes.empty() ? "healthy" : "degraded") + "}";
+      o += "],\"status\":" + json_str(!silent_nodes.empty() ? "degraded" : watched ? "healthy" : "recorded") + "}";
     }
     res.set_content(o + "]}\n", "application/json");
   }
@@ -392,6 +402,23 @@ class Server {
       p = store_->load_profile(*f);
     }
     if (!p) return reply_error(res, 503, p.error().message);
+    // &format=pprof: the gzipped profile.proto `strata report --format pprof` writes (the web UI's
+    // download). The exporter writes a file: a private temporary one, read back and removed.
+    const std::string format = req.has_param("format") ? req.get_param_value("format") : "folded";
+    if (format == "pprof") {
+      char path[] = "/tmp/strata-serve-pprof.XXXXXX";
+      int fd = ::mkstemp(path);
+      if (fd < 0) return reply_error(res, 503, "pprof: cannot create a temporary file");
+      ::close(fd);
+      auto st = report::write_pprof(*p, path);
+      std::ifstream in(path, std::ios::binary);
+      std::string bytes((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+      ::unlink(path);
+      if (!st) return reply_error(res, 503, st.error().message);
+      res.set_content(bytes, "application/octet-stream");
+      return;
+    }
+    if (format != "folded") return reply_error(res, 400, "format: expected folded or pprof");
     std::ostringstream out;
     report::write_folded(*p, out);
     res.set_content(out.str(), "text/plain; charset=utf-8");
