@@ -74,7 +74,7 @@ Result<Fd> open_dir_nofollow(int base, const std::string& dir) {
   std::string part;
   while (std::getline(parts, part, '/')) {
     if (part.empty() || part == ".") continue;
-    if (part == "..") return Error{dir + ": '..' is not allowed in a timeline directory"};
+    if (part == "..") return Error{dir + ": '..' is not allowed in a timeline directory (refused)"};
     Fd next(openat(cur.get(), part.c_str(), O_PATH | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC));
     if (next.get() < 0) {
       int e = errno;
@@ -219,11 +219,11 @@ Result<std::unique_ptr<GpuTimingSource>> open_timeline_at(int dirfd, const std::
   // A writer makes its file with one name; a second link is someone else's file linked in.
   if (st.st_nlink != 1) return Error{shown + ": has " + std::to_string(st.st_nlink) + " links (refused)"};
   strata_timeline_header h{};
-  if (!pread_all(fd.get(), &h, sizeof h, 0)) return Error{shown + ": not a GPU timeline (too short)"};
+  if (!pread_all(fd.get(), &h, sizeof h, 0)) return Error{shown + ": not a GPU timeline (too short; refused)"};
   // The header is checked once, on this copy; the reader keeps what it needs of it.
   if (h.magic != STRATA_TIMELINE_MAGIC || h.version != STRATA_TIMELINE_VERSION ||
       h.header_size != STRATA_TIMELINE_HEADER_SIZE || h.record_size != kRecordSize)
-    return Error{shown + ": not a GPU timeline of version " + std::to_string(STRATA_TIMELINE_VERSION)};
+    return Error{shown + ": not a GPU timeline of version " + std::to_string(STRATA_TIMELINE_VERSION) + " (refused)"};
   if (h.capacity == 0 || h.capacity > kMaxTimelineCapacity)
     return Error{shown + ": capacity " + std::to_string(h.capacity) + " out of range 1.." +
                  std::to_string(kMaxTimelineCapacity) + " (refused)"};
@@ -250,6 +250,8 @@ std::vector<std::string> status_fields(const std::string& text, const std::strin
 }
 
 }  // namespace
+
+bool timeline_refused(const Error& e) { return e.message.find("refused)") != std::string::npos; }
 
 std::string timeline_rendezvous_dir() {
   const char* env = std::getenv(STRATA_TIMELINE_DIR_ENV);

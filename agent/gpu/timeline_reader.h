@@ -73,6 +73,10 @@ std::optional<TimelineTarget> timeline_target_of(uint32_t pid);
 Result<std::unique_ptr<GpuTimingSource>> open_timeline_for(const TimelineTarget& t, const std::string& dir);
 Result<std::unique_ptr<GpuTimingSource>> open_timeline_for(const TimelineTarget& t);
 
+// Whether `e` (from the openers above and below) says a file was there and was refused as not a
+// timeline of the expected writer, rather than that there was none (yet).
+bool timeline_refused(const Error& e);
+
 // Opens one timeline file by path. Every directory of `path` is walked without following links;
 // the file must be owned by root or `owner`; `expect_pid` (0: any) is the pid its header must name.
 Result<std::unique_ptr<GpuTimingSource>> open_timeline_file(const std::string& path, uid_t owner,

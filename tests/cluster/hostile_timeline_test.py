@@ -12,6 +12,7 @@ reads the good timeline (its kernel shows in the collector's store).
 usage: hostile_timeline_test.py BUILD_DIR
 """
 import os
+import re
 import signal
 import sqlite3
 import struct
@@ -121,6 +122,10 @@ def main():
               % (sent_after, sent_before))
         for k, p in writers.items():
             check(p.poll() is None, "watched process '%s' is still running" % k)
+        m = re.search(r'^strata_agent_source_stat\{key="gpu_comm.timelines_refused"\} (\S+)$', page, re.M)
+        refused = float(m.group(1)) if m else None
+        check(refused is not None and refused >= 4,
+              "the refused timelines are counted (fifo, shadow, zero, huge): %s" % refused)
         agent.send_signal(signal.SIGTERM)
         code = exit_code(agent, 60)
         check(code == 0, "the agent exited cleanly on SIGTERM (exit %s)" % code)

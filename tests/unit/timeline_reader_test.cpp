@@ -263,6 +263,21 @@ TEST_F(TimelineReader, RefusesAFileOfAnotherUser) {
   EXPECT_TRUE(open_timeline_file(path, kStranger)) << "the target's own file is fine";
 }
 
+TEST_F(TimelineReader, TellsARefusedFileFromAMissingOne) {
+  auto missing = open_timeline_file(dir_.file("21.timeline"));
+  ASSERT_FALSE(missing);
+  EXPECT_FALSE(timeline_refused(missing.error())) << missing.error().message;
+  ASSERT_EQ(mkfifo(dir_.file("22.timeline").c_str(), 0644), 0);
+  ASSERT_EQ(symlink("/etc/shadow", dir_.file("23.timeline").c_str()), 0);
+  raw_file(dir_.file("24.timeline"), 0, STRATA_TIMELINE_HEADER_SIZE + 184);
+  raw_file(dir_.file("25.timeline"), 4, 100);
+  for (const char* name : {"22.timeline", "23.timeline", "24.timeline", "25.timeline"}) {
+    auto r = open_timeline_file(dir_.file(name));
+    ASSERT_FALSE(r) << name;
+    EXPECT_TRUE(timeline_refused(r.error())) << name << ": " << r.error().message;
+  }
+}
+
 TEST_F(TimelineReader, FindsATargetsFileByItsOwnPidAndUid) {
   auto t = timeline_target_of(static_cast<uint32_t>(getpid()));
   ASSERT_TRUE(t);
