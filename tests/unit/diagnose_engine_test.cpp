@@ -299,7 +299,7 @@ TEST(DiagnoseEngine, TheAgentsCostIsReportedApart) {
   EXPECT_NE(dx.findings[0].culprit, "strata") << dump(dx);
   std::string all;
   for (const auto& e : dx.findings[0].evidence) all += e + "\n";
-  EXPECT_NE(all.find("strata's own cost on rank 3's CPUs: 0.30 ms per step"), std::string::npos) << all;
+  EXPECT_NE(all.find("strata's own run time on rank 3's CPUs: 0.30 ms per step"), std::string::npos) << all;
   EXPECT_EQ(all.find("`strata`"), std::string::npos) << "never a neighbour, not even as 'also'\n" << all;
 }
 
