@@ -777,6 +777,7 @@ std::optional<Hypothesis> io_stall(const RankCase& k) {
   if (auto site = call_site(k.job, k.c, sc)) {
     h.culprit = site->name();
     std::string proc = r.process.empty() ? k.who : "`" + r.process + "` (" + k.who + ", pid " + std::to_string(r.pid) + ")";
+    if (d && in_worker(d->path)) proc = k.who + "'s worker";
     h.evidence.push_back(proc + " blocks in " + site->syscall + " called from " + site->caller + ": its on-CPU stacks in that call (" +
                          ms(site->ms) + " per step) name the caller" +
                          (d && d->function == site->syscall ? "; the blocked stacks carry no user frames" : ""));
@@ -994,8 +995,8 @@ std::vector<Ranked> descend(const JobWindow& job, size_t c, double extra, bool j
 // The agent's own run time on the rank's CPUs: its budgeted cost, said apart, never a neighbour.
 void agent_cost_evidence(const RankWindow& r, std::vector<std::string>& evidence) {
   if (known(r.agent_ms) && r.agent_ms > 0)
-    evidence.push_back("strata's own cost on " + rank_name(r) + "'s CPUs: " + ms(r.agent_ms) +
-                       " per step (within its budget; not counted as a cause)");
+    evidence.push_back("strata's own run time on " + rank_name(r) + "'s CPUs: " + ms(r.agent_ms) +
+                       " per step (the profiler's cost, said apart: never counted as a cause)");
 }
 
 std::optional<Finding> to_finding(const JobWindow& job, size_t c, double lost, std::vector<Ranked> hs, std::vector<std::string> head,

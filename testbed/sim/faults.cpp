@@ -301,7 +301,8 @@ Status FaultInjector::prepare() {
       return prepare_cgroup("memory");
     }
     case FaultKind::kIoStall: {
-      mechanism_ = "blkio read throttle on a loop device read with O_DIRECT";
+      mechanism_ = std::string("blkio read throttle on a loop device read with O_DIRECT") +
+                   (f.in_worker ? ", by each rank's data-loader worker process" : "");
       if (auto st = prepare_loop(); !st.ok()) return st;
       return prepare_cgroup("blkio");
     }
@@ -342,6 +343,8 @@ RankSetup FaultInjector::rank_setup(int rank) const {
   // memory-reclaim: every rank reads more samples per step than one batch (the same work on all
   // ranks; from the page cache it costs little): refaults are what a squeezed cache costs.
   if (f.kind == FaultKind::kMemoryReclaim) s.env["STRATA_SIM_SAMPLES"] = std::to_string(kReclaimSamples);
+  // io-stall where=worker: every rank loads its batches through a data-loader worker process.
+  if (f.in_worker) s.env["STRATA_SIM_LOAD_WORKER"] = "1";
   if (!culprit) return s;
   for (const auto& [ctrl, dir] : cgroups_) s.cgroup_procs.push_back(dir + "/cgroup.procs");
   if (!netns_.empty()) s.netns = netns_;

@@ -106,6 +106,11 @@ Result<FaultSpec> parse_fault(const std::string& text, int ranks, int steps) {
       have_rank = true;
       continue;
     }
+    if (key == "where" && k->kind == FaultKind::kIoStall) {
+      if (value != "worker" && value != "rank") return Error{"where=" + value + ": want worker or rank"};
+      spec.in_worker = value == "worker";
+      continue;
+    }
     if (key == "kernel" && k->kind == FaultKind::kKernelRegression) {
       if (value.empty() || value.size() >= 64) return Error{"kernel=" + value + ": want a kernel name of 1..63 characters"};
       spec.kernel = value;

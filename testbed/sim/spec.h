@@ -30,6 +30,7 @@ struct FaultSpec {
   int rank = -1;              // culprit; -1 for none; with all_ranks, the rank whose steps time it
   bool all_ranks = false;     // rank=all: every rank alike (gpu-slow, io-stall, network-slow; kernel-regression always)
   std::string kernel;         // kernel-regression: the kernel (a substring of its name)
+  bool in_worker = false;     // io-stall where=worker: every rank loads through a worker process
   int start_step = 0;
   std::map<std::string, double> params;  // kind-specific, defaults filled in
 

@@ -175,6 +175,13 @@ def test_io_stall():
     print("    io-stall: rank 2 / max peer: load_ms %.1fx" % (load[2] / max(load[r] for r in peers(t, 2))))
 
 
+def test_io_stall_in_a_worker():
+    # Every rank loads through a data-loader worker process; rank 2's worker reads the slow device.
+    t = ok_run(["--ranks", "4", "--steps", "20", "--fault", "io-stall:rank=2,where=worker,start_step=5"])
+    assert "worker" in t["fault"]["mechanism"], t["fault"]
+    straggler_pattern(t, 2, "load_ms", margin=2)
+
+
 def test_network_slow():
     t = ok_run(["--ranks", "4", "--steps", "25", "--fault", "network-slow:rank=1,start_step=5"])
     w, b = window(t), baseline(t)
@@ -305,7 +312,8 @@ def test_failing_rank_stops_the_job():
 def test_bad_specs_exit_1():
     for args in (["--fault", "nosuch"], ["--fault", "gpu-slow:rank=9"], ["--fault", "gpu-slow:rank=1,bogus=2"],
                  ["--fault", "gpu-slow"], ["--fault", "gpu-slow:rank=x"], ["--fault", "hang:rank=1,start_step=99"],
-                 ["--fault", "hang:rank=all"], ["--fault", "kernel-regression:rank=1"], ["--fault", "kernel-regression:factor=0.5"],
+                 ["--fault", "hang:rank=all"], ["--fault", "kernel-regression:rank=1"], ["--fault", "kernel-regression:factor=0.5"], ["--fault", "io-stall:rank=1,where=disk"],
+                 ["--fault", "gpu-slow:rank=1,where=worker"],
                  ["--bogus"]):
         p = subprocess.run([SIM, "run", "--ranks", "4", "--steps", "10"] + args, capture_output=True, text=True,
                            timeout=30)

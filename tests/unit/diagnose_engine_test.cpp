@@ -288,8 +288,10 @@ TEST(DiagnoseEngine, TheAgentsCostIsReportedApart) {
   spec.faults = {PlantedFault{3, "host-hotspot", 40}};
   JobWindow job = make_synthetic_job(spec);
   RankWindow& r = job.ranks[3];
-  r.neighbours = {{job.names.id("strata"), 30}};  // as if the loader had not set it apart
-  r.set(Os::kRunqWait, r.get(Os::kRunqWait) + 30);
+  // As if the loader had not set it apart, and running more than the hotspot costs: were it a
+  // neighbour, it would be named for the whole run-queue wait.
+  r.neighbours = {{job.names.id("strata"), 60}};
+  r.set(Os::kRunqWait, r.get(Os::kRunqWait) + 60);
   r.agent_ms = 0.3;
   auto dx = diagnose(job);
   ASSERT_EQ(dx.findings.size(), 1u) << dump(dx);
@@ -297,7 +299,8 @@ TEST(DiagnoseEngine, TheAgentsCostIsReportedApart) {
   EXPECT_NE(dx.findings[0].culprit, "strata") << dump(dx);
   std::string all;
   for (const auto& e : dx.findings[0].evidence) all += e + "\n";
-  EXPECT_NE(all.find("strata's own cost on rank 3's CPUs: 0.30 ms per step"), std::string::npos) << all;
+  EXPECT_NE(all.find("strata's own run time on rank 3's CPUs: 0.30 ms per step"), std::string::npos) << all;
+  EXPECT_EQ(all.find("`strata`"), std::string::npos) << "never a neighbour, not even as 'also'\n" << all;
 }
 
 // A neighbour that explains a few percent of what the rank lost is not its cause: the rank is
@@ -307,7 +310,7 @@ TEST(DiagnoseEngine, AHypothesisThatExplainsAFewPercentIsNotACause) {
   spec.faults = {PlantedFault{3, "irq-softirq", 40}};
   JobWindow job = make_synthetic_job(spec);
   RankWindow& r = job.ranks[3];
-  r.set(Os::kIrq, job.ranks[2].get(Os::kIrq) + 2);  // 2 of its 40 ms: 5%
+  r.set(Os::kIrq, job.ranks[2].get(Os::kIrq) + 6);  // 6 of its 40 ms: 15% (the old bar was a tenth)
   auto dx = diagnose(job);
   ASSERT_EQ(dx.findings.size(), 1u) << dump(dx);
   EXPECT_EQ(dx.findings[0].rank, 3);
