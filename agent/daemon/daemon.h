@@ -1,7 +1,8 @@
-// `strata agent`: the node daemon. Finds training processes by their environment (or a selector),
-// watches them with every layer's sources while they live, aggregates per window, and writes each
-// window to a store: the shipper (to `strata serve`) or a local SQLite file. Serves its own health
-// on /metrics.
+// `strata agent`: the node daemon. Finds training processes by their environment (or a selector)
+// and watches them with the node pipeline `strata record` also runs (agent/pipeline.h): every
+// layer's sources, per-window aggregation, the cost budget; each window goes to the shipper (to
+// `strata serve`) or a local SQLite file. Serves its own health on /metrics and its flight
+// recorder on /drilldown.
 #pragma once
 
 #include <atomic>
