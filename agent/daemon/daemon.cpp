@@ -12,6 +12,7 @@
 #include <sstream>
 #include <thread>
 
+#include "agent/gpu/cupti_env.h"
 #include "agent/pipeline.h"
 #include "agent/process_info.h"
 #include "agent/shipper/batching_writer.h"
@@ -158,6 +159,32 @@ class Daemon {
     h.set_budget_level(static_cast<uint32_t>(b.level()));
     h.set_cost_share(b.last_share());
     h.set_budget_share(b.budget());
+    auto [gpu, no_timeline] = gpu_processes();
+    h.set_gpu_processes(gpu);
+    h.set_gpu_processes_without_timeline(no_timeline);
+  }
+
+  // From the GPU layer's stats: processes that use CUDA, and those without a device timeline.
+  std::pair<uint32_t, uint32_t> gpu_processes() const {
+    std::vector<std::pair<std::string, double>> stats;
+    pipeline_.source_stats(stats);
+    uint32_t gpu = 0, no_timeline = 0;
+    for (const auto& [k, v] : stats) {
+      if (k == "gpu_comm.gpu_processes") gpu = static_cast<uint32_t>(v);
+      if (k == "gpu_comm.gpu_processes_without_timeline") no_timeline = static_cast<uint32_t>(v);
+    }
+    return {gpu, no_timeline};
+  }
+
+  // Says it when GPU processes are watched without a device timeline (once per rise), so the GPU
+  // layer's reduced view is never silent.
+  void report_missing_timelines() {
+    auto [gpu, no_timeline] = gpu_processes();
+    if (no_timeline > said_without_timeline_)
+      log_ << "strata: agent: " << no_timeline << " of " << gpu
+           << " GPU process(es) have no device timeline: their GPU times are NVML and launch->sync only "
+              "(give the training containers the environment of `strata agent --pod-env`)\n";
+    said_without_timeline_ = no_timeline;
   }
 
   // Binds the /metrics and /drilldown listener (a port below 1024 needs privileges); it serves
@@ -281,6 +308,11 @@ class Daemon {
           b.last_share());
     gauge("strata_agent_budget_steps_down_total", "Times the budget stepped down.", static_cast<double>(b.steps_down()),
           "counter");
+    auto [gpu, no_timeline] = gpu_processes();
+    gauge("strata_agent_gpu_processes", "Watched processes that use CUDA.", gpu);
+    gauge("strata_agent_gpu_processes_without_timeline",
+          "Of those, processes with no GPU device timeline (no CUPTI injection): NVML and launch->sync times only.",
+          no_timeline);
     gauge("strata_agent_wall_clock_steps_total", "Steps of the wall clock seen (the run's timeline does not follow them).",
           static_cast<double>(pipeline_.clock_watch().steps), "counter");
     gauge("strata_agent_wall_clock_offset_seconds", "The wall clock minus the run's timeline, at the last window.",
@@ -378,6 +410,7 @@ class Daemon {
       if (auto st = pipeline_.step(200); !st) return st.error();
       if (opts_.duration_s > 0 && pipeline_.elapsed_s() >= opts_.duration_s) break;
       if (clock::now() - last_page >= std::chrono::seconds(1)) {
+        report_missing_timelines();
         update_metrics_page();
         last_page = clock::now();
       }
@@ -417,6 +450,7 @@ class Daemon {
   NodePipeline pipeline_;
 
   std::map<uint32_t, std::string> checked_;  // pids whose environment was read -> their program then
+  uint32_t said_without_timeline_ = 0;  // GPU processes without a timeline, as last logged
 
   std::string drilldown_url_;  // announced to the collector in every batch's health
   MetricsPage page_;
@@ -453,6 +487,31 @@ Result<std::pair<std::string, std::set<std::string>>> parse_selector_term(const 
     if (values.empty()) return Error{"--select " + text + ": no value after '='"};
   }
   return std::make_pair(key, values);
+}
+
+Result<std::string> pod_environment() {
+  std::vector<std::string> env = cupti_injection_env();
+  if (env.empty()) {
+    return Error{"no CUPTI injection to give the containers: " + cupti_injection_library_path() +
+                 " is missing, or this environment sets CUDA_INJECTION64_PATH or STRATA_CUPTI=0"}
+        .environment();
+  }
+  std::ostringstream o;
+  o << "# strata agent --pod-env: the environment of every training container, so that the CUDA driver\n"
+       "# loads strata's CUPTI injection at cuInit and each rank writes its GPU device timeline, which\n"
+       "# the agent reads (without it the GPU layer has NVML and launch->sync times only).\n";
+  std::vector<std::pair<std::string, std::string>> mounts;
+  for (const auto& kv : env) {
+    o << kv << "\n";
+    auto eq = kv.find('=');
+    std::string key = kv.substr(0, eq), value = kv.substr(eq + 1);
+    if (key == "CUDA_INJECTION64_PATH") mounts.emplace_back(value, "read-only: the injection library");
+    if (key == "STRATA_TIMELINE_DIR")
+      mounts.emplace_back(value, "read-write: the ranks' timelines, which the agent reads");
+  }
+  o << "# host paths to mount into each training container at the same path:\n";
+  for (const auto& [path, what] : mounts) o << "#   " << path << "  " << what << "\n";
+  return o.str();
 }
 
 Result<AgentSummary> run_agent(const AgentOptions& opts, const std::atomic<bool>& stop, std::ostream& log) {

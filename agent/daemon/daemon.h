@@ -56,6 +56,14 @@ struct AgentSummary {
   uint64_t bytes_sent = 0;
 };
 
+// `strata agent --pod-env`: what a cluster gives every training container so that the agent, which
+// never starts the job, still gets each rank's GPU device times: the environment that makes the
+// CUDA driver load strata's CUPTI injection at cuInit (the same as `strata record -- CMD` sets), one
+// NAME=value a line, then as comments the host paths to mount into the container at the same path
+// (the injection library, read-only; the timeline directory the ranks write and the agent reads,
+// read-write). An environment error, with the reason, when this install has no injection library.
+Result<std::string> pod_environment();
+
 // Runs until `stop` (or the duration); exit-code-2 errors for missing privileges.
 Result<AgentSummary> run_agent(const AgentOptions& opts, const std::atomic<bool>& stop, std::ostream& log);
 
