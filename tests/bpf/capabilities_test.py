@@ -12,12 +12,13 @@ Usage: capabilities_test.py BUILD_DIR
 """
 import os
 import shutil
-import socket
 import subprocess
 import sys
 import tempfile
 import time
-import urllib.request
+
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "support"))
+from harness import check, failures, free_port, scrape  # noqa: E402
 
 B = os.path.abspath(sys.argv[1])
 STRATA = os.path.join(B, "bin", "strata")
@@ -27,13 +28,6 @@ SETS = ("CapInh", "CapPrm", "CapEff", "CapBnd", "CapAmb")
 AGENT_MIN_THREADS = 4
 # The recorder's: main loop, NVML poller.
 RECORD_MIN_THREADS = 2
-failures = []
-
-
-def check(ok, what):
-    print(("ok   " if ok else "FAIL ") + what, flush=True)
-    if not ok:
-        failures.append(what)
 
 
 def runtime_set():
@@ -77,21 +71,12 @@ def check_threads(name, pid, min_threads):
     check(eff == {want}, f"{name}: every thread's effective set is the runtime set ({sorted(hex(e) for e in eff)})")
 
 
-def free_port():
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
 def wait_metrics(port, proc, seconds=60):
     deadline = time.monotonic() + seconds
     while time.monotonic() < deadline and proc.poll() is None:
-        try:
-            with urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=2) as r:
-                if r.status == 200:
-                    return True
-        except OSError:
-            time.sleep(0.2)
+        if scrape(port, timeout=2):
+            return True
+        time.sleep(0.2)
     return False
 
 

@@ -16,13 +16,14 @@ Usage: parity_test.py BUILD_DIR
 """
 import os
 import shutil
-import socket
 import sqlite3
 import subprocess
 import sys
 import tempfile
 import time
-import urllib.request
+
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "support"))
+from harness import check, failures, free_port, metric, scrape  # noqa: E402
 
 B = os.path.abspath(sys.argv[1])
 STRATA = os.path.join(B, "bin", "strata")
@@ -38,30 +39,6 @@ SAMPLING_SIGMAS = 3
 # Rank 0 burns this much CPU per step on the host (the sim's host-hotspot), so the ranks are
 # sampled often enough for the comparison to mean something (about 9 s of CPU over 60 steps).
 HOTSPOT_MS = 150
-failures = []
-
-
-def check(ok, what):
-    print(("ok   " if ok else "FAIL ") + what, flush=True)
-    if not ok:
-        failures.append(what)
-
-
-def free_port():
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
-def metric(port, name):
-    try:
-        with urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=2) as r:
-            for line in r.read().decode().splitlines():
-                if line.startswith(name + " "):
-                    return float(line.split()[1])
-    except OSError:
-        pass
-    return None
 
 
 def counts(db):
@@ -113,7 +90,7 @@ def main():
                                stdin=subprocess.PIPE, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
         watched = None
         for _ in range(600):
-            watched = metric(port, "strata_agent_watched_processes")
+            watched = metric(scrape(port, timeout=2), "strata_agent_watched_processes")
             if watched or agent.poll() is not None:
                 break
             time.sleep(0.1)
