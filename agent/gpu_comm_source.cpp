@@ -361,6 +361,9 @@ class GpuCommSource final : public Source {
     out.emplace_back("gpu_comm.launch_probe_cost_s", static_cast<double>(launch_hits_) * opts_.uprobe_cost_us / 1e6);
     out.emplace_back("gpu_comm.timeline_lost", static_cast<double>(timeline_lost_));
     out.emplace_back("gpu_comm.timelines_refused", static_cast<double>(timelines_refused_));
+    auto [gpu, no_timeline] = gpu_processes();
+    out.emplace_back("gpu_comm.gpu_processes", static_cast<double>(gpu));
+    out.emplace_back("gpu_comm.gpu_processes_without_timeline", static_cast<double>(no_timeline));
     out.emplace_back("gpu_comm.device_records_summarized", static_cast<double>(device_records_summarized_));
     out.emplace_back("gpu_comm.attached_files", static_cast<double>(files_.size()));
     out.emplace_back("gpu_comm.attach_errors", static_cast<double>(attach_errors_));
@@ -388,6 +391,34 @@ class GpuCommSource final : public Source {
     st.watch_start_mono = monotonic_now_ns();
     st.steps = StepDetector(st.watch_start_mono);
     return st;
+  }
+
+  // A process's timeline appears with its first device work: one watched this long that maps CUDA
+  // and still has none is taken to have no GPU timing source (CUDA initialization and a first
+  // kernel take seconds, not this long).
+  static constexpr uint64_t kTimelineGraceNs = 30 * kNs;
+
+  // Watched processes that map a CUDA runtime or driver, and how many of them have had no device
+  // timeline for kTimelineGraceNs (no CUPTI injection): their GPU times are the NVML figures and
+  // launch->sync times only, which the agent says in its health.
+  std::pair<size_t, size_t> gpu_processes() const {
+    uint64_t now = monotonic_now_ns();
+    size_t gpu = 0, without = 0;
+    for (const auto& [pid, st] : procs_) {
+      auto keys = st_files_.find(pid);
+      if (!st.alive || keys == st_files_.end()) continue;
+      bool cuda = false;
+      for (const auto& key : keys->second) {
+        auto f = files_.find(key);
+        if (f == files_.end()) continue;
+        for (const auto& rt : f->second.runtimes)
+          cuda = cuda || rt.kind == RuntimeKind::kCudaRuntime || rt.kind == RuntimeKind::kCudaDriver;
+      }
+      if (!cuda) continue;
+      ++gpu;
+      if (!st.timeline && now > st.watch_start_mono + kTimelineGraceNs) ++without;
+    }
+    return {gpu, without};
   }
 
   // Finds the runtime libraries a process maps and attaches to each new one.

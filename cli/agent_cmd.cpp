@@ -19,6 +19,7 @@ const char* kAgentHelp = R"(usage: strata agent (--server URL | -o FILE.db) [--n
                     [--spool DIR] [--spool-max-mb N]
                     [--unwind-tables-mb N]
                     [-F HZ] [--layers L,...] [--duration S]
+       strata agent --pod-env
 
 Runs on a training node: finds training processes by their environment (RANK, WORLD_SIZE,
 TORCHELASTIC_RUN_ID or STRATA_JOB set; or every --select term matching), watches them while they
@@ -42,6 +43,9 @@ options:
                       and rebuilt when needed (default 128; fractions allowed, at least 0.0625)
   -F HZ, --layers L   as for strata record
   --duration S        stop after S seconds (default: until SIGINT/SIGTERM)
+  --pod-env           print the environment (and host paths to mount) that gives every training
+                      container the CUPTI injection, so the agent reads each rank's GPU device
+                      timeline; then exit
 
 Needs root, or CAP_BPF + CAP_PERFMON (+ CAP_SYS_PTRACE to read other users' processes).
 Exit codes: 0 ok, 1 bad input, 2 environment.
@@ -70,6 +74,12 @@ int agent_main(std::vector<std::string> argv) {
     std::string a = args.next();
     if (a == "-h" || a == "--help") {
       std::cout << kAgentHelp;
+      return 0;
+    }
+    if (a == "--pod-env") {
+      auto text = agent::daemon::pod_environment();
+      if (!text) return fail("agent --pod-env: " + text.error().message, text.error().exit_code);
+      std::cout << *text;
       return 0;
     }
     if (a != "--server" && a != "-o" && a != "--output" && a != "--node" && a != "--token-file" && a != "--window" &&

@@ -160,6 +160,7 @@ TEST_F(NvmlSourceTest, PollsOnItsOwnThreadAndStopsPromptly) {
   o.period_s = 0.02;
   auto src = start_nvml_source(o);
   ASSERT_TRUE(src) << src.error().message;
+  (*src)->start_threads();  // the agent starts it once its privileges are dropped
   std::this_thread::sleep_for(std::chrono::milliseconds(150));
   ASSERT_TRUE((*src)->poll());
   Flushed m = flush(**src);
