@@ -1319,6 +1319,186 @@ std::optional<Finding> job_past_finding(const JobWindow& job, double lost, doubl
   return f;
 }
 
+// A hang: no collective progress for opt.hang_s while rank processes are alive. Hangs have no step
+// time, so they come first.
+std::optional<Finding> find_hang(const JobWindow& job, const Options& opt) {
+  const size_t n = job.ranks.size();
+  uint64_t last = 0;
+  size_t alive = 0;
+  for (const auto& r : job.ranks) {
+    last = std::max(last, r.last_progress_ns);
+    alive += r.alive ? 1 : 0;
+  }
+  if (!(last > 0 && alive > 0 && job.observed_until_ns > last &&
+        static_cast<double>(job.observed_until_ns - last) >= opt.hang_s * 1e9))
+    return std::nullopt;
+  double stalled_s = static_cast<double>(job.observed_until_ns - last) / 1e9;
+  // The rank whose device stopped first holds the others in the collective; without a device
+  // timeline, the one that made progress last is the least likely culprit.
+  size_t c = 0;
+  bool by_device = true;
+  for (size_t i = 0; i < n; ++i) {
+    if (job.ranks[i].last_device_ns == 0) by_device = false;
+  }
+  for (size_t i = 1; i < n; ++i) {
+    const auto& a = job.ranks[i];
+    const auto& b = job.ranks[c];
+    if (by_device ? a.last_device_ns < b.last_device_ns : a.last_progress_ns < b.last_progress_ns) c = i;
+  }
+  const auto& r = job.ranks[c];
+  Finding f;
+  f.rank = r.rank;
+  f.node = r.node;
+  f.cause = Cause::kHang;
+  f.layer = by_device ? "gpu" : "comm";
+  f.culprit = by_device ? "GPU " + std::to_string(r.gpu.index >= 0 ? r.gpu.index : r.rank) : rank_name(r);
+  f.lost_ms_per_step = stalled_s * 1000;
+  f.evidence.push_back(fmt("no collective completed for %.1f s", stalled_s) + " while " + std::to_string(alive) + " of " +
+                       std::to_string(n) + " rank processes are alive");
+  if (by_device) {
+    std::vector<double> others;
+    for (size_t i = 0; i < n; ++i) {
+      if (i != c) others.push_back(static_cast<double>(job.ranks[i].last_device_ns));
+    }
+    double gap = others.empty() ? 0 : (median(others) - static_cast<double>(r.last_device_ns)) / 1e6;
+    f.evidence.push_back(rank_name(r) + "'s GPU finished its last work " + ms(gap) +
+                         " before its peers' (median): its peers wait for it in the collective");
+    f.confidence = gap > 0 ? 0.9 : 0.5;
+  } else {
+    f.confidence = 0.5;
+  }
+  f.advice = "dump the stacks of " + rank_name(r) + " (py-spy dump / cuda-gdb); check the GPU with nvidia-smi and dmesg (Xid)";
+  return f;
+}
+
+// A slow link: everyone waits longer in the collectives and nobody computes longer. Its end is the
+// rank on every slow TCP connection when those were recorded; else, in a ring, the ranks on both
+// sides of the slow link wait longest. Every link slower: the communicator, job-wide.
+void find_slow_link(const JobWindow& job, Diagnosis& dx, double lost, double wait_med, double wait_base) {
+  const size_t n = job.ranks.size();
+  const double wait_up = wait_med - wait_base;
+  auto links = find_slow_links(job);
+  size_t best = 0;
+  double best_score = -1e300;
+  for (size_t i = 0; i < n && !links; ++i) {
+    const auto& prev = job.ranks[(i + n - 1) % n];
+    const auto& next = job.ranks[(i + 1) % n];
+    double score = (prev.now.wait_ms + next.now.wait_ms) / 2 - job.ranks[i].now.wait_ms;
+    if (known(score) && score > best_score) {
+      best_score = score;
+      best = i;
+    }
+  }
+  if (links) best = links->culprit;
+  // Without a slow connection among recorded ones, or without a ring end that stands out (its
+  // neighbours wait clearly longer than it does), every link got slower (a fabric, a switch):
+  // the job's communicator, not a rank's link, if the job's past says its collectives grew.
+  bool fabric = !links && (tcp_recorded(job) || !(best_score >= kRingEndShare * wait_up)) && has_past(job);
+  if (fabric) {
+    std::vector<std::string> head{"job step time " + ms(dx.step_ms) + " vs its baseline " + ms(dx.baseline_step_ms) +
+                                  "; every rank waits longer in collectives and no one link is slower than the others"};
+    if (auto f = job_past_finding(job, lost, dx.baseline_step_ms, std::move(head))) dx.findings.push_back(std::move(*f));
+    else dx.note = unexplained(dx);
+  } else {
+    const auto& r = job.ranks[best];
+    Finding f;
+    f.rank = r.rank;
+    f.node = r.node;
+    f.cause = Cause::kNetworkSlow;
+    f.layer = "comm";
+    f.culprit = "link of rank " + std::to_string(r.rank);
+    f.lost_ms_per_step = lost;
+    f.evidence.push_back("job step time " + ms(dx.step_ms) + " vs its baseline " + ms(dx.baseline_step_ms));
+    f.evidence.push_back("all " + std::to_string(n) + " ranks wait longer in collectives" +
+                         (job.communicator.empty() ? "" : " of communicator " + job.communicator) + ": " + ms(wait_med) +
+                         " per step vs " + ms(wait_base) + " before; no rank computes longer than its peers");
+    if (links) {
+      std::string peers;
+      for (const auto& p : links->peers) peers += (peers.empty() ? "" : " and ") + p;
+      f.evidence.push_back("every bulk TCP connection of " + rank_name(r) + " (with " + peers + ") is slow: smoothed RTT " +
+                           ms(links->fastest_ms) + " or more, while every other rank has one of " + ms(links->next_ms) +
+                           " or less (median over the job's " + std::to_string(links->connections) + " bulk connections " +
+                           ms(links->median_ms) + ")");
+      f.confidence = links->unique ? 0.9 : 0.6;
+    } else {
+      const auto& prev = job.ranks[(best + n - 1) % n];
+      const auto& next = job.ranks[(best + 1) % n];
+      f.evidence.push_back("ring neighbours rank " + std::to_string(prev.rank) + " and rank " + std::to_string(next.rank) +
+                           " wait " + ms((prev.now.wait_ms + next.now.wait_ms) / 2) + " vs " + ms(r.now.wait_ms) +
+                           " for rank " + std::to_string(r.rank));
+      f.confidence = clamp01(0.5 + (best_score > 0 && wait_med > 0 ? best_score / wait_med : 0));
+    }
+    f.advice = "check the NIC / link of " + rank_name(r) + " (ethtool -S, link speed, tc qdisc) and NCCL_IB/SOCKET settings";
+    dx.findings.push_back(std::move(f));
+  }
+}
+
+// Every rank got slower by itself (no straggler, collective waits did not grow).
+void find_slowed_alike(const JobWindow& job, Diagnosis& dx, double lost, const std::vector<double>& busy) {
+  const size_t n = job.ranks.size();
+  if (has_past(job)) {
+    // Every rank got slower by itself: each layer against the job's own past names the layer.
+    std::vector<std::string> head{"job step time " + ms(dx.step_ms) + " vs its baseline " + ms(dx.baseline_step_ms) +
+                                  "; all ranks slowed alike (no straggler, collective waits did not grow)"};
+    if (auto f = job_past_finding(job, lost, dx.baseline_step_ms, std::move(head))) dx.findings.push_back(std::move(*f));
+    else dx.note = unexplained(dx);
+  } else if (lost >= kJobWideSlowdown * dx.baseline_step_ms) {
+    // No past per layer: look for the layer that explains it on the rank that suffers most,
+    // with absolute numbers (another process on our CPUs is never normal).
+    size_t c = 0;
+    double best = -1;
+    for (size_t i = 0; i < n; ++i) {
+      double v = 0;
+      for (const auto& nbv : job.ranks[i].neighbours) {
+        if (!is_agent(job.names.name(nbv.name))) v = std::max(v, nbv.ms_per_step);
+      }
+      v += known(busy[i]) ? busy[i] * 1e-3 : 0;  // tie-break by busy time
+      if (v > best) {
+        best = v;
+        c = i;
+      }
+    }
+    std::vector<std::string> head{"job step time " + ms(dx.step_ms) + " vs its baseline " + ms(dx.baseline_step_ms) +
+                                  "; all ranks slowed alike (no straggler, collective waits did not grow)"};
+    head.push_back("measured on " + rank_name(job.ranks[c]) + ", the rank whose CPUs other processes use most");
+    if (auto f = to_finding(job, c, lost, descend(job, c, lost, true), std::move(head), kJobWideLocate, Scope::kJob))
+      dx.findings.push_back(std::move(*f));
+    else dx.note = unexplained(dx);
+  } else {
+    dx.note = unexplained(dx);
+  }
+}
+
+// Whether the statistical opinion agrees with the findings, said in its summary.
+void compare_opinions(Diagnosis& dx) {
+  const size_t n = dx.ranks;
+  // The second opinion agrees when it flags exactly the finding's ranks (a hang or a job-wide cause
+  // need not single out any rank). Under 3 ranks it compares nothing: its silence is no opinion.
+  auto& so = dx.second;
+  if (!so.compared) {
+    so.disagrees = false;
+    so.summary = "no statistical opinion: " + std::to_string(n) + " ranks are too few to compare";
+    return;
+  }
+  std::vector<int> mine;
+  for (const auto& f : dx.findings) {
+    if (f.cause != Cause::kNetworkSlow && f.cause != Cause::kHang && f.scope == Scope::kRank) mine.push_back(f.rank);
+  }
+  std::vector<int> theirs = so.outlier_ranks;
+  std::sort(mine.begin(), mine.end());
+  std::sort(theirs.begin(), theirs.end());
+  bool job_level = !dx.findings.empty() && mine.empty();
+  so.disagrees = !job_level && mine != theirs;
+  if (so.disagrees) {
+    std::string a, b;
+    for (int x : theirs) a += (a.empty() ? "" : ",") + std::to_string(x);
+    for (int x : mine) b += (b.empty() ? "" : ",") + std::to_string(x);
+    so.summary = "the statistical opinion flags rank(s) [" + a + "] where the layered diagnosis names [" + b + "]";
+  } else {
+    so.summary = "the statistical opinion agrees";
+  }
+}
+
 }  // namespace
 
 Diagnosis diagnose(const JobWindow& job, const Options& opt) {
@@ -1331,52 +1511,9 @@ Diagnosis diagnose(const JobWindow& job, const Options& opt) {
   // -- 1. detect: the job against its own history; hangs first, as they have no step time.
   dx.step_ms = median(column(job, [](const RankWindow& r) { return r.now.step_ms; }));
   dx.baseline_step_ms = median(column(job, [](const RankWindow& r) { return r.base.steps > 0 ? r.base.step_ms : kUnknown; }));
-  uint64_t last = 0;
-  size_t alive = 0;
-  for (const auto& r : job.ranks) {
-    last = std::max(last, r.last_progress_ns);
-    alive += r.alive ? 1 : 0;
-  }
   dx.second = second_opinion(job);
-  if (last > 0 && alive > 0 && job.observed_until_ns > last &&
-      static_cast<double>(job.observed_until_ns - last) >= opt.hang_s * 1e9) {
-    double stalled_s = static_cast<double>(job.observed_until_ns - last) / 1e9;
-    // The rank whose device stopped first holds the others in the collective; without a device
-    // timeline, the one that made progress last is the least likely culprit.
-    size_t c = 0;
-    bool by_device = true;
-    for (size_t i = 0; i < n; ++i) {
-      if (job.ranks[i].last_device_ns == 0) by_device = false;
-    }
-    for (size_t i = 1; i < n; ++i) {
-      const auto& a = job.ranks[i];
-      const auto& b = job.ranks[c];
-      if (by_device ? a.last_device_ns < b.last_device_ns : a.last_progress_ns < b.last_progress_ns) c = i;
-    }
-    const auto& r = job.ranks[c];
-    Finding f;
-    f.rank = r.rank;
-    f.node = r.node;
-    f.cause = Cause::kHang;
-    f.layer = by_device ? "gpu" : "comm";
-    f.culprit = by_device ? "GPU " + std::to_string(r.gpu.index >= 0 ? r.gpu.index : r.rank) : rank_name(r);
-    f.lost_ms_per_step = stalled_s * 1000;
-    f.evidence.push_back(fmt("no collective completed for %.1f s", stalled_s) + " while " + std::to_string(alive) + " of " +
-                         std::to_string(n) + " rank processes are alive");
-    if (by_device) {
-      std::vector<double> others;
-      for (size_t i = 0; i < n; ++i) {
-        if (i != c) others.push_back(static_cast<double>(job.ranks[i].last_device_ns));
-      }
-      double gap = others.empty() ? 0 : (median(others) - static_cast<double>(r.last_device_ns)) / 1e6;
-      f.evidence.push_back(rank_name(r) + "'s GPU finished its last work " + ms(gap) +
-                           " before its peers' (median): its peers wait for it in the collective");
-      f.confidence = gap > 0 ? 0.9 : 0.5;
-    } else {
-      f.confidence = 0.5;
-    }
-    f.advice = "dump the stacks of " + rank_name(r) + " (py-spy dump / cuda-gdb); check the GPU with nvidia-smi and dmesg (Xid)";
-    dx.findings.push_back(std::move(f));
+  if (auto hang = find_hang(job, opt)) {
+    dx.findings.push_back(std::move(*hang));
   } else {
     bool have_base = known(dx.baseline_step_ms);
     double base_noise = median(column(job, [](const RankWindow& r) { return r.base.steps > 0 ? r.base.step_mad_ms : kUnknown; }));
@@ -1449,93 +1586,9 @@ Diagnosis diagnose(const JobWindow& job, const Options& opt) {
       double wait_base = median(column(job, [](const RankWindow& r) { return r.base.steps > 0 ? r.base.wait_ms : kUnknown; }));
       double wait_up = known(wait_base) ? wait_med - wait_base : 0;
       if (wait_up >= 0.5 * lost) {
-        // A slow link: everyone waits longer in the collectives and nobody computes longer. Its
-        // end is the rank on every slow TCP connection when those were recorded; else, in a ring,
-        // the ranks on both sides of the slow link wait longest.
-        auto links = find_slow_links(job);
-        size_t best = 0;
-        double best_score = -1e300;
-        for (size_t i = 0; i < n && !links; ++i) {
-          const auto& prev = job.ranks[(i + n - 1) % n];
-          const auto& next = job.ranks[(i + 1) % n];
-          double score = (prev.now.wait_ms + next.now.wait_ms) / 2 - job.ranks[i].now.wait_ms;
-          if (known(score) && score > best_score) {
-            best_score = score;
-            best = i;
-          }
-        }
-        if (links) best = links->culprit;
-        // Without a slow connection among recorded ones, or without a ring end that stands out (its
-        // neighbours wait clearly longer than it does), every link got slower (a fabric, a switch):
-        // the job's communicator, not a rank's link, if the job's past says its collectives grew.
-        bool fabric = !links && (tcp_recorded(job) || !(best_score >= kRingEndShare * wait_up)) && has_past(job);
-        if (fabric) {
-          std::vector<std::string> head{"job step time " + ms(dx.step_ms) + " vs its baseline " + ms(dx.baseline_step_ms) +
-                                        "; every rank waits longer in collectives and no one link is slower than the others"};
-          if (auto f = job_past_finding(job, lost, dx.baseline_step_ms, std::move(head))) dx.findings.push_back(std::move(*f));
-          else dx.note = unexplained(dx);
-        } else {
-          const auto& r = job.ranks[best];
-          Finding f;
-          f.rank = r.rank;
-          f.node = r.node;
-          f.cause = Cause::kNetworkSlow;
-          f.layer = "comm";
-          f.culprit = "link of rank " + std::to_string(r.rank);
-          f.lost_ms_per_step = lost;
-          f.evidence.push_back("job step time " + ms(dx.step_ms) + " vs its baseline " + ms(dx.baseline_step_ms));
-          f.evidence.push_back("all " + std::to_string(n) + " ranks wait longer in collectives" +
-                               (job.communicator.empty() ? "" : " of communicator " + job.communicator) + ": " + ms(wait_med) +
-                               " per step vs " + ms(wait_base) + " before; no rank computes longer than its peers");
-          if (links) {
-            std::string peers;
-            for (const auto& p : links->peers) peers += (peers.empty() ? "" : " and ") + p;
-            f.evidence.push_back("every bulk TCP connection of " + rank_name(r) + " (with " + peers + ") is slow: smoothed RTT " +
-                                 ms(links->fastest_ms) + " or more, while every other rank has one of " + ms(links->next_ms) +
-                                 " or less (median over the job's " + std::to_string(links->connections) + " bulk connections " +
-                                 ms(links->median_ms) + ")");
-            f.confidence = links->unique ? 0.9 : 0.6;
-          } else {
-            const auto& prev = job.ranks[(best + n - 1) % n];
-            const auto& next = job.ranks[(best + 1) % n];
-            f.evidence.push_back("ring neighbours rank " + std::to_string(prev.rank) + " and rank " + std::to_string(next.rank) +
-                                 " wait " + ms((prev.now.wait_ms + next.now.wait_ms) / 2) + " vs " + ms(r.now.wait_ms) +
-                                 " for rank " + std::to_string(r.rank));
-            f.confidence = clamp01(0.5 + (best_score > 0 && wait_med > 0 ? best_score / wait_med : 0));
-          }
-          f.advice = "check the NIC / link of " + rank_name(r) + " (ethtool -S, link speed, tc qdisc) and NCCL_IB/SOCKET settings";
-          dx.findings.push_back(std::move(f));
-        }
-      } else if (has_past(job)) {
-        // Every rank got slower by itself: each layer against the job's own past names the layer.
-        std::vector<std::string> head{"job step time " + ms(dx.step_ms) + " vs its baseline " + ms(dx.baseline_step_ms) +
-                                      "; all ranks slowed alike (no straggler, collective waits did not grow)"};
-        if (auto f = job_past_finding(job, lost, dx.baseline_step_ms, std::move(head))) dx.findings.push_back(std::move(*f));
-        else dx.note = unexplained(dx);
-      } else if (lost >= kJobWideSlowdown * dx.baseline_step_ms) {
-        // No past per layer: look for the layer that explains it on the rank that suffers most,
-        // with absolute numbers (another process on our CPUs is never normal).
-        size_t c = 0;
-        double best = -1;
-        for (size_t i = 0; i < n; ++i) {
-          double v = 0;
-          for (const auto& nbv : job.ranks[i].neighbours) {
-            if (!is_agent(job.names.name(nbv.name))) v = std::max(v, nbv.ms_per_step);
-          }
-          v += known(busy[i]) ? busy[i] * 1e-3 : 0;  // tie-break by busy time
-          if (v > best) {
-            best = v;
-            c = i;
-          }
-        }
-        std::vector<std::string> head{"job step time " + ms(dx.step_ms) + " vs its baseline " + ms(dx.baseline_step_ms) +
-                                      "; all ranks slowed alike (no straggler, collective waits did not grow)"};
-        head.push_back("measured on " + rank_name(job.ranks[c]) + ", the rank whose CPUs other processes use most");
-        if (auto f = to_finding(job, c, lost, descend(job, c, lost, true), std::move(head), kJobWideLocate, Scope::kJob))
-          dx.findings.push_back(std::move(*f));
-        else dx.note = unexplained(dx);
+        find_slow_link(job, dx, lost, wait_med, wait_base);
       } else {
-        dx.note = unexplained(dx);
+        find_slowed_alike(job, dx, lost, busy);
       }
     }
   }
@@ -1543,31 +1596,7 @@ Diagnosis diagnose(const JobWindow& job, const Options& opt) {
   std::stable_sort(dx.findings.begin(), dx.findings.end(),
                    [](const Finding& a, const Finding& b) { return a.lost_ms_per_step > b.lost_ms_per_step; });
 
-  // The second opinion agrees when it flags exactly the finding's ranks (a hang or a job-wide cause
-  // need not single out any rank). Under 3 ranks it compares nothing: its silence is no opinion.
-  auto& so = dx.second;
-  if (!so.compared) {
-    so.disagrees = false;
-    so.summary = "no statistical opinion: " + std::to_string(n) + " ranks are too few to compare";
-    return dx;
-  }
-  std::vector<int> mine;
-  for (const auto& f : dx.findings) {
-    if (f.cause != Cause::kNetworkSlow && f.cause != Cause::kHang && f.scope == Scope::kRank) mine.push_back(f.rank);
-  }
-  std::vector<int> theirs = so.outlier_ranks;
-  std::sort(mine.begin(), mine.end());
-  std::sort(theirs.begin(), theirs.end());
-  bool job_level = !dx.findings.empty() && mine.empty();
-  so.disagrees = !job_level && mine != theirs;
-  if (so.disagrees) {
-    std::string a, b;
-    for (int x : theirs) a += (a.empty() ? "" : ",") + std::to_string(x);
-    for (int x : mine) b += (b.empty() ? "" : ",") + std::to_string(x);
-    so.summary = "the statistical opinion flags rank(s) [" + a + "] where the layered diagnosis names [" + b + "]";
-  } else {
-    so.summary = "the statistical opinion agrees";
-  }
+  compare_opinions(dx);
   return dx;
 }
 

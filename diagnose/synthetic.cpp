@@ -23,6 +23,9 @@ std::string planted_culprit(const PlantedFault& f) {
   if (f.cause == "kernel-regression") return "ampere_sgemm_128x64_tn";
   if (f.cause == "network-slow") return "link of rank " + std::to_string(f.rank);
   if (f.cause == "workload-imbalance") return "larger batches";
+  if (f.cause == "page-faults") return "major page faults";
+  if (f.cause == "launch-bound") return "kernel launches";
+  if (f.cause == "irq-softirq") return "interrupts on rank " + std::to_string(f.rank);
   return "";
 }
 
@@ -146,6 +149,15 @@ JobWindow make_synthetic_job(const SyntheticSpec& spec) {
     } else if (f.cause == "irq-softirq") {
       host(f.ms);
       r.set(Os::kIrq, r.get(Os::kIrq) + f.ms);
+    } else if (f.cause == "page-faults") {
+      // Major faults that read from a disk at 2 ms each (its working set swapped out).
+      host(f.ms);
+      r.set(Os::kBioLatency, 2);
+      r.set(Os::kMajorFaults, r.get(Os::kMajorFaults) + f.ms / 2);
+    } else if (f.cause == "launch-bound") {
+      // The host spends the time launching kernels (many small ones): the GPU waits for launches.
+      host(f.ms);
+      r.set(Os::kLaunchApi, r.get(Os::kLaunchApi) + f.ms);
     } else if (f.cause == "kernel-regression") {
       // One kernel slower; the GPU and everything else as before.
       r.now.device_compute_ms += f.ms;

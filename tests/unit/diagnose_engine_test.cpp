@@ -73,6 +73,7 @@ INSTANTIATE_TEST_SUITE_P(AllCauses, PlantedCause,
                                            Case{"cpu-contention", "os"}, Case{"cpu-throttling", "os"},
                                            Case{"io-stall", "os"}, Case{"memory-reclaim", "os"},
                                            Case{"irq-softirq", "os"}, Case{"workload-imbalance", "cpu"},
+                                           Case{"page-faults", "os"}, Case{"launch-bound", "cpu"},
                                            Case{"network-slow", "comm"}, Case{"hang", "gpu"}),
                          [](const auto& info) {
                            std::string n = info.param.cause;
