@@ -12,7 +12,8 @@
  *   - no component of the path is a symbolic link, and the directory is owned by root or the
  *     target's uid and, when others may write into it, sticky;
  *   - the file is a regular file owned by root or the target's uid (fstat of the opened file);
- *   - its header is valid (below) and names the expected pid.
+ *   - its header is valid (below), names the expected pid, and its start_ns is not before that
+ *     process started (else an earlier process with the same pid left it).
  * A container gets the rendezvous by mounting the host's /run/strata/timeline (or any directory,
  * named to both sides by STRATA_TIMELINE_DIR) at the same path.
  *

@@ -10,7 +10,9 @@
 #include <cstddef>
 #include <cstdlib>
 #include <cstring>
+#include <ctime>
 #include <fstream>
+#include <iterator>
 #include <sstream>
 
 #include "common/parse.h"
@@ -20,6 +22,17 @@ namespace {
 
 constexpr size_t kRecordSize = sizeof(strata_timeline_record);
 constexpr off_t kWriteIndexOffset = offsetof(strata_timeline_header, write_index);
+// A timeline made this long before its process started is an earlier process's: the process start
+// is known to a clock tick (10 ms) and read through two clocks; a pid is not reused within a
+// second on any real node.
+constexpr int64_t kStaleSlackNs = 1'000'000'000;
+
+int64_t clock_ns(clockid_t id) {
+  timespec ts{};
+  clock_gettime(id, &ts);
+  return static_cast<int64_t>(ts.tv_sec) * 1'000'000'000 + ts.tv_nsec;
+}
+
 // Records copied per pread: 46 KB of buffer, a few syscalls for a busy GPU's poll interval.
 constexpr uint64_t kChunkRecords = 256;
 
@@ -199,9 +212,11 @@ class FileTimeline final : public GpuTimingSource {
 };
 
 // Opens `name` in `dirfd` as a timeline of a process of uid `owner` (or root's).
+// `started_mono_ns` (0: unknown) is when the process started (CLOCK_MONOTONIC): a file whose writer
+// made it before that was left by an earlier process that had the same pid.
 Result<std::unique_ptr<GpuTimingSource>> open_timeline_at(int dirfd, const std::string& name,
                                                           const std::string& shown, uid_t owner,
-                                                          uint32_t expect_pid) {
+                                                          uint32_t expect_pid, int64_t started_mono_ns = 0) {
   // O_NOFOLLOW: a symbolic link (to /etc/shadow, say) is refused; O_NONBLOCK: a FIFO or a device
   // cannot hold the open; both before anything is read.
   Fd fd(openat(dirfd, name.c_str(), O_RDONLY | O_NOFOLLOW | O_NONBLOCK | O_CLOEXEC | O_NOCTTY));
@@ -219,11 +234,13 @@ Result<std::unique_ptr<GpuTimingSource>> open_timeline_at(int dirfd, const std::
   // A writer makes its file with one name; a second link is someone else's file linked in.
   if (st.st_nlink != 1) return Error{shown + ": has " + std::to_string(st.st_nlink) + " links (refused)"};
   strata_timeline_header h{};
-  if (!pread_all(fd.get(), &h, sizeof h, 0)) return Error{shown + ": not a GPU timeline (too short; refused)"};
+  if (!pread_all(fd.get(), &h, sizeof h, 0))
+    return Error{shown + ": not a GPU timeline (too short; refused)"};
   // The header is checked once, on this copy; the reader keeps what it needs of it.
   if (h.magic != STRATA_TIMELINE_MAGIC || h.version != STRATA_TIMELINE_VERSION ||
       h.header_size != STRATA_TIMELINE_HEADER_SIZE || h.record_size != kRecordSize)
-    return Error{shown + ": not a GPU timeline of version " + std::to_string(STRATA_TIMELINE_VERSION) + " (refused)"};
+    return Error{shown + ": not a GPU timeline of version " + std::to_string(STRATA_TIMELINE_VERSION) +
+                 " (refused)"};
   if (h.capacity == 0 || h.capacity > kMaxTimelineCapacity)
     return Error{shown + ": capacity " + std::to_string(h.capacity) + " out of range 1.." +
                  std::to_string(kMaxTimelineCapacity) + " (refused)"};
@@ -232,6 +249,10 @@ Result<std::unique_ptr<GpuTimingSource>> open_timeline_at(int dirfd, const std::
   if (expect_pid != 0 && h.pid != static_cast<int32_t>(expect_pid))
     return Error{shown + ": written by pid " + std::to_string(h.pid) + ", not " + std::to_string(expect_pid) +
                  " (refused)"};
+  // The writer's own word on when it made the file: only its own data is at stake if it lies.
+  if (started_mono_ns != 0 && static_cast<int64_t>(h.start_ns) < started_mono_ns - kStaleSlackNs)
+    return Error{shown + ": made before process " + std::to_string(expect_pid) +
+                 " started (left by an earlier process with its pid; refused)"};
   return std::unique_ptr<GpuTimingSource>(std::make_unique<FileTimeline>(std::move(fd), h.capacity));
 }
 
@@ -296,6 +317,22 @@ std::optional<TimelineTarget> timeline_target_of(uint32_t pid) {
   t.ns_pid = inner ? *inner : pid;
   struct stat mine {
   }, theirs{};
+  // Its start (field 22 of /proc/PID/stat, clock ticks since boot) on CLOCK_MONOTONIC, the clock of
+  // the header's start_ns (not the wall clock: a step of it must not make a file look old).
+  std::ifstream stat_in(proc + "/stat");
+  std::string stat_text((std::istreambuf_iterator<char>(stat_in)), std::istreambuf_iterator<char>());
+  if (auto close = stat_text.rfind(')'); close != std::string::npos) {
+    std::istringstream fields(stat_text.substr(close + 1));
+    std::string f;
+    for (int i = 3; i <= 22 && fields >> f; ++i) {
+      if (i != 22) continue;
+      static const long hz = sysconf(_SC_CLK_TCK);
+      if (auto ticks = parse_int<uint64_t>(f); ticks && hz > 0) {
+        int64_t since_boot = static_cast<int64_t>(*ticks * 1'000'000'000ull / static_cast<uint64_t>(hz));
+        t.started_mono_ns = clock_ns(CLOCK_MONOTONIC) - (clock_ns(CLOCK_BOOTTIME) - since_boot);
+      }
+    }
+  }
   t.host_root = stat("/", &mine) == 0 && stat((proc + "/root").c_str(), &theirs) == 0 &&
                 mine.st_dev == theirs.st_dev && mine.st_ino == theirs.st_ino;
   return t;
@@ -318,7 +355,7 @@ Result<std::unique_ptr<GpuTimingSource>> open_timeline_for(const TimelineTarget&
   auto d = open_dir_nofollow(root.get(), dir.substr(1));
   if (!d) return d.error();
   if (auto st = check_dir(d->get(), shown.substr(0, shown.rfind('/')), t.uid); !st) return st.error();
-  return open_timeline_at(d->get(), name, shown, t.uid, t.ns_pid);
+  return open_timeline_at(d->get(), name, shown, t.uid, t.ns_pid, t.started_mono_ns);
 }
 
 Result<std::unique_ptr<GpuTimingSource>> open_timeline_for(const TimelineTarget& t) {

@@ -64,6 +64,8 @@ struct TimelineTarget {
   uint32_t ns_pid = 0;     // as the process sees itself: the name of its file
   uid_t uid = 0;           // its real uid: the file must be its own or root's
   bool host_root = false;  // shares the agent's root directory: the file can be found without /proc
+  int64_t started_mono_ns = 0;  // when it started, CLOCK_MONOTONIC (0: unknown): a file made
+                                // before is an earlier process's with the same pid
 };
 std::optional<TimelineTarget> timeline_target_of(uint32_t pid);
 

@@ -13,6 +13,7 @@
 
 #include <cstddef>
 #include <cstring>
+#include <ctime>
 #include <limits>
 
 #include "agent/gpu/cupti/timeline_writer.h"
@@ -284,8 +285,12 @@ TEST_F(TimelineReader, FindsATargetsFileByItsOwnPidAndUid) {
   EXPECT_EQ(t->uid, getuid());
   EXPECT_TRUE(t->host_root);
   std::string name = std::to_string(t->ns_pid) + ".timeline";
-  // TimelineWriter puts getpid() in the header: the pid the reader expects.
-  auto w = TimelineWriter::create(dir_.file(name), 4, 1);
+  // TimelineWriter puts getpid() in the header: the pid the reader expects; made now, after the
+  // process started.
+  timespec now{};
+  clock_gettime(CLOCK_MONOTONIC, &now);
+  auto w = TimelineWriter::create(dir_.file(name), 4,
+                                  static_cast<uint64_t>(now.tv_sec) * 1'000'000'000 + now.tv_nsec);
   ASSERT_TRUE(w);
   (*w)->append(rec(0));
   auto r = open_timeline_for(*t, dir_.path());
@@ -293,6 +298,13 @@ TEST_F(TimelineReader, FindsATargetsFileByItsOwnPidAndUid) {
   uint64_t lost = 0;
   EXPECT_EQ((*r)->read_new(lost).size(), 1u);
   EXPECT_FALSE(open_timeline_for(*t, "relative/dir")) << "the directory must be absolute";
+
+  // A file older than the process is an earlier process's (the pid was reused): refused.
+  TimelineTarget later = *t;
+  later.started_mono_ns = t->started_mono_ns + 3'600'000'000'000;  // "started" in an hour
+  auto stale = open_timeline_for(later, dir_.path());
+  EXPECT_NE(refused(stale).find("earlier process"), std::string::npos) << refused(stale);
+  EXPECT_GT(t->started_mono_ns, 0);
 
   // Another process's name on this process's file: the header names the writer, so refused.
   TimelineTarget other = *t;
