@@ -8,7 +8,8 @@
 // (bench/web_store.cpp, rank 137): the job page marks the straggler's heatmap row without a click
 // (its gutter label and the canvas's pixels), the hover names rank and node, the per-rank table
 // fits the 1,400 px window, and the cross-rank timeline puts rank 137 beside its peers on one time
-// axis. Screenshots land in build/test-artifacts/web/.
+// axis. With --10k (its own CTest, web_e2e_10k): at 10,000 ranks the straggler's row is still
+// marked and red. Screenshots land in build/test-artifacts/web/.
 //
 // Environment (CTest sets them): STRATA_BIN, STRATA_BUILD, STRATA_SOURCE. Needs root (strata record).
 // Exit 77: skipped (not root, or no chromium).
@@ -20,6 +21,7 @@ import os from 'node:os';
 import path from 'node:path';
 
 const BIN = process.env.STRATA_BIN;
+const HUGE_ONLY = process.argv.includes('--10k');
 const BUILD = process.env.STRATA_BUILD;
 const SOURCE = process.env.STRATA_SOURCE;
 const CHROMIUM = process.env.STRATA_CHROMIUM || '/usr/bin/chromium';
@@ -171,8 +173,19 @@ async function bigJob(browser) {
   const marks = await page.$$eval('.heatmap-mark', (ms) => ms.map((m) => ({ rank: m.getAttribute('data-rank'), node: m.getAttribute('data-node'), y: Number(m.getAttribute('data-y')) })));
   check(marks.length >= 1 && marks[0].rank === String(STRAGGLER),
     `heatmap at 1,000 ranks: rank ${STRAGGLER}'s row is marked without a click (marks: ${marks.map((m) => m.rank).join(', ') || 'none'})`);
-  // ...and its pixel row is red in the slow steps where the rows around it are pale: read from the
-  // canvas the page drew.
+  // ...and its pixel row is red in the slow steps where the rows around it are pale.
+  await stragglerPixels(page, marks[0]?.y ?? 0, '1,000');
+  // The hover names rank and node.
+  const box = await page.locator('canvas.heatmap').boundingBox();
+  await page.mouse.move(box.x + box.width * 0.9, box.y + 1 + (marks[0]?.y ?? 0) + 0.5);
+  const tip = await page.textContent('#heatmap-tip');
+  check(new RegExp(`rank ${STRAGGLER} on node-17`).test(tip), `heatmap hover names the rank and its node ("${tip.slice(0, 120)}")`);
+  await bigJobRest(page);
+}
+
+// Reads the heatmap's canvas as the page drew it: pixel row `y` (the straggler's) must be red in the
+// slow steps (the second half) and the rows 20 px above and below it must have no red pixel.
+async function stragglerPixels(page, y, ranks) {
   const px = await page.evaluate((y) => {
     const c = document.querySelector('canvas.heatmap');
     const ctx = c.getContext('2d');
@@ -183,18 +196,16 @@ async function bigJob(browser) {
       return out;
     };
     return { w: c.width, h: c.height, row: row(y), above: row(Math.max(0, y - 20)), below: row(Math.min(c.height - 1, y + 20)) };
-  }, marks[0]?.y ?? 0);
+  }, y);
   const red = ([r, g, b]) => r > 180 && g < 110 && b < 110;
   const slowCols = px.row.slice(Math.ceil(px.w / 2) + 1);
   const redShare = slowCols.filter(red).length / Math.max(1, slowCols.length);
   const paleAround = [...px.above, ...px.below].filter(red).length;
   check(px.h <= 400 && redShare > 0.9 && paleAround === 0,
-    `heatmap pixels: rank ${STRAGGLER}'s row is red in ${(100 * redShare).toFixed(0)}% of the slow steps, ${paleAround} red pixels in rows 20 px away (canvas ${px.w}x${px.h})`);
-  // The hover names rank and node.
-  const box = await page.locator('canvas.heatmap').boundingBox();
-  await page.mouse.move(box.x + box.width * 0.9, box.y + 1 + (marks[0]?.y ?? 0) + 0.5);
-  const tip = await page.textContent('#heatmap-tip');
-  check(new RegExp(`rank ${STRAGGLER} on node-17`).test(tip), `heatmap hover names the rank and its node ("${tip.slice(0, 120)}")`);
+    `heatmap pixels at ${ranks} ranks: rank ${STRAGGLER}'s row is red in ${(100 * redShare).toFixed(0)}% of the slow steps, ${paleAround} red pixels in rows 20 px away (canvas ${px.w}x${px.h})`);
+}
+
+async function bigJobRest(page) {
   // The per-rank table fits a 1,400 px window.
   const widths = await page.evaluate(() => ({ page: document.documentElement.scrollWidth, view: window.innerWidth,
     table: document.querySelector('table.breakdown').getBoundingClientRect().right }));
@@ -220,6 +231,26 @@ async function bigJob(browser) {
   await page.close();
 }
 
+// 10,000 ranks in 400 pixel rows (25 ranks a row): the straggler's row keeps its colour and its label.
+async function hugeJob(browser) {
+  const db = path.join(work, 'bench-10k.db');
+  const made = spawnSync(path.join(BIN, 'strata-web-bench-store'), [db, '10000', '20'], { encoding: 'utf8', timeout: 240_000 });
+  if (made.status !== 0) throw new Error(`strata-web-bench-store failed: ${made.stderr}`);
+  const url = await serve(db);
+  const page = await browser.newPage();
+  page.on('pageerror', (e) => check(false, `no page error at 10,000 ranks (${e.message})`));
+  await page.goto(`${url}/#/job?job=bench-1k`);
+  await page.waitForFunction(() => (document.body.dataset.ready ?? '').split(' ').includes('heatmap'), null, { timeout: 480_000 });
+  const marks = await page.$$eval('.heatmap-mark', (ms) => ms.map((m) => ({ rank: m.getAttribute('data-rank'), y: Number(m.getAttribute('data-y')) })));
+  const rows = await page.getAttribute('canvas.heatmap', 'data-rows');
+  check(rows === '10000' && marks.length >= 1 && marks[0].rank === String(STRAGGLER),
+    `heatmap at 10,000 ranks: rank ${STRAGGLER}'s row is marked without a click (marks: ${marks.map((m) => m.rank).join(', ') || 'none'})`);
+  await stragglerPixels(page, marks[0]?.y ?? 0, '10,000');
+  await page.locator('#heatmap').screenshot({ path: path.join(ARTIFACTS, 'heatmap-10000-ranks.png') });
+  await page.close();
+  await stopServer(url);
+}
+
 async function main() {
   // A fresh profile each run (playwright passes it as --user-data-dir).
   const browser = await chromium.launchPersistentContext(path.join(work, 'chromium-profile'), {
@@ -230,6 +261,9 @@ async function main() {
       '--disable-background-networking', '--disable-component-update', '--disable-sync'],
   });
   try {
+    // `e2e.mjs --10k` (CTest web_e2e_10k): only the 10,000-rank heatmap, a test of its own (the
+    // collector takes minutes on a 10,000-rank store on a loaded machine).
+    if (HUGE_ONLY) return await hugeJob(browser);
     // ---- a slow GPU on rank 2
     // Short windows (2 s): a step's window then holds a part of the run's stacks, not all of them.
     const gpuDb = record('gpu-slow', 'gpu-slow:rank=2', 2, /gpu-slow/, ['--window', '2']);

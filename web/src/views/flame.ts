@@ -177,7 +177,7 @@ export async function flameView(main: HTMLElement, s: UiState, go: (s: UiState) 
           h('thead', {}, h('tr', {}, h('th', {}, 'function'), h('th', {}, `rank ${rank}`), h('th', {}, other), h('th', {}, 'Δ'))),
           h('tbody', {}, top.map((f) => h('tr', { 'data-function': f.name },
             h('td', {}, h('code', {}, f.name)), h('td', {}, fmtNum(f.rank)), h('td', {}, fmtNum(f.peer)),
-            h('td', { class: f.delta > 0 ? 'up' : 'down' }, `${f.delta > 0 ? '+' : ''}${fmtNum(f.delta)}`))))));
+            h('td', { class: f.delta > 0 ? 'up' : f.delta < 0 ? 'down' : '' }, `${f.delta > 0 ? '+' : ''}${fmtNum(f.delta)}`))))));
     } else {
       // The diff endpoint is scoped to the job; its first column is the rank's own profile.
       const tree = buildFlameTree(d.stacks.map(([stack, value]) => ({ stack, value })), `rank ${rank}`);
