@@ -5,6 +5,9 @@
 #include <sys/socket.h>
 
 #include <filesystem>
+#include <map>
+#include <set>
+#include <sstream>
 
 #include "store/store.h"
 #include "tests/support/run.h"
@@ -178,6 +181,54 @@ TEST(Cli, ReportRankFilterAgainstAServer) {
   ASSERT_NE(slurp(d.file("serve.log")).find("serving on"), std::string::npos) << slurp(d.file("serve.log"));
   expect_rank_filter("--server http://" + listen);
   kill(server, SIGTERM);
+}
+
+// Every family on serve's /metrics has HELP and TYPE; counters end in _total; the build and
+// request-duration families are there.
+TEST(Cli, ServeMetricsFollowPrometheusConventions) {
+  TempDir d;
+  const std::string listen = "127.0.0.1:" + std::to_string(free_port());
+  run("cd " + d.path() + " && (" + strata_bin() + " serve --diagnose-every 0 --listen " + listen +
+      " --store sqlite:m.db >serve.log 2>&1 & echo $! >serve.pid)");
+  const pid_t server = std::stoi(slurp(d.file("serve.pid")));
+  for (int i = 0; i < 600 && slurp(d.file("serve.log")).find("serving on") == std::string::npos; ++i) usleep(100000);
+  ASSERT_NE(slurp(d.file("serve.log")).find("serving on"), std::string::npos) << slurp(d.file("serve.log"));
+  const std::string get = "python3 -c 'import sys,urllib.request; print(urllib.request.urlopen(sys.argv[1]).read().decode())' ";
+  run(get + "http://" + listen + "/api/v1/jobs");
+  auto page = run(get + "http://" + listen + "/metrics");
+  kill(server, SIGTERM);
+  ASSERT_EQ(page.exit_code, 0) << describe(page);
+  std::map<std::string, std::string> type;  // family -> TYPE
+  std::set<std::string> help, sampled;
+  std::istringstream in(page.out);
+  for (std::string line; std::getline(in, line);) {
+    std::istringstream w(line);
+    std::string a, b, c;
+    w >> a >> b >> c;
+    if (a == "#" && b == "HELP") help.insert(c);
+    else if (a == "#" && b == "TYPE") type[c] = line.substr(line.rfind(' ') + 1);
+    else if (!a.empty()) sampled.insert(a.substr(0, a.find('{')));
+  }
+  for (const auto& [family, t] : type) {
+    EXPECT_TRUE(help.count(family)) << family << " has no HELP";
+    if (t == "counter") {
+      EXPECT_TRUE(family.size() > 6 && family.substr(family.size() - 6) == "_total") << family;
+    }
+  }
+  for (const auto& name : sampled) {
+    std::string family = name;
+    for (const char* suffix : {"_bucket", "_sum", "_count"}) {
+      const std::string sfx = suffix;
+      if (!type.count(family) && family.size() > sfx.size() && family.substr(family.size() - sfx.size()) == sfx)
+        family = family.substr(0, family.size() - sfx.size());
+    }
+    EXPECT_TRUE(type.count(family)) << name << " has no TYPE";
+  }
+  EXPECT_EQ(type["strata_build_info"], "gauge");
+  EXPECT_EQ(type["strata_serve_request_duration_seconds"], "histogram");
+  EXPECT_EQ(type["strata_serve_diagnosis_duration_seconds"], "histogram");
+  EXPECT_NE(page.out.find("strata_serve_request_duration_seconds_count{route=\"jobs\"} 1"), std::string::npos)
+      << page.out;
 }
 
 TEST(Cli, HelpAnswers) {
