@@ -160,7 +160,9 @@ Result<std::string> Diagnoser::diagnose_job(const std::string& job) {
   auto count = [&](bool ok) {
     std::lock_guard lock(mu_);
     (ok ? counters_.diagnosed : counters_.failed)++;
-    counters_.seconds += std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+    const double dt = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+    counters_.seconds += dt;
+    counters_.job_seconds.observe(dt);
   };
   diagnose::LoadOptions lo;
   lo.job = job;

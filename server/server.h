@@ -6,6 +6,7 @@
 #include <cstdint>
 #include <memory>
 #include <string>
+#include <vector>
 
 #include "common/result.h"
 #include "store/store.h"
@@ -21,7 +22,12 @@ struct ServeOptions {
   size_t max_decompressed = 256u << 20;
   double silent_after_s = 0;  // 0: three of the agent's own send intervals (at least 5 s)
   double diagnose_every_s = 2;  // a diagnosis round for jobs with new data; 0: only when asked
+  std::vector<std::string> startup_notes;  // logged ("strata: NOTE") once listening
 };
+
+// Whether a --store names a store strata speaks: sqlite:FILE.db, a bare FILE.db, or
+// clickhouse://HOST:PORT/DB; "mysql:foo" is refused, not taken for a file name.
+Status check_store_spec(const std::string& spec);
 
 // Opens the store an option names (sqlite:FILE.db, a bare FILE.db, or clickhouse://HOST:PORT/DB).
 Result<std::unique_ptr<store::Store>> open_store(const std::string& spec, store::Store::Mode mode);

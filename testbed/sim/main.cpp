@@ -26,6 +26,7 @@
 #include <cstring>
 #include <filesystem>
 #include <fstream>
+#include <iostream>
 #include <map>
 #include <random>
 #include <sstream>
@@ -552,17 +553,6 @@ class Sim {
   std::string failure_, note_, activate_error_;
 };
 
-void usage(FILE* to) {
-  std::fprintf(to,
-               "usage: strata-sim run --ranks N --steps S [--fault KIND[:rank=R,start_step=K,key=value...]]\n"
-               "                      [--python | --python-exe PY] [--mode ddp|fsdp] [--seed N] [--truth FILE.json]\n"
-               "                      [--hang-timeout SEC] [--scale F] [--quiet]\n"
-               "faults: none cpu-contention[hogs] cpu-throttling[quota_pct] memory-reclaim[headroom_mb]\n"
-               "        io-stall[rate_mbps] host-hotspot[ms] gpu-slow[factor] network-slow[rate_mbit] hang\n"
-               "        workload-imbalance[factor] kernel-regression[kernel,factor] (every rank)\n"
-               "        rank=all: gpu-slow, io-stall and network-slow on every rank alike\n");
-}
-
 }  // namespace
 }  // namespace testbed::sim
 
@@ -570,15 +560,29 @@ int main(int argc, char** argv) {
   using namespace testbed::sim;
   std::vector<std::string> args(argv + 1, argv + argc);
   if (args.size() == 3 && args[0] == "__hog") run_hog(std::atoi(args[1].c_str()), std::atoi(args[2].c_str()));
-  if (args.empty() || args[0] == "-h" || args[0] == "--help") {
-    usage(args.empty() ? stderr : stdout);
-    return args.empty() ? 1 : 0;
-  }
-  if (args[0] != "run") {
-    std::fprintf(stderr, "strata-sim: unknown command '%s' (want: run)\n", args[0].c_str());
+  CLI::App app{"Launches N ranks of a training-like job on the testbed's stand-in GPUs, injects one fault, "
+               "prints per-rank step times, and writes the ground truth.",
+               "strata-sim"};
+  app.footer("Exit codes: 0 ok (a hang fault stopped by the hang timeout is ok), 1 bad usage or spec, 2 environment\n"
+             "(a fault cannot be set up here), 3 the job failed (a rank died, or an unexpected hang), 128+signal\n"
+             "when interrupted.");
+  app.require_subcommand(1);
+  CLI::App* run = app.add_subcommand("run", "run the job (strata-sim run --help)");
+  RunArgs run_args;
+  add_run_options(*run, run_args);
+  std::reverse(args.begin(), args.end());  // CLI11 takes the arguments last first
+  try {
+    app.parse(args);
+  } catch (const CLI::CallForHelp&) {
+    std::cout << (run->parsed() ? run->help() : app.help());
+    return 0;
+  } catch (const CLI::ParseError& e) {
+    std::string why = e.what();
+    std::replace(why.begin(), why.end(), '\n', ' ');
+    std::fprintf(stderr, "strata-sim: %s (see strata-sim --help)\n", why.c_str());
     return 1;
   }
-  auto opts = parse_run(std::vector<std::string>(args.begin() + 1, args.end()));
+  auto opts = finish_run(run_args);
   if (!opts.ok()) {
     std::fprintf(stderr, "strata-sim: %s\n", opts.error().message.c_str());
     return 1;

@@ -2,6 +2,7 @@
 // spec fails with one line and exit 1.
 #pragma once
 
+#include <CLI/CLI.hpp>
 #include <map>
 #include <string>
 #include <vector>
@@ -58,7 +59,19 @@ struct Options {
 // Parses "KIND[:key=value,...]" for a job of `ranks` ranks and `steps` steps.
 strata::Result<FaultSpec> parse_fault(const std::string& text, int ranks, int steps);
 
-// Parses `strata-sim run ...` arguments (argv after "run").
+// `strata-sim run`'s options as given, before they are checked: CLI11 fills it (add_run_options),
+// finish_run checks it, with messages that name the option and the range it wants.
+struct RunArgs {
+  std::string ranks, steps, seed, mode, hang_timeout, scale;
+  std::string fault = "none";
+  std::string python_exe, truth;
+  bool python = false;
+  bool quiet = false;
+};
+void add_run_options(CLI::App& app, RunArgs& args);
+strata::Result<Options> finish_run(const RunArgs& args);
+
+// Both, for argv after "run" (tests and fuzzing); --help is an error here.
 strata::Result<Options> parse_run(const std::vector<std::string>& args);
 
 }  // namespace testbed::sim

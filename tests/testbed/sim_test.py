@@ -324,6 +324,15 @@ def test_bad_specs_exit_1():
     assert p.returncode == 1
 
 
+def test_help_answers():
+    for args in (["--help"], ["run", "--help"], ["-h"]):
+        p = subprocess.run([SIM] + args, capture_output=True, text=True, timeout=30)
+        assert p.returncode == 0, (args, p.returncode, p.stderr)
+        assert "run" in p.stdout and "strata-sim" in p.stdout, (args, p.stdout)
+    p = subprocess.run([SIM, "run", "--help"], capture_output=True, text=True, timeout=30)
+    assert "--ranks" in p.stdout and "--fault" in p.stdout and "gpu-slow" in p.stdout, p.stdout
+
+
 def main():
     if os.geteuid() != 0:
         print("sim_test: needs root (cgroups, network namespaces); FAILING rather than skipping")
