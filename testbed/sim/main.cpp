@@ -150,6 +150,8 @@ class Sim {
         d.slowdown = 1.0f;
         d.throttle_reasons = 0;
         d.net_rate_bps = 0;
+        d.hw_faults = 0;
+        d.xid = 0;
       }
     }
     if (!write_data()) return finish(2, "cannot write the data file in " + run_dir_);
@@ -356,7 +358,7 @@ class Sim {
       if (idle_s > opts_.hang_timeout_s) {
         stopped_by_hang_ = true;
         stop_ranks();
-        if (opts_.fault.kind == FaultKind::kHang) {
+        if (stops_device(opts_.fault)) {
           note_ = "no step finished for " + num(opts_.hang_timeout_s) + " s after the injected hang; run stopped";
           return 0;
         }
@@ -425,7 +427,7 @@ class Sim {
     } else {
       std::string where = f.all_ranks ? std::string("every rank") : "rank " + std::to_string(f.rank);
       std::printf(", fault %s on %s from step %d (%s/%s) via %s\n", f.name.c_str(), where.c_str(), f.start_step,
-                  fault_layer(f.kind), fault_cause(f.kind), injector_->mechanism().c_str());
+                  fault_layer(f.kind), fault_cause(f), injector_->mechanism().c_str());
     }
     std::fflush(stdout);
   }
@@ -459,7 +461,7 @@ class Sim {
     o << "{\n  \"fault\": {\"kind\": \"" << f.name << "\"";
     if (f.kind != FaultKind::kNone) {
       o << ", \"scope\": \"" << (f.all_ranks ? "job" : "rank") << "\", \"rank\": " << (f.all_ranks ? -1 : f.rank) << ", \"layer\": \"" << fault_layer(f.kind) << "\", \"cause\": \""
-        << fault_cause(f.kind) << "\", \"culprit\": \"" << json_escape(injector_->culprit())
+        << fault_cause(f) << "\", \"culprit\": \"" << json_escape(injector_->culprit())
         << "\", \"start_step\": " << f.start_step << ", \"mechanism\": \"" << json_escape(injector_->mechanism())
         << "\", \"activated\": " << (injector_->active() ? "true" : "false");
       if (!activate_error_.empty()) o << ", \"activation_error\": \"" << json_escape(activate_error_) << "\"";
@@ -560,6 +562,7 @@ void usage(FILE* to) {
                "faults: none cpu-contention[hogs] cpu-throttling[quota_pct] memory-reclaim[headroom_mb]\n"
                "        io-stall[rate_mbps] host-hotspot[ms] gpu-slow[factor] network-slow[rate_mbit] hang\n"
                "        workload-imbalance[factor] kernel-regression[kernel,factor] (every rank)\n"
+               "        gpu-ecc gpu-xid[code=79|48|74] pcie-degraded[factor] nvlink-errors[factor] (NVML)\n"
                "        rank=all: gpu-slow, io-stall and network-slow on every rank alike\n");
 }
 
