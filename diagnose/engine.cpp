@@ -1611,7 +1611,9 @@ void find_slowed_alike(const JobWindow& job, Diagnosis& dx, double lost, const s
 void compare_opinions(Diagnosis& dx) {
   const size_t n = dx.ranks;
   // The second opinion agrees when it flags exactly the finding's ranks (a hang or a job-wide cause
-  // need not single out any rank). Under 3 ranks it compares nothing: its silence is no opinion.
+  // need not single out any rank, nor a hardware fault that costs nothing yet or stopped its GPU:
+  // the per-rank metrics it scores cannot show them). Under 3 ranks it compares nothing: its
+  // silence is no opinion.
   auto& so = dx.second;
   if (!so.compared) {
     so.disagrees = false;
@@ -1620,7 +1622,10 @@ void compare_opinions(Diagnosis& dx) {
   }
   std::vector<int> mine;
   for (const auto& f : dx.findings) {
-    if (f.cause != Cause::kNetworkSlow && f.cause != Cause::kHang && f.scope == Scope::kRank) mine.push_back(f.rank);
+    bool hardware = f.cause == Cause::kGpuMemoryErrors || f.cause == Cause::kPcieDegraded || f.cause == Cause::kNvlinkDegraded;
+    bool unseen_hardware = f.cause == Cause::kGpuLost || (hardware && f.lost_ms_per_step == 0);
+    if (f.cause != Cause::kNetworkSlow && f.cause != Cause::kHang && !unseen_hardware && f.scope == Scope::kRank)
+      mine.push_back(f.rank);
   }
   std::vector<int> theirs = so.outlier_ranks;
   std::sort(mine.begin(), mine.end());
