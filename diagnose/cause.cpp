@@ -23,6 +23,10 @@ constexpr CauseName kCauses[] = {
     {Cause::kHang, "hang", "gpu"},
     {Cause::kWorkloadImbalance, "workload-imbalance", "cpu"},
     {Cause::kKernelRegression, "kernel-regression", "gpu"},
+    {Cause::kGpuMemoryErrors, "gpu-memory-errors", "gpu"},
+    {Cause::kGpuLost, "gpu-lost", "gpu"},
+    {Cause::kPcieDegraded, "pcie-degraded", "gpu"},
+    {Cause::kNvlinkDegraded, "nvlink-degraded", "gpu"},
 };
 static_assert(sizeof kCauses / sizeof kCauses[0] == kCauseCount, "one name per cause");
 

@@ -21,6 +21,11 @@ enum class Cause : int {
   kHang,
   kWorkloadImbalance,
   kKernelRegression,
+  // Hardware, from NVML's counters (DESIGN §3): a fault of the GPU, its memory or its links.
+  kGpuMemoryErrors,
+  kGpuLost,
+  kPcieDegraded,
+  kNvlinkDegraded,
   kCount,
 };
 inline constexpr size_t kCauseCount = static_cast<size_t>(Cause::kCount);

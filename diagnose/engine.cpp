@@ -1319,6 +1319,144 @@ std::optional<Finding> job_past_finding(const JobWindow& job, double lost, doubl
   return f;
 }
 
+// ---------------------------------------------------------------------------------------------
+// Hardware: what NVML's counters say of a rank's GPU, its memory and its links. A fault here is a
+// finding whether or not the job is slower yet (an uncorrectable error or a lost GPU ends the job;
+// a degraded link slows every transfer through it); when the rank is also the straggler, the fault
+// is why.
+
+// Any uncorrectable ECC error is a fault: a healthy GPU has none, and each one corrupts data or
+// kills the process that touched it (Xid 48).
+constexpr double kMinUncorrectableEcc = 1;
+// Any page retired (or row remapped) in the window: the memory is failing under the job.
+constexpr double kMinRetiredPages = 1;
+// PCIe replays per minute from which a link is degraded: a healthy link replays a handful of times
+// over days; ten a minute is a link resending a steady share of its packets.
+constexpr double kPcieReplaysPerMin = 10;
+// NVLink replay + recovery + CRC errors per minute from which a link is degraded, for the same
+// reason: a healthy NVLink counts a few over days.
+constexpr double kNvlinkErrorsPerMin = 10;
+
+std::string count(double v) { return fmt("%.0f", v); }
+
+double window_min(const JobWindow& job) {
+  return job.end_ns > job.start_ns ? static_cast<double>(job.end_ns - job.start_ns) / 60e9 : 0;
+}
+
+std::string nvml_of(const RankWindow& r) { return "NVML: " + rank_name(r) + "'s " + gpu_name(r); }
+
+struct HwCase {
+  const JobWindow& job;
+  const RankWindow& r;
+  std::vector<size_t> peers;
+};
+
+std::optional<Hypothesis> gpu_lost(const HwCase& k) {
+  if (!k.r.gpu.lost) return std::nullopt;
+  Hypothesis h;
+  h.cause = Cause::kGpuLost;
+  h.culprit = gpu_name(k.r);
+  h.evidence.push_back(nvml_of(k.r) + " is lost (gpu.lost: NVML answers GPU_IS_LOST): it fell off the bus (Xid 79)");
+  return h;
+}
+
+std::optional<Hypothesis> gpu_memory_errors(const HwCase& k) {
+  const GpuState& g = k.r.gpu;
+  bool ecc = known(g.ecc_uncorrected) && g.ecc_uncorrected >= kMinUncorrectableEcc;
+  bool retired = known(g.retired_pages) && g.retired_pages >= kMinRetiredPages;
+  if (!ecc && !retired) return std::nullopt;
+  Hypothesis h;
+  h.cause = Cause::kGpuMemoryErrors;
+  h.culprit = gpu_name(k.r) + " memory";
+  if (ecc) h.evidence.push_back(nvml_of(k.r) + " counted " + count(g.ecc_uncorrected) + " uncorrectable ECC errors in the window (gpu.ecc_uncorrected)");
+  if (retired) h.evidence.push_back(nvml_of(k.r) + " retired " + count(g.retired_pages) + " memory pages in the window (gpu.retired_pages)");
+  if (known(g.ecc_corrected) && g.ecc_corrected > 0)
+    h.evidence.push_back("and " + count(g.ecc_corrected) + " corrected ECC errors (gpu.ecc_corrected)");
+  return h;
+}
+
+std::optional<Hypothesis> nvlink_degraded(const HwCase& k) {
+  const GpuState& g = k.r.gpu;
+  double mins = window_min(k.job);
+  if (!(known(g.nvlink_errors) && mins > 0 && g.nvlink_errors / mins >= kNvlinkErrorsPerMin)) return std::nullopt;
+  Hypothesis h;
+  h.cause = Cause::kNvlinkDegraded;
+  h.culprit = "NVLink of " + gpu_name(k.r);
+  h.evidence.push_back(nvml_of(k.r) + " counted " + count(g.nvlink_errors) + " NVLink errors in the window (gpu.nvlink_errors, " +
+                       fmt("%.0f a minute; ", g.nvlink_errors / mins) + fmt("degraded from %.0f)", kNvlinkErrorsPerMin));
+  return h;
+}
+
+std::optional<Hypothesis> pcie_degraded(const HwCase& k) {
+  const GpuState& g = k.r.gpu;
+  double mins = window_min(k.job);
+  std::vector<std::string> ev;
+  if (known(g.pcie_width) && known(g.pcie_max_width) && g.pcie_width < g.pcie_max_width)
+    ev.push_back(nvml_of(k.r) + "'s PCIe link runs at x" + count(g.pcie_width) + " of its x" + count(g.pcie_max_width) +
+                 " (gpu.pcie_link_width < gpu.pcie_link_max_width)");
+  // NVML's current generation drops on an idle link to save power, so a rank's generation is
+  // compared with its peers' (the same boards under the same job), not with the board's maximum.
+  double peer_gen = peer_median(k.job, k.peers, [](const RankWindow& x) { return x.gpu.pcie_gen; });
+  if (known(g.pcie_gen) && known(peer_gen) && g.pcie_gen < peer_gen)
+    ev.push_back(nvml_of(k.r) + "'s PCIe link runs at generation " + count(g.pcie_gen) + " while its peers' run at " +
+                 count(peer_gen) + " (gpu.pcie_link_gen)");
+  if (known(g.pcie_replays) && mins > 0 && g.pcie_replays / mins >= kPcieReplaysPerMin)
+    ev.push_back(nvml_of(k.r) + " replayed " + count(g.pcie_replays) + " PCIe packets in the window (gpu.pcie_replays, " +
+                 fmt("%.0f a minute; ", g.pcie_replays / mins) + fmt("degraded from %.0f)", kPcieReplaysPerMin));
+  if (ev.empty()) return std::nullopt;
+  Hypothesis h;
+  h.cause = Cause::kPcieDegraded;
+  h.culprit = "PCIe link of " + gpu_name(k.r);
+  h.evidence = std::move(ev);
+  return h;
+}
+
+struct HardwareRule {
+  Cause cause;
+  std::optional<Hypothesis> (*evidence)(const HwCase&);
+  double confidence;  // NVML's counters are direct evidence of the fault itself
+  const char* advice;
+};
+
+// Most severe first: a rank's finding is the first rule that fires; the others are said as "also".
+constexpr HardwareRule kHardwareRules[] = {
+    {Cause::kGpuLost, gpu_lost, 0.95,
+     "drain the node: {culprit} fell off the bus (dmesg: Xid 79); reset or reseat it, check its power and PCIe slot"},
+    {Cause::kGpuMemoryErrors, gpu_memory_errors, 0.9,
+     "drain the node and have {culprit} checked (nvidia-smi -q -d ECC,PAGE_RETIREMENT); restart the job from a checkpoint"},
+    {Cause::kNvlinkDegraded, nvlink_degraded, 0.8,
+     "check {culprit} (nvidia-smi nvlink -e); reseat the bridge or drain the node"},
+    {Cause::kPcieDegraded, pcie_degraded, 0.8,
+     "check {culprit} (nvidia-smi -q -d PCIE, lspci -vv: LnkSta vs LnkCap); reseat the GPU or move it to another slot"},
+};
+
+// The hardware finding of rank c, if its GPU reports a fault: no lost time yet (the caller sets it
+// when the rank is also slow or hung).
+std::optional<Finding> hardware_finding(const JobWindow& job, size_t c) {
+  const RankWindow& r = job.ranks[c];
+  if (!r.gpu.known) return std::nullopt;
+  HwCase k{job, r, peers_of(job, c)};
+  std::optional<Finding> f;
+  for (const auto& rule : kHardwareRules) {
+    auto h = rule.evidence(k);
+    if (!h) continue;
+    if (f) {
+      f->evidence.push_back(std::string("also: ") + cause_name(h->cause) + " (" + h->culprit + "): " + h->evidence.front());
+      continue;
+    }
+    f.emplace();
+    f->rank = r.rank;
+    f->node = r.node;
+    f->cause = rule.cause;
+    f->layer = layer_of(rule.cause);
+    f->culprit = h->culprit;
+    f->confidence = clamp01(rule.confidence * h->certainty);
+    f->evidence = std::move(h->evidence);
+    f->advice = fill_in(fill_in(rule.advice, "{rank}", rank_name(r)), "{culprit}", h->culprit);
+  }
+  return f;
+}
+
 // A hang: no collective progress for opt.hang_s while rank processes are alive. Hangs have no step
 // time, so they come first.
 std::optional<Finding> find_hang(const JobWindow& job, const Options& opt) {
@@ -1473,7 +1611,9 @@ void find_slowed_alike(const JobWindow& job, Diagnosis& dx, double lost, const s
 void compare_opinions(Diagnosis& dx) {
   const size_t n = dx.ranks;
   // The second opinion agrees when it flags exactly the finding's ranks (a hang or a job-wide cause
-  // need not single out any rank). Under 3 ranks it compares nothing: its silence is no opinion.
+  // need not single out any rank, nor a hardware fault that costs nothing yet or stopped its GPU:
+  // the per-rank metrics it scores cannot show them). Under 3 ranks it compares nothing: its
+  // silence is no opinion.
   auto& so = dx.second;
   if (!so.compared) {
     so.disagrees = false;
@@ -1482,7 +1622,10 @@ void compare_opinions(Diagnosis& dx) {
   }
   std::vector<int> mine;
   for (const auto& f : dx.findings) {
-    if (f.cause != Cause::kNetworkSlow && f.cause != Cause::kHang && f.scope == Scope::kRank) mine.push_back(f.rank);
+    bool hardware = f.cause == Cause::kGpuMemoryErrors || f.cause == Cause::kPcieDegraded || f.cause == Cause::kNvlinkDegraded;
+    bool unseen_hardware = f.cause == Cause::kGpuLost || (hardware && f.lost_ms_per_step == 0);
+    if (f.cause != Cause::kNetworkSlow && f.cause != Cause::kHang && !unseen_hardware && f.scope == Scope::kRank)
+      mine.push_back(f.rank);
   }
   std::vector<int> theirs = so.outlier_ranks;
   std::sort(mine.begin(), mine.end());
@@ -1512,8 +1655,21 @@ Diagnosis diagnose(const JobWindow& job, const Options& opt) {
   dx.step_ms = median(column(job, [](const RankWindow& r) { return r.now.step_ms; }));
   dx.baseline_step_ms = median(column(job, [](const RankWindow& r) { return r.base.steps > 0 ? r.base.step_ms : kUnknown; }));
   dx.second = second_opinion(job);
+  // Hardware faults NVML reports, per rank: found whether or not the job is slower yet.
+  std::map<size_t, Finding> hw;
+  for (size_t i = 0; i < n; ++i) {
+    if (auto f = hardware_finding(job, i)) hw.emplace(i, std::move(*f));
+  }
   if (auto hang = find_hang(job, opt)) {
-    dx.findings.push_back(std::move(*hang));
+    // A lost GPU is why the job hangs: its finding takes the hang's cost and evidence.
+    bool explained = false;
+    for (auto& [i, f] : hw) {
+      if (f.cause != Cause::kGpuLost) continue;
+      f.lost_ms_per_step = hang->lost_ms_per_step;
+      f.evidence.push_back("the job hangs: " + hang->evidence.front());
+      explained = true;
+    }
+    if (!explained) dx.findings.push_back(std::move(*hang));
   } else {
     bool have_base = known(dx.baseline_step_ms);
     double base_noise = median(column(job, [](const RankWindow& r) { return r.base.steps > 0 ? r.base.step_mad_ms : kUnknown; }));
@@ -1564,6 +1720,7 @@ Diagnosis diagnose(const JobWindow& job, const Options& opt) {
     // -- 3./4. descend on each straggler and keep its best-explained hypothesis.
     for (const auto& k : cands) {
       const auto& r = job.ranks[k.i];
+      auto hf = hw.find(k.i);
       auto peers = peers_of(job, k.i);
       double wait_peers = peer_median(job, peers, [](const RankWindow& x) { return x.now.wait_ms; });
       double busy_peers = peer_median(job, peers, [](const RankWindow& x) { return x.now.busy_ms(); });
@@ -1578,6 +1735,18 @@ Diagnosis diagnose(const JobWindow& job, const Options& opt) {
       double locate = clamp01(0.6 + z / 25);
       // The job loses what this rank adds beyond its peers, but never more than it got slower.
       double cost = slow ? std::min(k.extra, lost) : k.extra;
+      if (hf != hw.end()) {
+        // The straggler's GPU reports a fault: that is why it is slow. What the layers would have
+        // said is kept as "also".
+        Finding& f = hf->second;
+        f.lost_ms_per_step = cost;
+        head.insert(head.end(), f.evidence.begin(), f.evidence.end());
+        f.evidence = std::move(head);
+        if (auto other = to_finding(job, k.i, cost, descend(job, k.i, k.extra, false), {}, locate, Scope::kRank);
+            other && other->culprit != "unknown" && other->cause != Cause::kGpuSlow)
+          f.evidence.push_back(std::string("also: ") + cause_name(other->cause) + " (" + other->culprit + ")");
+        continue;
+      }
       if (auto f = to_finding(job, k.i, cost, descend(job, k.i, k.extra, false), std::move(head), locate, Scope::kRank))
         dx.findings.push_back(std::move(*f));
     }
@@ -1593,6 +1762,11 @@ Diagnosis diagnose(const JobWindow& job, const Options& opt) {
     }
   }
 
+  for (auto& [i, f] : hw) {
+    if (f.lost_ms_per_step == 0)
+      f.evidence.push_back(rank_name(job.ranks[i]) + " is not slower than its peers yet in this window");
+    dx.findings.push_back(std::move(f));
+  }
   std::stable_sort(dx.findings.begin(), dx.findings.end(),
                    [](const Finding& a, const Finding& b) { return a.lost_ms_per_step > b.lost_ms_per_step; });
 

@@ -260,6 +260,39 @@ size_t find_change_point(const std::vector<double>& s, double min_rise) {
   return best;
 }
 
+namespace {
+
+// NVML's hardware series of one GPU (agent/gpu/nvml_source.h) over the analysis window: counters
+// of new errors are summed, link widths and generations kept at their highest (a link idles at a
+// lower generation to save power; a degraded one never reaches its full one), a lost GPU stays lost.
+void add_gpu_health(GpuState& g, const std::string& name, double v) {
+  auto sum = [&](double& dst) { dst = known(dst) ? dst + v : v; };
+  auto highest = [&](double& dst) { dst = known(dst) ? std::max(dst, v) : v; };
+  if (name == "gpu.ecc_uncorrected") sum(g.ecc_uncorrected);
+  else if (name == "gpu.ecc_corrected") sum(g.ecc_corrected);
+  else if (name == "gpu.retired_pages") sum(g.retired_pages);
+  else if (name == "gpu.pcie_replays") sum(g.pcie_replays);
+  else if (name == "gpu.nvlink_errors") sum(g.nvlink_errors);
+  else if (name == "gpu.pcie_link_gen") highest(g.pcie_gen);
+  else if (name == "gpu.pcie_link_width") highest(g.pcie_width);
+  else if (name == "gpu.pcie_link_max_width") highest(g.pcie_max_width);
+  else if (name == "gpu.lost" && v > 0) g.lost = true;
+}
+
+void copy_gpu_health(const GpuState& from, GpuState& to) {
+  to.ecc_uncorrected = from.ecc_uncorrected;
+  to.ecc_corrected = from.ecc_corrected;
+  to.retired_pages = from.retired_pages;
+  to.pcie_replays = from.pcie_replays;
+  to.nvlink_errors = from.nvlink_errors;
+  to.pcie_gen = from.pcie_gen;
+  to.pcie_width = from.pcie_width;
+  to.pcie_max_width = from.pcie_max_width;
+  to.lost = from.lost;
+}
+
+}  // namespace
+
 Result<JobWindow> load_job_window(store::Store& s, const LoadOptions& opt) {
   auto rec_r = s.latest_recording();
   if (!rec_r) return rec_r.error();
@@ -431,6 +464,7 @@ Result<JobWindow> load_job_window(store::Store& s, const LoadOptions& opt) {
     double clock = 0, max_clock = 0;
     int clock_n = 0;
     std::map<std::string, std::pair<double, int>> reasons;
+    GpuState health;  // the hardware series (model.h), summed / lowest over the window
   };
   std::map<std::string, Gpu> gpus;
   std::unordered_map<uint32_t, uint64_t> last_seen, last_seen_end;
@@ -451,6 +485,7 @@ Result<JobWindow> load_job_window(store::Store& s, const LoadOptions& opt) {
       auto& g = gpus[m.label];
       if (m.name == "gpu.sm_clock_mhz") g.clock += m.value, ++g.clock_n;
       if (m.name == "gpu.max_sm_clock_mhz") g.max_clock = std::max(g.max_clock, m.value);
+      add_gpu_health(g.health, m.name, m.value);
       if (m.name.rfind("gpu.throttle.", 0) == 0) {
         auto& reason = g.reasons[m.name.substr(13)];
         reason.first += m.value;
@@ -571,6 +606,7 @@ Result<JobWindow> load_job_window(store::Store& s, const LoadOptions& opt) {
       auto g = gpus.find("gpu" + std::to_string(r.gpu.index));
       if (g != gpus.end()) {
         r.gpu.known = true;
+        copy_gpu_health(g->second.health, r.gpu);
         if (g->second.clock_n > 0 && g->second.max_clock > 0) {
           r.gpu.sm_clock_ratio = g->second.clock / g->second.clock_n / g->second.max_clock;
         }

@@ -92,6 +92,17 @@ struct GpuState {
   bool known = false;
   double sm_clock_ratio = kUnknown;  // current / max SM clock
   std::string throttle_reasons;      // "hw_slowdown,hw_thermal"; empty when none
+  // Hardware health in the window (agent/gpu/nvml_source.h's series; kUnknown: not recorded).
+  // Counters are what was new in the window, summed over its metric windows.
+  double ecc_uncorrected = kUnknown;  // gpu.ecc_uncorrected
+  double ecc_corrected = kUnknown;    // gpu.ecc_corrected (evidence only: ECC corrects these)
+  double retired_pages = kUnknown;    // gpu.retired_pages: pages retired / rows remapped (not collected yet)
+  double pcie_replays = kUnknown;     // gpu.pcie_replays
+  double pcie_gen = kUnknown;         // gpu.pcie_link_gen, highest in the window
+  double pcie_width = kUnknown;       // gpu.pcie_link_width, highest in the window
+  double pcie_max_width = kUnknown;   // gpu.pcie_link_max_width
+  double nvlink_errors = kUnknown;    // gpu.nvlink_errors
+  bool lost = false;                  // gpu.lost: NVML says GPU_IS_LOST (fell off the bus, Xid 79)
 };
 
 // One TCP connection of a rank in the analysis window, seen from the rank's side. "local" and

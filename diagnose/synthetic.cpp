@@ -19,7 +19,9 @@ std::string planted_culprit(const PlantedFault& f) {
   if (f.cause == "memory-reclaim") return "preprocess";
   if (f.cause == "cpu-throttling") return "cgroup cpu quota";
   // Ranks drive GPUs 0-7 of their node.
-  if (f.cause == "gpu-slow" || f.cause == "hang") return "GPU " + std::to_string(f.rank % 8);
+  if (f.cause == "gpu-slow" || f.cause == "hang" || f.cause == "gpu-lost" || f.cause == "gpu-memory-errors" ||
+      f.cause == "pcie-degraded" || f.cause == "nvlink-degraded")
+    return "GPU " + std::to_string(f.rank % 8);
   if (f.cause == "kernel-regression") return "ampere_sgemm_128x64_tn";
   if (f.cause == "network-slow") return "link of rank " + std::to_string(f.rank);
   if (f.cause == "workload-imbalance") return "larger batches";
@@ -61,6 +63,14 @@ JobWindow make_synthetic_job(const SyntheticSpec& spec) {
     r.gpu.index = static_cast<int>(i % 8);
     r.gpu.known = true;
     r.gpu.sm_clock_ratio = 1.0;
+    // A healthy board: no new errors, its PCIe link at its full width (Gen4 x16).
+    r.gpu.ecc_uncorrected = 0;
+    r.gpu.ecc_corrected = 0;
+    r.gpu.pcie_replays = 0;
+    r.gpu.nvlink_errors = 0;
+    r.gpu.pcie_gen = 4;
+    r.gpu.pcie_width = 16;
+    r.gpu.pcie_max_width = 16;
     r.now.steps = 100;
     r.now.device_compute_ms = noisy(0.6 * s);
     r.now.gpu_idle_ms = noisy(0.1 * s);
@@ -169,6 +179,26 @@ JobWindow make_synthetic_job(const SyntheticSpec& spec) {
     } else if (f.cause == "hang") {
       hang = true;
       hang_rank = f.rank;
+    } else if (f.cause == "gpu-lost") {
+      // The GPU fell off the bus: its rank stops, the others wait for it in the collective.
+      hang = true;
+      hang_rank = f.rank;
+      r.gpu.lost = true;
+    } else if (f.cause == "gpu-memory-errors") {
+      // Uncorrectable errors: the job is not slower (yet), its data is wrong.
+      r.gpu.ecc_uncorrected = 2;
+      r.gpu.ecc_corrected = 37;
+    } else if (f.cause == "pcie-degraded" || f.cause == "nvlink-degraded") {
+      // Every transfer through the link is slower (fewer lanes, packets resent): the rank's device
+      // work takes longer.
+      r.now.device_compute_ms += f.ms;
+      busy[static_cast<size_t>(f.rank)] += f.ms;
+      if (f.cause == "pcie-degraded") {
+        r.gpu.pcie_width = 4;
+        r.gpu.pcie_replays = 600;  // 60 a minute over the 10 s window
+      } else {
+        r.gpu.nvlink_errors = 900;
+      }
     }
   }
 

@@ -178,6 +178,10 @@ FaultInjector::FaultInjector(const Options& opts, std::string run_dir, strata_gp
     case FaultKind::kNetworkSlow: culprit_ = "link of rank " + std::to_string(f.rank); break;
     case FaultKind::kWorkloadImbalance: culprit_ = "load_batch"; break;
     case FaultKind::kKernelRegression: culprit_ = f.kernel; break;
+    case FaultKind::kGpuEcc:
+    case FaultKind::kGpuXid:
+    case FaultKind::kPcieDegraded:
+    case FaultKind::kNvlinkErrors: culprit_ = "GPU " + std::to_string(f.rank); break;
     case FaultKind::kNone: break;
   }
   // Every rank alike: the culprit is what they share.
@@ -327,6 +331,13 @@ Status FaultInjector::prepare() {
       return {};
     case FaultKind::kKernelRegression: mechanism_ = "stand-in GPUs: one kernel slower on every rank's device"; return {};
     case FaultKind::kHang: mechanism_ = "stand-in GPU stops executing"; return {};
+    case FaultKind::kGpuEcc: mechanism_ = "NVML stand-in: ECC error counters climb"; return {};
+    case FaultKind::kGpuXid:
+      mechanism_ = stops_device(f) ? "NVML stand-in: GPU lost (Xid 79), stand-in GPU stops executing"
+                                   : "NVML stand-in: Xid " + std::to_string(static_cast<int>(f.param("code"))) + " counters climb";
+      return {};
+    case FaultKind::kPcieDegraded: mechanism_ = "NVML stand-in: PCIe x4 of x16, replays climb; stand-in GPU slowdown"; return {};
+    case FaultKind::kNvlinkErrors: mechanism_ = "NVML stand-in: NVLink errors climb; stand-in GPU slowdown"; return {};
     case FaultKind::kHostHotspot: mechanism_ = "extra CPU work in slow_augment()"; return {};
     case FaultKind::kWorkloadImbalance: mechanism_ = "larger batches on the rank"; return {};
     case FaultKind::kNone: return {};
@@ -473,6 +484,26 @@ Status FaultInjector::activate(pid_t culprit_pid) {
     case FaultKind::kHang:
       if (dev) std::atomic_ref<uint32_t>(dev->hang).store(1);
       return {};
+    case FaultKind::kGpuEcc:
+    case FaultKind::kGpuXid:
+    case FaultKind::kPcieDegraded:
+    case FaultKind::kNvlinkErrors: {
+      if (!dev) return {};
+      int code = f.kind == FaultKind::kGpuXid ? static_cast<int>(f.param("code")) : 0;
+      uint32_t bits = f.kind == FaultKind::kGpuEcc || code == 48  ? STRATA_HW_ECC
+                      : f.kind == FaultKind::kPcieDegraded        ? STRATA_HW_PCIE
+                      : f.kind == FaultKind::kNvlinkErrors || code == 74 ? STRATA_HW_NVLINK
+                                                                  : STRATA_HW_LOST;
+      std::atomic_ref<uint64_t>(dev->hw_since_ns).store(monotonic_ns(), std::memory_order_relaxed);
+      std::atomic_ref<uint32_t>(dev->xid).store(static_cast<uint32_t>(code), std::memory_order_relaxed);
+      // The device as the real fault leaves it: a lost GPU runs nothing more; a degraded link slows
+      // every transfer (the stand-in slows the device's work); contained ECC errors do neither.
+      if (bits == STRATA_HW_LOST) std::atomic_ref<uint32_t>(dev->hang).store(1);
+      if (bits & (STRATA_HW_PCIE | STRATA_HW_NVLINK))
+        std::atomic_ref<float>(dev->slowdown).store(static_cast<float>(f.param("factor")));
+      std::atomic_ref<uint32_t>(dev->hw_faults).store(bits, std::memory_order_release);
+      return {};
+    }
     case FaultKind::kHostHotspot:
     case FaultKind::kWorkloadImbalance:
     case FaultKind::kNone:
@@ -494,6 +525,8 @@ void FaultInjector::teardown() {
     std::atomic_ref<uint64_t>(dev.throttle_reasons).store(0);
     std::atomic_ref<uint64_t>(dev.net_rate_bps).store(0);
     std::atomic_ref<float>(dev.kernel_slowdown).store(1.0f);
+    std::atomic_ref<uint32_t>(dev.hw_faults).store(0);
+    std::atomic_ref<uint32_t>(dev.xid).store(0);
   }
   if (!veth_host_.empty()) {
     (void)run_cmd({"ip", "link", "del", veth_host_});  // removes both ends and their qdiscs

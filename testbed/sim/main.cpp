@@ -151,6 +151,8 @@ class Sim {
         d.slowdown = 1.0f;
         d.throttle_reasons = 0;
         d.net_rate_bps = 0;
+        d.hw_faults = 0;
+        d.xid = 0;
       }
     }
     if (!write_data()) return finish(2, "cannot write the data file in " + run_dir_);
@@ -357,7 +359,7 @@ class Sim {
       if (idle_s > opts_.hang_timeout_s) {
         stopped_by_hang_ = true;
         stop_ranks();
-        if (opts_.fault.kind == FaultKind::kHang) {
+        if (stops_device(opts_.fault)) {
           note_ = "no step finished for " + num(opts_.hang_timeout_s) + " s after the injected hang; run stopped";
           return 0;
         }
@@ -426,7 +428,7 @@ class Sim {
     } else {
       std::string where = f.all_ranks ? std::string("every rank") : "rank " + std::to_string(f.rank);
       std::printf(", fault %s on %s from step %d (%s/%s) via %s\n", f.name.c_str(), where.c_str(), f.start_step,
-                  fault_layer(f.kind), fault_cause(f.kind), injector_->mechanism().c_str());
+                  fault_layer(f.kind), fault_cause(f), injector_->mechanism().c_str());
     }
     std::fflush(stdout);
   }
@@ -460,7 +462,7 @@ class Sim {
     o << "{\n  \"fault\": {\"kind\": \"" << f.name << "\"";
     if (f.kind != FaultKind::kNone) {
       o << ", \"scope\": \"" << (f.all_ranks ? "job" : "rank") << "\", \"rank\": " << (f.all_ranks ? -1 : f.rank) << ", \"layer\": \"" << fault_layer(f.kind) << "\", \"cause\": \""
-        << fault_cause(f.kind) << "\", \"culprit\": \"" << json_escape(injector_->culprit())
+        << fault_cause(f) << "\", \"culprit\": \"" << json_escape(injector_->culprit())
         << "\", \"start_step\": " << f.start_step << ", \"mechanism\": \"" << json_escape(injector_->mechanism())
         << "\", \"activated\": " << (injector_->active() ? "true" : "false");
       if (!activate_error_.empty()) o << ", \"activation_error\": \"" << json_escape(activate_error_) << "\"";

@@ -42,6 +42,16 @@ const std::vector<KindInfo>& kinds() {
       // factor: how much longer one kernel (kernel=NAME, default the forward GEMM) takes on every
       // rank's GPU, as after a library upgrade; the GPUs and every other kernel as before
       {"kernel-regression", FaultKind::kKernelRegression, "gpu", "kernel-regression", {{"factor", 2}}},
+      // Uncorrectable ECC errors climbing (and corrected ones): contained errors, the device keeps
+      // its speed (the real fault corrupts data or kills the process that touches the page)
+      {"gpu-ecc", FaultKind::kGpuEcc, "gpu", "gpu-memory-errors", {}},
+      // code: the Xid raised. 79: the GPU falls off the bus (NVML: GPU_IS_LOST) and stops;
+      // 48: a double-bit ECC error (as gpu-ecc); 74: an NVLink error (as nvlink-errors)
+      {"gpu-xid", FaultKind::kGpuXid, "gpu", "gpu-lost", {{"code", 79}, {"factor", 1.3}}},
+      // factor: device slowdown from the link trained at x4 of x16, replaying packets
+      {"pcie-degraded", FaultKind::kPcieDegraded, "gpu", "pcie-degraded", {{"factor", 1.5}}},
+      // factor: device slowdown from NVLink replays and CRC errors on one link
+      {"nvlink-errors", FaultKind::kNvlinkErrors, "gpu", "nvlink-degraded", {{"factor", 1.3}}},
   };
   return k;
 }
@@ -73,6 +83,19 @@ Result<double> parse_number(const std::string& key, const std::string& value) {
 
 const char* fault_layer(FaultKind kind) { return info(kind).layer; }
 const char* fault_cause(FaultKind kind) { return info(kind).cause; }
+
+const char* fault_cause(const FaultSpec& f) {
+  if (f.kind == FaultKind::kGpuXid && f.params.count("code")) {
+    int code = static_cast<int>(f.param("code"));
+    if (code == 48) return "gpu-memory-errors";
+    if (code == 74) return "nvlink-degraded";
+  }
+  return fault_cause(f.kind);
+}
+
+bool stops_device(const FaultSpec& f) {
+  return f.kind == FaultKind::kHang || (f.kind == FaultKind::kGpuXid && f.params.count("code") && f.param("code") == 79);
+}
 
 Result<FaultSpec> parse_fault(const std::string& text, int ranks, int steps) {
   std::string kind_name = text.substr(0, text.find(':'));
@@ -155,6 +178,16 @@ Result<FaultSpec> parse_fault(const std::string& text, int ranks, int steps) {
   if (spec.kind == FaultKind::kGpuSlow && spec.params["factor"] <= 1.0) {
     return Error{"gpu-slow factor must be > 1"};
   }
+  if (spec.kind == FaultKind::kGpuXid) {
+    double code = spec.params["code"];
+    if (code != 48 && code != 74 && code != 79)
+      return Error{"gpu-xid code=" + std::to_string(static_cast<long long>(code)) +
+                   ": the testbed raises 48 (double-bit ECC), 74 (NVLink error) or 79 (fell off the bus)"};
+  }
+  if ((spec.kind == FaultKind::kPcieDegraded || spec.kind == FaultKind::kNvlinkErrors || spec.kind == FaultKind::kGpuXid) &&
+      spec.params["factor"] < 1.0) {
+    return Error{spec.name + " factor must be >= 1 (a slowdown)"};
+  }
   if (spec.kind == FaultKind::kCpuThrottling && spec.params["quota_pct"] >= 100) {
     return Error{"cpu-throttling quota_pct must be below 100"};
   }
@@ -169,6 +202,7 @@ void add_run_options(CLI::App& app, RunArgs& a) {
                  "the fault to inject (default none): cpu-contention[hogs] cpu-throttling[quota_pct] "
                  "memory-reclaim[headroom_mb] io-stall[rate_mbps] host-hotspot[ms] gpu-slow[factor] "
                  "network-slow[rate_mbit] hang workload-imbalance[factor] kernel-regression[kernel,factor] (every rank); "
+                 "NVML: gpu-ecc gpu-xid[code=79|48|74] pcie-degraded[factor] nvlink-errors[factor]; "
                  "rank=all: gpu-slow, io-stall and network-slow on every rank alike; io-stall where=worker: "
                  "through a data-loader worker process")
       ->type_name("KIND[:rank=R,start_step=K,key=value...]");

@@ -23,6 +23,11 @@ enum class FaultKind {
   kHang,
   kWorkloadImbalance,
   kKernelRegression,
+  // Hardware faults the NVML stand-in reports (testbed/nvml/nvml.cpp), on the rank's stand-in GPU.
+  kGpuEcc,
+  kGpuXid,
+  kPcieDegraded,
+  kNvlinkErrors,
 };
 
 struct FaultSpec {
@@ -41,6 +46,12 @@ struct FaultSpec {
 // DESIGN §6 vocabulary: the layer and cause class a fault kind belongs to.
 const char* fault_layer(FaultKind kind);
 const char* fault_cause(FaultKind kind);
+// The cause class of a spec: gpu-xid's depends on its code (79 gpu-lost, 48 gpu-memory-errors,
+// 74 nvlink-degraded); every other kind's is fault_cause(kind).
+const char* fault_cause(const FaultSpec& f);
+// Whether the fault stops the culprit's stand-in GPU (hang, gpu-xid:code=79): the run ends by its
+// hang timeout, as intended.
+bool stops_device(const FaultSpec& f);
 
 struct Options {
   int ranks = 0;

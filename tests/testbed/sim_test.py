@@ -253,6 +253,31 @@ def test_hang_stops_after_timeout():
     assert time.time() - start < 30
 
 
+def test_pcie_degraded():
+    # The degraded link slows the rank's device work; the truth names the GPU and the cause.
+    t = ok_run(["--ranks", "4", "--steps", "25", "--fault", "pcie-degraded:rank=1,start_step=5"])
+    straggler_pattern(t, 1, "compute_ms")
+    f = t["fault"]
+    assert (f["layer"], f["cause"], f["rank"], f["culprit"]) == ("gpu", "pcie-degraded", 1, "GPU 1"), f
+
+
+def test_gpu_xid_79_stops_the_gpu():
+    # Xid 79: the GPU fell off the bus; its rank stops like a hang, the run ends by the hang timeout.
+    t = ok_run(["--ranks", "4", "--steps", "40", "--fault", "gpu-xid:rank=2,code=79,start_step=5", "--hang-timeout", "2"])
+    assert t["stopped_by_hang_timeout"], t
+    done = [r["steps_done"] for r in t["per_rank"]]
+    assert all(d == 5 for d in done), done
+    assert (t["fault"]["cause"], t["fault"]["culprit"]) == ("gpu-lost", "GPU 2"), t["fault"]
+
+
+def test_gpu_ecc_and_nvlink_truth():
+    # Contained ECC errors leave the device's speed alone; an Xid 48 is the same fault.
+    for spec, cause in (("gpu-ecc:rank=3", "gpu-memory-errors"), ("gpu-xid:rank=3,code=48", "gpu-memory-errors"),
+                        ("nvlink-errors:rank=3", "nvlink-degraded")):
+        t = ok_run(["--ranks", "4", "--steps", "12", "--fault", spec])
+        assert (t["fault"]["cause"], t["fault"]["rank"]) == (cause, 3), (spec, t["fault"])
+
+
 def test_fsdp_mode():
     t = ok_run(["--ranks", "4", "--steps", "15", "--mode", "fsdp"])
     steps = [w["step_ms"] for w in window(t).values()]
@@ -313,7 +338,8 @@ def test_bad_specs_exit_1():
     for args in (["--fault", "nosuch"], ["--fault", "gpu-slow:rank=9"], ["--fault", "gpu-slow:rank=1,bogus=2"],
                  ["--fault", "gpu-slow"], ["--fault", "gpu-slow:rank=x"], ["--fault", "hang:rank=1,start_step=99"],
                  ["--fault", "hang:rank=all"], ["--fault", "kernel-regression:rank=1"], ["--fault", "kernel-regression:factor=0.5"], ["--fault", "io-stall:rank=1,where=disk"],
-                 ["--fault", "gpu-slow:rank=1,where=worker"],
+                 ["--fault", "gpu-slow:rank=1,where=worker"], ["--fault", "gpu-xid:rank=1,code=13"],
+                 ["--fault", "pcie-degraded:rank=all"], ["--fault", "nvlink-errors:rank=1,factor=0.5"], ["--fault", "gpu-ecc"],
                  ["--bogus"]):
         p = subprocess.run([SIM, "run", "--ranks", "4", "--steps", "10"] + args, capture_output=True, text=True,
                            timeout=30)

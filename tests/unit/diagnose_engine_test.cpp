@@ -83,6 +83,78 @@ INSTANTIATE_TEST_SUITE_P(AllCauses, PlantedCause,
                            return n;
                          });
 
+// Hardware faults NVML reports: each names its rank, the GPU and the counter that says so.
+struct HwCase {
+  std::string cause;
+  std::string counter;  // the metric named in the evidence
+  bool slows;           // the planted fault slows its rank (the finding carries the lost time)
+};
+
+class HardwareCause : public ::testing::TestWithParam<HwCase> {};
+
+TEST_P(HardwareCause, FoundOnItsRankNamingTheGpuAndTheCounter) {
+  const HwCase& c = GetParam();
+  PlantedFault f{3, c.cause, 40};
+  auto dx = run({f});
+  ASSERT_EQ(dx.findings.size(), 1u) << dump(dx);
+  const Finding& got = dx.findings[0];
+  EXPECT_EQ(got.rank, 3) << dump(dx);
+  EXPECT_EQ(cause_name(got.cause), c.cause) << dump(dx);
+  EXPECT_EQ(got.layer, "gpu") << dump(dx);
+  EXPECT_NE(got.culprit.find("GPU 3"), std::string::npos) << dump(dx);
+  EXPECT_GT(got.confidence, 0.5) << dump(dx);
+  bool names_counter = false;
+  for (const auto& e : got.evidence) {
+    if (e.find(c.counter) != std::string::npos && e.find("rank 3") != std::string::npos && e.find("GPU 3") != std::string::npos)
+      names_counter = true;
+  }
+  EXPECT_TRUE(names_counter) << dump(dx);
+  if (c.slows) {
+    EXPECT_GT(got.lost_ms_per_step, 0) << dump(dx);
+  } else {
+    EXPECT_EQ(got.lost_ms_per_step, 0) << dump(dx);
+  }
+  // A fault the per-rank timings cannot show (no cost yet, or a stopped GPU) is no disagreement.
+  EXPECT_FALSE(dx.second.disagrees) << dump(dx);
+}
+
+INSTANTIATE_TEST_SUITE_P(Nvml, HardwareCause,
+                         ::testing::Values(HwCase{"gpu-memory-errors", "gpu.ecc_uncorrected", false},
+                                           HwCase{"gpu-lost", "gpu.lost", true},
+                                           HwCase{"pcie-degraded", "gpu.pcie_link_width", true},
+                                           HwCase{"nvlink-degraded", "gpu.nvlink_errors", true}),
+                         [](const auto& info) {
+                           std::string n = info.param.cause;
+                           for (auto& ch : n) {
+                             if (ch == '-') ch = '_';
+                           }
+                           return n;
+                         });
+
+// A link that trained at a lower generation than its peers' is degraded; the same generation on
+// every rank (however low) is the machine's, not a fault.
+TEST(DiagnoseEngine, PcieGenerationIsComparedWithThePeers) {
+  SyntheticSpec spec;
+  JobWindow job = make_synthetic_job(spec);
+  for (auto& r : job.ranks) r.gpu.pcie_gen = 3;
+  EXPECT_TRUE(diagnose(job).findings.empty()) << dump(diagnose(job));
+  job.ranks[5].gpu.pcie_gen = 1;
+  auto dx = diagnose(job);
+  ASSERT_EQ(dx.findings.size(), 1u) << dump(dx);
+  EXPECT_EQ(dx.findings[0].rank, 5);
+  EXPECT_EQ(cause_name(dx.findings[0].cause), std::string("pcie-degraded"));
+  EXPECT_NE(dx.findings[0].evidence.front().find("gpu.pcie_link_gen"), std::string::npos) << dump(dx);
+}
+
+// A few replays or NVLink errors in a window are below the rates that mean a degraded link.
+TEST(DiagnoseEngine, AFewLinkErrorsAreNoFinding) {
+  SyntheticSpec spec;
+  JobWindow job = make_synthetic_job(spec);  // a 10 s window
+  job.ranks[2].gpu.pcie_replays = 1;
+  job.ranks[4].gpu.nvlink_errors = 1;
+  EXPECT_TRUE(diagnose(job).findings.empty()) << dump(diagnose(job));
+}
+
 // A hot rank on a busy node also waits longer for a CPU than its peers. With its cgroup measured
 // unthrottled and no neighbour to blame, the wait is its own extra work queuing: the finding is the
 // hotspot, never a CPU quota. (Recorded under load average 16, before: cpu-throttling, 46%.)
