@@ -6,7 +6,18 @@
 // rate — and steps back up when well under budget for two windows. Pure logic, unit-tested.
 #pragma once
 
+#include <cstdio>
+#include <string>
+
 namespace strata::agent {
+
+// A cost share for people, with two decimals (0.0135022 -> "1.35%"): the budget is a few tenths of
+// a percent, so hundredths tell cost and budget apart; more digits are noise.
+inline std::string percent(double share) {
+  char buf[32];
+  std::snprintf(buf, sizeof buf, "%.2f%%", share * 100);
+  return buf;
+}
 
 class CostBudget {
  public:

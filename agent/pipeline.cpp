@@ -286,8 +286,8 @@ void NodePipeline::apply_budget(const WindowContext& ctx, double symbolize_s) {
   if (level != before) {
     normalizer_.set_snapshot_unwinding(level == CostBudget::kFull);
     (void)sampler_->set_frequency(CostBudget::rate_at(level, opts_.frequency_hz));
-    log_ << opts_.log_prefix << "cost " << budget_.last_share() * 100 << "% of the targets' CPU (budget "
-         << budget_.budget() * 100 << "%): " << (level > before ? "stepping down" : "stepping up") << " to level "
+    log_ << opts_.log_prefix << "cost " << percent(budget_.last_share()) << " of the targets' CPU (budget "
+         << percent(budget_.budget()) << "): " << (level > before ? "stepping down" : "stepping up") << " to level "
          << level << " (" << CostBudget::rate_at(level, opts_.frequency_hz) << " Hz, "
          << (level == CostBudget::kFull ? "CFI unwinding" : "frame pointers") << ")\n";
   }

@@ -214,8 +214,8 @@ void print_summary(const RecordSummary& s, const std::string& output, std::ostre
   out << std::fixed << std::setprecision(3) << "strata: agent CPU " << s.agent_cpu_s * 1000 << " ms + BPF "
       << bpf_s * 1000 << " ms" << (c.bpf_stats ? "" : " (BPF stats unavailable)");
   if (s.target_cpu_s > 0) {
-    out << " = " << std::setprecision(3) << 100.0 * (s.agent_cpu_s + bpf_s) / s.target_cpu_s
-        << "% of the target's " << std::setprecision(2) << s.target_cpu_s << " s CPU";
+    out << " = " << percent((s.agent_cpu_s + bpf_s) / s.target_cpu_s) << " of the target's "
+        << std::setprecision(2) << s.target_cpu_s << " s CPU";
   }
   out << " (wall " << std::setprecision(1) << s.wall_s << " s; then " << std::setprecision(0)
       << s.agent_cpu_after_s * 1000 << " ms to close the last window and symbolize)\n";

@@ -1,6 +1,6 @@
-// Prometheus text exposition for the collector's /metrics: every family with HELP and TYPE, and
-// cumulative histograms. Plain code over an ostream; no client library in Debian fits (prometheus-cpp
-// is not packaged for bookworm).
+// Prometheus text exposition for /metrics (the collector's and the agent's): every family with HELP
+// and TYPE, and cumulative histograms. Plain code over an ostream; no client library in Debian fits
+// (prometheus-cpp is not packaged for bookworm).
 #pragma once
 
 #include <cstdint>

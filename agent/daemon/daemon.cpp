@@ -12,12 +12,15 @@
 #include <sstream>
 #include <thread>
 
+#include "agent/daemon/source_metrics.h"
 #include "agent/gpu/cupti_env.h"
 #include "agent/pipeline.h"
 #include "agent/process_info.h"
 #include "agent/shipper/batching_writer.h"
 #include "common/self_usage.h"
+#include "server/prometheus.h"
 #include "store/store.h"
+#include "strata_version.h"
 #include "symbolize/symbolizer.h"
 
 namespace strata::agent::daemon {
@@ -153,7 +156,7 @@ class Daemon {
     h.set_cpu_s(self_cpu_seconds());
     h.set_rss_bytes(self_rss_bytes());
     h.set_watched_processes(static_cast<uint32_t>(pipeline_.live_processes()));
-    h.set_version("0.1.0");
+    h.set_version(STRATA_VERSION);
     h.set_drilldown_url(drilldown_url_);
     const auto& b = pipeline_.budget();
     h.set_budget_level(static_cast<uint32_t>(b.level()));
@@ -283,9 +286,14 @@ class Daemon {
 
   void update_metrics_page() {
     std::ostringstream o;
+    // Prometheus conventions, as serve's page (server/prometheus.h): HELP and TYPE on every family,
+    // `_total` on counters, the unit (seconds, bytes) in the name.
     auto gauge = [&](const char* name, const char* help, double v, const char* type = "gauge") {
-      o << "# HELP " << name << " " << help << "\n# TYPE " << name << " " << type << "\n" << name << " " << v << "\n";
+      server::prom::family(o, name, type, help);
+      o << name << " " << v << "\n";
     };
+    server::prom::family(o, "strata_build_info", "gauge", "The agent's version (always 1).");
+    o << "strata_build_info{version=\"" << STRATA_VERSION << "\",role=\"agent\"} 1\n";
     auto c = pipeline_.counters();
     gauge("strata_agent_samples_total", "On-CPU samples taken of watched threads.", static_cast<double>(c.samples), "counter");
     gauge("strata_agent_sample_drops_total", "Samples lost in the kernel (ring buffer full).",
@@ -352,19 +360,17 @@ class Daemon {
             static_cast<double>(s.batches_rejected), "counter");
       gauge("strata_agent_bytes_sent_total", "Compressed bytes acknowledged by the collector.",
             static_cast<double>(s.bytes_sent), "counter");
-      o << "# HELP strata_agent_records_acked_total Rows acknowledged by the collector, by kind.\n"
-           "# TYPE strata_agent_records_acked_total counter\n";
+      server::prom::family(o, "strata_agent_records_acked_total", "counter", "Rows acknowledged by the collector, by kind.");
       for (const auto& [k, v] : s.records_acked) o << "strata_agent_records_acked_total{kind=\"" << k << "\"} " << v << "\n";
-      o << "# HELP strata_agent_records_dropped_total Rows in batches dropped because the spool was full, by kind.\n"
-           "# TYPE strata_agent_records_dropped_total counter\n";
+      server::prom::family(o, "strata_agent_records_dropped_total", "counter",
+                           "Rows in batches dropped because the spool was full, by kind.");
       for (const auto& [k, v] : s.records_dropped)
         o << "strata_agent_records_dropped_total{kind=\"" << k << "\"} " << v << "\n";
       writer_->write_metrics(o);  // kept answers by status, held/set-aside/quarantined batches
     }
     std::vector<std::pair<std::string, double>> stats;
     pipeline_.source_stats(stats);
-    o << "# HELP strata_agent_source_stat Counters of each layer's source.\n# TYPE strata_agent_source_stat gauge\n";
-    for (const auto& [k, v] : stats) o << "strata_agent_source_stat{key=\"" << k << "\"} " << v << "\n";
+    write_source_metrics(o, stats);  // each layer's counters and gauges, one family each
     page_.set(o.str());
   }
 

@@ -11,6 +11,7 @@
 #include <set>
 
 #include "proto/ingest_codec.h"
+#include "server/prometheus.h"
 
 namespace strata::agent::shipper {
 namespace {
@@ -403,20 +404,18 @@ bool BatchingWriter::drain(double timeout_s) {
 
 void BatchingWriter::write_metrics(std::ostream& o) const {
   auto c = counters();
-  o << "# HELP strata_agent_batch_answers_kept_total Send attempts whose answer kept the batch in the spool, by HTTP status (0: no answer).\n"
-       "# TYPE strata_agent_batch_answers_kept_total counter\n";
+  server::prom::family(o, "strata_agent_batch_answers_kept_total", "counter",
+                       "Send attempts whose answer kept the batch in the spool, by HTTP status (0: no answer).");
   for (const auto& [status, n] : c.kept_answers)
     o << "strata_agent_batch_answers_kept_total{status=\"" << status << "\"} " << n << "\n";
-  o << "# HELP strata_agent_batches_held Spooled batches that failed to send and wait to retry.\n"
-       "# TYPE strata_agent_batches_held gauge\n"
-       "strata_agent_batches_held " << c.batches_held << "\n"
-       "# HELP strata_agent_batches_set_aside Held batches that newer ones passed (a newer one got through).\n"
-       "# TYPE strata_agent_batches_set_aside gauge\n"
-       "strata_agent_batches_set_aside " << c.batches_set_aside << "\n"
-       "# HELP strata_agent_batches_quarantined_total Batches the collector refused as invalid, moved to "
-    << spool_.quarantine_dir() << ".\n"
-       "# TYPE strata_agent_batches_quarantined_total counter\n"
-       "strata_agent_batches_quarantined_total " << spool_.quarantined() << "\n";
+  server::prom::family(o, "strata_agent_batches_held", "gauge", "Spooled batches that failed to send and wait to retry.");
+  o << "strata_agent_batches_held " << c.batches_held << "\n";
+  server::prom::family(o, "strata_agent_batches_set_aside", "gauge",
+                       "Held batches that newer ones passed (a newer one got through).");
+  o << "strata_agent_batches_set_aside " << c.batches_set_aside << "\n";
+  server::prom::family(o, "strata_agent_batches_quarantined_total", "counter",
+                       "Batches the collector refused as invalid, moved to " + spool_.quarantine_dir() + ".");
+  o << "strata_agent_batches_quarantined_total " << spool_.quarantined() << "\n";
 }
 
 ShipperCounters BatchingWriter::counters() const {

@@ -12,7 +12,6 @@ reads the good timeline (its kernel shows in the collector's store).
 usage: hostile_timeline_test.py BUILD_DIR
 """
 import os
-import re
 import signal
 import sqlite3
 import struct
@@ -122,8 +121,7 @@ def main():
               % (sent_after, sent_before))
         for k, p in writers.items():
             check(p.poll() is None, "watched process '%s' is still running" % k)
-        m = re.search(r'^strata_agent_source_stat\{key="gpu_comm.timelines_refused"\} (\S+)$', page, re.M)
-        refused = float(m.group(1)) if m else None
+        refused = metric(page, "strata_agent_gpu_comm_timelines_refused_total")
         check(refused is not None and refused >= 4,
               "the refused timelines are counted (fifo, shadow, zero, huge): %s" % refused)
         agent.send_signal(signal.SIGTERM)
