@@ -8,7 +8,7 @@ JOBS ?= $(shell nproc)
 CMAKE_FLAGS ?= -DCMAKE_BUILD_TYPE=RelWithDebInfo
 CTEST_FLAGS ?= --output-on-failure --timeout 900
 
-.PHONY: all deps build demo test test-unit test-bpf test-asan bench format clean
+.PHONY: all deps build install demo test test-unit test-bpf test-asan bench format clean
 
 all: build
 
@@ -20,6 +20,11 @@ $(BUILD)/CMakeCache.txt:
 
 build: deps $(BUILD)/CMakeCache.txt
 	cmake --build $(BUILD) -j $(JOBS)
+
+# PREFIX/bin/strata, PREFIX/share/strata/web (the web UI), PREFIX/lib/systemd/system/strata-*.service.
+PREFIX ?= /usr/local
+install: build
+	cmake --install $(BUILD) --prefix $(PREFIX)
 
 demo: build
 	@bash scripts/demo.sh $(BUILD)

@@ -1,10 +1,25 @@
 /* strata's GPU timeline: device work records (what CUPTI activity records give on a real GPU),
  * written by strata's CUPTI injection library on real GPUs and by the testbed's libcudart stand-in.
  *
- * The libcudart.so.13 stand-in writes one file per process, $STRATA_TESTBED_DIR/<pid>.timeline
- * (default dir /tmp/strata-testbed), and appends one record per piece of device work when it
- * finishes (kernels, memcpy, memset, NCCL collectives). A GPU timing source outside the process
- * mmaps the file read-only and follows the ring.
+ * Where (the rendezvous): each writing process creates <dir>/<pid>.timeline, <pid> as the process
+ * itself sees it (getpid(), so inside its own pid namespace), <dir> being $STRATA_TIMELINE_DIR
+ * of the writer, else STRATA_TIMELINE_DEFAULT_DIR (/run/strata/timeline), inside the writer's own
+ * mount namespace. The agent looks in the same <dir> (its own $STRATA_TIMELINE_DIR, else the
+ * default: the target's environment never names where a root process reads), through
+ * /proc/<pid>/root. /run/strata/timeline is created by root (the agent at start, `strata record`,
+ * or a root writer) with mode 01777 like /tmp: anyone may create a file, nobody may replace
+ * another user's. The agent accepts a file only when (it refuses everything else, and says why):
+ *   - no component of the path is a symbolic link, and the directory is owned by root or the
+ *     target's uid and, when others may write into it, sticky;
+ *   - the file is a regular file owned by root or the target's uid (fstat of the opened file);
+ *   - its header is valid (below), names the expected pid, and its start_ns is not before that
+ *     process started (else an earlier process with the same pid left it).
+ * A container gets the rendezvous by mounting the host's /run/strata/timeline (or any directory,
+ * named to both sides by STRATA_TIMELINE_DIR) at the same path.
+ *
+ * One file per process; the writer appends one record per piece of device work when it finishes
+ * (kernels, memcpy, memset, NCCL collectives). The agent follows the ring by copying it out with
+ * pread (never a shared mapping: a writer that truncates its file cannot fault the reader).
  *
  * Plain C, no logic beyond inline helpers: the agent includes this header as is.
  *
@@ -18,9 +33,13 @@
  *     2. write every other field of the slot
  *     3. store slot.seq = n + 1               (release)  -- record complete
  *     4. store header.write_index = n + 1     (release)
- *   reader: w = load header.write_index (acquire); for n in [max(last, w - capacity), w):
- *     s1 = load slot.seq (acquire); copy slot; s2 = load slot.seq (acquire);
- *     keep the copy only if s1 == s2 == n + 1 (else the writer lapped the reader: count a drop).
+ *   reader: the header is read and checked once, when the file is opened; afterwards only
+ *   write_index is read again, and it is not trusted (it may jump or go back). w = write_index;
+ *   copy slots of records [max(last, w - capacity), w); w2 = write_index again; keep the copy of
+ *   record n only if its seq == n + 1 and either n + capacity > w2 (the writer had not reached
+ *   record n + capacity, which reuses the slot, while we copied) or n + capacity == w2 and the
+ *   slot's seq, read again after the copy, is still n + 1 (record w2 not begun); every other one
+ *   is counted lost.
  * A reader that falls more than `capacity` records behind loses the oldest ones, like a CUPTI
  * buffer overflow; it can tell how many from the indices.
  */
@@ -38,6 +57,8 @@ extern "C" {
 #define STRATA_TIMELINE_HEADER_SIZE 4096u
 #define STRATA_TIMELINE_DEFAULT_CAPACITY 16384u /* records; 4 MiB per process */
 #define STRATA_TIMELINE_NAME_LEN 96u
+#define STRATA_TIMELINE_DIR_ENV "STRATA_TIMELINE_DIR"         /* moves the rendezvous, both sides */
+#define STRATA_TIMELINE_DEFAULT_DIR "/run/strata/timeline"   /* the rendezvous otherwise */
 
 /* What kind of device work a record describes (CUPTI_ACTIVITY_KIND_* analogues). */
 enum strata_timeline_kind {

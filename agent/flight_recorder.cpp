@@ -7,6 +7,7 @@
 #include <vector>
 
 #include "common/json.h"
+#include "common/parse.h"
 
 namespace strata::agent {
 namespace {
@@ -156,14 +157,9 @@ std::optional<uint64_t> parse_duration_ns(const std::string& text) {
   while (digits < text.size() && (std::isdigit(static_cast<unsigned char>(text[digits])) || text[digits] == '.'))
     ++digits;
   if (digits == 0) return std::nullopt;
-  double v = 0;
-  try {
-    size_t used = 0;
-    v = std::stod(text.substr(0, digits), &used);
-    if (used != digits) return std::nullopt;
-  } catch (...) {
-    return std::nullopt;
-  }
+  auto parsed = parse_double(std::string_view(text).substr(0, digits));
+  if (!parsed) return std::nullopt;
+  double v = *parsed;
   std::string unit = text.substr(digits);
   double scale;
   if (unit.empty() || unit == "s") scale = 1e9;

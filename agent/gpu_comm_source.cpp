@@ -83,7 +83,8 @@ struct ProcState {
   StepDetector steps;
   std::unique_ptr<GpuTimingSource> timeline;
   uint64_t next_timeline_try = 0;
-  std::vector<std::string> timeline_dirs;  // from its environment, read while it lived
+  std::optional<TimelineTarget> timeline_target;  // its uid and own pid, read while it lived
+  bool timeline_refused = false;                  // a file was there, and not its timeline
   std::vector<TimelineRecord> unmatched_device;  // collective kernels waiting for their call
   std::unordered_map<uint64_t, std::string> kernel_names;  // func address -> name
   std::set<std::string> mapped_files;            // runtime files this process maps
@@ -213,7 +214,7 @@ class GpuCommSource final : public Source {
     auto& st = proc(p.pid);
     st.alive = true;
     st.exec_mono = monotonic_now_ns();
-    if (auto dirs = timeline_dirs_of(p.pid); !dirs.empty()) st.timeline_dirs = std::move(dirs);
+    if (auto t = timeline_target_of(p.pid)) st.timeline_target = *t;
     // Attach to the runtimes the new image will load before it can call them: its DT_NEEDED
     // closure, resolved as the loader will. Libraries loaded later (dlopen) are found by rescans.
     std::string root = "/proc/" + std::to_string(p.pid) + "/root";
@@ -359,6 +360,10 @@ class GpuCommSource final : public Source {
     out.emplace_back("gpu_comm.launch_hits", static_cast<double>(launch_hits_));
     out.emplace_back("gpu_comm.launch_probe_cost_s", static_cast<double>(launch_hits_) * opts_.uprobe_cost_us / 1e6);
     out.emplace_back("gpu_comm.timeline_lost", static_cast<double>(timeline_lost_));
+    out.emplace_back("gpu_comm.timelines_refused", static_cast<double>(timelines_refused_));
+    auto [gpu, no_timeline] = gpu_processes();
+    out.emplace_back("gpu_comm.gpu_processes", static_cast<double>(gpu));
+    out.emplace_back("gpu_comm.gpu_processes_without_timeline", static_cast<double>(no_timeline));
     out.emplace_back("gpu_comm.device_records_summarized", static_cast<double>(device_records_summarized_));
     out.emplace_back("gpu_comm.attached_files", static_cast<double>(files_.size()));
     out.emplace_back("gpu_comm.attach_errors", static_cast<double>(attach_errors_));
@@ -388,13 +393,47 @@ class GpuCommSource final : public Source {
     return st;
   }
 
+  // A process's timeline appears with its first device work: one watched this long that maps CUDA
+  // and still has none is taken to have no GPU timing source (CUDA initialization and a first
+  // kernel take seconds, not this long).
+  static constexpr uint64_t kTimelineGraceNs = 30 * kNs;
+
+  // Watched processes that map a CUDA runtime or driver, and how many of them have had no device
+  // timeline for kTimelineGraceNs (no CUPTI injection): their GPU times are the NVML figures and
+  // launch->sync times only, which the agent says in its health.
+  std::pair<size_t, size_t> gpu_processes() const {
+    uint64_t now = monotonic_now_ns();
+    size_t gpu = 0, without = 0;
+    for (const auto& [pid, st] : procs_) {
+      auto keys = st_files_.find(pid);
+      if (!st.alive || keys == st_files_.end()) continue;
+      bool cuda = false;
+      for (const auto& key : keys->second) {
+        auto f = files_.find(key);
+        if (f == files_.end()) continue;
+        for (const auto& rt : f->second.runtimes)
+          cuda = cuda || rt.kind == RuntimeKind::kCudaRuntime || rt.kind == RuntimeKind::kCudaDriver;
+      }
+      if (!cuda) continue;
+      ++gpu;
+      if (!st.timeline && now > st.watch_start_mono + kTimelineGraceNs) ++without;
+    }
+    return {gpu, without};
+  }
+
   // Finds the runtime libraries a process maps and attaches to each new one.
   void scan(ProcState& st) {
     st.last_scan = monotonic_now_ns();
     auto maps = read_proc_maps(st.pid);
     if (!maps) return;
     for (const auto& m : *maps) {
-      if (!m.executable || m.path.empty() || m.path[0] != '/') continue;
+      if (!m.executable || m.path.empty() || m.path[0] != '/' || st.mapped_files.count(m.path)) continue;
+      // Probed only when the path still leads to the mapped file (device and inode of the maps
+      // line), not to one swapped in under it or reached by a link out of the container.
+      if (!open_mapped_file(st.pid, m)) {
+        st.mapped_files.insert(m.path);
+        continue;
+      }
       consider_file(st, m.path);
     }
   }
@@ -535,7 +574,13 @@ class GpuCommSource final : public Source {
     if (!opts_.gpu) return;
     if (!st.timeline) {
       if (now < st.next_timeline_try && !force) return;
-      auto t = open_timeline_for(st.pid, st.timeline_dirs);
+      if (!st.timeline_target) st.timeline_target = timeline_target_of(st.pid);
+      if (!st.timeline_target) return;  // gone before we knew whose it was: nothing to trust
+      auto t = open_timeline_for(*st.timeline_target);
+      if (!t && timeline_refused(t.error()) && !st.timeline_refused) {
+        st.timeline_refused = true;  // counted once per process; it is tried again, as a missing one
+        ++timelines_refused_;
+      }
       if (!t) {
         st.next_timeline_try = now + kNs / 5;  // the file appears with the first device work
         return;
@@ -574,12 +619,17 @@ class GpuCommSource final : public Source {
     auto maps = read_proc_maps(st.pid);
     if (maps) {
       if (const Mapping* m = find_mapping(*maps, func); m && !m->path.empty() && m->path[0] == '/') {
-        std::vector<Frame> f(1);
-        f[0].kind = FrameKind::kNative;
-        f[0].module = "/proc/" + std::to_string(st.pid) + "/root" + m->path;
-        f[0].offset = func - m->start + m->file_offset;
-        symbolizer_->symbolize(f);
-        if (!f[0].function.empty()) name = f[0].function;
+        // The build id of the mapped file itself (device and inode checked): the symbolizer reads
+        // the path only when the file there carries it, so a file swapped in does not name kernels.
+        if (auto file = open_mapped_file(st.pid, *m)) {
+          std::vector<Frame> f(1);
+          f[0].kind = FrameKind::kNative;
+          f[0].module = "/proc/" + std::to_string(st.pid) + "/root" + m->path;
+          f[0].offset = func - m->start + m->file_offset;
+          if (auto id = symbolize::read_build_id(file->path())) f[0].build_id = *id;
+          symbolizer_->symbolize(f);
+          if (!f[0].function.empty()) name = f[0].function;
+        }
       }
     }
     if (name.empty()) name = "kernel@0x" + hex_addr(func);
@@ -857,6 +907,7 @@ class GpuCommSource final : public Source {
   uint64_t next_burst_ = 0, burst_start_ = 0, burst_end_ = 0, burst_hits_ = 0;
   uint64_t bursts_ = 0, launch_hits_ = 0, attach_errors_ = 0;
   uint64_t timeline_lost_ = 0, device_records_summarized_ = 0;
+  uint64_t timelines_refused_ = 0;  // processes whose timeline file was refused (abi/gpu_timeline.h)
 };
 
 }  // namespace

@@ -131,15 +131,30 @@ const std::string& Normalizer::hex(const std::array<uint8_t, 20>& id) {
   return hex_cache_.emplace(std::move(key), build_id_hex(id.data(), id.size())).first->second;
 }
 
-std::string Normalizer::build_id_of_file(const std::string& path, uint32_t pid) {
-  auto it = build_id_by_path_.find(path);
-  if (it != build_id_by_path_.end()) return it->second;
-  // Read through the process's root so files inside containers are found.
-  auto id = symbolize::read_build_id("/proc/" + std::to_string(pid) + "/root" + path);
-  if (!id) id = symbolize::read_build_id(path);
-  std::string value = id ? *id : std::string();
-  build_id_by_path_[path] = value;
-  return value;
+const std::string& Normalizer::build_id_of(const Mapping& m, uint32_t pid, bool recheck) {
+  static const std::string kNone;
+  if (m.path.empty() || m.path[0] != '/') return kNone;
+  DevIno k{m.dev, m.inode};
+  auto it = build_id_by_file_.find(k);
+  if (it != build_id_by_file_.end() && !recheck) return it->second.build_id;
+  // Opened through the process's root (files inside containers) and checked to be the mapped file.
+  auto file = open_mapped_file(pid, m);
+  if (!file) {
+    if (it != build_id_by_file_.end()) return it->second.build_id;  // keep what it was
+    return build_id_by_file_[k].build_id;                            // "" until a recheck reads it
+  }
+  if (it != build_id_by_file_.end() && it->second.identity == file->identity() && !it->second.build_id.empty())
+    return it->second.build_id;
+  auto id = symbolize::read_build_id(file->path());
+  auto& known = build_id_by_file_[k];
+  known.identity = file->identity();
+  known.build_id = id ? *id : std::string();
+  return known.build_id;
+}
+
+std::string Normalizer::module_key(const Mapping& m, const std::string& build_id) {
+  if (!build_id.empty()) return build_id;
+  return "file " + std::to_string(m.dev) + ":" + std::to_string(m.inode);
 }
 
 std::shared_ptr<const unwind::ModuleUnwind> Normalizer::module_of(const Mapping& m, uint32_t pid, std::string& key) {
@@ -148,9 +163,12 @@ std::shared_ptr<const unwind::ModuleUnwind> Normalizer::module_of(const Mapping&
     return vdso_module();
   }
   if (m.path.empty() || m.path[0] != '/') return nullptr;
-  std::string id = build_id_of_file(m.path, pid);
-  key = id.empty() ? m.path : id;
-  return modules_->get(key, "/proc/" + std::to_string(pid) + "/root" + m.path);
+  key = module_key(m, build_id_of(m, pid));
+  if (auto known = modules_->find(key)) return *known;
+  auto file = open_mapped_file(pid, m);
+  // A file that is not the mapped one is remembered as unusable (an empty path loads nothing), so
+  // it is not opened again on every sample.
+  return modules_->get(key, file ? file->path() : std::string());
 }
 
 // The kernel keeps its own copy of a module's rows, loaded once per build id (never evicted: the
@@ -213,8 +231,8 @@ void Normalizer::learn_process(uint32_t pid) {
   if (!maps) return;
   for (const auto& m : *maps) {
     if (!m.executable || m.path.empty() || m.path[0] != '/') continue;
-    std::string id = build_id_of_file(m.path, pid);
-    if (!id.empty()) path_by_build_id_.emplace(trimmed_like_kernel(id), m.path);
+    const std::string& id = build_id_of(m, pid, /*recheck=*/true);
+    if (!id.empty()) path_by_build_id_.emplace(trimmed_like_kernel(id), KnownModule{m.path, id});
   }
   detect_python(pid, *maps);
   if (kernel_.set_mappings) push_kernel_mappings(pid, *maps);
@@ -244,11 +262,11 @@ void Normalizer::detect_python(uint32_t pid, const std::vector<Mapping>& maps) {
     }
   }
   if (!best) return;
-  std::string open_path = "/proc/" + std::to_string(pid) + "/root" + best->path;
-  auto syms = unwind::inspect_python_module(open_path, minor);
+  auto file = open_mapped_file(pid, *best);
+  if (!file) return;  // not the mapped file (replaced under its path), or gone
+  auto syms = unwind::inspect_python_module(file->path(), minor);
   if (!syms) return;  // e.g. pyenv's python3.x before its libpython is mapped: tried again later
-  std::string id = build_id_of_file(best->path, pid);
-  auto module = modules_->get(id.empty() ? best->path : id, open_path);
+  auto module = modules_->get(module_key(*best, build_id_of(*best, pid)), file->path());
   if (!module) return;
   uint64_t exec_vaddr = module->vaddr_of_file_offset(best->file_offset);
   if (exec_vaddr == ~0ull) return;
@@ -365,8 +383,8 @@ void Normalizer::normalize(const SampleEvent& e, const UserStack& user, Stack& o
         learn_process(e.pid);  // a library loaded since we last looked (dlopen)
         it = path_by_build_id_.find(f.build_id);
       }
-      f.module = it != path_by_build_id_.end() ? it->second : "[unknown]";
-      if (it != path_by_build_id_.end()) f.build_id = build_id_of_file(it->second, e.pid);
+      f.module = it != path_by_build_id_.end() ? it->second.path : "[unknown]";
+      if (it != path_by_build_id_.end()) f.build_id = it->second.build_id;
     } else {
       // A raw address: resolve it through the process's mappings.
       auto mit = maps_.find(e.pid);
@@ -379,7 +397,7 @@ void Normalizer::normalize(const SampleEvent& e, const UserStack& user, Stack& o
       if (m && !m->path.empty()) {
         f.module = m->path;
         f.offset = u.offset_or_ip - m->start + m->file_offset;
-        if (m->path[0] == '/') f.build_id = build_id_of_file(m->path, e.pid);
+        if (m->path[0] == '/') f.build_id = build_id_of(*m, e.pid);
       } else {
         f.module = m ? "[anon]" : "[unknown]";
         f.offset = u.offset_or_ip;

@@ -111,7 +111,12 @@ class Normalizer {
   struct PythonProcess;
   class ProcessSpace;
 
-  std::string build_id_of_file(const std::string& path, uint32_t pid);
+  // The build id ("" = none or unreadable) of the file mapping `m` maps, cached by the mapping's
+  // device and inode: one path names different files in different containers. `recheck` opens the
+  // file again and re-reads the id when the file under that inode changed (an inode reused).
+  const std::string& build_id_of(const Mapping& m, uint32_t pid, bool recheck = false);
+  // The unwind-table cache's key of a mapped file: its build id, else its device and inode.
+  static std::string module_key(const Mapping& m, const std::string& build_id);
   const std::string& hex(const std::array<uint8_t, 20>& id);
   void detect_python(uint32_t pid, const std::vector<Mapping>& maps);
   bool snapshot_unwinding_ = true;
@@ -121,8 +126,23 @@ class Normalizer {
   void push_kernel_mappings(uint32_t pid, const std::vector<Mapping>& maps);
   uint32_t kernel_module_id(const std::string& key, const unwind::ModuleUnwind& module);
 
-  std::unordered_map<std::string, std::string> path_by_build_id_;   // kernel-trimmed hex -> path
-  std::unordered_map<std::string, std::string> build_id_by_path_;   // path -> hex ("" = none)
+  struct KnownModule {
+    std::string path;      // as the process maps it
+    std::string build_id;  // full hex
+  };
+  std::unordered_map<std::string, KnownModule> path_by_build_id_;  // kernel-trimmed hex -> file
+  struct DevIno {
+    uint64_t dev = 0, ino = 0;
+    bool operator==(const DevIno&) const = default;
+  };
+  struct DevInoHash {
+    size_t operator()(const DevIno& k) const { return std::hash<uint64_t>()(k.dev * 0x9e3779b97f4a7c15ull ^ k.ino); }
+  };
+  struct KnownFile {
+    FileIdentity identity;  // as last opened (size and time tell a reused inode)
+    std::string build_id;   // hex, "" = none
+  };
+  std::unordered_map<DevIno, KnownFile, DevInoHash> build_id_by_file_;
   std::unordered_map<uint32_t, std::vector<Mapping>> maps_;
   std::unordered_map<uint32_t, uint64_t> refreshes_;                // per pid: bounded re-reads
   std::unordered_map<std::string, std::string> hex_cache_;          // raw 20 bytes -> hex

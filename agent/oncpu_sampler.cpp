@@ -18,6 +18,7 @@
 #include "abi/oncpu.h"
 #include "agent/libbpf_log.h"
 #include "bpf/oncpu.skel.h"
+#include "common/parse.h"
 
 namespace strata::agent {
 namespace {
@@ -30,7 +31,7 @@ uint64_t effective_caps() {
   std::ifstream in("/proc/self/status");
   std::string line;
   while (std::getline(in, line)) {
-    if (line.rfind("CapEff:", 0) == 0) return std::stoull(line.substr(7), nullptr, 16);
+    if (line.rfind("CapEff:", 0) == 0) return parse_int_prefix<uint64_t>(line.substr(7), 16).value_or(0);
   }
   return 0;
 }
@@ -48,9 +49,10 @@ std::vector<int> online_cpus() {
   std::string part;
   while (std::getline(ss, part, ',')) {
     auto dash = part.find('-');
-    int lo = std::stoi(part.substr(0, dash));
-    int hi = dash == std::string::npos ? lo : std::stoi(part.substr(dash + 1));
-    for (int c = lo; c <= hi; ++c) cpus.push_back(c);
+    auto lo = parse_int<int>(std::string_view(part).substr(0, dash));
+    auto hi = dash == std::string::npos ? lo : parse_int<int>(std::string_view(part).substr(dash + 1));
+    if (!lo || !hi) continue;
+    for (int c = *lo; c <= *hi; ++c) cpus.push_back(c);
   }
   return cpus;
 }

@@ -29,7 +29,7 @@ std::string effective_capability_names() {
   return c ? caps::names(c->effective) : "unknown";
 }
 
-Result<PrivilegeDrop> drop_to_runtime_capabilities(bool drop_bounding) {
+Result<PrivilegeDrop> drop_to_runtime_capabilities() {
   auto now = caps::get();
   if (!now) return now.error();
   PrivilegeDrop out;
@@ -41,9 +41,7 @@ Result<PrivilegeDrop> drop_to_runtime_capabilities(bool drop_bounding) {
   uint64_t want = 0;
   for (int c : runtime_capabilities()) want |= uint64_t{1} << c;
   // The bounding set first: dropping from it needs CAP_SETPCAP, which the capset below gives up.
-  if (drop_bounding) {
-    if (auto st = caps::drop_bounding_except(want); !st) return st.error();
-  }
+  if (auto st = caps::drop_bounding_except(want); !st) return st.error();
   (void)prctl(PR_CAP_AMBIENT, PR_CAP_AMBIENT_CLEAR_ALL, 0, 0, 0);
   caps::Sets next;
   next.permitted = now->permitted & want;

@@ -1,5 +1,6 @@
 // Least privilege for the agent: once its BPF programs are loaded, perf events opened and the store
-// open, `strata record` and `strata agent` give up every capability they no longer need.
+// open, and before any thread starts, `strata record` and `strata agent` give up every capability
+// they no longer need.
 #pragma once
 
 #include <cstdint>
@@ -25,12 +26,14 @@ struct PrivilegeDrop {
   uint64_t dropped = 0;  // what was effective before and is gone now
 };
 
-// Reduces the permitted and effective sets to runtime_capabilities() (those held now), clears the
-// inheritable and ambient sets. With drop_bounding, also the bounding set, so nothing executed later
-// regains them; `strata record` keeps it, because the command it starts must run as it would without
-// strata. Does nothing (kept = 0) when the process holds no capabilities. STRATA_KEEP_CAPABILITIES=1
-// skips the drop (debugging a kernel that needs more).
-Result<PrivilegeDrop> drop_to_runtime_capabilities(bool drop_bounding);
+// Reduces the permitted, effective and bounding sets to runtime_capabilities() (those held now),
+// clears the inheritable and ambient sets, so nothing executed later regains them. Capabilities
+// belong to a thread: this changes the calling thread's, and threads it starts afterwards inherit
+// them, so call it before the process starts any thread (NodePipeline does; `strata record` forks
+// its command before, which then runs as it would without strata). Does nothing (kept = 0) when
+// the process holds no capabilities. STRATA_KEEP_CAPABILITIES=1 skips the drop (debugging a kernel
+// that needs more).
+Result<PrivilegeDrop> drop_to_runtime_capabilities();
 
 // The effective capabilities of this process, as names ("cap_bpf,cap_perfmon,...").
 std::string effective_capability_names();

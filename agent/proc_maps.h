@@ -15,13 +15,47 @@ struct Mapping {
   uint64_t start = 0;
   uint64_t end = 0;
   uint64_t file_offset = 0;
-  uint64_t inode = 0;
+  uint64_t dev = 0;    // st_dev of the mapped file (makedev of the maps line's major:minor)
+  uint64_t inode = 0;  // st_ino of the mapped file
   bool executable = false;
   std::string path;  // empty for anonymous memory; "[vdso]" and the like for special mappings
 };
 
 std::vector<Mapping> parse_proc_maps(std::string_view text);
 Result<std::vector<Mapping>> read_proc_maps(uint32_t pid);
+
+// A file as an open descriptor knows it: what tells two files of one path apart (two containers'
+// builds of /usr/lib/libfoo.so) and a file replaced under its path (new inode, size or time).
+struct FileIdentity {
+  uint64_t dev = 0, ino = 0, size = 0;
+  int64_t mtime_ns = 0;
+  bool operator==(const FileIdentity&) const = default;
+};
+
+// A file a process maps, opened for reading and checked to be the mapped file itself: the
+// device and inode of the maps line, not whatever the path names now. Closed with the object;
+// path() names the open descriptor, for code that opens by path, while this object lives.
+class MappedFile {
+ public:
+  MappedFile(int fd, const FileIdentity& id) : fd_(fd), id_(id) {}
+  ~MappedFile();
+  MappedFile(MappedFile&& o) noexcept : fd_(o.fd_), id_(o.id_) { o.fd_ = -1; }
+  MappedFile& operator=(MappedFile&&) = delete;
+  MappedFile(const MappedFile&) = delete;
+  int fd() const { return fd_; }
+  const FileIdentity& identity() const { return id_; }
+  std::string path() const { return "/proc/self/fd/" + std::to_string(fd_); }
+
+ private:
+  int fd_;
+  FileIdentity id_;
+};
+
+// Opens the file of mapping `m` of process `pid`: through /proc/PID/root + path (so a file in the
+// process's container), else /proc/PID/map_files (the mapped file itself; needs CAP_SYS_ADMIN or
+// CAP_CHECKPOINT_RESTORE), else the path in the agent's own root. Refused unless it is a regular file with the mapping's device and inode:
+// a file swapped under the path (or a link out of the container) is not read as the mapped one.
+Result<MappedFile> open_mapped_file(uint32_t pid, const Mapping& m);
 
 // The mapping containing addr, if any (maps are sorted by start, as the kernel lists them).
 const Mapping* find_mapping(const std::vector<Mapping>& maps, uint64_t addr);

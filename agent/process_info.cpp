@@ -11,6 +11,7 @@
 #include <vector>
 
 #include "agent/container_identity.h"
+#include "common/parse.h"
 
 namespace strata::agent {
 namespace {
@@ -95,8 +96,9 @@ std::optional<uint64_t> process_cpu_ns(uint32_t pid) {
   if (f.size() < 13) return std::nullopt;
   // utime and stime are fields 14 and 15 (f[11], f[12]), in clock ticks.
   static const long hz = sysconf(_SC_CLK_TCK);
-  uint64_t ticks = std::stoull(f[11]) + std::stoull(f[12]);
-  return ticks * 1'000'000'000ull / static_cast<uint64_t>(hz);
+  auto utime = parse_int<uint64_t>(f[11]), stime = parse_int<uint64_t>(f[12]);
+  if (!utime || !stime) return std::nullopt;
+  return (*utime + *stime) * 1'000'000'000ull / static_cast<uint64_t>(hz);
 }
 
 Result<store::ProcessInfo> read_process_info(uint32_t pid, const std::string& node) {
@@ -105,10 +107,13 @@ Result<store::ProcessInfo> read_process_info(uint32_t pid, const std::string& no
   store::ProcessInfo p;
   p.pid = pid;
   p.node = node;
-  p.ppid = static_cast<uint32_t>(std::stoul(f[1]));
+  auto ppid = parse_int<uint32_t>(f[1]);
+  auto start_ticks = parse_int<uint64_t>(f[19]);
+  if (!ppid || !start_ticks) return Error{"process " + std::to_string(pid) + ": unreadable /proc/PID/stat"};
+  p.ppid = *ppid;
   static const long hz = sysconf(_SC_CLK_TCK);
   static const uint64_t btime = boot_time_unix_ns();
-  p.start_ns = btime + std::stoull(f[19]) * 1'000'000'000ull / static_cast<uint64_t>(hz);
+  p.start_ns = btime + *start_ticks * 1'000'000'000ull / static_cast<uint64_t>(hz);
   std::string base = "/proc/" + std::to_string(pid);
   p.comm = read_file(base + "/comm");
   while (!p.comm.empty() && p.comm.back() == '\n') p.comm.pop_back();
@@ -131,9 +136,8 @@ Result<store::ProcessInfo> read_process_info(uint32_t pid, const std::string& no
   auto num = [&](const char* key) {
     auto it = env.find(key);
     if (it == env.end()) return -1;
-    char* end = nullptr;
-    long v = std::strtol(it->second.c_str(), &end, 10);
-    return (end && *end == '\0' && v >= 0 && v < (1L << 30)) ? static_cast<int>(v) : -1;
+    auto v = parse_int<int>(it->second);
+    return (v && *v >= 0 && *v < (1 << 30)) ? *v : -1;
   };
   p.rank = num("RANK");
   p.local_rank = num("LOCAL_RANK");

@@ -1,5 +1,5 @@
-// `strata record`: watch a process tree (started here, or given by pid), sample it, aggregate per
-// window, write the store, and report the agent's own cost.
+// `strata record`: watch a process tree (started here, or given by pid) with the node pipeline
+// (agent/pipeline.h), write each window to an SQLite store, and report the agent's own cost.
 #pragma once
 
 #include <cstdint>

@@ -28,6 +28,10 @@ class Source {
   // A watched process appeared (or exec'd: then called again with the new image).
   virtual void on_process(const store::ProcessInfo& /*p*/) {}
   virtual void on_process_exit(uint32_t /*pid*/) {}
+  // Starts the source's own threads, if it has any. Called once, after the agent dropped its
+  // privileges for the whole process: a thread gets its capabilities from the thread that creates
+  // it, so none started here keeps the start-up's.
+  virtual void start_threads() {}
   // Takes what is ready without blocking long (the record loop calls it a few times a second).
   virtual Status poll() = 0;
   // A file descriptor that becomes readable when the source wants poll() called soon (its ring

@@ -3,6 +3,7 @@
 #include <sstream>
 
 #include "agent/gpu/nvml_source.h"
+#include "agent/gpu/timeline_reader.h"
 #include "agent/gpu_comm_source.h"
 #include "agent/os/os_source.h"
 
@@ -48,6 +49,9 @@ Sources make_sources(const std::set<std::string>& layers, const SourceEnv& env) 
     else s.warnings.push_back("GPU/communication layers are off: " + src.error().message);
   }
   if (layers.count("gpu")) {
+    // The GPU timelines' directory, before the jobs write: a job that is not root can create its
+    // timeline only in a directory that root made.
+    if (auto st = prepare_timeline_rendezvous(); !st) s.warnings.push_back("GPU device times: " + st.error().message);
     // The node's GPUs through NVML: independent of the probes above, so either can run alone.
     auto nvml = start_nvml_source(NvmlOptions{});
     if (nvml) s.sources.push_back(std::move(*nvml));

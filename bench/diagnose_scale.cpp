@@ -35,7 +35,7 @@ int main(int argc, char** argv) {
   size_t found = 0;
   for (size_t i = 0; i < spec.faults.size(); ++i) {
     const auto& f = spec.faults[i];
-    if (i < dx.findings.size() && dx.findings[i].rank == f.rank && dx.findings[i].cause == f.cause &&
+    if (i < dx.findings.size() && dx.findings[i].rank == f.rank && strata::diagnose::cause_name(dx.findings[i].cause) == f.cause &&
         dx.findings[i].culprit.find(strata::diagnose::planted_culprit(f)) != std::string::npos) {
       ++found;
     }

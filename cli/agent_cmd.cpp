@@ -4,46 +4,30 @@
 #include <atomic>
 #include <fstream>
 #include <iostream>
+#include <tuple>
 
 #include "agent/daemon/daemon.h"
 #include "agent/process_info.h"
 #include "agent/sources.h"
-#include "cli/args.h"
+#include "cli/cli_app.h"
 #include "cli/commands.h"
+#include "cli/values.h"
 
 namespace strata::cli {
 
 namespace {
-const char* kAgentHelp = R"(usage: strata agent (--server URL | -o FILE.db) [--node NAME] [--token-file F] [--window S]
+const char* kAgentUsage = R"(usage: strata agent (--server URL | -o FILE.db) [--node NAME] [--token-file F] [--window S]
                     [--select KEY[=V1,V2...]]... [--listen-metrics ADDR] [--advertise HOST:PORT]
                     [--spool DIR] [--spool-max-mb N]
                     [--unwind-tables-mb N]
                     [-F HZ] [--layers L,...] [--duration S]
-
-Runs on a training node: finds training processes by their environment (RANK, WORLD_SIZE,
+       strata agent --pod-env
+)";
+const char* kAgentAbout = R"(Runs on a training node: finds training processes by their environment (RANK, WORLD_SIZE,
 TORCHELASTIC_RUN_ID or STRATA_JOB set; or every --select term matching), watches them while they
 live, and every window ships summaries to a collector (`strata serve`) or writes a local store.
-
-options:
-  --server URL        collector, http://HOST:PORT (batches are spooled on disk while it is away)
-  -o FILE.db          write a local SQLite store instead
-  --node NAME         this node's name on the records (default: hostname)
-  --token-file F      bearer token for the collector (first line of F)
-  --window S          aggregation and send interval in seconds (default 10)
-  --select KEY=V,...  watch processes whose environment has KEY set to one of the values (repeatable)
-  --listen-metrics A  serve the agent's health on http://A/metrics (default 127.0.0.1:9465; "off"),
-                      and its flight recorder on http://A/drilldown (behind the token)
-  --advertise H:P     where the collector reaches /drilldown (default: the --listen-metrics address;
-                      the hostname when that is 0.0.0.0)
-  --spool DIR         where unsent batches wait (default /var/lib/strata/spool)
-  --spool-max-mb N    spool bound; the oldest batches are dropped, and counted, past it (default 256;
-                      fractions allowed, at least 0.0625)
-  --unwind-tables-mb N  memory for the modules' unwind tables together, least recently used dropped
-                      and rebuilt when needed (default 128; fractions allowed, at least 0.0625)
-  -F HZ, --layers L   as for strata record
-  --duration S        stop after S seconds (default: until SIGINT/SIGTERM)
-
-Needs root, or CAP_BPF + CAP_PERFMON (+ CAP_SYS_PTRACE to read other users' processes).
+)";
+const char* kAgentFooter = R"(Needs root, or CAP_BPF + CAP_PERFMON (+ CAP_SYS_PTRACE to read other users' processes).
 Exit codes: 0 ok, 1 bad input, 2 environment.
 )";
 
@@ -63,59 +47,87 @@ Result<std::string> read_token_file(const std::string& path) {
 }
 
 int agent_main(std::vector<std::string> argv) {
-  Args args(std::move(argv));
+  CLI::App app{kAgentAbout, "agent"};
+  configure(app, kAgentUsage, kAgentFooter);
   agent::daemon::AgentOptions opts;
-  std::string spool;
-  while (!args.done()) {
-    std::string a = args.next();
-    if (a == "-h" || a == "--help") {
-      std::cout << kAgentHelp;
-      return 0;
-    }
-    if (a != "--server" && a != "-o" && a != "--output" && a != "--node" && a != "--token-file" && a != "--window" &&
-        a != "--select" && a != "--listen-metrics" && a != "--advertise" && a != "--spool" && a != "--spool-max-mb" &&
-        a != "--unwind-tables-mb" && a != "-F" && a != "--layers" && a != "--duration")
-      return fail("agent: unknown option '" + a + "' (see strata agent --help)", 1);
-    auto v = args.value(a);
+  std::string spool, token_file, window, duration, spool_mb, unwind_mb, hz, layers;
+  std::vector<std::string> selects;
+  app.add_option("--server", opts.server, "collector, http://HOST:PORT (batches are spooled on disk while it is away)")
+      ->type_name("URL");
+  app.add_option("-o,--output", opts.output, "write a local SQLite store instead")->type_name("FILE.db");
+  app.add_option("--node", opts.node, "this node's name on the records (default: hostname)")->type_name("NAME");
+  app.add_option("--token-file", token_file, "bearer token for the collector (first line of F)")->type_name("F");
+  app.add_option("--window", window, "aggregation and send interval in seconds (default 10)")->type_name("S");
+  app.add_option("--select", selects,
+                 "watch processes whose environment has KEY set to one of the values (repeatable)")
+      ->type_name("KEY=V,...")
+      ->multi_option_policy(CLI::MultiOptionPolicy::TakeAll);
+  app.add_option("--listen-metrics", opts.listen_metrics,
+                 "serve the agent's health on http://A/metrics (default 127.0.0.1:9465; \"off\"), and its flight "
+                 "recorder on http://A/drilldown (behind the token)")
+      ->type_name("A");
+  app.add_option("--advertise", opts.advertise,
+                 "where the collector reaches /drilldown (default: the --listen-metrics address; the hostname when "
+                 "that is 0.0.0.0)")
+      ->type_name("H:P");
+  app.add_option("--spool", spool, "where unsent batches wait (default /var/lib/strata/spool)")->type_name("DIR");
+  app.add_option("--spool-max-mb", spool_mb,
+                 "spool bound; the oldest batches are dropped, and counted, past it (default 256; fractions allowed, "
+                 "at least 0.0625)")
+      ->type_name("N");
+  app.add_option("--unwind-tables-mb", unwind_mb,
+                 "memory for the modules' unwind tables together, least recently used dropped and rebuilt when "
+                 "needed (default 128; fractions allowed, at least 0.0625)")
+      ->type_name("N");
+  app.add_option("-F,--freq", hz, "sampling frequency per CPU, as for strata record (default 99)")->type_name("HZ");
+  app.add_option("--layers", layers, "what to record, as for strata record (default all)")->type_name("L,...");
+  app.add_option("--duration", duration, "stop after S seconds (default: until SIGINT/SIGTERM)")->type_name("S");
+  bool pod_env = false;
+  app.add_flag("--pod-env", pod_env,
+               "print the environment (and host paths to mount) that gives every training container the CUPTI "
+               "injection, so the agent reads each rank's GPU device timeline; then exit");
+  if (auto done = parse(app, std::move(argv))) return *done;
+  if (pod_env) {
+    auto text = agent::daemon::pod_environment();
+    if (!text) return fail("agent --pod-env: " + text.error().message, text.error().exit_code);
+    std::cout << *text;
+    return 0;
+  }
+
+  while (!opts.server.empty() && opts.server.back() == '/') opts.server.pop_back();
+  if (!token_file.empty()) {
+    auto t = read_token_file(token_file);
+    if (!t) return fail(t.error().message, 1);
+    opts.token = *t;
+  }
+  for (auto [text, flag, to] : {std::tuple{&window, "--window", &opts.window_s},
+                                std::tuple{&duration, "--duration", &opts.duration_s}}) {
+    if (text->empty()) continue;
+    auto s = parse_seconds(flag, *text);
+    if (!s) return fail(s.error().message, 1);
+    *to = *s;
+  }
+  for (const auto& term : selects) {
+    auto t = agent::daemon::parse_selector_term(term);
+    if (!t) return fail(t.error().message, 1);
+    opts.selector.terms[t->first] = t->second;
+  }
+  for (auto [text, flag, to] : {std::tuple{&spool_mb, "--spool-max-mb", &opts.spool_max_bytes},
+                                std::tuple{&unwind_mb, "--unwind-tables-mb", &opts.unwind_table_bytes}}) {
+    if (text->empty()) continue;
+    auto n = parse_mib(flag, *text, 1.0 / 16, 1 << 20);
+    if (!n) return fail(n.error().message, 1);
+    *to = *n;
+  }
+  if (!hz.empty()) {
+    auto v = parse_uint("-F", hz, 1, 1000);
     if (!v) return fail(v.error().message, 1);
-    if (a == "--server") {
-      opts.server = *v;
-      while (!opts.server.empty() && opts.server.back() == '/') opts.server.pop_back();
-    } else if (a == "-o" || a == "--output") {
-      opts.output = *v;
-    } else if (a == "--node") {
-      opts.node = *v;
-    } else if (a == "--token-file") {
-      auto t = read_token_file(*v);
-      if (!t) return fail(t.error().message, 1);
-      opts.token = *t;
-    } else if (a == "--window" || a == "--duration") {
-      auto s = parse_seconds(a, *v);
-      if (!s) return fail(s.error().message, 1);
-      (a == "--window" ? opts.window_s : opts.duration_s) = *s;
-    } else if (a == "--select") {
-      auto t = agent::daemon::parse_selector_term(*v);
-      if (!t) return fail(t.error().message, 1);
-      opts.selector.terms[t->first] = t->second;
-    } else if (a == "--listen-metrics") {
-      opts.listen_metrics = *v;
-    } else if (a == "--advertise") {
-      opts.advertise = *v;
-    } else if (a == "--spool") {
-      spool = *v;
-    } else if (a == "--spool-max-mb" || a == "--unwind-tables-mb") {
-      auto n = parse_mib(a, *v, 1.0 / 16, 1 << 20);
-      if (!n) return fail(n.error().message, 1);
-      (a == "--spool-max-mb" ? opts.spool_max_bytes : opts.unwind_table_bytes) = *n;
-    } else if (a == "-F") {
-      auto hz = parse_uint(a, *v, 1, 1000);
-      if (!hz) return fail(hz.error().message, 1);
-      opts.frequency_hz = static_cast<unsigned>(*hz);
-    } else if (a == "--layers") {
-      auto layers = agent::parse_layers(*v);
-      if (!layers) return fail(layers.error().message, 1);
-      opts.layers = *layers;
-    }
+    opts.frequency_hz = static_cast<unsigned>(*v);
+  }
+  if (!layers.empty()) {
+    auto l = agent::parse_layers(layers);
+    if (!l) return fail(l.error().message, 1);
+    opts.layers = *l;
   }
   if (opts.server.empty() == opts.output.empty())
     return fail("agent: give either --server URL or -o FILE.db (see strata agent --help)", 1);

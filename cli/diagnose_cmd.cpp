@@ -1,9 +1,13 @@
 #include <httplib.h>
 
+#include <cstdint>
 #include <iostream>
+#include <tuple>
 
-#include "cli/args.h"
+#include "cli/cli_app.h"
 #include "cli/commands.h"
+#include "cli/values.h"
+#include "common/http_error.h"
 #include "diagnose/engine.h"
 #include "diagnose/loader.h"
 #include "diagnose/render.h"
@@ -12,27 +16,16 @@
 namespace strata::cli {
 
 namespace {
-const char* kDiagnoseHelp = R"(usage: strata diagnose (FILE.db | --server URL [--token-file F]) [--job ID] [--json]
-                       [--from NS] [--to NS]
-
-Says why the recorded training job is slow: which rank (node, link), which layer (comm, GPU, CPU, OS),
+const char* kDiagnoseUsage =
+    "usage: strata diagnose (FILE.db | --server URL [--token-file F]) [--job ID] [--json]\n"
+    "                       [--from NS] [--to NS]\n";
+const char* kDiagnoseAbout = R"(Says why the recorded training job is slow: which rank (node, link), which layer (comm, GPU, CPU, OS),
 which cause and culprit (a process, a function, a GPU, a link), how many ms per step it costs, the
 evidence, and what to do. A healthy job gets no finding. The diagnosis compares the job's step time
-with its own history and each rank with its peers (DESIGN §6).
-
-options:
-  --job ID          the job to diagnose (default: the one with the most ranks in the latest recording)
-  --from NS, --to NS  only what the file holds in [NS, NS) (unix nanoseconds, either end open): the
-                    cost is bounded by the span, not by the file
-  --json            {"job":..,"findings":[{"rank":..,"node":..,"layer":..,"cause":..,"culprit":..,
-                    "lost_ms_per_step":..,"confidence":..,"evidence":[...]}]}; no findings = healthy
-  --server URL      the findings `strata serve` at URL (http://HOST:PORT) keeps: it diagnoses
-                    every job with new data each window; adds the findings' history (first seen,
-                    still active or resolved)
-  --token-file F    its bearer token (first line of F)
-
-Exit codes: 0 diagnosed (healthy or not), 1 bad input (not a strata store, no job in it).
+with its own history and each rank with its peers, layer by layer.
 )";
+const char* kDiagnoseFooter = "Exit codes: 0 diagnosed (healthy or not), 1 bad input (not a strata store, no job in it),\n"
+                              "2 environment (collector unreachable).\n";
 // The collector's kept diagnosis (GET /api/v1/findings): the server made it, this prints it.
 int diagnose_remote(std::string server, const std::string& token, const std::string& job, bool json) {
   while (!server.empty() && server.back() == '/') server.pop_back();
@@ -45,7 +38,7 @@ int diagnose_remote(std::string server, const std::string& token, const std::str
   std::string path = std::string("/api/v1/findings?format=") + (json ? "json" : "text");
   if (!job.empty()) path += "&job=" + httplib::detail::encode_query_param(job);
   auto res = cli.Get(path.c_str(), headers);
-  if (!res) return fail("diagnose: cannot reach the collector at " + server + ": " + httplib::to_string(res.error()), 2);
+  if (!res) return fail("diagnose: cannot reach the collector at " + server + ": " + http_error_text(res.error()), 2);
   if (res->status != 200) {
     std::string why = res->body;
     while (!why.empty() && why.back() == '\n') why.pop_back();
@@ -65,43 +58,39 @@ int diagnose_remote(std::string server, const std::string& token, const std::str
 }  // namespace
 
 int diagnose_main(std::vector<std::string> argv) {
-  Args args(std::move(argv));
-  std::string file, server, token;
+  CLI::App app{kDiagnoseAbout, "diagnose"};
+  configure(app, kDiagnoseUsage, kDiagnoseFooter);
+  std::string file, server, token_file;
   bool json = false;
   diagnose::LoadOptions load;
-  while (!args.done()) {
-    std::string a = args.next();
-    if (a == "-h" || a == "--help") {
-      std::cout << kDiagnoseHelp;
-      return 0;
-    }
-    if (a == "--json") {
-      json = true;
-    } else if (a == "--from" || a == "--to") {
-      auto v = args.value(a);
-      if (!v) return fail(v.error().message, 1);
-      if (v->empty() || v->size() > 19 || v->find_first_not_of("0123456789") != std::string::npos)
-        return fail("diagnose: " + a + " " + *v + ": expected unix nanoseconds", 1);
-      (a == "--from" ? load.from_ns : load.to_ns) = std::stoull(*v);
-    } else if (a == "--job" || a == "--server" || a == "--token-file") {
-      auto v = args.value(a);
-      if (!v) return fail(v.error().message, 1);
-      if (a == "--job") {
-        load.job = *v;
-      } else if (a == "--server") {
-        server = *v;
-      } else {
-        auto t = read_token_file(*v);
-        if (!t) return fail(t.error().message, 1);
-        token = *t;
-      }
-    } else if (!a.empty() && a[0] == '-') {
-      return fail("diagnose: unknown option '" + a + "' (see strata diagnose --help)", 1);
-    } else if (file.empty()) {
-      file = a;
-    } else {
-      return fail("diagnose: more than one store given ('" + file + "', '" + a + "')", 1);
-    }
+  app.add_option("store", file, "the store to read (a file that strata record or strata agent -o wrote)")
+      ->type_name("FILE.db");
+  app.add_option("--job", load.job, "the job to diagnose (default: the one with the most ranks in the latest recording)")
+      ->type_name("ID");
+  app.add_flag("--json", json,
+               R"({"job":..,"findings":[{"scope":"rank|job","rank":..,"node":..,"layer":..,"cause":..,"culprit":..,"lost_ms_per_step":..,"confidence":..,"evidence":[...]}]}; no findings = healthy; job-wide findings have rank -1)");
+  app.add_option("--server", server,
+                 "the findings `strata serve` at URL (http://HOST:PORT) keeps: it diagnoses every job with new data "
+                 "each window; adds the findings' history (first seen, still active or resolved)")
+      ->type_name("URL");
+  app.add_option("--token-file", token_file, "the collector's bearer token (first line of F)")->type_name("F");
+  std::string from_text, to_text;
+  app.add_option("--from", from_text,
+                 "only what the file holds from NS on (unix nanoseconds): the cost is bounded by the span, not by the file")
+      ->type_name("NS");
+  app.add_option("--to", to_text, "only what the file holds before NS (unix nanoseconds)")->type_name("NS");
+  if (auto done = parse(app, std::move(argv))) return *done;
+  for (auto [text, flag, out] : {std::tuple{&from_text, "--from", &load.from_ns}, std::tuple{&to_text, "--to", &load.to_ns}}) {
+    if (text->empty()) continue;
+    auto n = parse_uint(std::string("diagnose: ") + flag, *text, 0, UINT64_MAX);
+    if (!n) return fail(n.error().message, 1);
+    *out = *n;
+  }
+  std::string token;
+  if (!token_file.empty()) {
+    auto t = read_token_file(token_file);
+    if (!t) return fail(t.error().message, 1);
+    token = *t;
   }
   if (file.empty() == server.empty())
     return fail("diagnose: which store? (strata diagnose FILE.db, or strata diagnose --server URL)", 1);

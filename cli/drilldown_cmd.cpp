@@ -6,35 +6,26 @@
 
 #include <cstdio>
 #include <iostream>
+#include <tuple>
 
 #include "agent/flight_recorder.h"
-#include "cli/args.h"
+#include "cli/cli_app.h"
 #include "cli/commands.h"
+#include "common/http_error.h"
+#include "cli/values.h"
 
 namespace strata::cli {
 namespace {
 
-const char* kDrilldownHelp = R"(usage: strata drilldown --server URL --node NODE [--rank R | --pid P]
+const char* kDrilldownUsage = R"(usage: strata drilldown --server URL --node NODE [--rank R | --pid P]
                         [--last DURATION | --from-ns A --to-ns B] [--kinds collectives,device]
                         [--limit N] [--token-file F] [--json]
-
-Asks the agent on NODE, through the collector at URL, for the raw records its flight recorder
+)";
+const char* kDrilldownAbout = R"(Asks the agent on NODE, through the collector at URL, for the raw records its flight recorder
 keeps: every collective call (op, communicator, sequence number, bytes, enter/exit and device
 times) and every device activity (kernels, copies) of the last minutes, per process.
-
-options:
-  --server URL        the collector (`strata serve`), http://HOST:PORT
-  --node NODE         the node whose agent answers (as in /api/v1/nodes)
-  --rank R, --pid P   one rank / one process (default: every watched process of the node)
-  --last DURATION     records that started in the last DURATION: 30s, 5m, 500ms (default 30s)
-  --from-ns A, --to-ns B
-                      records that started inside [A, B], unix nanoseconds (instead of --last)
-  --kinds K,...       collectives and/or device (default both)
-  --limit N           at most N records per process and kind, the newest (default 10000)
-  --token-file F      bearer token of the collector (first line of F)
-  --json              print the agent's JSON as it is
-
-Exit codes: 0 ok, 1 bad input or a refusal (unknown node, bad parameter), 2 collector or agent
+)";
+const char* kDrilldownFooter = R"(Exit codes: 0 ok, 1 bad input or a refusal (unknown node, bad parameter), 2 collector or agent
 unreachable.
 )";
 
@@ -96,51 +87,47 @@ void print_text(const google::protobuf::Struct& root) {
 }  // namespace
 
 int drilldown_main(std::vector<std::string> argv) {
-  Args args(std::move(argv));
-  std::string server, node, token, last, from_ns, to_ns, kinds, limit, rank, pid;
+  CLI::App app{kDrilldownAbout, "drilldown"};
+  configure(app, kDrilldownUsage, kDrilldownFooter);
+  std::string server, node, token, token_file, last, from_ns, to_ns, kinds, limit, rank, pid;
   bool json = false;
-  while (!args.done()) {
-    std::string a = args.next();
-    if (a == "-h" || a == "--help") {
-      std::cout << kDrilldownHelp;
-      return 0;
-    }
-    if (a == "--json") {
-      json = true;
-      continue;
-    }
-    if (a != "--server" && a != "--node" && a != "--rank" && a != "--pid" && a != "--last" && a != "--from-ns" &&
-        a != "--to-ns" && a != "--kinds" && a != "--limit" && a != "--token-file")
-      return fail("drilldown: unknown option '" + a + "' (see strata drilldown --help)", 1);
-    auto v = args.value(a);
-    if (!v) return fail(v.error().message, 1);
-    if (a == "--server") {
-      server = *v;
-      while (!server.empty() && server.back() == '/') server.pop_back();
-    } else if (a == "--node") {
-      node = *v;
-    } else if (a == "--rank" || a == "--pid") {
-      auto n = parse_uint(a, *v, 0, 1u << 22);
-      if (!n) return fail(n.error().message, 1);
-      (a == "--rank" ? rank : pid) = std::to_string(*n);
-    } else if (a == "--last") {
-      if (!agent::parse_duration_ns(*v)) return fail("--last " + *v + ": expected a duration such as 30s, 5m, 500ms", 1);
-      last = *v;
-    } else if (a == "--from-ns" || a == "--to-ns") {
-      auto n = parse_uint(a, *v, 0, UINT64_MAX);
-      if (!n) return fail(n.error().message, 1);
-      (a == "--from-ns" ? from_ns : to_ns) = std::to_string(*n);
-    } else if (a == "--kinds") {
-      kinds = *v;
-    } else if (a == "--limit") {
-      auto n = parse_uint(a, *v, 1, 1000000);
-      if (!n) return fail(n.error().message, 1);
-      limit = std::to_string(*n);
-    } else if (a == "--token-file") {
-      auto t = read_token_file(*v);
-      if (!t) return fail(t.error().message, 1);
-      token = *t;
-    }
+  app.add_option("--server", server, "the collector (`strata serve`), http://HOST:PORT")->type_name("URL");
+  app.add_option("--node", node, "the node whose agent answers (as in /api/v1/nodes)")->type_name("NODE");
+  app.add_option("--rank", rank, "one rank (default: every watched process of the node)")->type_name("R");
+  app.add_option("--pid", pid, "one process")->type_name("P");
+  app.add_option("--last", last, "records that started in the last DURATION: 30s, 5m, 500ms (default 30s)")
+      ->type_name("DURATION");
+  app.add_option("--from-ns", from_ns, "records that started at or after A, unix nanoseconds (instead of --last)")
+      ->type_name("A");
+  app.add_option("--to-ns", to_ns, "... and at or before B")->type_name("B");
+  app.add_option("--kinds", kinds, "collectives and/or device (default both)")->type_name("K,...");
+  app.add_option("--limit", limit, "at most N records per process and kind, the newest (default 10000)")
+      ->type_name("N");
+  app.add_option("--token-file", token_file, "bearer token of the collector (first line of F)")->type_name("F");
+  app.add_flag("--json", json, "print the agent's JSON as it is");
+  if (auto done = parse(app, std::move(argv))) return *done;
+
+  while (!server.empty() && server.back() == '/') server.pop_back();
+  for (auto [text, flag, max] : {std::tuple{&rank, "--rank", uint64_t{1u << 22}},
+                                 std::tuple{&pid, "--pid", uint64_t{1u << 22}},
+                                 std::tuple{&from_ns, "--from-ns", uint64_t{UINT64_MAX}},
+                                 std::tuple{&to_ns, "--to-ns", uint64_t{UINT64_MAX}}}) {
+    if (text->empty()) continue;
+    auto n = parse_uint(flag, *text, 0, max);
+    if (!n) return fail(n.error().message, 1);
+    *text = std::to_string(*n);
+  }
+  if (!last.empty() && !agent::parse_duration_ns(last))
+    return fail("--last " + last + ": expected a duration such as 30s, 5m, 500ms", 1);
+  if (!limit.empty()) {
+    auto n = parse_uint("--limit", limit, 1, 1000000);
+    if (!n) return fail(n.error().message, 1);
+    limit = std::to_string(*n);
+  }
+  if (!token_file.empty()) {
+    auto t = read_token_file(token_file);
+    if (!t) return fail(t.error().message, 1);
+    token = *t;
   }
   if (server.empty() || node.empty()) return fail("drilldown: give --server URL and --node NODE (see --help)", 1);
   if (!last.empty() && !from_ns.empty()) return fail("drilldown: give --last or --from-ns/--to-ns, not both", 1);
@@ -165,7 +152,7 @@ int drilldown_main(std::vector<std::string> argv) {
   if (!token.empty()) headers.emplace("Authorization", "Bearer " + token);
   auto res = cli.Get(("/api/v1/nodes/" + httplib::detail::encode_query_param(node) + "/drilldown" + query).c_str(),
                      headers);
-  if (!res) return fail("cannot reach the collector at " + server + ": " + httplib::to_string(res.error()), 2);
+  if (!res) return fail("cannot reach the collector at " + server + ": " + http_error_text(res.error()), 2);
   if (res->status != 200) {
     std::string why = res->body;
     while (!why.empty() && why.back() == '\n') why.pop_back();

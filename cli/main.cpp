@@ -5,6 +5,7 @@
 #include <vector>
 
 #include "cli/commands.h"
+#include "strata_version.h"
 
 namespace {
 
@@ -13,14 +14,16 @@ const char* kUsage = R"(strata: find why distributed training is slow
 usage: strata <command> [options]
 
 commands:
-  record   sample a process tree with eBPF and write a store (SQLite)
-  report   print or export what a store holds (text, folded, pprof)
-  diagnose say why the job is slow: rank, layer, cause, culprit, ms per step, evidence
-  agent    node daemon: find training processes, watch them, ship to a collector
-  serve    collector: ingest from agents, store (SQLite or ClickHouse), query API, /metrics
-  drilldown a node agent's raw recent collectives and device records, through the collector
+  record     sample a process tree with eBPF and write a store (SQLite)
+  report     print or export what a store holds (text, folded, pprof, chrome-trace)
+  diagnose   say why the job is slow: rank, layer, cause, culprit, ms per step, evidence
+  agent      node daemon: find training processes, watch them, ship to a collector
+  serve      collector: ingest from agents, store (SQLite or ClickHouse), query API, /metrics
+  drilldown  a node agent's raw recent collectives and device records, through the collector
 
 Run `strata <command> --help` for the options of a command.
+Exit codes: 0 ok, 1 usage or bad input, 2 environment (permissions, address in use, collector
+unreachable); `strata record -- CMD` exits with CMD's status once CMD ran.
 )";
 
 }  // namespace
@@ -32,7 +35,7 @@ int main(int argc, char** argv) {
     return args.empty() ? 1 : 0;
   }
   if (args[0] == "--version") {
-    std::cout << "strata 0.1.0\n";
+    std::cout << "strata " << STRATA_VERSION << "\n";
     return 0;
   }
   std::string cmd = args[0];

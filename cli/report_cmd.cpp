@@ -4,9 +4,11 @@
 #include <map>
 #include <optional>
 #include <set>
+#include <utility>
 
-#include "cli/args.h"
+#include "cli/cli_app.h"
 #include "cli/commands.h"
+#include "cli/values.h"
 #include "report/chrome_trace.h"
 #include "report/exporters.h"
 #include "report/os_table.h"
@@ -15,10 +17,10 @@
 namespace strata::cli {
 
 namespace {
-const char* kReportHelp = R"(usage: strata report (FILE.db | --server URL [--token-file F]) [--rank R] [--pid P] [--tid T] [--kind oncpu|offcpu]
+const char* kReportUsage = R"(usage: strata report (FILE.db | --server URL [--token-file F]) [--rank R] [--pid P] [--tid T] [--kind oncpu|offcpu]
                      [--format text|folded|pprof|chrome-trace] [-o OUT]
-
-Prints or exports what a store holds.
+)";
+const char* kReportAbout = R"(Prints or exports what a store holds.
 
 formats:
   text      processes, the agent's own cost, and the top functions by self and total samples (default)
@@ -27,34 +29,39 @@ formats:
   chrome-trace  Trace Event JSON for Perfetto / chrome://tracing: a process per rank with its CPU
             threads, GPU streams, communicators and steps (written to -o, default trace.json)
 
-from a collector:
-  --server URL      read from `strata serve` at URL (http://HOST:PORT) instead of a file
-  --token-file F    its bearer token (first line of F)
-
-filters:
-  --rank R  only processes of training rank R      --pid P  only process P      --tid T  only thread T
+A filter (--rank, --pid, --tid) that matches nothing in the store is an error (exit 1), not an
+empty report.
 )";
+const char* kReportFooter = "Exit codes: 0 ok, 1 bad input (no such store, a filter that matches nothing), 2 environment\n"
+                            "(collector unreachable).\n";
 
 // The OS layer's metrics per process (rank), after the profile (report/os_table.h).
 void print_os_metrics(store::Store& st, const std::vector<store::ProcessInfo>& procs, std::ostream& out) {
   auto rows = st.metrics("os.");
   if (!rows || rows->empty()) return;
   std::vector<report::OsProcess> ps;
-  for (const auto& p : procs) ps.push_back({p.pid, p.rank, p.comm});
+  std::set<uint32_t> shown;
+  for (const auto& p : procs) {
+    ps.push_back({p.pid, p.rank, p.comm});
+    shown.insert(p.pid);
+  }
   std::vector<report::OsMetricRow> rs;
-  for (const auto& r : *rows) rs.push_back({r.metric.pid, r.metric.name, r.metric.label, r.metric.value});
+  for (const auto& r : *rows) {
+    if (shown.count(r.metric.pid)) rs.push_back({r.metric.pid, r.metric.name, r.metric.label, r.metric.value});
+  }
   out << "\n";
   report::write_os_table(ps, rs, out);
 }
 
-void print_text(store::Store& st, const report::Profile& p, std::ostream& out) {
+// `procs`: the processes the filters keep (all without filters).
+void print_text(store::Store& st, const report::Profile& p, const std::vector<store::ProcessInfo>& procs,
+                std::ostream& out) {
   auto rec = st.latest_recording();
-  auto procs = st.processes();
-  if (procs && !procs->empty()) {
+  if (!procs.empty()) {
     out << "processes:\n";
     std::map<uint32_t, uint64_t> per_pid;
     for (const auto& s : p.samples) per_pid[s.pid] += s.count;
-    for (const auto& pr : *procs) {
+    for (const auto& pr : procs) {
       out << "  pid " << std::setw(7) << pr.pid << "  " << std::setw(8) << per_pid[pr.pid] << " samples  ";
       if (pr.rank >= 0) out << "rank " << pr.rank << "  ";
       std::string cmd = pr.command.size() > 80 ? pr.command.substr(0, 77) + "..." : pr.command;
@@ -74,7 +81,33 @@ void print_text(store::Store& st, const report::Profile& p, std::ostream& out) {
   }
   out << "\n";
   report::write_top(p, out);
-  print_os_metrics(st, procs ? *procs : std::vector<store::ProcessInfo>{}, out);
+  print_os_metrics(st, procs, out);
+}
+
+// The processes that --rank and --pid keep, or an error when they keep none: an empty report
+// would read as "nothing happened" when the filter was wrong.
+Result<std::vector<store::ProcessInfo>> filtered_processes(store::Store& st, const store::ProfileFilter& f,
+                                                           const std::string& where) {
+  auto procs = st.processes();
+  if (!procs) return procs.error();
+  if (!f.rank && !f.pid) return std::move(*procs);
+  std::vector<store::ProcessInfo> kept;
+  std::set<int> ranks;
+  for (auto& p : *procs) {
+    if (p.rank >= 0) ranks.insert(p.rank);
+    if ((!f.rank || p.rank == *f.rank) && (!f.pid || p.pid == *f.pid)) kept.push_back(std::move(p));
+  }
+  if (!kept.empty()) return kept;
+  std::string what = f.rank && f.pid ? "process " + std::to_string(*f.pid) + " of rank " + std::to_string(*f.rank)
+                     : f.rank       ? "process of rank " + std::to_string(*f.rank)
+                                    : "process " + std::to_string(*f.pid);
+  std::string known;
+  if (f.rank) {
+    known = ranks.empty() ? " (it has no ranked processes)"
+                          : " (its ranks: " + std::to_string(*ranks.begin()) +
+                                (ranks.size() > 1 ? ".." + std::to_string(*ranks.rbegin()) : "") + ")";
+  }
+  return Error{"report: no " + what + " in " + where + known};
 }
 
 Result<report::TimelineData> load_timeline(store::Store& st, const store::ProfileFilter& f) {
@@ -122,47 +155,39 @@ Result<report::TimelineData> load_timeline(store::Store& st, const store::Profil
 }  // namespace
 
 int report_main(std::vector<std::string> argv) {
-  Args args(std::move(argv));
-  std::string file, format = "text", output, server, token;
+  CLI::App app{kReportAbout, "report"};
+  configure(app, kReportUsage, kReportFooter);
+  std::string file, format = "text", output, server, token_file, kind, pid, tid, rank;
   store::ProfileFilter filter;
-  while (!args.done()) {
-    std::string a = args.next();
-    if (a == "-h" || a == "--help") {
-      std::cout << kReportHelp;
-      return 0;
-    }
-    if (a == "--format" || a == "-f" || a == "-o" || a == "--output" || a == "--pid" || a == "--tid" ||
-        a == "--rank" || a == "--kind" || a == "--server" || a == "--token-file") {
-      auto v = args.value(a);
-      if (!v) return fail(v.error().message, 1);
-      if (a == "--server") {
-        server = *v;
-      } else if (a == "--token-file") {
-        auto t = read_token_file(*v);
-        if (!t) return fail(t.error().message, 1);
-        token = *t;
-      } else if (a == "--format" || a == "-f") {
-        format = *v;
-      } else if (a == "-o" || a == "--output") {
-        output = *v;
-      } else if (a == "--kind") {
-        if (*v == "oncpu") filter.kind = store::CountKind::kOnCpu;
-        else if (*v == "offcpu") filter.kind = store::CountKind::kOffCpu;
-        else return fail("--kind: expected oncpu or offcpu, got '" + *v + "'", 1);
-      } else {
-        auto n = parse_uint(a, *v, 0, 4194304);
-        if (!n) return fail(n.error().message, 1);
-        if (a == "--pid") filter.pid = static_cast<uint32_t>(*n);
-        if (a == "--tid") filter.tid = static_cast<uint32_t>(*n);
-        if (a == "--rank") filter.rank = static_cast<int>(*n);
-      }
-    } else if (!a.empty() && a[0] == '-') {
-      return fail("report: unknown option '" + a + "' (see strata report --help)", 1);
-    } else if (file.empty()) {
-      file = a;
-    } else {
-      return fail("report: more than one store given ('" + file + "', '" + a + "')", 1);
-    }
+  app.add_option("store", file, "the store to read (a file that strata record or strata agent -o wrote)")
+      ->type_name("FILE.db");
+  app.add_option("--server", server, "read from `strata serve` at URL (http://HOST:PORT) instead of a file")
+      ->type_name("URL");
+  app.add_option("--token-file", token_file, "the collector's bearer token (first line of F)")->type_name("F");
+  app.add_option("-f,--format", format, "text (default), folded, pprof or chrome-trace")->type_name("FORMAT");
+  app.add_option("-o,--output", output, "where to write (default: stdout; profile.pb.gz, trace.json)")
+      ->type_name("OUT");
+  app.add_option("--rank", rank, "only processes of training rank R")->type_name("R");
+  app.add_option("--pid", pid, "only process P")->type_name("P");
+  app.add_option("--tid", tid, "only thread T")->type_name("T");
+  app.add_option("--kind", kind, "oncpu (default) or offcpu samples")->type_name("oncpu|offcpu");
+  if (auto done = parse(app, std::move(argv))) return *done;
+
+  std::string token;
+  if (!token_file.empty()) {
+    auto t = read_token_file(token_file);
+    if (!t) return fail(t.error().message, 1);
+    token = *t;
+  }
+  if (kind == "offcpu") filter.kind = store::CountKind::kOffCpu;
+  else if (!kind.empty() && kind != "oncpu") return fail("--kind: expected oncpu or offcpu, got '" + kind + "'", 1);
+  for (auto [text, flag] : {std::pair{&pid, "--pid"}, std::pair{&tid, "--tid"}, std::pair{&rank, "--rank"}}) {
+    if (text->empty()) continue;
+    auto n = parse_uint(flag, *text, 0, 4194304);
+    if (!n) return fail(n.error().message, 1);
+    if (text == &pid) filter.pid = static_cast<uint32_t>(*n);
+    if (text == &tid) filter.tid = static_cast<uint32_t>(*n);
+    if (text == &rank) filter.rank = static_cast<int>(*n);
   }
   if (file.empty() == server.empty())
     return fail("report: which store? (strata report FILE.db, or strata report --server URL)", 1);
@@ -172,7 +197,9 @@ int report_main(std::vector<std::string> argv) {
   auto st = server.empty() ? store::Store::open_sqlite(file, store::Store::Mode::kReadOnly)
                            : store::Store::open_remote(server, token);
   if (!st) return fail(st.error().message, st.error().exit_code);
+  const std::string where = server.empty() ? file : server;
   if (format == "chrome-trace") {
+    if (auto kept = filtered_processes(**st, filter, where); !kept) return fail(kept.error().message, kept.error().exit_code);
     if (output.empty()) output = "trace.json";
     auto data = load_timeline(**st, filter);
     if (!data) return fail(data.error().message, 1);
@@ -185,10 +212,22 @@ int report_main(std::vector<std::string> argv) {
     return 0;
   }
   auto profile = (*st)->load_profile(filter);
-  if (!profile) return fail(profile.error().message, 1);
+  if (!profile) return fail(profile.error().message, profile.error().exit_code);
+  auto procs = filtered_processes(**st, filter, where);
+  if (!procs) return fail(procs.error().message, procs.error().exit_code);
+  if (filter.tid && profile->samples.empty())
+    return fail("report: no samples of thread " + std::to_string(*filter.tid) + " in " + where, 1);
 
   if (format == "pprof") {
     if (output.empty()) output = "profile.pb.gz";
+    // Rank, node and job labels by pid; a pid two different processes share (two nodes) gets none.
+    std::set<uint32_t> ambiguous;
+    for (const auto& pr : *procs) {
+      auto [it, added] = profile->processes.try_emplace(pr.pid, report::ProcessLabels{pr.rank, pr.node, pr.job});
+      const auto& had = it->second;
+      if (!added && (had.rank != pr.rank || had.node != pr.node || had.job != pr.job)) ambiguous.insert(pr.pid);
+    }
+    for (uint32_t pid : ambiguous) profile->processes.erase(pid);
     if (auto s = report::write_pprof(*profile, output); !s) return fail(s.error().message, 1);
     std::cerr << "strata: wrote " << output << " (" << profile->total() << " samples)\n";
     return 0;
@@ -202,7 +241,7 @@ int report_main(std::vector<std::string> argv) {
   if (format == "folded") {
     report::write_folded(*profile, out);
   } else {
-    print_text(**st, *profile, out);
+    print_text(**st, *profile, *procs, out);
   }
   out.flush();
   if (!out) return fail("writing " + (output.empty() ? std::string("stdout") : output) + " failed", 1);

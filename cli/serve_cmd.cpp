@@ -5,37 +5,24 @@
 #include <filesystem>
 #include <iostream>
 
-#include "cli/args.h"
-#include "common/capabilities.h"
+#include "cli/cli_app.h"
 #include "cli/commands.h"
+#include "cli/values.h"
+#include "common/capabilities.h"
 #include "server/server.h"
 
 namespace strata::cli {
 
 namespace {
-const char* kServeHelp = R"(usage: strata serve [--store sqlite:FILE.db | --store clickhouse://HOST:PORT/DB]
+const char* kServeUsage = R"(usage: strata serve [--store sqlite:FILE.db | --store clickhouse://HOST:PORT/DB]
                     [--listen 127.0.0.1:7878] [--token-file F] [--web-dir DIR]
-
-The collector: takes batches from `strata agent` (POST /api/v1/ingest), answers the query API
+)";
+const char* kServeAbout = R"(The collector: takes batches from `strata agent` (POST /api/v1/ingest), answers the query API
 under /api/v1/ (jobs, nodes, processes, profile, metrics, steps, collectives, findings), its own
 health at /metrics, and the web UI at /.
-
-options:
-  --store S         sqlite:FILE.db (default sqlite:strata-server.db) or clickhouse://HOST:PORT/DB
-                    (ClickHouse's HTTP port, usually 8123)
-  --listen A        address to listen on (default 127.0.0.1:7878: loopback only)
-  --token-file F    require "Authorization: Bearer TOKEN" (first line of F) on every /api/ call
-  --web-dir DIR     static files for / (default: the web UI built beside this program,
-                    BIN/../web or BIN/../share/strata/web; else a placeholder page)
-  --silent-after S  call a node silent after S seconds without a batch (default: 3 of its intervals)
-  --diagnose-every S  diagnose the jobs that got new data every S seconds and keep the findings
-                    (default 2; 0: only when the findings are asked for). GET /api/v1/findings and
-                    `strata diagnose --server` read the kept findings and their history.
-  --user NAME       run as this user (started as root; the store must be writable by it). The
-                    server needs no privilege: it drops every capability in any case.
-
-Exit codes: 0 ok, 1 bad input, 2 environment (address in use, store unreachable).
 )";
+const char* kServeFooter =
+    "Exit codes: 0 ok, 1 bad input, 2 environment (address in use, store unreachable).\n";
 
 // The web UI the build puts beside the programs (build/bin/strata -> build/web), or an install's.
 std::string default_web_dir() {
@@ -54,42 +41,53 @@ void on_stop(int) { g_stop = true; }
 }  // namespace
 
 int serve_main(std::vector<std::string> argv) {
-  Args args(std::move(argv));
+  CLI::App app{kServeAbout, "serve"};
+  configure(app, kServeUsage, kServeFooter);
   server::ServeOptions opts;
-  std::string user;
-  while (!args.done()) {
-    std::string a = args.next();
-    if (a == "-h" || a == "--help") {
-      std::cout << kServeHelp;
-      return 0;
-    }
-    if (a != "--store" && a != "--listen" && a != "--token-file" && a != "--web-dir" && a != "--silent-after" &&
-        a != "--user" && a != "--diagnose-every")
-      return fail("serve: unknown option '" + a + "' (see strata serve --help)", 1);
-    auto v = args.value(a);
-    if (!v) return fail(v.error().message, 1);
-    if (a == "--store") {
-      opts.store = *v;
-    } else if (a == "--listen") {
-      opts.listen = *v;
-    } else if (a == "--web-dir") {
-      opts.web_dir = *v;
-    } else if (a == "--user") {
-      user = *v;
-    } else if (a == "--silent-after") {
-      auto s = parse_seconds(a, *v);
-      if (!s) return fail(s.error().message, 1);
-      opts.silent_after_s = *s;
-    } else if (a == "--diagnose-every") {
-      auto s = *v == "0" ? Result<double>(0.0) : parse_seconds(a, *v);
-      if (!s) return fail(s.error().message, 1);
-      opts.diagnose_every_s = *s;
-    } else {
-      auto t = read_token_file(*v);
-      if (!t) return fail(t.error().message, 1);
-      opts.token = *t;
-    }
+  std::string user, token_file, silent_after, diagnose_every;
+  app.add_option("--store", opts.store,
+                 "sqlite:FILE.db (default sqlite:strata-server.db) or clickhouse://HOST:PORT/DB (ClickHouse's HTTP "
+                 "port, usually 8123)")
+      ->type_name("S");
+  app.add_option("--listen", opts.listen, "address to listen on (default 127.0.0.1:7878: loopback only)")
+      ->type_name("A");
+  app.add_option("--token-file", token_file,
+                 "require \"Authorization: Bearer TOKEN\" (first line of F) on every /api/ call")
+      ->type_name("F");
+  app.add_option("--web-dir", opts.web_dir,
+                 "static files for / (default: the web UI built beside this program, BIN/../web, or installed, "
+                 "BIN/../share/strata/web; else a placeholder page)")
+      ->type_name("DIR");
+  app.add_option("--silent-after", silent_after,
+                 "call a node silent after S seconds without a batch (default: 3 of its intervals)")
+      ->type_name("S");
+  app.add_option("--diagnose-every", diagnose_every,
+                 "diagnose the jobs that got new data every S seconds and keep the findings (default 2; 0: only "
+                 "when the findings are asked for). GET /api/v1/findings and `strata diagnose --server` read the "
+                 "kept findings and their history.")
+      ->type_name("S");
+  app.add_option("--user", user,
+                 "run as this user (started as root; the store must be writable by it). The server needs no "
+                 "privilege: it drops every capability in any case.")
+      ->type_name("NAME");
+  if (auto done = parse(app, std::move(argv))) return *done;
+  if (!silent_after.empty()) {
+    auto s = parse_seconds("--silent-after", silent_after);
+    if (!s) return fail(s.error().message, 1);
+    opts.silent_after_s = *s;
   }
+  if (!diagnose_every.empty()) {
+    auto s = diagnose_every == "0" ? Result<double>(0.0) : parse_seconds("--diagnose-every", diagnose_every);
+    if (!s) return fail(s.error().message, 1);
+    opts.diagnose_every_s = *s;
+  }
+  if (!token_file.empty()) {
+    auto t = read_token_file(token_file);
+    if (!t) return fail(t.error().message, 1);
+    opts.token = *t;
+  }
+  // Before anything is printed or dropped: a store we cannot speak is bad input, said in one line.
+  if (auto ok = server::check_store_spec(opts.store); !ok) return fail(ok.error().message, 1);
   if (opts.web_dir.empty()) opts.web_dir = default_web_dir();
   struct sigaction sa{};
   sa.sa_handler = on_stop;
@@ -100,8 +98,10 @@ int serve_main(std::vector<std::string> argv) {
   // before the first byte from the network arrives.
   auto dropped = caps::drop_all_privileges(user);
   if (!dropped) return fail("serve: " + dropped.error().message, 2);
-  if (!dropped->empty()) std::cerr << "strata: serve: " << *dropped << "\n";
-  if (geteuid() == 0) std::cerr << "strata: serve: warning: running as root (uid 0, no capabilities); --user NAME is safer\n";
+  // Said once the collector listens, so that a collector that cannot start says only why.
+  if (!dropped->empty()) opts.startup_notes.push_back("serve: " + *dropped);
+  if (geteuid() == 0)
+    opts.startup_notes.push_back("serve: warning: running as root (uid 0, no capabilities); --user NAME is safer");
   auto st = server::serve(opts, g_stop, std::cerr);
   if (!st) return fail(st.error().message, st.error().exit_code);
   return 0;

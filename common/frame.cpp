@@ -3,6 +3,8 @@
 #include <cstdio>
 #include <cstdlib>
 
+#include "common/parse.h"
+
 namespace strata {
 
 const char* frame_kind_name(FrameKind k) {
@@ -61,7 +63,7 @@ void expand_inlined(Stack& stack) {
         Frame g = f;
         g.function = one.substr(0, a);
         g.file = one.substr(a + 1, b - a - 1);
-        g.line = std::atoi(one.c_str() + b + 1);
+        g.line = parse_int_prefix<int>(std::string_view(one).substr(b + 1)).value_or(0);
         out.push_back(std::move(g));
       }
       start = end + 1;

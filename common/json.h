@@ -1,37 +1,22 @@
-// JSON text out: strings escaped (quotes, backslashes, control characters), numbers finite (JSON has
-// no NaN: unknown numbers are null). One writer for the REST API, the reports, the diagnosis and the
-// agent's drill-down answers. No parser: strata reads no JSON from untrusted peers.
+// JSON text out: strings escaped (quotes, backslashes, control characters) and valid UTF-8, numbers
+// finite (JSON has no NaN: unknown numbers are null). One writer for the REST API, the reports, the
+// diagnosis and the agent's drill-down answers. No parser: strata reads no JSON from untrusted peers.
 #pragma once
 
 #include <cmath>
 #include <cstdint>
 #include <cstdio>
+#include <nlohmann/json.hpp>
 #include <string>
 
 namespace strata {
 
-// The string's characters escaped for use between JSON quotes.
+// The string's characters escaped for use between JSON quotes, by nlohmann-json: quotes, backslashes
+// and control characters escaped, and bytes that are not UTF-8 (a process name or a path is any
+// bytes) replaced by U+FFFD, so every answer parses.
 inline std::string json_escape(const std::string& s) {
-  std::string o;
-  o.reserve(s.size() + 2);
-  for (unsigned char c : s) {
-    switch (c) {
-      case '"': o += "\\\""; break;
-      case '\\': o += "\\\\"; break;
-      case '\n': o += "\\n"; break;
-      case '\r': o += "\\r"; break;
-      case '\t': o += "\\t"; break;
-      default:
-        if (c < 0x20) {
-          char buf[8];
-          std::snprintf(buf, sizeof buf, "\\u%04x", c);
-          o += buf;
-        } else {
-          o.push_back(static_cast<char>(c));
-        }
-    }
-  }
-  return o;
+  std::string quoted = nlohmann::json(s).dump(-1, ' ', false, nlohmann::json::error_handler_t::replace);
+  return quoted.substr(1, quoted.size() - 2);
 }
 
 // A JSON string: quoted and escaped.

@@ -1,6 +1,7 @@
 #include "diagnose/engine.h"
 
 #include <algorithm>
+#include <cctype>
 #include <cmath>
 #include <cstdio>
 #include <map>
@@ -53,11 +54,43 @@ std::vector<std::string_view> split_path(std::string_view path) {
   return out;
 }
 
+bool unresolved_frame(std::string_view f) {
+  if (f.empty() || f == "[unknown]") return true;
+  auto hex = [](std::string_view h) {
+    return !h.empty() && std::all_of(h.begin(), h.end(), [](char ch) { return std::isxdigit(static_cast<unsigned char>(ch)) != 0; });
+  };
+  if (f.rfind("0x", 0) == 0 && hex(f.substr(2))) return true;  // a raw address
+  auto plus = f.rfind("+0x");
+  return plus != std::string_view::npos && hex(f.substr(plus + 3));  // "module+0xoffset": no symbol
+}
+
+std::string function_key(const JobWindow& job, std::string_view path) {
+  auto frames = split_path(path);
+  if (!job.python_functions.empty()) {
+    for (size_t i = frames.size(); i-- > 0;) {
+      if (job.python_functions.count(std::string(frames[i]))) return std::string(frames[i]);
+    }
+  }
+  for (size_t i = frames.size(); i-- > 0;) {
+    if (!unresolved_frame(frames[i]) && frames[i] != kWorkerFrame) return short_function(frames[i]);
+  }
+  return {};
+}
+
 namespace {
 
 // Peers are compared through medians; beyond this many ranks a deterministic, evenly strided sample
 // gives the same medians at a fraction of the cost (100k ranks in one window).
 constexpr size_t kMaxPeers = 1000;
+// A slowdown on every rank alike is a job-wide finding only from 15% on: a loaded machine's speed
+// drifts that much without any one cause (a healthy 4-rank testbed run under load average 12 got
+// 8% slower between its halves, its loopback collectives with it), and its layers drift with it.
+constexpr double kJobWideSlowdown = 0.15;
+// How sure a job-wide finding measured on one example rank is of where it is.
+constexpr double kJobWideLocate = 0.6;
+// A ring end stands out when its neighbours wait this share of the collectives' growth longer than
+// it does (a slow link's two ends idle while it sends); else every link got slower.
+constexpr double kRingEndShare = 0.05;
 // At most this many straggler findings per window: beyond it the job is not "a few slow ranks".
 constexpr size_t kMaxStragglers = 16;
 
@@ -110,15 +143,68 @@ double os_excess(const JobWindow& job, size_t c, const std::vector<size_t>& peer
   return excess(job, c, peers, [m](const RankWindow& r) { return r.get(m); });
 }
 
-// Time per step under each call-path prefix (inclusive: a function's callees count for it).
-std::unordered_map<std::string, double> inclusive(const JobWindow& job, const Values& paths) {
+// A call path as ranks can compare it. A Python program's path is its Python frames (the
+// interpreter's C frames between them vary with how each call was made, and native unwinding
+// through the interpreter breaks often). A native path loses unresolved leaf frames (their time
+// counts for the caller) and everything above its deepest unresolved frame: a root that names no
+// code ("[anon]+0x7f..", "[heap]+0x10", per process because of ASLR) would split one function's
+// time over as many paths as it has broken roots, and match no peer. Empty: the whole stack is
+// unresolved, evidence of a broken unwind and of nothing else. `*broken` says whether it lost frames.
+// A worker's path (rooted at kWorkerFrame) compares as the same code run in the rank's process:
+// the root goes, `*worker` says it was there.
+std::string comparable_path(const JobWindow& job, const std::string& path, bool* broken, bool* worker) {
+  auto frames = split_path(path);
+  *broken = false;
+  *worker = !frames.empty() && frames.front() == kWorkerFrame;
+  if (*worker) frames.erase(frames.begin());
+  std::string out;
+  bool python = false;
+  for (auto f : frames) python = python || job.python_functions.count(std::string(f)) > 0;
+  if (python) {
+    for (auto f : frames) {
+      if (job.python_functions.count(std::string(f))) out += (out.empty() ? "" : ";") + std::string(f);
+      else *broken = *broken || unresolved_frame(f);
+    }
+    return out;
+  }
+  size_t end = frames.size();
+  while (end > 0 && unresolved_frame(frames[end - 1])) --end;
+  size_t begin = 0;
+  for (size_t i = 0; i < end; ++i) {
+    if (unresolved_frame(frames[i])) begin = i + 1;
+  }
+  *broken = begin > 0 || end < frames.size();
+  for (size_t i = begin; i < end; ++i) out += (out.empty() ? "" : ";") + std::string(frames[i]);
+  return out;
+}
+
+// Time per step on stacks that name no code at all, and one of their frames for the evidence.
+struct Broken {
+  double ms = 0;
+  std::string example;
+};
+
+// Time per step under each call-path prefix (inclusive: a function's callees count for it), on
+// comparable paths.
+// `in_worker`: the same, of the paths sampled in the rank's workers only.
+std::unordered_map<std::string, double> inclusive(const JobWindow& job, const Values& paths, Broken* broken = nullptr,
+                                                  std::unordered_map<std::string, double>* in_worker = nullptr) {
   std::unordered_map<std::string, double> out;
   for (const auto& v : paths) {
-    const std::string& path = job.names.name(v.name);
+    bool lost_frames = false, worker = false;
+    const std::string path = comparable_path(job, job.names.name(v.name), &lost_frames, &worker);
+    if (path.empty()) {
+      if (broken) {
+        broken->ms += v.ms_per_step;
+        if (broken->example.empty()) broken->example = split_path(job.names.name(v.name)).back();
+      }
+      continue;
+    }
     size_t pos = 0;
     while (true) {
       size_t end = path.find(';', pos);
       out[path.substr(0, end)] += v.ms_per_step;
+      if (worker && in_worker) (*in_worker)[path.substr(0, end)] += v.ms_per_step;
       if (end == std::string::npos) break;
       pos = end + 1;
     }
@@ -137,11 +223,16 @@ struct PathDiff {
   double excess_ms = 0;
   double culprit_ms = 0;
   double peers_ms = 0;
+  bool in_worker = false;      // sampled mostly in the rank's worker processes
+  double broken_ms = 0;        // the rank's time on stacks that name no code (not compared)
+  std::string broken_example;  // one of their frames
 };
 
 std::optional<PathDiff> differential_profile(const JobWindow& job, size_t c, const std::vector<size_t>& peers,
                                              Values RankWindow::*field) {
-  auto mine = inclusive(job, job.ranks[c].*field);
+  Broken broken;
+  std::unordered_map<std::string, double> worker_part;
+  auto mine = inclusive(job, job.ranks[c].*field, &broken, &worker_part);
   if (mine.empty()) return std::nullopt;
   // Profiles are the heaviest part of a rank: compare with at most 64 peers.
   std::vector<std::unordered_map<std::string, double>> theirs;
@@ -197,6 +288,11 @@ std::optional<PathDiff> differential_profile(const JobWindow& job, size_t c, con
   d.excess_ms = pick->excess;
   d.culprit_ms = pick->mine;
   d.peers_ms = pick->peer;
+  // Most of its time in the rank's workers: it runs there.
+  auto w = worker_part.find(d.path);
+  d.in_worker = w != worker_part.end() && w->second >= 0.5 * d.culprit_ms;
+  d.broken_ms = broken.ms;
+  d.broken_example = broken.example;
   return d;
 }
 
@@ -222,7 +318,7 @@ std::optional<PathDiff> blocking_caller(const JobWindow& job, size_t c, const st
   for (size_t i = frames.size(); i-- > 0;) {
     std::string_view f = frames[i];
     bool syscall = f.size() > 2 && f.substr(f.size() - 2) == "()";
-    if (syscall || f.rfind("__", 0) == 0) continue;
+    if (syscall || f.rfind("__", 0) == 0 || unresolved_frame(f) || f == kWorkerFrame) continue;
     best->function = short_function(f);
     if (i > 0) best->caller = short_function(frames[i - 1]);
     break;
@@ -275,7 +371,9 @@ std::optional<CallSite> call_site(const JobWindow& job, size_t c, const std::str
     std::string_view sc(key.data(), bar);
     if (!syscall.empty() ? sc != syscall : !io_syscall(sc)) continue;
     Site s{std::string(sc), {}, v.ms_per_step};
-    for (auto f : split_path(std::string_view(key).substr(bar + 1))) s.frames.push_back(short_function(f));
+    for (auto f : split_path(std::string_view(key).substr(bar + 1))) {
+      if (!unresolved_frame(f) && f != kWorkerFrame) s.frames.push_back(short_function(f));
+    }
     if (!s.frames.empty()) sites.push_back(std::move(s));
   }
   std::map<std::pair<std::string, std::string>, double> by_caller;  // (syscall, caller) -> ms
@@ -304,6 +402,7 @@ std::optional<NeighbourDiff> top_neighbour(const JobWindow& job, size_t c, const
                                            bool absolute) {
   std::optional<NeighbourDiff> best;
   for (const auto& v : job.ranks[c].neighbours) {
+    if (is_agent(job.names.name(v.name))) continue;  // its cost is reported apart
     double p = absolute ? 0 : peer_median(job, peers, [&](const RankWindow& r) { return value_of(r.neighbours, v.name); });
     double e = v.ms_per_step - p;
     if (e > 0 && (!best || e > best->excess_ms)) best = NeighbourDiff{job.names.name(v.name), e, v.ms_per_step};
@@ -311,16 +410,17 @@ std::optional<NeighbourDiff> top_neighbour(const JobWindow& job, size_t c, const
   return best;
 }
 
-struct Hypothesis {
-  std::string cause;
-  std::string culprit;
-  double explained_ms = 0;
-  double confidence = 0.5;
-  std::vector<std::string> evidence;
-  std::string advice;
-};
-
 std::string rank_name(const RankWindow& r) { return "rank " + std::to_string(r.rank); }
+
+// Whether the ranks' TCP connections were recorded (with RTTs): then no slow link among them
+// means none is slower than the others.
+bool tcp_recorded(const JobWindow& job) {
+  size_t n = 0;
+  for (const auto& r : job.ranks) {
+    for (const auto& l : r.links) n += l.sent_bytes > 0 && known(l.srtt_ms) ? 1 : 0;
+  }
+  return n >= 2;
+}
 
 // A slow link seen in the ranks' TCP connections. The sender of a connection measures its smoothed
 // RTT; both sides of a connection are found by its endpoints. A rank whose own link (NIC, cable,
@@ -419,319 +519,1130 @@ std::string kernel_evidence(const JobWindow& job, size_t c, const std::vector<si
   return out;
 }
 
-// Descends the layers on rank c, whose busy time exceeds its peers' by `extra` ms per step.
-std::vector<Hypothesis> descend(const JobWindow& job, size_t c, double extra, bool job_wide) {
-  const RankWindow& r = job.ranks[c];
-  auto peers = peers_of(job, c);
-  std::vector<Hypothesis> hs;
-  const std::string who = rank_name(r);
+// ---------------------------------------------------------------------------------------------
+// The cause table. Each cause has a layer (cause.h), an evidence rule, named thresholds with the
+// reason for each value, a base confidence and advice. descend() measures rank c against its peers
+// once (RankCase) and walks the table; every rule that finds its evidence offers a hypothesis, and
+// the one that explains most of the lost time is the finding.
 
-  // -- GPU: did the device work itself take longer?
-  double dev = excess(job, c, peers, [](const RankWindow& x) { return x.now.device_compute_ms; });
-  double cpu = os_excess(job, c, peers, Os::kCpu);
-  double cpu_peers = peer_median(job, peers, [](const RankWindow& x) { return x.get(Os::kCpu); });
-  if (dev > 0 && dev >= 0.3 * extra) {
-    double dev_peers = peer_median(job, peers, [](const RankWindow& x) { return x.now.device_compute_ms; });
-    std::string kev = kernel_evidence(job, c, peers);
-    bool throttled = r.gpu.known && (!r.gpu.throttle_reasons.empty() ||
-                                     (known(r.gpu.sm_clock_ratio) && r.gpu.sm_clock_ratio < 0.9));
-    double cpu_growth = known(cpu_peers) && cpu_peers > 0 ? cpu / cpu_peers : 0;
-    Hypothesis h;
-    std::string gpu = "GPU " + std::to_string(r.gpu.index >= 0 ? r.gpu.index : r.rank);
-    h.evidence.push_back(who + "'s GPU computes " + ms(r.now.device_compute_ms) + " per step vs " + ms(dev_peers) +
-                         " on its peers (+" + ms(dev) + ")");
-    if (!kev.empty()) h.evidence.push_back("kernel time per step: " + kev);
-    if (throttled) {
-      h.cause = "gpu-slow";
-      h.culprit = gpu;
-      h.explained_ms = dev;
-      h.confidence = 0.9;
-      std::string nv = "NVML: " + gpu;
-      if (!r.gpu.throttle_reasons.empty()) nv += " throttle reasons " + r.gpu.throttle_reasons;
-      if (known(r.gpu.sm_clock_ratio)) nv += fmt(", SM clock at %.0f%% of max", 100 * r.gpu.sm_clock_ratio);
-      h.evidence.push_back(nv);
-      h.advice = "check " + gpu + "'s cooling and power (nvidia-smi -q -d PERFORMANCE); drain the node or replace the GPU";
-    } else if (cpu_growth >= 0.25) {
-      h.cause = "workload-imbalance";
-      auto d = differential_profile(job, c, peers, &RankWindow::oncpu);
-      // The input, not a function: every function of the step does more of the same work.
-      h.culprit = "larger batches" + (d ? " (more work in " + d->function + ")" : std::string());
-      h.explained_ms = extra;
-      h.confidence = 0.75;
-      h.evidence.push_back(who + " also spends " + fmt("%.0f%%", 100 * cpu_growth) +
-                           " more CPU per step (" + ms(r.get(Os::kCpu)) + " vs " + ms(cpu_peers) +
-                           "): more data per step, not a slower GPU" + (r.gpu.known ? " (NVML: no throttling)" : ""));
-      if (d) h.evidence.push_back("most of the extra CPU time in " + d->function + ": +" + ms(d->excess_ms) + " per step");
-      h.advice = "balance the work across ranks: check the sampler / sharding and batch sizes of " + who;
-    } else {
-      h.cause = "gpu-slow";
-      h.culprit = gpu;
-      h.explained_ms = dev;
-      h.confidence = r.gpu.known ? 0.6 : 0.7;  // NVML seeing nothing wrong makes it less certain
-      h.evidence.push_back(r.gpu.known ? "NVML reports no throttling: a degraded GPU or its PCIe link"
-                                       : "same launches, longer kernels; no NVML data to confirm throttling");
-      h.advice = "compare " + gpu + " with nvidia-smi -q (clocks, ECC, PCIe width); drain the node or replace the GPU";
-    }
-    hs.push_back(std::move(h));
+// A cause must explain at least this share of what the rank (or the job) lost to be reported: the
+// time its named culprit explains, not the size of the metric it moved. A process that ran 0.24 ms
+// per step beside a rank that lost 3.95 ms (6%) is a bystander. A quarter leaves room for two
+// causes on one rank, each explaining about half, and for the sampling error of profiles (~10%).
+constexpr double kMinExplainedShare = 0.25;
+// Other hypotheses are listed as "also" when they explain at least this share of the top one's.
+constexpr double kAlsoShare = 0.3;
+
+struct Hypothesis {
+  Cause cause = Cause::kHostHotspot;
+  std::string culprit;
+  double explained_ms = 0;
+  // How sure the rule is of its evidence, relative to the cause's base confidence (1: direct).
+  double certainty = 1;
+  std::vector<std::string> evidence;
+};
+
+// What the rules read about rank c: its excess over its peers per layer, measured once.
+struct RankCase {
+  const JobWindow& job;
+  size_t c;
+  const RankWindow& r;
+  std::vector<size_t> peers;
+  double extra;   // busy time beyond the peers' (or the job's loss, job-wide)
+  bool job_wide;  // every rank slowed alike: neighbours are compared with nothing (never normal)
+  std::string who;
+
+  double dev = 0, dev_peers = kUnknown;  // device compute time
+  double cpu = 0, cpu_peers = kUnknown;  // on-CPU time
+  double cpu_growth = 0;                 // cpu / cpu_peers
+  bool gpu_throttled = false;            // NVML saw throttling or a low SM clock
+  double host = 0;                       // extra time not on the device: the host kept it waiting
+  double runq = 0, thr = 0;              // run-queue wait, cgroup throttling beyond peers
+  std::optional<NeighbourDiff> nb;       // the foreign process that runs most on its CPUs
+  bool unthrottled = false;              // its cgroup measured (near) no throttling
+  double queued_ms = 0;                  // run-queue wait its own extra CPU work explains
+  double rec = 0, io = 0, irq = 0, pf = 0, launch = 0;
+  std::optional<PathDiff> hot;           // the differential on-CPU profile's top path
+  double rest_mine = 0, rest_peers = 0;  // on-CPU time outside `hot`'s function
+  std::string idle_ev;                   // the GPU idled waiting for the CPU (evidence for host causes)
+
+  RankCase(const JobWindow& j, size_t rank, double e, bool wide)
+      : job(j), c(rank), r(j.ranks[rank]), peers(peers_of(j, rank)), extra(e), job_wide(wide), who(rank_name(r)) {}
+};
+
+// Device time grew by at least this share of the rank's extra busy time: below it the GPU is not
+// where the time went (kernel timing jitter is a few %).
+constexpr double kGpuShareOfExtra = 0.3;
+// A GPU throttles when NVML reports a reason or its SM clock runs under 90% of its maximum (boost
+// clocks wander a few % under load without any reason reported).
+constexpr double kThrottledClockRatio = 0.9;
+// More device time with this much more CPU per step is more data per step, not a slower GPU: a
+// slower GPU leaves the host's work as it was (the CPU time of a rank varies ~10% between peers).
+constexpr double kImbalanceCpuGrowth = 0.25;
+// A CPU-only rank whose on-CPU time outside its top function grew this much does more of all its
+// work (more data per step); a hotspot leaves the rest of the step as it was.
+constexpr double kImbalanceRestGrowth = 0.25;
+// Throttling (or one neighbour) explains the run-queue wait when it accounts for half of it; the
+// rest is other work on a busy node.
+constexpr double kShareOfRunq = 0.5;
+// A cgroup with under 1 ms of throttling per step is not throttled (the counter's granularity is
+// one 100 ms period's overrun, spread over steps).
+constexpr double kUnthrottledMs = 1.0;
+// A rank's own extra CPU explains its extra run-queue wait up to a load factor of 20 (0.2 ms more
+// CPU is no reason to wait 800 ms more; hogs that arrived mid-window are). At least 1 ms of it.
+constexpr double kMaxLoadFactor = 20;
+constexpr double kMinOwnCpuMs = 1.0;
+// Reclaim of at least 0.5 ms per step with more block I/O is page cache thrown out and read again.
+constexpr double kThrashReclaimMs = 0.5;
+// A path is new on the rank when its peers run it under half as much: a hotspot, not more of the
+// usual work.
+constexpr double kFreshPathShare = 0.5;
+// More of the usual work explains about half its extra CPU time (the rest is sampling spread).
+constexpr double kUsualWorkShare = 0.5;
+// Launch calls explain the host's extra time when they are half of it.
+constexpr double kLaunchShareOfHost = 0.5;
+// A major fault without measured block I/O latency costs about an SSD read (0.5 ms).
+constexpr double kDefaultFaultMs = 0.5;
+
+// Whether a call path was sampled in one of the rank's worker processes.
+bool in_worker(const std::string& path) { return std::string_view(path).substr(0, kWorkerFrame.size()) == kWorkerFrame; }
+std::string worker_evidence(const RankCase& k) {
+  std::string pids;
+  for (uint32_t p : k.r.workers) pids += (pids.empty() ? "" : ", ") + std::to_string(p);
+  return "it runs in a worker process of " + k.who + " (a DataLoader worker" + (pids.empty() ? "" : ": pid " + pids) +
+         "), counted for the rank: the rank waits for its batches";
+}
+
+std::string gpu_name(const RankWindow& r) { return "GPU " + std::to_string(r.gpu.index >= 0 ? r.gpu.index : r.rank); }
+
+// -- evidence rules, one per cause (workload-imbalance has one per shape of the data).
+
+std::optional<Hypothesis> gpu_slow(const RankCase& k) {
+  if (!(k.dev > 0 && k.dev >= kGpuShareOfExtra * k.extra)) return std::nullopt;
+  if (!k.gpu_throttled && k.cpu_growth >= kImbalanceCpuGrowth) return std::nullopt;  // more data: imbalance
+  const RankWindow& r = k.r;
+  Hypothesis h;
+  h.cause = Cause::kGpuSlow;
+  h.culprit = gpu_name(r);
+  h.explained_ms = k.dev;
+  h.evidence.push_back(k.who + "'s GPU computes " + ms(r.now.device_compute_ms) + " per step vs " + ms(k.dev_peers) +
+                       " on its peers (+" + ms(k.dev) + ")");
+  std::string kev = kernel_evidence(k.job, k.c, k.peers);
+  if (!kev.empty()) h.evidence.push_back("kernel time per step: " + kev);
+  if (k.gpu_throttled) {
+    std::string nv = "NVML: " + h.culprit;
+    if (!r.gpu.throttle_reasons.empty()) nv += " throttle reasons " + r.gpu.throttle_reasons;
+    if (known(r.gpu.sm_clock_ratio)) nv += fmt(", SM clock at %.0f%% of max", 100 * r.gpu.sm_clock_ratio);
+    h.evidence.push_back(nv);
+  } else {
+    // NVML seeing nothing wrong makes a slow GPU less certain than no NVML at all.
+    constexpr double kNvmlSeesNothing = 0.67, kNoNvml = 0.78;
+    h.certainty = r.gpu.known ? kNvmlSeesNothing : kNoNvml;
+    h.evidence.push_back(r.gpu.known ? "NVML reports no throttling: a degraded GPU or its PCIe link"
+                                     : "same launches, longer kernels; no NVML data to confirm throttling");
   }
+  return h;
+}
 
-  // -- CPU/OS: the host kept the GPU waiting.
-  double host = extra - std::max(0.0, dev);
-  double idle = excess(job, c, peers, [](const RankWindow& x) { return x.now.gpu_idle_ms; });
-  std::string idle_ev;
-  if (idle > 0) idle_ev = who + "'s GPU sits idle " + ms(r.now.gpu_idle_ms) + " per step waiting for the CPU (+" + ms(idle) + " vs peers)";
-  auto add = [&](Hypothesis h) {
-    if (!idle_ev.empty()) h.evidence.push_back(idle_ev);
-    hs.push_back(std::move(h));
-  };
-  double queued_ms = 0;  // run-queue wait that the rank's own extra CPU work explains
-  if (host > 0 || job_wide) {
-    double runq = os_excess(job, c, peers, Os::kRunqWait);
-    // On a busy machine a rank that computes more also waits more for a CPU: only the run-queue
-    // wait beyond what its CPU demand predicts at its peers' wait-per-CPU-ms is contention.
-    double runq_peers = peer_median(job, peers, [](const RankWindow& x) { return x.get(Os::kRunqWait); });
-    if (known(r.get(Os::kRunqWait)) && known(r.get(Os::kCpu)) && known(runq_peers) && known(cpu_peers) && cpu_peers > 0) {
-      runq = std::min(runq, r.get(Os::kRunqWait) - runq_peers * r.get(Os::kCpu) / cpu_peers);
-    }
-    double thr = os_excess(job, c, peers, Os::kThrottled);
-    auto nb = top_neighbour(job, c, peers, job_wide);
-    if (job_wide && nb) runq = std::max(runq, nb->excess_ms);
-    // Its cgroup measured no throttling (the metric is there, near zero): a quota cannot be why it
-    // waits. If it also wants more CPU than its peers, it queues for its own extra work on a busy
-    // node: the host hotspot below is the cause, and the wait is part of what it costs.
-    bool unthrottled = known(r.get(Os::kThrottled)) && r.get(Os::kThrottled) < 1.0;
-    // Its extra CPU must be able to explain the wait: at most a load factor of 20 (0.2 ms more CPU
-    // is no reason to wait 800 ms more; the hogs that arrived mid-window are).
-    bool own_queue = false;
-    if (runq > 0 && unthrottled && cpu >= std::max(1.0, 0.05 * runq) && !(nb && nb->excess_ms >= 0.5 * runq)) {
-      own_queue = true;
-      queued_ms = runq;
-    }
-    if ((runq > 0 || thr > 0) && !own_queue) {
-      Hypothesis h;
-      if (thr >= 0.5 * runq && thr > 0) {
-        h.cause = "cpu-throttling";
-        h.culprit = "cgroup cpu quota";
-        h.explained_ms = std::max(thr, runq);
-        h.confidence = 0.85;
-        h.evidence.push_back(who + " is throttled by its cgroup " + ms(r.get(Os::kThrottled)) + " per step (+" + ms(thr) + " vs peers)");
-      } else if (nb && nb->excess_ms >= 0.5 * runq) {
-        h.cause = "cpu-contention";
-        h.culprit = nb->name;
-        h.explained_ms = runq;
-        h.confidence = 0.8;
-        h.evidence.push_back("process `" + nb->name + "` runs " + ms(nb->culprit_ms) + " per step on " + who +
-                             "'s CPUs" + (job_wide ? "" : " (+" + ms(nb->excess_ms) + " vs peers)"));
-      } else if (unthrottled) {
-        // Runnable but not running, no quota: its CPUs are oversubscribed. The process that ran
-        // there more than on its peers' CPUs is the likeliest culprit, even if it accounts for less
-        // than half of the wait (a loaded node adds the rest).
-        h.cause = "cpu-contention";
-        bool named = nb && nb->excess_ms > 0;
-        h.culprit = named ? nb->name : "other work on the node's CPUs";
-        h.explained_ms = runq;
-        h.confidence = named ? 0.6 : 0.5;
-        if (named)
-          h.evidence.push_back("process `" + nb->name + "` runs " + ms(nb->culprit_ms) + " per step on " + who + "'s CPUs (+" +
-                               ms(nb->excess_ms) + " vs peers); the rest of the wait is other work on a busy node");
-        else
-          h.evidence.push_back("its cgroup was not throttled and no one process on its CPUs accounts for it: the node's CPUs are oversubscribed");
-      } else {
-        h.cause = "cpu-throttling";
-        h.culprit = "cgroup cpu quota";
-        h.explained_ms = runq;
-        h.confidence = 0.6;  // runnable but not running, and no other process to blame
-        h.evidence.push_back("no other process on its CPUs accounts for it: a CPU quota (cgroup cpu.max / cfs_quota)");
-      }
-      h.evidence.insert(h.evidence.begin(), who + " waits " + ms(r.get(Os::kRunqWait)) + " per step runnable but not running (+" +
-                                                ms(os_excess(job, c, peers, Os::kRunqWait)) + " vs peers)");
-      h.advice = h.cause == "cpu-contention"
-                     ? "move `" + h.culprit + "` off the training CPUs (taskset / cpuset) or lower its priority"
-                     : "raise or remove the CPU quota of " + who + "'s container (cpu.max)";
-      add(std::move(h));
-    }
-    double rec = os_excess(job, c, peers, Os::kReclaim);
-    double io = os_excess(job, c, peers, Os::kBlockedIo);
-    // Reclaim under a memory limit takes the page cache the rank reads its data from: the reads
-    // go to disk again. Its extra block I/O is then the limit's cost too, not a slow disk.
-    bool thrash = rec >= 0.5 && io > 0;
-    if (rec > 0) {
-      Hypothesis h;
-      h.cause = "memory-reclaim";
-      auto d = blocking_caller(job, c, peers);
-      h.culprit = d ? d->function : "memory limit";
-      h.explained_ms = rec + (thrash ? io : 0);
-      h.confidence = 0.8;
-      h.evidence.push_back(who + " stalls in direct reclaim / compaction " + ms(r.get(Os::kReclaim)) + " per step (+" + ms(rec) + " vs peers)");
-      if (thrash)
-        h.evidence.push_back("and waits " + ms(io) + " more per step than its peers on block I/O: its page cache is reclaimed, so it reads its data from disk again");
-      // The function whose allocations reclaim: the caller of the blocked call, from the same call
-      // sampled on-CPU (a page-cache read charging a full cgroup blocks with no user frames).
-      std::string sc = d ? syscall_in(d->path) : std::string();
-      if (auto site = !sc.empty() ? call_site(job, c, sc) : std::nullopt) {
-        h.culprit = site->name();
-        h.evidence.push_back("it blocks in " + site->syscall + " called from " + site->caller +
-                             ": the pages it reads are charged to its full cgroup, which reclaims first");
-      }
-      h.advice = "raise the memory limit of " + who + "'s container or cut its page-cache use";
-      add(std::move(h));
-    }
-    if (io > 0) {
-      Hypothesis h;
-      h.cause = "io-stall";
-      auto d = blocking_caller(job, c, peers);
-      h.culprit = d ? d->function : "block I/O";
-      h.explained_ms = io;
-      h.confidence = 0.8;
-      h.evidence.push_back(who + " is blocked on I/O " + ms(r.get(Os::kBlockedIo)) + " per step (+" + ms(io) + " vs peers)");
-      if (known(r.get(Os::kBioLatency))) {
-        double lat_peers = peer_median(job, peers, [](const RankWindow& x) { return x.get(Os::kBioLatency); });
-        h.evidence.push_back("block I/O latency " + ms(r.get(Os::kBioLatency)) + " per request" +
-                             (known(lat_peers) ? " vs " + ms(lat_peers) + " on its peers" : "; its peers issue no block I/O"));
-      }
-      if (d) h.evidence.push_back("blocked time grows under " + d->function + ": +" + ms(d->excess_ms) + " per step");
-      // Name the function that makes the blocking call, from the same call seen on-CPU.
-      std::string sc = d ? syscall_in(d->path) : std::string();
-      if (auto site = call_site(job, c, sc)) {
-        h.culprit = site->name();
-        std::string proc = r.process.empty() ? who : "`" + r.process + "` (" + who + ", pid " + std::to_string(r.pid) + ")";
-        h.evidence.push_back(proc + " blocks in " + site->syscall + " called from " + site->caller + ": its on-CPU stacks in that call (" +
-                             ms(site->ms) + " per step) name the caller" +
-                             (d && d->function == site->syscall ? "; the blocked stacks carry no user frames" : ""));
-      }
-      h.advice = "read the training data from faster storage, cache it locally, or prefetch with more loader workers";
-      add(std::move(h));
-    }
-    double irq = os_excess(job, c, peers, Os::kIrq);
-    if (irq > 0) {
-      Hypothesis h;
-      h.cause = "irq-softirq";
-      h.culprit = "interrupts on " + who + "'s CPUs";
-      h.explained_ms = irq;
-      h.confidence = 0.7;
-      h.evidence.push_back(who + "'s CPUs spend " + ms(r.get(Os::kIrq)) + " per step in IRQ/softirq (+" + ms(irq) + " vs peers)");
-      h.advice = "move IRQ affinity (NIC queues) away from the training CPUs";
-      add(std::move(h));
-    }
-    double pf = os_excess(job, c, peers, Os::kMajorFaults);
-    if (pf > 0) {
-      Hypothesis h;
-      h.cause = "page-faults";
-      double lat = known(r.get(Os::kBioLatency)) ? r.get(Os::kBioLatency) : 0.5;
-      h.culprit = "major page faults";
-      h.explained_ms = pf * lat;
-      h.confidence = 0.6;
-      h.evidence.push_back(who + fmt(" takes %.1f more major faults per step than its peers", pf));
-      h.advice = "keep the working set in memory (mlock, larger memory limit, no swap)";
-      add(std::move(h));
-    }
-    double launch = os_excess(job, c, peers, Os::kLaunchApi);
-    if (launch > 0 && launch >= 0.5 * host) {
-      Hypothesis h;
-      h.cause = "launch-bound";
-      h.culprit = "kernel launches";
-      h.explained_ms = launch;
-      h.confidence = 0.6;
-      h.evidence.push_back(who + " spends " + ms(r.get(Os::kLaunchApi)) + " per step launching kernels (+" + ms(launch) + " vs peers)");
-      h.advice = "batch small kernels (CUDA graphs, fused ops)";
-      add(std::move(h));
-    }
-    if (cpu > 0) {
-      auto d = differential_profile(job, c, peers, &RankWindow::oncpu);
-      Hypothesis h;
-      h.cause = "host-hotspot";
-      h.culprit = d ? d->function : "CPU work";
-      // A path the peers do not run is a hotspot; more of the usual work explains less.
-      bool fresh = d && d->peers_ms < 0.5 * d->culprit_ms;
-      h.explained_ms = (fresh ? std::min(cpu, d->excess_ms) : 0.5 * cpu) + queued_ms;
-      h.confidence = fresh ? 0.85 : 0.5;
-      h.evidence.push_back(who + " runs on the CPU " + ms(r.get(Os::kCpu)) + " per step vs " + ms(cpu_peers) + " on its peers");
-      if (queued_ms > 0)
-        h.evidence.push_back("and waits " + ms(queued_ms) + " more per step than its peers for a CPU to run that extra work on (a busy node; its cgroup was not throttled)");
-      if (d) {
-        std::string where = d->function + (d->caller.empty() ? "" : " (called from " + d->caller + ")");
-        h.evidence.push_back("differential on-CPU profile: " + where + " " + ms(d->culprit_ms) + " per step vs " +
-                             ms(d->peers_ms) + " on peers");
-      }
-      h.advice = "optimize or move off the critical path: " + h.culprit + " (prefetch in a data-loader worker)";
-      // A CPU-only job (no device timeline: DDP on gloo) whose on-CPU time grew outside the top
-      // path too: every step function does more of the same work, as with more data per step
-      // (the GPU branch above says so from device time). A hotspot leaves the rest as it was.
+std::optional<Hypothesis> imbalance_on_device(const RankCase& k) {
+  if (!(k.dev > 0 && k.dev >= kGpuShareOfExtra * k.extra) || k.gpu_throttled || k.cpu_growth < kImbalanceCpuGrowth)
+    return std::nullopt;
+  const RankWindow& r = k.r;
+  Hypothesis h;
+  h.cause = Cause::kWorkloadImbalance;
+  auto d = differential_profile(k.job, k.c, k.peers, &RankWindow::oncpu);
+  // The input, not a function: every function of the step does more of the same work.
+  h.culprit = "larger batches" + (d ? " (more work in " + d->function + ")" : std::string());
+  h.explained_ms = k.extra;
+  h.evidence.push_back(k.who + "'s GPU computes " + ms(r.now.device_compute_ms) + " per step vs " + ms(k.dev_peers) +
+                       " on its peers (+" + ms(k.dev) + ")");
+  std::string kev = kernel_evidence(k.job, k.c, k.peers);
+  if (!kev.empty()) h.evidence.push_back("kernel time per step: " + kev);
+  h.evidence.push_back(k.who + " also spends " + fmt("%.0f%%", 100 * k.cpu_growth) + " more CPU per step (" +
+                       ms(r.get(Os::kCpu)) + " vs " + ms(k.cpu_peers) + "): more data per step, not a slower GPU" +
+                       (r.gpu.known ? " (NVML: no throttling)" : ""));
+  if (d) h.evidence.push_back("most of the extra CPU time in " + d->function + ": +" + ms(d->excess_ms) + " per step");
+  return h;
+}
+
+std::string runq_evidence(const RankCase& k) {
+  return k.who + " waits " + ms(k.r.get(Os::kRunqWait)) + " per step runnable but not running (+" +
+         ms(os_excess(k.job, k.c, k.peers, Os::kRunqWait)) + " vs peers)";
+}
+
+// Runnable but not running, and not its own extra work queuing (that is the hotspot's cost).
+bool waits_for_cpu(const RankCase& k) { return (k.runq > 0 || k.thr > 0) && k.queued_ms == 0; }
+
+std::optional<Hypothesis> cpu_throttling(const RankCase& k) {
+  if (!waits_for_cpu(k)) return std::nullopt;
+  bool by_quota = k.thr > 0 && k.thr >= kShareOfRunq * k.runq;
+  bool named = k.nb && k.nb->excess_ms >= kShareOfRunq * k.runq;
+  // Waiting with no neighbour to blame and no measurement saying the cgroup is unthrottled: a
+  // quota is the likeliest reason left, with less certainty.
+  bool by_elimination = !by_quota && !named && !k.unthrottled;
+  if (!by_quota && !by_elimination) return std::nullopt;
+  Hypothesis h;
+  h.cause = Cause::kCpuThrottling;
+  h.culprit = "cgroup cpu quota";
+  h.evidence.push_back(runq_evidence(k));
+  if (by_quota) {
+    h.explained_ms = std::max(k.thr, k.runq);
+    h.evidence.push_back(k.who + " is throttled by its cgroup " + ms(k.r.get(Os::kThrottled)) + " per step (+" + ms(k.thr) + " vs peers)");
+  } else {
+    constexpr double kByElimination = 0.7;
+    h.explained_ms = k.runq;
+    h.certainty = kByElimination;
+    h.evidence.push_back("no other process on its CPUs accounts for it: a CPU quota (cgroup cpu.max / cfs_quota)");
+  }
+  return h;
+}
+
+std::optional<Hypothesis> cpu_contention(const RankCase& k) {
+  if (!waits_for_cpu(k)) return std::nullopt;
+  if (k.thr > 0 && k.thr >= kShareOfRunq * k.runq) return std::nullopt;  // the quota's
+  bool named = k.nb && k.nb->excess_ms >= kShareOfRunq * k.runq;
+  if (!named && !k.unthrottled) return std::nullopt;  // cpu_throttling by elimination
+  Hypothesis h;
+  h.cause = Cause::kCpuContention;
+  h.evidence.push_back(runq_evidence(k));
+  if (named) {
+    // Named for what the process explains: at most its own run time on the rank's CPUs.
+    h.culprit = k.nb->name;
+    h.explained_ms = std::min(k.runq, k.nb->excess_ms);
+    h.evidence.push_back("process `" + k.nb->name + "` runs " + ms(k.nb->culprit_ms) + " per step on " + k.who + "'s CPUs" +
+                         (k.job_wide ? "" : " (+" + ms(k.nb->excess_ms) + " vs peers)"));
+    return h;
+  }
+  // Runnable, not throttled: its CPUs are oversubscribed. A process that ran there more than on its
+  // peers' CPUs is named for what it explains, its own run time; the rest of the wait has no one
+  // culprit on a busy node.
+  constexpr double kBusyNode = 0.63, kNamedOnBusyNode = 0.75;
+  if (k.nb && k.nb->excess_ms > 0) {
+    h.culprit = k.nb->name;
+    h.explained_ms = std::min(k.runq, k.nb->excess_ms);
+    h.certainty = kNamedOnBusyNode;
+    h.evidence.push_back("process `" + k.nb->name + "` runs " + ms(k.nb->culprit_ms) + " per step on " + k.who + "'s CPUs (+" +
+                         ms(k.nb->excess_ms) + " vs peers) of its " + ms(k.runq) + " more wait; the rest is other work on a busy node");
+  } else {
+    h.culprit = "other work on the node's CPUs";
+    h.explained_ms = k.runq;
+    h.certainty = kBusyNode;
+    h.evidence.push_back("its cgroup was not throttled and no one process on its CPUs accounts for it: the node's CPUs are oversubscribed");
+  }
+  return h;
+}
+
+std::optional<Hypothesis> memory_reclaim(const RankCase& k) {
+  if (k.rec <= 0) return std::nullopt;
+  // Reclaim under a memory limit takes the page cache the rank reads its data from: the reads go
+  // to disk again. Its extra block I/O is then the limit's cost too, not a slow disk.
+  bool thrash = k.rec >= kThrashReclaimMs && k.io > 0;
+  Hypothesis h;
+  h.cause = Cause::kMemoryReclaim;
+  auto d = blocking_caller(k.job, k.c, k.peers);
+  h.culprit = d ? d->function : "memory limit";
+  h.explained_ms = k.rec + (thrash ? k.io : 0);
+  h.evidence.push_back(k.who + " stalls in direct reclaim / compaction " + ms(k.r.get(Os::kReclaim)) + " per step (+" + ms(k.rec) + " vs peers)");
+  if (thrash)
+    h.evidence.push_back("and waits " + ms(k.io) + " more per step than its peers on block I/O: its page cache is reclaimed, so it reads its data from disk again");
+  // The function whose allocations reclaim: the caller of the blocked call, from the same call
+  // sampled on-CPU (a page-cache read charging a full cgroup blocks with no user frames).
+  std::string sc = d ? syscall_in(d->path) : std::string();
+  if (auto site = !sc.empty() ? call_site(k.job, k.c, sc) : std::nullopt) {
+    h.culprit = site->name();
+    h.evidence.push_back("it blocks in " + site->syscall + " called from " + site->caller +
+                         ": the pages it reads are charged to its full cgroup, which reclaims first");
+  }
+  return h;
+}
+
+std::optional<Hypothesis> io_stall(const RankCase& k) {
+  if (k.io <= 0) return std::nullopt;
+  const RankWindow& r = k.r;
+  Hypothesis h;
+  h.cause = Cause::kIoStall;
+  auto d = blocking_caller(k.job, k.c, k.peers);
+  h.culprit = d ? d->function : "block I/O";
+  h.explained_ms = k.io;
+  h.evidence.push_back(k.who + " is blocked on I/O " + ms(r.get(Os::kBlockedIo)) + " per step (+" + ms(k.io) + " vs peers)");
+  if (known(r.get(Os::kBioLatency))) {
+    double lat_peers = peer_median(k.job, k.peers, [](const RankWindow& x) { return x.get(Os::kBioLatency); });
+    h.evidence.push_back("block I/O latency " + ms(r.get(Os::kBioLatency)) + " per request" +
+                         (known(lat_peers) ? " vs " + ms(lat_peers) + " on its peers" : "; its peers issue no block I/O"));
+  }
+  if (d) h.evidence.push_back("blocked time grows under " + d->function + ": +" + ms(d->excess_ms) + " per step");
+  if (d && in_worker(d->path)) h.evidence.push_back(worker_evidence(k));
+  // Name the function that makes the blocking call, from the same call seen on-CPU.
+  std::string sc = d ? syscall_in(d->path) : std::string();
+  if (auto site = call_site(k.job, k.c, sc)) {
+    h.culprit = site->name();
+    std::string proc = r.process.empty() ? k.who : "`" + r.process + "` (" + k.who + ", pid " + std::to_string(r.pid) + ")";
+    if (d && in_worker(d->path)) proc = k.who + "'s worker";
+    h.evidence.push_back(proc + " blocks in " + site->syscall + " called from " + site->caller + ": its on-CPU stacks in that call (" +
+                         ms(site->ms) + " per step) name the caller" +
+                         (d && d->function == site->syscall ? "; the blocked stacks carry no user frames" : ""));
+  }
+  return h;
+}
+
+std::optional<Hypothesis> irq_softirq(const RankCase& k) {
+  if (k.irq <= 0) return std::nullopt;
+  Hypothesis h;
+  h.cause = Cause::kIrqSoftirq;
+  h.culprit = "interrupts on " + k.who + "'s CPUs";
+  h.explained_ms = k.irq;
+  h.evidence.push_back(k.who + "'s CPUs spend " + ms(k.r.get(Os::kIrq)) + " per step in IRQ/softirq (+" + ms(k.irq) + " vs peers)");
+  return h;
+}
+
+std::optional<Hypothesis> page_faults(const RankCase& k) {
+  if (k.pf <= 0) return std::nullopt;
+  Hypothesis h;
+  h.cause = Cause::kPageFaults;
+  double lat = known(k.r.get(Os::kBioLatency)) ? k.r.get(Os::kBioLatency) : kDefaultFaultMs;
+  h.culprit = "major page faults";
+  h.explained_ms = k.pf * lat;
+  h.evidence.push_back(k.who + fmt(" takes %.1f more major faults per step than its peers", k.pf) + ", " + ms(lat) +
+                       " each (block I/O latency" + (known(k.r.get(Os::kBioLatency)) ? ")" : " not recorded: an SSD read)"));
+  return h;
+}
+
+std::optional<Hypothesis> launch_bound(const RankCase& k) {
+  if (!(k.launch > 0 && k.launch >= kLaunchShareOfHost * k.host)) return std::nullopt;
+  Hypothesis h;
+  h.cause = Cause::kLaunchBound;
+  h.culprit = "kernel launches";
+  h.explained_ms = k.launch;
+  h.evidence.push_back(k.who + " spends " + ms(k.r.get(Os::kLaunchApi)) + " per step launching kernels (+" + ms(k.launch) + " vs peers)");
+  return h;
+}
+
+// A CPU-only job (no device timeline: DDP on gloo) whose on-CPU time grew outside the top path too:
+// every step function does more of the same work, as with more data per step. A hotspot leaves the
+// rest as it was.
+bool more_of_everything(const RankCase& k) {
+  return !known(k.r.now.device_compute_ms) && k.hot && k.rest_peers > 0 &&
+         k.rest_mine / k.rest_peers - 1 >= kImbalanceRestGrowth;
+}
+
+Hypothesis cpu_hypothesis(const RankCase& k) {
+  const RankWindow& r = k.r;
+  Hypothesis h;
+  h.culprit = k.hot ? k.hot->function : "CPU work";
+  // A path the peers do not run is a hotspot; more of the usual work explains less.
+  bool fresh = k.hot && k.hot->peers_ms < kFreshPathShare * k.hot->culprit_ms;
+  constexpr double kUsualWork = 0.59;  // 0.5 of 0.85: more of the usual work is a weak sign
+  h.explained_ms = (fresh ? std::min(k.cpu, k.hot->excess_ms) : kUsualWorkShare * k.cpu) + k.queued_ms;
+  h.certainty = fresh ? 1 : kUsualWork;
+  h.evidence.push_back(k.who + " runs on the CPU " + ms(r.get(Os::kCpu)) + " per step vs " + ms(k.cpu_peers) + " on its peers");
+  if (k.queued_ms > 0)
+    h.evidence.push_back("and waits " + ms(k.queued_ms) + " more per step than its peers for a CPU to run that extra work on (a busy node; its cgroup was not throttled)");
+  if (k.hot) {
+    std::string where = k.hot->function + (k.hot->caller.empty() ? "" : " (called from " + k.hot->caller + ")");
+    h.evidence.push_back("differential on-CPU profile: " + where + " " + ms(k.hot->culprit_ms) + " per step vs " +
+                         ms(k.hot->peers_ms) + " on peers");
+    if (k.hot->in_worker) h.evidence.push_back(worker_evidence(k));
+    if (k.hot->broken_ms > 0)
+      h.evidence.push_back(ms(k.hot->broken_ms) + " per step of " + k.who + "'s on-CPU samples have broken stacks (unresolved frames: " +
+                           k.hot->broken_example + "); they name no function and are not compared");
+  }
+  return h;
+}
+
+std::optional<Hypothesis> imbalance_on_cpu(const RankCase& k) {
+  if (k.cpu <= 0 || !more_of_everything(k)) return std::nullopt;
+  Hypothesis h = cpu_hypothesis(k);
+  h.cause = Cause::kWorkloadImbalance;
+  h.culprit = "larger batches (more work in " + k.hot->function + ")";
+  constexpr double kShapeOnly = 0.7;  // the shape of the profile, not a measured input size
+  h.certainty = kShapeOnly;
+  h.evidence.push_back("not one function: " + k.who + "'s on-CPU time outside " + k.hot->function + " grew " +
+                       fmt("%.0f%%", 100 * (k.rest_mine / k.rest_peers - 1)) + " too (" + ms(k.rest_mine) + " vs " +
+                       ms(k.rest_peers) + " per step on peers), as with more data per step");
+  return h;
+}
+
+std::optional<Hypothesis> host_hotspot(const RankCase& k) {
+  if (k.cpu <= 0 || more_of_everything(k)) return std::nullopt;
+  Hypothesis h = cpu_hypothesis(k);
+  h.cause = Cause::kHostHotspot;
+  return h;
+}
+
+struct CauseRule {
+  Cause cause;
+  std::optional<Hypothesis> (*evidence)(const RankCase&);
+  bool host;          // a host cause: only when the host, not the device, holds the extra time
+  double confidence;  // when the rule's evidence is direct (certainty 1)
+  // What to do; "{rank}" and "{culprit}" are filled in.
+  const char* advice;
+};
+
+// In the order the layers are descended (ties in explained time go to the earlier entry): the GPU
+// first, then what kept it waiting on the host.
+constexpr CauseRule kRules[] = {
+    {Cause::kGpuSlow, gpu_slow, false, 0.9,
+     "check {culprit}'s cooling, power and clocks (nvidia-smi -q -d PERFORMANCE, ECC, PCIe width); drain the node or replace the GPU"},
+    {Cause::kWorkloadImbalance, imbalance_on_device, false, 0.75,
+     "balance the work across ranks: check the sampler / sharding and batch sizes of {rank}"},
+    {Cause::kCpuThrottling, cpu_throttling, true, 0.85, "raise or remove the CPU quota of {rank}'s container (cpu.max)"},
+    {Cause::kCpuContention, cpu_contention, true, 0.8,
+     "move `{culprit}` off the training CPUs (taskset / cpuset) or lower its priority"},
+    {Cause::kMemoryReclaim, memory_reclaim, true, 0.8, "raise the memory limit of {rank}'s container or cut its page-cache use"},
+    {Cause::kIoStall, io_stall, true, 0.8,
+     "read the training data from faster storage, cache it locally, or prefetch with more loader workers"},
+    {Cause::kIrqSoftirq, irq_softirq, true, 0.7, "move IRQ affinity (NIC queues) away from the training CPUs"},
+    {Cause::kPageFaults, page_faults, true, 0.6, "keep the working set in memory (mlock, larger memory limit, no swap)"},
+    {Cause::kLaunchBound, launch_bound, true, 0.6, "batch small kernels (CUDA graphs, fused ops)"},
+    {Cause::kWorkloadImbalance, imbalance_on_cpu, true, 0.85,
+     "balance the work across ranks: check the sampler / sharding and batch sizes of {rank}"},
+    {Cause::kHostHotspot, host_hotspot, true, 0.85,
+     "optimize or move off the critical path: {culprit} (prefetch in a data-loader worker)"},
+};
+
+std::string fill_in(std::string text, const std::string& key, const std::string& value) {
+  for (auto at = text.find(key); at != std::string::npos; at = text.find(key, at + value.size())) text.replace(at, key.size(), value);
+  return text;
+}
+
+struct Ranked {
+  Hypothesis h;
+  const CauseRule* rule;
+  double confidence() const { return clamp01(rule->confidence * h.certainty); }
+  std::string advice(const std::string& who) const { return fill_in(fill_in(rule->advice, "{rank}", who), "{culprit}", h.culprit); }
+};
+
+// Measures rank c against its peers, layer by layer, for the rules.
+void measure(RankCase& k) {
+  const JobWindow& job = k.job;
+  const RankWindow& r = k.r;
+  const auto& peers = k.peers;
+  k.dev = excess(job, k.c, peers, [](const RankWindow& x) { return x.now.device_compute_ms; });
+  k.dev_peers = peer_median(job, peers, [](const RankWindow& x) { return x.now.device_compute_ms; });
+  k.cpu = os_excess(job, k.c, peers, Os::kCpu);
+  k.cpu_peers = peer_median(job, peers, [](const RankWindow& x) { return x.get(Os::kCpu); });
+  k.cpu_growth = known(k.cpu_peers) && k.cpu_peers > 0 ? k.cpu / k.cpu_peers : 0;
+  k.gpu_throttled = r.gpu.known && (!r.gpu.throttle_reasons.empty() ||
+                                    (known(r.gpu.sm_clock_ratio) && r.gpu.sm_clock_ratio < kThrottledClockRatio));
+  k.host = k.extra - std::max(0.0, k.dev);
+  double idle = excess(job, k.c, peers, [](const RankWindow& x) { return x.now.gpu_idle_ms; });
+  if (idle > 0) k.idle_ev = k.who + "'s GPU sits idle " + ms(r.now.gpu_idle_ms) + " per step waiting for the CPU (+" + ms(idle) + " vs peers)";
+
+  k.runq = os_excess(job, k.c, peers, Os::kRunqWait);
+  // On a busy machine a rank that computes more also waits more for a CPU: only the run-queue
+  // wait beyond what its CPU demand predicts at its peers' wait-per-CPU-ms is contention.
+  double runq_peers = peer_median(job, peers, [](const RankWindow& x) { return x.get(Os::kRunqWait); });
+  if (known(r.get(Os::kRunqWait)) && known(r.get(Os::kCpu)) && known(runq_peers) && known(k.cpu_peers) && k.cpu_peers > 0) {
+    k.runq = std::min(k.runq, r.get(Os::kRunqWait) - runq_peers * r.get(Os::kCpu) / k.cpu_peers);
+  }
+  k.thr = os_excess(job, k.c, peers, Os::kThrottled);
+  k.nb = top_neighbour(job, k.c, peers, k.job_wide);
+  // Job-wide, peers are no reference: a neighbour on the rank's CPUs explains at most its own run
+  // time (never the whole run-queue wait of a busy node).
+  if (k.job_wide && k.nb) k.runq = std::max(k.runq, k.nb->excess_ms);
+  // Its cgroup measured no throttling (the metric is there, near zero): a quota cannot be why it
+  // waits. If it also wants more CPU than its peers, it queues for its own extra work on a busy
+  // node: the host hotspot is the cause, and the wait is part of what it costs.
+  k.unthrottled = known(r.get(Os::kThrottled)) && r.get(Os::kThrottled) < kUnthrottledMs;
+  if (k.runq > 0 && k.unthrottled && k.cpu >= std::max(kMinOwnCpuMs, k.runq / kMaxLoadFactor) &&
+      !(k.nb && k.nb->excess_ms >= kShareOfRunq * k.runq)) {
+    k.queued_ms = k.runq;
+  }
+  k.rec = os_excess(job, k.c, peers, Os::kReclaim);
+  k.io = os_excess(job, k.c, peers, Os::kBlockedIo);
+  k.irq = os_excess(job, k.c, peers, Os::kIrq);
+  k.pf = os_excess(job, k.c, peers, Os::kMajorFaults);
+  k.launch = os_excess(job, k.c, peers, Os::kLaunchApi);
+  if (k.cpu > 0) {
+    k.hot = differential_profile(job, k.c, peers, &RankWindow::oncpu);
+    if (k.hot) {
       // "Outside" is outside the top function's whole subtree (its callees' paths are its work).
       auto outside = [&](const RankWindow& x) {
         double t = 0;
         for (const auto& v : x.oncpu) {
           bool in = false;
-          for (auto f : split_path(job.names.name(v.name))) in = in || short_function(f) == d->function;
+          for (auto f : split_path(job.names.name(v.name))) in = in || short_function(f) == k.hot->function;
           if (!in) t += v.ms_per_step;
         }
         return t;
       };
-      double rest_mine = d ? outside(r) : 0;
-      double rest_peers = d ? peer_median(job, peers, outside) : 0;
-      double growth = rest_peers > 0 ? rest_mine / rest_peers - 1 : 0;
-      if (!known(r.now.device_compute_ms) && d && growth >= 0.25) {
-        h.cause = "workload-imbalance";
-        h.culprit = "larger batches (more work in " + d->function + ")";
-        h.confidence = 0.6;
-        h.evidence.push_back("not one function: " + who + "'s on-CPU time outside " + d->function + " grew " +
-                             fmt("%.0f%%", 100 * growth) + " too (" + ms(rest_mine) + " vs " + ms(rest_peers) +
-                             " per step on peers), as with more data per step");
-        h.advice = "balance the work across ranks: check the sampler / sharding and batch sizes of " + who;
-      }
-      add(std::move(h));
+      k.rest_mine = outside(r);
+      k.rest_peers = peer_median(job, peers, outside);
     }
   }
+}
+
+// Descends the layers on rank c, whose busy time exceeds its peers' by `extra` ms per step: every
+// rule of the table that finds its evidence, most explained first.
+std::vector<Ranked> descend(const JobWindow& job, size_t c, double extra, bool job_wide) {
+  RankCase k(job, c, extra, job_wide);
+  measure(k);
+  bool host_wait = k.host > 0 || job_wide;
+  std::vector<Ranked> hs;
+  for (const auto& rule : kRules) {
+    if (rule.host && !host_wait) continue;
+    auto h = rule.evidence(k);
+    if (!h) continue;
+    if (rule.host && !k.idle_ev.empty()) h->evidence.push_back(k.idle_ev);
+    hs.push_back({std::move(*h), &rule});
+  }
   // Nothing explains more than the time there is to explain.
-  for (auto& h : hs) h.explained_ms = std::min(h.explained_ms, extra);
-  std::stable_sort(hs.begin(), hs.end(), [](const Hypothesis& a, const Hypothesis& b) { return a.explained_ms > b.explained_ms; });
+  for (auto& x : hs) x.h.explained_ms = std::min(x.h.explained_ms, extra);
+  std::stable_sort(hs.begin(), hs.end(), [](const Ranked& a, const Ranked& b) { return a.h.explained_ms > b.h.explained_ms; });
   return hs;
 }
 
-Finding to_finding(const JobWindow& job, size_t c, double lost, std::vector<Hypothesis> hs, std::vector<std::string> head,
-                   double locate_conf) {
+// The agent's own run time on the rank's CPUs: its budgeted cost, said apart, never a neighbour.
+void agent_cost_evidence(const RankWindow& r, std::vector<std::string>& evidence) {
+  if (known(r.agent_ms) && r.agent_ms > 0)
+    evidence.push_back("strata's own run time on " + rank_name(r) + "'s CPUs: " + ms(r.agent_ms) +
+                       " per step (the profiler's cost, said apart: never counted as a cause)");
+}
+
+std::optional<Finding> to_finding(const JobWindow& job, size_t c, double lost, std::vector<Ranked> hs, std::vector<std::string> head,
+                                  double locate_conf, Scope scope) {
   const RankWindow& r = job.ranks[c];
   Finding f;
-  f.rank = r.rank;
-  f.node = r.node;
+  f.scope = scope;
+  f.rank = scope == Scope::kJob ? -1 : r.rank;
+  f.node = scope == Scope::kJob ? std::string() : r.node;
   f.lost_ms_per_step = lost;
   f.evidence = std::move(head);
-  // A hypothesis that explains under a tenth of what the rank lost is not its cause (0.2 ms more
-  // CPU is no hotspot behind 46 ms more busy time): then the cause is unknown, and said so.
-  if (!hs.empty() && lost > 0 && hs.front().explained_ms < 0.1 * lost) hs.clear();
+  // A hypothesis that explains under kMinExplainedShare of what was lost is not its cause.
+  std::string dropped;
+  if (!hs.empty() && lost > 0 && hs.front().h.explained_ms < kMinExplainedShare * lost) {
+    const auto& t = hs.front().h;
+    dropped = std::string(cause_name(t.cause)) + " (" + t.culprit + ") explains only " + ms(t.explained_ms) + " of " + ms(lost) +
+              fmt(" per step (%.0f%%)", 100 * t.explained_ms / lost);
+    hs.clear();
+  }
   if (hs.empty()) {
-    f.cause = "host-hotspot";
+    // A job-wide slowdown no layer explains is no finding: the job line says it slowed.
+    if (scope == Scope::kJob) return std::nullopt;
+    // A straggler is still a straggler: where it is is known, why is not, and said so.
+    f.cause = Cause::kHostHotspot;
     f.layer = layer_of(f.cause);
     f.culprit = "unknown";
     f.confidence = 0.2;
     f.evidence.push_back("no layer's metrics explain the extra time (were all layers recorded?)");
+    if (!dropped.empty()) f.evidence.push_back("not a cause: " + dropped);
+    agent_cost_evidence(r, f.evidence);
     f.advice = "record with all layers (strata record --layers all) and look at the flame graph of " + rank_name(r);
     return f;
   }
-  Hypothesis& top = hs.front();
-  f.cause = top.cause;
+  Ranked& top = hs.front();
+  f.cause = top.h.cause;
   f.layer = layer_of(f.cause);
-  f.culprit = top.culprit;
-  double share = lost > 0 ? clamp01(top.explained_ms / lost) : 0.5;
-  f.confidence = clamp01(top.confidence * (0.5 + 0.5 * share) * locate_conf);
-  for (auto& e : top.evidence) f.evidence.push_back(std::move(e));
-  f.advice = top.advice;
+  f.culprit = top.h.culprit;
+  double share = lost > 0 ? clamp01(top.h.explained_ms / lost) : 0.5;
+  f.confidence = clamp01(top.confidence() * (0.5 + 0.5 * share) * locate_conf);
+  for (auto& e : top.h.evidence) f.evidence.push_back(std::move(e));
+  f.advice = top.advice(rank_name(r));
   for (size_t i = 1; i < hs.size() && i < 3; ++i) {
-    if (hs[i].explained_ms >= 0.3 * top.explained_ms && hs[i].explained_ms > 0) {
-      f.evidence.push_back("also: " + hs[i].cause + " (" + hs[i].culprit + ") explains " + ms(hs[i].explained_ms) + " per step");
+    const auto& h = hs[i].h;
+    if (h.explained_ms >= kAlsoShare * top.h.explained_ms && h.explained_ms > 0) {
+      f.evidence.push_back(std::string("also: ") + cause_name(h.cause) + " (" + h.culprit + ") explains " + ms(h.explained_ms) + " per step");
     }
+  }
+  agent_cost_evidence(r, f.evidence);
+  return f;
+}
+
+// ---------------------------------------------------------------------------------------------
+// Job-wide: every rank slowed alike, so peers are no reference. Each layer of each rank is compared
+// with that rank's own healthy past (RankPast); the median growth over ranks is the job's, and the
+// layer whose growth explains the loss names the cause.
+
+// One kernel is the regression when it holds this share of the device time the job gained ...
+constexpr double kOneKernelShare = 0.6;
+// ... grew by this factor over its own past ...
+constexpr double kKernelGrowthFactor = 1.5;
+// ... while the rest of the device work stayed within 10% of its past (kernel timing jitter): a
+// slower GPU makes every kernel about equally slower; one kernel at 1.5x while the rest stay is a
+// changed kernel (a library upgrade, new input shapes), not a changed device.
+constexpr double kRestOfDeviceGrowth = 0.1;
+
+struct JobCandidate {
+  Cause cause;
+  std::string culprit;
+  double explained_ms = 0;
+  double confidence = 0;
+  std::vector<std::string> evidence;
+  std::string advice;
+};
+
+// Median over ranks with a past of get(rank) - past(rank); kUnknown when none.
+template <typename Now, typename Past>
+double median_growth(const JobWindow& job, Now now, Past past) {
+  std::vector<double> v;
+  for (const auto& r : job.ranks) {
+    if (r.past.windows == 0) continue;
+    double a = now(r), b = past(r);
+    v.push_back(known(a) && known(b) ? a - b : kUnknown);
+  }
+  return median(std::move(v));
+}
+
+// Per name (kernel, neighbour, function): the median growth over ranks; names absent count as 0.
+std::vector<std::pair<std::string, double>> named_growth(const JobWindow& job, Values RankWindow::*now, Values RankPast::*past,
+                                                         std::string (*key)(const JobWindow&, const std::string&)) {
+  std::unordered_map<std::string, std::vector<double>> by;
+  size_t with_past = 0;
+  for (const auto& r : job.ranks) {
+    if (r.past.windows == 0) continue;
+    std::unordered_map<std::string, double> d;
+    for (const auto& v : r.*now) d[key(job, job.names.name(v.name))] += v.ms_per_step;
+    for (const auto& v : r.past.*past) d[key(job, job.names.name(v.name))] -= v.ms_per_step;
+    for (const auto& [name, g] : d) by[name].resize(with_past, 0), by[name].push_back(g);
+    ++with_past;
+  }
+  std::vector<std::pair<std::string, double>> out;
+  for (auto& [name, v] : by) {
+    v.resize(with_past, 0);
+    out.push_back({name, median(std::move(v))});
+  }
+  std::sort(out.begin(), out.end(), [](const auto& a, const auto& b) { return a.second > b.second; });
+  return out;
+}
+
+std::string same_name(const JobWindow&, const std::string& n) { return n; }
+// A function's name in a per-function comparison (see function_key).
+std::string function_name(const JobWindow& job, const std::string& path) { return function_key(job, path); }
+// Off-CPU, the function that made the blocking call (not the system call or libc's wrapper).
+std::string blocking_function(const JobWindow& job, const std::string& path) {
+  auto frames = split_path(path);
+  for (size_t i = frames.size(); i-- > 0;) {
+    std::string_view f = frames[i];
+    bool syscall = f.size() > 2 && f.substr(f.size() - 2) == "()";
+    if (syscall || f.rfind("__", 0) == 0 || unresolved_frame(f) || f == kWorkerFrame) continue;
+    return job.python_functions.count(std::string(f)) ? std::string(f) : short_function(f);
+  }
+  return function_key(job, path);
+}
+
+std::vector<JobCandidate> job_layers(const JobWindow& job, double lost) {
+  std::vector<JobCandidate> out;
+  auto os_growth = [&](Os m) { return median_growth(job, [m](const RankWindow& r) { return r.get(m); }, [m](const RankWindow& r) { return r.past.get(m); }); };
+  const std::string every = "every rank";
+
+  // -- GPU: more device time on every rank; one kernel, or all of them.
+  double dev = median_growth(job, [](const RankWindow& r) { return r.now.device_compute_ms; },
+                             [](const RankWindow& r) { return r.past.device_compute_ms; });
+  if (known(dev) && dev > 0) {
+    auto ks = named_growth(job, &RankWindow::kernels, &RankPast::kernels, same_name);
+    JobCandidate c;
+    c.explained_ms = dev;
+    c.evidence.push_back("every rank's GPU computes " + ms(dev) + " more per step than in the job's healthy past");
+    double top_past = 0;
+    double dev_past = median(column(job, [](const RankWindow& r) { return r.past.windows > 0 ? r.past.device_compute_ms : kUnknown; }));
+    if (!ks.empty()) {
+      std::vector<double> pv;
+      for (const auto& r : job.ranks) {
+        if (r.past.windows == 0) continue;
+        double v = 0;
+        for (const auto& e : r.past.kernels) v += job.names.name(e.name) == ks[0].first ? e.ms_per_step : 0;
+        pv.push_back(v);
+      }
+      top_past = median(std::move(pv));
+    }
+    bool one = !ks.empty() && ks[0].second >= kOneKernelShare * dev && known(top_past) && top_past > 0 &&
+               (top_past + ks[0].second) / top_past >= kKernelGrowthFactor && known(dev_past) && dev_past > top_past &&
+               (dev - ks[0].second) / (dev_past - top_past) < kRestOfDeviceGrowth;
+    if (one) {
+      c.cause = Cause::kKernelRegression;
+      c.culprit = "kernel " + short_function(ks[0].first);
+      c.confidence = 0.8;
+      c.evidence.push_back("kernel " + short_function(ks[0].first) + " takes " + ms(top_past + ks[0].second) + " per step vs " + ms(top_past) +
+                           fmt(" before (x%.2f) on the median rank: ", (top_past + ks[0].second) / top_past) +
+                           fmt("%.0f%% of the device time gained", 100 * ks[0].second / dev));
+      if (ks.size() > 1) c.evidence.push_back("the next kernel, " + short_function(ks[1].first) + ", grew " + ms(ks[1].second) + " per step");
+      c.advice = "compare " + short_function(ks[0].first) + " before and after the change (driver, CUDA/cuDNN/NCCL version, input shapes)";
+    } else {
+      c.cause = Cause::kGpuSlow;
+      c.culprit = "the GPUs of " + every;
+      size_t throttled = 0;
+      for (const auto& r : job.ranks) throttled += r.gpu.known && !r.gpu.throttle_reasons.empty() ? 1 : 0;
+      c.confidence = throttled > 0 ? 0.8 : 0.6;
+      if (throttled > 0) c.evidence.push_back("NVML: " + std::to_string(throttled) + " of " + std::to_string(job.ranks.size()) + " GPUs report throttling");
+      c.evidence.push_back("every kernel grew alike: the devices are slower, not one kernel");
+      c.advice = "check the nodes' GPU clocks, power caps and cooling (nvidia-smi -q -d PERFORMANCE)";
+    }
+    out.push_back(std::move(c));
+  }
+
+  // -- communication: longer collectives on every rank with no rank behind.
+  double wait = median_growth(job, [](const RankWindow& r) { return r.now.wait_ms; }, [](const RankWindow& r) { return r.past.wait_ms; });
+  if (known(wait) && wait > 0) {
+    JobCandidate c;
+    c.cause = Cause::kNetworkSlow;
+    c.culprit = job.communicator.empty() ? "the job's collectives" : "communicator " + job.communicator;
+    c.explained_ms = wait;
+    c.confidence = 0.6;
+    c.evidence.push_back("every rank waits " + ms(wait) + " more per step in collectives than in the job's healthy past, and none computes longer");
+    c.advice = "check the fabric the communicator runs over (switch ports, link speeds, NCCL_IB/SOCKET settings)";
+    out.push_back(std::move(c));
+  }
+
+  // -- OS: blocked I/O (shared storage), CPU wait, throttling, reclaim, interrupts.
+  double io = os_growth(Os::kBlockedIo);
+  if (known(io) && io > 0) {
+    JobCandidate c;
+    c.cause = Cause::kIoStall;
+    auto ps = named_growth(job, &RankWindow::offcpu, &RankPast::offcpu, same_name);
+    c.culprit = "block I/O on every rank";
+    c.explained_ms = io;
+    c.confidence = 0.7;
+    c.evidence.push_back("every rank is blocked on I/O " + ms(io) + " more per step than in the job's healthy past: shared storage or the file system they read");
+    if (!ps.empty() && ps[0].second > 0) {
+      const std::string fn = blocking_function(job, ps[0].first);
+      c.culprit = fn + " (block I/O on every rank)";
+      c.evidence.push_back("blocked time grows under " + fn + ": +" + ms(ps[0].second) + " per step on the median rank");
+      // The function that makes the blocking call, from the same call seen on-CPU (a blocked
+      // read's stack often has no user frames), on the rank that blocks most.
+      size_t most = 0;
+      for (size_t i = 1; i < job.ranks.size(); ++i) {
+        if (job.ranks[i].get(Os::kBlockedIo) > job.ranks[most].get(Os::kBlockedIo)) most = i;
+      }
+      if (auto site = call_site(job, most, syscall_in(ps[0].first))) {
+        c.culprit = site->name() + " (block I/O on every rank)";
+        c.evidence.push_back(rank_name(job.ranks[most]) + " blocks in " + site->syscall + " called from " + site->caller +
+                             " (its on-CPU stacks in that call name the caller)");
+      }
+    }
+    c.advice = "check the shared file system / block device the ranks read (latency, quota, other tenants); cache the data locally";
+    out.push_back(std::move(c));
+  }
+  double runq = os_growth(Os::kRunqWait);
+  auto nbs = named_growth(job, &RankWindow::neighbours, &RankPast::neighbours, same_name);
+  std::erase_if(nbs, [](const auto& x) { return is_agent(x.first); });  // its cost is said apart
+  if (known(runq) && runq > 0 && !nbs.empty() && nbs[0].second > 0) {
+    // Named for what the process explains: its own extra run time on the ranks' CPUs.
+    JobCandidate c;
+    c.cause = Cause::kCpuContention;
+    c.culprit = nbs[0].first;
+    c.explained_ms = std::min(runq, nbs[0].second);
+    c.confidence = 0.7;
+    c.evidence.push_back("every rank waits " + ms(runq) + " more per step for a CPU than in the job's healthy past");
+    c.evidence.push_back("process `" + nbs[0].first + "` runs " + ms(nbs[0].second) + " more per step on the ranks' CPUs than before");
+    c.advice = "move `" + nbs[0].first + "` off the training CPUs (taskset / cpuset) or lower its priority";
+    out.push_back(std::move(c));
+  }
+  double thr = os_growth(Os::kThrottled);
+  if (known(thr) && thr > 0) {
+    JobCandidate c;
+    c.cause = Cause::kCpuThrottling;
+    c.culprit = "cgroup cpu quota";
+    c.explained_ms = thr;
+    c.confidence = 0.8;
+    c.evidence.push_back("every rank is throttled by its cgroup " + ms(thr) + " more per step than in the job's healthy past");
+    c.advice = "raise or remove the CPU quota of the job's containers (cpu.max)";
+    out.push_back(std::move(c));
+  }
+  double rec = os_growth(Os::kReclaim);
+  if (known(rec) && rec > 0) {
+    JobCandidate c;
+    c.cause = Cause::kMemoryReclaim;
+    c.culprit = "memory limit";
+    c.explained_ms = rec;
+    c.confidence = 0.7;
+    c.evidence.push_back("every rank stalls in direct reclaim " + ms(rec) + " more per step than in the job's healthy past");
+    c.advice = "raise the memory limit of the job's containers or cut its page-cache use";
+    out.push_back(std::move(c));
+  }
+  double irq = os_growth(Os::kIrq);
+  if (known(irq) && irq > 0) {
+    JobCandidate c;
+    c.cause = Cause::kIrqSoftirq;
+    c.culprit = "interrupts on the ranks' CPUs";
+    c.explained_ms = irq;
+    c.confidence = 0.6;
+    c.evidence.push_back("every rank's CPUs spend " + ms(irq) + " more per step in IRQ/softirq than in the job's healthy past");
+    c.advice = "move IRQ affinity (NIC queues) away from the training CPUs";
+    out.push_back(std::move(c));
+  }
+  // -- CPU: one function costs more on every rank (a regression in the host code or its input).
+  double cpu = os_growth(Os::kCpu);
+  if (known(cpu) && cpu > 0) {
+    auto fs = named_growth(job, &RankWindow::oncpu, &RankPast::oncpu, function_name);
+    if (!fs.empty() && fs[0].second > 0) {
+      JobCandidate c;
+      c.cause = Cause::kHostHotspot;
+      c.culprit = fs[0].first;
+      c.explained_ms = std::min(cpu, fs[0].second);
+      c.confidence = 0.7;
+      c.evidence.push_back("every rank runs on the CPU " + ms(cpu) + " more per step than in the job's healthy past");
+      c.evidence.push_back(fs[0].first + " takes " + ms(fs[0].second) + " more per step on the median rank");
+      c.advice = "optimize or move off the critical path: " + fs[0].first + " (prefetch in a data-loader worker)";
+      out.push_back(std::move(c));
+    }
+  }
+  for (auto& c : out) c.explained_ms = std::min(c.explained_ms, lost);
+  std::stable_sort(out.begin(), out.end(), [](const auto& a, const auto& b) { return a.explained_ms > b.explained_ms; });
+  return out;
+}
+
+// The job line for a slowdown on every rank that no layer explains (no finding).
+std::string unexplained(const Diagnosis& dx) {
+  return "the job slowed on every rank alike (step " + ms(dx.step_ms) + " vs its baseline " + ms(dx.baseline_step_ms) +
+         ") and no layer of its own past explains it";
+}
+
+bool has_past(const JobWindow& job) {
+  for (const auto& r : job.ranks) {
+    if (r.past.windows > 0) return true;
+  }
+  return false;
+}
+
+// The job-scope finding for a slowdown on every rank, from the job's own past; none when no layer
+// explains kMinExplainedShare of the loss.
+std::optional<Finding> job_past_finding(const JobWindow& job, double lost, double baseline_ms, std::vector<std::string> head) {
+  if (!(lost >= kJobWideSlowdown * baseline_ms)) return std::nullopt;
+  auto cs = job_layers(job, lost);
+  if (cs.empty() || cs.front().explained_ms < kMinExplainedShare * lost) return std::nullopt;
+  JobCandidate& top = cs.front();
+  Finding f;
+  f.scope = Scope::kJob;
+  f.rank = -1;
+  f.cause = top.cause;
+  f.layer = layer_of(top.cause);
+  f.culprit = top.culprit;
+  f.lost_ms_per_step = lost;
+  f.confidence = clamp01(top.confidence * (0.5 + 0.5 * clamp01(top.explained_ms / lost)));
+  f.evidence = std::move(head);
+  for (auto& e : top.evidence) f.evidence.push_back(std::move(e));
+  for (size_t i = 1; i < cs.size() && i < 3; ++i) {
+    if (cs[i].explained_ms >= kAlsoShare * top.explained_ms && cs[i].explained_ms > 0)
+      f.evidence.push_back(std::string("also: ") + cause_name(cs[i].cause) + " (" + cs[i].culprit + ") explains " + ms(cs[i].explained_ms) + " per step");
+  }
+  f.advice = top.advice;
+  return f;
+}
+
+// ---------------------------------------------------------------------------------------------
+// Hardware: what NVML's counters say of a rank's GPU, its memory and its links. A fault here is a
+// finding whether or not the job is slower yet (an uncorrectable error or a lost GPU ends the job;
+// a degraded link slows every transfer through it); when the rank is also the straggler, the fault
+// is why.
+
+// Any uncorrectable ECC error is a fault: a healthy GPU has none, and each one corrupts data or
+// kills the process that touched it (Xid 48).
+constexpr double kMinUncorrectableEcc = 1;
+// Any page retired (or row remapped) in the window: the memory is failing under the job.
+constexpr double kMinRetiredPages = 1;
+// PCIe replays per minute from which a link is degraded: a healthy link replays a handful of times
+// over days; ten a minute is a link resending a steady share of its packets.
+constexpr double kPcieReplaysPerMin = 10;
+// NVLink replay + recovery + CRC errors per minute from which a link is degraded, for the same
+// reason: a healthy NVLink counts a few over days.
+constexpr double kNvlinkErrorsPerMin = 10;
+
+std::string count(double v) { return fmt("%.0f", v); }
+
+double window_min(const JobWindow& job) {
+  return job.end_ns > job.start_ns ? static_cast<double>(job.end_ns - job.start_ns) / 60e9 : 0;
+}
+
+std::string nvml_of(const RankWindow& r) { return "NVML: " + rank_name(r) + "'s " + gpu_name(r); }
+
+struct HwCase {
+  const JobWindow& job;
+  const RankWindow& r;
+  std::vector<size_t> peers;
+};
+
+std::optional<Hypothesis> gpu_lost(const HwCase& k) {
+  if (!k.r.gpu.lost) return std::nullopt;
+  Hypothesis h;
+  h.cause = Cause::kGpuLost;
+  h.culprit = gpu_name(k.r);
+  h.evidence.push_back(nvml_of(k.r) + " is lost (gpu.lost: NVML answers GPU_IS_LOST): it fell off the bus (Xid 79)");
+  return h;
+}
+
+std::optional<Hypothesis> gpu_memory_errors(const HwCase& k) {
+  const GpuState& g = k.r.gpu;
+  bool ecc = known(g.ecc_uncorrected) && g.ecc_uncorrected >= kMinUncorrectableEcc;
+  bool retired = known(g.retired_pages) && g.retired_pages >= kMinRetiredPages;
+  if (!ecc && !retired) return std::nullopt;
+  Hypothesis h;
+  h.cause = Cause::kGpuMemoryErrors;
+  h.culprit = gpu_name(k.r) + " memory";
+  if (ecc) h.evidence.push_back(nvml_of(k.r) + " counted " + count(g.ecc_uncorrected) + " uncorrectable ECC errors in the window (gpu.ecc_uncorrected)");
+  if (retired) h.evidence.push_back(nvml_of(k.r) + " retired " + count(g.retired_pages) + " memory pages in the window (gpu.retired_pages)");
+  if (known(g.ecc_corrected) && g.ecc_corrected > 0)
+    h.evidence.push_back("and " + count(g.ecc_corrected) + " corrected ECC errors (gpu.ecc_corrected)");
+  return h;
+}
+
+std::optional<Hypothesis> nvlink_degraded(const HwCase& k) {
+  const GpuState& g = k.r.gpu;
+  double mins = window_min(k.job);
+  if (!(known(g.nvlink_errors) && mins > 0 && g.nvlink_errors / mins >= kNvlinkErrorsPerMin)) return std::nullopt;
+  Hypothesis h;
+  h.cause = Cause::kNvlinkDegraded;
+  h.culprit = "NVLink of " + gpu_name(k.r);
+  h.evidence.push_back(nvml_of(k.r) + " counted " + count(g.nvlink_errors) + " NVLink errors in the window (gpu.nvlink_errors, " +
+                       fmt("%.0f a minute; ", g.nvlink_errors / mins) + fmt("degraded from %.0f)", kNvlinkErrorsPerMin));
+  return h;
+}
+
+std::optional<Hypothesis> pcie_degraded(const HwCase& k) {
+  const GpuState& g = k.r.gpu;
+  double mins = window_min(k.job);
+  std::vector<std::string> ev;
+  if (known(g.pcie_width) && known(g.pcie_max_width) && g.pcie_width < g.pcie_max_width)
+    ev.push_back(nvml_of(k.r) + "'s PCIe link runs at x" + count(g.pcie_width) + " of its x" + count(g.pcie_max_width) +
+                 " (gpu.pcie_link_width < gpu.pcie_link_max_width)");
+  // NVML's current generation drops on an idle link to save power, so a rank's generation is
+  // compared with its peers' (the same boards under the same job), not with the board's maximum.
+  double peer_gen = peer_median(k.job, k.peers, [](const RankWindow& x) { return x.gpu.pcie_gen; });
+  if (known(g.pcie_gen) && known(peer_gen) && g.pcie_gen < peer_gen)
+    ev.push_back(nvml_of(k.r) + "'s PCIe link runs at generation " + count(g.pcie_gen) + " while its peers' run at " +
+                 count(peer_gen) + " (gpu.pcie_link_gen)");
+  if (known(g.pcie_replays) && mins > 0 && g.pcie_replays / mins >= kPcieReplaysPerMin)
+    ev.push_back(nvml_of(k.r) + " replayed " + count(g.pcie_replays) + " PCIe packets in the window (gpu.pcie_replays, " +
+                 fmt("%.0f a minute; ", g.pcie_replays / mins) + fmt("degraded from %.0f)", kPcieReplaysPerMin));
+  if (ev.empty()) return std::nullopt;
+  Hypothesis h;
+  h.cause = Cause::kPcieDegraded;
+  h.culprit = "PCIe link of " + gpu_name(k.r);
+  h.evidence = std::move(ev);
+  return h;
+}
+
+struct HardwareRule {
+  Cause cause;
+  std::optional<Hypothesis> (*evidence)(const HwCase&);
+  double confidence;  // NVML's counters are direct evidence of the fault itself
+  const char* advice;
+};
+
+// Most severe first: a rank's finding is the first rule that fires; the others are said as "also".
+constexpr HardwareRule kHardwareRules[] = {
+    {Cause::kGpuLost, gpu_lost, 0.95,
+     "drain the node: {culprit} fell off the bus (dmesg: Xid 79); reset or reseat it, check its power and PCIe slot"},
+    {Cause::kGpuMemoryErrors, gpu_memory_errors, 0.9,
+     "drain the node and have {culprit} checked (nvidia-smi -q -d ECC,PAGE_RETIREMENT); restart the job from a checkpoint"},
+    {Cause::kNvlinkDegraded, nvlink_degraded, 0.8,
+     "check {culprit} (nvidia-smi nvlink -e); reseat the bridge or drain the node"},
+    {Cause::kPcieDegraded, pcie_degraded, 0.8,
+     "check {culprit} (nvidia-smi -q -d PCIE, lspci -vv: LnkSta vs LnkCap); reseat the GPU or move it to another slot"},
+};
+
+// The hardware finding of rank c, if its GPU reports a fault: no lost time yet (the caller sets it
+// when the rank is also slow or hung).
+std::optional<Finding> hardware_finding(const JobWindow& job, size_t c) {
+  const RankWindow& r = job.ranks[c];
+  if (!r.gpu.known) return std::nullopt;
+  HwCase k{job, r, peers_of(job, c)};
+  std::optional<Finding> f;
+  for (const auto& rule : kHardwareRules) {
+    auto h = rule.evidence(k);
+    if (!h) continue;
+    if (f) {
+      f->evidence.push_back(std::string("also: ") + cause_name(h->cause) + " (" + h->culprit + "): " + h->evidence.front());
+      continue;
+    }
+    f.emplace();
+    f->rank = r.rank;
+    f->node = r.node;
+    f->cause = rule.cause;
+    f->layer = layer_of(rule.cause);
+    f->culprit = h->culprit;
+    f->confidence = clamp01(rule.confidence * h->certainty);
+    f->evidence = std::move(h->evidence);
+    f->advice = fill_in(fill_in(rule.advice, "{rank}", rank_name(r)), "{culprit}", h->culprit);
   }
   return f;
 }
 
-}  // namespace
-
-const char* layer_of(const std::string& cause) {
-  if (cause == "gpu-slow" || cause == "hang") return "gpu";
-  if (cause == "network-slow") return "comm";
-  if (cause == "host-hotspot" || cause == "workload-imbalance" || cause == "launch-bound") return "cpu";
-  return "os";
+// A hang: no collective progress for opt.hang_s while rank processes are alive. Hangs have no step
+// time, so they come first.
+std::optional<Finding> find_hang(const JobWindow& job, const Options& opt) {
+  const size_t n = job.ranks.size();
+  uint64_t last = 0;
+  size_t alive = 0;
+  for (const auto& r : job.ranks) {
+    last = std::max(last, r.last_progress_ns);
+    alive += r.alive ? 1 : 0;
+  }
+  if (!(last > 0 && alive > 0 && job.observed_until_ns > last &&
+        static_cast<double>(job.observed_until_ns - last) >= opt.hang_s * 1e9))
+    return std::nullopt;
+  double stalled_s = static_cast<double>(job.observed_until_ns - last) / 1e9;
+  // The rank whose device stopped first holds the others in the collective; without a device
+  // timeline, the one that made progress last is the least likely culprit.
+  size_t c = 0;
+  bool by_device = true;
+  for (size_t i = 0; i < n; ++i) {
+    if (job.ranks[i].last_device_ns == 0) by_device = false;
+  }
+  for (size_t i = 1; i < n; ++i) {
+    const auto& a = job.ranks[i];
+    const auto& b = job.ranks[c];
+    if (by_device ? a.last_device_ns < b.last_device_ns : a.last_progress_ns < b.last_progress_ns) c = i;
+  }
+  const auto& r = job.ranks[c];
+  Finding f;
+  f.rank = r.rank;
+  f.node = r.node;
+  f.cause = Cause::kHang;
+  f.layer = by_device ? "gpu" : "comm";
+  f.culprit = by_device ? "GPU " + std::to_string(r.gpu.index >= 0 ? r.gpu.index : r.rank) : rank_name(r);
+  f.lost_ms_per_step = stalled_s * 1000;
+  f.evidence.push_back(fmt("no collective completed for %.1f s", stalled_s) + " while " + std::to_string(alive) + " of " +
+                       std::to_string(n) + " rank processes are alive");
+  if (by_device) {
+    std::vector<double> others;
+    for (size_t i = 0; i < n; ++i) {
+      if (i != c) others.push_back(static_cast<double>(job.ranks[i].last_device_ns));
+    }
+    double gap = others.empty() ? 0 : (median(others) - static_cast<double>(r.last_device_ns)) / 1e6;
+    f.evidence.push_back(rank_name(r) + "'s GPU finished its last work " + ms(gap) +
+                         " before its peers' (median): its peers wait for it in the collective");
+    f.confidence = gap > 0 ? 0.9 : 0.5;
+  } else {
+    f.confidence = 0.5;
+  }
+  f.advice = "dump the stacks of " + rank_name(r) + " (py-spy dump / cuda-gdb); check the GPU with nvidia-smi and dmesg (Xid)";
+  return f;
 }
+
+// A slow link: everyone waits longer in the collectives and nobody computes longer. Its end is the
+// rank on every slow TCP connection when those were recorded; else, in a ring, the ranks on both
+// sides of the slow link wait longest. Every link slower: the communicator, job-wide.
+void find_slow_link(const JobWindow& job, Diagnosis& dx, double lost, double wait_med, double wait_base) {
+  const size_t n = job.ranks.size();
+  const double wait_up = wait_med - wait_base;
+  auto links = find_slow_links(job);
+  size_t best = 0;
+  double best_score = -1e300;
+  for (size_t i = 0; i < n && !links; ++i) {
+    const auto& prev = job.ranks[(i + n - 1) % n];
+    const auto& next = job.ranks[(i + 1) % n];
+    double score = (prev.now.wait_ms + next.now.wait_ms) / 2 - job.ranks[i].now.wait_ms;
+    if (known(score) && score > best_score) {
+      best_score = score;
+      best = i;
+    }
+  }
+  if (links) best = links->culprit;
+  // Without a slow connection among recorded ones, or without a ring end that stands out (its
+  // neighbours wait clearly longer than it does), every link got slower (a fabric, a switch):
+  // the job's communicator, not a rank's link, if the job's past says its collectives grew.
+  bool fabric = !links && (tcp_recorded(job) || !(best_score >= kRingEndShare * wait_up)) && has_past(job);
+  if (fabric) {
+    std::vector<std::string> head{"job step time " + ms(dx.step_ms) + " vs its baseline " + ms(dx.baseline_step_ms) +
+                                  "; every rank waits longer in collectives and no one link is slower than the others"};
+    if (auto f = job_past_finding(job, lost, dx.baseline_step_ms, std::move(head))) dx.findings.push_back(std::move(*f));
+    else dx.note = unexplained(dx);
+  } else {
+    const auto& r = job.ranks[best];
+    Finding f;
+    f.rank = r.rank;
+    f.node = r.node;
+    f.cause = Cause::kNetworkSlow;
+    f.layer = "comm";
+    f.culprit = "link of rank " + std::to_string(r.rank);
+    f.lost_ms_per_step = lost;
+    f.evidence.push_back("job step time " + ms(dx.step_ms) + " vs its baseline " + ms(dx.baseline_step_ms));
+    f.evidence.push_back("all " + std::to_string(n) + " ranks wait longer in collectives" +
+                         (job.communicator.empty() ? "" : " of communicator " + job.communicator) + ": " + ms(wait_med) +
+                         " per step vs " + ms(wait_base) + " before; no rank computes longer than its peers");
+    if (links) {
+      std::string peers;
+      for (const auto& p : links->peers) peers += (peers.empty() ? "" : " and ") + p;
+      f.evidence.push_back("every bulk TCP connection of " + rank_name(r) + " (with " + peers + ") is slow: smoothed RTT " +
+                           ms(links->fastest_ms) + " or more, while every other rank has one of " + ms(links->next_ms) +
+                           " or less (median over the job's " + std::to_string(links->connections) + " bulk connections " +
+                           ms(links->median_ms) + ")");
+      f.confidence = links->unique ? 0.9 : 0.6;
+    } else {
+      const auto& prev = job.ranks[(best + n - 1) % n];
+      const auto& next = job.ranks[(best + 1) % n];
+      f.evidence.push_back("ring neighbours rank " + std::to_string(prev.rank) + " and rank " + std::to_string(next.rank) +
+                           " wait " + ms((prev.now.wait_ms + next.now.wait_ms) / 2) + " vs " + ms(r.now.wait_ms) +
+                           " for rank " + std::to_string(r.rank));
+      f.confidence = clamp01(0.5 + (best_score > 0 && wait_med > 0 ? best_score / wait_med : 0));
+    }
+    f.advice = "check the NIC / link of " + rank_name(r) + " (ethtool -S, link speed, tc qdisc) and NCCL_IB/SOCKET settings";
+    dx.findings.push_back(std::move(f));
+  }
+}
+
+// Every rank got slower by itself (no straggler, collective waits did not grow).
+void find_slowed_alike(const JobWindow& job, Diagnosis& dx, double lost, const std::vector<double>& busy) {
+  const size_t n = job.ranks.size();
+  if (has_past(job)) {
+    // Every rank got slower by itself: each layer against the job's own past names the layer.
+    std::vector<std::string> head{"job step time " + ms(dx.step_ms) + " vs its baseline " + ms(dx.baseline_step_ms) +
+                                  "; all ranks slowed alike (no straggler, collective waits did not grow)"};
+    if (auto f = job_past_finding(job, lost, dx.baseline_step_ms, std::move(head))) dx.findings.push_back(std::move(*f));
+    else dx.note = unexplained(dx);
+  } else if (lost >= kJobWideSlowdown * dx.baseline_step_ms) {
+    // No past per layer: look for the layer that explains it on the rank that suffers most,
+    // with absolute numbers (another process on our CPUs is never normal).
+    size_t c = 0;
+    double best = -1;
+    for (size_t i = 0; i < n; ++i) {
+      double v = 0;
+      for (const auto& nbv : job.ranks[i].neighbours) {
+        if (!is_agent(job.names.name(nbv.name))) v = std::max(v, nbv.ms_per_step);
+      }
+      v += known(busy[i]) ? busy[i] * 1e-3 : 0;  // tie-break by busy time
+      if (v > best) {
+        best = v;
+        c = i;
+      }
+    }
+    std::vector<std::string> head{"job step time " + ms(dx.step_ms) + " vs its baseline " + ms(dx.baseline_step_ms) +
+                                  "; all ranks slowed alike (no straggler, collective waits did not grow)"};
+    head.push_back("measured on " + rank_name(job.ranks[c]) + ", the rank whose CPUs other processes use most");
+    if (auto f = to_finding(job, c, lost, descend(job, c, lost, true), std::move(head), kJobWideLocate, Scope::kJob))
+      dx.findings.push_back(std::move(*f));
+    else dx.note = unexplained(dx);
+  } else {
+    dx.note = unexplained(dx);
+  }
+}
+
+// Whether the statistical opinion agrees with the findings, said in its summary.
+void compare_opinions(Diagnosis& dx) {
+  const size_t n = dx.ranks;
+  // The second opinion agrees when it flags exactly the finding's ranks (a hang or a job-wide cause
+  // need not single out any rank, nor a hardware fault that costs nothing yet or stopped its GPU:
+  // the per-rank metrics it scores cannot show them). Under 3 ranks it compares nothing: its
+  // silence is no opinion.
+  auto& so = dx.second;
+  if (!so.compared) {
+    so.disagrees = false;
+    so.summary = "no statistical opinion: " + std::to_string(n) + " ranks are too few to compare";
+    return;
+  }
+  std::vector<int> mine;
+  for (const auto& f : dx.findings) {
+    bool hardware = f.cause == Cause::kGpuMemoryErrors || f.cause == Cause::kPcieDegraded || f.cause == Cause::kNvlinkDegraded;
+    bool unseen_hardware = f.cause == Cause::kGpuLost || (hardware && f.lost_ms_per_step == 0);
+    if (f.cause != Cause::kNetworkSlow && f.cause != Cause::kHang && !unseen_hardware && f.scope == Scope::kRank)
+      mine.push_back(f.rank);
+  }
+  std::vector<int> theirs = so.outlier_ranks;
+  std::sort(mine.begin(), mine.end());
+  std::sort(theirs.begin(), theirs.end());
+  bool job_level = !dx.findings.empty() && mine.empty();
+  so.disagrees = !job_level && mine != theirs;
+  if (so.disagrees) {
+    std::string a, b;
+    for (int x : theirs) a += (a.empty() ? "" : ",") + std::to_string(x);
+    for (int x : mine) b += (b.empty() ? "" : ",") + std::to_string(x);
+    so.summary = "the statistical opinion flags rank(s) [" + a + "] where the layered diagnosis names [" + b + "]";
+  } else {
+    so.summary = "the statistical opinion agrees";
+  }
+}
+
+}  // namespace
 
 Diagnosis diagnose(const JobWindow& job, const Options& opt) {
   Diagnosis dx;
@@ -743,52 +1654,22 @@ Diagnosis diagnose(const JobWindow& job, const Options& opt) {
   // -- 1. detect: the job against its own history; hangs first, as they have no step time.
   dx.step_ms = median(column(job, [](const RankWindow& r) { return r.now.step_ms; }));
   dx.baseline_step_ms = median(column(job, [](const RankWindow& r) { return r.base.steps > 0 ? r.base.step_ms : kUnknown; }));
-  uint64_t last = 0;
-  size_t alive = 0;
-  for (const auto& r : job.ranks) {
-    last = std::max(last, r.last_progress_ns);
-    alive += r.alive ? 1 : 0;
-  }
   dx.second = second_opinion(job);
-  if (last > 0 && alive > 0 && job.observed_until_ns > last &&
-      static_cast<double>(job.observed_until_ns - last) >= opt.hang_s * 1e9) {
-    double stalled_s = static_cast<double>(job.observed_until_ns - last) / 1e9;
-    // The rank whose device stopped first holds the others in the collective; without a device
-    // timeline, the one that made progress last is the least likely culprit.
-    size_t c = 0;
-    bool by_device = true;
-    for (size_t i = 0; i < n; ++i) {
-      if (job.ranks[i].last_device_ns == 0) by_device = false;
+  // Hardware faults NVML reports, per rank: found whether or not the job is slower yet.
+  std::map<size_t, Finding> hw;
+  for (size_t i = 0; i < n; ++i) {
+    if (auto f = hardware_finding(job, i)) hw.emplace(i, std::move(*f));
+  }
+  if (auto hang = find_hang(job, opt)) {
+    // A lost GPU is why the job hangs: its finding takes the hang's cost and evidence.
+    bool explained = false;
+    for (auto& [i, f] : hw) {
+      if (f.cause != Cause::kGpuLost) continue;
+      f.lost_ms_per_step = hang->lost_ms_per_step;
+      f.evidence.push_back("the job hangs: " + hang->evidence.front());
+      explained = true;
     }
-    for (size_t i = 1; i < n; ++i) {
-      const auto& a = job.ranks[i];
-      const auto& b = job.ranks[c];
-      if (by_device ? a.last_device_ns < b.last_device_ns : a.last_progress_ns < b.last_progress_ns) c = i;
-    }
-    const auto& r = job.ranks[c];
-    Finding f;
-    f.rank = r.rank;
-    f.node = r.node;
-    f.cause = "hang";
-    f.layer = by_device ? "gpu" : "comm";
-    f.culprit = by_device ? "GPU " + std::to_string(r.gpu.index >= 0 ? r.gpu.index : r.rank) : rank_name(r);
-    f.lost_ms_per_step = stalled_s * 1000;
-    f.evidence.push_back(fmt("no collective completed for %.1f s", stalled_s) + " while " + std::to_string(alive) + " of " +
-                         std::to_string(n) + " rank processes are alive");
-    if (by_device) {
-      std::vector<double> others;
-      for (size_t i = 0; i < n; ++i) {
-        if (i != c) others.push_back(static_cast<double>(job.ranks[i].last_device_ns));
-      }
-      double gap = others.empty() ? 0 : (median(others) - static_cast<double>(r.last_device_ns)) / 1e6;
-      f.evidence.push_back(rank_name(r) + "'s GPU finished its last work " + ms(gap) +
-                           " before its peers' (median): its peers wait for it in the collective");
-      f.confidence = gap > 0 ? 0.9 : 0.5;
-    } else {
-      f.confidence = 0.5;
-    }
-    f.advice = "dump the stacks of " + rank_name(r) + " (py-spy dump / cuda-gdb); check the GPU with nvidia-smi and dmesg (Xid)";
-    dx.findings.push_back(std::move(f));
+    if (!explained) dx.findings.push_back(std::move(*hang));
   } else {
     bool have_base = known(dx.baseline_step_ms);
     double base_noise = median(column(job, [](const RankWindow& r) { return r.base.steps > 0 ? r.base.step_mad_ms : kUnknown; }));
@@ -839,6 +1720,7 @@ Diagnosis diagnose(const JobWindow& job, const Options& opt) {
     // -- 3./4. descend on each straggler and keep its best-explained hypothesis.
     for (const auto& k : cands) {
       const auto& r = job.ranks[k.i];
+      auto hf = hw.find(k.i);
       auto peers = peers_of(job, k.i);
       double wait_peers = peer_median(job, peers, [](const RankWindow& x) { return x.now.wait_ms; });
       double busy_peers = peer_median(job, peers, [](const RankWindow& x) { return x.now.busy_ms(); });
@@ -853,103 +1735,42 @@ Diagnosis diagnose(const JobWindow& job, const Options& opt) {
       double locate = clamp01(0.6 + z / 25);
       // The job loses what this rank adds beyond its peers, but never more than it got slower.
       double cost = slow ? std::min(k.extra, lost) : k.extra;
-      dx.findings.push_back(to_finding(job, k.i, cost, descend(job, k.i, k.extra, false), std::move(head), locate));
+      if (hf != hw.end()) {
+        // The straggler's GPU reports a fault: that is why it is slow. What the layers would have
+        // said is kept as "also".
+        Finding& f = hf->second;
+        f.lost_ms_per_step = cost;
+        head.insert(head.end(), f.evidence.begin(), f.evidence.end());
+        f.evidence = std::move(head);
+        if (auto other = to_finding(job, k.i, cost, descend(job, k.i, k.extra, false), {}, locate, Scope::kRank);
+            other && other->culprit != "unknown" && other->cause != Cause::kGpuSlow)
+          f.evidence.push_back(std::string("also: ") + cause_name(other->cause) + " (" + other->culprit + ")");
+        continue;
+      }
+      if (auto f = to_finding(job, k.i, cost, descend(job, k.i, k.extra, false), std::move(head), locate, Scope::kRank))
+        dx.findings.push_back(std::move(*f));
     }
 
     if (cands.empty() && slow) {
       double wait_base = median(column(job, [](const RankWindow& r) { return r.base.steps > 0 ? r.base.wait_ms : kUnknown; }));
       double wait_up = known(wait_base) ? wait_med - wait_base : 0;
       if (wait_up >= 0.5 * lost) {
-        // A slow link: everyone waits longer in the collectives and nobody computes longer. Its
-        // end is the rank on every slow TCP connection when those were recorded; else, in a ring,
-        // the ranks on both sides of the slow link wait longest.
-        auto links = find_slow_links(job);
-        size_t best = 0;
-        double best_score = -1e300;
-        for (size_t i = 0; i < n && !links; ++i) {
-          const auto& prev = job.ranks[(i + n - 1) % n];
-          const auto& next = job.ranks[(i + 1) % n];
-          double score = (prev.now.wait_ms + next.now.wait_ms) / 2 - job.ranks[i].now.wait_ms;
-          if (known(score) && score > best_score) {
-            best_score = score;
-            best = i;
-          }
-        }
-        if (links) best = links->culprit;
-        const auto& r = job.ranks[best];
-        Finding f;
-        f.rank = r.rank;
-        f.node = r.node;
-        f.cause = "network-slow";
-        f.layer = "comm";
-        f.culprit = "link of rank " + std::to_string(r.rank);
-        f.lost_ms_per_step = lost;
-        f.evidence.push_back("job step time " + ms(dx.step_ms) + " vs its baseline " + ms(dx.baseline_step_ms));
-        f.evidence.push_back("all " + std::to_string(n) + " ranks wait longer in collectives" +
-                             (job.communicator.empty() ? "" : " of communicator " + job.communicator) + ": " + ms(wait_med) +
-                             " per step vs " + ms(wait_base) + " before; no rank computes longer than its peers");
-        if (links) {
-          std::string peers;
-          for (const auto& p : links->peers) peers += (peers.empty() ? "" : " and ") + p;
-          f.evidence.push_back("every bulk TCP connection of " + rank_name(r) + " (with " + peers + ") is slow: smoothed RTT " +
-                               ms(links->fastest_ms) + " or more, while every other rank has one of " + ms(links->next_ms) +
-                               " or less (median over the job's " + std::to_string(links->connections) + " bulk connections " +
-                               ms(links->median_ms) + ")");
-          f.confidence = links->unique ? 0.9 : 0.6;
-        } else {
-          const auto& prev = job.ranks[(best + n - 1) % n];
-          const auto& next = job.ranks[(best + 1) % n];
-          f.evidence.push_back("ring neighbours rank " + std::to_string(prev.rank) + " and rank " + std::to_string(next.rank) +
-                               " wait " + ms((prev.now.wait_ms + next.now.wait_ms) / 2) + " vs " + ms(r.now.wait_ms) +
-                               " for rank " + std::to_string(r.rank));
-          f.confidence = clamp01(0.5 + (best_score > 0 && wait_med > 0 ? best_score / wait_med : 0));
-        }
-        f.advice = "check the NIC / link of " + rank_name(r) + " (ethtool -S, link speed, tc qdisc) and NCCL_IB/SOCKET settings";
-        dx.findings.push_back(std::move(f));
-      } else if (lost >= 0.15 * dx.baseline_step_ms) {
-        // Every rank got slower by itself: look for the layer that explains it on the rank that
-        // suffers most, with absolute numbers (another process on our CPUs is never normal).
-        size_t c = 0;
-        double best = -1;
-        for (size_t i = 0; i < n; ++i) {
-          double v = 0;
-          for (const auto& nbv : job.ranks[i].neighbours) v = std::max(v, nbv.ms_per_step);
-          v += known(busy[i]) ? busy[i] * 1e-3 : 0;  // tie-break by busy time
-          if (v > best) {
-            best = v;
-            c = i;
-          }
-        }
-        std::vector<std::string> head{"job step time " + ms(dx.step_ms) + " vs its baseline " + ms(dx.baseline_step_ms) +
-                                      "; all ranks slowed alike (no straggler, collective waits did not grow)"};
-        dx.findings.push_back(to_finding(job, c, lost, descend(job, c, lost, true), std::move(head), 0.6));
+        find_slow_link(job, dx, lost, wait_med, wait_base);
+      } else {
+        find_slowed_alike(job, dx, lost, busy);
       }
     }
   }
 
+  for (auto& [i, f] : hw) {
+    if (f.lost_ms_per_step == 0)
+      f.evidence.push_back(rank_name(job.ranks[i]) + " is not slower than its peers yet in this window");
+    dx.findings.push_back(std::move(f));
+  }
   std::stable_sort(dx.findings.begin(), dx.findings.end(),
                    [](const Finding& a, const Finding& b) { return a.lost_ms_per_step > b.lost_ms_per_step; });
 
-  // The second opinion agrees when it flags exactly the finding's ranks (a hang or a job-wide cause
-  // need not single out any rank).
-  auto& so = dx.second;
-  std::vector<int> mine;
-  for (const auto& f : dx.findings) {
-    if (f.cause != "network-slow" && f.cause != "hang") mine.push_back(f.rank);
-  }
-  std::vector<int> theirs = so.outlier_ranks;
-  std::sort(mine.begin(), mine.end());
-  std::sort(theirs.begin(), theirs.end());
-  bool job_level = !dx.findings.empty() && mine.empty();
-  so.disagrees = !job_level && mine != theirs;
-  if (so.disagrees) {
-    std::string a, b;
-    for (int x : theirs) a += (a.empty() ? "" : ",") + std::to_string(x);
-    for (int x : mine) b += (b.empty() ? "" : ",") + std::to_string(x);
-    so.summary = "the statistical opinion flags rank(s) [" + a + "] where the layered diagnosis names [" + b + "]";
-  } else {
-    so.summary = "the statistical opinion agrees";
-  }
+  compare_opinions(dx);
   return dx;
 }
 

@@ -7,6 +7,7 @@
 #include <string_view>
 #include <vector>
 
+#include "diagnose/cause.h"
 #include "diagnose/model.h"
 
 namespace strata::diagnose {
@@ -18,10 +19,11 @@ struct Options {
 };
 
 struct Finding {
-  int rank = -1;
+  Scope scope = Scope::kRank;
+  int rank = -1;       // -1 for a job-scope finding
   std::string node;
   std::string layer;   // os | cpu | gpu | comm
-  std::string cause;   // DESIGN §6 cause class
+  Cause cause = Cause::kHostHotspot;
   std::string culprit; // process, function, GPU, link
   double lost_ms_per_step = 0;
   double confidence = 0;  // 0..1
@@ -34,6 +36,7 @@ struct Finding {
 struct SecondOpinion {
   std::vector<int> outlier_ranks;     // ordered by score
   std::vector<std::string> notes;     // per outlier: its most deviant metrics
+  bool compared = false;  // false: too few ranks to compare (no opinion, never a disagreement)
   bool disagrees = false;
   std::string summary;
 };
@@ -43,7 +46,8 @@ struct Diagnosis {
   size_t ranks = 0;
   double step_ms = kUnknown;           // the job's step time in the window
   double baseline_step_ms = kUnknown;  // before it
-  std::vector<Finding> findings;       // most costly first; empty: healthy
+  std::vector<Finding> findings;       // most costly first; empty: healthy, unless `note` says otherwise
+  std::string note;                    // the job slowed and nothing explains it (then no finding)
   SecondOpinion second;
 };
 
@@ -52,12 +56,19 @@ Diagnosis diagnose(const JobWindow& job, const Options& options = {});
 // The second opinion alone (diagnose() calls it and compares).
 SecondOpinion second_opinion(const JobWindow& job);
 
-const char* layer_of(const std::string& cause);
-
 // A function's name for a report: "ns::Class::fn(int) [clone .isra.0]" -> "fn".
 std::string short_function(std::string_view name);
 
 // "a;b;c" -> {"a", "b", "c"}: a call path's frames, root first (views into `path`).
 std::vector<std::string_view> split_path(std::string_view path);
+
+// A frame that names no code: "[unknown]+0x3b7a609f", "[anon]+0x7f..", "[heap]+0x10", "libx.so+0x1f0",
+// "0x7f12..". Evidence of a broken stack, never a culprit.
+bool unresolved_frame(std::string_view frame);
+
+// The function a call path is in, for comparisons by function: its deepest Python function when
+// it has one (the frames below are the interpreter's), else its deepest resolved frame's short
+// name; "" when every frame is unresolved.
+std::string function_key(const JobWindow& job, std::string_view path);
 
 }  // namespace strata::diagnose

@@ -7,6 +7,8 @@
 #include <unordered_map>
 #include <unordered_set>
 
+#include "diagnose/baseline.h"
+#include "diagnose/engine.h"
 #include "diagnose/stats.h"
 
 namespace strata::diagnose {
@@ -85,6 +87,17 @@ std::string syscall_of(const std::string& fn) {
   return {};
 }
 
+// A Python function is one function whatever line runs: keyed by file and function
+// ("rank.py:slow_augment"; the line is not part of it), so the same name in two files is two
+// functions. A frame whose code object could not be read stays "[unknown]". Native frames: their
+// display name.
+std::string python_key(const Frame& f) {
+  if (f.kind != FrameKind::kPython || f.function.empty()) return f.display_name();
+  if (f.function == "[unknown]" || f.file.empty()) return f.function;
+  auto slash = f.file.rfind('/');
+  return f.file.substr(slash == std::string::npos ? 0 : slash + 1) + ":" + f.function;
+}
+
 // A user-level call path, root first: kernel frames say how the thread waited, not where the
 // program's time went, and the uprobe trampoline is strata's own. Off-CPU paths keep the system
 // call, since a blocked thread's user stack may be missing.
@@ -99,11 +112,11 @@ std::string call_path(const Stack& stack, bool keep_syscall, std::unordered_set<
       continue;
     }
     if (it->module.rfind("[uprobes", 0) == 0) continue;
-    std::string name = it->kind == FrameKind::kPython && !it->function.empty() ? it->function : it->display_name();
+    std::string name = python_key(*it);
     for (char& ch : name) {
       if (ch == ';') ch = ':';
     }
-    if (python && it->kind == FrameKind::kPython) python->insert(name);
+    if (python && it->kind == FrameKind::kPython && !unresolved_frame(name)) python->insert(name);
     if (!path.empty()) path += ';';
     path += name;
   }
@@ -140,7 +153,7 @@ std::string syscall_caller(const Stack& stack) {
     const Frame& f = stack[k];
     if (f.kind == FrameKind::kKernel || f.module.rfind("[uprobes", 0) == 0) continue;
     if (python != stack.size() && f.kind != FrameKind::kPython) continue;  // the Python program's frames only
-    std::string name = f.kind == FrameKind::kPython && !f.function.empty() ? f.function : f.display_name();
+    std::string name = python_key(f);
     for (char& ch : name) {
       if (ch == ';' || ch == '|') ch = ':';
     }
@@ -149,19 +162,30 @@ std::string syscall_caller(const Stack& stack) {
   return sc + "|" + path;
 }
 
+// `span`: what is read (the recording, and the time span asked for).
+// `before_ns`: only the windows that end by then (the job's healthy past, into `past`); a window
+// that reaches past it holds the window being diagnosed too, and is no past.
+// `pid`: the rank's, or one of its workers' on the rank's node (then every path is rooted at
+// kWorkerFrame).
 Status load_profile(store::Store& s, const store::RowQuery& span, JobWindow& job, RankWindow& r, store::CountKind kind,
-                    double steps) {
+                    double steps, std::optional<uint64_t> before_ns = std::nullopt, RankPast* past = nullptr,
+                    uint32_t pid = 0) {
+  const bool worker = pid != 0 && pid != r.pid;
+  const std::string root = worker ? std::string(kWorkerFrame) + ";" : std::string();
   store::ProfileFilter f;
   f.from_ns = span.from_ns;
   f.to_ns = span.to_ns;
+  if (before_ns && (!f.to_ns || *before_ns < *f.to_ns)) f.to_ns = before_ns;
   const std::optional<int64_t> rec = span.recording;
-  f.node = r.node;
-  f.pid = r.pid;
+  f.node = r.node;  // pids repeat across nodes; a worker runs on its rank's node
+  f.pid = worker ? pid : r.pid;
   f.recording = rec;
   f.kind = kind;
   auto prof = s.load_profile(f);
   if (!prof) return prof.error();
-  Values& out = kind == store::CountKind::kOnCpu ? r.oncpu : r.offcpu;
+  if (before_ns && prof->start_ns + prof->duration_ns > *before_ns) return {};
+  Values& out = past ? (kind == store::CountKind::kOnCpu ? past->oncpu : past->offcpu)
+                     : (kind == store::CountKind::kOnCpu ? r.oncpu : r.offcpu);
   // On-CPU counts are samples of one period each; off-CPU counts are microseconds.
   double unit_ms = kind == store::CountKind::kOnCpu ? (prof->period_ns > 0 ? static_cast<double>(prof->period_ns) / kNsPerMs : 1000.0 / 99)
                                                      : 1e-3;
@@ -178,17 +202,52 @@ Status load_profile(store::Store& s, const store::RowQuery& span, JobWindow& job
       if (!blocked) continue;
     }
     auto it = path_of.find(smp.stack_index);
-    if (it == path_of.end()) it = path_of.emplace(smp.stack_index, job.names.id(call_path(stack, offcpu, &job.python_functions))).first;
+    if (it == path_of.end())
+      it = path_of.emplace(smp.stack_index, job.names.id(root + call_path(stack, offcpu, &job.python_functions))).first;
     const double ms = static_cast<double>(smp.count) * unit_ms / steps;
     out.push_back({it->second, ms});
-    if (!offcpu) {
+    if (!offcpu && !past) {
       std::string sc = syscall_caller(stack);
+      if (worker && !sc.empty()) sc.insert(sc.find('|') + 1, root);
       if (!sc.empty()) r.syscall_callers.push_back({job.names.id(sc), ms});
     }
   }
   normalize(out);
   normalize(r.syscall_callers);
   return {};
+}
+
+// Metrics of one process (a rank and its workers) over the windows that overlap a stretch.
+struct Acc {
+  std::array<double, kOsCount> sum{};
+  std::array<bool, kOsCount> seen{};
+  std::set<std::pair<uint64_t, uint64_t>> windows;
+  std::map<std::string, double> neighbours, kernels;
+  std::map<std::string, TcpLink> links;  // by "local>remote"
+  double bio_lat_sum = 0;
+  int bio_lat_n = 0;
+  double agent_ms = 0;  // the agent's own run time on the rank's CPUs
+  bool agent_seen = false;
+};
+
+// One OS metric of a process into its rank's sums; false when `name` is not one of these.
+bool add_os(Acc& a, const std::string& n, const std::string& label, double value) {
+  auto add = [&](Os o, double v) {
+    a.sum[static_cast<size_t>(o)] += v;
+    a.seen[static_cast<size_t>(o)] = true;
+  };
+  if (n == "os.cpu_time_us") add(Os::kCpu, value / 1e3);
+  else if (n == "os.runq_wait_us") add(Os::kRunqWait, value / 1e3);
+  else if (n == "os.cgroup_throttled_us") add(Os::kThrottled, value / 1e3);
+  else if (n == "os.direct_reclaim_us" || n == "os.compaction_stall_us") add(Os::kReclaim, value / 1e3);
+  else if (n == "os.blocked_us") {
+    if (label == "io" || label == "uninterruptible") add(Os::kBlockedIo, value / 1e3);
+    else a.seen[static_cast<size_t>(Os::kBlockedIo)] = true;
+  } else if (n == "os.irq_time_us" || n == "os.softirq_time_us") add(Os::kIrq, value / 1e3);
+  else if (n == "os.major_faults") add(Os::kMajorFaults, value);
+  else if (n == "os.bio_latency_us.mean") a.bio_lat_sum += value / 1e3, ++a.bio_lat_n;
+  else return false;
+  return true;
 }
 
 }  // namespace
@@ -221,6 +280,39 @@ size_t find_change_point(const std::vector<double>& s, double min_rise) {
   while (best > kMinSide && s[best - 1] > mb + 0.5 * best_rise) --best;
   return best;
 }
+
+namespace {
+
+// NVML's hardware series of one GPU (agent/gpu/nvml_source.h) over the analysis window: counters
+// of new errors are summed, link widths and generations kept at their highest (a link idles at a
+// lower generation to save power; a degraded one never reaches its full one), a lost GPU stays lost.
+void add_gpu_health(GpuState& g, const std::string& name, double v) {
+  auto sum = [&](double& dst) { dst = known(dst) ? dst + v : v; };
+  auto highest = [&](double& dst) { dst = known(dst) ? std::max(dst, v) : v; };
+  if (name == "gpu.ecc_uncorrected") sum(g.ecc_uncorrected);
+  else if (name == "gpu.ecc_corrected") sum(g.ecc_corrected);
+  else if (name == "gpu.retired_pages") sum(g.retired_pages);
+  else if (name == "gpu.pcie_replays") sum(g.pcie_replays);
+  else if (name == "gpu.nvlink_errors") sum(g.nvlink_errors);
+  else if (name == "gpu.pcie_link_gen") highest(g.pcie_gen);
+  else if (name == "gpu.pcie_link_width") highest(g.pcie_width);
+  else if (name == "gpu.pcie_link_max_width") highest(g.pcie_max_width);
+  else if (name == "gpu.lost" && v > 0) g.lost = true;
+}
+
+void copy_gpu_health(const GpuState& from, GpuState& to) {
+  to.ecc_uncorrected = from.ecc_uncorrected;
+  to.ecc_corrected = from.ecc_corrected;
+  to.retired_pages = from.retired_pages;
+  to.pcie_replays = from.pcie_replays;
+  to.nvlink_errors = from.nvlink_errors;
+  to.pcie_gen = from.pcie_gen;
+  to.pcie_width = from.pcie_width;
+  to.pcie_max_width = from.pcie_max_width;
+  to.lost = from.lost;
+}
+
+}  // namespace
 
 Result<JobWindow> load_job_window(store::Store& s, const LoadOptions& opt) {
   auto rec_r = s.latest_recording();
@@ -344,6 +436,19 @@ Result<JobWindow> load_job_window(store::Store& s, const LoadOptions& opt) {
   if (!colls) return colls.error();
   ByProc<RankWindow*> by_proc;
   for (auto& r : job.ranks) by_proc[{r.node, r.pid}] = &r;
+  // A rank's workers: recorded processes that inherited a RANK and descend from a rank's process on
+  // the same node (DataLoader workers). Their time is the rank's.
+  ByProc<RankWindow*> worker_of;
+  for (const auto& p : *procs) {
+    if (p.rank < 0 || by_proc.count({p.node, p.pid})) continue;
+    Proc up{p.node, p.ppid};
+    for (int depth = 0; depth < 64 && up.pid && !by_proc.count(up) && parent_of.count(up); ++depth)
+      up.pid = parent_of[up];
+    auto owner = by_proc.find(up);
+    if (owner == by_proc.end() || owner->second->rank != p.rank) continue;
+    worker_of[{p.node, p.pid}] = owner->second;
+    owner->second->workers.push_back(p.pid);
+  }
   for (const auto& c : *colls) {
     auto it = by_proc.find({c.node, c.pid});
     if (it == by_proc.end()) continue;
@@ -356,33 +461,44 @@ Result<JobWindow> load_job_window(store::Store& s, const LoadOptions& opt) {
       if (c.nranks == static_cast<int>(job.ranks.size())) job.communicator = c.comm_id;
     }
   }
-  for (auto& r : job.ranks) {
+  // Kernel time per kernel name from the device timeline, when there is one: exact per stretch
+  // (the window being diagnosed, and the healthy past before it), where the metric windows may
+  // span both.
+  std::vector<std::map<std::string, double>> kernels_now(job.ranks.size()), kernels_past(job.ranks.size());
+  for (size_t i = 0; i < job.ranks.size(); ++i) {
+    RankWindow& r = job.ranks[i];
     store::RowQuery q = span;
     q.node = r.node;
     q.pid = r.pid;
     auto dev = s.query_device_activity(q);
     if (!dev) return dev.error();
-    for (const auto& d : *dev) r.last_device_ns = std::max(r.last_device_ns, d.end_ns);
+    const auto& st = src[i].steps;
+    uint64_t now_from = st.empty() ? 0 : st[cp > 0 && cp < st.size() ? cp : 0].start_ns;
+    uint64_t past_from = st.empty() ? 0 : st.front().start_ns;
+    for (const auto& d : *dev) {
+      r.last_device_ns = std::max(r.last_device_ns, d.end_ns);
+      if (d.kind != "kernel" || st.empty()) continue;
+      double dur = ms_of(d.end_ns > d.start_ns ? d.end_ns - d.start_ns : 0);
+      if (d.start_ns >= now_from) kernels_now[i][d.name] += dur;
+      else if (cp > 0 && d.start_ns >= past_from) kernels_past[i][d.name] += dur;
+    }
   }
 
   // Metrics: rates over the recording windows that overlap the analysis window, times the rank's
   // step time, give time per step.
   auto rows = s.query_metrics(span);
   if (!rows) return rows.error();
-  struct Acc {
-    std::array<double, kOsCount> sum{};
-    std::array<bool, kOsCount> seen{};
-    std::set<std::pair<uint64_t, uint64_t>> windows;
-    std::map<std::string, double> neighbours, kernels;
-    std::map<std::string, TcpLink> links;  // by "local>remote"
-    double bio_lat_sum = 0;
-    int bio_lat_n = 0;
-  };
-  ByProc<Acc> acc;
+  ByProc<Acc> acc, past_acc;
+  // The healthy past starts at the baseline's first step (after warm-up).
+  uint64_t past_from_ns = UINT64_MAX;
+  for (const auto& rs : src) {
+    if (!rs.steps.empty()) past_from_ns = std::min(past_from_ns, rs.steps.front().start_ns);
+  }
   struct Gpu {
     double clock = 0, max_clock = 0;
     int clock_n = 0;
     std::map<std::string, std::pair<double, int>> reasons;
+    GpuState health;  // the hardware series (model.h), summed / lowest over the window
   };
   std::map<std::pair<std::string, std::string>, Gpu> gpus;  // by (node, "gpuN"): every node has a gpu0
   ByProc<uint64_t> last_seen, last_seen_end;
@@ -390,6 +506,7 @@ Result<JobWindow> load_job_window(store::Store& s, const LoadOptions& opt) {
     Proc rank, neighbour;
     std::string comm;
     double ms;
+    bool past;
   };
   std::vector<NeighbourTime> neighbour_time;
   ByProc<std::pair<uint64_t, std::string>> neighbour_name;  // (seen at, name)
@@ -402,6 +519,7 @@ Result<JobWindow> load_job_window(store::Store& s, const LoadOptions& opt) {
       auto& g = gpus[{row.node, m.label}];
       if (m.name == "gpu.sm_clock_mhz") g.clock += m.value, ++g.clock_n;
       if (m.name == "gpu.max_sm_clock_mhz") g.max_clock = std::max(g.max_clock, m.value);
+      add_gpu_health(g.health, m.name, m.value);
       if (m.name.rfind("gpu.throttle.", 0) == 0) {
         auto& reason = g.reasons[m.name.substr(13)];
         reason.first += m.value;
@@ -412,30 +530,32 @@ Result<JobWindow> load_job_window(store::Store& s, const LoadOptions& opt) {
     latest_window_start = std::max(latest_window_start, row.start_ns);
     const Proc proc{row.node, m.pid};
     auto it = by_proc.find(proc);
-    if (it == by_proc.end()) continue;
+    if (it == by_proc.end()) {
+      // A worker's OS metrics count for its rank (not its GPU, links or liveness: the rank's own).
+      auto w = worker_of.find(proc);
+      if (w == worker_of.end() || m.name.rfind("os.", 0) != 0 || m.name == "os.neighbour_run_us") continue;
+      bool before = row.end_ns < job.start_ns;
+      if (before && (cp == 0 || row.start_ns < past_from_ns)) continue;
+      Acc& a = (before ? past_acc : acc)[{w->second->node, w->second->pid}];
+      a.windows.insert({row.start_ns, row.end_ns});
+      add_os(a, m.name, m.label, m.value);
+      continue;
+    }
     last_seen[proc] = std::max(last_seen[proc], row.start_ns);
     last_seen_end[proc] = std::max(last_seen_end[proc], row.end_ns);
     RankWindow& r = *it->second;
     if (m.name == "gpu.device") r.gpu.index = static_cast<int>(m.value);
-    if (row.end_ns < job.start_ns) continue;  // before the analysis window
-    Acc& a = acc[proc];
+    // Before the analysis window: the job's healthy past (after a change point), kept apart.
+    bool before = row.end_ns < job.start_ns;
+    if (before && (cp == 0 || row.start_ns < past_from_ns)) continue;  // no past, or warm-up
+    Acc& a = (before ? past_acc : acc)[proc];
     a.windows.insert({row.start_ns, row.end_ns});
-    auto add = [&](Os o, double v) {
-      a.sum[static_cast<size_t>(o)] += v;
-      a.seen[static_cast<size_t>(o)] = true;
-    };
     const std::string& n = m.name;
-    if (n == "os.cpu_time_us") add(Os::kCpu, m.value / 1e3);
-    else if (n == "os.runq_wait_us") add(Os::kRunqWait, m.value / 1e3);
-    else if (n == "os.cgroup_throttled_us") add(Os::kThrottled, m.value / 1e3);
-    else if (n == "os.direct_reclaim_us" || n == "os.compaction_stall_us") add(Os::kReclaim, m.value / 1e3);
-    else if (n == "os.blocked_us") {
-      if (m.label == "io" || m.label == "uninterruptible") add(Os::kBlockedIo, m.value / 1e3);
-      else a.seen[static_cast<size_t>(Os::kBlockedIo)] = true;
-    } else if (n == "os.irq_time_us" || n == "os.softirq_time_us") add(Os::kIrq, m.value / 1e3);
-    else if (n == "os.major_faults") add(Os::kMajorFaults, m.value);
-    else if (n == "os.bio_latency_us.mean") a.bio_lat_sum += m.value / 1e3, ++a.bio_lat_n;
-    else if (n == "api.time_us" && m.label.find("LaunchKernel") != std::string::npos) add(Os::kLaunchApi, m.value / 1e3);
+    if (add_os(a, n, m.label, m.value)) {
+    } else if (n == "api.time_us" && m.label.find("LaunchKernel") != std::string::npos) {
+      a.sum[static_cast<size_t>(Os::kLaunchApi)] += m.value / 1e3;
+      a.seen[static_cast<size_t>(Os::kLaunchApi)] = true;
+    }
     else if (n == "os.neighbour_run_us") {
       // "comm:pid"; the job's own processes are not neighbours (job_pids above). Named below by
       // the pid's recorded process name, else its latest name: a process renamed mid-run (exec,
@@ -447,7 +567,7 @@ Result<JobWindow> load_job_window(store::Store& s, const LoadOptions& opt) {
       if (job_procs.count(neighbour)) continue;
       auto& latest = neighbour_name[neighbour];
       if (row.end_ns >= latest.first) latest = {row.end_ns, comm};
-      neighbour_time.push_back({proc, neighbour, comm, m.value / 1e3});
+      neighbour_time.push_back({proc, neighbour, comm, m.value / 1e3, before});
     } else if (n == "gpu.kernel_us") {
       a.kernels[m.label] += m.value / 1e3;
     } else if (n.rfind("net.tcp_", 0) == 0) {
@@ -467,7 +587,14 @@ Result<JobWindow> load_job_window(store::Store& s, const LoadOptions& opt) {
     auto rn = recorded_name.find(t.neighbour);
     const auto& latest = neighbour_name[t.neighbour];
     std::string name = rn != recorded_name.end() && t.neighbour.pid ? rn->second : !latest.second.empty() ? latest.second : t.comm;
-    acc[t.rank].neighbours[name] += t.ms;
+    Acc& a = (t.past ? past_acc : acc)[t.rank];
+    // The agent is never a neighbour: its time is its cost, said apart (RankWindow::agent_ms).
+    if (is_agent(name) || is_agent(t.comm)) {
+      a.agent_ms += t.ms;
+      a.agent_seen = true;
+    } else {
+      a.neighbours[name] += t.ms;
+    }
   }
 
   for (auto& r : job.ranks) {
@@ -477,26 +604,46 @@ Result<JobWindow> load_job_window(store::Store& s, const LoadOptions& opt) {
     const Proc proc{r.node, r.pid};
     r.alive = last_seen.count(proc) && last_seen[proc] > r.last_progress_ns &&
               last_seen_end[proc] > latest_window_start;
+    // Rates over the windows, times the step time: per step.
+    auto per_step_of = [](const Acc& a, double step_ms) {
+      double dur_ms = 0;
+      for (const auto& w : a.windows) dur_ms += ms_of(w.second - w.first);
+      return dur_ms > 0 && known(step_ms) ? step_ms / dur_ms : 0;
+    };
+    auto fill = [&](const Acc& a, double per_step, std::array<double, kOsCount>& os, Values& neighbours, Values& kernels) {
+      for (size_t k = 0; k < kOsCount; ++k) {
+        if (a.seen[k]) os[k] = a.sum[k] * per_step;
+      }
+      for (const auto& [name, v] : a.neighbours) neighbours.push_back({job.names.id(name), v * per_step});
+      for (const auto& [name, v] : a.kernels) kernels.push_back({job.names.id(name), v * per_step});
+      normalize(neighbours);
+      normalize(kernels);
+    };
     auto it = acc.find(proc);
     if (it != acc.end() && known(r.now.step_ms)) {
       Acc& a = it->second;
-      double dur_ms = 0;
-      for (const auto& w : a.windows) dur_ms += ms_of(w.second - w.first);
-      double per_step = dur_ms > 0 ? r.now.step_ms / dur_ms : 0;
-      for (size_t k = 0; k < kOsCount; ++k) {
-        if (a.seen[k]) r.os[k] = a.sum[k] * per_step;
-      }
+      double per_step = per_step_of(a, r.now.step_ms);
+      fill(a, per_step, r.os, r.neighbours, r.kernels);
       if (a.bio_lat_n > 0) r.set(Os::kBioLatency, a.bio_lat_sum / a.bio_lat_n);
-      for (const auto& [name, v] : a.neighbours) r.neighbours.push_back({job.names.id(name), v * per_step});
-      for (const auto& [name, v] : a.kernels) r.kernels.push_back({job.names.id(name), v * per_step});
-      normalize(r.neighbours);
-      normalize(r.kernels);
+      if (a.agent_seen) r.agent_ms = a.agent_ms * per_step;
       for (auto& [label, l] : a.links) r.links.push_back(std::move(l));
     }
+    size_t index = static_cast<size_t>(&r - job.ranks.data());
+    auto per_kernel = [&](const std::map<std::string, double>& m, uint32_t steps, Values& out) {
+      if (m.empty() || steps == 0) return;
+      out.clear();
+      for (const auto& [name, v] : m) out.push_back({job.names.id(name), v / steps});
+      normalize(out);
+    };
+    per_kernel(kernels_now[index], r.now.steps, r.kernels);
+    auto pt = past_acc.find(proc);
+    if (pt != past_acc.end() && known(r.base.step_ms)) fill(pt->second, per_step_of(pt->second, r.base.step_ms), r.past.os, r.past.neighbours, r.past.kernels);
+    per_kernel(kernels_past[index], cp > 0 ? r.base.steps : 0, r.past.kernels);
     if (r.gpu.index >= 0) {
       auto g = gpus.find({r.node, "gpu" + std::to_string(r.gpu.index)});
       if (g != gpus.end()) {
         r.gpu.known = true;
+        copy_gpu_health(g->second.health, r.gpu);
         if (g->second.clock_n > 0 && g->second.max_clock > 0) {
           r.gpu.sm_clock_ratio = g->second.clock / g->second.clock_n / g->second.max_clock;
         }
@@ -512,6 +659,45 @@ Result<JobWindow> load_job_window(store::Store& s, const LoadOptions& opt) {
     double steps = static_cast<double>(std::max<size_t>(1, steps_by_proc[proc].size()));
     if (auto st = load_profile(s, span, job, r, store::CountKind::kOnCpu, steps); !st) return st.error();
     if (auto st = load_profile(s, span, job, r, store::CountKind::kOffCpu, steps); !st) return st.error();
+    for (uint32_t w : r.workers) {
+      for (auto kind : {store::CountKind::kOnCpu, store::CountKind::kOffCpu}) {
+        if (auto st = load_profile(s, span, job, r, kind, steps, std::nullopt, nullptr, w); !st) return st.error();
+      }
+    }
+    if (cp > 0 && r.base.steps > 0) {
+      double base_steps = static_cast<double>(r.base.steps);
+      for (auto kind : {store::CountKind::kOnCpu, store::CountKind::kOffCpu}) {
+        if (auto st = load_profile(s, span, job, r, kind, base_steps, job.start_ns, &r.past); !st) return st.error();
+        for (uint32_t w : r.workers) {
+          if (auto st = load_profile(s, span, job, r, kind, base_steps, job.start_ns, &r.past, w); !st) return st.error();
+        }
+      }
+    }
+  }
+  // The job's own past per layer, from the healthy stretch before the change point: the same
+  // JobBaseline a collector keeps between rounds, here from one stretch (the baseline steps).
+  if (cp > 0) {
+    JobWindow healthy;
+    healthy.job = job.job;
+    healthy.names = job.names;
+    for (const auto& r : job.ranks) {
+      RankWindow h;
+      h.rank = r.rank;
+      h.node = r.node;
+      h.pid = r.pid;
+      h.now = r.base;
+      h.now.steps = r.base.steps;
+      h.os = r.past.os;
+      h.kernels = r.past.kernels;
+      h.oncpu = r.past.oncpu;
+      h.offcpu = r.past.offcpu;
+      h.neighbours = r.past.neighbours;
+      healthy.ranks.push_back(std::move(h));
+    }
+    JobBaseline baseline;
+    baseline.absorb(healthy);
+    for (auto& r : job.ranks) r.past = RankPast{};
+    baseline.apply(job);
   }
   for (const auto& r : job.ranks) job.observed_until_ns = std::max(job.observed_until_ns, r.last_progress_ns);
   return job;

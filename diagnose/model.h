@@ -39,6 +39,13 @@ class Names {
   std::vector<std::string> names_;
 };
 
+// The agent's process name: never a neighbour, never a culprit (RankWindow::agent_ms holds its cost).
+inline constexpr std::string_view kAgentProcess = "strata";
+inline bool is_agent(std::string_view process) { return process == kAgentProcess; }
+// The root frame of a call path sampled in one of a rank's worker processes (a DataLoader worker):
+// its time counts for the rank, and the evidence says where it ran.
+inline constexpr std::string_view kWorkerFrame = "[worker]";
+
 struct Value {
   NameId name = 0;
   double ms_per_step = 0;
@@ -85,6 +92,17 @@ struct GpuState {
   bool known = false;
   double sm_clock_ratio = kUnknown;  // current / max SM clock
   std::string throttle_reasons;      // "hw_slowdown,hw_thermal"; empty when none
+  // Hardware health in the window (agent/gpu/nvml_source.h's series; kUnknown: not recorded).
+  // Counters are what was new in the window, summed over its metric windows.
+  double ecc_uncorrected = kUnknown;  // gpu.ecc_uncorrected
+  double ecc_corrected = kUnknown;    // gpu.ecc_corrected (evidence only: ECC corrects these)
+  double retired_pages = kUnknown;    // gpu.retired_pages: pages retired / rows remapped (not collected yet)
+  double pcie_replays = kUnknown;     // gpu.pcie_replays
+  double pcie_gen = kUnknown;         // gpu.pcie_link_gen, highest in the window
+  double pcie_width = kUnknown;       // gpu.pcie_link_width, highest in the window
+  double pcie_max_width = kUnknown;   // gpu.pcie_link_max_width
+  double nvlink_errors = kUnknown;    // gpu.nvlink_errors
+  bool lost = false;                  // gpu.lost: NVML says GPU_IS_LOST (fell off the bus, Xid 79)
 };
 
 // One TCP connection of a rank in the analysis window, seen from the rank's side. "local" and
@@ -95,12 +113,32 @@ struct TcpLink {
   double sent_bytes = 0, received_bytes = 0;
 };
 
+// The job's own healthy past of one rank, per layer (JobBaseline::apply fills it, diagnose/
+// baseline.h): what each layer measured per step over recent healthy windows, so a layer that grew
+// on every rank is seen against the job's history when no peer can serve as the reference.
+// windows == 0: no past. Names are interned in the JobWindow the past was applied to.
+struct RankPast {
+  uint32_t windows = 0;  // healthy windows summarized
+  double step_ms = kUnknown;
+  double wait_ms = kUnknown;  // collective time per step
+  double device_compute_ms = kUnknown;
+  std::array<double, kOsCount> os;
+  Values kernels;     // GPU kernel time per step, by kernel name
+  Values oncpu;       // by call path, as RankWindow::oncpu
+  Values offcpu;
+  Values neighbours;
+
+  RankPast() { os.fill(kUnknown); }
+  double get(Os m) const { return os[static_cast<size_t>(m)]; }
+};
+
 struct RankWindow {
   int rank = -1;
   uint32_t pid = 0;
   std::string node;
   PhaseStats now;   // the window being diagnosed
   PhaseStats base;  // the job's own history before it (steps == 0: none)
+  RankPast past;    // the same history per layer (windows == 0: none)
   std::array<double, kOsCount> os;
   GpuState gpu;
   Values neighbours;  // other processes on this rank's CPUs: run time per step, by process name
@@ -113,6 +151,12 @@ struct RankWindow {
   Values syscall_callers;
   std::vector<TcpLink> links;  // TCP connections that moved data (empty: not recorded)
   std::string process;  // the rank's process name (comm)
+  // The agent's own run time on the rank's CPUs per step (kUnknown: not seen): its budgeted cost,
+  // reported apart and never a neighbour or a culprit.
+  double agent_ms = kUnknown;
+  // The rank's child processes that inherited its RANK (DataLoader workers): their CPU, off-CPU,
+  // I/O and OS metrics are counted in the rank's, their call paths rooted at kWorkerFrame.
+  std::vector<uint32_t> workers;
   bool alive = true;              // the process was still seen at the end of the window
   uint64_t last_progress_ns = 0;  // last collective completion or step end (unix ns)
   uint64_t last_device_ns = 0;    // end of the last device work seen; 0: unknown

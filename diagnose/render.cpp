@@ -27,11 +27,13 @@ std::string num(double v, const char* f = "%.1f") { return std::isfinite(v) ? js
 void write_json(const Diagnosis& dx, std::ostream& out) {
   out << "{\"job\":" << json_string(dx.job) << ",\"ranks\":" << dx.ranks
       << ",\"step_ms\":" << json_number(dx.step_ms) << ",\"baseline_step_ms\":" << json_number(dx.baseline_step_ms)
-      << ",\"healthy\":" << (dx.findings.empty() ? "true" : "false") << ",\"findings\":[";
+      << ",\"healthy\":" << (dx.findings.empty() && dx.note.empty() ? "true" : "false");
+  if (!dx.note.empty()) out << ",\"note\":" << json_string(dx.note);
+  out << ",\"findings\":[";
   for (size_t i = 0; i < dx.findings.size(); ++i) {
     const auto& f = dx.findings[i];
-    out << (i ? "," : "") << "{\"rank\":" << f.rank << ",\"node\":" << json_string(f.node)
-        << ",\"layer\":" << json_string(f.layer) << ",\"cause\":" << json_string(f.cause)
+    out << (i ? "," : "") << "{\"scope\":" << json_string(scope_name(f.scope)) << ",\"rank\":" << f.rank << ",\"node\":" << json_string(f.node)
+        << ",\"layer\":" << json_string(f.layer) << ",\"cause\":" << json_string(cause_name(f.cause))
         << ",\"culprit\":" << json_string(f.culprit) << ",\"lost_ms_per_step\":" << json_number(f.lost_ms_per_step)
         << ",\"confidence\":" << json_number(f.confidence, "%.2f") << ",\"evidence\":[";
     for (size_t k = 0; k < f.evidence.size(); ++k) out << (k ? "," : "") << json_string(f.evidence[k]);
@@ -50,12 +52,16 @@ void write_text(const Diagnosis& dx, std::ostream& out) {
       << " ms";
   if (std::isfinite(dx.baseline_step_ms)) out << " (baseline " << num(dx.baseline_step_ms) << " ms)";
   out << "\n";
-  if (dx.findings.empty()) {
+  if (!dx.note.empty()) {
+    out << dx.note << "\n";
+  } else if (dx.findings.empty()) {
     out << "healthy: no rank, layer or link explains a slowdown\n";
   }
   for (size_t i = 0; i < dx.findings.size(); ++i) {
     const auto& f = dx.findings[i];
-    out << "\n" << (i + 1) << ". " << f.cause << " on rank " << f.rank;
+    out << "\n" << (i + 1) << ". " << cause_name(f.cause);
+    if (f.scope == Scope::kJob) out << " on the whole job";
+    else out << " on rank " << f.rank;
     if (!f.node.empty()) out << " (node " << f.node << ")";
     out << ", " << f.layer << " layer: " << f.culprit << "\n";
     out << "   costs " << num(f.lost_ms_per_step) << " ms per step, confidence " << num(100 * f.confidence, "%.0f") << "%\n";

@@ -1,5 +1,5 @@
 // The diagnosis as people read it, and as DESIGN §8's `diagnose --json` contract fixes it:
-//   {"job":..,"findings":[{"rank":..,"node":..,"layer":..,"cause":..,"culprit":..,
+//   {"job":..,"findings":[{"scope":"rank|job","rank":..,"node":..,"layer":..,"cause":..,"culprit":..,
 //     "lost_ms_per_step":..,"confidence":..,"evidence":[...]}]}
 // plus keys the contract allows to be added: step times, advice, the second opinion.
 #pragma once

@@ -37,16 +37,6 @@ std::vector<Feature> features() {
   return f;
 }
 
-// The function a call path is in, for per-function summaries: its deepest Python function when it
-// has one (the frames below are the interpreter's), else its leaf.
-std::string function_of(const JobWindow& job, const std::string& path) {
-  auto frames = split_path(path);
-  for (size_t i = frames.size(); i-- > 0 && !job.python_functions.empty();) {
-    if (job.python_functions.count(std::string(frames[i]))) return std::string(frames[i]);
-  }
-  return short_function(frames.back());
-}
-
 // Each rank's time per step by function (sparse: only where it ran).
 struct FunctionTimes {
   std::vector<std::string> names;
@@ -61,7 +51,8 @@ FunctionTimes function_times(const JobWindow& job, Values RankWindow::*profile) 
     for (const auto& v : job.ranks[i].*profile) {
       auto it = fn_of_path.find(v.name);
       if (it == fn_of_path.end()) {
-        std::string fn = function_of(job, job.names.name(v.name));
+        // Stacks that name no code are no function's time (function_key is "" for them).
+        std::string fn = function_key(job, job.names.name(v.name));
         auto [ix, fresh] = index.emplace(fn, out.names.size());
         if (fresh) {
           out.names.push_back(fn);
@@ -69,7 +60,7 @@ FunctionTimes function_times(const JobWindow& job, Values RankWindow::*profile) 
         }
         it = fn_of_path.emplace(v.name, ix->second).first;
       }
-      mine[it->second] += v.ms_per_step;
+      if (!out.names[it->second].empty()) mine[it->second] += v.ms_per_step;
     }
     for (const auto& [f, ms] : mine) out.by_rank[f].push_back({i, ms});
   }
@@ -81,7 +72,8 @@ FunctionTimes function_times(const JobWindow& job, Values RankWindow::*profile) 
 SecondOpinion second_opinion(const JobWindow& job) {
   SecondOpinion so;
   size_t n = job.ranks.size();
-  if (n < 3) return so;  // nothing to compare a rank with
+  if (n < 3) return so;  // nothing to compare a rank with: no opinion (compared stays false)
+  so.compared = true;
   constexpr double kThreshold = 6;
   std::vector<double> score(n, 0);
   std::vector<std::string> why(n);

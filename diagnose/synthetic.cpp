@@ -1,20 +1,33 @@
 #include "diagnose/synthetic.h"
 
+#include "diagnose/baseline.h"
+
 #include <algorithm>
 #include <random>
 
 namespace strata::diagnose {
 
 std::string planted_culprit(const PlantedFault& f) {
+  if (f.rank == kAllRanks) {
+    if (f.cause == "gpu-slow") return "the GPUs of every rank";
+    if (f.cause == "network-slow") return "communicator synthetic-comm";
+    if (f.cause == "io-stall") return "load_batch";
+  }
   if (f.cause == "cpu-contention") return "logrotate";
   if (f.cause == "host-hotspot") return "slow_augment";
   if (f.cause == "io-stall") return "load_batch";
   if (f.cause == "memory-reclaim") return "preprocess";
   if (f.cause == "cpu-throttling") return "cgroup cpu quota";
   // Ranks drive GPUs 0-7 of their node.
-  if (f.cause == "gpu-slow" || f.cause == "hang") return "GPU " + std::to_string(f.rank % 8);
+  if (f.cause == "gpu-slow" || f.cause == "hang" || f.cause == "gpu-lost" || f.cause == "gpu-memory-errors" ||
+      f.cause == "pcie-degraded" || f.cause == "nvlink-degraded")
+    return "GPU " + std::to_string(f.rank % 8);
+  if (f.cause == "kernel-regression") return "ampere_sgemm_128x64_tn";
   if (f.cause == "network-slow") return "link of rank " + std::to_string(f.rank);
   if (f.cause == "workload-imbalance") return "larger batches";
+  if (f.cause == "page-faults") return "major page faults";
+  if (f.cause == "launch-bound") return "kernel launches";
+  if (f.cause == "irq-softirq") return "interrupts on rank " + std::to_string(f.rank);
   return "";
 }
 
@@ -50,6 +63,14 @@ JobWindow make_synthetic_job(const SyntheticSpec& spec) {
     r.gpu.index = static_cast<int>(i % 8);
     r.gpu.known = true;
     r.gpu.sm_clock_ratio = 1.0;
+    // A healthy board: no new errors, its PCIe link at its full width (Gen4 x16).
+    r.gpu.ecc_uncorrected = 0;
+    r.gpu.ecc_corrected = 0;
+    r.gpu.pcie_replays = 0;
+    r.gpu.nvlink_errors = 0;
+    r.gpu.pcie_gen = 4;
+    r.gpu.pcie_width = 16;
+    r.gpu.pcie_max_width = 16;
     r.now.steps = 100;
     r.now.device_compute_ms = noisy(0.6 * s);
     r.now.gpu_idle_ms = noisy(0.1 * s);
@@ -76,10 +97,21 @@ JobWindow make_synthetic_job(const SyntheticSpec& spec) {
   double comm = 0.28 * s;
   double link_wait = 0;
   int link_rank = -1;
+  double link_all = 0;  // every link slower: every collective takes this much longer
   bool hang = false;
   int hang_rank = -1;
 
+  // A job-wide fault is the same fault planted on every rank.
+  std::vector<PlantedFault> planted;
   for (const auto& f : spec.faults) {
+    if (f.rank != kAllRanks) {
+      planted.push_back(f);
+      continue;
+    }
+    for (size_t i = 0; i < spec.ranks; ++i) planted.push_back({static_cast<int>(i), f.cause, f.ms});
+    if (f.cause == "network-slow") link_all = f.ms;
+  }
+  for (const auto& f : planted) {
     if (f.rank < 0 || static_cast<size_t>(f.rank) >= spec.ranks) continue;
     RankWindow& r = job.ranks[static_cast<size_t>(f.rank)];
     auto addv = [&](Values& v, NameId n, double ms) {
@@ -127,17 +159,51 @@ JobWindow make_synthetic_job(const SyntheticSpec& spec) {
     } else if (f.cause == "irq-softirq") {
       host(f.ms);
       r.set(Os::kIrq, r.get(Os::kIrq) + f.ms);
-    } else if (f.cause == "network-slow") {
+    } else if (f.cause == "page-faults") {
+      // Major faults that read from a disk at 2 ms each (its working set swapped out).
+      host(f.ms);
+      r.set(Os::kBioLatency, 2);
+      r.set(Os::kMajorFaults, r.get(Os::kMajorFaults) + f.ms / 2);
+    } else if (f.cause == "launch-bound") {
+      // The host spends the time launching kernels (many small ones): the GPU waits for launches.
+      host(f.ms);
+      r.set(Os::kLaunchApi, r.get(Os::kLaunchApi) + f.ms);
+    } else if (f.cause == "kernel-regression") {
+      // One kernel slower; the GPU and everything else as before.
+      r.now.device_compute_ms += f.ms;
+      busy[static_cast<size_t>(f.rank)] += f.ms;
+      for (auto& k : r.kernels) k.ms_per_step += k.name == k_gemm ? f.ms : 0;
+    } else if (f.cause == "network-slow" && link_all == 0) {
       link_wait = std::max(link_wait, f.ms);
       link_rank = f.rank;
     } else if (f.cause == "hang") {
       hang = true;
       hang_rank = f.rank;
+    } else if (f.cause == "gpu-lost") {
+      // The GPU fell off the bus: its rank stops, the others wait for it in the collective.
+      hang = true;
+      hang_rank = f.rank;
+      r.gpu.lost = true;
+    } else if (f.cause == "gpu-memory-errors") {
+      // Uncorrectable errors: the job is not slower (yet), its data is wrong.
+      r.gpu.ecc_uncorrected = 2;
+      r.gpu.ecc_corrected = 37;
+    } else if (f.cause == "pcie-degraded" || f.cause == "nvlink-degraded") {
+      // Every transfer through the link is slower (fewer lanes, packets resent): the rank's device
+      // work takes longer.
+      r.now.device_compute_ms += f.ms;
+      busy[static_cast<size_t>(f.rank)] += f.ms;
+      if (f.cause == "pcie-degraded") {
+        r.gpu.pcie_width = 4;
+        r.gpu.pcie_replays = 600;  // 60 a minute over the 10 s window
+      } else {
+        r.gpu.nvlink_errors = 900;
+      }
     }
   }
 
   // A synchronous job: every rank leaves the collective when the slowest arrives.
-  double step = *std::max_element(busy.begin(), busy.end()) + comm + link_wait;
+  double step = *std::max_element(busy.begin(), busy.end()) + comm + link_wait + link_all;
   size_t n = spec.ranks;
   for (size_t i = 0; i < n; ++i) {
     RankWindow& r = job.ranks[i];
@@ -157,6 +223,23 @@ JobWindow make_synthetic_job(const SyntheticSpec& spec) {
       r.base.wait_ms = healthy_step - (r.now.device_compute_ms + r.now.gpu_idle_ms);
       r.base.wait_ms = std::max(r.base.wait_ms, 0.2 * s);
     }
+  }
+  if (link_all > 0) {
+    // Every link slower: each rank's bulk connection to the next in the ring has a long RTT.
+    auto ep = [](size_t i, int port) { return "10.0.0." + std::to_string(i + 1) + ":" + std::to_string(port); };
+    for (size_t i = 0; i < n && n > 1; ++i) {
+      size_t next = (i + 1) % n;
+      job.ranks[i].links.push_back({ep(i, 50000), ep(next, 4000), 19.0, 5e7, 0});
+      job.ranks[next].links.push_back({ep(next, 4000), ep(i, 50000), 0.01, 0, 5e7});
+    }
+  }
+  if (spec.past) {
+    SyntheticSpec healthy = spec;
+    healthy.faults.clear();
+    healthy.past = false;
+    JobBaseline past;
+    past.absorb(make_synthetic_job(healthy));
+    past.apply(job);
   }
   if (hang) {
     // Everyone stopped 30 s ago; the hung rank's GPU a little before its peers'.

@@ -10,10 +10,12 @@
 namespace strata::diagnose {
 
 struct PlantedFault {
-  int rank = 0;
+  int rank = 0;        // kAllRanks: every rank alike (a job-wide fault)
   std::string cause;   // a DESIGN §6 cause class
   double ms = 40;      // extra time per step on that rank (the link's extra wait for network-slow)
 };
+
+inline constexpr int kAllRanks = -1;
 
 struct SyntheticSpec {
   size_t ranks = 8;
@@ -21,6 +23,7 @@ struct SyntheticSpec {
   double noise = 0.02;      // relative spread of per-rank times
   unsigned seed = 1;
   bool baseline = true;     // give the ranks a healthy history to compare with
+  bool past = false;        // and a past per layer (JobBaseline of the same job without faults)
   std::vector<PlantedFault> faults;
 };
 

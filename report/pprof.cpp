@@ -146,6 +146,9 @@ Status write_pprof(const Profile& p, const std::string& path) {
   const int64_t k_pid = b.str("pid");
   const int64_t k_tid = b.str("tid");
   const int64_t k_thread = b.str("thread");
+  const int64_t k_rank = b.str("rank");
+  const int64_t k_node = b.str("node");
+  const int64_t k_job = b.str("job");
 
   // Location ids per stack, computed once: many samples share a stack.
   std::vector<std::vector<uint64_t>> stack_locations(p.stacks.size());
@@ -174,6 +177,25 @@ Status write_pprof(const Profile& p, const std::string& path) {
       l = ps->add_label();
       l->set_key(k_thread);
       l->set_str(b.str(s.comm));
+    }
+    // Rank, node and job, so Pyroscope and Parca can split and filter a job's profile by them.
+    if (auto it = p.processes.find(s.pid); it != p.processes.end()) {
+      const ProcessLabels& who = it->second;
+      if (who.rank >= 0) {
+        l = ps->add_label();
+        l->set_key(k_rank);
+        l->set_num(who.rank);
+      }
+      if (!who.node.empty()) {
+        l = ps->add_label();
+        l->set_key(k_node);
+        l->set_str(b.str(who.node));
+      }
+      if (!who.job.empty()) {
+        l = ps->add_label();
+        l->set_key(k_job);
+        l->set_str(b.str(who.job));
+      }
     }
   }
 

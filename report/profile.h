@@ -3,6 +3,7 @@
 #pragma once
 
 #include <cstdint>
+#include <map>
 #include <string>
 #include <vector>
 
@@ -19,6 +20,13 @@ struct ProfileSample {
   std::string node;    // where the process runs: pids repeat across nodes
 };
 
+// Who a process is in the job, for exporters' labels (pprof: rank, node, job), as the store has it.
+struct ProcessLabels {
+  int rank = -1;  // -1: not a training rank
+  std::string node;
+  std::string job;
+};
+
 struct Profile {
   std::string kind = "oncpu";        // oncpu | offcpu
   std::string value_unit = "count";  // pprof unit of sample values: count | microseconds
@@ -27,6 +35,9 @@ struct Profile {
   uint64_t duration_ns = 0;
   std::vector<Stack> stacks;  // each leaf first
   std::vector<ProfileSample> samples;
+  // By pid, for the processes the samples name; a pid missing here gets no such labels (one pid on
+  // two nodes of one export is ambiguous, so left out by whoever fills this).
+  std::map<uint32_t, ProcessLabels> processes;
 
   uint64_t total() const {
     uint64_t t = 0;

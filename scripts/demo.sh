@@ -38,3 +38,7 @@ echo "diagnosis:  $OUT/diagnosis.json"
 echo "folded:     $OUT/demo.folded   (flamegraph.pl $OUT/demo.folded > flame.svg)"
 echo "pprof:      $OUT/demo.pb.gz    (go tool pprof -top $OUT/demo.pb.gz)"
 echo "timeline:   $OUT/trace.json    (open in https://ui.perfetto.dev)"
+echo
+echo "To look at this recording in the browser, run this and open http://127.0.0.1:7878/ :"
+echo
+echo "  $STRATA serve --store sqlite:$OUT/demo.db"

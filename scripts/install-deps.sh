@@ -7,7 +7,7 @@ PKGS=(
   build-essential cmake make pkg-config clang llvm
   libbpf-dev bpftool libelf-dev libdw-dev zlib1g-dev
   libsqlite3-dev sqlite3 libzstd-dev libprotobuf-dev protobuf-compiler
-  libcpp-httplib-dev libssl-dev libgtest-dev libgmock-dev
+  libcpp-httplib-dev libssl-dev libgtest-dev libgmock-dev libcli11-dev nlohmann-json3-dev
   linux-perf bpftrace python3 python3-torch iproute2 procps
   zstd clickhouse-server clickhouse-client
 )

@@ -174,7 +174,9 @@ Result<std::string> Diagnoser::diagnose_job(const std::string& job) {
   auto count = [&](bool ok) {
     std::lock_guard lock(mu_);
     (ok ? counters_.diagnosed : counters_.failed)++;
-    counters_.seconds += std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+    const double dt = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+    counters_.seconds += dt;
+    counters_.job_seconds.observe(dt);
   };
   diagnose::LoadOptions lo;
   lo.job = job;
@@ -209,7 +211,7 @@ Result<std::string> Diagnoser::diagnose_job(const std::string& job) {
     k.rank = f.rank;
     k.node = f.node;
     k.layer = f.layer;
-    k.cause = f.cause;
+    k.cause = cause_name(f.cause);
     k.culprit = f.culprit;
     k.lost_ms_per_step = std::isfinite(f.lost_ms_per_step) ? f.lost_ms_per_step : 0;
     k.confidence = f.confidence;

@@ -16,6 +16,7 @@
 
 #include "common/result.h"
 #include "ingest.pb.h"
+#include "server/prometheus.h"
 #include "store/store.h"
 
 namespace strata::server {
@@ -30,6 +31,7 @@ struct DiagnoserCounters {
   uint64_t skipped = 0;         // jobs left alone: no new data since their last round
   uint64_t failed = 0;          // loads or writes that failed (no steps yet, store error)
   double seconds = 0;           // spent diagnosing, loads and writes included
+  prom::Histogram job_seconds{prom::diagnosis_buckets()};  // each job's diagnosis, for /metrics
 };
 
 class Diagnoser {

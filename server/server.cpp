@@ -2,11 +2,18 @@
 
 #include <google/protobuf/util/json_util.h>
 #include <httplib.h>
+#include <netdb.h>
 #include <sys/resource.h>
+#include <sys/socket.h>
+#include <unistd.h>
 
+#include <cctype>
+#include <cerrno>
 #include <chrono>
+#include <cstdlib>
 #include <cstring>
 #include <fstream>
+#include <iterator>
 #include <map>
 #include <mutex>
 #include <ostream>
@@ -15,6 +22,7 @@
 #include <thread>
 
 #include "common/clock.h"
+#include "common/self_usage.h"
 #include "proto/ingest_codec.h"
 #include "report/exporters.h"
 #include "server/diagnoser.h"
@@ -22,7 +30,9 @@
 #include "server/guarded_server.h"
 #include "server/ingest_applier.h"
 #include "server/json.h"
+#include "server/prometheus.h"
 #include "server/web_api.h"
+#include "strata_version.h"
 
 namespace strata::server {
 namespace {
@@ -48,7 +58,16 @@ struct ServerCounters {
   double apply_seconds = 0;
   uint64_t unauthorized = 0;
   std::map<std::string, uint64_t> requests;  // by route
+  std::map<std::string, prom::Histogram> request_seconds;  // by route
 };
+
+// The request this thread handles now (httplib runs each request on one thread from routing to the
+// logger): when it started and the route its handler named (count_request), for the histogram.
+struct RequestTiming {
+  std::chrono::steady_clock::time_point start;
+  std::string route = "static";  // files of the web UI, and unknown paths
+};
+thread_local RequestTiming t_request;
 
 std::string reject_class(const std::string& why) {
   if (why.find("too large") != std::string::npos) return "oversized";
@@ -70,46 +89,22 @@ std::string page_end(const store::RowQuery& q, size_t rows) {
   return ",\"offset\":" + json_num(q.offset) + ",\"next_offset\":" + (full ? json_num(q.offset + rows) : std::string("null"));
 }
 
-double process_cpu_s() {
-  rusage ru{};
-  getrusage(RUSAGE_SELF, &ru);
-  return static_cast<double>(ru.ru_utime.tv_sec + ru.ru_stime.tv_sec) +
-         static_cast<double>(ru.ru_utime.tv_usec + ru.ru_stime.tv_usec) / 1e6;
-}
-
-uint64_t rss_bytes() {
-  std::ifstream f("/proc/self/statm");
-  uint64_t size = 0, rss = 0;
-  f >> size >> rss;
-  return rss * 4096;
-}
-
 class Server {
  public:
-  Server(const ServeOptions& opts, std::unique_ptr<store::Store> store, std::ostream& log)
+  // `http` is already bound to --listen (bind_listener): the store is opened only once the port is ours.
+  Server(const ServeOptions& opts, std::unique_ptr<store::Store> store, std::unique_ptr<GuardedServer> http,
+         std::ostream& log)
       : opts_(opts), store_(std::move(store)), applier_(*store_), log_(log),
-        diagnoser_(*store_, store_mu_, DiagnoserOptions{opts.diagnose_every_s}, log),
-        svr_(ConnectionLimits{opts.max_connections, opts.request_deadline_s}) {}
+        diagnoser_(*store_, store_mu_, DiagnoserOptions{opts.diagnose_every_s}, log), http_(std::move(http)),
+        svr_(*http_) {}
 
   Status run(const std::atomic<bool>& stop) {
-    auto colon = opts_.listen.rfind(':');
-    if (colon == std::string::npos) return Error{"--listen " + opts_.listen + ": expected HOST:PORT"};
-    std::string host = opts_.listen.substr(0, colon);
-    if (host.size() > 2 && host.front() == '[' && host.back() == ']') host = host.substr(1, host.size() - 2);
-    int port = 0;
-    try {
-      port = std::stoi(opts_.listen.substr(colon + 1));
-    } catch (...) {
-      port = -1;
-    }
-    if (port < 0 || port > 65535) return Error{"--listen " + opts_.listen + ": bad port"};
     routes();
     // One more byte than the limit so an oversized body reaches our handler's check... httplib
     // answers 413 itself past this.
     svr_.set_payload_max_length(opts_.max_compressed + 1);
-    if (!svr_.bind_to_port(host, port))
-      return Error{"cannot listen on " + opts_.listen + " (in use, or not an address of this host)"}.environment();
     if (!svr_.widen_backlog()) log_ << "strata: serve: warning: cannot widen the listen backlog: " << std::strerror(errno) << "\n";
+    for (const auto& note : opts_.startup_notes) log_ << "strata: " << note << "\n";
     log_ << "strata: serving on http://" << opts_.listen << (opts_.token.empty() ? " (no token: open to anyone who can connect)" : "")
          << "\n";
     // SQLite: the rounds read through a connection of their own (WAL lets it read beside the writer;
@@ -138,16 +133,19 @@ class Server {
 
  private:
   bool authorized(const httplib::Request& req) {
-    if (opts_.token.empty()) return true;
-    const std::string h = req.get_header_value("Authorization");
-    const std::string prefix = "Bearer ";
-    if (h.size() <= prefix.size() || h.compare(0, prefix.size(), prefix) != 0) return false;
-    return token_matches(h.substr(prefix.size()), opts_.token);
+    return bearer_authorized(req.get_header_value("Authorization"), opts_.token);
   }
 
   void count_request(const std::string& route) {
+    t_request.route = route;
     std::lock_guard lock(counters_.mu);
     counters_.requests[route]++;
+  }
+
+  void observe_request() {
+    const double dt = std::chrono::duration<double>(std::chrono::steady_clock::now() - t_request.start).count();
+    std::lock_guard lock(counters_.mu);
+    counters_.request_seconds.try_emplace(t_request.route, prom::request_buckets()).first->second.observe(dt);
   }
 
   static void reply_error(httplib::Response& res, int status, const std::string& why) {
@@ -176,8 +174,10 @@ class Server {
 
   void routes() {
     svr_.set_pre_routing_handler([this](const httplib::Request& req, httplib::Response& res) {
+      t_request = RequestTiming{std::chrono::steady_clock::now()};
       offer_gzip_only(req);
       if (req.path.rfind("/api/", 0) == 0 && !authorized(req)) {
+        t_request.route = "unauthorized";
         {
           std::lock_guard lock(counters_.mu);
           counters_.unauthorized++;
@@ -202,7 +202,12 @@ class Server {
     // A node agent's flight recorder, asked through the collector (drilldown.h).
     add_drilldown_api(svr_, DrilldownContext{*store_, store_mu_, peers_, opts_.drilldown_allow, opts_.max_drilldown_bytes,
                                              [this](const std::string& r) { count_request(r); }});
-    svr_.Get("/metrics", [this](const httplib::Request&, httplib::Response& res) { prometheus(res); });
+    svr_.Get("/metrics", [this](const httplib::Request&, httplib::Response& res) {
+      count_request("prometheus");
+      prometheus(res);
+    });
+    // Called after each response is written, on the thread that handled it.
+    svr_.set_logger([this](const httplib::Request&, const httplib::Response&) { observe_request(); });
     bool static_files = !opts_.web_dir.empty() && svr_.set_mount_point("/", opts_.web_dir);
     if (!static_files) {
       svr_.Get("/", [](const httplib::Request&, httplib::Response& res) {
@@ -352,10 +357,15 @@ class Server {
     std::string o = "{\"jobs\":[";
     bool first = true;
     for (const auto& [name, j] : jobs) {
+      // A node no agent ever sent from was recorded (`strata record` writes no agent): it cannot
+      // fall silent. A job with no agent at all is a finished recording, not a degraded job.
       std::vector<std::string> silent_nodes;
+      bool watched = false;
       for (const auto& n : j.nodes) {
         auto it = newest.find(n);
-        if (it == newest.end() || silent(*it->second, now)) silent_nodes.push_back(n);
+        if (it == newest.end()) continue;
+        watched = true;
+        if (silent(*it->second, now)) silent_nodes.push_back(n);
       }
       o += first ? "" : ",";
       first = false;
@@ -373,7 +383,7 @@ class Server {
         o += (f2 ? "" : ",") + json_str(n);
         f2 = false;
       }
-      o += "],\"status\":" + json_str(silent_nodes.empty() ? "healthy" : "degraded") + "}";
+      o += "],\"status\":" + json_str(!silent_nodes.empty() ? "degraded" : watched ? "healthy" : "recorded") + "}";
     }
     res.set_content(o + "]}\n", "application/json");
   }
@@ -443,6 +453,23 @@ class Server {
       p = store_->load_profile(*f);
     }
     if (!p) return reply_error(res, 503, p.error().message);
+    // &format=pprof: the gzipped profile.proto `strata report --format pprof` writes (the web UI's
+    // download). The exporter writes a file: a private temporary one, read back and removed.
+    const std::string format = req.has_param("format") ? req.get_param_value("format") : "folded";
+    if (format == "pprof") {
+      char path[] = "/tmp/strata-serve-pprof.XXXXXX";
+      int fd = ::mkstemp(path);
+      if (fd < 0) return reply_error(res, 503, "pprof: cannot create a temporary file");
+      ::close(fd);
+      auto st = report::write_pprof(*p, path);
+      std::ifstream in(path, std::ios::binary);
+      std::string bytes((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+      ::unlink(path);
+      if (!st) return reply_error(res, 503, st.error().message);
+      res.set_content(bytes, "application/octet-stream");
+      return;
+    }
+    if (format != "folded") return reply_error(res, 400, "format: expected folded or pprof");
     std::ostringstream out;
     report::write_folded(*p, out);
     res.set_content(out.str(), "text/plain; charset=utf-8");
@@ -624,46 +651,57 @@ class Server {
     uint64_t now = wall_clock_ns();
     uint64_t silent_n = 0;
     for (const auto& a : agents) silent_n += silent(a, now) ? 1 : 0;
+    auto dc = diagnoser_.counters();
     std::lock_guard lock(counters_.mu);
-    o << "# HELP strata_serve_batches_total Ingest batches by outcome.\n# TYPE strata_serve_batches_total counter\n";
+    prom::family(o, "strata_build_info", "gauge", "The collector's version (always 1).");
+    o << "strata_build_info{version=\"" << STRATA_VERSION << "\",role=\"serve\"} 1\n";
+    prom::family(o, "strata_serve_batches_total", "counter", "Ingest batches by outcome.");
     o << "strata_serve_batches_total{outcome=\"applied\"} " << counters_.batches_applied << "\n";
     o << "strata_serve_batches_total{outcome=\"duplicate\"} " << counters_.batches_duplicate << "\n";
     for (const auto& [k, v] : counters_.batches_rejected)
       o << "strata_serve_batches_total{outcome=\"rejected\",reason=\"" << k << "\"} " << v << "\n";
-    o << "# HELP strata_serve_rows_total Rows written to the store, by kind.\n# TYPE strata_serve_rows_total counter\n";
+    prom::family(o, "strata_serve_rows_total", "counter", "Rows written to the store, by kind.");
     for (const auto& [k, v] : counters_.rows) o << "strata_serve_rows_total{kind=\"" << k << "\"} " << v << "\n";
-    o << "# TYPE strata_serve_ingest_bytes_total counter\nstrata_serve_ingest_bytes_total " << counters_.bytes_received
-      << "\n";
-    o << "# HELP strata_serve_lost_references_total Rows naming a stack or recording the agent never delivered.\n"
-         "# TYPE strata_serve_lost_references_total counter\nstrata_serve_lost_references_total "
-      << counters_.lost_refs << "\n";
-    o << "# TYPE strata_serve_apply_seconds_total counter\nstrata_serve_apply_seconds_total " << counters_.apply_seconds
-      << "\n";
-    o << "# TYPE strata_serve_unauthorized_total counter\nstrata_serve_unauthorized_total " << counters_.unauthorized
-      << "\n";
-    o << "# TYPE strata_serve_requests_total counter\n";
+    prom::family(o, "strata_serve_ingest_bytes_total", "counter", "Compressed ingest bytes received.");
+    o << "strata_serve_ingest_bytes_total " << counters_.bytes_received << "\n";
+    prom::family(o, "strata_serve_lost_references_total", "counter",
+                 "Rows naming a stack or recording the agent never delivered.");
+    o << "strata_serve_lost_references_total " << counters_.lost_refs << "\n";
+    prom::family(o, "strata_serve_apply_seconds_total", "counter", "Time spent writing ingest batches to the store.");
+    o << "strata_serve_apply_seconds_total " << counters_.apply_seconds << "\n";
+    prom::family(o, "strata_serve_unauthorized_total", "counter", "/api/ requests refused for a missing or wrong token.");
+    o << "strata_serve_unauthorized_total " << counters_.unauthorized << "\n";
+    prom::family(o, "strata_serve_requests_total", "counter", "HTTP requests by route.");
     for (const auto& [k, v] : counters_.requests) o << "strata_serve_requests_total{route=\"" << k << "\"} " << v << "\n";
-    o << "# TYPE strata_serve_agents gauge\nstrata_serve_agents{status=\"healthy\"} " << agents.size() - silent_n
+    prom::family(o, "strata_serve_request_duration_seconds", "histogram",
+                 "HTTP request handling time by route, from routing to the last byte written.");
+    for (const auto& [k, h] : counters_.request_seconds)
+      h.write(o, "strata_serve_request_duration_seconds", "route=\"" + k + "\"");
+    prom::family(o, "strata_serve_agents", "gauge", "Agents known to the store, by status (silent: no recent batch).");
+    o << "strata_serve_agents{status=\"healthy\"} " << agents.size() - silent_n
       << "\nstrata_serve_agents{status=\"silent\"} " << silent_n << "\n";
-    auto dc = diagnoser_.counters();
-    o << "# HELP strata_serve_diagnoses_total Job diagnoses made and kept, by outcome (skipped: no new data).\n"
-         "# TYPE strata_serve_diagnoses_total counter\n";
+    prom::family(o, "strata_serve_diagnoses_total", "counter",
+                 "Job diagnoses made and kept, by outcome (skipped: no new data).");
     o << "strata_serve_diagnoses_total{outcome=\"kept\"} " << dc.diagnosed << "\n";
     o << "strata_serve_diagnoses_total{outcome=\"failed\"} " << dc.failed << "\n";
     o << "strata_serve_diagnoses_total{outcome=\"skipped\"} " << dc.skipped << "\n";
-    o << "# TYPE strata_serve_diagnosis_seconds_total counter\nstrata_serve_diagnosis_seconds_total " << dc.seconds
-      << "\n";
+    prom::family(o, "strata_serve_diagnosis_seconds_total", "counter", "Time spent diagnosing jobs, loads and writes included.");
+    o << "strata_serve_diagnosis_seconds_total " << dc.seconds << "\n";
+    prom::family(o, "strata_serve_diagnosis_duration_seconds", "histogram",
+                 "One job's diagnosis (load, diagnose, keep the findings), each round.");
+    dc.job_seconds.write(o, "strata_serve_diagnosis_duration_seconds", "");
     auto cc = svr_.counters();
-    o << "# HELP strata_serve_connections Open HTTP connections.\n# TYPE strata_serve_connections gauge\n"
-         "strata_serve_connections " << cc.open << "\n";
-    o << "# HELP strata_serve_connections_refused_total Connections over the cap (503 and closed).\n"
-         "# TYPE strata_serve_connections_refused_total counter\nstrata_serve_connections_refused_total "
-      << cc.refused << "\n";
-    o << "# HELP strata_serve_request_deadline_closed_total Connections closed because a request did not arrive whole in time.\n"
-         "# TYPE strata_serve_request_deadline_closed_total counter\nstrata_serve_request_deadline_closed_total "
-      << cc.deadline_closed << "\n";
-    o << "# TYPE process_cpu_seconds_total counter\nprocess_cpu_seconds_total " << process_cpu_s() << "\n";
-    o << "# TYPE process_resident_memory_bytes gauge\nprocess_resident_memory_bytes " << rss_bytes() << "\n";
+    prom::family(o, "strata_serve_connections", "gauge", "Open HTTP connections.");
+    o << "strata_serve_connections " << cc.open << "\n";
+    prom::family(o, "strata_serve_connections_refused_total", "counter", "Connections over the cap (503 and closed).");
+    o << "strata_serve_connections_refused_total " << cc.refused << "\n";
+    prom::family(o, "strata_serve_request_deadline_closed_total", "counter",
+                 "Connections closed because a request did not arrive whole in time.");
+    o << "strata_serve_request_deadline_closed_total " << cc.deadline_closed << "\n";
+    prom::family(o, "process_cpu_seconds_total", "counter", "User and system CPU time of the collector.");
+    o << "process_cpu_seconds_total " << self_cpu_seconds() << "\n";
+    prom::family(o, "process_resident_memory_bytes", "gauge", "Resident memory of the collector.");
+    o << "process_resident_memory_bytes " << self_rss_bytes() << "\n";
     res.set_content(o.str(), "text/plain; version=0.0.4");
   }
 
@@ -675,8 +713,67 @@ class Server {
   AgentPeers peers_;
   std::ostream& log_;
   Diagnoser diagnoser_;  // before svr_: handlers use it until the server stops
-  GuardedServer svr_;
+  std::unique_ptr<GuardedServer> http_;
+  GuardedServer& svr_;
 };
+
+// Why binding HOST:PORT fails, asked of the kernel with a socket of our own (httplib's bind says
+// only that it failed): "address in use", "cannot assign requested address", ...
+std::string bind_failure(const std::string& host, int port) {
+  addrinfo hints{};
+  hints.ai_family = AF_UNSPEC;
+  hints.ai_socktype = SOCK_STREAM;
+  hints.ai_flags = AI_PASSIVE;
+  addrinfo* res = nullptr;
+  const std::string service = std::to_string(port);
+  if (int rc = getaddrinfo(host.empty() ? nullptr : host.c_str(), service.c_str(), &hints, &res); rc != 0)
+    return gai_strerror(rc);
+  std::string why = "unknown reason";
+  for (addrinfo* a = res; a; a = a->ai_next) {
+    int fd = ::socket(a->ai_family, a->ai_socktype, a->ai_protocol);
+    if (fd < 0) {
+      why = std::strerror(errno);
+      continue;
+    }
+    int yes = 1;
+    ::setsockopt(fd, SOL_SOCKET, SO_REUSEADDR, &yes, sizeof yes);
+    int rc = ::bind(fd, a->ai_addr, a->ai_addrlen);
+    int err = errno;
+    if (rc == 0 && ::listen(fd, 1) != 0) err = errno, rc = -1;
+    ::close(fd);
+    if (rc == 0) return "it was free a moment later; try again";
+    why = err == EADDRINUSE ? "address in use (another strata serve, or another program, listens there)"
+                            : std::strerror(err);
+    break;
+  }
+  freeaddrinfo(res);
+  return why;
+}
+
+// An HTTP server (the guarded one: connection cap and deadlines) bound to --listen HOST:PORT, not
+// yet serving. Without SO_REUSEPORT (httplib's
+// default sets it): with it a second collector binds the same port and the kernel splits the
+// agents' batches between two stores. SO_REUSEADDR alone still lets a restart take the port from
+// connections in TIME_WAIT.
+Result<std::unique_ptr<GuardedServer>> bind_listener(const std::string& listen, ConnectionLimits limits) {
+  auto colon = listen.rfind(':');
+  if (colon == std::string::npos) return Error{"--listen " + listen + ": expected HOST:PORT"};
+  std::string host = listen.substr(0, colon);
+  if (host.size() > 2 && host.front() == '[' && host.back() == ']') host = host.substr(1, host.size() - 2);
+  const std::string port_text = listen.substr(colon + 1);
+  if (port_text.empty() || port_text.size() > 5 || port_text.find_first_not_of("0123456789") != std::string::npos ||
+      std::stoi(port_text) > 65535)
+    return Error{"--listen " + listen + ": bad port"};
+  const int port = std::stoi(port_text);
+  auto http = std::make_unique<GuardedServer>(limits);
+  http->set_socket_options([](socket_t fd) {
+    int yes = 1;
+    ::setsockopt(fd, SOL_SOCKET, SO_REUSEADDR, &yes, sizeof yes);
+  });
+  if (!http->bind_to_port(host, port))
+    return Error{"cannot listen on " + listen + ": " + bind_failure(host, port)}.environment();
+  return http;
+}
 
 }  // namespace
 
@@ -692,17 +789,38 @@ bool token_matches(const std::string& presented, const std::string& expected) {
   return diff == 0;
 }
 
+Status check_store_spec(const std::string& spec) {
+  if (spec.rfind("clickhouse://", 0) == 0) return {};
+  if (spec.rfind("sqlite:", 0) == 0) {
+    if (spec.size() == 7) return Error{"--store sqlite:FILE.db: no file given"};
+    return {};
+  }
+  // "mysql:foo" is a scheme we do not speak, not a file name (a file with a colon: sqlite:a:b.db).
+  const size_t colon = spec.find(':');
+  if (colon != std::string::npos && colon > 0 && std::isalpha(static_cast<unsigned char>(spec[0])) &&
+      spec.find_first_not_of("abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789+.-", 0) == colon)
+    return Error{"--store " + spec + ": unknown store '" + spec.substr(0, colon + 1) +
+                 "' (sqlite:FILE.db or clickhouse://HOST:PORT/DB)"};
+  if (spec.empty()) return Error{"--store: no store given (sqlite:FILE.db or clickhouse://HOST:PORT/DB)"};
+  return {};
+}
+
 Result<std::unique_ptr<store::Store>> open_store(const std::string& spec, store::Store::Mode mode) {
+  if (auto ok = check_store_spec(spec); !ok) return ok.error();
   if (spec.rfind("clickhouse://", 0) == 0) return store::Store::open_clickhouse(spec, mode);
   std::string path = spec.rfind("sqlite:", 0) == 0 ? spec.substr(7) : spec;
-  if (path.empty()) return Error{"--store sqlite:FILE.db: no file given"};
   return store::Store::open_sqlite(path, mode);
 }
 
 Status serve(const ServeOptions& opts, const std::atomic<bool>& stop, std::ostream& log) {
+  // Everything that can fail is checked before the store is opened, so a collector that cannot
+  // start leaves no new store file behind.
+  if (auto ok = check_store_spec(opts.store); !ok) return ok.error();
+  auto http = bind_listener(opts.listen, ConnectionLimits{opts.max_connections, opts.request_deadline_s});
+  if (!http) return http.error();
   auto st = open_store(opts.store, store::Store::Mode::kCreateOrAppend);
   if (!st) return st.error();
-  Server s(opts, std::move(*st), log);
+  Server s(opts, std::move(*st), std::move(*http), log);
   return s.run(stop);
 }
 

@@ -30,7 +30,12 @@ struct ServeOptions {
   // may name (an agent behind NAT announcing its node's address).
   std::vector<std::string> drilldown_allow;
   size_t max_drilldown_bytes = 64u << 20;  // an agent's answer, at most
+  std::vector<std::string> startup_notes;  // logged ("strata: NOTE") once listening
 };
+
+// Whether a --store names a store strata speaks: sqlite:FILE.db, a bare FILE.db, or
+// clickhouse://HOST:PORT/DB; "mysql:foo" is refused, not taken for a file name.
+Status check_store_spec(const std::string& spec);
 
 // Opens the store an option names (sqlite:FILE.db, a bare FILE.db, or clickhouse://HOST:PORT/DB).
 Result<std::unique_ptr<store::Store>> open_store(const std::string& spec, store::Store::Mode mode);
@@ -38,8 +43,5 @@ Result<std::unique_ptr<store::Store>> open_store(const std::string& spec, store:
 // Runs until `stop` becomes true (checked a few times a second). Errors: bad address, port taken,
 // store that cannot be opened.
 Status serve(const ServeOptions& opts, const std::atomic<bool>& stop, std::ostream& log);
-
-// Constant-time comparison of a presented token with the configured one.
-bool token_matches(const std::string& presented, const std::string& expected);
 
 }  // namespace strata::server

@@ -338,8 +338,23 @@ class WebApi {
   // The same trace `strata report --format chrome-trace --rank R` writes (report/chrome_trace.h).
   void timeline(const httplib::Request& req, httplib::Response& res) {
     ctx_.count_request("timeline");
+    // `ranks=A,B,C` (the UI's cross-rank timeline): those ranks in one trace, on one time axis.
+    std::set<int> wanted_ranks;
+    if (req.has_param("ranks")) {
+      std::stringstream list(req.get_param_value("ranks"));
+      for (std::string item; std::getline(list, item, ',');) {
+        if (item.empty() || item.size() > 7 || item.find_first_not_of("0123456789") != std::string::npos)
+          return reply_error(res, 400, "ranks: expected numbers separated by commas");
+        wanted_ranks.insert(std::stoi(item));
+      }
+    }
     auto rank = query_rank(req);
-    if (!rank) return reply_error(res, 400, "rank: expected a number");
+    if (wanted_ranks.empty()) {
+      if (!rank) return reply_error(res, 400, "rank: expected a number");
+      wanted_ranks.insert(*rank);
+    } else if (!rank) {
+      rank = *wanted_ranks.begin();
+    }
     report::TimelineData d;
     std::vector<RankProc> ranks;
     std::string job;
@@ -350,7 +365,7 @@ class WebApi {
       job = job_ranks(*procs, req.get_param_value("job"), req.has_param("job"), ranks);
       std::set<ProcKey> keep;
       for (const auto& r : ranks) {
-        if (r.rank == *rank) keep.insert({r.node, r.pid});
+        if (wanted_ranks.count(r.rank)) keep.insert({r.node, r.pid});
       }
       if (keep.empty()) return reply_error(res, 404, "no rank " + std::to_string(*rank) + " in job '" + job + "'");
       auto wanted = [&](const std::string& node, uint32_t pid) { return keep.count({node, pid}) > 0; };

@@ -2,6 +2,7 @@
 // --server` (and `strata diagnose --server`) read in place of a file. Read only.
 #include <httplib.h>
 
+#include "common/http_error.h"
 #include "ingest.pb.h"
 #include "store/store.h"
 
@@ -178,7 +179,7 @@ class RemoteStore final : public Store {
     httplib::Headers h;
     if (!token_.empty()) h.emplace("Authorization", "Bearer " + token_);
     auto res = cli.Get(path, h);
-    if (!res) return Error{"cannot reach the server at " + url_ + ": " + httplib::to_string(res.error())}.environment();
+    if (!res) return Error{"cannot reach the server at " + url_ + ": " + http_error_text(res.error())}.environment();
     if (res->status == 401) return Error{url_ + ": 401 unauthorized (give the server's token with --token-file)"};
     if (res->status != 200)
       return Error{url_ + path + ": HTTP " + std::to_string(res->status) + ": " + res->body.substr(0, 200)};

@@ -140,6 +140,13 @@ Result<std::unique_ptr<ModuleUnwind>> load_module_unwind_image(std::span<const u
   return load_from_elf(elf.get(), name, options);
 }
 
+std::optional<std::shared_ptr<const ModuleUnwind>> ModuleCache::find(const std::string& key) {
+  auto it = entries_.find(key);
+  if (it == entries_.end()) return std::nullopt;
+  lru_.splice(lru_.begin(), lru_, it->second.lru);
+  return it->second.module;
+}
+
 std::shared_ptr<const ModuleUnwind> ModuleCache::get(const std::string& key, const std::string& open_path) {
   auto it = entries_.find(key);
   if (it != entries_.end()) {

@@ -5,6 +5,7 @@
 #include <cstdint>
 #include <list>
 #include <memory>
+#include <optional>
 #include <string>
 #include <unordered_map>
 #include <vector>
@@ -61,6 +62,9 @@ class ModuleCache {
       : budget_(budget_bytes), options_(options) {}
   // The module for `path` (read via `open_path`, e.g. through /proc/PID/root), nullptr if unusable.
   std::shared_ptr<const ModuleUnwind> get(const std::string& key, const std::string& open_path);
+  // The module under `key` when it was loaded (or refused: nullptr) before, without opening
+  // anything; nullopt when it never was. Counts as a use for the LRU.
+  std::optional<std::shared_ptr<const ModuleUnwind>> find(const std::string& key);
   size_t memory_bytes() const { return used_; }
   size_t peak_bytes() const { return peak_; }  // the most memory_bytes() has been
   size_t budget_bytes() const { return budget_; }

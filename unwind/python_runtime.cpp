@@ -9,6 +9,8 @@
 #include <memory>
 #include <regex>
 
+#include "common/parse.h"
+
 namespace strata::unwind {
 namespace {
 
@@ -114,8 +116,9 @@ std::optional<int> python_minor_from_path(const std::string& path) {
   static const std::regex re(R"((?:^|/)(?:libpython3\.(\d+)[a-z]*\.so[.0-9]*|python3\.(\d+)[a-z]*)$)");
   std::smatch m;
   if (!std::regex_search(path, m, re)) return std::nullopt;
-  int minor = std::stoi(m[1].matched ? m[1].str() : m[2].str());
-  if (minor < 10 || minor > 13) return std::nullopt;
+  // A file name is the target's to choose: python3.99999999999 is a name, not an exception.
+  auto minor = parse_int<int>(m[1].matched ? m[1].str() : m[2].str());
+  if (!minor || *minor < 10 || *minor > 13) return std::nullopt;
   return minor;
 }
 

@@ -2,47 +2,29 @@
 
 #include <dirent.h>
 #include <httplib.h>
-#include <sys/resource.h>
 #include <unistd.h>
 
 #include <chrono>
-#include <cstring>
 #include <fstream>
 #include <mutex>
 #include <ostream>
 #include <random>
 #include <sstream>
 #include <thread>
-#include <unordered_map>
 
-#include "agent/flight_recorder.h"
-#include "agent/normalizer.h"
-#include "agent/window_profile.h"
-#include "agent/oncpu_sampler.h"
-#include "agent/limits.h"
-#include "agent/privileges.h"
+#include "agent/daemon/source_metrics.h"
+#include "agent/gpu/cupti_env.h"
+#include "agent/pipeline.h"
 #include "agent/process_info.h"
 #include "agent/shipper/batching_writer.h"
-#include "agent/sources.h"
+#include "common/self_usage.h"
+#include "server/prometheus.h"
 #include "store/store.h"
+#include "strata_version.h"
 #include "symbolize/symbolizer.h"
 
 namespace strata::agent::daemon {
 namespace {
-
-double cpu_seconds_self() {
-  rusage ru{};
-  getrusage(RUSAGE_SELF, &ru);
-  return static_cast<double>(ru.ru_utime.tv_sec + ru.ru_stime.tv_sec) +
-         static_cast<double>(ru.ru_utime.tv_usec + ru.ru_stime.tv_usec) / 1e6;
-}
-
-uint64_t rss_bytes() {
-  std::ifstream f("/proc/self/statm");
-  uint64_t size = 0, rss = 0;
-  f >> size >> rss;
-  return rss * static_cast<uint64_t>(sysconf(_SC_PAGESIZE));
-}
 
 // /proc/PID/environ as a map; empty when unreadable (gone, or a kernel thread). Bounded: a
 // process's environment is at most a few MB.
@@ -91,100 +73,62 @@ class MetricsPage {
   std::string text_;
 };
 
-class Daemon final : public EventSink {
+// `strata agent` is the node pipeline with the shipper (or a local SQLite store) as its sink,
+// watching the training processes it finds in /proc, with its health on /metrics and its flight
+// recorder on /drilldown.
+class Daemon {
  public:
-  Daemon(const AgentOptions& opts, std::ostream& log) : opts_(opts), log_(log) {
-    node_ = opts.node.empty() ? node_name() : opts.node;
-  }
+  Daemon(const AgentOptions& opts, std::ostream& log)
+      : opts_(opts), log_(log), node_(opts.node.empty() ? node_name() : opts.node),
+        pipeline_(pipeline_options(opts, node_), log) {}
 
-  ~Daemon() override {
+  ~Daemon() {
     if (http_) http_->stop();
     if (http_thread_.joinable()) http_thread_.join();
   }
 
   Result<AgentSummary> run(const std::atomic<bool>& stop) {
     if (auto st = check_bpf_permissions(); !st) return st.error().environment();
-    if (auto st = open_store(); !st) return st.error();
-    if (auto st = start_metrics_server(); !st) return st.error();
-
-    SamplerOptions so;
-    so.frequency_hz = opts_.frequency_hz;
-    so.sample_cpu = opts_.layers.count("cpu") > 0;
-    auto sampler = OnCpuSampler::start(so);
-    if (!sampler) return sampler.error().environment();
-    sampler_ = std::move(*sampler);
-    normalizer_.set_python_hook([this](uint32_t pid, const strata_py_offsets* o) {
-      (void)sampler_->set_python_process(pid, o);
-    });
-    // Mode 3: the kernel unwinds with CFI from tables the normalizer derives and loads.
-    if (sampler_->user_stack_mode() == STRATA_USTACK_KERNEL_CFI) {
-      normalizer_.set_kernel_unwind(KernelUnwindHooks{
-          [this](const strata_unwind_row* rows, size_t n) { return sampler_->load_unwind_module(rows, n); },
-          [this](uint32_t pid, const strata_proc_mappings* m) { (void)sampler_->set_process_mappings(pid, m); }});
-    }
-    SourceEnv env;
-    env.targets_map_fd = sampler_->targets_map_fd();
-    env.target_bits_fd = sampler_->target_bits_fd();
-    env.normalizer = &normalizer_;
-    env.frequency_hz = opts_.frequency_hz;
-    env.raw_device_records = false;  // summaries ship; raw kernels stay in the flight recorder
-    env.flight_recorder = &flight_;
-    auto started = make_sources(opts_.layers, env);
-    sources_ = std::move(started.sources);
-    for (const auto& w : started.warnings) log_ << "strata: agent: warning: " << w << "\n";
-    for (const auto& src : sources_) {
-      if (auto st = sampler_->add_wake_fd(src->wake_fd()); !st) return st.error().context(src->name());
-    }
-
-    store::RecordingInfo info;
-    info.node = node_;
-    info.command = "strata agent";
-    info.started_ns = unix_now_ns();
-    info.sample_hz = opts_.frequency_hz;
-    info.window_s = opts_.window_s;
-    auto rec = store_->begin_recording(info);
-    if (!rec) return rec.error();
-    recording_ = *rec;
-    log_ << "strata: agent on node " << node_ << " -> " << (opts_.server.empty() ? opts_.output : opts_.server)
-         << (opts_.server.empty() ? "" : " (spool " + opts_.spool_dir + ")") << "\n";
-    // Start-up is over (BPF loaded, perf events open, store and /metrics listening): keep only what
-    // watching processes needs, for good (bounding set too: the agent runs nothing).
-    if (auto dropped = drop_to_runtime_capabilities(/*drop_bounding=*/true); !dropped)
-      log_ << "strata: agent: warning: cannot drop capabilities: " << dropped.error().message << "\n";
-    else if (dropped->dropped)
-      log_ << "strata: agent: capabilities kept: " << capability_names(dropped->kept) << "\n";
-    return loop(stop);
-  }
-
-  void on_sample(const SampleEvent& e) override {
-    profile_.add(e);
-    samples_++;
-    if (!known_.count(e.pid)) see_process(e.pid, 0, "");
-  }
-
-  void on_proc(const ProcEvent& e) override {
-    switch (e.type) {
-      case ProcEvent::Type::kFork:
-        see_process(e.pid, e.ppid, e.comm);
-        break;
-      case ProcEvent::Type::kExec:
-        see_process(e.pid, 0, e.comm, /*refresh=*/true);
-        normalizer_.learn_process(e.pid);
-        break;
-      case ProcEvent::Type::kExit:
-        forget(e.pid);
-        break;
-    }
-  }
-
- private:
-  Status open_store() {
     if (!opts_.output.empty()) {
       auto st = store::Store::open_sqlite(opts_.output, store::Store::Mode::kCreateOrAppend);
       if (!st) return st.error();
       store_ = std::move(*st);
-      return {};
     }
+    if (auto st = bind_metrics_server(); !st) return st.error();
+    if (auto st = pipeline_.start(); !st) return st.error();
+    // Start-up is over (BPF loaded, perf events open, the store open, /metrics bound) and no thread
+    // has started: keep only what watching processes needs, for good (bounding set too: the agent
+    // runs nothing). The shipper's, the HTTP server's and the sources' threads start after this,
+    // with the reduced sets.
+    pipeline_.drop_privileges_and_start_threads();
+    if (!store_) {
+      if (auto st = open_shipper(); !st) return st.error();
+    }
+    if (auto st = pipeline_.begin(*store_, "strata agent"); !st) return st.error();
+    log_ << "strata: agent on node " << node_ << " -> " << (opts_.server.empty() ? opts_.output : opts_.server)
+         << (opts_.server.empty() ? "" : " (spool " + opts_.spool_dir + ")") << "\n";
+    if (http_) http_thread_ = std::thread([this] { http_->listen_after_bind(); });
+    return loop(stop);
+  }
+
+ private:
+  static PipelineOptions pipeline_options(const AgentOptions& o, const std::string& node) {
+    PipelineOptions p;
+    p.node = node;
+    p.frequency_hz = o.frequency_hz;
+    p.window_s = o.window_s;
+    p.layers = o.layers;
+    p.unwind_table_bytes = o.unwind_table_bytes;
+    // Shipping: summaries always, raw device records on demand from the flight recorder (DESIGN
+    // §2). A local store keeps them as `strata record` does: it is the node's only copy.
+    p.raw_device_records = o.server.empty();
+    p.flight_recorder = true;
+    p.symbolize_each_window = true;  // a local store is read while the agent runs
+    p.log_prefix = "strata: agent: ";
+    return p;
+  }
+
+  Status open_shipper() {
     shipper::ShipperOptions so;
     so.server = opts_.server;
     so.token = opts_.token;
@@ -205,30 +149,51 @@ class Daemon final : public EventSink {
 
   void fill_health(ingest::AgentHealth& h) {
     h.set_sent_ns(unix_now_ns());
-    if (sampler_) {
-      auto c = sampler_->counters();
-      h.set_samples(c.samples);
-      h.set_drops(c.ringbuf_drops);
-    }
-    h.set_probe_hits(probe_hits());
-    h.set_cpu_s(cpu_seconds_self());
-    h.set_rss_bytes(rss_bytes());
-    h.set_watched_processes(static_cast<uint32_t>(live_.size()));
-    h.set_version("0.1.0");
+    auto c = pipeline_.counters();
+    h.set_samples(c.samples);
+    h.set_drops(c.ringbuf_drops);
+    h.set_probe_hits(pipeline_.probe_hits());
+    h.set_cpu_s(self_cpu_seconds());
+    h.set_rss_bytes(self_rss_bytes());
+    h.set_watched_processes(static_cast<uint32_t>(pipeline_.live_processes()));
+    h.set_version(STRATA_VERSION);
     h.set_drilldown_url(drilldown_url_);
     h.set_drilldown_credential(drilldown_credential_);
+    const auto& b = pipeline_.budget();
+    h.set_budget_level(static_cast<uint32_t>(b.level()));
+    h.set_cost_share(b.last_share());
+    h.set_budget_share(b.budget());
+    auto [gpu, no_timeline] = gpu_processes();
+    h.set_gpu_processes(gpu);
+    h.set_gpu_processes_without_timeline(no_timeline);
   }
 
-  uint64_t probe_hits() const {
+  // From the GPU layer's stats: processes that use CUDA, and those without a device timeline.
+  std::pair<uint32_t, uint32_t> gpu_processes() const {
     std::vector<std::pair<std::string, double>> stats;
-    for (const auto& src : sources_) src->stats(stats);
-    double hits = 0;
-    for (const auto& [k, v] : stats)
-      if (k == "gpu_comm.probe_entries" || k == "gpu_comm.launch_hits") hits += v;
-    return static_cast<uint64_t>(hits);
+    pipeline_.source_stats(stats);
+    uint32_t gpu = 0, no_timeline = 0;
+    for (const auto& [k, v] : stats) {
+      if (k == "gpu_comm.gpu_processes") gpu = static_cast<uint32_t>(v);
+      if (k == "gpu_comm.gpu_processes_without_timeline") no_timeline = static_cast<uint32_t>(v);
+    }
+    return {gpu, no_timeline};
   }
 
-  Status start_metrics_server() {
+  // Says it when GPU processes are watched without a device timeline (once per rise), so the GPU
+  // layer's reduced view is never silent.
+  void report_missing_timelines() {
+    auto [gpu, no_timeline] = gpu_processes();
+    if (no_timeline > said_without_timeline_)
+      log_ << "strata: agent: " << no_timeline << " of " << gpu
+           << " GPU process(es) have no device timeline: their GPU times are NVML and launch->sync only "
+              "(give the training containers the environment of `strata agent --pod-env`)\n";
+    said_without_timeline_ = no_timeline;
+  }
+
+  // Binds the /metrics and /drilldown listener (a port below 1024 needs privileges); it serves
+  // from a thread started after the privileges are dropped.
+  Status bind_metrics_server() {
     if (opts_.listen_metrics.empty() || opts_.listen_metrics == "off") return {};
     auto colon = opts_.listen_metrics.rfind(':');
     if (colon == std::string::npos) return Error{"--listen-metrics " + opts_.listen_metrics + ": expected HOST:PORT"};
@@ -258,7 +223,6 @@ class Daemon final : public EventSink {
     if (!urandom) return Error{"cannot read /dev/urandom for the drill-down credential"}.environment();
     static const char kHex[] = "0123456789abcdef";
     for (unsigned char c : raw) drilldown_credential_ += {kHex[c >> 4], kHex[c & 15]};
-    http_thread_ = std::thread([this] { http_->listen_after_bind(); });
     return {};
   }
 
@@ -276,8 +240,8 @@ class Daemon final : public EventSink {
       // Always behind one of them: the records name the job's processes and timing.
       const std::string h = req.get_header_value("Authorization");
       const bool bearer = h.rfind("Bearer ", 0) == 0;
-      const bool ok = bearer && (token_equal(h.substr(7), drilldown_credential_) ||
-                                 (!opts_.token.empty() && token_equal(h.substr(7), opts_.token)));
+      const bool ok = bearer && (token_matches(h.substr(7), drilldown_credential_) ||
+                                 (!opts_.token.empty() && token_matches(h.substr(7), opts_.token)));
       if (!ok) {
         res.set_header("WWW-Authenticate", "Bearer");
         return bad(401, "missing or wrong bearer token (Authorization: Bearer TOKEN)");
@@ -333,38 +297,51 @@ class Daemon final : public EventSink {
         else return bad(400, "kinds: expected collectives and/or device");
       }
     }
-    res.set_content(flight_.query_json(q, node_, now), "application/json");
-  }
-
-  static bool token_equal(const std::string& a, const std::string& b) {
-    unsigned char diff = a.size() == b.size() ? 0 : 1;
-    for (size_t i = 0; i < std::max(a.size(), b.size()); ++i)
-      diff |= static_cast<unsigned char>((i < a.size() ? a[i] : 0) ^ (i < b.size() ? b[i] : 0));
-    return diff == 0;
+    res.set_content(pipeline_.flight_recorder().query_json(q, node_, now), "application/json");
   }
 
   void update_metrics_page() {
     std::ostringstream o;
+    // Prometheus conventions, as serve's page (server/prometheus.h): HELP and TYPE on every family,
+    // `_total` on counters, the unit (seconds, bytes) in the name.
     auto gauge = [&](const char* name, const char* help, double v, const char* type = "gauge") {
-      o << "# HELP " << name << " " << help << "\n# TYPE " << name << " " << type << "\n" << name << " " << v << "\n";
+      server::prom::family(o, name, type, help);
+      o << name << " " << v << "\n";
     };
-    auto c = sampler_->counters();
+    server::prom::family(o, "strata_build_info", "gauge", "The agent's version (always 1).");
+    o << "strata_build_info{version=\"" << STRATA_VERSION << "\",role=\"agent\"} 1\n";
+    auto c = pipeline_.counters();
     gauge("strata_agent_samples_total", "On-CPU samples taken of watched threads.", static_cast<double>(c.samples), "counter");
     gauge("strata_agent_sample_drops_total", "Samples lost in the kernel (ring buffer full).",
           static_cast<double>(c.ringbuf_drops), "counter");
     gauge("strata_agent_proc_event_drops_total", "Process events lost in the kernel.", static_cast<double>(c.proc_drops),
           "counter");
     gauge("strata_agent_probe_hits_total", "uprobe hits (CUDA/NCCL/gloo calls) in watched processes.",
-          static_cast<double>(probe_hits()), "counter");
+          static_cast<double>(pipeline_.probe_hits()), "counter");
     gauge("strata_agent_bpf_run_seconds_total", "Run time of the sampler's BPF programs.",
           static_cast<double>(c.bpf_run_ns) / 1e9, "counter");
-    gauge("strata_agent_watched_processes", "Processes watched now.", static_cast<double>(live_.size()));
-    gauge("strata_agent_windows_total", "Windows written.", static_cast<double>(windows_), "counter");
+    gauge("strata_agent_watched_processes", "Processes watched now.", static_cast<double>(pipeline_.live_processes()));
+    gauge("strata_agent_windows_total", "Windows written.", static_cast<double>(pipeline_.windows()), "counter");
+    const auto& b = pipeline_.budget();
+    gauge("strata_agent_budget_level",
+          "Cost budget level: 0 CFI unwinding, 1 frame pointers only, 2 half and 3 a quarter of the sampling rate.",
+          static_cast<double>(b.level()));
+    gauge("strata_agent_budget_share", "The budget: the agent's cost allowed, as a share of the watched processes' CPU.",
+          b.budget());
+    gauge("strata_agent_cost_share", "The agent's cost in the last window, as a share of the watched processes' CPU.",
+          b.last_share());
+    gauge("strata_agent_budget_steps_down_total", "Times the budget stepped down.", static_cast<double>(b.steps_down()),
+          "counter");
+    auto [gpu, no_timeline] = gpu_processes();
+    gauge("strata_agent_gpu_processes", "Watched processes that use CUDA.", gpu);
+    gauge("strata_agent_gpu_processes_without_timeline",
+          "Of those, processes with no GPU device timeline (no CUPTI injection): NVML and launch->sync times only.",
+          no_timeline);
     gauge("strata_agent_wall_clock_steps_total", "Steps of the wall clock seen (the run's timeline does not follow them).",
-          static_cast<double>(clock_watch_.steps), "counter");
+          static_cast<double>(pipeline_.clock_watch().steps), "counter");
     gauge("strata_agent_wall_clock_offset_seconds", "The wall clock minus the run's timeline, at the last window.",
-          static_cast<double>(clock_watch_.offset_ns) / 1e9);
-    const auto u = normalizer_.unwind_counters();
+          static_cast<double>(pipeline_.clock_watch().offset_ns) / 1e9);
+    const auto u = pipeline_.unwind_counters();
     gauge("strata_agent_unwind_table_bytes", "Unwind tables (CFI rows) held now, within --unwind-tables-mb.",
           static_cast<double>(u.table_bytes));
     gauge("strata_agent_unwind_table_peak_bytes", "The most the unwind tables have held.",
@@ -383,8 +360,8 @@ class Daemon final : public EventSink {
       gauge("strata_agent_kcfi_modules_refused_total", "Modules the kernel's row budget had no room for.",
             static_cast<double>(c.kcfi_full), "counter");
     }
-    gauge("process_cpu_seconds_total", "The agent's own CPU time.", cpu_seconds_self(), "counter");
-    gauge("process_resident_memory_bytes", "The agent's resident memory.", static_cast<double>(rss_bytes()));
+    gauge("process_cpu_seconds_total", "The agent's own CPU time.", self_cpu_seconds(), "counter");
+    gauge("process_resident_memory_bytes", "The agent's resident memory.", static_cast<double>(self_rss_bytes()));
     if (writer_) {
       auto s = writer_->counters();
       gauge("strata_agent_spool_bytes", "Batches waiting on disk for the collector.", static_cast<double>(s.spool_bytes));
@@ -399,18 +376,17 @@ class Daemon final : public EventSink {
             static_cast<double>(s.batches_rejected), "counter");
       gauge("strata_agent_bytes_sent_total", "Compressed bytes acknowledged by the collector.",
             static_cast<double>(s.bytes_sent), "counter");
-      o << "# HELP strata_agent_records_acked_total Rows acknowledged by the collector, by kind.\n"
-           "# TYPE strata_agent_records_acked_total counter\n";
+      server::prom::family(o, "strata_agent_records_acked_total", "counter", "Rows acknowledged by the collector, by kind.");
       for (const auto& [k, v] : s.records_acked) o << "strata_agent_records_acked_total{kind=\"" << k << "\"} " << v << "\n";
-      o << "# HELP strata_agent_records_dropped_total Rows in batches dropped because the spool was full, by kind.\n"
-           "# TYPE strata_agent_records_dropped_total counter\n";
+      server::prom::family(o, "strata_agent_records_dropped_total", "counter",
+                           "Rows in batches dropped because the spool was full, by kind.");
       for (const auto& [k, v] : s.records_dropped)
         o << "strata_agent_records_dropped_total{kind=\"" << k << "\"} " << v << "\n";
+      writer_->write_metrics(o);  // kept answers by status, held/set-aside/quarantined batches
     }
     std::vector<std::pair<std::string, double>> stats;
-    for (const auto& src : sources_) src->stats(stats);
-    o << "# HELP strata_agent_source_stat Counters of each layer's source.\n# TYPE strata_agent_source_stat gauge\n";
-    for (const auto& [k, v] : stats) o << "strata_agent_source_stat{key=\"" << k << "\"} " << v << "\n";
+    pipeline_.source_stats(stats);
+    write_source_metrics(o, stats);  // each layer's counters and gauges, one family each
     page_.set(o.str());
   }
 
@@ -428,103 +404,46 @@ class Daemon final : public EventSink {
       present.insert(p);
       // A pid's environment is read again only when it runs another program: it is fixed at
       // exec, and children of a watched process are followed by the kernel side anyway.
-      if (p == self || known_.count(p)) continue;
+      if (p == self || pipeline_.known(p)) continue;
       std::string exe = exe_of(p);
       auto ck = checked_.find(p);
       if (ck != checked_.end() && ck->second == exe) continue;
       checked_[p] = exe;
       auto env = read_environ(p);
       if (env.empty() || !opts_.selector.matches(env)) continue;
-      if (auto st = sampler_->add_target(p); !st) {
+      if (auto st = pipeline_.watch(p, /*preexisting=*/true); !st)
         log_ << "strata: agent: cannot watch pid " << p << ": " << st.error().message << "\n";
-        continue;
-      }
-      see_process(p, 0, "");
     }
     closedir(d);
     for (auto it = checked_.begin(); it != checked_.end();) it = present.count(it->first) ? std::next(it) : checked_.erase(it);
-    for (auto it = live_.begin(); it != live_.end();) {
-      uint32_t pid = *it++;
-      if (!present.count(pid)) forget(pid);
-    }
-  }
-
-  void see_process(uint32_t pid, uint32_t ppid, const std::string& comm, bool refresh = false) {
-    if (known_.count(pid) && !refresh) return;
-    known_.insert(pid);
-    live_.insert(pid);
-    auto info = read_process_info(pid, node_);
-    store::ProcessInfo p;
-    if (info) {
-      p = *info;
-    } else {
-      p.pid = pid;
-      p.ppid = ppid;
-      p.node = node_;
-      p.comm = comm;
-      p.command = "[" + comm + "]";
-      p.start_ns = unix_now_ns();
-    }
-    pending_processes_[pid] = p;
-    flight_.note_process(p);
-    for (auto& src : sources_) src->on_process(p);
-    if (info) normalizer_.learn_process(pid);
-  }
-
-  void forget(uint32_t pid) {
-    if (!live_.erase(pid)) return;
-    normalizer_.forget_process(pid);
-    for (auto& src : sources_) src->on_process_exit(pid);
-    flight_.note_exit(pid);
-    // known_ keeps the pid until it is reused by an unrelated process: a late sample of the dying
-    // process must not re-announce it.
   }
 
   Result<AgentSummary> loop(const std::atomic<bool>& stop) {
     using clock = std::chrono::steady_clock;
-    auto start = clock::now();
-    auto window_start = start;
-    auto last_scan = start - std::chrono::hours(1);
-    auto last_page = start;
-    window_start_unix_ = unix_now_ns();
-    window_start_mono_ = monotonic_now_ns();
+    auto last_scan = clock::now() - std::chrono::hours(1);
+    auto last_page = clock::now();
     update_metrics_page();
     while (!stop) {
       auto now = clock::now();
       if (std::chrono::duration<double>(now - last_scan).count() >= opts_.scan_s) {
         scan_proc();
         last_scan = now;
-        if (known_.size() > 65536) {  // bounded on long runs: forget pids that are gone
-          for (auto it = known_.begin(); it != known_.end();) it = live_.count(*it) ? std::next(it) : known_.erase(it);
-        }
+        if (pipeline_.known_count() > kMaxKnownPids) pipeline_.forget_gone_pids();
       }
-      auto n = sampler_->poll(200, *this);
-      if (!n) return n.error();
-      for (auto& src : sources_) {
-        if (auto st = src->poll(); !st) log_ << "strata: agent: " << src->name() << ": " << st.error().message << "\n";
-      }
-      now = clock::now();
-      if (opts_.duration_s > 0 && std::chrono::duration<double>(now - start).count() >= opts_.duration_s) break;
-      // A window also closes when it holds kMaxWindowStacks distinct stacks: memory stays bounded.
-      if (std::chrono::duration<double>(now - window_start).count() >= opts_.window_s ||
-          profile_.distinct_stacks() >= kMaxWindowStacks) {
-        if (auto st = flush_window(); !st) return st.error();
-        window_start = now;
-      }
-      if (now - last_page >= std::chrono::seconds(1)) {
+      if (auto st = pipeline_.step(200); !st) return st.error();
+      if (opts_.duration_s > 0 && pipeline_.elapsed_s() >= opts_.duration_s) break;
+      if (clock::now() - last_page >= std::chrono::seconds(1)) {
+        report_missing_timelines();
         update_metrics_page();
-        last_page = now;
+        last_page = clock::now();
       }
     }
-    for (int i = 0; i < 3; ++i) {
-      auto n = sampler_->poll(0, *this);
-      if (!n || *n == 0) break;
-    }
-    if (auto st = flush_window(/*last=*/true); !st) return st.error();
+    auto t = pipeline_.finish();
+    if (!t) return t.error();
     AgentSummary s;
-    s.windows = windows_;
-    s.processes = known_.size();
-    s.samples = samples_;
+    s.windows = t->windows;
+    s.processes = t->processes;
+    s.samples = t->samples_seen;
     if (writer_) {
       // Give the collector a moment to take the last batches; the rest stays in the spool.
       writer_->drain(5);
@@ -542,74 +461,19 @@ class Daemon final : public EventSink {
     return s;
   }
 
-  Status flush_window(bool last = false) {
-    uint64_t end_unix = unix_now_ns();
-    // Windows stay on the run's timeline (process_info.h); a step is said once, and counted.
-    if (clock_watch_.look())
-      log_ << "strata: agent: warning: the wall clock stepped; it is now "
-           << static_cast<double>(clock_watch_.offset_ns) / 1e9
-           << " s from this run's timeline, which keeps counting from the start (a restart takes the clock again)\n";
-    if (auto st = store_->begin(); !st) return st;
-    for (const auto& [pid, p] : pending_processes_) {
-      if (auto st = store_->put_process(recording_, p); !st) return st;
-    }
-    pending_processes_.clear();
-    if (auto written = profile_.write(*store_, recording_, window_start_unix_, end_unix); !written) {
-      return written.error();
-    }
-    WindowContext ctx;
-    ctx.recording = recording_;
-    ctx.start_ns = window_start_unix_;
-    ctx.end_ns = end_unix;
-    ctx.mono_start_ns = window_start_mono_;
-    ctx.mono_end_ns = monotonic_now_ns();
-    for (auto& src : sources_) {
-      if (auto st = src->flush(*store_, ctx); !st) return st.error().context(src->name());
-    }
-    if (last) {
-      if (auto st = store_->end_recording(recording_, end_unix); !st) return st;
-    }
-    // Local SQLite: symbolize what is new, as the recorder does (the shipper symbolizes when a
-    // stack is first interned, and reports nothing here).
-    auto frames = store_->unsymbolized_frames();
-    if (!frames) return frames.error();
-    if (!frames->empty()) {
-      std::vector<Frame> fs;
-      for (auto& r : *frames) fs.push_back(r.frame);
-      symbolizer_->symbolize(fs);
-      for (size_t i = 0; i < fs.size(); ++i) (*frames)[i].frame = std::move(fs[i]);
-      if (auto st = store_->update_frame_symbols(*frames); !st) return st;
-    }
-    // For the shipper, commit seals the window's batch: also the heartbeat when it is empty.
-    if (auto st = store_->commit(); !st) return st;
-    windows_++;
-    window_start_unix_ = end_unix;
-    window_start_mono_ = ctx.mono_end_ns;
-    return {};
-  }
+  // Pids announced once stay known (a late sample must not announce them again) until this many,
+  // then those no longer watched are forgotten: bounded memory on a months-long run.
+  static constexpr size_t kMaxKnownPids = 65536;
 
   AgentOptions opts_;
   std::ostream& log_;
   std::string node_;
-  std::unique_ptr<store::Store> store_;
+  std::unique_ptr<store::Store> store_;  // the sink (declared before the pipeline: it outlives it)
   shipper::BatchingWriter* writer_ = nullptr;  // store_, when shipping
-  std::unique_ptr<OnCpuSampler> sampler_;
-  std::unique_ptr<symbolize::Symbolizer> symbolizer_ = symbolize::make_caching_symbolizer();
-  Normalizer normalizer_{opts_.unwind_table_bytes};  // after opts_
-  FlightRecorder flight_;  // before the sources: they hold a pointer to it
-  std::vector<std::unique_ptr<Source>> sources_;
-  int64_t recording_ = 0;
-  uint64_t window_start_unix_ = 0;
-  uint64_t window_start_mono_ = 0;
-  WallClockWatch clock_watch_;
-  uint64_t windows_ = 0;
-  uint64_t samples_ = 0;
+  NodePipeline pipeline_;
 
   std::map<uint32_t, std::string> checked_;  // pids whose environment was read -> their program then
-  std::set<uint32_t> known_;
-  std::set<uint32_t> live_;
-  std::map<uint32_t, store::ProcessInfo> pending_processes_;
-  WindowProfile profile_{normalizer_};  // after normalizer_
+  uint32_t said_without_timeline_ = 0;  // GPU processes without a timeline, as last logged
 
   std::string drilldown_url_;  // announced to the collector in every batch's health
   std::string drilldown_credential_;  // ... with the secret it asks /drilldown with
@@ -647,6 +511,31 @@ Result<std::pair<std::string, std::set<std::string>>> parse_selector_term(const 
     if (values.empty()) return Error{"--select " + text + ": no value after '='"};
   }
   return std::make_pair(key, values);
+}
+
+Result<std::string> pod_environment() {
+  std::vector<std::string> env = cupti_injection_env();
+  if (env.empty()) {
+    return Error{"no CUPTI injection to give the containers: " + cupti_injection_library_path() +
+                 " is missing, or this environment sets CUDA_INJECTION64_PATH or STRATA_CUPTI=0"}
+        .environment();
+  }
+  std::ostringstream o;
+  o << "# strata agent --pod-env: the environment of every training container, so that the CUDA driver\n"
+       "# loads strata's CUPTI injection at cuInit and each rank writes its GPU device timeline, which\n"
+       "# the agent reads (without it the GPU layer has NVML and launch->sync times only).\n";
+  std::vector<std::pair<std::string, std::string>> mounts;
+  for (const auto& kv : env) {
+    o << kv << "\n";
+    auto eq = kv.find('=');
+    std::string key = kv.substr(0, eq), value = kv.substr(eq + 1);
+    if (key == "CUDA_INJECTION64_PATH") mounts.emplace_back(value, "read-only: the injection library");
+    if (key == "STRATA_TIMELINE_DIR")
+      mounts.emplace_back(value, "read-write: the ranks' timelines, which the agent reads");
+  }
+  o << "# host paths to mount into each training container at the same path:\n";
+  for (const auto& [path, what] : mounts) o << "#   " << path << "  " << what << "\n";
+  return o.str();
 }
 
 Result<AgentSummary> run_agent(const AgentOptions& opts, const std::atomic<bool>& stop, std::ostream& log) {

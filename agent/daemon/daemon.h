@@ -1,7 +1,8 @@
-// `strata agent`: the node daemon. Finds training processes by their environment (or a selector),
-// watches them with every layer's sources while they live, aggregates per window, and writes each
-// window to a store: the shipper (to `strata serve`) or a local SQLite file. Serves its own health
-// on /metrics.
+// `strata agent`: the node daemon. Finds training processes by their environment (or a selector)
+// and watches them with the node pipeline `strata record` also runs (agent/pipeline.h): every
+// layer's sources, per-window aggregation, the cost budget; each window goes to the shipper (to
+// `strata serve`) or a local SQLite file. Serves its own health on /metrics and its flight
+// recorder on /drilldown.
 #pragma once
 
 #include <atomic>
@@ -54,6 +55,14 @@ struct AgentSummary {
   uint64_t batches_sent = 0, batches_pending = 0, batches_dropped = 0, batches_rejected = 0;
   uint64_t bytes_sent = 0;
 };
+
+// `strata agent --pod-env`: what a cluster gives every training container so that the agent, which
+// never starts the job, still gets each rank's GPU device times: the environment that makes the
+// CUDA driver load strata's CUPTI injection at cuInit (the same as `strata record -- CMD` sets), one
+// NAME=value a line, then as comments the host paths to mount into the container at the same path
+// (the injection library, read-only; the timeline directory the ranks write and the agent reads,
+// read-write). An environment error, with the reason, when this install has no injection library.
+Result<std::string> pod_environment();
 
 // Runs until `stop` (or the duration); exit-code-2 errors for missing privileges.
 Result<AgentSummary> run_agent(const AgentOptions& opts, const std::atomic<bool>& stop, std::ostream& log);

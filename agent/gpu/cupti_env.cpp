@@ -1,5 +1,7 @@
 #include "agent/gpu/cupti_env.h"
 
+#include "agent/gpu/timeline_reader.h"
+
 #include <limits.h>
 #include <unistd.h>
 
@@ -23,9 +25,8 @@ std::vector<std::string> cupti_injection_env() {
   if (theirs && *theirs) return {};
   std::string lib = cupti_injection_library_path();
   if (lib.empty() || access(lib.c_str(), R_OK) != 0) return {};
-  const char* dir = std::getenv("STRATA_TIMELINE_DIR");
-  return {"CUDA_INJECTION64_PATH=" + lib,
-          std::string("STRATA_TIMELINE_DIR=") + ((dir && *dir) ? dir : "/tmp/strata-timeline")};
+  // Where the recorder's reader looks (timeline_rendezvous_dir): said to the job, not asked of it.
+  return {"CUDA_INJECTION64_PATH=" + lib, std::string(STRATA_TIMELINE_DIR_ENV "=") + timeline_rendezvous_dir()};
 }
 
 }  // namespace strata::agent

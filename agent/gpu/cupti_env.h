@@ -10,7 +10,8 @@ namespace strata::agent {
 
 // "NAME=value" entries to add to the environment of the recorded command:
 //   CUDA_INJECTION64_PATH=<absolute path of libstrata_cupti.so>
-//   STRATA_TIMELINE_DIR=<$STRATA_TIMELINE_DIR, else /tmp/strata-timeline>  (where the timelines go)
+//   STRATA_TIMELINE_DIR=<$STRATA_TIMELINE_DIR, else /run/strata/timeline>  (where the timelines go,
+//                        where the reader looks: abi/gpu_timeline.h)
 // Empty when libstrata_cupti.so is not installed next to the strata binary (<bin>/../lib/), or when
 // the user already set CUDA_INJECTION64_PATH (theirs wins: the driver loads only one), or when
 // STRATA_CUPTI=0 turns it off.

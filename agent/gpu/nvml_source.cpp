@@ -193,7 +193,10 @@ class NvmlSource final : public Source {
   NvmlSource(NvmlApi api, std::vector<Device> devices, NvmlOptions opts)
       : api_(api), devices_(std::move(devices)), opts_(std::move(opts)) {
     for (auto& d : devices_) discover_nvlinks(d);
-    if (opts_.thread) thread_ = std::thread([this] { run(); });
+  }
+
+  void start_threads() override {
+    if (opts_.thread && !thread_.joinable()) thread_ = std::thread([this] { run(); });
   }
 
   ~NvmlSource() override {

@@ -51,7 +51,7 @@ namespace strata::agent {
 struct NvmlOptions {
   std::string library;    // empty: $STRATA_NVML_LIBRARY, else "libnvidia-ml.so.1"
   double period_s = 1.0;  // between samples
-  bool thread = true;     // sample on an own thread; false: poll() samples when a period has passed
+  bool thread = true;     // sample on an own thread (from start_threads()); false: poll() samples when a period has passed
 };
 
 // Loads NVML and finds the devices. Error (with the reason, for a one-line warning) when the library

@@ -14,6 +14,8 @@
 #include <sstream>
 #include <vector>
 
+#include "common/parse.h"
+
 namespace strata::agent::os {
 namespace {
 
@@ -36,11 +38,9 @@ std::optional<Faults> parse_proc_stat_faults(const std::string& text) {
   std::string tok;
   while (f.size() < 10 && in >> tok) f.push_back(tok);
   if (f.size() < 10) return std::nullopt;
-  try {
-    return Faults{std::stoull(f[7]), std::stoull(f[9])};  // fields 10 and 12
-  } catch (...) {
-    return std::nullopt;
-  }
+  auto minor = parse_int<uint64_t>(f[7]), major = parse_int<uint64_t>(f[9]);  // fields 10 and 12
+  if (!minor || !major) return std::nullopt;
+  return Faults{*minor, *major};
 }
 
 std::optional<Faults> read_faults(uint32_t pid) {
@@ -60,7 +60,10 @@ std::map<int, uint64_t> socket_fds(uint32_t pid) {
     ssize_t n = readlink((dir + "/" + e->d_name).c_str(), buf, sizeof(buf) - 1);
     if (n <= 0) continue;
     buf[n] = 0;
-    if (std::strncmp(buf, "socket:[", 8) == 0) out[std::atoi(e->d_name)] = std::strtoull(buf + 8, nullptr, 10);
+    if (std::strncmp(buf, "socket:[", 8) != 0) continue;
+    auto fd = parse_int<int>(e->d_name);
+    auto inode = parse_int_prefix<uint64_t>(buf + 8);
+    if (fd && inode) out[*fd] = *inode;
   }
   closedir(d);
   return out;
@@ -130,11 +133,12 @@ std::map<unsigned, std::string> parse_irq_names(const std::string& text) {
     if (colon == std::string::npos) continue;
     std::string num = line.substr(0, colon);
     num.erase(0, num.find_first_not_of(' '));
-    if (num.empty() || num.find_first_not_of("0123456789") != std::string::npos) continue;  // NMI, LOC, ...
+    auto irq = parse_int<unsigned>(num);
+    if (!irq) continue;  // NMI, LOC, ...
     std::istringstream rest(line.substr(colon + 1));
     std::string tok, last;
     while (rest >> tok) last = tok;
-    out[static_cast<unsigned>(std::stoul(num))] = last;
+    out[*irq] = last;
   }
   return out;
 }

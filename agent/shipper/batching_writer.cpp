@@ -2,11 +2,16 @@
 
 #include <httplib.h>
 
+#include <algorithm>
 #include <chrono>
+#include <cmath>
 #include <cstring>
 #include <iostream>
+#include <optional>
+#include <set>
 
 #include "proto/ingest_codec.h"
+#include "server/prometheus.h"
 
 namespace strata::agent::shipper {
 namespace {
@@ -16,6 +21,37 @@ namespace {
 constexpr size_t kMaxStacks = 200'000;
 // Vectors are split into records of at most this many rows, so a batch can be sealed between them.
 constexpr size_t kRowsPerRecord = 20'000;
+
+// Retrying a batch that was kept: after 0.5 s, doubling up to 30 s (a collector restart is
+// seconds; a long outage costs one attempt per batch per 30 s at most).
+constexpr double kRetryFirstS = 0.5;
+constexpr double kRetryMaxS = 30;
+// After any failed attempt the next one, whatever batch, waits too (doubling up to 10 s): an
+// unreachable collector is not asked in a tight loop.
+constexpr double kPauseFirstS = 0.5;
+constexpr double kPauseMaxS = 10;
+// Batches go in order (a batch may name stacks an earlier one defined). After this many failed
+// attempts of the oldest, the next one is tried once: if it gets through, the collector is fine
+// and the oldest is set aside (retried on its own schedule) so it cannot hold back the newer ones.
+constexpr uint32_t kProbeAfterFailures = 3;
+// How often a collector that keeps refusing is said in the log.
+constexpr auto kLogEvery = std::chrono::seconds(60);
+// Waiting with nothing to send: a seal wakes the thread sooner.
+constexpr double kIdleWaitS = 1.0;
+
+// An answer's body for a log line: its start, on one line.
+std::string one_line(const std::string& body) {
+  std::string s = body.substr(0, 200);
+  for (char& c : s) if (c == '\n' || c == '\r') c = ' ';
+  while (!s.empty() && s.back() == ' ') s.pop_back();
+  return s;
+}
+
+// The collector's answer to a batch it finds invalid (server.cpp, ingest): 400 with its JSON
+// error. A 400 from something else on the way (a proxy's page) is not the collector's verdict.
+bool collector_says_invalid(const httplib::Result& res) {
+  return res->status == 400 && res->body.rfind("{\"error\":", 0) == 0;
+}
 
 void to_proto(const Frame& f, ingest::Frame* p) {
   p->set_kind(static_cast<uint32_t>(f.kind));
@@ -366,6 +402,22 @@ bool BatchingWriter::drain(double timeout_s) {
   return spool_.count() == 0;
 }
 
+void BatchingWriter::write_metrics(std::ostream& o) const {
+  auto c = counters();
+  server::prom::family(o, "strata_agent_batch_answers_kept_total", "counter",
+                       "Send attempts whose answer kept the batch in the spool, by HTTP status (0: no answer).");
+  for (const auto& [status, n] : c.kept_answers)
+    o << "strata_agent_batch_answers_kept_total{status=\"" << status << "\"} " << n << "\n";
+  server::prom::family(o, "strata_agent_batches_held", "gauge", "Spooled batches that failed to send and wait to retry.");
+  o << "strata_agent_batches_held " << c.batches_held << "\n";
+  server::prom::family(o, "strata_agent_batches_set_aside", "gauge",
+                       "Held batches that newer ones passed (a newer one got through).");
+  o << "strata_agent_batches_set_aside " << c.batches_set_aside << "\n";
+  server::prom::family(o, "strata_agent_batches_quarantined_total", "counter",
+                       "Batches the collector refused as invalid, moved to " + spool_.quarantine_dir() + ".");
+  o << "strata_agent_batches_quarantined_total " << spool_.quarantined() << "\n";
+}
+
 ShipperCounters BatchingWriter::counters() const {
   std::lock_guard lock(mu_);
   ShipperCounters c = counters_;
@@ -375,7 +427,7 @@ ShipperCounters BatchingWriter::counters() const {
   return c;
 }
 
-bool BatchingWriter::ship_one(const Spool::Entry& e, const std::string& body) {
+BatchingWriter::Outcome BatchingWriter::ship_one(const Spool::Entry& e, const std::string& body) {
   httplib::Client cli(opts_.server);
   cli.set_connection_timeout(2, 0);
   cli.set_read_timeout(30, 0);
@@ -383,53 +435,156 @@ bool BatchingWriter::ship_one(const Spool::Entry& e, const std::string& body) {
   httplib::Headers headers;
   if (!opts_.token.empty()) headers.emplace("Authorization", "Bearer " + opts_.token);
   auto res = cli.Post("/api/v1/ingest", headers, body, "application/x-strata-batch+zstd");
-  std::lock_guard lock(mu_);
-  if (!res) {
-    counters_.send_failures++;
-    return false;
-  }
-  int status = res->status;
+  int status = res ? res->status : 0;
   if (status >= 200 && status < 300) {
+    std::lock_guard lock(mu_);
     counters_.batches_sent++;
     counters_.bytes_sent += e.bytes;
     if (auto it = pending_counts_.find(e.seq); it != pending_counts_.end()) {
       for (const auto& [k, v] : it->second) counters_.records_acked[k] += v;
       pending_counts_.erase(it);
     }
-    return true;
+    return Outcome::kDelivered;
   }
-  // Auth, throttling and server trouble may pass: keep the batch. Any other 4xx says the batch
-  // itself is bad; resending would never help.
-  if (status == 401 || status == 403 || status == 408 || status == 429 || status >= 500) {
+  if (res && collector_says_invalid(res)) {
+    // Resending would never help: out of the spool, into quarantine, counted and said.
+    {
+      std::lock_guard lock(mu_);
+      counters_.batches_rejected++;
+      pending_counts_.erase(e.seq);
+    }
+    std::cerr << "strata: agent: the collector refused batch " << e.seq << " as invalid (HTTP 400): "
+              << one_line(res->body) << "; moved to " << spool_.quarantine_dir() << "\n";
+    return Outcome::kQuarantine;
+  }
+  // Anything else keeps the batch: no answer, 5xx, throttling, a token being rotated (401/403),
+  // a proxy in front (404, 413, its own 400 page), or an answer nobody expected.
+  {
+    std::lock_guard lock(mu_);
     counters_.send_failures++;
-    return false;
+    counters_.kept_answers[status]++;
   }
-  counters_.batches_rejected++;
-  pending_counts_.erase(e.seq);
-  std::cerr << "strata: agent: the server refused a batch (HTTP " << status << "): " << res->body.substr(0, 200)
-            << "\n";
-  return true;
+  log_kept(status, res ? res->body : std::string(), e.seq);
+  return Outcome::kKeep;
+}
+
+void BatchingWriter::log_kept(int status, const std::string& body, uint64_t seq) {
+  auto now = std::chrono::steady_clock::now();
+  ++unlogged_;
+  if (last_log_ != std::chrono::steady_clock::time_point{} && now - last_log_ < kLogEvery) return;
+  std::string answer = status == 0 ? std::string("no answer (unreachable or timed out)") : "HTTP " + std::to_string(status);
+  std::string said = one_line(body);
+  std::cerr << "strata: agent: the collector at " << opts_.server << " gave " << answer << " for batch " << seq
+            << (said.empty() ? "" : ": " + said) << "; batches stay in the spool and are retried ("
+            << unlogged_ << " such answers since the last line, at most one line a minute)\n";
+  last_log_ = now;
+  unlogged_ = 0;
 }
 
 void BatchingWriter::ship_loop() {
-  double backoff_s = 0;
+  using Clock = std::chrono::steady_clock;
+  struct Retry {
+    uint32_t failures = 0;
+    Clock::time_point not_before{};
+  };
+  std::map<uint64_t, Retry> retry;  // spooled batches that failed, by seq
+  std::set<uint64_t> aside;         // ... passed by a newer one that got through
+  bool probe = false;               // the oldest failed kProbeAfterFailures more times: try the next
+  double backoff_s = 0;  // after failed attempts in a row: doubling, 0 after a success
+  double wait_s = 0;     // before the next look at the spool; 0: as soon as there is a batch
+  bool until_due = false;  // waiting only for held batches to be due: a new batch ends the wait
+  auto seconds = [](double s) { return std::chrono::duration_cast<Clock::duration>(std::chrono::duration<double>(s)); };
   while (true) {
     {
       std::unique_lock lock(mu_);
-      auto wait = std::chrono::duration<double>(backoff_s > 0 ? backoff_s : 1.0);
-      cv_.wait_for(lock, wait, [&] { return stop_ || (backoff_s == 0 && spool_.count() > 0); });
+      auto wait = std::chrono::duration<double>(wait_s > 0 ? wait_s : kIdleWaitS);
+      uint64_t spooled = spool_.count();
+      cv_.wait_for(lock, wait, [&] {
+        return stop_ || (wait_s == 0 && spool_.count() > 0) || (until_due && spool_.count() > spooled);
+      });
       if (stop_) return;
+      counters_.batches_held = retry.size();
+      counters_.batches_set_aside = aside.size();
     }
-    while (auto e = spool_.checkout()) {
-      auto body = spool_.read(*e);
-      bool done = body ? ship_one(*e, *body) : true;  // an unreadable file is dropped
-      if (!done) {
-        spool_.release();
-        backoff_s = backoff_s == 0 ? 0.5 : std::min(backoff_s * 2, 10.0);
+    wait_s = 0;
+    until_due = false;
+    while (true) {
+      // Forget batches the spool no longer has (dropped when full).
+      auto entries = spool_.entries();
+      std::set<uint64_t> present;
+      for (const auto& e : entries) present.insert(e.seq);
+      std::erase_if(retry, [&](const auto& kv) { return !present.count(kv.first); });
+      std::erase_if(aside, [&](uint64_t seq) { return !present.count(seq); });
+      {
+        std::lock_guard lock(mu_);
+        counters_.batches_held = retry.size();
+        counters_.batches_set_aside = aside.size();
+      }
+      if (entries.empty()) break;
+      auto now = Clock::now();
+      auto due = [&](uint64_t seq) {
+        auto it = retry.find(seq);
+        return it == retry.end() || it->second.not_before <= now;
+      };
+      // What to send: a set-aside batch whose wait is over, else (probing) the one after the
+      // oldest, else the oldest of the others when due.
+      std::optional<uint64_t> pick, head, next;
+      for (const auto& e : entries) {
+        if (aside.count(e.seq)) {
+          if (!pick && due(e.seq)) pick = e.seq;
+        } else if (!head) {
+          head = e.seq;
+        } else if (!next) {
+          next = e.seq;
+        }
+      }
+      bool probing = false;
+      if (!pick && probe && next && due(*next)) {
+        pick = next;
+        probing = true;
+      }
+      if (!pick && head && due(*head)) pick = head;
+      if (!pick) {
+        // Nothing due: sleep until the first one is (a seal does not wake us: older ones wait).
+        auto first = Clock::time_point::max();
+        for (const auto& [seq, r] : retry) first = std::min(first, r.not_before);
+        wait_s = first == Clock::time_point::max()
+                      ? kIdleWaitS
+                      : std::clamp(std::chrono::duration<double>(first - now).count(), 0.05, kRetryMaxS);
+        until_due = true;
         break;
       }
-      spool_.remove(*e);
+      auto e = spool_.checkout(*pick);
+      if (!e) continue;  // dropped meanwhile
+      auto body = spool_.read(*e);
+      Outcome out = body ? ship_one(*e, *body) : Outcome::kQuarantine;  // unreadable: never sendable
+      if (probing) probe = false;
+      if (out == Outcome::kKeep) {
+        spool_.release();
+        auto& r = retry[e->seq];
+        r.failures++;
+        r.not_before = Clock::now() + seconds(std::min(kRetryMaxS, kRetryFirstS * std::pow(2.0, std::min<uint32_t>(r.failures - 1, 16))));
+        if (head && e->seq == *head && r.failures % kProbeAfterFailures == 0) probe = true;
+        backoff_s = std::min(kPauseMaxS, backoff_s == 0 ? kPauseFirstS : backoff_s * 2);
+        wait_s = backoff_s;
+        break;
+      }
+      if (out == Outcome::kQuarantine) {
+        if (auto moved = spool_.quarantine(*e); !moved)
+          std::cerr << "strata: agent: " << moved.error().message << " (the batch left the spool)\n";
+      } else {
+        spool_.remove(*e);
+      }
+      retry.erase(e->seq);
+      aside.erase(e->seq);
       backoff_s = 0;
+      if (probing && head) {
+        // The next batch got through where the oldest did not: that one is set aside, and the
+        // batches after it go on. They may name stacks it defined: the writer sends its stack
+        // dictionary again from the next batch on.
+        aside.insert(*head);
+        spool_dropped_ = true;
+      }
       std::lock_guard lock(mu_);
       if (stop_) return;
     }

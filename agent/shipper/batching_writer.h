@@ -5,6 +5,8 @@
 #pragma once
 
 #include <atomic>
+#include <chrono>
+#include <ostream>
 #include <condition_variable>
 #include <functional>
 #include <map>
@@ -38,8 +40,12 @@ using KindCounts = std::map<std::string, uint64_t>;
 struct ShipperCounters {
   uint64_t batches_sealed = 0;
   uint64_t batches_sent = 0;      // acknowledged by the server (applied or already applied)
-  uint64_t send_failures = 0;     // attempts that failed (unreachable, 5xx, 401): retried
-  uint64_t batches_rejected = 0;  // refused by the server as bad (4xx): dropped
+  uint64_t send_failures = 0;     // attempts that failed (unreachable, 5xx, 401, ...): retried
+  uint64_t batches_rejected = 0;  // refused by the collector as invalid (its 400): quarantined
+  std::map<int, uint64_t> kept_answers;  // attempts answered otherwise, by HTTP status (0: no
+                                         // answer); the batch was kept for another try
+  uint64_t batches_held = 0;      // spooled batches that failed at least once and wait to retry
+  uint64_t batches_set_aside = 0; // held batches passed by newer ones (a newer one got through)
   uint64_t batches_dropped = 0;   // oldest dropped because the spool was full (or the new one)
   uint64_t bytes_sent = 0;        // compressed, acknowledged
   uint64_t spool_bytes = 0;
@@ -64,6 +70,9 @@ class BatchingWriter final : public store::Store {
   // Waits up to timeout_s for the spool to drain; true when it did.
   bool drain(double timeout_s);
   ShipperCounters counters() const;
+  // The shipping counters that /metrics shows beyond the spool's own (kept answers by status,
+  // held and set-aside batches, quarantined), in Prometheus text.
+  void write_metrics(std::ostream& o) const;
 
   // -- store::Store, writing
   Result<int64_t> begin_recording(const store::RecordingInfo& info) override;
@@ -114,8 +123,11 @@ class BatchingWriter final : public store::Store {
   ingest::Record& add(const char* kind, size_t rows);
   Status maybe_seal();
   void ship_loop();
-  // One POST; true when the batch is done with (acknowledged, or refused for good).
-  bool ship_one(const Spool::Entry& e, const std::string& body);
+  enum class Outcome { kDelivered, kQuarantine, kKeep };
+  // One POST and what to do with the batch after it.
+  Outcome ship_one(const Spool::Entry& e, const std::string& body);
+  // Says (on stderr, at most once per kLogEvery) that batches are kept for an answer `status`.
+  void log_kept(int status, const std::string& body, uint64_t seq);
 
   ShipperOptions opts_;
   Spool spool_;
@@ -138,6 +150,8 @@ class BatchingWriter final : public store::Store {
   ShipperCounters counters_;
   std::map<uint64_t, KindCounts> pending_counts_;  // spool seq -> rows, for records_acked
   std::atomic<bool> spool_dropped_{false};          // the dictionary must be sent again
+  std::chrono::steady_clock::time_point last_log_{};  // the shipping thread's last "kept" line
+  uint64_t unlogged_ = 0;                             // kept answers since that line
   std::thread thread_;
 };
 

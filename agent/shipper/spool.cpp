@@ -12,6 +12,8 @@
 #include <fstream>
 #include <sstream>
 
+#include "common/parse.h"
+
 namespace strata::agent::shipper {
 namespace {
 
@@ -39,7 +41,8 @@ Status make_dirs(const std::string& dir) {
 
 Spool::Spool(Spool&& o) noexcept
     : dir_(std::move(o.dir_)), max_bytes_(o.max_bytes_), entries_(std::move(o.entries_)), bytes_(o.bytes_),
-      next_seq_(o.next_seq_), dropped_(o.dropped_), pinned_(o.pinned_) {}
+      next_seq_(o.next_seq_), dropped_(o.dropped_), write_failures_(o.write_failures_),
+      quarantined_(o.quarantined_), pinned_(o.pinned_) {}
 
 Result<Spool> Spool::open(const std::string& dir, uint64_t max_bytes) {
   if (auto st = make_dirs(dir); !st) return st.error().environment();
@@ -54,7 +57,9 @@ Result<Spool> Spool::open(const std::string& dir, uint64_t max_bytes) {
       if (name.size() > 4 && name.substr(name.size() - 4) == ".tmp") unlink((dir + "/" + name).c_str());
       continue;
     }
-    uint64_t seq = std::strtoull(name.substr(0, 16).c_str(), nullptr, 16);
+    auto parsed = parse_int<uint64_t>(std::string_view(name).substr(0, 16), 16);
+    if (!parsed) continue;  // not one of ours
+    uint64_t seq = *parsed;
     struct stat st{};
     if (stat((dir + "/" + name).c_str(), &st) != 0) continue;
     s.entries_.push_back({dir + "/" + name, seq, static_cast<uint64_t>(st.st_size)});
@@ -134,6 +139,51 @@ std::optional<Spool::Entry> Spool::checkout() {
   if (entries_.empty()) return std::nullopt;
   pinned_ = entries_.front().seq;
   return entries_.front();
+}
+
+std::optional<Spool::Entry> Spool::checkout(uint64_t seq) {
+  std::lock_guard lock(mu_);
+  auto it = std::find_if(entries_.begin(), entries_.end(), [&](const Entry& x) { return x.seq == seq; });
+  if (it == entries_.end()) return std::nullopt;
+  pinned_ = seq;
+  return *it;
+}
+
+std::vector<Spool::Entry> Spool::entries() const {
+  std::lock_guard lock(mu_);
+  return entries_;
+}
+
+Result<std::string> Spool::quarantine(const Entry& e) {
+  std::lock_guard lock(mu_);
+  if (pinned_ == e.seq) pinned_ = 0;
+  auto it = std::find_if(entries_.begin(), entries_.end(), [&](const Entry& x) { return x.seq == e.seq; });
+  if (it == entries_.end()) return Error{"batch " + std::to_string(e.seq) + " is no longer spooled"};
+  const std::string qdir = quarantine_dir();
+  if (mkdir(qdir.c_str(), 0700) != 0 && errno != EEXIST) return Error::from_errno("creating " + qdir, errno);
+  std::string to = qdir + "/" + file_name(e.seq);
+  Status moved = rename(it->path.c_str(), to.c_str()) == 0 ? Status{} : Error::from_errno("moving " + it->path + " to " + qdir, errno);
+  if (!moved) unlink(it->path.c_str());  // it must leave the spool either way, or it is sent forever
+  bytes_ -= it->bytes;
+  entries_.erase(it);
+  ++quarantined_;
+  // The newest kQuarantineKeep stay; names sort in arrival order.
+  std::vector<std::string> kept;
+  if (DIR* d = opendir(qdir.c_str())) {
+    while (dirent* f = readdir(d)) {
+      if (f->d_name[0] != '.') kept.push_back(f->d_name);
+    }
+    closedir(d);
+  }
+  std::sort(kept.begin(), kept.end());
+  for (size_t i = 0; i + kQuarantineKeep < kept.size(); ++i) unlink((qdir + "/" + kept[i]).c_str());
+  if (!moved) return moved.error();
+  return to;
+}
+
+uint64_t Spool::quarantined() const {
+  std::lock_guard lock(mu_);
+  return quarantined_;
 }
 
 void Spool::release() {

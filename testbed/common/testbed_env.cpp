@@ -1,5 +1,7 @@
 #include "testbed/common/testbed_env.h"
 
+#include "abi/gpu_timeline.h"
+
 #include <fcntl.h>
 #include <sys/file.h>
 #include <sys/mman.h>
@@ -18,6 +20,15 @@ std::string testbed_dir() {
   const char* env = std::getenv("STRATA_TESTBED_DIR");
   std::string dir = (env && *env) ? env : "/tmp/strata-testbed";
   ::mkdir(dir.c_str(), 0777);  // EEXIST is the common case; a real failure shows at open()
+  return dir;
+}
+
+std::string timeline_dir() {
+  const char* env = std::getenv(STRATA_TIMELINE_DIR_ENV);
+  std::string dir = (env && *env) ? env : STRATA_TIMELINE_DEFAULT_DIR;
+  if (!(env && *env)) ::mkdir(dir.substr(0, dir.rfind('/')).c_str(), 0755);  // root's; EEXIST is common
+  // As a real writer does (abi/gpu_timeline.h): sticky and open to all when it makes it.
+  if (::mkdir(dir.c_str(), 0700) == 0) ::chmod(dir.c_str(), 01777);
   return dir;
 }
 

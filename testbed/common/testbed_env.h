@@ -12,6 +12,10 @@ namespace testbed {
 // $STRATA_TESTBED_DIR, default /tmp/strata-testbed; created on first use.
 std::string testbed_dir();
 
+// Where the libcudart stand-in writes its device timelines, as strata's CUPTI injection does
+// (abi/gpu_timeline.h): $STRATA_TIMELINE_DIR, default /run/strata/timeline; created when it can.
+std::string timeline_dir();
+
 // Maps $STRATA_TESTBED_DIR/gpu-state shared, creating and initializing it (with `num_devices`
 // healthy devices) when missing or of another version. Returns nullptr when the file cannot be
 // mapped: callers then behave as healthy devices. Never unmapped: lives as long as the process.

@@ -2,6 +2,9 @@
 // file (gpu_state.h), including the faults strata-sim injects: a slowed device reports lowered SM
 // clocks and its throttle reasons, a hot one a high temperature. Utilization is the busy time the
 // libcudart stand-in accumulates, over the interval since the previous query of that device.
+// Hardware faults (gpu_state.h's hw_faults): a lost GPU answers GPU_IS_LOST to every device query;
+// ECC, PCIe replay and NVLink error counters climb at fixed rates from the fault's start; a degraded
+// PCIe link trains at x4 of its x16.
 #include <atomic>
 #include <cstdio>
 #include <cstring>
@@ -49,6 +52,33 @@ float slowdown_of(strata_gpu_device_state* ds) {
   return f > 1.0f ? f : 1.0f;
 }
 
+uint32_t hw_of(strata_gpu_device_state* ds) {
+  return ds ? std::atomic_ref<uint32_t>(ds->hw_faults).load(std::memory_order_acquire) : 0;
+}
+
+// How many errors a fault's counter has climbed to: `per_s` a second since the fault began.
+unsigned long long climbed(strata_gpu_device_state* ds, uint32_t bit, double per_s) {
+  if (!(hw_of(ds) & bit)) return 0;
+  uint64_t since = std::atomic_ref<uint64_t>(ds->hw_since_ns).load(std::memory_order_relaxed);
+  uint64_t now = monotonic_ns();
+  return now > since ? static_cast<unsigned long long>(static_cast<double>(now - since) / 1e9 * per_s) : 0;
+}
+
+// The rates the counters climb at: far above what a healthy board counts (none, or a few a day).
+constexpr double kEccUncorrectedPerS = 0.5;
+constexpr double kEccCorrectedPerS = 5;
+constexpr double kPcieReplaysPerS = 20;
+constexpr double kNvlinkErrorsPerS = 10;  // per counter, on link 0
+constexpr unsigned int kPcieGen = 5;       // H100 SXM: PCIe Gen5 x16
+constexpr unsigned int kPcieMaxWidth = 16;
+constexpr unsigned int kPcieDegradedWidth = 4;
+constexpr unsigned int kNvLinks = 18;      // H100 SXM: 18 NVLinks
+
+// A degraded link slows the device's transfers, not its SMs: the clocks stay at max.
+float sm_slowdown_of(strata_gpu_device_state* ds) {
+  return hw_of(ds) & (STRATA_HW_PCIE | STRATA_HW_NVLINK) ? 1.0f : slowdown_of(ds);
+}
+
 unsigned long long reasons_of(strata_gpu_device_state* ds) {
   return ds ? std::atomic_ref<uint64_t>(ds->throttle_reasons).load(std::memory_order_relaxed) : 0;
 }
@@ -76,9 +106,10 @@ using namespace testbed::nvml;
 
 #define REQUIRE_INIT() \
   if (g_init_count.load() <= 0) return NVML_ERROR_UNINITIALIZED
-#define REQUIRE_DEVICE(d) \
-  REQUIRE_INIT();         \
-  if (!valid(d)) return NVML_ERROR_INVALID_ARGUMENT
+#define REQUIRE_DEVICE(d)                      \
+  REQUIRE_INIT();                              \
+  if (!valid(d)) return NVML_ERROR_INVALID_ARGUMENT; \
+  if (hw_of(state_of(d)) & STRATA_HW_LOST) return NVML_ERROR_GPU_IS_LOST
 
 NVML_EXPORT nvmlReturn_t nvmlInit_v2(void) {
   if (testbed::map_gpu_state() == nullptr) return NVML_ERROR_DRIVER_NOT_LOADED;
@@ -186,7 +217,7 @@ NVML_EXPORT nvmlReturn_t nvmlDeviceGetClockInfo(nvmlDevice_t device, nvmlClockTy
   if (r != NVML_SUCCESS) return r;
   // A slowed device runs its SMs at max/slowdown: the clock drop is what the agent sees.
   if (type == NVML_CLOCK_SM || type == NVML_CLOCK_GRAPHICS) {
-    *clock = static_cast<unsigned int>(static_cast<float>(*clock) / slowdown_of(state_of(device)));
+    *clock = static_cast<unsigned int>(static_cast<float>(*clock) / sm_slowdown_of(state_of(device)));
   }
   return NVML_SUCCESS;
 }
@@ -205,7 +236,7 @@ NVML_EXPORT nvmlReturn_t nvmlDeviceGetPowerUsage(nvmlDevice_t device, unsigned i
   REQUIRE_DEVICE(device);
   if (power == nullptr) return NVML_ERROR_INVALID_ARGUMENT;
   // Idle 90 W up to 700 W at full use; a slowed device draws less.
-  *power = static_cast<unsigned int>((90'000 + device->last_util * 6'100) / slowdown_of(state_of(device)));
+  *power = static_cast<unsigned int>((90'000 + device->last_util * 6'100) / sm_slowdown_of(state_of(device)));
   return NVML_SUCCESS;
 }
 
@@ -242,4 +273,60 @@ NVML_EXPORT nvmlReturn_t nvmlDeviceGetCurrentClocksEventReasons(nvmlDevice_t dev
 NVML_EXPORT nvmlReturn_t nvmlDeviceGetCurrentClocksThrottleReasons(nvmlDevice_t device,
                                                                    unsigned long long* reasons) {
   return nvmlDeviceGetCurrentClocksEventReasons(device, reasons);
+}
+
+NVML_EXPORT nvmlReturn_t nvmlDeviceGetTotalEccErrors(nvmlDevice_t device, nvmlMemoryErrorType_t errorType,
+                                                     nvmlEccCounterType_t counterType, unsigned long long* eccCounts) {
+  REQUIRE_DEVICE(device);
+  if (eccCounts == nullptr || errorType >= NVML_MEMORY_ERROR_TYPE_COUNT) return NVML_ERROR_INVALID_ARGUMENT;
+  (void)counterType;  // volatile and aggregate count alike here: the node's driver was loaded with the run
+  bool unc = errorType == NVML_MEMORY_ERROR_TYPE_UNCORRECTED;
+  *eccCounts = climbed(state_of(device), STRATA_HW_ECC, unc ? kEccUncorrectedPerS : kEccCorrectedPerS);
+  return NVML_SUCCESS;
+}
+
+NVML_EXPORT nvmlReturn_t nvmlDeviceGetPcieReplayCounter(nvmlDevice_t device, unsigned int* value) {
+  REQUIRE_DEVICE(device);
+  if (value == nullptr) return NVML_ERROR_INVALID_ARGUMENT;
+  *value = static_cast<unsigned int>(climbed(state_of(device), STRATA_HW_PCIE, kPcieReplaysPerS));
+  return NVML_SUCCESS;
+}
+
+NVML_EXPORT nvmlReturn_t nvmlDeviceGetCurrPcieLinkGeneration(nvmlDevice_t device, unsigned int* currLinkGen) {
+  REQUIRE_DEVICE(device);
+  if (currLinkGen == nullptr) return NVML_ERROR_INVALID_ARGUMENT;
+  *currLinkGen = kPcieGen;
+  return NVML_SUCCESS;
+}
+
+NVML_EXPORT nvmlReturn_t nvmlDeviceGetCurrPcieLinkWidth(nvmlDevice_t device, unsigned int* currLinkWidth) {
+  REQUIRE_DEVICE(device);
+  if (currLinkWidth == nullptr) return NVML_ERROR_INVALID_ARGUMENT;
+  *currLinkWidth = hw_of(state_of(device)) & STRATA_HW_PCIE ? kPcieDegradedWidth : kPcieMaxWidth;
+  return NVML_SUCCESS;
+}
+
+NVML_EXPORT nvmlReturn_t nvmlDeviceGetMaxPcieLinkWidth(nvmlDevice_t device, unsigned int* maxLinkWidth) {
+  REQUIRE_DEVICE(device);
+  if (maxLinkWidth == nullptr) return NVML_ERROR_INVALID_ARGUMENT;
+  *maxLinkWidth = kPcieMaxWidth;
+  return NVML_SUCCESS;
+}
+
+NVML_EXPORT nvmlReturn_t nvmlDeviceGetNvLinkState(nvmlDevice_t device, unsigned int link, nvmlEnableState_t* isActive) {
+  REQUIRE_DEVICE(device);
+  if (isActive == nullptr || link >= kNvLinks) return NVML_ERROR_INVALID_ARGUMENT;
+  *isActive = NVML_FEATURE_ENABLED;
+  return NVML_SUCCESS;
+}
+
+NVML_EXPORT nvmlReturn_t nvmlDeviceGetNvLinkErrorCounter(nvmlDevice_t device, unsigned int link,
+                                                         nvmlNvLinkErrorCounter_t counter,
+                                                         unsigned long long* counterValue) {
+  REQUIRE_DEVICE(device);
+  if (counterValue == nullptr || link >= kNvLinks || counter >= NVML_NVLINK_ERROR_COUNT) return NVML_ERROR_INVALID_ARGUMENT;
+  // The failing link is link 0; its replays and CRC errors climb, the other links count none.
+  bool counts = link == 0 && (counter == NVML_NVLINK_ERROR_DL_REPLAY || counter == NVML_NVLINK_ERROR_DL_CRC_FLIT);
+  *counterValue = counts ? climbed(state_of(device), STRATA_HW_NVLINK, kNvlinkErrorsPerS) : 0;
+  return NVML_SUCCESS;
 }

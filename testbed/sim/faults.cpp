@@ -10,6 +10,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <atomic>
 #include <cerrno>
 #include <cmath>
@@ -176,8 +177,16 @@ FaultInjector::FaultInjector(const Options& opts, std::string run_dir, strata_gp
     case FaultKind::kHang: culprit_ = "GPU " + std::to_string(f.rank); break;
     case FaultKind::kNetworkSlow: culprit_ = "link of rank " + std::to_string(f.rank); break;
     case FaultKind::kWorkloadImbalance: culprit_ = "load_batch"; break;
+    case FaultKind::kKernelRegression: culprit_ = f.kernel; break;
+    case FaultKind::kGpuEcc:
+    case FaultKind::kGpuXid:
+    case FaultKind::kPcieDegraded:
+    case FaultKind::kNvlinkErrors: culprit_ = "GPU " + std::to_string(f.rank); break;
     case FaultKind::kNone: break;
   }
+  // Every rank alike: the culprit is what they share.
+  if (f.all_ranks && f.kind == FaultKind::kGpuSlow) culprit_ = "the GPUs of every rank";
+  if (f.all_ranks && f.kind == FaultKind::kNetworkSlow) culprit_ = "communicator";
 }
 
 FaultInjector::~FaultInjector() { teardown(); }
@@ -296,11 +305,17 @@ Status FaultInjector::prepare() {
       return prepare_cgroup("memory");
     }
     case FaultKind::kIoStall: {
-      mechanism_ = "blkio read throttle on a loop device read with O_DIRECT";
+      mechanism_ = std::string("blkio read throttle on a loop device read with O_DIRECT") +
+                   (f.in_worker ? ", by each rank's data-loader worker process" : "");
       if (auto st = prepare_loop(); !st.ok()) return st;
       return prepare_cgroup("blkio");
     }
     case FaultKind::kNetworkSlow: {
+      if (f.all_ranks) {
+        // One namespace holds one rank; every rank's sends are paced instead (a slow fabric).
+        mechanism_ = "user-space pacer in the NCCL stand-in, on every rank";
+        return {};
+      }
       mechanism_ = "network namespace + veth + tc tbf";
       Status st = prepare_netns();
       if (st.ok()) return st;
@@ -311,8 +326,18 @@ Status FaultInjector::prepare() {
       mechanism_ = "user-space pacer in the NCCL stand-in";
       return {};
     }
-    case FaultKind::kGpuSlow: mechanism_ = "stand-in GPU slowdown + NVML throttle reasons"; return {};
+    case FaultKind::kGpuSlow:
+      mechanism_ = std::string("stand-in GPU slowdown + NVML throttle reasons") + (f.all_ranks ? ", on every rank's GPU" : "");
+      return {};
+    case FaultKind::kKernelRegression: mechanism_ = "stand-in GPUs: one kernel slower on every rank's device"; return {};
     case FaultKind::kHang: mechanism_ = "stand-in GPU stops executing"; return {};
+    case FaultKind::kGpuEcc: mechanism_ = "NVML stand-in: ECC error counters climb"; return {};
+    case FaultKind::kGpuXid:
+      mechanism_ = stops_device(f) ? "NVML stand-in: GPU lost (Xid 79), stand-in GPU stops executing"
+                                   : "NVML stand-in: Xid " + std::to_string(static_cast<int>(f.param("code"))) + " counters climb";
+      return {};
+    case FaultKind::kPcieDegraded: mechanism_ = "NVML stand-in: PCIe x4 of x16, replays climb; stand-in GPU slowdown"; return {};
+    case FaultKind::kNvlinkErrors: mechanism_ = "NVML stand-in: NVLink errors climb; stand-in GPU slowdown"; return {};
     case FaultKind::kHostHotspot: mechanism_ = "extra CPU work in slow_augment()"; return {};
     case FaultKind::kWorkloadImbalance: mechanism_ = "larger batches on the rank"; return {};
     case FaultKind::kNone: return {};
@@ -323,12 +348,14 @@ Status FaultInjector::prepare() {
 RankSetup FaultInjector::rank_setup(int rank) const {
   RankSetup s;
   const FaultSpec& f = opts_.fault;
-  bool culprit = rank == f.rank;
+  bool culprit = rank == f.rank || f.all_ranks;
   // Ranks are bound to CPUs like a launcher would (cpu-contention re-pins them when it starts).
   s.cpus.push_back(rank % ncpu_);
   // memory-reclaim: every rank reads more samples per step than one batch (the same work on all
   // ranks; from the page cache it costs little): refaults are what a squeezed cache costs.
   if (f.kind == FaultKind::kMemoryReclaim) s.env["STRATA_SIM_SAMPLES"] = std::to_string(kReclaimSamples);
+  // io-stall where=worker: every rank loads its batches through a data-loader worker process.
+  if (f.in_worker) s.env["STRATA_SIM_LOAD_WORKER"] = "1";
   if (!culprit) return s;
   for (const auto& [ctrl, dir] : cgroups_) s.cgroup_procs.push_back(dir + "/cgroup.procs");
   if (!netns_.empty()) s.netns = netns_;
@@ -352,6 +379,11 @@ Status FaultInjector::activate(pid_t culprit_pid) {
   active_ = true;
   const FaultSpec& f = opts_.fault;
   strata_gpu_device_state* dev = gpus_ ? &gpus_->dev[f.rank % STRATA_GPU_STATE_MAX_DEVICES] : nullptr;
+  // The devices the fault is on: the culprit's, or every rank's.
+  std::vector<strata_gpu_device_state*> devs;
+  for (int r = 0; gpus_ && r < opts_.ranks; ++r) {
+    if (f.all_ranks || r == f.rank) devs.push_back(&gpus_->dev[r % STRATA_GPU_STATE_MAX_DEVICES]);
+  }
   switch (f.kind) {
     case FaultKind::kCpuContention: {
       // The culprit (every thread: its NCCL and stream workers too) is bound to the hogs' CPU, and
@@ -422,7 +454,7 @@ Status FaultInjector::activate(pid_t culprit_pid) {
     case FaultKind::kNetworkSlow: {
       auto rate = static_cast<long long>(f.param("rate_mbit"));
       if (netns_.empty()) {
-        if (dev) std::atomic_ref<uint64_t>(dev->net_rate_bps).store(static_cast<uint64_t>(rate) * 1000000 / 8);
+        for (auto* d : devs) std::atomic_ref<uint64_t>(d->net_rate_bps).store(static_cast<uint64_t>(rate) * 1000000 / 8);
         return {};
       }
       std::string r = std::to_string(rate) + "mbit";
@@ -436,14 +468,42 @@ Status FaultInjector::activate(pid_t culprit_pid) {
                       "burst", "32kb", "latency", "400ms"});
     }
     case FaultKind::kGpuSlow:
-      if (dev) {
-        std::atomic_ref<uint64_t>(dev->throttle_reasons).store(0x8 | 0x40);  // HW slowdown + HW thermal
-        std::atomic_ref<float>(dev->slowdown).store(static_cast<float>(f.param("factor")));
+      for (auto* d : devs) {
+        std::atomic_ref<uint64_t>(d->throttle_reasons).store(0x8 | 0x40);  // HW slowdown + HW thermal
+        std::atomic_ref<float>(d->slowdown).store(static_cast<float>(f.param("factor")));
       }
+      return {};
+    case FaultKind::kKernelRegression:
+      for (auto* d : devs) {
+        std::memset(d->slow_kernel, 0, sizeof d->slow_kernel);
+        std::memcpy(d->slow_kernel, f.kernel.data(), std::min(f.kernel.size(), sizeof d->slow_kernel - 1));
+        std::atomic_ref<float>(d->kernel_slowdown).store(static_cast<float>(f.param("factor")), std::memory_order_release);
+      }
+      details_["kernel"] = f.kernel;
       return {};
     case FaultKind::kHang:
       if (dev) std::atomic_ref<uint32_t>(dev->hang).store(1);
       return {};
+    case FaultKind::kGpuEcc:
+    case FaultKind::kGpuXid:
+    case FaultKind::kPcieDegraded:
+    case FaultKind::kNvlinkErrors: {
+      if (!dev) return {};
+      int code = f.kind == FaultKind::kGpuXid ? static_cast<int>(f.param("code")) : 0;
+      uint32_t bits = f.kind == FaultKind::kGpuEcc || code == 48  ? STRATA_HW_ECC
+                      : f.kind == FaultKind::kPcieDegraded        ? STRATA_HW_PCIE
+                      : f.kind == FaultKind::kNvlinkErrors || code == 74 ? STRATA_HW_NVLINK
+                                                                  : STRATA_HW_LOST;
+      std::atomic_ref<uint64_t>(dev->hw_since_ns).store(monotonic_ns(), std::memory_order_relaxed);
+      std::atomic_ref<uint32_t>(dev->xid).store(static_cast<uint32_t>(code), std::memory_order_relaxed);
+      // The device as the real fault leaves it: a lost GPU runs nothing more; a degraded link slows
+      // every transfer (the stand-in slows the device's work); contained ECC errors do neither.
+      if (bits == STRATA_HW_LOST) std::atomic_ref<uint32_t>(dev->hang).store(1);
+      if (bits & (STRATA_HW_PCIE | STRATA_HW_NVLINK))
+        std::atomic_ref<float>(dev->slowdown).store(static_cast<float>(f.param("factor")));
+      std::atomic_ref<uint32_t>(dev->hw_faults).store(bits, std::memory_order_release);
+      return {};
+    }
     case FaultKind::kHostHotspot:
     case FaultKind::kWorkloadImbalance:
     case FaultKind::kNone:
@@ -457,12 +517,16 @@ void FaultInjector::teardown() {
   for (pid_t pid : hogs_) ::kill(pid, SIGKILL);
   for (pid_t pid : hogs_) ::waitpid(pid, nullptr, 0);
   hogs_.clear();
-  if (gpus_ != nullptr && opts_.fault.rank >= 0) {
-    auto& dev = gpus_->dev[opts_.fault.rank % STRATA_GPU_STATE_MAX_DEVICES];
+  for (int r = 0; gpus_ != nullptr && opts_.fault.rank >= 0 && r < opts_.ranks; ++r) {
+    if (!opts_.fault.all_ranks && r != opts_.fault.rank) continue;
+    auto& dev = gpus_->dev[r % STRATA_GPU_STATE_MAX_DEVICES];
     std::atomic_ref<uint32_t>(dev.hang).store(0);
     std::atomic_ref<float>(dev.slowdown).store(1.0f);
     std::atomic_ref<uint64_t>(dev.throttle_reasons).store(0);
     std::atomic_ref<uint64_t>(dev.net_rate_bps).store(0);
+    std::atomic_ref<float>(dev.kernel_slowdown).store(1.0f);
+    std::atomic_ref<uint32_t>(dev.hw_faults).store(0);
+    std::atomic_ref<uint32_t>(dev.xid).store(0);
   }
   if (!veth_host_.empty()) {
     (void)run_cmd({"ip", "link", "del", veth_host_});  // removes both ends and their qdiscs

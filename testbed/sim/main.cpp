@@ -26,6 +26,7 @@
 #include <cstring>
 #include <filesystem>
 #include <fstream>
+#include <iostream>
 #include <map>
 #include <random>
 #include <sstream>
@@ -150,6 +151,8 @@ class Sim {
         d.slowdown = 1.0f;
         d.throttle_reasons = 0;
         d.net_rate_bps = 0;
+        d.hw_faults = 0;
+        d.xid = 0;
       }
     }
     if (!write_data()) return finish(2, "cannot write the data file in " + run_dir_);
@@ -356,7 +359,7 @@ class Sim {
       if (idle_s > opts_.hang_timeout_s) {
         stopped_by_hang_ = true;
         stop_ranks();
-        if (opts_.fault.kind == FaultKind::kHang) {
+        if (stops_device(opts_.fault)) {
           note_ = "no step finished for " + num(opts_.hang_timeout_s) + " s after the injected hang; run stopped";
           return 0;
         }
@@ -423,8 +426,9 @@ class Sim {
     if (f.kind == FaultKind::kNone) {
       std::printf(", no fault\n");
     } else {
-      std::printf(", fault %s on rank %d from step %d (%s/%s) via %s\n", f.name.c_str(), f.rank, f.start_step,
-                  fault_layer(f.kind), fault_cause(f.kind), injector_->mechanism().c_str());
+      std::string where = f.all_ranks ? std::string("every rank") : "rank " + std::to_string(f.rank);
+      std::printf(", fault %s on %s from step %d (%s/%s) via %s\n", f.name.c_str(), where.c_str(), f.start_step,
+                  fault_layer(f.kind), fault_cause(f), injector_->mechanism().c_str());
     }
     std::fflush(stdout);
   }
@@ -457,8 +461,8 @@ class Sim {
     std::ostringstream o;
     o << "{\n  \"fault\": {\"kind\": \"" << f.name << "\"";
     if (f.kind != FaultKind::kNone) {
-      o << ", \"rank\": " << f.rank << ", \"layer\": \"" << fault_layer(f.kind) << "\", \"cause\": \""
-        << fault_cause(f.kind) << "\", \"culprit\": \"" << json_escape(injector_->culprit())
+      o << ", \"scope\": \"" << (f.all_ranks ? "job" : "rank") << "\", \"rank\": " << (f.all_ranks ? -1 : f.rank) << ", \"layer\": \"" << fault_layer(f.kind) << "\", \"cause\": \""
+        << fault_cause(f) << "\", \"culprit\": \"" << json_escape(injector_->culprit())
         << "\", \"start_step\": " << f.start_step << ", \"mechanism\": \"" << json_escape(injector_->mechanism())
         << "\", \"activated\": " << (injector_->active() ? "true" : "false");
       if (!activate_error_.empty()) o << ", \"activation_error\": \"" << json_escape(activate_error_) << "\"";
@@ -524,7 +528,7 @@ class Sim {
     if (injector_) injector_->teardown();
     for (const auto& r : ranks_) {
       std::error_code ec;
-      fs::remove(testbed_dir() + "/" + std::to_string(r.pid) + ".timeline", ec);
+      fs::remove(timeline_dir() + "/" + std::to_string(r.pid) + ".timeline", ec);
     }
     std::error_code ec;
     fs::remove_all(run_dir_, ec);
@@ -551,16 +555,6 @@ class Sim {
   std::string failure_, note_, activate_error_;
 };
 
-void usage(FILE* to) {
-  std::fprintf(to,
-               "usage: strata-sim run --ranks N --steps S [--fault KIND[:rank=R,start_step=K,key=value...]]\n"
-               "                      [--python | --python-exe PY] [--mode ddp|fsdp] [--seed N] [--truth FILE.json]\n"
-               "                      [--hang-timeout SEC] [--scale F] [--quiet]\n"
-               "faults: none cpu-contention[hogs] cpu-throttling[quota_pct] memory-reclaim[headroom_mb]\n"
-               "        io-stall[rate_mbps] host-hotspot[ms] gpu-slow[factor] network-slow[rate_mbit] hang\n"
-               "        workload-imbalance[factor]\n");
-}
-
 }  // namespace
 }  // namespace testbed::sim
 
@@ -568,15 +562,29 @@ int main(int argc, char** argv) {
   using namespace testbed::sim;
   std::vector<std::string> args(argv + 1, argv + argc);
   if (args.size() == 3 && args[0] == "__hog") run_hog(std::atoi(args[1].c_str()), std::atoi(args[2].c_str()));
-  if (args.empty() || args[0] == "-h" || args[0] == "--help") {
-    usage(args.empty() ? stderr : stdout);
-    return args.empty() ? 1 : 0;
-  }
-  if (args[0] != "run") {
-    std::fprintf(stderr, "strata-sim: unknown command '%s' (want: run)\n", args[0].c_str());
+  CLI::App app{"Launches N ranks of a training-like job on the testbed's stand-in GPUs, injects one fault, "
+               "prints per-rank step times, and writes the ground truth.",
+               "strata-sim"};
+  app.footer("Exit codes: 0 ok (a hang fault stopped by the hang timeout is ok), 1 bad usage or spec, 2 environment\n"
+             "(a fault cannot be set up here), 3 the job failed (a rank died, or an unexpected hang), 128+signal\n"
+             "when interrupted.");
+  app.require_subcommand(1);
+  CLI::App* run = app.add_subcommand("run", "run the job (strata-sim run --help)");
+  RunArgs run_args;
+  add_run_options(*run, run_args);
+  std::reverse(args.begin(), args.end());  // CLI11 takes the arguments last first
+  try {
+    app.parse(args);
+  } catch (const CLI::CallForHelp&) {
+    std::cout << (run->parsed() ? run->help() : app.help());
+    return 0;
+  } catch (const CLI::ParseError& e) {
+    std::string why = e.what();
+    std::replace(why.begin(), why.end(), '\n', ' ');
+    std::fprintf(stderr, "strata-sim: %s (see strata-sim --help)\n", why.c_str());
     return 1;
   }
-  auto opts = parse_run(std::vector<std::string>(args.begin() + 1, args.end()));
+  auto opts = finish_run(run_args);
   if (!opts.ok()) {
     std::fprintf(stderr, "strata-sim: %s\n", opts.error().message.c_str());
     return 1;

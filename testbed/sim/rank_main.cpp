@@ -17,7 +17,9 @@
 #include <fcntl.h>
 #include <nccl.h>
 #include <netinet/in.h>
+#include <sys/prctl.h>
 #include <sys/socket.h>
+#include <sys/wait.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -237,6 +239,77 @@ __attribute__((noinline)) std::vector<unsigned char> load_batch(DataSource& d, i
   return batch;
 }
 
+// A data-loader worker (STRATA_SIM_LOAD_WORKER=1), as a PyTorch DataLoader with num_workers=1
+// has: a child process of the rank (it inherits RANK) reads the batches the rank asks for and
+// sends them back over a pipe, so the rank's reads, and their stalls, happen in its worker.
+struct LoadWorker {
+  pid_t pid = -1;
+  int to = -1, from = -1;  // requests to the worker, batches from it
+};
+
+struct LoadRequest {
+  int step;
+  uint64_t bytes, samples;
+};
+
+bool read_all(int fd, void* p, size_t n) {
+  auto* c = static_cast<char*>(p);
+  while (n > 0) {
+    ssize_t got = ::read(fd, c, n);
+    if (got < 0 && errno == EINTR) continue;
+    if (got <= 0) return false;
+    c += got;
+    n -= static_cast<size_t>(got);
+  }
+  return true;
+}
+
+bool write_all(int fd, const void* p, size_t n) {
+  const auto* c = static_cast<const char*>(p);
+  while (n > 0) {
+    ssize_t put = ::write(fd, c, n);
+    if (put < 0 && errno == EINTR) continue;
+    if (put <= 0) return false;
+    c += put;
+    n -= static_cast<size_t>(put);
+  }
+  return true;
+}
+
+// Forked before any CUDA or NCCL thread exists; the worker runs until the rank closes its pipe.
+LoadWorker start_load_worker(int rank, int report_fd) {
+  LoadWorker w;
+  int req[2], rep[2];
+  if (::pipe2(req, O_CLOEXEC) != 0 || ::pipe2(rep, O_CLOEXEC) != 0) die(std::string("pipe: ") + std::strerror(errno));
+  w.pid = ::fork();
+  if (w.pid < 0) die(std::string("fork: ") + std::strerror(errno));
+  if (w.pid == 0) {
+    ::close(req[1]);
+    ::close(rep[0]);
+    if (report_fd >= 0) ::close(report_fd);  // the rank reports its steps, not its worker
+    ::prctl(PR_SET_NAME, "pt_data_worker");
+    DataSource data = open_data();
+    LoadRequest r{};
+    while (read_all(req[0], &r, sizeof r)) {
+      auto batch = load_batch(data, r.step, rank, r.bytes, r.samples);
+      if (!write_all(rep[1], batch.data(), batch.size())) break;
+    }
+    ::_exit(0);
+  }
+  ::close(req[0]);
+  ::close(rep[1]);
+  w.to = req[1];
+  w.from = rep[0];
+  return w;
+}
+
+std::vector<unsigned char> load_via(LoadWorker& w, int step, size_t bytes, size_t samples) {
+  LoadRequest r{step, bytes, samples};
+  std::vector<unsigned char> batch(bytes);
+  if (!write_all(w.to, &r, sizeof r) || !read_all(w.from, batch.data(), batch.size())) die("the data-loader worker is gone");
+  return batch;
+}
+
 // Decodes and augments the batch: fixed CPU work, plus a fresh scratch buffer (anonymous memory
 // that must be faulted in each step, as a decoder's output would be).
 __attribute__((noinline)) uint64_t preprocess(const std::vector<unsigned char>& batch, long units, size_t scratch_mb) {
@@ -290,6 +363,9 @@ int main() {
   const size_t scratch_mb = static_cast<size_t>(env_int("STRATA_SIM_SCRATCH_MB", 8));
   const size_t samples = static_cast<size_t>(std::max(0, env_int("STRATA_SIM_SAMPLES", 0)));  // 0: one batch
   const Fault fault = parse_fault_env();
+  // Before any thread: the data-loader worker, when the rank loads through one.
+  LoadWorker worker;
+  if (env_int("STRATA_SIM_LOAD_WORKER", 0) != 0) worker = start_load_worker(rank, report_fd);
 
   constexpr int kLayers = 6;
   constexpr int kBuckets = 3;
@@ -344,13 +420,15 @@ int main() {
   volatile uint64_t sink = cpu_work(probe.data(), probe.size(), 8);
   double units_per_ms = 8.0 / std::max(0.05, now_ms() - t_probe);
 
-  DataSource data = open_data();
+  DataSource data = worker.pid > 0 ? DataSource{} : open_data();
   for (int step = 0; step < steps; ++step) {
     const bool faulty = step >= fault.start_step;
     const double batch_scale = (faulty && fault.kind == "workload-imbalance") ? fault.factor : 1.0;
     double t0 = now_ms(), cpu0 = process_cpu_ms(), wait0 = runqueue_wait_ms();
-    auto batch = load_batch(data, step, rank, static_cast<size_t>(kBatchBytes * batch_scale),
-                            static_cast<size_t>(static_cast<double>(samples) * batch_scale));
+    const auto batch_bytes = static_cast<size_t>(kBatchBytes * batch_scale);
+    const auto batch_samples = static_cast<size_t>(static_cast<double>(samples) * batch_scale);
+    auto batch = worker.pid > 0 ? load_via(worker, step, batch_bytes, batch_samples)
+                                : load_batch(data, step, rank, batch_bytes, batch_samples);
     sink = sink + preprocess(batch, static_cast<long>(kLoadUnits * batch_scale), scratch_mb);
     if (faulty && fault.kind == "host-hotspot") {
       sink = sink + slow_augment(batch, static_cast<long>(fault.ms * units_per_ms));
@@ -425,6 +503,10 @@ int main() {
     }
   }
   NCCL_CHECK(ncclCommDestroy(comm));
+  if (worker.pid > 0) {  // its pipe closed, it exits
+    ::close(worker.to);
+    ::waitpid(worker.pid, nullptr, 0);
+  }
   (void)sink;
   return 0;
 }

@@ -39,6 +39,19 @@ const std::vector<KindInfo>& kinds() {
       {"hang", FaultKind::kHang, "gpu", "hang", {}},
       // factor: the rank's batch size relative to its peers
       {"workload-imbalance", FaultKind::kWorkloadImbalance, "cpu", "workload-imbalance", {{"factor", 1.6}}},
+      // factor: how much longer one kernel (kernel=NAME, default the forward GEMM) takes on every
+      // rank's GPU, as after a library upgrade; the GPUs and every other kernel as before
+      {"kernel-regression", FaultKind::kKernelRegression, "gpu", "kernel-regression", {{"factor", 2}}},
+      // Uncorrectable ECC errors climbing (and corrected ones): contained errors, the device keeps
+      // its speed (the real fault corrupts data or kills the process that touches the page)
+      {"gpu-ecc", FaultKind::kGpuEcc, "gpu", "gpu-memory-errors", {}},
+      // code: the Xid raised. 79: the GPU falls off the bus (NVML: GPU_IS_LOST) and stops;
+      // 48: a double-bit ECC error (as gpu-ecc); 74: an NVLink error (as nvlink-errors)
+      {"gpu-xid", FaultKind::kGpuXid, "gpu", "gpu-lost", {{"code", 79}, {"factor", 1.3}}},
+      // factor: device slowdown from the link trained at x4 of x16, replaying packets
+      {"pcie-degraded", FaultKind::kPcieDegraded, "gpu", "pcie-degraded", {{"factor", 1.5}}},
+      // factor: device slowdown from NVLink replays and CRC errors on one link
+      {"nvlink-errors", FaultKind::kNvlinkErrors, "gpu", "nvlink-degraded", {{"factor", 1.3}}},
   };
   return k;
 }
@@ -71,6 +84,19 @@ Result<double> parse_number(const std::string& key, const std::string& value) {
 const char* fault_layer(FaultKind kind) { return info(kind).layer; }
 const char* fault_cause(FaultKind kind) { return info(kind).cause; }
 
+const char* fault_cause(const FaultSpec& f) {
+  if (f.kind == FaultKind::kGpuXid && f.params.count("code")) {
+    int code = static_cast<int>(f.param("code"));
+    if (code == 48) return "gpu-memory-errors";
+    if (code == 74) return "nvlink-degraded";
+  }
+  return fault_cause(f.kind);
+}
+
+bool stops_device(const FaultSpec& f) {
+  return f.kind == FaultKind::kHang || (f.kind == FaultKind::kGpuXid && f.params.count("code") && f.param("code") == 79);
+}
+
 Result<FaultSpec> parse_fault(const std::string& text, int ranks, int steps) {
   std::string kind_name = text.substr(0, text.find(':'));
   const KindInfo* k = find_kind(kind_name);
@@ -95,6 +121,24 @@ Result<FaultSpec> parse_fault(const std::string& text, int ranks, int steps) {
     size_t eq = item.find('=');
     if (eq == std::string::npos) return Error{"bad fault option '" + item + "' (want key=value)"};
     std::string key = item.substr(0, eq), value = item.substr(eq + 1);
+    if (key == "rank" && value == "all") {
+      bool can = k->kind == FaultKind::kGpuSlow || k->kind == FaultKind::kIoStall || k->kind == FaultKind::kNetworkSlow;
+      if (!can) return Error{"fault " + spec.name + " takes no rank=all (only gpu-slow, io-stall, network-slow)"};
+      spec.all_ranks = true;
+      spec.rank = 0;  // its steps time the fault
+      have_rank = true;
+      continue;
+    }
+    if (key == "where" && k->kind == FaultKind::kIoStall) {
+      if (value != "worker" && value != "rank") return Error{"where=" + value + ": want worker or rank"};
+      spec.in_worker = value == "worker";
+      continue;
+    }
+    if (key == "kernel" && k->kind == FaultKind::kKernelRegression) {
+      if (value.empty() || value.size() >= 64) return Error{"kernel=" + value + ": want a kernel name of 1..63 characters"};
+      spec.kernel = value;
+      continue;
+    }
     auto num = parse_number(key, value);
     if (!num.ok()) return num.error();
     if (key == "rank") {
@@ -112,7 +156,7 @@ Result<FaultSpec> parse_fault(const std::string& text, int ranks, int steps) {
       if (*num <= 0) return Error{key + "=" + value + " must be positive"};
       spec.params[key] = *num;
     } else {
-      std::string known = "rank, start_step";
+      std::string known = spec.kind == FaultKind::kKernelRegression ? "start_step, kernel" : "rank, start_step";
       for (const auto& [d, _] : k->defaults) known += ", " + d;
       return Error{"fault " + spec.name + " has no option '" + key + "' (options: " + known + ")"};
     }
@@ -122,9 +166,27 @@ Result<FaultSpec> parse_fault(const std::string& text, int ranks, int steps) {
     spec.start_step = 0;
     return spec;
   }
-  if (!have_rank) return Error{"fault " + spec.name + " needs rank=R"};
+  if (spec.kind == FaultKind::kKernelRegression) {
+    if (have_rank) return Error{"fault kernel-regression is on every rank; it takes no rank"};
+    if (spec.params["factor"] <= 1.0) return Error{"kernel-regression factor must be > 1"};
+    if (spec.kernel.empty()) spec.kernel = "ampere_sgemm_128x64_tn";  // the forward GEMM
+    spec.all_ranks = true;
+    spec.rank = 0;
+    return spec;
+  }
+  if (!have_rank) return Error{"fault " + spec.name + " needs rank=R (or rank=all)"};
   if (spec.kind == FaultKind::kGpuSlow && spec.params["factor"] <= 1.0) {
     return Error{"gpu-slow factor must be > 1"};
+  }
+  if (spec.kind == FaultKind::kGpuXid) {
+    double code = spec.params["code"];
+    if (code != 48 && code != 74 && code != 79)
+      return Error{"gpu-xid code=" + std::to_string(static_cast<long long>(code)) +
+                   ": the testbed raises 48 (double-bit ECC), 74 (NVLink error) or 79 (fell off the bus)"};
+  }
+  if ((spec.kind == FaultKind::kPcieDegraded || spec.kind == FaultKind::kNvlinkErrors || spec.kind == FaultKind::kGpuXid) &&
+      spec.params["factor"] < 1.0) {
+    return Error{spec.name + " factor must be >= 1 (a slowdown)"};
   }
   if (spec.kind == FaultKind::kCpuThrottling && spec.params["quota_pct"] >= 100) {
     return Error{"cpu-throttling quota_pct must be below 100"};
@@ -132,85 +194,94 @@ Result<FaultSpec> parse_fault(const std::string& text, int ranks, int steps) {
   return spec;
 }
 
-Result<Options> parse_run(const std::vector<std::string>& args) {
+void add_run_options(CLI::App& app, RunArgs& a) {
+  app.option_defaults()->multi_option_policy(CLI::MultiOptionPolicy::TakeLast);
+  app.add_option("--ranks", a.ranks, "ranks of the job, one stand-in GPU each (1..16, required)")->type_name("N");
+  app.add_option("--steps", a.steps, "training steps (required)")->type_name("S");
+  app.add_option("--fault", a.fault,
+                 "the fault to inject (default none): cpu-contention[hogs] cpu-throttling[quota_pct] "
+                 "memory-reclaim[headroom_mb] io-stall[rate_mbps] host-hotspot[ms] gpu-slow[factor] "
+                 "network-slow[rate_mbit] hang workload-imbalance[factor] kernel-regression[kernel,factor] (every rank); "
+                 "NVML: gpu-ecc gpu-xid[code=79|48|74] pcie-degraded[factor] nvlink-errors[factor]; "
+                 "rank=all: gpu-slow, io-stall and network-slow on every rank alike; io-stall where=worker: "
+                 "through a data-loader worker process")
+      ->type_name("KIND[:rank=R,start_step=K,key=value...]");
+  app.add_flag("--python", a.python, "ranks run rank.py (PyTorch-like Python) instead of the C++ rank");
+  app.add_option("--python-exe", a.python_exe, "the Python for --python (default: python3 on PATH)")->type_name("PY");
+  app.add_option("--mode", a.mode, "ddp (default) or fsdp")->type_name("ddp|fsdp");
+  app.add_option("--seed", a.seed, "seed of the modeled jitter (default 1)")->type_name("N");
+  app.add_option("--truth", a.truth, "write the ground truth (the fault, its rank, layer and cause) here")
+      ->type_name("FILE.json");
+  app.add_option("--hang-timeout", a.hang_timeout, "stop the run after SEC without progress (default 30)")
+      ->type_name("SEC");
+  app.add_option("--scale", a.scale, "multiplies the modeled kernel durations (default 1)")->type_name("F");
+  app.add_flag("--quiet", a.quiet, "no per-step lines");
+}
+
+Result<Options> finish_run(const RunArgs& a) {
   Options o;
-  std::string fault_text = "none";
-  for (size_t i = 0; i < args.size(); ++i) {
-    const std::string& a = args[i];
-    auto value = [&]() -> Result<std::string> {
-      if (i + 1 >= args.size()) return Error{a + " needs a value"};
-      return args[++i];
-    };
-    auto integer = [&](int lo, int hi) -> Result<int> {
-      auto v = value();
-      if (!v.ok()) return v.error();
-      char* end = nullptr;
-      long n = std::strtol(v->c_str(), &end, 10);
-      if (v->empty() || *end != 0 || n < lo || n > hi) {
-        return Error{a + " " + *v + ": want an integer in " + std::to_string(lo) + ".." + std::to_string(hi)};
-      }
-      return static_cast<int>(n);
-    };
-    auto number = [&]() -> Result<double> {
-      auto v = value();
-      if (!v.ok()) return v.error();
-      auto n = parse_number(a, *v);
-      if (!n.ok()) return n.error();
-      if (*n <= 0) return Error{a + " must be positive"};
-      return *n;
-    };
-    if (a == "--ranks") {
-      auto v = integer(1, 16);  // one node: at most 16 stand-in GPUs
-      if (!v.ok()) return v.error();
-      o.ranks = *v;
-    } else if (a == "--steps") {
-      auto v = integer(1, 1000000);
-      if (!v.ok()) return v.error();
-      o.steps = *v;
-    } else if (a == "--fault") {
-      auto v = value();
-      if (!v.ok()) return v.error();
-      fault_text = *v;
-    } else if (a == "--python") {
-      o.python = true;
-    } else if (a == "--python-exe") {
-      auto v = value();
-      if (!v.ok()) return v.error();
-      o.python = true;
-      o.python_exe = *v;
-    } else if (a == "--seed") {
-      auto v = integer(0, 2147483647);
-      if (!v.ok()) return v.error();
-      o.seed = static_cast<unsigned>(*v);
-    } else if (a == "--truth") {
-      auto v = value();
-      if (!v.ok()) return v.error();
-      o.truth_path = *v;
-    } else if (a == "--mode") {
-      auto v = value();
-      if (!v.ok()) return v.error();
-      if (*v != "ddp" && *v != "fsdp") return Error{"--mode " + *v + ": want ddp or fsdp"};
-      o.mode = *v;
-    } else if (a == "--hang-timeout") {
-      auto v = number();
-      if (!v.ok()) return v.error();
-      o.hang_timeout_s = *v;
-    } else if (a == "--scale") {
-      auto v = number();
-      if (!v.ok()) return v.error();
-      o.scale = *v;
-    } else if (a == "--quiet") {
-      o.quiet = true;
-    } else {
-      return Error{"unknown argument '" + a + "'"};
+  auto integer = [](const char* flag, const std::string& v, int lo, int hi) -> Result<int> {
+    char* end = nullptr;
+    long n = std::strtol(v.c_str(), &end, 10);
+    if (v.empty() || *end != 0 || n < lo || n > hi) {
+      return Error{std::string(flag) + " " + v + ": want an integer in " + std::to_string(lo) + ".." + std::to_string(hi)};
     }
+    return static_cast<int>(n);
+  };
+  auto number = [](const char* flag, const std::string& v) -> Result<double> {
+    auto n = parse_number(flag, v);
+    if (!n.ok()) return n.error();
+    if (*n <= 0) return Error{std::string(flag) + " must be positive"};
+    return *n;
+  };
+  if (a.ranks.empty()) return Error{"--ranks N is required"};
+  if (a.steps.empty()) return Error{"--steps S is required"};
+  auto ranks = integer("--ranks", a.ranks, 1, 16);  // one node: at most 16 stand-in GPUs
+  if (!ranks.ok()) return ranks.error();
+  o.ranks = *ranks;
+  auto steps = integer("--steps", a.steps, 1, 1000000);
+  if (!steps.ok()) return steps.error();
+  o.steps = *steps;
+  if (!a.seed.empty()) {
+    auto v = integer("--seed", a.seed, 0, 2147483647);
+    if (!v.ok()) return v.error();
+    o.seed = static_cast<unsigned>(*v);
   }
-  if (o.ranks == 0) return Error{"--ranks N is required"};
-  if (o.steps == 0) return Error{"--steps S is required"};
-  auto fault = parse_fault(fault_text, o.ranks, o.steps);
-  if (!fault.ok()) return fault.error().context("--fault " + fault_text);
+  o.python = a.python || !a.python_exe.empty();
+  o.python_exe = a.python_exe;
+  o.truth_path = a.truth;
+  if (!a.mode.empty()) {
+    if (a.mode != "ddp" && a.mode != "fsdp") return Error{"--mode " + a.mode + ": want ddp or fsdp"};
+    o.mode = a.mode;
+  }
+  if (!a.hang_timeout.empty()) {
+    auto v = number("--hang-timeout", a.hang_timeout);
+    if (!v.ok()) return v.error();
+    o.hang_timeout_s = *v;
+  }
+  if (!a.scale.empty()) {
+    auto v = number("--scale", a.scale);
+    if (!v.ok()) return v.error();
+    o.scale = *v;
+  }
+  o.quiet = a.quiet;
+  auto fault = parse_fault(a.fault, o.ranks, o.steps);
+  if (!fault.ok()) return fault.error().context("--fault " + a.fault);
   o.fault = *fault;
   return o;
+}
+
+Result<Options> parse_run(const std::vector<std::string>& args) {
+  CLI::App app{"", "run"};
+  RunArgs a;
+  add_run_options(app, a);
+  std::vector<std::string> reversed(args.rbegin(), args.rend());  // CLI11 takes them last first
+  try {
+    app.parse(reversed);
+  } catch (const CLI::Error& e) {
+    return Error{e.what()};
+  }
+  return finish_run(a);
 }
 
 }  // namespace testbed::sim

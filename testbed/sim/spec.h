@@ -2,6 +2,7 @@
 // spec fails with one line and exit 1.
 #pragma once
 
+#include <CLI/CLI.hpp>
 #include <map>
 #include <string>
 #include <vector>
@@ -21,12 +22,21 @@ enum class FaultKind {
   kNetworkSlow,
   kHang,
   kWorkloadImbalance,
+  kKernelRegression,
+  // Hardware faults the NVML stand-in reports (testbed/nvml/nvml.cpp), on the rank's stand-in GPU.
+  kGpuEcc,
+  kGpuXid,
+  kPcieDegraded,
+  kNvlinkErrors,
 };
 
 struct FaultSpec {
   FaultKind kind = FaultKind::kNone;
   std::string name = "none";  // as written: "gpu-slow"
-  int rank = -1;              // culprit; -1 for none
+  int rank = -1;              // culprit; -1 for none; with all_ranks, the rank whose steps time it
+  bool all_ranks = false;     // rank=all: every rank alike (gpu-slow, io-stall, network-slow; kernel-regression always)
+  std::string kernel;         // kernel-regression: the kernel (a substring of its name)
+  bool in_worker = false;     // io-stall where=worker: every rank loads through a worker process
   int start_step = 0;
   std::map<std::string, double> params;  // kind-specific, defaults filled in
 
@@ -36,6 +46,12 @@ struct FaultSpec {
 // DESIGN §6 vocabulary: the layer and cause class a fault kind belongs to.
 const char* fault_layer(FaultKind kind);
 const char* fault_cause(FaultKind kind);
+// The cause class of a spec: gpu-xid's depends on its code (79 gpu-lost, 48 gpu-memory-errors,
+// 74 nvlink-degraded); every other kind's is fault_cause(kind).
+const char* fault_cause(const FaultSpec& f);
+// Whether the fault stops the culprit's stand-in GPU (hang, gpu-xid:code=79): the run ends by its
+// hang timeout, as intended.
+bool stops_device(const FaultSpec& f);
 
 struct Options {
   int ranks = 0;
@@ -54,7 +70,19 @@ struct Options {
 // Parses "KIND[:key=value,...]" for a job of `ranks` ranks and `steps` steps.
 strata::Result<FaultSpec> parse_fault(const std::string& text, int ranks, int steps);
 
-// Parses `strata-sim run ...` arguments (argv after "run").
+// `strata-sim run`'s options as given, before they are checked: CLI11 fills it (add_run_options),
+// finish_run checks it, with messages that name the option and the range it wants.
+struct RunArgs {
+  std::string ranks, steps, seed, mode, hang_timeout, scale;
+  std::string fault = "none";
+  std::string python_exe, truth;
+  bool python = false;
+  bool quiet = false;
+};
+void add_run_options(CLI::App& app, RunArgs& args);
+strata::Result<Options> finish_run(const RunArgs& args);
+
+// Both, for argv after "run" (tests and fuzzing); --help is an error here.
 strata::Result<Options> parse_run(const std::vector<std::string>& args);
 
 }  // namespace testbed::sim

@@ -156,6 +156,23 @@ TEST(Record, PprofDecodesWithProtocAndMatchesTheFoldedTotal) {
   EXPECT_NE(dec.out.find("build_id"), std::string::npos) << "mappings carry build ids";
 }
 
+// As time(1) does: a job script wrapped in strata record still sees the job fail.
+TEST(Record, ExitsWithTheCommandsStatus) {
+  TempDir dir;
+  const std::string rec = strata_bin() + " record --layers cpu -o " + dir.file("rec.db") + " -- ";
+  auto r = run(rec + "false");
+  EXPECT_EQ(r.exit_code, 1) << describe(r);
+  r = run(rec + "sh -c 'exit 7'");
+  EXPECT_EQ(r.exit_code, 7) << describe(r);
+  r = run(rec + "sh -c 'kill -TERM $$'");
+  EXPECT_EQ(r.exit_code, 128 + 15) << describe(r);
+  r = run(rec + "true");
+  EXPECT_EQ(r.exit_code, 0) << describe(r);
+  // The recording is kept whatever the command's status.
+  auto rep = run(strata_bin() + " report " + dir.file("rec.db"));
+  EXPECT_EQ(rep.exit_code, 0) << describe(rep);
+}
+
 TEST(Record, NoBpfPermissionExitsTwoNamingTheCapability) {
   TempDir dir;
   run("chmod 777 " + dir.path());

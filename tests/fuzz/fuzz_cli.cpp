@@ -1,11 +1,12 @@
 // strata's command-line value parsers (numbers, durations, pid lists, layer lists, selectors): one
-// line each, in turn. The subcommands themselves act on what they parse, so they are not run here.
+// line each, in turn. CLI11 splits the command line itself; the subcommands act on what they parse,
+// so they are not run here.
 #include <cstdint>
 #include <string>
 
 #include "agent/daemon/daemon.h"
 #include "agent/sources.h"
-#include "cli/args.h"
+#include "cli/values.h"
 #include "tests/fuzz/fuzz_input.h"
 
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
@@ -20,11 +21,6 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
     (void)cli::parse_pid_list(text);
     (void)agent::parse_layers(text);
     (void)agent::daemon::parse_selector_term(text);
-  }
-  cli::Args args(argv);
-  while (!args.done()) {
-    std::string a = args.next();
-    if (a.rfind("--", 0) == 0) (void)args.value(a);
   }
   return 0;
 }

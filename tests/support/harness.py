@@ -45,6 +45,47 @@ def metric(text, name):
     return float(m.group(1)) if m else None
 
 
+def prometheus_problems(text):
+    """What breaks Prometheus conventions on a /metrics page: a sample whose family has no HELP or
+    TYPE before it, a family described twice, a counter without `_total` or a gauge with it, a TYPE
+    outside the text format's. [] when the page follows them."""
+    problems, helped, typed = [], set(), {}
+    for line in text.splitlines():
+        if not line:
+            continue
+        m = re.match(r"# (HELP|TYPE) (\S+) ?(.*)$", line)
+        if m:
+            kind, name, rest = m.groups()
+            seen = helped if kind == "HELP" else typed
+            if name in seen:
+                problems.append("%s twice for %s" % (kind, name))
+            if kind == "HELP":
+                helped.add(name)
+                if not rest.strip():
+                    problems.append("empty HELP for " + name)
+            else:
+                typed[name] = rest
+                if rest not in ("counter", "gauge", "histogram", "summary", "untyped"):
+                    problems.append("%s: unknown TYPE %r" % (name, rest))
+                elif (rest == "counter") != name.endswith("_total"):
+                    problems.append("%s is a %s (counters and only counters end in _total)" % (name, rest))
+            continue
+        if line.startswith("#"):
+            continue
+        m = re.match(r"([a-zA-Z_:][a-zA-Z0-9_:]*)(\{[^}]*\})? \S+$", line)
+        if not m:
+            problems.append("not a sample line: " + line)
+            continue
+        name = m.group(1)
+        family = name
+        for suffix in ("_bucket", "_sum", "_count"):  # histogram and summary series
+            if name.endswith(suffix) and typed.get(name[:-len(suffix)]) in ("histogram", "summary"):
+                family = name[:-len(suffix)]
+        if family not in helped or family not in typed:
+            problems.append("no HELP/TYPE before " + name)
+    return problems
+
+
 def parse_agent_log(path):
     """The agent's closing lines: rows acked, sealed and dropped per kind, batches pending and dropped."""
     out = {"acked": {}, "sealed": {}, "dropped": {}}

@@ -175,6 +175,13 @@ def test_io_stall():
     print("    io-stall: rank 2 / max peer: load_ms %.1fx" % (load[2] / max(load[r] for r in peers(t, 2))))
 
 
+def test_io_stall_in_a_worker():
+    # Every rank loads through a data-loader worker process; rank 2's worker reads the slow device.
+    t = ok_run(["--ranks", "4", "--steps", "20", "--fault", "io-stall:rank=2,where=worker,start_step=5"])
+    assert "worker" in t["fault"]["mechanism"], t["fault"]
+    straggler_pattern(t, 2, "load_ms", margin=2)
+
+
 def test_network_slow():
     t = ok_run(["--ranks", "4", "--steps", "25", "--fault", "network-slow:rank=1,start_step=5"])
     w, b = window(t), baseline(t)
@@ -183,6 +190,44 @@ def test_network_slow():
     for r in range(4):
         assert w[r]["comm_ms"] > 3 * b[r]["comm_ms"] + 20, (r, w[r], b[r])
         assert w[r]["compute_ms"] < 1.2 * b[r]["compute_ms"], (r, w[r], b[r])
+
+
+def every_rank_slower(t, field, ratio):
+    """Every rank's median of `field` in the fault window is above `ratio` times its own baseline's:
+    a job-wide fault has no straggler, each rank is its own reference."""
+    m, base = medians(t, field), medians(t, field, baseline=True)
+    for r in range(t["ranks"]):
+        assert m[r] > ratio * base[r], "%s: rank %d %.1f vs its baseline %.1f (want > %.1fx)" % (field, r, m[r], base[r], ratio)
+
+
+def test_gpu_slow_on_every_rank():
+    t = ok_run(["--ranks", "4", "--steps", "20", "--fault", "gpu-slow:rank=all,start_step=5"])
+    f = t["fault"]
+    assert (f["scope"], f["rank"], f["cause"]) == ("job", -1, "gpu-slow"), f
+    every_rank_slower(t, "compute_ms", 1.5)
+
+
+def test_kernel_regression():
+    t = ok_run(["--ranks", "4", "--steps", "20", "--fault", "kernel-regression:kernel=ampere_sgemm_128x64_tn,factor=3,start_step=5"])
+    f = t["fault"]
+    assert (f["scope"], f["rank"], f["cause"], f["culprit"]) == ("job", -1, "kernel-regression", "ampere_sgemm_128x64_tn"), f
+    # One kernel of several: the step's device time grows, by less than the kernel's factor.
+    every_rank_slower(t, "compute_ms", 1.2)
+    m, base = medians(t, "compute_ms"), medians(t, "compute_ms", baseline=True)
+    assert all(m[r] < 3 * base[r] for r in range(4)), (m, base)
+
+
+def test_io_stall_on_every_rank():
+    t = ok_run(["--ranks", "4", "--steps", "16", "--fault", "io-stall:rank=all,start_step=4"])
+    assert (t["fault"]["scope"], t["fault"]["rank"]) == ("job", -1), t["fault"]
+    every_rank_slower(t, "load_ms", 2)
+
+
+def test_network_slow_on_every_rank():
+    t = ok_run(["--ranks", "4", "--steps", "20", "--fault", "network-slow:rank=all,start_step=5"])
+    f = t["fault"]
+    assert (f["scope"], f["rank"]) == ("job", -1) and "every rank" in f["mechanism"], f
+    every_rank_slower(t, "comm_ms", 2)
 
 
 def test_memory_reclaim():
@@ -206,6 +251,31 @@ def test_hang_stops_after_timeout():
     done = [r["steps_done"] for r in t["per_rank"]]
     assert all(d == 5 for d in done), done  # peers block inside the collective with the hung rank
     assert time.time() - start < 30
+
+
+def test_pcie_degraded():
+    # The degraded link slows the rank's device work; the truth names the GPU and the cause.
+    t = ok_run(["--ranks", "4", "--steps", "25", "--fault", "pcie-degraded:rank=1,start_step=5"])
+    straggler_pattern(t, 1, "compute_ms")
+    f = t["fault"]
+    assert (f["layer"], f["cause"], f["rank"], f["culprit"]) == ("gpu", "pcie-degraded", 1, "GPU 1"), f
+
+
+def test_gpu_xid_79_stops_the_gpu():
+    # Xid 79: the GPU fell off the bus; its rank stops like a hang, the run ends by the hang timeout.
+    t = ok_run(["--ranks", "4", "--steps", "40", "--fault", "gpu-xid:rank=2,code=79,start_step=5", "--hang-timeout", "2"])
+    assert t["stopped_by_hang_timeout"], t
+    done = [r["steps_done"] for r in t["per_rank"]]
+    assert all(d == 5 for d in done), done
+    assert (t["fault"]["cause"], t["fault"]["culprit"]) == ("gpu-lost", "GPU 2"), t["fault"]
+
+
+def test_gpu_ecc_and_nvlink_truth():
+    # Contained ECC errors leave the device's speed alone; an Xid 48 is the same fault.
+    for spec, cause in (("gpu-ecc:rank=3", "gpu-memory-errors"), ("gpu-xid:rank=3,code=48", "gpu-memory-errors"),
+                        ("nvlink-errors:rank=3", "nvlink-degraded")):
+        t = ok_run(["--ranks", "4", "--steps", "12", "--fault", spec])
+        assert (t["fault"]["cause"], t["fault"]["rank"]) == (cause, 3), (spec, t["fault"])
 
 
 def test_fsdp_mode():
@@ -267,6 +337,9 @@ def test_failing_rank_stops_the_job():
 def test_bad_specs_exit_1():
     for args in (["--fault", "nosuch"], ["--fault", "gpu-slow:rank=9"], ["--fault", "gpu-slow:rank=1,bogus=2"],
                  ["--fault", "gpu-slow"], ["--fault", "gpu-slow:rank=x"], ["--fault", "hang:rank=1,start_step=99"],
+                 ["--fault", "hang:rank=all"], ["--fault", "kernel-regression:rank=1"], ["--fault", "kernel-regression:factor=0.5"], ["--fault", "io-stall:rank=1,where=disk"],
+                 ["--fault", "gpu-slow:rank=1,where=worker"], ["--fault", "gpu-xid:rank=1,code=13"],
+                 ["--fault", "pcie-degraded:rank=all"], ["--fault", "nvlink-errors:rank=1,factor=0.5"], ["--fault", "gpu-ecc"],
                  ["--bogus"]):
         p = subprocess.run([SIM, "run", "--ranks", "4", "--steps", "10"] + args, capture_output=True, text=True,
                            timeout=30)
@@ -275,6 +348,15 @@ def test_bad_specs_exit_1():
         assert len(lines) == 1 and lines[0].startswith("strata-sim: "), (args, p.stderr)
     p = subprocess.run([SIM], capture_output=True, text=True)
     assert p.returncode == 1
+
+
+def test_help_answers():
+    for args in (["--help"], ["run", "--help"], ["-h"]):
+        p = subprocess.run([SIM] + args, capture_output=True, text=True, timeout=30)
+        assert p.returncode == 0, (args, p.returncode, p.stderr)
+        assert "run" in p.stdout and "strata-sim" in p.stdout, (args, p.stdout)
+    p = subprocess.run([SIM, "run", "--help"], capture_output=True, text=True, timeout=30)
+    assert "--ranks" in p.stdout and "--fault" in p.stdout and "gpu-slow" in p.stdout, p.stdout
 
 
 def main():

@@ -9,8 +9,10 @@
 #include <sys/mman.h>
 #include <sys/stat.h>
 #include <sys/wait.h>
+#include <time.h>
 #include <unistd.h>
 
+#include <array>
 #include <atomic>
 #include <cstdlib>
 #include <cstring>
@@ -32,6 +34,7 @@ std::string g_dir = [] {
   char tmpl[] = "/tmp/strata-standins-test-XXXXXX";
   std::string dir = ::mkdtemp(tmpl);
   ::setenv("STRATA_TESTBED_DIR", dir.c_str(), 1);
+  ::setenv("STRATA_TIMELINE_DIR", dir.c_str(), 1);  // the device timelines too (abi/gpu_timeline.h)
   return dir;
 }();
 
@@ -213,6 +216,71 @@ TEST(Nvml, ReportsInjectedThrottling) {
   gs->dev[2].slowdown = 1.0f;
   gs->dev[2].throttle_reasons = 0;
   EXPECT_STREQ(nvmlErrorString(NVML_ERROR_UNINITIALIZED), "Uninitialized");
+  EXPECT_EQ(nvmlShutdown(), NVML_SUCCESS);
+}
+
+// Hardware faults as strata-sim injects them (gpu_state.h hw_faults): each counter climbs only on
+// its fault, a degraded link reports x4 of x16, a lost GPU answers GPU_IS_LOST; a healthy device
+// counts nothing and runs its link at full width.
+TEST(Nvml, ReportsInjectedHardwareFaults) {
+  ASSERT_EQ(nvmlInit_v2(), NVML_SUCCESS);
+  nvmlDevice_t dev;
+  ASSERT_EQ(nvmlDeviceGetHandleByIndex_v2(3, &dev), NVML_SUCCESS);
+  strata_gpu_state* gs = map_state();
+  ASSERT_NE(gs, nullptr);
+  auto& d = gs->dev[3];
+  auto counters = [&] {
+    unsigned long long unc = 0, link0 = 0, link1 = 0;
+    unsigned replays = 0;
+    EXPECT_EQ(nvmlDeviceGetTotalEccErrors(dev, NVML_MEMORY_ERROR_TYPE_UNCORRECTED, NVML_VOLATILE_ECC, &unc), NVML_SUCCESS);
+    EXPECT_EQ(nvmlDeviceGetPcieReplayCounter(dev, &replays), NVML_SUCCESS);
+    EXPECT_EQ(nvmlDeviceGetNvLinkErrorCounter(dev, 0, NVML_NVLINK_ERROR_DL_REPLAY, &link0), NVML_SUCCESS);
+    EXPECT_EQ(nvmlDeviceGetNvLinkErrorCounter(dev, 1, NVML_NVLINK_ERROR_DL_REPLAY, &link1), NVML_SUCCESS);
+    return std::array<unsigned long long, 4>{unc, replays, link0, link1};
+  };
+  unsigned width = 0, max_width = 0, gen = 0;
+  ASSERT_EQ(nvmlDeviceGetCurrPcieLinkWidth(dev, &width), NVML_SUCCESS);
+  ASSERT_EQ(nvmlDeviceGetMaxPcieLinkWidth(dev, &max_width), NVML_SUCCESS);
+  ASSERT_EQ(nvmlDeviceGetCurrPcieLinkGeneration(dev, &gen), NVML_SUCCESS);
+  EXPECT_EQ(width, max_width);
+  EXPECT_GT(gen, 0u);
+  nvmlEnableState_t st{};
+  ASSERT_EQ(nvmlDeviceGetNvLinkState(dev, 0, &st), NVML_SUCCESS);
+  EXPECT_EQ(st, NVML_FEATURE_ENABLED);
+  EXPECT_EQ(nvmlDeviceGetNvLinkState(dev, NVML_NVLINK_MAX_LINKS, &st), NVML_ERROR_INVALID_ARGUMENT);
+  EXPECT_EQ(counters(), (std::array<unsigned long long, 4>{0, 0, 0, 0}));
+
+  // Each fault began 10 s ago: its own counter has climbed, the others have not.
+  timespec now{};
+  ::clock_gettime(CLOCK_MONOTONIC, &now);  // the stand-in's clock
+  d.hw_since_ns = static_cast<uint64_t>(now.tv_sec) * 1'000'000'000ull + static_cast<uint64_t>(now.tv_nsec) - 10'000'000'000ull;
+  d.hw_faults = STRATA_HW_ECC;
+  auto c = counters();
+  EXPECT_GE(c[0], 1u);
+  EXPECT_EQ(c[1] + c[2] + c[3], 0u);
+  d.hw_faults = STRATA_HW_PCIE;
+  c = counters();
+  EXPECT_GE(c[1], 10u);
+  EXPECT_EQ(c[0] + c[2] + c[3], 0u);
+  ASSERT_EQ(nvmlDeviceGetCurrPcieLinkWidth(dev, &width), NVML_SUCCESS);
+  EXPECT_LT(width, max_width);
+  unsigned sm = 0, max_sm = 0;
+  d.slowdown = 1.5f;  // the device is slower; its SMs' clock is not (the link is the fault)
+  ASSERT_EQ(nvmlDeviceGetClockInfo(dev, NVML_CLOCK_SM, &sm), NVML_SUCCESS);
+  ASSERT_EQ(nvmlDeviceGetMaxClockInfo(dev, NVML_CLOCK_SM, &max_sm), NVML_SUCCESS);
+  EXPECT_EQ(sm, max_sm);
+  d.hw_faults = STRATA_HW_NVLINK;
+  c = counters();
+  EXPECT_GE(c[2], 10u);
+  EXPECT_EQ(c[3], 0u);  // one failing link
+  EXPECT_EQ(c[0] + c[1], 0u);
+  d.hw_faults = STRATA_HW_LOST;
+  unsigned long long unc = 0;
+  EXPECT_EQ(nvmlDeviceGetTotalEccErrors(dev, NVML_MEMORY_ERROR_TYPE_UNCORRECTED, NVML_VOLATILE_ECC, &unc), NVML_ERROR_GPU_IS_LOST);
+  EXPECT_EQ(nvmlDeviceGetClockInfo(dev, NVML_CLOCK_SM, &sm), NVML_ERROR_GPU_IS_LOST);
+  d.hw_faults = 0;
+  d.slowdown = 1.0f;
+  EXPECT_EQ(nvmlDeviceGetClockInfo(dev, NVML_CLOCK_SM, &sm), NVML_SUCCESS);
   EXPECT_EQ(nvmlShutdown(), NVML_SUCCESS);
 }
 

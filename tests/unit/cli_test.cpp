@@ -1,6 +1,15 @@
 // The CLI's contract for bad input: a one-line reason, exit 1, nothing written or damaged.
 #include <gtest/gtest.h>
+#include <netinet/in.h>
+#include <signal.h>
+#include <sys/socket.h>
 
+#include <filesystem>
+#include <map>
+#include <set>
+#include <sstream>
+
+#include "store/store.h"
 #include "tests/support/run.h"
 
 namespace strata::test {
@@ -57,12 +66,191 @@ TEST(Cli, UsageErrorsExitOne) {
   expect_one_line_error(run(strata_bin() + " agent -o x.db --unwind-tables-mb nan"), 1, "size in MiB");
 }
 
+// A port nothing listens on now: the kernel picks one for a socket of ours, which is then closed.
+int free_port() {
+  int fd = socket(AF_INET, SOCK_STREAM, 0);
+  sockaddr_in a{};
+  a.sin_family = AF_INET;
+  a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  bind(fd, reinterpret_cast<sockaddr*>(&a), sizeof a);
+  socklen_t len = sizeof a;
+  getsockname(fd, reinterpret_cast<sockaddr*>(&a), &len);
+  close(fd);
+  return ntohs(a.sin_port);
+}
+
+TEST(Cli, SecondServeOnATakenPortExitsTwo) {
+  TempDir d;
+  const std::string listen = "127.0.0.1:" + std::to_string(free_port());
+  // The first collector, in the background; its pid and log in the temp dir.
+  run("cd " + d.path() + " && (" + strata_bin() + " serve --diagnose-every 0 --listen " + listen +
+      " --store sqlite:first.db >first.log 2>&1 & echo $! >first.pid)");
+  const pid_t first = std::stoi(slurp(d.file("first.pid")));
+  // Waits for "serving on" (up to a minute on a loaded machine); no time is asserted.
+  for (int i = 0; i < 600 && slurp(d.file("first.log")).find("serving on") == std::string::npos; ++i) usleep(100000);
+  ASSERT_NE(slurp(d.file("first.log")).find("serving on"), std::string::npos) << slurp(d.file("first.log"));
+  // The second must refuse at once; `timeout` only ends a regression that would serve forever.
+  auto r = run("cd " + d.path() + " && timeout 30 " + strata_bin() + " serve --diagnose-every 0 --listen " + listen +
+               " --store sqlite:second.db");
+  kill(first, SIGTERM);
+  expect_one_line_error(r, 2, "address in use");
+  EXPECT_FALSE(std::filesystem::exists(d.file("second.db"))) << "a collector that cannot start leaves no store";
+  EXPECT_TRUE(std::filesystem::exists(d.file("first.db")));
+}
+
+TEST(Cli, ServeRefusesAStoreSchemeItDoesNotSpeak) {
+  TempDir d;
+  auto r = run("cd " + d.path() + " && " + strata_bin() + " serve --store mysql:foo --listen 127.0.0.1:1");
+  expect_one_line_error(r, 1, "unknown store 'mysql:'");
+  EXPECT_TRUE(std::filesystem::is_empty(d.path())) << "nothing created";
+}
+
+// A store of a 4-rank job (pids 100..103, ranks 0..3), each rank with a stack of its own
+// (work_rank<R>) and an OS metric, as strata record would write it.
+void write_four_rank_store(const std::string& path) {
+  auto st = store::Store::open_sqlite(path, store::Store::Mode::kCreateOrAppend);
+  ASSERT_TRUE(st) << st.error().message;
+  store::Store& s = **st;
+  ASSERT_TRUE(s.begin());
+  auto rec = s.begin_recording({"node-1", "job", 1000, 99, 10});
+  ASSERT_TRUE(rec) << rec.error().message;
+  std::vector<store::StackCount> counts;
+  std::vector<store::Metric> metrics;
+  for (int r = 0; r < 4; ++r) {
+    store::ProcessInfo p;
+    p.pid = 100 + static_cast<uint32_t>(r);
+    p.node = "node-1";
+    p.comm = "train";
+    p.command = "train.py";
+    p.job = "job-1";
+    p.rank = r;
+    p.world_size = 4;
+    ASSERT_TRUE(s.put_process(*rec, p));
+    // Frames are one row per (build id, module, offset): each function its own offset.
+    Frame leaf, root;
+    leaf.kind = root.kind = FrameKind::kNative;
+    leaf.build_id = root.build_id = "abcd";
+    leaf.module = root.module = "/usr/bin/train";
+    leaf.offset = 0x1000 + 0x100 * static_cast<uint64_t>(r);
+    leaf.function = "work_rank" + std::to_string(r);
+    root.offset = 0x10;
+    root.function = "main";
+    auto id = s.intern_stack({leaf, root});
+    ASSERT_TRUE(id) << id.error().message;
+    counts.push_back({p.pid, p.pid, "train", *id, 10u + static_cast<uint64_t>(r)});
+    metrics.push_back({p.pid, "os.involuntary_switches", "", 5.0 + r});
+  }
+  ASSERT_TRUE(s.put_window(*rec, 1000, 2000, store::CountKind::kOnCpu, counts));
+  ASSERT_TRUE(s.put_metrics(*rec, 1000, 2000, metrics));
+  ASSERT_TRUE(s.end_recording(*rec, 2000));
+  ASSERT_TRUE(s.commit());
+}
+
+// `--rank R` keeps rank R's rows and nothing else; a filter that matches nothing is an error.
+void expect_rank_filter(const std::string& source) {
+  for (const char* format : {"--format folded", "--format=folded", "-f folded"}) {
+    auto r = run(strata_bin() + " report " + source + " --rank 2 " + format);
+    ASSERT_EQ(r.exit_code, 0) << format << " " << describe(r);
+    EXPECT_EQ(r.out, "main;work_rank2 12\n") << format;
+  }
+  auto text = run(strata_bin() + " report " + source + " --rank=2");
+  ASSERT_EQ(text.exit_code, 0) << describe(text);
+  EXPECT_NE(text.out.find("rank 2"), std::string::npos) << text.out;
+  for (const char* other : {"rank 0", "rank 1", "rank 3", "pid     100", "pid     101", "pid     103", "work_rank1"})
+    EXPECT_EQ(text.out.find(other), std::string::npos) << other << " in\n" << text.out;
+  expect_one_line_error(run(strata_bin() + " report " + source + " --rank 7"), 1, "no process of rank 7");
+  expect_one_line_error(run(strata_bin() + " report " + source + " --pid 999 --format folded"), 1, "no process 999");
+  expect_one_line_error(run(strata_bin() + " report " + source + " --rank 1 --pid 100"), 1,
+                        "no process 100 of rank 1");
+}
+
+TEST(Cli, ReportRankFilterOnAFile) {
+  TempDir d;
+  write_four_rank_store(d.file("job.db"));
+  expect_rank_filter(d.file("job.db"));
+}
+
+TEST(Cli, ReportRankFilterAgainstAServer) {
+  TempDir d;
+  write_four_rank_store(d.file("job.db"));
+  const std::string listen = "127.0.0.1:" + std::to_string(free_port());
+  run("cd " + d.path() + " && (" + strata_bin() + " serve --diagnose-every 0 --listen " + listen +
+      " --store sqlite:job.db >serve.log 2>&1 & echo $! >serve.pid)");
+  const pid_t server = std::stoi(slurp(d.file("serve.pid")));
+  for (int i = 0; i < 600 && slurp(d.file("serve.log")).find("serving on") == std::string::npos; ++i) usleep(100000);
+  ASSERT_NE(slurp(d.file("serve.log")).find("serving on"), std::string::npos) << slurp(d.file("serve.log"));
+  expect_rank_filter("--server http://" + listen);
+  kill(server, SIGTERM);
+}
+
+// Every family on serve's /metrics has HELP and TYPE; counters end in _total; the build and
+// request-duration families are there.
+TEST(Cli, ServeMetricsFollowPrometheusConventions) {
+  TempDir d;
+  const std::string listen = "127.0.0.1:" + std::to_string(free_port());
+  run("cd " + d.path() + " && (" + strata_bin() + " serve --diagnose-every 0 --listen " + listen +
+      " --store sqlite:m.db >serve.log 2>&1 & echo $! >serve.pid)");
+  const pid_t server = std::stoi(slurp(d.file("serve.pid")));
+  for (int i = 0; i < 600 && slurp(d.file("serve.log")).find("serving on") == std::string::npos; ++i) usleep(100000);
+  ASSERT_NE(slurp(d.file("serve.log")).find("serving on"), std::string::npos) << slurp(d.file("serve.log"));
+  const std::string get = "python3 -c 'import sys,urllib.request; print(urllib.request.urlopen(sys.argv[1]).read().decode())' ";
+  run(get + "http://" + listen + "/api/v1/jobs");
+  auto page = run(get + "http://" + listen + "/metrics");
+  kill(server, SIGTERM);
+  ASSERT_EQ(page.exit_code, 0) << describe(page);
+  std::map<std::string, std::string> type;  // family -> TYPE
+  std::set<std::string> help, sampled;
+  std::istringstream in(page.out);
+  for (std::string line; std::getline(in, line);) {
+    std::istringstream w(line);
+    std::string a, b, c;
+    w >> a >> b >> c;
+    if (a == "#" && b == "HELP") help.insert(c);
+    else if (a == "#" && b == "TYPE") type[c] = line.substr(line.rfind(' ') + 1);
+    else if (!a.empty()) sampled.insert(a.substr(0, a.find('{')));
+  }
+  for (const auto& [family, t] : type) {
+    EXPECT_TRUE(help.count(family)) << family << " has no HELP";
+    if (t == "counter") {
+      EXPECT_TRUE(family.size() > 6 && family.substr(family.size() - 6) == "_total") << family;
+    }
+  }
+  for (const auto& name : sampled) {
+    std::string family = name;
+    for (const char* suffix : {"_bucket", "_sum", "_count"}) {
+      const std::string sfx = suffix;
+      if (!type.count(family) && family.size() > sfx.size() && family.substr(family.size() - sfx.size()) == sfx)
+        family = family.substr(0, family.size() - sfx.size());
+    }
+    EXPECT_TRUE(type.count(family)) << name << " has no TYPE";
+  }
+  EXPECT_EQ(type["strata_build_info"], "gauge");
+  EXPECT_EQ(type["strata_serve_request_duration_seconds"], "histogram");
+  EXPECT_EQ(type["strata_serve_diagnosis_duration_seconds"], "histogram");
+  EXPECT_NE(page.out.find("strata_serve_request_duration_seconds_count{route=\"jobs\"} 1"), std::string::npos)
+      << page.out;
+}
+
 TEST(Cli, HelpAnswers) {
-  for (const char* cmd : {" --help", " record --help", " report --help"}) {
+  for (const char* cmd : {" --help", " record --help", " report --help", " diagnose --help", " agent --help",
+                          " serve --help", " drilldown --help", " report -h"}) {
     auto r = run(strata_bin() + cmd);
     EXPECT_EQ(r.exit_code, 0) << cmd;
-    EXPECT_NE(r.out.find("usage: strata"), std::string::npos) << cmd;
+    EXPECT_NE(r.out.find("usage: strata"), std::string::npos) << cmd << "\n" << r.out;
+    EXPECT_NE(r.out.find("Exit codes"), std::string::npos) << cmd << "\n" << r.out;
   }
+  auto top = run(strata_bin() + " --help");
+  EXPECT_NE(top.out.find("chrome-trace"), std::string::npos) << top.out;
+  auto report = run(strata_bin() + " report --help");
+  for (const char* flag : {"--rank", "--pid", "--tid", "--kind", "--format", "--server", "--token-file", "-o"})
+    EXPECT_NE(report.out.find(flag), std::string::npos) << flag << "\n" << report.out;
+}
+
+TEST(Cli, OptionsTakeTheEqualsForm) {
+  expect_one_line_error(run(strata_bin() + " record --duration=-3 -p 1"), 1, "positive number");
+  expect_one_line_error(run(strata_bin() + " report --format=svg x.db"), 1, "unknown format 'svg'");
+  expect_one_line_error(run(strata_bin() + " report --bogus x.db"), 1, "--bogus");
+  expect_one_line_error(run(strata_bin() + " serve --listen"), 1, "--listen");
 }
 
 }  // namespace

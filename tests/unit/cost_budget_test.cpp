@@ -32,6 +32,14 @@ TEST(CostBudget, AJobWaitingOnItsGpusStillGetsOneCoresBudget) {
   EXPECT_EQ(b.update(0.08, 0.2, 10), CostBudget::kFramePointers) << "0.8% of a core is over";
 }
 
+TEST(CostBudget, TheDefaultIsTwoTenthsOfAPercent) {
+  CostBudget b;
+  EXPECT_DOUBLE_EQ(b.budget(), 0.002);
+  // 4 busy ranks for a 10 s window: 40 s of CPU allow 80 ms of agent work, not 100 ms.
+  EXPECT_EQ(b.update(0.07, 40, 10), CostBudget::kFull);
+  EXPECT_EQ(b.update(0.1, 40, 10), CostBudget::kFramePointers) << "0.25% is over 0.2%";
+}
+
 TEST(CostBudget, RatesNeverFallBelowTenHertz) {
   EXPECT_EQ(CostBudget::rate_at(CostBudget::kFull, 99), 99u);
   EXPECT_EQ(CostBudget::rate_at(CostBudget::kFramePointers, 99), 99u);

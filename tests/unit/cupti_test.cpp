@@ -173,7 +173,7 @@ TEST(CuptiInjection, EnvironmentForTheRecordedCommand) {
   EXPECT_EQ(cupti_injection_env(),
             (std::vector<std::string>{"CUDA_INJECTION64_PATH=" + lib, "STRATA_TIMELINE_DIR=/tmp/tl-x"}));
   unsetenv("STRATA_TIMELINE_DIR");
-  EXPECT_EQ(cupti_injection_env().at(1), "STRATA_TIMELINE_DIR=/tmp/strata-timeline");
+  EXPECT_EQ(cupti_injection_env().at(1), "STRATA_TIMELINE_DIR=/run/strata/timeline");
   setenv("CUDA_INJECTION64_PATH", "/opt/other.so", 1);
   EXPECT_TRUE(cupti_injection_env().empty()) << "the user's injection library wins";
   unsetenv("CUDA_INJECTION64_PATH");

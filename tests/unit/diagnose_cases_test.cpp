@@ -1,6 +1,7 @@
 // Diagnosis cases as data: each tests/data/diagnose/NAME.db is a small recorded store (strata record
 // of the testbed with a fault), NAME.expected.json the findings it must produce:
-//   {"findings": [{"rank": 2, "cause": "gpu-slow", "culprit": "GPU 2"}]}   ("culprit": a substring)
+//   {"findings": [{"rank": 2, "cause": "gpu-slow", "culprit": "GPU 2"}]}   ("culprit": a substring;
+//                                                                          rank -1: the whole job)
 //   {"findings": []}                                                       (healthy)
 // Only the top finding of each expected entry's rank is checked, in order.
 #include <gtest/gtest.h>
@@ -85,7 +86,9 @@ TEST_P(RecordedCase, GivesTheExpectedFindings) {
   ASSERT_EQ(dx.findings.size(), want.size()) << text.str();
   for (size_t i = 0; i < want.size(); ++i) {
     EXPECT_EQ(dx.findings[i].rank, want[i].rank) << text.str();
-    EXPECT_EQ(dx.findings[i].cause, want[i].cause) << text.str();
+    // Rank -1 is a job-scope finding and only that (DESIGN §8).
+    EXPECT_EQ(dx.findings[i].scope == Scope::kJob, want[i].rank == -1) << text.str();
+    EXPECT_EQ(cause_name(dx.findings[i].cause), want[i].cause) << text.str();
     EXPECT_NE(dx.findings[i].culprit.find(want[i].culprit), std::string::npos)
         << "culprit '" << dx.findings[i].culprit << "' should name '" << want[i].culprit << "'\n" << text.str();
   }

@@ -56,7 +56,7 @@ TEST_P(PlantedCause, FoundOnItsRankWithItsCauseAndCulprit) {
   ASSERT_EQ(dx.findings.size(), 1u) << dump(dx);
   const Finding& got = dx.findings[0];
   EXPECT_EQ(got.rank, 3) << dump(dx);
-  EXPECT_EQ(got.cause, c.cause) << dump(dx);
+  EXPECT_EQ(cause_name(got.cause), c.cause) << dump(dx);
   EXPECT_EQ(got.layer, c.layer) << dump(dx);
   EXPECT_NE(got.culprit.find(planted_culprit(f)), std::string::npos) << dump(dx);
   EXPECT_GT(got.lost_ms_per_step, 0);
@@ -73,6 +73,7 @@ INSTANTIATE_TEST_SUITE_P(AllCauses, PlantedCause,
                                            Case{"cpu-contention", "os"}, Case{"cpu-throttling", "os"},
                                            Case{"io-stall", "os"}, Case{"memory-reclaim", "os"},
                                            Case{"irq-softirq", "os"}, Case{"workload-imbalance", "cpu"},
+                                           Case{"page-faults", "os"}, Case{"launch-bound", "cpu"},
                                            Case{"network-slow", "comm"}, Case{"hang", "gpu"}),
                          [](const auto& info) {
                            std::string n = info.param.cause;
@@ -81,6 +82,78 @@ INSTANTIATE_TEST_SUITE_P(AllCauses, PlantedCause,
                            }
                            return n;
                          });
+
+// Hardware faults NVML reports: each names its rank, the GPU and the counter that says so.
+struct HwCase {
+  std::string cause;
+  std::string counter;  // the metric named in the evidence
+  bool slows;           // the planted fault slows its rank (the finding carries the lost time)
+};
+
+class HardwareCause : public ::testing::TestWithParam<HwCase> {};
+
+TEST_P(HardwareCause, FoundOnItsRankNamingTheGpuAndTheCounter) {
+  const HwCase& c = GetParam();
+  PlantedFault f{3, c.cause, 40};
+  auto dx = run({f});
+  ASSERT_EQ(dx.findings.size(), 1u) << dump(dx);
+  const Finding& got = dx.findings[0];
+  EXPECT_EQ(got.rank, 3) << dump(dx);
+  EXPECT_EQ(cause_name(got.cause), c.cause) << dump(dx);
+  EXPECT_EQ(got.layer, "gpu") << dump(dx);
+  EXPECT_NE(got.culprit.find("GPU 3"), std::string::npos) << dump(dx);
+  EXPECT_GT(got.confidence, 0.5) << dump(dx);
+  bool names_counter = false;
+  for (const auto& e : got.evidence) {
+    if (e.find(c.counter) != std::string::npos && e.find("rank 3") != std::string::npos && e.find("GPU 3") != std::string::npos)
+      names_counter = true;
+  }
+  EXPECT_TRUE(names_counter) << dump(dx);
+  if (c.slows) {
+    EXPECT_GT(got.lost_ms_per_step, 0) << dump(dx);
+  } else {
+    EXPECT_EQ(got.lost_ms_per_step, 0) << dump(dx);
+  }
+  // A fault the per-rank timings cannot show (no cost yet, or a stopped GPU) is no disagreement.
+  EXPECT_FALSE(dx.second.disagrees) << dump(dx);
+}
+
+INSTANTIATE_TEST_SUITE_P(Nvml, HardwareCause,
+                         ::testing::Values(HwCase{"gpu-memory-errors", "gpu.ecc_uncorrected", false},
+                                           HwCase{"gpu-lost", "gpu.lost", true},
+                                           HwCase{"pcie-degraded", "gpu.pcie_link_width", true},
+                                           HwCase{"nvlink-degraded", "gpu.nvlink_errors", true}),
+                         [](const auto& info) {
+                           std::string n = info.param.cause;
+                           for (auto& ch : n) {
+                             if (ch == '-') ch = '_';
+                           }
+                           return n;
+                         });
+
+// A link that trained at a lower generation than its peers' is degraded; the same generation on
+// every rank (however low) is the machine's, not a fault.
+TEST(DiagnoseEngine, PcieGenerationIsComparedWithThePeers) {
+  SyntheticSpec spec;
+  JobWindow job = make_synthetic_job(spec);
+  for (auto& r : job.ranks) r.gpu.pcie_gen = 3;
+  EXPECT_TRUE(diagnose(job).findings.empty()) << dump(diagnose(job));
+  job.ranks[5].gpu.pcie_gen = 1;
+  auto dx = diagnose(job);
+  ASSERT_EQ(dx.findings.size(), 1u) << dump(dx);
+  EXPECT_EQ(dx.findings[0].rank, 5);
+  EXPECT_EQ(cause_name(dx.findings[0].cause), std::string("pcie-degraded"));
+  EXPECT_NE(dx.findings[0].evidence.front().find("gpu.pcie_link_gen"), std::string::npos) << dump(dx);
+}
+
+// A few replays or NVLink errors in a window are below the rates that mean a degraded link.
+TEST(DiagnoseEngine, AFewLinkErrorsAreNoFinding) {
+  SyntheticSpec spec;
+  JobWindow job = make_synthetic_job(spec);  // a 10 s window
+  job.ranks[2].gpu.pcie_replays = 1;
+  job.ranks[4].gpu.nvlink_errors = 1;
+  EXPECT_TRUE(diagnose(job).findings.empty()) << dump(diagnose(job));
+}
 
 // A hot rank on a busy node also waits longer for a CPU than its peers. With its cgroup measured
 // unthrottled and no neighbour to blame, the wait is its own extra work queuing: the finding is the
@@ -95,8 +168,8 @@ TEST(DiagnoseEngine, HotRankQueuingOnABusyNodeIsAHotspotNotAQuota) {
   auto dx = diagnose(job);
   ASSERT_FALSE(dx.findings.empty()) << dump(dx);
   EXPECT_EQ(dx.findings[0].rank, 3) << dump(dx);
-  EXPECT_EQ(dx.findings[0].cause, "host-hotspot") << dump(dx);
-  for (const auto& f : dx.findings) EXPECT_NE(f.cause, "cpu-throttling") << dump(dx);
+  EXPECT_EQ(cause_name(dx.findings[0].cause), "host-hotspot") << dump(dx);
+  for (const auto& f : dx.findings) EXPECT_NE(cause_name(f.cause), "cpu-throttling") << dump(dx);
 }
 
 // A slow link with the ranks' TCP connections recorded: the rank on both slow connections of the
@@ -121,7 +194,7 @@ TEST(DiagnoseEngine, SlowLinkEndIsTheRankOnEverySlowConnection) {
   auto dx = diagnose(job);
   ASSERT_FALSE(dx.findings.empty()) << dump(dx);
   const Finding& f = dx.findings[0];
-  EXPECT_EQ(f.cause, "network-slow") << dump(dx);
+  EXPECT_EQ(cause_name(f.cause), "network-slow") << dump(dx);
   EXPECT_EQ(f.rank, static_cast<int>(culprit)) << dump(dx);
   EXPECT_GE(f.confidence, 0.9) << dump(dx);
   std::string all;
@@ -136,7 +209,7 @@ TEST(DiagnoseEngine, SlowLinkEndIsTheRankOnEverySlowConnection) {
   }
   auto flat = diagnose(job);
   ASSERT_FALSE(flat.findings.empty()) << dump(flat);
-  EXPECT_EQ(flat.findings[0].cause, "network-slow");
+  EXPECT_EQ(cause_name(flat.findings[0].cause), "network-slow");
   EXPECT_EQ(flat.findings[0].rank, 3) << dump(flat);
 }
 
@@ -151,17 +224,17 @@ TEST(DiagnoseEngine, ReclaimThatSendsReadsToDiskIsMemoryReclaimNotAnIoStall) {
   auto dx = diagnose(job);
   ASSERT_FALSE(dx.findings.empty()) << dump(dx);
   EXPECT_EQ(dx.findings[0].rank, 3) << dump(dx);
-  EXPECT_EQ(dx.findings[0].cause, "memory-reclaim") << dump(dx);
+  EXPECT_EQ(cause_name(dx.findings[0].cause), "memory-reclaim") << dump(dx);
 }
 
 TEST(DiagnoseEngine, TwoFaultsOnDifferentRanksAreBothReportedByCost) {
   auto dx = run({{5, "io-stall", 25}, {2, "host-hotspot", 60}});
   ASSERT_EQ(dx.findings.size(), 2u) << dump(dx);
   EXPECT_EQ(dx.findings[0].rank, 2);
-  EXPECT_EQ(dx.findings[0].cause, "host-hotspot");
+  EXPECT_EQ(cause_name(dx.findings[0].cause), "host-hotspot");
   EXPECT_EQ(dx.findings[0].culprit, "slow_augment");
   EXPECT_EQ(dx.findings[1].rank, 5);
-  EXPECT_EQ(dx.findings[1].cause, "io-stall");
+  EXPECT_EQ(cause_name(dx.findings[1].cause), "io-stall");
   EXPECT_EQ(dx.findings[1].culprit, "load_batch");
   EXPECT_GT(dx.findings[0].lost_ms_per_step, dx.findings[1].lost_ms_per_step);
 }
@@ -170,12 +243,12 @@ TEST(DiagnoseEngine, ThousandRanksFindThePlantedCulprits) {
   auto dx = run({{17, "gpu-slow", 50}, {523, "cpu-contention", 30}, {911, "host-hotspot", 20}}, 1000);
   ASSERT_EQ(dx.findings.size(), 3u) << dump(dx);
   EXPECT_EQ(dx.findings[0].rank, 17);
-  EXPECT_EQ(dx.findings[0].cause, "gpu-slow");
+  EXPECT_EQ(cause_name(dx.findings[0].cause), "gpu-slow");
   EXPECT_EQ(dx.findings[1].rank, 523);
-  EXPECT_EQ(dx.findings[1].cause, "cpu-contention");
+  EXPECT_EQ(cause_name(dx.findings[1].cause), "cpu-contention");
   EXPECT_EQ(dx.findings[1].culprit, "logrotate");
   EXPECT_EQ(dx.findings[2].rank, 911);
-  EXPECT_EQ(dx.findings[2].cause, "host-hotspot");
+  EXPECT_EQ(cause_name(dx.findings[2].cause), "host-hotspot");
   EXPECT_EQ(dx.second.outlier_ranks.size(), 3u) << dump(dx);
 }
 
@@ -222,7 +295,7 @@ TEST(DiagnoseEngine, JsonFollowsTheContract) {
   std::ostringstream o;
   write_json(dx, o);
   std::string j = o.str();
-  for (const char* key : {"\"job\":\"synthetic\"", "\"findings\":[{\"rank\":1,", "\"node\":\"node-0\"", "\"layer\":\"gpu\"",
+  for (const char* key : {"\"job\":\"synthetic\"", "\"findings\":[{\"scope\":\"rank\",\"rank\":1,", "\"node\":\"node-0\"", "\"layer\":\"gpu\"",
                           "\"cause\":\"gpu-slow\"", "\"culprit\":\"GPU 1\"", "\"lost_ms_per_step\":", "\"confidence\":",
                           "\"evidence\":[\""}) {
     EXPECT_NE(j.find(key), std::string::npos) << key << " in " << j;
@@ -240,6 +313,224 @@ TEST(DiagnoseEngine, ChangePointFindsTheFirstSlowStep) {
   std::vector<double> flat(30, 100);
   flat[7] = 180;  // one slow step (a GC pause) is not a change
   EXPECT_EQ(find_change_point(flat), 0u);
+}
+
+
+// --- issue 17: the agent is never a neighbour; a few percent of a loss is no cause.
+
+// A VM whose speed drifts: a 2-rank CPU-only DDP job (no device timeline) gets 25% slower on both
+// ranks alike, with no straggler. strata itself runs 0.24 ms per step on each rank's CPUs and the
+// ranks wait 3.95 ms more for a CPU. Before: cpu-contention with culprit `strata`.
+JobWindow drifted_cpu_job(bool past) {
+  SyntheticSpec spec;
+  spec.ranks = 2;
+  spec.past = past;
+  JobWindow job = make_synthetic_job(spec);
+  const NameId agent = job.names.id("strata");
+  for (auto& r : job.ranks) {
+    r.now.device_compute_ms = kUnknown;
+    r.now.gpu_idle_ms = kUnknown;
+    r.base.device_compute_ms = kUnknown;
+    r.past.device_compute_ms = kUnknown;
+    double slower = 0.25 * r.base.step_ms;
+    r.now.step_ms = r.base.step_ms + slower;
+    r.now.wait_ms = r.base.wait_ms;
+    // Every function and the whole CPU slower alike; a little more run-queue wait.
+    for (auto& v : r.oncpu) v.ms_per_step *= 1.25;
+    r.set(Os::kCpu, r.get(Os::kCpu) * 1.25);
+    r.set(Os::kRunqWait, r.get(Os::kRunqWait) + 3.95);
+    r.neighbours.push_back({agent, 0.24});
+    normalize(r.neighbours);
+  }
+  return job;
+}
+
+TEST(DiagnoseEngine, TheAgentIsNeverACulpritAndADriftIsNoFinding) {
+  for (bool past : {false, true}) {
+    auto dx = diagnose(drifted_cpu_job(past));
+    EXPECT_GT(dx.step_ms, 1.2 * dx.baseline_step_ms) << "the job did slow down";
+    for (const auto& f : dx.findings) EXPECT_NE(f.culprit, "strata") << dump(dx);
+    EXPECT_TRUE(dx.findings.empty()) << (past ? "with" : "without") << " a past per layer\n" << dump(dx);
+  }
+}
+
+// The agent beside a real straggler: its cost is said apart, never the culprit, even where it is
+// the only other process on the rank's CPUs.
+TEST(DiagnoseEngine, TheAgentsCostIsReportedApart) {
+  SyntheticSpec spec;
+  spec.faults = {PlantedFault{3, "host-hotspot", 40}};
+  JobWindow job = make_synthetic_job(spec);
+  RankWindow& r = job.ranks[3];
+  // As if the loader had not set it apart, and running more than the hotspot costs: were it a
+  // neighbour, it would be named for the whole run-queue wait.
+  r.neighbours = {{job.names.id("strata"), 60}};
+  r.set(Os::kRunqWait, r.get(Os::kRunqWait) + 60);
+  r.agent_ms = 0.3;
+  auto dx = diagnose(job);
+  ASSERT_EQ(dx.findings.size(), 1u) << dump(dx);
+  EXPECT_EQ(dx.findings[0].rank, 3);
+  EXPECT_NE(dx.findings[0].culprit, "strata") << dump(dx);
+  std::string all;
+  for (const auto& e : dx.findings[0].evidence) all += e + "\n";
+  EXPECT_NE(all.find("strata's own run time on rank 3's CPUs: 0.30 ms per step"), std::string::npos) << all;
+  EXPECT_EQ(all.find("`strata`"), std::string::npos) << "never a neighbour, not even as 'also'\n" << all;
+}
+
+// A neighbour that explains a few percent of what the rank lost is not its cause: the rank is
+// still the straggler, with its cause unknown and the bystander named as not the cause.
+TEST(DiagnoseEngine, AHypothesisThatExplainsAFewPercentIsNotACause) {
+  SyntheticSpec spec;
+  spec.faults = {PlantedFault{3, "irq-softirq", 40}};
+  JobWindow job = make_synthetic_job(spec);
+  RankWindow& r = job.ranks[3];
+  r.set(Os::kIrq, job.ranks[2].get(Os::kIrq) + 6);  // 6 of its 40 ms: 15% (the old bar was a tenth)
+  auto dx = diagnose(job);
+  ASSERT_EQ(dx.findings.size(), 1u) << dump(dx);
+  EXPECT_EQ(dx.findings[0].rank, 3);
+  EXPECT_EQ(dx.findings[0].culprit, "unknown") << dump(dx);
+  std::string all;
+  for (const auto& e : dx.findings[0].evidence) all += e + "\n";
+  EXPECT_NE(all.find("not a cause: irq-softirq"), std::string::npos) << all;
+}
+
+// --- issue 17: an unresolved frame is a broken stack, never a culprit.
+
+// A 2-rank Python job with a hot function in the training loop on rank 1. Its samples are split
+// over several stacks, one under a broken `[anon]+0x7f..` root; a garbage stack made of one
+// unresolved address repeated holds more samples than the function's best single path (101 at
+// depth 0 against 94 at depth 1, as recorded). The peer's garbage has other addresses (ASLR).
+TEST(DiagnoseEngine, AnUnresolvedFrameIsNeverTheCulprit) {
+  SyntheticSpec spec;
+  spec.ranks = 2;
+  spec.faults = {PlantedFault{1, "host-hotspot", 40}};
+  JobWindow job = make_synthetic_job(spec);
+  job.python_functions = {"train.py:<module>", "train.py:train_loop", "train.py:hot_loss", "train.py:forward"};
+  auto path = [&](const char* p) { return job.names.id(p); };
+  const double sample = 40.0 / 194;  // ms per sample: the hot function's 194 samples are its 40 ms
+  for (auto& r : job.ranks) {
+    r.oncpu = {{path("_start;Py_RunMain;_PyEval_EvalFrameDefault;train.py:<module>;train.py:train_loop;train.py:forward;"
+                     "_PyEval_EvalFrameDefault;matmul"), 25},
+               {path("[heap]+0x10a0"), 2}};
+  }
+  auto& hot = job.ranks[1];
+  hot.oncpu.push_back({path("[unknown]+0x3b7a609f;[unknown]+0x3b7a609f;[unknown]+0x3b7a609f"), 101 * sample});
+  hot.oncpu.push_back({path("_start;Py_RunMain;_PyEval_EvalFrameDefault;train.py:<module>;train.py:train_loop;"
+                            "_PyEval_EvalFrameDefault;train.py:hot_loss"), 94 * sample});
+  hot.oncpu.push_back({path("[anon]+0x7f3a2c01b000;_PyEval_EvalFrameDefault;train.py:<module>;train.py:train_loop;"
+                            "train.py:hot_loss;_PyEval_EvalFrameDefault"), 60 * sample});
+  hot.oncpu.push_back({path("[anon]+0x7f3a2c01c000;train.py:train_loop;train.py:hot_loss"), 40 * sample});
+  normalize(hot.oncpu);
+  auto dx = diagnose(job);
+  ASSERT_EQ(dx.findings.size(), 1u) << dump(dx);
+  const Finding& f = dx.findings[0];
+  EXPECT_EQ(f.rank, 1);
+  EXPECT_EQ(cause_name(f.cause), "host-hotspot") << dump(dx);
+  EXPECT_EQ(f.culprit, "train.py:hot_loss") << dump(dx);
+  std::string all;
+  for (const auto& e : f.evidence) all += e + "\n";
+  EXPECT_NE(all.find("broken stacks"), std::string::npos) << all;
+  // Two ranks are too few for the statistical opinion: its silence is not a disagreement.
+  EXPECT_FALSE(dx.second.compared);
+  EXPECT_FALSE(dx.second.disagrees) << dump(dx);
+  EXPECT_EQ(dump(dx).find("flags rank(s) []"), std::string::npos) << dump(dx);
+}
+
+TEST(DiagnoseEngine, UnresolvedFramesAreRecognized) {
+  for (const char* f : {"[unknown]+0x3b7a609f", "[anon]+0x7f00aa", "[heap]+0x10a0", "libfoo.so+0x1f0", "0x7f12ab", "[unknown]", ""})
+    EXPECT_TRUE(unresolved_frame(f)) << f;
+  for (const char* f : {"slow_augment", "rank.py:load_batch", "operator+", "std::vector<int>::push_back(int const&)", "pread64()"})
+    EXPECT_FALSE(unresolved_frame(f)) << f;
+  JobWindow job;
+  EXPECT_EQ(function_key(job, "main;train;libfoo.so+0x1f0"), "train");
+  EXPECT_EQ(function_key(job, "[unknown]+0x1;[unknown]+0x1"), "");
+}
+
+// --- issue 17: the job's own past per layer names a slowdown on every rank.
+
+Diagnosis run_all(const std::string& cause, double ms = 30, bool past = true) {
+  SyntheticSpec spec;
+  spec.past = past;
+  spec.faults = {PlantedFault{kAllRanks, cause, ms}};
+  return diagnose(make_synthetic_job(spec));
+}
+
+struct JobCase {
+  std::string cause;
+  std::string layer;
+};
+class JobWideCause : public ::testing::TestWithParam<JobCase> {};
+
+TEST_P(JobWideCause, IsAJobScopeFindingNamingTheLayerAndCulprit) {
+  const auto& c = GetParam();
+  auto dx = run_all(c.cause);
+  ASSERT_EQ(dx.findings.size(), 1u) << dump(dx);
+  const Finding& f = dx.findings[0];
+  EXPECT_EQ(f.scope, Scope::kJob) << dump(dx);
+  EXPECT_EQ(f.rank, -1);
+  EXPECT_EQ(cause_name(f.cause), c.cause) << dump(dx);
+  EXPECT_EQ(f.layer, c.layer);
+  EXPECT_NE(f.culprit.find(planted_culprit({kAllRanks, c.cause, 30})), std::string::npos) << dump(dx);
+  EXPECT_NEAR(f.lost_ms_per_step, 30, 6) << dump(dx);
+  std::ostringstream o;
+  write_json(dx, o);
+  EXPECT_NE(o.str().find("{\"scope\":\"job\",\"rank\":-1,"), std::string::npos) << o.str();
+}
+
+INSTANTIATE_TEST_SUITE_P(EveryRank, JobWideCause,
+                         ::testing::Values(JobCase{"kernel-regression", "gpu"}, JobCase{"gpu-slow", "gpu"},
+                                           JobCase{"io-stall", "os"}, JobCase{"network-slow", "comm"}),
+                         [](const auto& info) {
+                           std::string n = info.param.cause;
+                           for (auto& ch : n) {
+                             if (ch == '-') ch = '_';
+                           }
+                           return n;
+                         });
+
+// Slower on every rank with no layer of the past explaining it: no finding, only the job line.
+TEST(DiagnoseEngine, ASlowdownNoLayerExplainsIsNoFinding) {
+  SyntheticSpec spec;
+  spec.past = true;
+  JobWindow job = make_synthetic_job(spec);
+  for (auto& r : job.ranks) r.now.step_ms *= 1.3;  // slower, and no layer says why
+  auto dx = diagnose(job);
+  EXPECT_GT(dx.step_ms, 1.2 * dx.baseline_step_ms);
+  EXPECT_TRUE(dx.findings.empty()) << dump(dx);
+  EXPECT_NE(dump(dx).find("the job slowed on every rank alike"), std::string::npos) << dump(dx);
+  std::ostringstream o;
+  write_json(dx, o);
+  EXPECT_NE(o.str().find("\"healthy\":false,\"note\":"), std::string::npos) << o.str();
+}
+
+// --- issue 17: a rank's worker processes count for the rank, named as such.
+
+// A DataLoader worker of rank 3 burns the rank's time in an augmentation (on-CPU) or blocks in its
+// reads (off-CPU); the loader roots the worker's call paths at [worker] and sums its OS metrics
+// into the rank's. The finding names the function and says it runs in the rank's worker.
+TEST(DiagnoseEngine, AWorkersTimeCountsForItsRankAndIsNamedAsSuch) {
+  for (const char* cause : {"host-hotspot", "io-stall"}) {
+    SyntheticSpec spec;
+    spec.faults = {PlantedFault{3, cause, 40}};
+    JobWindow job = make_synthetic_job(spec);
+    RankWindow& r = job.ranks[3];
+    r.workers = {20003};
+    Values& paths = std::string(cause) == "host-hotspot" ? r.oncpu : r.offcpu;
+    for (auto& v : paths) {
+      const std::string path = job.names.name(v.name);
+      if (path.find("slow_augment") != std::string::npos || path.find("pread64()") != std::string::npos)
+        v.name = job.names.id(std::string(kWorkerFrame) + ";" + path);
+    }
+    normalize(paths);
+    auto dx = diagnose(job);
+    ASSERT_EQ(dx.findings.size(), 1u) << dump(dx);
+    const Finding& f = dx.findings[0];
+    EXPECT_EQ(f.rank, 3);
+    EXPECT_EQ(cause_name(f.cause), std::string(cause)) << dump(dx);
+    EXPECT_EQ(f.culprit, std::string(cause) == "host-hotspot" ? "slow_augment" : "load_batch") << dump(dx);
+    std::string all;
+    for (const auto& e : f.evidence) all += e + "\n";
+    EXPECT_NE(all.find("worker process of rank 3 (a DataLoader worker: pid 20003)"), std::string::npos) << all;
+  }
 }
 
 }  // namespace

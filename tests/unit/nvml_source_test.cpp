@@ -4,6 +4,7 @@
 #include <fcntl.h>
 #include <gtest/gtest.h>
 #include <sys/mman.h>
+#include <time.h>
 #include <unistd.h>
 
 #include <chrono>
@@ -120,7 +121,13 @@ TEST_F(NvmlSourceTest, HealthyThenThrottled) {
     EXPECT_GE(at(m, gpu, "gpu.mem_used_mb"), 512);
     EXPECT_TRUE(has(m, gpu, "gpu.util_pct"));
   }
-  EXPECT_FALSE(has(m, "gpu0", "gpu.ecc_corrected")) << "the stand-in has no ECC call: skipped quietly";
+  EXPECT_FALSE(has(m, "gpu0", "gpu.pcie_tx_mb_s")) << "the stand-in has no PCIe throughput call: skipped quietly";
+  // A healthy board's hardware series: no new errors, the PCIe link at its full width.
+  EXPECT_EQ(at(m, "gpu0", "gpu.ecc_uncorrected"), 0);
+  EXPECT_EQ(at(m, "gpu0", "gpu.pcie_replays"), 0);
+  EXPECT_EQ(at(m, "gpu0", "gpu.nvlink_errors"), 0);
+  EXPECT_EQ(at(m, "gpu0", "gpu.pcie_link_width"), at(m, "gpu0", "gpu.pcie_link_max_width"));
+  EXPECT_FALSE(has(m, "gpu0", "gpu.lost"));
 
   strata_gpu_state* gs = gpu_state();
   ASSERT_NE(gs, nullptr);
@@ -154,12 +161,49 @@ TEST_F(NvmlSourceTest, HealthyThenThrottled) {
   EXPECT_EQ(sm["nvml.errors"], 0);
 }
 
+// The stand-in's hardware faults (strata-sim's gpu-ecc, pcie-degraded, nvlink-errors, gpu-xid:code=79)
+// reach the stored series the diagnosis reads: counters new in the window, the link's width, a lost GPU.
+TEST_F(NvmlSourceTest, HardwareFaultsReachTheSeries) {
+  NvmlOptions o;
+  o.library = nvml_library();
+  o.thread = false;
+  o.period_s = 0;
+  auto src = start_nvml_source(o);
+  ASSERT_TRUE(src) << src.error().message;
+  ASSERT_TRUE((*src)->poll());
+  Flushed m = flush(**src);  // the counters' baselines
+  EXPECT_EQ(at(m, "gpu1", "gpu.ecc_uncorrected"), 0);
+
+  strata_gpu_state* gs = gpu_state();
+  ASSERT_NE(gs, nullptr);
+  timespec now{};
+  clock_gettime(CLOCK_MONOTONIC, &now);
+  gs->dev[1].hw_since_ns = static_cast<uint64_t>(now.tv_sec) * 1'000'000'000ull + static_cast<uint64_t>(now.tv_nsec) - 10'000'000'000ull;
+  gs->dev[1].hw_faults = STRATA_HW_ECC | STRATA_HW_PCIE | STRATA_HW_NVLINK;
+  ASSERT_TRUE((*src)->poll());
+  m = flush(**src);
+  EXPECT_GE(at(m, "gpu1", "gpu.ecc_uncorrected"), 1);
+  EXPECT_GE(at(m, "gpu1", "gpu.pcie_replays"), 10);
+  EXPECT_GE(at(m, "gpu1", "gpu.nvlink_errors"), 10);
+  EXPECT_LT(at(m, "gpu1", "gpu.pcie_link_width"), at(m, "gpu1", "gpu.pcie_link_max_width"));
+  EXPECT_EQ(at(m, "gpu0", "gpu.ecc_uncorrected"), 0) << "the other GPU is untouched";
+
+  gs->dev[1].hw_faults = STRATA_HW_LOST;
+  ASSERT_TRUE((*src)->poll());
+  m = flush(**src);
+  gs->dev[1].hw_faults = 0;
+  munmap(gs, sizeof(*gs));
+  EXPECT_EQ(at(m, "gpu1", "gpu.lost"), 1);
+  EXPECT_FALSE(has(m, "gpu0", "gpu.lost"));
+}
+
 TEST_F(NvmlSourceTest, PollsOnItsOwnThreadAndStopsPromptly) {
   NvmlOptions o;
   o.library = nvml_library();
   o.period_s = 0.02;
   auto src = start_nvml_source(o);
   ASSERT_TRUE(src) << src.error().message;
+  (*src)->start_threads();  // the agent starts it once its privileges are dropped
   std::this_thread::sleep_for(std::chrono::milliseconds(150));
   ASSERT_TRUE((*src)->poll());
   Flushed m = flush(**src);

@@ -16,6 +16,7 @@
 #include <utility>
 #include <vector>
 
+#include "common/json.h"
 #include "profile.pb.h"
 #include "report/chrome_trace.h"
 #include "report/exporters.h"
@@ -185,6 +186,14 @@ TEST(Folded, EmptyOrMissingStacksKeepTheirSamples) {
   EXPECT_EQ(folded_total(folded(p)), p.total());
 }
 
+TEST(Json, StringsAreEscapedAndValidUtf8) {
+  EXPECT_EQ(json_str("a\"b\\c\n\x01"), "\"a\\\"b\\\\c\\n\\u0001\"");
+  EXPECT_EQ(json_str("GPU \xc3\xa9t\xc3\xa9"), "\"GPU \xc3\xa9t\xc3\xa9\"") << "UTF-8 passes as it is";
+  // A thread name cut inside a character, and a stray byte: each becomes U+FFFD.
+  EXPECT_EQ(json_str("x\xc3"), "\"x\xef\xbf\xbd\"");
+  EXPECT_EQ(json_str("\xff!"), "\"\xef\xbf\xbd!\"");
+}
+
 class Pprof : public testing::Test {
  protected:
   // Writes the profile and reads it back as raw protobuf bytes.
@@ -283,6 +292,26 @@ TEST_F(Pprof, RoundTripWithTheGeneratedClass) {
     labels[str(l.key())] = l.str() != 0 ? str(l.str()) : std::to_string(l.num());
   }
   EXPECT_EQ(labels, (std::map<std::string, std::string>{{"pid", "10"}, {"tid", "11"}, {"thread", "worker"}}));
+}
+
+TEST_F(Pprof, SamplesCarryRankNodeAndJob) {
+  Profile p = sample_profile();
+  p.samples.push_back({0, 20, 20, "other", 1});  // a process the store knows nothing about
+  p.processes[10] = {3, "node-a", "job-7"};
+  pb::Profile out;
+  ASSERT_TRUE(out.ParseFromString(write_and_gunzip(p)));
+  auto labels_of = [&](int i) {
+    std::map<std::string, std::string> m;
+    for (const auto& l : out.sample(i).label()) {
+      m[out.string_table(static_cast<int>(l.key()))] =
+          l.str() != 0 ? out.string_table(static_cast<int>(l.str())) : std::to_string(l.num());
+    }
+    return m;
+  };
+  ASSERT_EQ(out.sample_size(), 5);
+  EXPECT_EQ(labels_of(1), (std::map<std::string, std::string>{{"pid", "10"}, {"tid", "11"}, {"thread", "worker"},
+                                                              {"rank", "3"}, {"node", "node-a"}, {"job", "job-7"}}));
+  EXPECT_EQ(labels_of(4), (std::map<std::string, std::string>{{"pid", "20"}, {"tid", "20"}, {"thread", "other"}}));
 }
 
 TEST_F(Pprof, OffCpuUsesItsUnitAndKind) {

@@ -4,7 +4,12 @@
 // the job (the finding names the faulty rank and its cause, the heatmap), a heatmap cell's flame
 // graphs for that step's time window, the culprit's differential flame graph (the culprit function
 // stands out), the timeline and its chrome-trace download (also from a server with a bearer token:
-// the token never rides in a URL), and the nodes. Screenshots land in build/test-artifacts/web/.
+// the token never rides in a URL), and the nodes. Then a synthetic 1,000-rank job with a straggler
+// (bench/web_store.cpp, rank 137): the job page marks the straggler's heatmap row without a click
+// (its gutter label and the canvas's pixels), the hover names rank and node, the per-rank table
+// fits the 1,400 px window, and the cross-rank timeline puts rank 137 beside its peers on one time
+// axis. With --10k (its own CTest, web_e2e_10k): at 10,000 ranks the straggler's row is still
+// marked and red. Screenshots land in build/test-artifacts/web/.
 //
 // Environment (CTest sets them): STRATA_BIN, STRATA_BUILD, STRATA_SOURCE. Needs root (strata record).
 // Exit 77: skipped (not root, or no chromium).
@@ -16,6 +21,7 @@ import os from 'node:os';
 import path from 'node:path';
 
 const BIN = process.env.STRATA_BIN;
+const HUGE_ONLY = process.argv.includes('--10k');
 const BUILD = process.env.STRATA_BUILD;
 const SOURCE = process.env.STRATA_SOURCE;
 const CHROMIUM = process.env.STRATA_CHROMIUM || '/usr/bin/chromium';
@@ -27,8 +33,8 @@ if (process.getuid() !== 0) {
   console.log('e2e: SKIP: strata record needs root');
   process.exit(77);
 }
-if (!fs.existsSync(path.join(BIN, 'strata-sim'))) {
-  console.log('e2e: SKIP: no strata-sim (built with STRATA_BUILD_TESTBED=OFF)');
+if (!fs.existsSync(path.join(BIN, 'strata-sim')) || !fs.existsSync(path.join(BIN, 'strata-web-bench-store'))) {
+  console.log('e2e: SKIP: no strata-sim or strata-web-bench-store (built with STRATA_BUILD_TESTBED=OFF)');
   process.exit(77);
 }
 if (!fs.existsSync(CHROMIUM)) {
@@ -142,6 +148,109 @@ async function waitReady(page, what) {
   await page.waitForFunction((w) => (document.body.dataset.ready ?? '').split(' ').includes(w), what, { timeout: 60_000 });
 }
 
+// The synthetic 1,000-rank job (bench/web_store.cpp): rank 137 computes 40 ms longer from the middle
+// step on while every rank's step time is alike (synchronous training).
+const STRAGGLER = 137;
+
+async function bigJob(browser) {
+  const db = path.join(work, 'bench-1k.db');
+  const made = spawnSync(path.join(BIN, 'strata-web-bench-store'), [db, '1000', '60'], { encoding: 'utf8', timeout: 240_000 });
+  if (made.status !== 0) throw new Error(`strata-web-bench-store failed: ${made.stderr}`);
+  const url = await serve(db);
+  const page = await browser.newPage();
+  page.on('pageerror', (e) => check(false, `no page error at 1,000 ranks (${e.message})`));
+  await page.goto(`${url}/`);
+  await page.waitForSelector('table.jobs tbody tr .step-ms', { timeout: 60_000 });
+  const status = (await page.textContent('table.jobs .status-cell')).trim();
+  check(!/degraded|silent/.test(status) && status.length < 80, `jobs page at 1,000 ranks: a short status cell, no node list ("${status}")`);
+  const jobsStep = (await page.textContent('table.jobs .step-ms')).trim();
+  await page.click('table.jobs tbody tr a');
+  await waitReady(page, 'heatmap');
+  await waitReady(page, 'breakdown');
+  const pageStep = await page.getAttribute('#job-summary', 'data-step-ms');
+  check(jobsStep === `${Number(pageStep).toFixed(1)} ms`, `one step time on the jobs page (${jobsStep}) and the job page (${Number(pageStep).toFixed(1)} ms)`);
+  // No click: the straggler's row is labelled in the heatmap's gutter...
+  const marks = await page.$$eval('.heatmap-mark', (ms) => ms.map((m) => ({ rank: m.getAttribute('data-rank'), node: m.getAttribute('data-node'), y: Number(m.getAttribute('data-y')) })));
+  check(marks.length >= 1 && marks[0].rank === String(STRAGGLER),
+    `heatmap at 1,000 ranks: rank ${STRAGGLER}'s row is marked without a click (marks: ${marks.map((m) => m.rank).join(', ') || 'none'})`);
+  // ...and its pixel row is red in the slow steps where the rows around it are pale.
+  await stragglerPixels(page, marks[0]?.y ?? 0, '1,000');
+  // The hover names rank and node.
+  const box = await page.locator('canvas.heatmap').boundingBox();
+  await page.mouse.move(box.x + box.width * 0.9, box.y + 1 + (marks[0]?.y ?? 0) + 0.5);
+  const tip = await page.textContent('#heatmap-tip');
+  check(new RegExp(`rank ${STRAGGLER} on node-17`).test(tip), `heatmap hover names the rank and its node ("${tip.slice(0, 120)}")`);
+  await bigJobRest(page);
+}
+
+// Reads the heatmap's canvas as the page drew it: pixel row `y` (the straggler's) must be red in the
+// slow steps (the second half) and the rows 20 px above and below it must have no red pixel.
+async function stragglerPixels(page, y, ranks) {
+  const px = await page.evaluate((y) => {
+    const c = document.querySelector('canvas.heatmap');
+    const ctx = c.getContext('2d');
+    const row = (yy) => {
+      const d = ctx.getImageData(0, yy, c.width, 1).data;
+      const out = [];
+      for (let x = 0; x < c.width; x++) out.push([d[4 * x], d[4 * x + 1], d[4 * x + 2]]);
+      return out;
+    };
+    return { w: c.width, h: c.height, row: row(y), above: row(Math.max(0, y - 20)), below: row(Math.min(c.height - 1, y + 20)) };
+  }, y);
+  const red = ([r, g, b]) => r > 180 && g < 110 && b < 110;
+  const slowCols = px.row.slice(Math.ceil(px.w / 2) + 1);
+  const redShare = slowCols.filter(red).length / Math.max(1, slowCols.length);
+  const paleAround = [...px.above, ...px.below].filter(red).length;
+  check(px.h <= 400 && redShare > 0.9 && paleAround === 0,
+    `heatmap pixels at ${ranks} ranks: rank ${STRAGGLER}'s row is red in ${(100 * redShare).toFixed(0)}% of the slow steps, ${paleAround} red pixels in rows 20 px away (canvas ${px.w}x${px.h})`);
+}
+
+async function bigJobRest(page) {
+  // The per-rank table fits a 1,400 px window.
+  const widths = await page.evaluate(() => ({ page: document.documentElement.scrollWidth, view: window.innerWidth,
+    table: document.querySelector('table.breakdown').getBoundingClientRect().right }));
+  check(widths.page <= widths.view && widths.table <= widths.view,
+    `the job page does not overflow ${widths.view} px (page ${widths.page} px, table's right edge ${Math.round(widths.table)} px)`);
+  await page.screenshot({ path: path.join(ARTIFACTS, 'job-1000-ranks.png'), fullPage: true });
+  await page.locator('#heatmap').screenshot({ path: path.join(ARTIFACTS, 'heatmap-1000-ranks.png') });
+
+  // The cross-rank timeline from the straggler's "timeline beside peers".
+  await page.click(`#standout .standout[data-rank="${STRAGGLER}"] a.button`);
+  await waitReady(page, 'timeline');
+  const tl = await page.evaluate(() => {
+    const c = document.querySelector('#timeline-canvas');
+    return { ranks: c.dataset.ranks, ticks: Number(c.dataset.ticks), from: Number(c.dataset.fromUs), to: Number(c.dataset.toUs),
+      lanes: [...document.querySelectorAll('#timeline-ranks li')].map((l) => l.getAttribute('data-kinds')) };
+  });
+  const shownRanks = (tl.ranks ?? '').split(',');
+  check(shownRanks.includes(String(STRAGGLER)) && shownRanks.length >= 3 && tl.lanes.every((k) => /step/.test(k ?? '')),
+    `cross-rank timeline: rank ${STRAGGLER} beside peers (${tl.ranks}), each with its steps in the window`);
+  check(tl.ticks >= 4 && tl.to > tl.from, `cross-rank timeline: one axis labelled along its length (${tl.ticks} ticks over ${((tl.to - tl.from) / 1000).toFixed(0)} ms)`);
+  check(/step=\d+/.test(page.url()) && /ranks=/.test(page.url()), `cross-rank timeline URL carries ranks and step (${new URL(page.url()).hash})`);
+  await page.screenshot({ path: path.join(ARTIFACTS, 'timeline-1000-ranks.png'), fullPage: true });
+  await page.close();
+}
+
+// 10,000 ranks in 400 pixel rows (25 ranks a row): the straggler's row keeps its colour and its label.
+async function hugeJob(browser) {
+  const db = path.join(work, 'bench-10k.db');
+  const made = spawnSync(path.join(BIN, 'strata-web-bench-store'), [db, '10000', '20'], { encoding: 'utf8', timeout: 240_000 });
+  if (made.status !== 0) throw new Error(`strata-web-bench-store failed: ${made.stderr}`);
+  const url = await serve(db);
+  const page = await browser.newPage();
+  page.on('pageerror', (e) => check(false, `no page error at 10,000 ranks (${e.message})`));
+  await page.goto(`${url}/#/job?job=bench-1k`);
+  await page.waitForFunction(() => (document.body.dataset.ready ?? '').split(' ').includes('heatmap'), null, { timeout: 480_000 });
+  const marks = await page.$$eval('.heatmap-mark', (ms) => ms.map((m) => ({ rank: m.getAttribute('data-rank'), y: Number(m.getAttribute('data-y')) })));
+  const rows = await page.getAttribute('canvas.heatmap', 'data-rows');
+  check(rows === '10000' && marks.length >= 1 && marks[0].rank === String(STRAGGLER),
+    `heatmap at 10,000 ranks: rank ${STRAGGLER}'s row is marked without a click (marks: ${marks.map((m) => m.rank).join(', ') || 'none'})`);
+  await stragglerPixels(page, marks[0]?.y ?? 0, '10,000');
+  await page.locator('#heatmap').screenshot({ path: path.join(ARTIFACTS, 'heatmap-10000-ranks.png') });
+  await page.close();
+  await stopServer(url);
+}
+
 async function main() {
   // A fresh profile each run (playwright passes it as --user-data-dir).
   const browser = await chromium.launchPersistentContext(path.join(work, 'chromium-profile'), {
@@ -152,6 +261,9 @@ async function main() {
       '--disable-background-networking', '--disable-component-update', '--disable-sync'],
   });
   try {
+    // `e2e.mjs --10k` (CTest web_e2e_10k): only the 10,000-rank heatmap, a test of its own (the
+    // collector takes minutes on a 10,000-rank store on a loaded machine).
+    if (HUGE_ONLY) return await hugeJob(browser);
     // ---- a slow GPU on rank 2
     // Short windows (2 s): a step's window then holds a part of the run's stacks, not all of them.
     const gpuDb = record('gpu-slow', 'gpu-slow:rank=2', 2, /gpu-slow/, ['--window', '2']);
@@ -175,6 +287,16 @@ async function main() {
     check((await page.$$('table.breakdown tbody tr')).length === 4, 'job page: per-rank breakdown of 4 ranks');
     const topRank = await page.getAttribute('table.breakdown tbody tr', 'data-rank');
     check(topRank === '2', `breakdown: the busiest rank is rank 2 (got ${topRank})`);
+    const marks4 = await page.$$eval('.heatmap-mark', (ms) => ms.map((m) => m.getAttribute('data-rank')));
+    check(marks4[0] === '2', `heatmap: rank 2's row is marked, unclicked (marks: ${marks4.join(', ') || 'none'})`);
+    const status4 = await (await fetch(`${url}/api/v1/jobs`)).json();
+    check(status4.jobs[0].status === 'recorded' && status4.jobs[0].silent_nodes.length === 0,
+      `a finished strata record store is not degraded (status ${status4.jobs[0].status}, silent: ${status4.jobs[0].silent_nodes.join(', ') || 'none'})`);
+    // The per-rank table (with the OS columns of a real recording) fits the 1,400 px window.
+    const fit4 = await page.evaluate(() => ({ view: window.innerWidth, page: document.documentElement.scrollWidth,
+      table: document.querySelector('table.breakdown').getBoundingClientRect().right }));
+    check(fit4.page <= fit4.view && fit4.table <= fit4.view,
+      `job page at 4 ranks: the breakdown fits ${fit4.view} px (table's right edge ${Math.round(fit4.table)} px)`);
     await page.screenshot({ path: path.join(ARTIFACTS, 'job-gpu-slow.png'), fullPage: true });
     const jobHash = await page.evaluate(() => location.hash);
 
@@ -185,6 +307,20 @@ async function main() {
     await page.mouse.click(box.x + box.width / 2, box.y + box.height * (2.5 / 4));
     await page.waitForFunction(() => /rank=2/.test(location.hash) && /step=\d+/.test(location.hash), null, { timeout: 60_000 });
     await waitReady(page, 'heatmap');
+    // The pick is marked in the gutters and leaves the row's cells as they were: rank 2's picked cell
+    // is still its own (red) colour, with nothing drawn over it.
+    const picked = await page.evaluate(() => {
+      const c = document.querySelector('canvas.heatmap');
+      const step = Number(new URLSearchParams(location.hash.split('?')[1]).get('step'));
+      const x = Math.floor(((step - 0.5) / Number(c.dataset.cols)) * c.width);
+      const rowH = c.height / Number(c.dataset.rows);
+      const d = c.getContext('2d').getImageData(x, Math.floor(2.5 * rowH), 1, 1).data;
+      const edge = c.getContext('2d').getImageData(x, Math.floor(2 * rowH), 1, 1).data;
+      return { gutter: !!document.querySelector('.heatmap-sel-row') && !!document.querySelector('.heatmap-sel-col'),
+        mid: [d[0], d[1], d[2]], edge: [edge[0], edge[1], edge[2]] };
+    });
+    check(picked.gutter && picked.mid[0] > 150 && picked.mid[1] < 140 && picked.mid.join() === picked.edge.join(),
+      `heatmap: the picked row and step are marked in the gutters; rank 2's cell keeps its colour to its edge (rgb ${picked.mid.join(',')})`);
     // A locator, not an element handle: the heatmap may re-render after the click.
     await page.locator('#heatmap').screenshot({ path: path.join(ARTIFACTS, 'heatmap.png') });
 
@@ -242,6 +378,19 @@ async function main() {
     check(/diff=1/.test(page.url()) && page.url().includes(`from=${winState.get('from')}`) && diffTotal === winTotal,
       `differential off-CPU flame graph keeps the window (${diffTotal} µs on rank 2 in it, as without peers)`);
     await page.screenshot({ path: path.join(ARTIFACTS, 'diff-flame-window-offcpu.png'), fullPage: true });
+    // The same rank against itself: the first half of the steps as the baseline, the rest as the window.
+    await page.evaluate(() => { document.body.dataset.ready = ''; });
+    await page.waitForFunction(() => document.querySelectorAll('#window select').length === 2, null, { timeout: 60_000 });
+    await page.selectOption('#vs', 'self');
+    await waitReady(page, 'flame');
+    const selfUrl = new URLSearchParams(new URL(page.url()).hash.replace(/^#\/flame\?/, ''));
+    const selfHead = await page.textContent('#deltas h2');
+    const selfSpan = await page.textContent('#window-span');
+    // The baseline is the steps before the window (its end may pass the window's start by the ranks' skew).
+    check(/^\d+$/.test(selfUrl.get('bfrom') ?? '') && BigInt(selfUrl.get('bfrom')) < BigInt(selfUrl.get('from')) &&
+      BigInt(selfUrl.get('bto')) < BigInt(selfUrl.get('to')) &&
+      /baseline steps/.test(selfHead) && /Baseline: /.test(selfSpan) && (await page.$$('#flame g[name]')).length > 0,
+      `differential against its own baseline steps: the URL carries both ranges, the page draws it ("${selfHead}"; ${selfSpan.trim().slice(-120)})`);
 
     await page.goto(`${url}/${jobHash}`);
     await waitReady(page, 'findings');
@@ -266,10 +415,14 @@ async function main() {
     const jobName = (await (await fetch(`${url}/api/v1/jobs`)).json()).jobs[0].job;
     await page.goto(`${url}/#/timeline?job=${encodeURIComponent(jobName)}&rank=2`);
     await waitReady(page, 'timeline');
+    const lanes4 = await page.$$eval('#timeline-ranks li', (ls) => ls.map((l) => ({ rank: l.getAttribute('data-rank'), kinds: l.getAttribute('data-kinds') })));
+    check(lanes4.length === 4 && lanes4.some((l) => l.rank === '2') && lanes4.every((l) => /step/.test(l.kinds ?? '')),
+      `timeline: rank 2 beside its peers, each with its steps in the window (${lanes4.map((l) => `${l.rank}:${l.kinds}`).join(' ')})`);
     const saved = await downloadTrace(page);
     const trace = parseJson(saved.text);
-    check(Array.isArray(trace?.traceEvents) && trace.traceEvents.some((e) => e.cat === 'step'),
-      `timeline: the chrome-trace download (${saved.name}) has the rank's steps`);
+    const tracePids = new Set((trace?.traceEvents ?? []).filter((e) => e.cat === 'step').map((e) => e.pid));
+    check(Array.isArray(trace?.traceEvents) && tracePids.size === 4,
+      `timeline: the chrome-trace download (${saved.name}) has the shown ranks' steps (${tracePids.size} processes)`);
     await page.screenshot({ path: path.join(ARTIFACTS, 'timeline.png'), fullPage: true });
 
     await page.goto(`${url}/#/nodes`);
@@ -330,8 +483,28 @@ async function main() {
     check(/slow_augment|cpu_work/.test(top ?? ''), `host-hotspot: the top function of rank 2 vs its peers is the hotspot (got ${top})`);
     const hotFrames = await hot.$$eval('#flame g[name]', (gs) => gs.map((g) => g.getAttribute('name')));
     check(hotFrames.some((n) => /cpu_work|slow_augment/.test(n)), 'host-hotspot: the hotspot function is a frame of the differential flame graph');
+    // The function table beside the graph: the hotspot by total, sortable by self.
+    const fnRows = await hot.$$eval('#functions tbody tr', (rs) => rs.map((r) => r.getAttribute('data-function')));
+    check(fnRows.length > 3 && /slow_augment|cpu_work/.test(fnRows[0] ?? ''), `function table: the hotspot tops it, sorted by Δ self vs the average peer (${fnRows.slice(0, 3).join(', ')})`);
+    await hot.click('#functions th[data-sort="self"]');
+    const selfs = await hot.$$eval('#functions tbody tr td:nth-child(2)', (ts) => ts.map((t) => t.textContent));
+    check(selfs.length > 1, `function table sorts by self (first ${selfs.slice(0, 3).join(', ')})`);
+    // Downloads of the rank's profile: folded text and gzipped pprof.
+    const save = async (id) => {
+      const [dl] = await Promise.all([hot.waitForEvent('download', { timeout: 60_000 }), hot.click(id)]);
+      return { name: dl.suggestedFilename(), bytes: fs.readFileSync(await dl.path()) };
+    };
+    const folded = await save('#download-folded');
+    check(/\.folded\.txt$/.test(folded.name) && /cpu_work[^;\n]* \d+$/m.test(folded.bytes.toString('utf8')),
+      `flame page: folded download (${folded.name}, ${folded.bytes.length} bytes) has the hotspot`);
+    const pprof = await save('#download-pprof');
+    check(/\.pb\.gz$/.test(pprof.name) && pprof.bytes[0] === 0x1f && pprof.bytes[1] === 0x8b && pprof.bytes.length > 100,
+      `flame page: pprof download (${pprof.name}, ${pprof.bytes.length} bytes, gzip)`);
     await hot.fill('#search', 'cpu_work');
     await hot.screenshot({ path: path.join(ARTIFACTS, 'diff-flame-host-hotspot.png'), fullPage: true });
+    await hot.close();
+
+    await bigJob(browser);
   } finally {
     await browser.close();
   }

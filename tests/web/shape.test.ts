@@ -4,7 +4,30 @@ import {
   buildFlameTree, cellRange, colorDomain, diffTree, fmtRange, functionDeltas, median, nsString, osTotalsByPid,
   parseFolded, quantile, rampColor, rampTable, rangeSteps, rankBreakdown, rankTotal, robustZ, stepsRange, stepTrend,
   traceTracks, fmtMs, type DiffProfile, type Heatmap,
+  computeMatrix, defaultTimelineRanks, deviationDomain, deviationMatrix, diffColor, divergingColor, downsampleExtreme,
+  jobStatusText, jobStepMs, markedRows, maxAbsDelta, niceTicks, rankLanes, sortFunctions, functionTable, stepWindow, worstStep,
+  MIN_DEVIATION_SHARE, selfDiff, shortName,
 } from '../../web/src/shape';
+
+// A synchronous job of `ranks` ranks x `steps` steps: every rank's step takes the same time (they
+// wait for each other), rank `slow` computes 40 ms longer from the middle step and waits 40 ms less.
+function syncJob(ranks: number, steps: number, slow: number): { step: (number | null)[][]; wait: (number | null)[][] } {
+  let seed = 7;
+  const noise = () => ((seed = (seed * 1103515245 + 12345) % 2 ** 31) / 2 ** 31 - 0.5) * 4;  // ±2 ms
+  const step: number[][] = [];
+  const wait: number[][] = [];
+  for (let r = 0; r < ranks; r++) {
+    step.push([]);
+    wait.push([]);
+    for (let c = 0; c < steps; c++) {
+      const late = c >= steps / 2 ? 40 : 0;
+      const t = 200 + late + Math.abs(noise());
+      step[r].push(t);
+      wait[r].push(t - 120 - (r === slow ? late : 0) - noise());
+    }
+  }
+  return { step, wait };
+}
 
 describe('statistics', () => {
   it('median and quantile ignore non-finite values', () => {
@@ -162,7 +185,8 @@ describe('flame graphs', () => {
   it('function deltas put the function doing the extra work first, then its callers', () => {
     const top = functionDeltas(d, 5);
     expect(top[0]).toMatchObject({ name: 'cpu_work', rank: 130, peer: 30, delta: 100 });
-    expect(top.map((f) => f.name)).toEqual(['cpu_work', 'slow_augment', '_start', 'main', 'preprocess']);
+    // _start and main tie (each only contains the gain): the deeper one, nearer the work, first.
+    expect(top.map((f) => f.name)).toEqual(['cpu_work', 'slow_augment', 'main', '_start', 'preprocess']);
   });
 });
 
@@ -206,5 +230,184 @@ describe('per-rank breakdown from the server summary', () => {
     const [r] = rankBreakdown(h);
     expect(r).toMatchObject({ rank: 5, steps: 3, step_ms: 200, collective_ms: 30, compute_ms: 170, gpu_idle_ms: 12 });
     expect(r.gpu_compute_ms).toBeNaN();
+  });
+});
+
+describe('straggler heatmap', () => {
+  it('deviation cancels a job-wide slowdown and leaves the straggler', () => {
+    const { step, wait } = syncJob(50, 20, 37);
+    const compute = computeMatrix(step, wait);
+    const { dev, medians } = deviationMatrix(compute);
+    expect(medians).toHaveLength(20);
+    // The job's steps grew 40 ms from step 11; the deviation of a typical rank did not.
+    expect(Math.abs(dev[3][15] as number)).toBeLessThan(5);
+    expect(dev[37][15] as number).toBeGreaterThan(35);
+    const stepMs = jobStepMs(step);
+    expect(stepMs).toBeGreaterThan(200);
+    const marks = markedRows(dev, stepMs);
+    expect(marks.map((m) => m.row)).toEqual([37]);
+    expect(marks[0].sign).toBe(1);
+    // The straggler saturates the scale; the floor keeps a quiet job's noise pale.
+    expect(deviationDomain(dev, stepMs)).toBeLessThan(40);
+    expect(deviationDomain([[0.1, -0.1]], 200)).toBe(MIN_DEVIATION_SHARE * 200);
+    expect(worstStep(dev[37])).toBeGreaterThan(10);
+  });
+  it('marks nothing on a job whose ranks behave alike', () => {
+    const { step, wait } = syncJob(200, 20, -1);
+    const { dev } = deviationMatrix(computeMatrix(step, wait));
+    expect(markedRows(dev, jobStepMs(step))).toEqual([]);
+  });
+  it('keeps one straggler among 10,000 ranks in 400 pixel rows', () => {
+    const ranks = 10_000;
+    const { step, wait } = syncJob(ranks, 8, 6_137);
+    const { dev } = deviationMatrix(computeMatrix(step, wait));
+    const ds = downsampleExtreme(dev, 400, 800);
+    expect([ds.rows, ds.cols]).toEqual([400, 8]);
+    // Pixel row 245 covers ranks 6125..6149: it shows rank 6137, its most extreme.
+    const y = 245;
+    expect(ds.rowStart[y]).toBeLessThanOrEqual(6_137);
+    expect(ds.rowStart[y + 1]).toBeGreaterThan(6_137);
+    expect(ds.source[y * ds.cols + 6]).toBe(6_137);
+    expect(ds.values[y * ds.cols + 6]).toBeGreaterThan(35);
+    // Every other pixel row stays near 0 in the slow steps.
+    let others = 0;
+    for (let yy = 0; yy < ds.rows; yy++) if (yy !== y) others = Math.max(others, Math.abs(ds.values[yy * ds.cols + 6]));
+    expect(others).toBeLessThan(10);
+    expect(markedRows(dev, jobStepMs(step)).map((m) => m.row)).toEqual([6_137]);
+  });
+  it('downsampling in absolute values picks the cell farthest from its column centre', () => {
+    const ds = downsampleExtreme([[100], [101], [60], [99]], 2, 10, [100]);
+    expect(Array.from(ds.values)).toEqual([101, 60]);
+    expect(Array.from(ds.source)).toEqual([1, 2]);
+  });
+  it('diverging colours: neutral at 0, red above, blue below', () => {
+    expect(divergingColor(0)).toEqual([240, 240, 240]);
+    expect(divergingColor(1)).toEqual([214, 39, 40]);
+    expect(divergingColor(-2)).toEqual([33, 102, 172]);
+  });
+});
+
+describe('jobs page', () => {
+  it('summarises many silent nodes and says a recording is one', () => {
+    const nodes = Array.from({ length: 125 }, (_, i) => `node-${i}`);
+    expect(jobStatusText({ nodes, silent_nodes: ['node-1', 'node-7', 'node-9'], status: 'degraded' })).toBe('125 nodes, 3 silent');
+    expect(jobStatusText({ nodes: ['a', 'b'], silent_nodes: ['b'], status: 'degraded' })).toBe('silent: b');
+    expect(jobStatusText({ nodes: ['vm'], silent_nodes: [], status: 'recorded' })).toBe('');
+    expect(jobStatusText({ nodes: ['vm'], silent_nodes: [], status: 'healthy' })).toBe('');
+  });
+  it('one step time: the median over ranks of each rank\'s median step', () => {
+    expect(jobStepMs([[100, 300, 110], [120, 130, 500], [90, 95, 99]])).toBe(110);
+  });
+});
+
+describe('flame page', () => {
+  const d: DiffProfile = {
+    job: 'j', rank: 2, kind: 'oncpu', unit: 'count', peers: 2,
+    stacks: [
+      ['main;step;load;cpu_work', 50, 100],
+      ['main;step;load;slow_augment;cpu_work', 40, 0],
+      ['main;step;wait', 10, 60],
+    ],
+  };
+  it('self and total per function, sortable, ties by self then name', () => {
+    const rows = functionTable(d);
+    const by = (n: string) => rows.find((r) => r.name === n)!;
+    expect(by('cpu_work')).toMatchObject({ self: 90, total: 90, peerSelf: 50, peerTotal: 50 });
+    expect(by('main')).toMatchObject({ self: 0, total: 100, peerTotal: 80 });
+    expect(sortFunctions(rows, 'self').map((r) => r.name).slice(0, 2)).toEqual(['cpu_work', 'wait']);
+    expect(sortFunctions(rows, 'total')[0].name).toBe('main');
+    // main, step and load all total 100 / 90: ties fall back to self, then name.
+    expect(sortFunctions(rows, 'total').map((r) => r.name).slice(0, 3)).toEqual(['main', 'step', 'cpu_work']);
+    // cpu_work, load and slow_augment all gained 40: cpu_work does the work (self time) and goes
+    // first; the others, without self time, by name.
+    expect(sortFunctions(rows, 'delta').map((r) => r.name).slice(0, 3)).toEqual(['cpu_work', 'load', 'slow_augment']);
+    expect(sortFunctions(rows, 'name', false)[0].name).toBe('cpu_work');
+    // Δ self: the function doing the extra work (cpu_work: +40 self) first, callers (Δ self 0) after.
+    expect(sortFunctions(rows, 'selfDelta')[0].name).toBe('cpu_work');
+    expect(sortFunctions(rows, 'selfDelta', false)[0].name).toBe('wait');
+  });
+  it('delta colour: a function only the rank runs is red, an equal one grey', () => {
+    const tree = diffTree(d);
+    const max = maxAbsDelta(tree);
+    const aug = tree.children[0].children[0].children[0].children.find((c) => c.name === 'slow_augment')!;
+    expect(aug.deltaTotal).toBe(40);
+    expect(max).toBe(40);
+    expect(diffColor(40, max)).toBe('rgb(214,39,40)');
+    expect(diffColor(0, max)).toBe('rgb(221,221,221)');
+    expect(diffColor(-20, max)).not.toBe(diffColor(20, max));
+  });
+  it('delta table: a chain that gained as a whole is ordered by self gain, then depth', () => {
+    const chain: DiffProfile = { ...d, peers: 1, stacks: [['a;b;c;d;e;f', 60, 0], ['a;b;x', 10, 10]] };
+    const top = functionDeltas(chain, 6).map((f) => f.name);
+    // f does the work (self +60); a..e only contain it: deepest first.
+    expect(top).toEqual(['f', 'e', 'd', 'c', 'b', 'a']);
+  });
+});
+
+describe('cross-rank timeline', () => {
+  const ev = (pid: number, tid: number, name: string, cat: string, ts: number, dur: number, args?: Record<string, unknown>) =>
+    ({ ph: 'X', pid, tid, name, cat, ts, dur, args });
+  const trace = {
+    traceEvents: [
+      { ph: 'M', name: 'process_name', pid: 7, tid: 0, args: { name: 'rank 3 (pid 7, python3)' } },
+      { ph: 'M', name: 'process_sort_index', pid: 7, tid: 0, args: { sort_index: 3 } },
+      { ph: 'M', name: 'process_name', pid: 5, tid: 0, args: { name: 'rank 1 (pid 5, python3)' } },
+      { ph: 'M', name: 'process_sort_index', pid: 5, tid: 0, args: { sort_index: 1 } },
+      ev(7, 4000000000, 'step 1', 'step', 0, 100, { step: 1 }),
+      ev(7, 4000000000, 'step 2', 'step', 100, 150, { step: 2 }),
+      ev(5, 4000000000, 'step 1', 'step', 2, 98, { step: 1 }),
+      ev(5, 4000000000, 'step 2', 'step', 100, 152, { step: 2 }),
+      ev(5, 4200000000, 'allreduce', 'collective', 120, 130),
+      { ph: 'C', pid: 5, tid: 0, name: 'on-CPU python3 (5)', ts: 0, args: { cpu: 0.5 } },
+      { ph: 'C', pid: 5, tid: 0, name: 'os.blocked_us', ts: 0, args: { value: 9 } },
+    ],
+  };
+  it('one lane per rank in rank order, on the trace\'s shared axis', () => {
+    const lanes = rankLanes(trace);
+    expect(lanes.map((l) => l.rank)).toEqual([1, 3]);
+    expect(lanes[0].tl.tracks.map((t) => t.events[0].cat)).toEqual(['step', 'collective']);
+    expect(lanes[0].cpu).toEqual([{ name: 'on-CPU python3 (5)', points: [{ ts: 0, value: 0.5 }] }]);
+    expect(stepWindow(lanes, 2, 2)).toEqual([100, 252]);
+    expect(stepWindow(lanes, 1, 2)).toEqual([0, 252]);
+    expect(stepWindow(lanes, 5, 6)).toBeNull();
+  });
+  it('axis ticks at 1/2/5 steps along the whole span', () => {
+    expect(niceTicks(0, 1000, 5)).toEqual([0, 200, 400, 600, 800, 1000]);
+    expect(niceTicks(0, 250_000, 8).length).toBeGreaterThanOrEqual(5);
+  });
+  it('default ranks: the chosen one beside its most typical peers', () => {
+    const { step, wait } = syncJob(12, 10, 5);
+    const hm: Heatmap = {
+      job: 'j', steps: 10, step_start_ns: [], ranks: step.map((_, r) => ({ rank: r, pid: 100 + r, node: `n${r >> 2}` })),
+      series: { step_ms: step, collective_ms: wait },
+    };
+    const ranks = defaultTimelineRanks(hm, 5);
+    expect(ranks[0]).toBe(5);
+    expect(ranks).toHaveLength(4);
+    expect(new Set(ranks).size).toBe(4);
+  });
+});
+
+describe('rank against its own baseline steps', () => {
+  it('scales the baseline to the window\'s span and keeps stacks of either side', () => {
+    const w = (start: number, end: number) => ({ from_ns: start, to_ns: end, start_ns: start, end_ns: end });
+    const now: DiffProfile = { job: 'j', rank: 3, kind: 'oncpu', unit: 'count', peers: 7, window: w(100, 300),
+      stacks: [['main;work', 40, 999], ['main;slow_augment', 30, 0]] };
+    const base: DiffProfile = { job: 'j', rank: 3, kind: 'oncpu', unit: 'count', peers: 7, window: w(0, 100),
+      stacks: [['main;work', 20, 999], ['main;gone', 5, 0]] };
+    const d = selfDiff(now, base);
+    expect(d.peers).toBe(1);
+    // The window spans 200 ns, the baseline 100: the baseline counts double.
+    expect(d.stacks).toEqual([['main;work', 40, 40], ['main;slow_augment', 30, 0], ['main;gone', 0, 10]]);
+    expect(functionDeltas(d, 1)[0].name).toBe('slow_augment');
+  });
+});
+
+describe('function names in tables', () => {
+  it('drops the anonymous namespace, arguments and clone suffix', () => {
+    expect(shortName('(anonymous namespace)::cpu_work(unsigned char const*, unsigned long, long)')).toBe('cpu_work');
+    expect(shortName('slow_augment(std::vector<unsigned char> const&, long) [clone .isra.0]')).toBe('slow_augment');
+    expect(shortName('do_syscall_64_[k]')).toBe('do_syscall_64_[k]');
+    expect(shortName('(anonymous namespace)')).toBe('(anonymous namespace)');
   });
 });

@@ -76,7 +76,9 @@ export const api = {
   diff: (job: string, rank: number, kind: string, range: { from?: string; to?: string } = {}) =>
     json<DiffProfile>('diff', { job, rank, kind, from: range.from, to: range.to }),
   profile: async (rank: number, kind: string) => (await get('profile', { rank, kind })).text(),
-  timeline: (job: string, rank: number) => json<{ traceEvents: import('./shape').TraceEvent[] }>('timeline', { job, rank }),
+  // One rank, or several on one time axis (`ranks=`, the cross-rank timeline).
+  timeline: (job: string, ranks: number | number[]) =>
+    json<{ traceEvents: import('./shape').TraceEvent[] }>('timeline', Array.isArray(ranks) ? { job, ranks: ranks.join(',') } : { job, rank: ranks }),
   metrics: (prefix: string) => json<{ metrics: MetricRow[] }>('metrics', { prefix }).then((r) => r.metrics),
   nodes: () => json<{ nodes: NodeStatus[] }>('nodes').then((r) => r.nodes),
   overhead: () => json<{ stats: Record<string, number> }>('overhead').then((r) => r.stats),

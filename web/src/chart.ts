@@ -23,7 +23,9 @@ export function lineChart(xs: number[], lines: Line[], opts: { width: number; he
     legend: { show: !opts.sparkline },
     cursor: { show: !opts.sparkline },
     scales: { x: { time: false } },
-    axes: opts.sparkline ? [{ show: false }, { show: false }] : [{ ...axis, label: 'step' }, { ...axis, label: 'ms' }],
+    // Steps are whole numbers: ticks at 1, 2, 5, 10, ... steps apart, never at step 2.5.
+    axes: opts.sparkline ? [{ show: false }, { show: false }]
+      : [{ ...axis, label: 'step', incrs: [1, 2, 5, 10, 20, 50, 100, 200, 500, 1000, 2000, 5000, 10000] }, { ...axis, label: 'ms' }],
     series: [{ label: 'step' }, ...lines.map((l) => ({ label: l.label, stroke: l.color, width: 1.5, dash: l.dash, spanGaps: true }))],
   };
   // uPlot measures its parent: build once attached.

@@ -1,73 +1,152 @@
-// Rank x step heatmap on a canvas: one pixel row per rank at 1,000 ranks, one ImageData write, so it
-// stays fast where a DOM/SVG cell per value would not.
-import { colorDomain, rampTable } from './shape';
+// Rank x step heatmap on a canvas, one ImageData write. By default each cell is drawn against its
+// step's median across ranks (a diverging scale: red above, blue below), so a job-wide slowdown
+// cancels out and the straggler stands out. The canvas has at most HEATMAP_MAX_PX pixel rows, drawn
+// 1:1 on screen (no browser scaling that would drop rows); where a pixel row covers several ranks it
+// shows the most extreme one (shape.ts downsampleExtreme), so one rank in 10,000 keeps its colour.
+// Ranks that stand out are labelled in the gutter (DOM: .heatmap-mark[data-rank]); the picked row and
+// step are marked in the gutters, never drawn over the cells.
+import {
+  colorDomain, deviationDomain, deviationMatrix, divergingTable, downsampleExtreme, fmtMs, markedRows, rampTable,
+  type RankMark,
+} from './shape';
 import { cssVar, h } from './dom';
+
+// Pixel rows (and CSS px) of the heatmap at most: 1,000 ranks then share 400 rows, 2-3 a row.
+export const HEATMAP_MAX_PX = 400;
+// Pixel columns at most (the canvas is scaled to its box's width, up or down a little).
+const HEATMAP_MAX_COLS = 800;
+// Gutter labels closer than this (px) to a marked rank's label are left out.
+const LABEL_GAP_PX = 14;
 
 export interface HeatmapOptions {
   matrix: (number | null)[][];
-  rankLabels: number[];
+  ranks: { rank: number; node: string }[];
   unit: string;
-  selected?: number;  // row index
-  selectedCol?: number;  // column index of the picked cell
+  metricLabel: string;
+  mode: 'dev' | 'abs';
+  stepMs: number;       // the job's step time (deviation scale floor, mark threshold)
+  selected?: number;    // row index
+  selectedCol?: number; // column index of the picked cell
   onPick?: (row: number, col: number) => void;
   onOpen?: (row: number, col: number) => void;  // double click
 }
 
-export function heatmapCanvas(o: HeatmapOptions): HTMLElement {
+export interface HeatmapView {
+  el: HTMLElement;
+  marks: RankMark[];
+}
+
+export function heatmapCanvas(o: HeatmapOptions): HeatmapView {
   const rows = o.matrix.length;
   const cols = o.matrix.reduce((m, r) => Math.max(m, r.length), 0);
-  const [lo, hi] = colorDomain(o.matrix);
-  // Rows and columns at least 1 px; the canvas is scaled up by CSS (pixelated) to its box.
-  const rowPx = rows <= 100 ? Math.ceil(300 / Math.max(1, rows)) : 1;
-  const colPx = cols <= 200 ? Math.ceil(600 / Math.max(1, cols)) : 1;
-  const canvas = h('canvas', { class: 'heatmap', width: Math.max(1, cols * colPx), height: Math.max(1, rows * rowPx) });
+  const { dev, medians } = deviationMatrix(o.matrix);
+  const shown = o.mode === 'dev' ? dev : o.matrix;
+  const marks = markedRows(dev, o.stepMs);
+  // Rows: ranks share pixel rows only past HEATMAP_MAX_PX; up to it, each gets whole pixels.
+  const rowPx = rows > 0 && rows <= HEATMAP_MAX_PX ? Math.max(1, Math.floor(Math.min(HEATMAP_MAX_PX, Math.max(160, rows * 24)) / rows)) : 1;
+  const ds = downsampleExtreme(shown, Math.min(rows, HEATMAP_MAX_PX), HEATMAP_MAX_COLS, o.mode === 'dev' ? undefined : medians);
+  const height = ds.rows * rowPx;
+  const canvas = h('canvas', { class: 'heatmap', width: Math.max(1, ds.cols), height: Math.max(1, height), style: `height:${Math.max(1, height)}px` });
   canvas.dataset.rows = String(rows);
   canvas.dataset.cols = String(cols);
+  canvas.dataset.pixelRows = String(ds.rows);
+  canvas.dataset.mode = o.mode;
+  // Pixel row (CSS px from the canvas top) of a matrix row, its first pixel.
+  const yOf = (row: number): number => {
+    let lo = 0;
+    let hi = ds.rows - 1;
+    while (lo < hi) {
+      const mid = (lo + hi + 1) >> 1;
+      if (ds.rowStart[mid] <= row) lo = mid;
+      else hi = mid - 1;
+    }
+    return lo * rowPx;
+  };
+  const dark = cssVar('--empty-cell') === 'dark';
+  let lo = 0;
+  let hi = 1;
+  let span = 1;
+  if (o.mode === 'dev') {
+    span = deviationDomain(dev, o.stepMs);
+    lo = -span;
+    hi = span;
+  } else {
+    [lo, hi] = colorDomain(o.matrix);
+  }
   const ctx = canvas.getContext('2d');
-  if (ctx && rows && cols) {
+  if (ctx && ds.rows && ds.cols) {
     const img = ctx.createImageData(canvas.width, canvas.height);
-    // One 32-bit word per pixel from a 256-colour table (little-endian RGBA, as every browser's
+    // One 32-bit word per pixel from a colour table (little-endian RGBA, as every browser's
     // platform is): no colour maths or array per cell.
     const px = new Uint32Array(img.data.buffer);
-    const ramp = rampTable(256);
-    const empty = cssVar('--empty-cell') === 'dark' ? 0xff282828 : 0xffe6e6e6;
-    const scale = 255 / (hi - lo);
+    const table = o.mode === 'dev' ? divergingTable(257, dark ? [40, 40, 40] : [240, 240, 240]) : rampTable(256);
+    const top = table.length - 1;
+    const empty = dark ? 0xff181818 : 0xffd0d0d0;
+    const scale = top / (hi - lo);
     const w = canvas.width;
-    for (let r = 0; r < rows; r++) {
-      const row = o.matrix[r];
-      for (let c = 0; c < cols; c++) {
-        const v = row[c];
-        let word = empty;
-        if (typeof v === 'number' && Number.isFinite(v)) word = ramp[Math.min(255, Math.max(0, Math.round((v - lo) * scale)))];
-        for (let y = r * rowPx; y < (r + 1) * rowPx; y++) px.fill(word, y * w + c * colPx, y * w + (c + 1) * colPx);
+    for (let y = 0; y < ds.rows; y++) {
+      for (let x = 0; x < ds.cols; x++) {
+        const v = ds.values[y * ds.cols + x];
+        const word = Number.isFinite(v) ? table[Math.min(top, Math.max(0, Math.round((v - lo) * scale)))] : empty;
+        for (let k = y * rowPx; k < (y + 1) * rowPx; k++) px[k * w + x] = word;
       }
     }
     ctx.putImageData(img, 0, 0);
-    if (o.selected !== undefined && o.selected < rows) {
-      ctx.strokeStyle = '#ff2d55';
-      ctx.lineWidth = Math.max(1, rowPx / 3);
-      ctx.strokeRect(0.5, o.selected * rowPx + 0.5, canvas.width - 1, Math.max(1, rowPx - 1));
-      if (o.selectedCol !== undefined && o.selectedCol < cols) {
-        // The picked cell: a thin white frame inside the row's, its colour still showing.
-        const lw = Math.max(1, Math.floor(Math.min(colPx, rowPx) / 8));
-        ctx.strokeStyle = '#ffffff';
-        ctx.lineWidth = lw;
-        ctx.strokeRect(o.selectedCol * colPx + lw / 2, o.selected * rowPx + lw / 2, Math.max(1, colPx - lw), Math.max(1, rowPx - lw));
-      }
-    }
   }
-  const tip = h('div', { class: 'heatmap-tip' }, 'hover a cell; click to pick it (rank and step), double-click for its flame graph');
-  const cell = (ev: MouseEvent) => {
+
+  // The gutter: rank ticks, the marked ranks (labelled with rank and node), the picked row.
+  const gutter = h('div', { class: 'heatmap-gutter', style: `height:${height}px` });
+  const markYs = marks.map((m) => yOf(m.row));
+  const tickEvery = Math.max(1, Math.ceil(rows / Math.max(1, Math.floor(height / 40))));
+  for (let r = 0; r < rows; r += tickEvery) {
+    const y = yOf(r);
+    if (markYs.some((my) => Math.abs(my - y) < LABEL_GAP_PX)) continue;
+    gutter.append(h('span', { class: 'heatmap-tick', style: `top:${y + rowPx / 2}px` }, String(o.ranks[r]?.rank ?? r)));
+  }
+  marks.forEach((m, i) => {
+    const rk = o.ranks[m.row];
+    const dir = m.sign > 0 ? 'above' : 'below';
+    gutter.append(h('span', {
+      class: `heatmap-mark ${m.sign > 0 ? 'up' : 'down'}`, 'data-rank': rk?.rank, 'data-node': rk?.node ?? '', 'data-y': markYs[i],
+      style: `top:${markYs[i] + rowPx / 2}px`,
+      title: `rank ${rk?.rank} on ${rk?.node}: ${fmtMs(m.score)} ${dir} its steps' medians on average (${o.metricLabel})`,
+    }, `rank ${rk?.rank} ▸`));
+  });
+  if (o.selected !== undefined && o.selected < rows) {
+    gutter.append(h('span', { class: 'heatmap-sel-row', style: `top:${yOf(o.selected) + rowPx / 2}px`, title: `picked: rank ${o.ranks[o.selected]?.rank}` }, '▶'));
+  }
+  const colBar = h('div', { class: 'heatmap-colbar' });
+  if (o.selectedCol !== undefined && o.selectedCol < cols) {
+    colBar.append(h('span', { class: 'heatmap-sel-col', style: `left:${(100 * (o.selectedCol + 0.5)) / Math.max(1, cols)}%`, title: `picked: step ${o.selectedCol + 1}` }, '▼'));
+  }
+
+  const tip = h('div', { class: 'heatmap-tip', id: 'heatmap-tip' }, 'hover a cell for its rank, node and step; click to pick it, double-click for its flame graph');
+  // The matrix cell under the mouse: the rank the pixel row shows (its most extreme), and the step.
+  const cell = (ev: MouseEvent): [number, number, number] | null => {
     const b = canvas.getBoundingClientRect();
-    const r = Math.floor(((ev.clientY - b.top) / b.height) * rows);
-    const c = Math.floor(((ev.clientX - b.left) / b.width) * cols);
-    return r >= 0 && r < rows && c >= 0 && c < cols ? [r, c] : null;
+    const y = Math.floor(((ev.clientY - b.top) / b.height) * ds.rows);
+    const x = Math.floor(((ev.clientX - b.left) / b.width) * ds.cols);
+    if (!(y >= 0 && y < ds.rows && x >= 0 && x < ds.cols)) return null;
+    const src = ds.source[y * ds.cols + x];
+    const row = src >= 0 ? src : ds.rowStart[y];
+    const c = ds.colStart[x];
+    return [row, c, y];
   };
   canvas.addEventListener('mousemove', (ev) => {
     const rc = cell(ev);
     if (!rc) return;
-    const v = o.matrix[rc[0]][rc[1]];
-    tip.textContent = `rank ${o.rankLabels[rc[0]]}, step ${rc[1] + 1}: ${typeof v === 'number' ? v.toFixed(1) + ' ' + o.unit : 'no data'}`;
+    const [row, c, y] = rc;
+    const v = o.matrix[row]?.[c];
+    const rk = o.ranks[row];
+    const d = dev[row]?.[c];
+    const covers = ds.rowStart[y + 1] - ds.rowStart[y] > 1
+      ? ` · this pixel row covers ranks ${o.ranks[ds.rowStart[y]]?.rank}–${o.ranks[ds.rowStart[y + 1] - 1]?.rank} and shows the most extreme`
+      : '';
+    tip.textContent = `rank ${rk?.rank} on ${rk?.node}, step ${c + 1}: ` +
+      (typeof v === 'number' ? `${o.metricLabel} ${fmtMs(v)}` + (typeof d === 'number' ? ` (${d >= 0 ? '+' : '−'}${fmtMs(Math.abs(d))} vs the step's median ${fmtMs(medians[c])})` : '') : 'no data') +
+      covers;
+    tip.dataset.rank = String(rk?.rank ?? '');
+    tip.dataset.node = rk?.node ?? '';
   });
   canvas.addEventListener('click', (ev) => {
     const rc = cell(ev);
@@ -77,12 +156,18 @@ export function heatmapCanvas(o: HeatmapOptions): HTMLElement {
     const rc = cell(ev);
     if (rc && o.onOpen) o.onOpen(rc[0], rc[1]);
   });
-  const legend = h('div', { class: 'legend' },
-    h('span', {}, `${lo.toFixed(1)} ${o.unit}`),
-    h('span', { class: 'ramp' }),
-    h('span', {}, `${hi.toFixed(1)} ${o.unit}`),
-  );
-  return h('div', { class: 'heatmap-wrap' },
-    h('div', { class: 'heatmap-axes' }, h('span', { class: 'y-label' }, `ranks ${o.rankLabels[0] ?? ''}–${o.rankLabels[rows - 1] ?? ''} ↓`), h('span', {}, `steps 1–${cols} →`)),
-    canvas, legend, tip);
+  const legend = o.mode === 'dev'
+    ? h('div', { class: 'legend' },
+      h('span', {}, `−${fmtMs(span)}`), h('span', { class: 'ramp diverging' }), h('span', {}, `+${fmtMs(span)}`),
+      h('span', {}, ` ${o.metricLabel} against the step's median across ranks (red: more, blue: less)`))
+    : h('div', { class: 'legend' },
+      h('span', {}, fmtMs(lo)), h('span', { class: 'ramp' }), h('span', {}, fmtMs(hi)), h('span', {}, ` ${o.metricLabel}`));
+  const note = rows > ds.rows ? h('span', {}, ` · ${rows} ranks in ${ds.rows} pixel rows: each shows the most extreme rank it covers`) : '';
+  return {
+    marks,
+    el: h('div', { class: 'heatmap-wrap' },
+      h('div', { class: 'heatmap-axes' }, h('span', {}, `ranks ${o.ranks[0]?.rank ?? ''}–${o.ranks[rows - 1]?.rank ?? ''} ↓`, note), h('span', {}, `steps 1–${cols} →`)),
+      h('div', { class: 'heatmap-body' }, gutter, h('div', { class: 'heatmap-plot' }, colBar, canvas)),
+      legend, tip),
+  };
 }

@@ -13,6 +13,20 @@ export interface Job {
   status: string;
 }
 
+// Silent nodes are named up to this many; more become a count (1,000 ranks on 125 nodes).
+export const MAX_NAMED_NODES = 3;
+
+// The jobs page's words after the status badge: the silent nodes by name when few, else
+// "125 nodes, 3 silent" (the badge says healthy, degraded, or recorded: a store `strata record`
+// wrote, which no agent sends to).
+export function jobStatusText(j: Pick<Job, 'nodes' | 'silent_nodes' | 'status'>): string {
+  const n = j.nodes.length;
+  const nodes = `${n} node${n === 1 ? '' : 's'}`;
+  if (j.silent_nodes.length === 0) return '';
+  if (j.silent_nodes.length <= MAX_NAMED_NODES && n <= MAX_NAMED_NODES) return `silent: ${j.silent_nodes.join(', ')}`;
+  return `${nodes}, ${j.silent_nodes.length} silent`;
+}
+
 export interface Finding {
   rank: number;
   node: string;
@@ -189,6 +203,187 @@ export function rampColor(t: number): [number, number, number] {
   return [0, 1, 2].map((k) => Math.round(a[k] + (b[k] - a[k]) * f)) as [number, number, number];
 }
 
+// ---- straggler view: each cell against its step's median across ranks
+
+// In synchronous training every rank's step takes as long as the slowest one's, so the step time
+// shows no straggler; what differs is how the step is spent. The straggler computes longest and so
+// waits least in the collectives: `compute` = step time minus collective wait is the default metric.
+export function computeMatrix(step: readonly (number | null)[][], wait: readonly (number | null)[][] | undefined): (number | null)[][] {
+  return step.map((row, r) => row.map((v, c) => {
+    if (typeof v !== 'number' || !Number.isFinite(v)) return null;
+    const w = wait?.[r]?.[c];
+    return v - (typeof w === 'number' && Number.isFinite(w) ? w : 0);
+  }));
+}
+
+// Each cell minus its column's (step's) median over ranks: 0 = a typical rank in that step, so a
+// job-wide slowdown (every rank slower from step N) cancels out and only the rank that differs shows.
+export function deviationMatrix(matrix: readonly (number | null)[][]): { dev: (number | null)[][]; medians: number[] } {
+  const medians = stepTrend(matrix);
+  const dev = matrix.map((row) => row.map((v, c) =>
+    typeof v === 'number' && Number.isFinite(v) && Number.isFinite(medians[c]) ? v - medians[c] : null));
+  return { dev, medians };
+}
+
+// The deviation colour scale never spans less than this share of the job's step time either side of
+// 0: on a healthy job the scale would otherwise stretch to its noise and paint noise as strongly as a
+// real straggler.
+export const MIN_DEVIATION_SHARE = 0.05;
+// A rank is marked (labelled beside the heatmap) when its mean |deviation| is this many robust
+// standard deviations (MAD) from the other ranks' — the breakdown's outlier threshold...
+export const MARK_Z = 3.5;
+// ...and at least this share of the job's step time (robust z alone marks noise on a quiet job).
+export const MIN_MARK_SHARE = 0.02;
+// At most this many marked ranks are labelled: the worst ones; more labels would cover each other.
+export const MAX_MARKS = 8;
+
+// The symmetric colour range [-d, d] of a deviation matrix: its 99th percentile |deviation| (one
+// straggler among many ranks then saturates) but at least MIN_DEVIATION_SHARE of the step time.
+export function deviationDomain(dev: readonly (number | null)[][], stepMs: number): number {
+  const abs: number[] = [];
+  for (const row of dev) for (const v of row) if (typeof v === 'number' && Number.isFinite(v)) abs.push(Math.abs(v));
+  const floor = Number.isFinite(stepMs) && stepMs > 0 ? MIN_DEVIATION_SHARE * stepMs : 1;
+  return Math.max(quantile(abs, 0.99) || 0, floor);
+}
+
+// The job's step time, one number everywhere (jobs page, job page, breakdown): the median over ranks
+// of each rank's median step time over the whole recording.
+export function jobStepMs(step: readonly (number | null)[][]): number {
+  return median(step.map((row) => median(row.filter((v): v is number => typeof v === 'number'))));
+}
+
+export interface RankMark {
+  row: number;
+  score: number;  // mean |deviation| over the rank's steps
+  sign: number;   // +1 above its steps' medians on average, -1 below
+}
+
+// The ranks that stand out of a deviation matrix, worst first (see MARK_Z, MIN_MARK_SHARE).
+export function markedRows(dev: readonly (number | null)[][], stepMs: number): RankMark[] {
+  const score = dev.map((row) => mean(row.map((v) => (typeof v === 'number' ? Math.abs(v) : null))));
+  const signed = dev.map((row) => mean(row));
+  const z = robustZ(score);
+  const floor = Number.isFinite(stepMs) ? MIN_MARK_SHARE * stepMs : 0;
+  const out: RankMark[] = [];
+  score.forEach((s, row) => {
+    if (z[row] > MARK_Z && s >= floor) out.push({ row, score: s, sign: signed[row] < 0 ? -1 : 1 });
+  });
+  return out.sort((a, b) => b.score - a.score).slice(0, MAX_MARKS);
+}
+
+// `outRows` pixel rows over the matrix's rows (ranks) and `outCols` over its columns: a pixel that
+// covers several cells shows the most extreme one (farthest from its column's `center`: 0 for a
+// deviation matrix), never an average or a skipped row, so one straggler among 10,000 ranks keeps
+// its colour. `source` holds the matrix row each pixel shows (-1: no value), for the hover.
+export interface Downsampled {
+  rows: number;
+  cols: number;
+  values: Float64Array;  // rows x cols, NaN = no value
+  source: Int32Array;
+  rowStart: Int32Array;  // pixel row y covers matrix rows [rowStart[y], rowStart[y + 1])
+  colStart: Int32Array;
+}
+
+function spans(n: number, out: number): Int32Array {
+  const s = new Int32Array(out + 1);
+  for (let i = 0; i <= out; i++) s[i] = Math.floor((i * n) / out);
+  return s;
+}
+
+export function downsampleExtreme(
+  matrix: readonly (number | null)[][], outRows: number, outCols: number, center?: readonly number[],
+): Downsampled {
+  const rows = matrix.length;
+  const cols = matrix.reduce((m, r) => Math.max(m, r.length), 0);
+  const R = Math.max(0, Math.min(rows, outRows));
+  const C = Math.max(0, Math.min(cols, outCols));
+  const rowStart = spans(rows, R);
+  const colStart = spans(cols, C);
+  const values = new Float64Array(R * C).fill(NaN);
+  const source = new Int32Array(R * C).fill(-1);
+  for (let y = 0; y < R; y++) {
+    for (let x = 0; x < C; x++) {
+      let best = -1;
+      let bestV = NaN;
+      let bestRow = -1;
+      for (let r = rowStart[y]; r < rowStart[y + 1]; r++) {
+        const row = matrix[r];
+        for (let c = colStart[x]; c < colStart[x + 1]; c++) {
+          const v = row[c];
+          if (typeof v !== 'number' || !Number.isFinite(v)) continue;
+          const d = Math.abs(v - (center?.[c] ?? 0));
+          if (d > best) {
+            best = d;
+            bestV = v;
+            bestRow = r;
+          }
+        }
+      }
+      values[y * C + x] = bestV;
+      source[y * C + x] = bestRow;
+    }
+  }
+  return { rows: R, cols: C, values, source, rowStart, colStart };
+}
+
+// Diverging ramp for deviations, t in -1..1: blue (below the step's median), a neutral middle, red
+// (above), as little-endian RGBA words. `neutral` is the page's background tone (light or dark).
+export function divergingTable(steps = 257, neutral: [number, number, number] = [240, 240, 240]): Uint32Array {
+  const out = new Uint32Array(steps);
+  const blue: [number, number, number] = [33, 102, 172];
+  const red: [number, number, number] = [214, 39, 40];
+  for (let i = 0; i < steps; i++) {
+    const t = (2 * i) / (steps - 1) - 1;
+    const [r, g, b] = divergingColor(t, neutral, blue, red);
+    out[i] = (255 << 24) | (b << 16) | (g << 8) | r;
+  }
+  return out;
+}
+
+export function divergingColor(
+  t: number, neutral: [number, number, number] = [240, 240, 240],
+  blue: [number, number, number] = [33, 102, 172], red: [number, number, number] = [214, 39, 40],
+): [number, number, number] {
+  if (!Number.isFinite(t)) return [128, 128, 128];
+  const x = Math.min(1, Math.max(-1, t));
+  const to = x < 0 ? blue : red;
+  const f = Math.abs(x);
+  return [0, 1, 2].map((k) => Math.round(neutral[k] + (to[k] - neutral[k]) * f)) as [number, number, number];
+}
+
+// The step (1-based) where a rank's deviation is largest; 1 without values.
+export function worstStep(devRow: readonly (number | null)[]): number {
+  let best = -1;
+  let at = 0;
+  devRow.forEach((v, c) => {
+    if (typeof v === 'number' && Math.abs(v) > best) {
+      best = Math.abs(v);
+      at = c;
+    }
+  });
+  return at + 1;
+}
+
+// How many typical peers the cross-rank timeline shows beside the rank it is opened for.
+export const TIMELINE_PEERS = 3;
+
+// The cross-rank timeline's default ranks: `rank` first, then the TIMELINE_PEERS ranks whose median
+// compute is closest to the job's (typical peers, not other outliers), in rank order.
+export function defaultTimelineRanks(h: Heatmap, rank: number): number[] {
+  const step = h.series.step_ms ?? [];
+  const compute = computeMatrix(step, h.series.collective_ms);
+  const per = compute.map((row) => median(row.filter((v): v is number => typeof v === 'number')));
+  const mid = median(per);
+  const peers = h.ranks
+    .map((r, i) => ({ rank: r.rank, d: Math.abs(per[i] - mid) }))
+    .filter((x) => x.rank !== rank && Number.isFinite(x.d))
+    .sort((a, b) => a.d - b.d || a.rank - b.rank)
+    .slice(0, TIMELINE_PEERS)
+    .map((x) => x.rank)
+    .sort((a, b) => a - b);
+  return [rank, ...peers];
+}
+
 // ---- time windows (the flame graph of a rank in a window of the run)
 
 // Unix ns as the decimal string the API and the URL carry (JS numbers print 1e21 and up in
@@ -263,8 +458,8 @@ export interface RankBreakdown {
   pid: number;
   node: string;
   steps: number;
-  step_ms: number;        // mean step time
-  collective_ms: number;  // mean time inside collectives (waiting for peers, or moving data)
+  step_ms: number;        // median step time (or the server's mean without the matrices)
+  collective_ms: number;  // median time inside collectives (waiting for peers, or moving data)
   compute_ms: number;     // step time not in collectives: compute, data loading, the host's own work
   gpu_compute_ms: number; // device compute per step (NaN when no GPU timing source)
   gpu_idle_ms: number;    // GPU idle per step (NaN when unknown)
@@ -299,17 +494,22 @@ export function osTotalsByPid(rows: readonly MetricRow[]): Map<number, Record<st
 }
 
 export function rankBreakdown(h: Heatmap, os?: Map<number, Record<string, number>>): RankBreakdown[] {
-  // The server's per-rank means when it sent them, else the means of the matrices.
-  const meanOf = (name: string, i: number): number => {
-    const m = h.summary?.means?.[name];
-    if (m) return typeof m[i] === 'number' ? (m[i] as number) : NaN;
-    return mean(h.series[name]?.[i] ?? []);
+  // Per rank, the median over its steps (the job's step time is a median of these, jobStepMs): from
+  // the matrices when the page asked for them, else the server's per-rank means.
+  const rowMedian = (row: readonly (number | null)[] | undefined): number =>
+    median((row ?? []).filter((v): v is number => typeof v === 'number'));
+  const typical = (name: string, i: number): number => {
+    const m = h.series[name];
+    if (m) return rowMedian(m[i]);
+    const s = h.summary?.means?.[name];
+    return s && typeof s[i] === 'number' ? (s[i] as number) : NaN;
   };
   const step = h.series.step_ms;
+  const compute = step ? computeMatrix(step, h.series.collective_ms) : undefined;
   return h.ranks.map((r, i) => {
     const steps = step ? (step[i] ?? []).filter((x) => typeof x === 'number').length : h.steps;
-    const step_ms = meanOf('step_ms', i);
-    const collective_ms = meanOf('collective_ms', i);
+    const step_ms = typical('step_ms', i);
+    const collective_ms = typical('collective_ms', i);
     const totals = os?.get(r.pid) ?? {};
     const perStep: Record<string, number> = {};
     for (const [k, v] of Object.entries(totals)) perStep[k] = steps ? v / steps : NaN;
@@ -320,9 +520,9 @@ export function rankBreakdown(h: Heatmap, os?: Map<number, Record<string, number
       steps,
       step_ms,
       collective_ms,
-      compute_ms: step_ms - (Number.isFinite(collective_ms) ? collective_ms : 0),
-      gpu_compute_ms: meanOf('gpu_compute_ms', i),
-      gpu_idle_ms: meanOf('gpu_idle_ms', i),
+      compute_ms: compute ? rowMedian(compute[i]) : step_ms - (Number.isFinite(collective_ms) ? collective_ms : 0),
+      gpu_compute_ms: typical('gpu_compute_ms', i),
+      gpu_idle_ms: typical('gpu_idle_ms', i),
       os: perStep,
     };
   });
@@ -342,6 +542,7 @@ export interface FlameNode {
   name: string;
   value: number;      // inclusive (this frame and its callees), as d3-flame-graph reads it
   delta?: number;     // self delta (rank minus the average peer); d3-flame-graph sums it up
+  deltaTotal?: number; // inclusive delta (this frame and its callees), set by diffTree
   children: FlameNode[];
 }
 
@@ -399,7 +600,109 @@ export function diffTree(d: DiffProfile): FlameNode {
     .map(([stack, r, p]) => ({ stack, value: r, delta: r - p / peers }));
   const root = buildFlameTree(stacks, `rank ${d.rank} vs ${d.peers} peer${d.peers === 1 ? '' : 's'}`);
   root.delta = root.delta ?? 0;
+  const total = (n: FlameNode): number => {
+    n.deltaTotal = (n.delta ?? 0) + n.children.reduce((sum, c) => sum + total(c), 0);
+    return n.deltaTotal;
+  };
+  total(root);
   return root;
+}
+
+// The largest |inclusive delta| of any frame below the root: the diff colour scale's full red/blue.
+export function maxAbsDelta(root: FlameNode): number {
+  let m = 0;
+  const walk = (n: FlameNode) => {
+    for (const c of n.children) {
+      m = Math.max(m, Math.abs(c.deltaTotal ?? 0));
+      walk(c);
+    }
+  };
+  walk(root);
+  return m;
+}
+
+// A diff frame's colour from its inclusive delta against the graph's largest: red where the rank
+// spends more than its average peer, blue where less, grey only where they match. A function that
+// only this rank runs has its whole width as delta, so it is as red as its size says.
+export function diffColor(delta: number, maxAbs: number): string {
+  const t = maxAbs > 0 ? Math.max(-1, Math.min(1, delta / maxAbs)) : 0;
+  const [r, g, b] = divergingColor(t, [221, 221, 221], [33, 102, 172], [214, 39, 40]);
+  return `rgb(${r},${g},${b})`;
+}
+
+// A function's name short enough for a table cell: no "(anonymous namespace)::", no argument list
+// or clone suffix ("cpu_work(unsigned char const*, long) [clone .isra.0]" -> "cpu_work"). The full
+// name stays in the cell's title.
+export function shortName(name: string): string {
+  const s = name.replace(/^\(anonymous namespace\)::/, '');
+  const paren = s.indexOf('(');
+  return paren > 0 ? s.slice(0, paren) : s;
+}
+
+export interface FunctionRow {
+  name: string;
+  self: number;       // samples (or µs) with the function as the leaf, on the rank
+  total: number;      // inclusive, counted once per stack (recursion), on the rank
+  peerSelf: number;   // the same on the average peer (0 without peers)
+  peerTotal: number;
+}
+
+// Every function's self and total on the rank (and its average peer), for the flame page's table.
+export function functionTable(d: Pick<DiffProfile, 'stacks' | 'peers'>): FunctionRow[] {
+  const peers = Math.max(1, d.peers);
+  const acc = new Map<string, FunctionRow>();
+  const row = (f: string) => {
+    let e = acc.get(f);
+    if (!e) acc.set(f, (e = { name: f, self: 0, total: 0, peerSelf: 0, peerTotal: 0 }));
+    return e;
+  };
+  for (const [stack, r, p] of d.stacks) {
+    const frames = stack.split(';');
+    const leaf = row(frames[frames.length - 1]);
+    leaf.self += r;
+    leaf.peerSelf += p / peers;
+    for (const f of new Set(frames)) {
+      const e = row(f);
+      e.total += r;
+      e.peerTotal += p / peers;
+    }
+  }
+  return [...acc.values()].filter((e) => e.total > 0 || e.peerTotal > 0);
+}
+
+// Sort keys of the function table: Δ self (the rank's self time minus the average peer's) puts the
+// function that does the extra work first; Δ total puts its callers first too (each contains it).
+export type FunctionSort = 'name' | 'self' | 'total' | 'selfDelta' | 'delta';
+
+export function sortFunctions(rows: FunctionRow[], by: FunctionSort, desc = true): FunctionRow[] {
+  const key = (e: FunctionRow): number =>
+    by === 'self' ? e.self : by === 'total' ? e.total : by === 'selfDelta' ? e.self - e.peerSelf : e.total - e.peerTotal;
+  const out = [...rows];
+  out.sort((a, b) => {
+    if (by === 'name') return desc ? b.name.localeCompare(a.name) : a.name.localeCompare(b.name);
+    const d = desc ? key(b) - key(a) : key(a) - key(b);
+    // Ties: by self (the function that does the work), then by name, so the order is stable.
+    return d || b.self - a.self || a.name.localeCompare(b.name);
+  });
+  return out;
+}
+
+// The differential profile of one rank against itself in a baseline range (slow steps vs baseline
+// steps): the stacks of `now` beside those of `base` scaled by the ratio of the spans the two cover
+// (stacks are kept per store window, so the spans are whole windows), as one "peer". The flame
+// page then draws and ranks it as it does rank vs peers.
+export function selfDiff(now: DiffProfile, base: DiffProfile): DiffProfile {
+  const span = (d: DiffProfile) => (d.window && d.window.end_ns > d.window.start_ns ? d.window.end_ns - d.window.start_ns : NaN);
+  const ratio = span(now) / span(base);
+  const scale = Number.isFinite(ratio) && ratio > 0 ? ratio : 1;
+  const acc = new Map<string, [number, number]>();
+  for (const [stack, r] of now.stacks) acc.set(stack, [r, 0]);
+  for (const [stack, r] of base.stacks) {
+    const e = acc.get(stack) ?? [0, 0];
+    e[1] += r * scale;
+    acc.set(stack, e);
+  }
+  return { ...now, peers: 1, stacks: [...acc.entries()].map(([stack, [r, b]]) => [stack, r, b] as DiffStack) };
 }
 
 export interface FunctionDelta {
@@ -407,6 +710,8 @@ export interface FunctionDelta {
   rank: number;   // inclusive samples (or µs) on the rank
   peer: number;   // inclusive on the average peer
   delta: number;  // rank - peer
+  selfDelta: number;  // the same for its self (leaf) time
+  depth: number;  // its deepest position in a stack (0 = root frame)
 }
 
 // Functions ranked by how much more time the rank spends in them (inclusive, once per stack) than
@@ -422,10 +727,12 @@ export function functionDeltas(d: DiffProfile, limit = 15): FunctionDelta[] {
       let b = below.get(f);
       if (!b) below.set(f, (b = new Set()));
       for (let k = i + 1; k < frames.length; k++) if (frames[k] !== f) b.add(frames[k]);
+      let e = acc.get(f);
+      if (!e) acc.set(f, (e = { name: f, rank: 0, peer: 0, delta: 0, selfDelta: 0, depth: 0 }));
+      e.depth = Math.max(e.depth, i);
+      if (i === frames.length - 1) e.selfDelta += r - p / peers;
       if (seen.has(f)) return;
       seen.add(f);
-      let e = acc.get(f);
-      if (!e) acc.set(f, (e = { name: f, rank: 0, peer: 0, delta: 0 }));
       e.rank += r;
       e.peer += p / peers;
     });
@@ -438,7 +745,10 @@ export function functionDeltas(d: DiffProfile, limit = 15): FunctionDelta[] {
     e.delta > 0 && [...(below.get(e.name) ?? [])].some((c) => (acc.get(c)?.delta ?? 0) >= 0.9 * e.delta);
   const dom = new Map(all.map((e) => [e, dominated(e)]));
   const group = (e: FunctionDelta) => (e.delta > 0 ? (dom.get(e) ? 1 : 0) : 2);
-  all.sort((a, b) => group(a) - group(b) || b.delta - a.delta || a.rank - b.rank);
+  // Equal deltas (a call chain that gained as a whole): the one with more self gain first, then the
+  // deeper one (nearer the work), then by name so the order never depends on the input's.
+  all.sort((a, b) => group(a) - group(b) || b.delta - a.delta || b.selfDelta - a.selfDelta ||
+    b.depth - a.depth || a.name.localeCompare(b.name));
   return all.slice(0, limit);
 }
 
@@ -503,6 +813,94 @@ export function traceTracks(trace: { traceEvents: TraceEvent[] }): Timeline {
   list.sort((a, b) => a.sort - b.sort || a.name.localeCompare(b.name));
   steps.sort((a, b) => a.start - b.start);
   return { tracks: list, start: Number.isFinite(start) ? start : 0, end: Number.isFinite(end) ? end : 0, steps };
+}
+
+// ---- cross-rank timeline: one trace of several ranks (/api/v1/timeline?ranks=...), one time axis
+
+export interface RankLane {
+  pid: number;
+  name: string;       // "rank 137 (pid 4242, python3)"
+  rank: number;       // -1 when the process is no rank
+  tl: Timeline;       // its tracks: steps, communicators, CPU threads' calls, GPU streams
+  cpu: { name: string; points: { ts: number; value: number }[] }[];  // on-CPU share per thread window
+}
+
+// A lane's tracks in one order for every rank: steps, communicators, CPU threads, GPU streams (the
+// trace's sort indexes number communicators across processes, so they would differ by rank).
+function laneOrder(tl: Timeline): Timeline {
+  const cls = (t: Track): number => {
+    const cats = new Set(t.events.map((e) => e.cat));
+    if (cats.has('step')) return 0;
+    if (cats.has('collective')) return 1;
+    if (cats.has('kernel') || cats.has('memcpy') || cats.has('memset')) return 3;
+    return 2;
+  };
+  const tracks = [...tl.tracks].sort((a, b) => cls(a) - cls(b) || a.name.localeCompare(b.name));
+  return { ...tl, tracks };
+}
+
+// Splits a multi-process chrome trace into one lane per process, in rank order. Times stay on the
+// trace's own axis (µs from its first event), which every process shares.
+export function rankLanes(trace: { traceEvents: TraceEvent[] }): RankLane[] {
+  const byPid = new Map<number, TraceEvent[]>();
+  const names = new Map<number, string>();
+  const sorts = new Map<number, number>();
+  const cpu = new Map<number, Map<string, { ts: number; value: number }[]>>();
+  for (const e of trace.traceEvents) {
+    if (e.ph === 'M' && e.name === 'process_name') names.set(e.pid, String(e.args?.name ?? `pid ${e.pid}`));
+    else if (e.ph === 'M' && e.name === 'process_sort_index') sorts.set(e.pid, Number(e.args?.sort_index ?? 0));
+    else if (e.ph === 'C' && e.name.startsWith('on-CPU') && e.ts !== undefined) {
+      let m = cpu.get(e.pid);
+      if (!m) cpu.set(e.pid, (m = new Map()));
+      let pts = m.get(e.name);
+      if (!pts) m.set(e.name, (pts = []));
+      pts.push({ ts: e.ts, value: Number(Object.values(e.args ?? {})[0] ?? 0) });
+      if (!byPid.has(e.pid)) byPid.set(e.pid, []);
+      continue;
+    }
+    let list = byPid.get(e.pid);
+    if (!list) byPid.set(e.pid, (list = []));
+    list.push(e);
+  }
+  const lanes: RankLane[] = [];
+  for (const [pid, events] of byPid) {
+    const name = names.get(pid) ?? `pid ${pid}`;
+    const m = /^rank (\d+)/.exec(name);
+    lanes.push({
+      pid, name, rank: m ? Number(m[1]) : -1, tl: laneOrder(traceTracks({ traceEvents: events })),
+      cpu: [...(cpu.get(pid) ?? new Map<string, { ts: number; value: number }[]>()).entries()].map(([n, points]) => ({ name: n, points: points.sort((a, b) => a.ts - b.ts) })),
+    });
+  }
+  const order = (l: RankLane) => sorts.get(l.pid) ?? (l.rank >= 0 ? l.rank : 1e9 + l.pid);
+  return lanes.sort((a, b) => order(a) - order(b));
+}
+
+// Steps first..last (1-based) across lanes: [earliest start, latest end] in trace µs; null when no
+// lane has them.
+export function stepWindow(lanes: readonly RankLane[], first: number, last: number): [number, number] | null {
+  let from = Infinity;
+  let to = -Infinity;
+  for (const l of lanes) {
+    for (const st of l.tl.steps) {
+      if (st.step >= first && st.step <= last) {
+        from = Math.min(from, st.start);
+        to = Math.max(to, st.end);
+      }
+    }
+  }
+  return Number.isFinite(from) && to > from ? [from, to] : null;
+}
+
+// Axis ticks for a span of `spanUs` µs, about `target` of them at 1/2/5 x 10^k µs.
+export function niceTicks(fromUs: number, toUs: number, target = 8): number[] {
+  const span = toUs - fromUs;
+  if (!(span > 0)) return [fromUs];
+  const raw = span / Math.max(1, target);
+  const p = 10 ** Math.floor(Math.log10(raw));
+  const step = [1, 2, 5, 10].map((k) => k * p).find((x) => x >= raw) ?? 10 * p;
+  const out: number[] = [];
+  for (let t = Math.ceil(fromUs / step) * step; t <= toUs + 1e-9; t += step) out.push(t);
+  return out;
 }
 
 // ---- formatting

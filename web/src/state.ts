@@ -2,9 +2,12 @@
 //   #/                                   jobs
 //   #/job?job=J&metric=step_ms&rank=R    one job (heatmap metric, selected rank)
 //   #/job?job=J&rank=R&step=N             ... with the heatmap cell (rank R, step N) picked
+//   #/job?job=J&heat=abs                  ... the heatmap in absolute values (default: against each step's median)
 //   #/flame?job=J&rank=R&kind=offcpu&diff=1
 //   #/flame?job=J&rank=R&from=NS&to=NS   ... only the stacks of the time range [from, to) (unix ns)
-//   #/timeline?job=J&rank=R&step=N
+//   #/flame?job=J&rank=R&diff=1&from=NS&to=NS&bfrom=NS&bto=NS   ... against itself in [bfrom, bto)
+//   #/timeline?job=J&rank=R&step=N       one rank
+//   #/timeline?job=J&ranks=137,0,1&step=N  ranks side by side on one time axis (steps N..N+span-1)
 //   #/nodes
 
 export type View = 'jobs' | 'job' | 'flame' | 'timeline' | 'nodes';
@@ -17,10 +20,15 @@ export interface UiState {
   kind?: ProfileKind;
   diff?: boolean;
   metric?: string;
+  heat?: 'abs';   // heatmap in absolute values instead of against each step's median
+  ranks?: number[];  // the cross-rank timeline's ranks
   step?: number;
   // A time range of the flame graphs, unix ns as decimal strings (beyond JS's exact integers).
   from?: string;
   to?: string;
+  // The baseline range of a differential flame graph against the rank itself (unix ns strings).
+  bfrom?: string;
+  bto?: string;
 }
 
 const VIEWS: View[] = ['jobs', 'job', 'flame', 'timeline', 'nodes'];
@@ -45,9 +53,12 @@ export function parseHash(hash: string): UiState {
   if (params.get('diff') === '1') s.diff = true;
   const metric = params.get('metric');
   if (metric && /^[a-z_]{1,40}$/.test(metric)) s.metric = metric;
+  if (params.get('heat') === 'abs') s.heat = 'abs';
+  const ranks = params.get('ranks');
+  if (ranks && /^\d{1,9}(,\d{1,9}){0,31}$/.test(ranks)) s.ranks = ranks.split(',').map(Number);
   const step = intOf(params.get('step'));
   if (step !== undefined) s.step = step;
-  for (const k of ['from', 'to'] as const) {
+  for (const k of ['from', 'to', 'bfrom', 'bto'] as const) {
     const v = params.get(k);
     if (v !== null && /^\d{1,19}$/.test(v)) s[k] = v;
   }
@@ -61,9 +72,13 @@ export function formatHash(s: UiState): string {
   if (s.kind) p.set('kind', s.kind);
   if (s.diff) p.set('diff', '1');
   if (s.metric) p.set('metric', s.metric);
+  if (s.heat) p.set('heat', s.heat);
+  if (s.ranks?.length) p.set('ranks', s.ranks.join(','));
   if (s.step !== undefined) p.set('step', String(s.step));
   if (s.from !== undefined) p.set('from', s.from);
   if (s.to !== undefined) p.set('to', s.to);
+  if (s.bfrom !== undefined) p.set('bfrom', s.bfrom);
+  if (s.bto !== undefined) p.set('bto', s.bto);
   const q = p.toString();
   return '#/' + (s.view === 'jobs' ? '' : s.view) + (q ? '?' + q : '');
 }

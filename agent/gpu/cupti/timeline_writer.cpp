@@ -14,11 +14,16 @@
 namespace strata::agent::cupti {
 
 std::string TimelineWriter::default_path(pid_t pid) {
-  const char* env = std::getenv("STRATA_TIMELINE_DIR");
-  std::string dir = (env && *env) ? env : "/tmp/strata-timeline";
+  const char* env = std::getenv(STRATA_TIMELINE_DIR_ENV);
+  std::string dir = (env && *env) ? env : STRATA_TIMELINE_DEFAULT_DIR;
+  if (!(env && *env)) {
+    // The agent (root) normally made it; a root job makes it itself. Its parent is root's alone.
+    std::string parent = dir.substr(0, dir.rfind('/'));
+    mkdir(parent.c_str(), 0755);
+  }
   // Shared by every user's jobs on the node, like /tmp itself: world-writable and sticky, so no
-  // user can remove another's timeline. Only the creator sets the mode.
-  if (mkdir(dir.c_str(), 0777) == 0) chmod(dir.c_str(), 01777);
+  // user can remove or replace another's timeline. Only the creator sets the mode.
+  if (mkdir(dir.c_str(), 0700) == 0) chmod(dir.c_str(), 01777);
   return dir + "/" + std::to_string(pid) + ".timeline";
 }
 

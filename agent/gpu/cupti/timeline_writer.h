@@ -30,7 +30,8 @@ class TimelineWriter {
   uint64_t written() const { return next_; }
   const std::string& path() const { return path_; }
 
-  // $STRATA_TIMELINE_DIR (else /tmp/strata-timeline) + "/<pid>.timeline"; creates the directory.
+  // $STRATA_TIMELINE_DIR (else /run/strata/timeline) + "/<pid>.timeline"; creates the directory
+  // when it can (the rendezvous of abi/gpu_timeline.h).
   static std::string default_path(pid_t pid);
 
  private:

@@ -29,8 +29,24 @@ struct strata_gpu_device_state {
   /* maintained by the libcudart stand-in */
   uint64_t busy_ns;          /* cumulative device busy time */
   uint64_t mem_used;         /* bytes currently allocated with cudaMalloc */
-  uint64_t reserved[11];
+  /* set by the fault injector (kernel-regression): kernels whose name contains slow_kernel take
+     kernel_slowdown times longer; written name first, then the factor (release) */
+  float kernel_slowdown;     /* <= 1.0: none */
+  uint32_t kernel_pad;
+  char slow_kernel[64];
+  /* set by the fault injector (hardware faults, reported by the NVML stand-in): STRATA_HW_* bits,
+     the Xid the fault raised (gpu-xid; 0: none) and when it began (CLOCK_MONOTONIC ns), from which
+     its error counters climb. Written since_ns and xid first, then the bits (release). */
+  uint32_t hw_faults;
+  uint32_t xid;
+  uint64_t hw_since_ns;
 };
+
+/* Hardware faults (strata_gpu_device_state::hw_faults). */
+#define STRATA_HW_ECC 0x1u    /* uncorrectable ECC errors climbing (Xid 48) */
+#define STRATA_HW_LOST 0x2u   /* fell off the bus: NVML answers GPU_IS_LOST (Xid 79) */
+#define STRATA_HW_PCIE 0x4u   /* PCIe link trained at x4 of x16, replays climbing */
+#define STRATA_HW_NVLINK 0x8u /* NVLink replay/CRC errors climbing (Xid 74) */
 
 struct strata_gpu_state {
   uint64_t magic;       /* STRATA_GPU_STATE_MAGIC */

@@ -4,12 +4,16 @@ import { lineChart } from '../chart';
 import { errorBox, h } from '../dom';
 import { heatmapCanvas } from '../heatmap';
 import {
-  cellRange, fmtMs, fmtNum, OS_METRICS, osTotalsByPid, rankBreakdown, robustZ, stepTrend,
+  cellRange, computeMatrix, defaultTimelineRanks, deviationMatrix, fmtMs, fmtNum, jobStepMs, OS_METRICS, osTotalsByPid,
+  rankBreakdown, robustZ, stepTrend, worstStep,
   type Diagnosis, type Finding, type Heatmap, type RankBreakdown,
 } from '../shape';
 import { formatHash, type UiState } from '../state';
 
+// compute_ms is step time minus collective wait (shape.ts computeMatrix): in synchronous training the
+// straggler is the rank that computes longest and waits least; step time is alike on every rank.
 const METRICS: Record<string, string> = {
+  compute_ms: 'compute (step − wait)',
   step_ms: 'step time',
   collective_ms: 'collective wait',
   gpu_compute_ms: 'GPU compute',
@@ -44,7 +48,7 @@ function findingsSection(job: string, d: Diagnosis): HTMLElement {
   if (d.error) sec.append(h('p', { class: 'muted' }, `no diagnosis: ${d.error}`));
   else if (d.findings.length === 0) sec.append(h('p', {}, h('span', { class: 'badge ok' }, 'healthy'), ' no finding: the job runs at its own baseline and its ranks behave alike.'));
   if (typeof d.step_ms === 'number')
-    sec.append(h('p', { class: 'muted' }, `step time ${fmtMs(d.step_ms)} vs baseline ${fmtMs(d.baseline_step_ms)}` +
+    sec.append(h('p', { class: 'muted', id: 'diagnosis-step' }, `The diagnosis compares the recent steps (median step ${fmtMs(d.step_ms)}) with the job's baseline (${fmtMs(d.baseline_step_ms)})` +
       (d.second_opinion?.summary ? ` · second opinion: ${d.second_opinion.summary}` : '')));
   for (const f of d.findings) sec.append(findingCard(job, f));
   return sec;
@@ -60,7 +64,8 @@ function breakdownTable(job: string, rows: RankBreakdown[], selected: number | u
     if (s) shown.push(s);
   }
   const maxStep = Math.max(...rows.map((r) => r.step_ms).filter(Number.isFinite), 1);
-  const osCols = OS_METRICS.filter((m) => rows.some((r) => Number.isFinite(r.os[m.name])));
+  // OS columns that are zero on every rank say nothing and would push the table past the window.
+  const osCols = OS_METRICS.filter((m) => rows.some((r) => Number.isFinite(r.os[m.name]) && r.os[m.name] !== 0));
   const tbody = h('tbody');
   for (const { r, z: zi } of shown) {
     const cw = Number.isFinite(r.collective_ms) ? r.collective_ms : 0;
@@ -74,23 +79,30 @@ function breakdownTable(job: string, rows: RankBreakdown[], selected: number | u
       h('td', {}, fmtMs(r.step_ms)), h('td', {}, fmtMs(r.compute_ms)), h('td', {}, fmtMs(r.collective_ms)),
       h('td', {}, fmtMs(r.gpu_compute_ms)), h('td', {}, fmtMs(r.gpu_idle_ms)),
       osCols.map((m) => h('td', {}, m.unit === 'ms' ? fmtMs(r.os[m.name]) : fmtNum(r.os[m.name]))),
-      h('td', {},
+      h('td', { class: 'links' },
         h('a', { href: formatHash({ view: 'flame', job, rank: r.rank, kind: 'oncpu' }) }, 'flame'), ' ',
         h('a', { href: formatHash({ view: 'flame', job, rank: r.rank, kind: 'oncpu', diff: true }) }, 'diff'), ' ',
         h('a', { href: formatHash({ view: 'timeline', job, rank: r.rank }) }, 'timeline'))));
   }
-  return h('table', { class: 'breakdown' },
-    h('thead', {}, h('tr', {}, h('th', {}, 'rank'), h('th', {}, 'node'), h('th', {}, 'compute | wait'), h('th', {}, 'step'),
-      h('th', {}, 'compute'), h('th', {}, 'collective wait'), h('th', {}, 'GPU compute'), h('th', {}, 'GPU idle'),
-      osCols.map((m) => h('th', { title: m.name }, `${m.label}/step`)), h('th', {}, ''))),
-    tbody);
+  // OS columns are per step but summed over all the rank's threads (a data loader's blocked
+  // threads add up), so they can exceed the step time: the header says so.
+  const th = (label: string, title: string) => h('th', { title }, label);
+  return h('div', { class: 'table-wrap' }, h('table', { class: 'breakdown' },
+    h('thead', {}, h('tr', {}, th('rank', 'rank'), th('node', 'node'), th('compute | wait', 'median compute (blue) and collective wait (orange) per step'),
+      th('step', 'median step time of the rank'), th('compute', 'median of step time minus collective wait'),
+      th('collective wait', 'median time in collectives per step'), th('GPU compute', 'median GPU compute per step'),
+      th('GPU idle', 'median GPU idle per step'),
+      osCols.map((m) => th(`${m.label}/step${m.unit === 'ms' ? ' *' : ''}`, `${m.name}: per step, summed over the rank's threads`)), h('th', {}, ''))),
+    tbody));
 }
 
 export async function jobView(main: HTMLElement, s: UiState, go: (s: UiState) => void): Promise<void> {
   const job = s.job ?? '';
-  const metric = s.metric && METRICS[s.metric] ? s.metric : 'step_ms';
+  const metric = s.metric && METRICS[s.metric] ? s.metric : 'compute_ms';
+  const mode = s.heat === 'abs' ? 'abs' : 'dev';
+  const summary = h('p', { class: 'muted', id: 'job-summary' });
   main.append(h('nav', { class: 'crumbs' }, h('a', { href: '#/' }, 'jobs'), ' / ', job || '(unnamed)'),
-    h('h1', {}, `Job ${job || '(unnamed)'}`));
+    h('h1', {}, `Job ${job || '(unnamed)'}`), summary);
   const findingsSlot = h('div', {}, h('p', { class: 'muted' }, 'diagnosing…'));
   const trendSlot = h('section', { id: 'trend' });
   const heatSlot = h('section', { id: 'heatmap' }, h('p', { class: 'muted' }, 'loading steps…'));
@@ -104,21 +116,30 @@ export async function jobView(main: HTMLElement, s: UiState, go: (s: UiState) =>
 
   let hm: Heatmap;
   try {
-    hm = await api.heatmap(job, false, [...new Set(['step_ms', metric])]);
+    hm = await api.heatmap(job);
   } catch (e) {
     heatSlot.replaceChildren(errorBox(e));
     return;
   }
   const rowOf = new Map(hm.ranks.map((r, i) => [r.rank, i]));
   const selRow = s.rank !== undefined ? rowOf.get(s.rank) : undefined;
-  const matrix = hm.series[metric] ?? [];
-  const trend = stepTrend(hm.series.step_ms ?? []);
+  const step = hm.series.step_ms ?? [];
+  const matrix = metric === 'compute_ms' ? computeMatrix(step, hm.series.collective_ms) : hm.series[metric] ?? [];
+  const stepMs = jobStepMs(step);
+  const nodes = new Set(hm.ranks.map((r) => r.node)).size;
+  summary.textContent = `Step time ${fmtMs(stepMs)} (median over ranks of each rank's median step, whole recording) · ` +
+    `${hm.ranks.length} ranks on ${nodes} node${nodes === 1 ? '' : 's'} · ${hm.steps} steps`;
+  summary.dataset.stepMs = String(stepMs);
+  const trend = stepTrend(step);
   const lines = [{ label: 'median over ranks', values: trend, color: '#3b82f6' }];
-  if (selRow !== undefined) lines.push({ label: `rank ${s.rank}`, values: (hm.series.step_ms[selRow] ?? []).map((v) => v ?? NaN), color: '#ff2d55' });
-  trendSlot.append(h('h2', {}, 'Step time'), trend.length ? lineChart(trend.map((_, i) => i + 1), lines, { width: Math.min(900, main.clientWidth || 900), height: 180 }) : h('p', { class: 'muted' }, 'no steps recorded'));
+  if (selRow !== undefined) lines.push({ label: `rank ${s.rank}`, values: (step[selRow] ?? []).map((v) => v ?? NaN), color: '#ff2d55' });
+  trendSlot.append(h('h2', {}, 'Step time per step'), trend.length ? lineChart(trend.map((_, i) => i + 1), lines, { width: Math.min(900, main.clientWidth || 900), height: 180 }) : h('p', { class: 'muted' }, 'no steps recorded'));
 
   const select = h('select', { id: 'metric', onchange: () => go({ ...s, metric: select.value }) },
     Object.entries(METRICS).map(([k, v]) => h('option', { value: k, selected: k === metric }, v)));
+  const modeSel = h('select', { id: 'heat-mode', onchange: () => go({ ...s, heat: modeSel.value === 'abs' ? 'abs' : undefined }) },
+    h('option', { value: 'dev', selected: mode === 'dev' }, 'against each step\'s median across ranks'),
+    h('option', { value: 'abs', selected: mode === 'abs' }, 'absolute'));
   // A picked cell (rank, step) opens that rank's flame graphs for that step's time window.
   const selCol = s.step !== undefined && s.step >= 1 && s.step <= hm.steps ? s.step - 1 : undefined;
   const flameOf = (row: number, col: number, extra: Partial<UiState>): UiState =>
@@ -126,21 +147,33 @@ export async function jobView(main: HTMLElement, s: UiState, go: (s: UiState) =>
   const cellBar = h('div', { class: 'controls cell-actions', id: 'cell-actions' });
   if (selRow !== undefined && selCol !== undefined) {
     const v = matrix[selRow]?.[selCol];
-    cellBar.append(h('strong', {}, `rank ${s.rank}, step ${selCol + 1}`),
-      typeof v === 'number' ? ` ${fmtMs(v)} ${METRICS[metric]}` : '',
+    cellBar.append(h('strong', {}, `rank ${s.rank} on ${hm.ranks[selRow].node}, step ${selCol + 1}`),
+      typeof v === 'number' ? ` ${METRICS[metric]} ${fmtMs(v)}` : '',
       h('a', { class: 'button', id: 'cell-flame', href: formatHash(flameOf(selRow, selCol, {})) }, 'flame graph of this step'),
       h('a', { class: 'button', id: 'cell-diff', href: formatHash(flameOf(selRow, selCol, { diff: true })) }, 'differential'),
       h('a', { class: 'button', id: 'cell-offcpu', href: formatHash(flameOf(selRow, selCol, { kind: 'offcpu' })) }, 'off-CPU'),
-      h('a', { class: 'button', href: formatHash({ view: 'timeline', job, rank: s.rank, step: selCol + 1 }) }, 'timeline of this step'));
+      h('a', { class: 'button', href: formatHash({ view: 'timeline', job, rank: s.rank, step: selCol + 1 }) }, 'timeline of this step beside peers'));
   } else {
     cellBar.append(h('span', { class: 'muted' }, 'Pick a cell for its rank\'s flame graphs in that step\'s time window.'));
   }
-  heatSlot.replaceChildren(h('h2', {}, `Ranks × steps: `, select),
-    heatmapCanvas({
-      matrix, rankLabels: hm.ranks.map((r) => r.rank), unit: 'ms', selected: selRow, selectedCol: selCol,
-      onPick: (row, col) => go({ ...s, rank: hm.ranks[row].rank, step: col + 1 }),
-      onOpen: (row, col) => go(flameOf(row, col, {})),
-    }), cellBar);
+  const view = heatmapCanvas({
+    matrix, ranks: hm.ranks, unit: 'ms', metricLabel: METRICS[metric], mode, stepMs,
+    selected: selRow, selectedCol: selCol,
+    onPick: (row, col) => go({ ...s, rank: hm.ranks[row].rank, step: col + 1 }),
+    onOpen: (row, col) => go(flameOf(row, col, {})),
+  });
+  // The ranks that stand out, named under the heatmap with their cross-rank timeline.
+  const dev = deviationMatrix(metric === 'compute_ms' ? matrix : computeMatrix(step, hm.series.collective_ms)).dev;
+  const standout = view.marks.length
+    ? h('p', { id: 'standout' }, 'Stands out: ', view.marks.map((m, i) => {
+      const rk = hm.ranks[m.row];
+      const worst = worstStep(dev[m.row] ?? []);
+      return h('span', { class: 'standout', 'data-rank': rk.rank }, i ? ' · ' : '',
+        h('a', { href: formatHash({ view: 'job', job, rank: rk.rank, metric: s.metric, heat: s.heat }) }, `rank ${rk.rank}`), ` on ${rk.node}, ${fmtMs(m.score)} ${m.sign > 0 ? 'above' : 'below'} its steps' medians (${METRICS[metric]}) `,
+        h('a', { class: 'button', href: formatHash({ view: 'timeline', job, ranks: defaultTimelineRanks(hm, rk.rank), step: worst }) }, 'timeline beside peers'));
+    }))
+    : h('p', { class: 'muted', id: 'standout' }, 'No rank stands out of its steps.');
+  heatSlot.replaceChildren(h('h2', {}, 'Ranks × steps: ', select, ' ', modeSel), view.el, standout, cellBar);
   markReady('heatmap');
 
   const rows = rankBreakdown(hm);
@@ -148,7 +181,8 @@ export async function jobView(main: HTMLElement, s: UiState, go: (s: UiState) =>
   const draw = (os?: Map<number, Record<string, number>>) => {
     const r = os ? rankBreakdown(hm, os) : rows;
     tableSlot.replaceChildren(h('h2', {}, 'Per-rank breakdown'),
-      h('p', { class: 'muted' }, `${r.length} ranks; ${Math.min(limit, r.length)} busiest shown (mean per step)`),
+      h('p', { class: 'muted' }, `${r.length} ranks; ${Math.min(limit, r.length)} that compute longest shown. Each column is the rank's median per step; ` +
+        '* OS times are per step summed over all the rank\'s threads, so they can exceed the step time; OS columns that are zero on every rank are left out.'),
       breakdownTable(job, r, s.rank, limit));
   };
   draw();

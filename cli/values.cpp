@@ -1,4 +1,4 @@
-#include "cli/args.h"
+#include "cli/values.h"
 
 #include <cmath>
 #include <cstdlib>

@@ -1,0 +1,20 @@
+// The values strata's options take (numbers, seconds, sizes, pid lists), checked with a one-line
+// reason that names the option. CLI11 reads the command line (cli/cli_app.h); these read its values,
+// because their messages say more than a generic "could not convert".
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "common/result.h"
+
+namespace strata::cli {
+
+Result<uint64_t> parse_uint(const std::string& flag, const std::string& text, uint64_t min, uint64_t max);
+Result<double> parse_seconds(const std::string& flag, const std::string& text);
+// A size in MiB, fractions allowed ("0.25" = 256 KiB), in bytes; at least min_mib, at most max_mib.
+Result<uint64_t> parse_mib(const std::string& flag, const std::string& text, double min_mib, double max_mib);
+Result<std::vector<uint32_t>> parse_pid_list(const std::string& text);
+
+}  // namespace strata::cli
