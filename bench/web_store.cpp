@@ -44,8 +44,15 @@ int main(int argc, char** argv) {
   const uint64_t t0 = 1'700'000'000'000'000'000ull;
   const uint64_t step_ns = 200'000'000;
   if (!s.begin()) return fail("begin");
-  auto rec = s.begin_recording({"bench-node-0", "synthetic 1k-rank job", t0, 99, 10});
-  if (!rec) return fail(rec.error().message);
+  // One recording per node, as one agent per node sends: a row's node is its recording's (the
+  // collector joins rows to ranks by (node, pid)).
+  std::vector<int64_t> recs;
+  const int nodes = (ranks + 7) / 8;
+  for (int n = 0; n < nodes; ++n) {
+    auto rec = s.begin_recording({"node-" + std::to_string(n), "synthetic 1k-rank job", t0, 99, 10});
+    if (!rec) return fail(rec.error().message);
+    recs.push_back(*rec);
+  }
   // Stacks, root first here and reversed (leaf first) for the store.
   auto stack = [&](std::initializer_list<const char*> names) -> int64_t {
     Stack stk;
@@ -62,6 +69,7 @@ int main(int argc, char** argv) {
   const uint64_t end_ns = t0 + steps * (step_ns + 60'000'000);
   for (int r = 0; r < ranks; ++r) {
     const uint32_t pid = 10000 + r;
+    const int64_t* rec = &recs[static_cast<size_t>(r / 8)];
     store::ProcessInfo p;
     p.pid = pid;
     p.ppid = 1;
@@ -107,7 +115,9 @@ int main(int argc, char** argv) {
                                     {pid, "os.major_faults", "", 0}};
     if (!s.put_metrics(*rec, t0, end_ns, m)) return fail("put_metrics");
   }
-  if (!s.end_recording(*rec, end_ns)) return fail("end_recording");
+  for (int64_t rec : recs) {
+    if (!s.end_recording(rec, end_ns)) return fail("end_recording");
+  }
   if (!s.commit()) return fail("commit");
   std::cout << "wrote " << argv[1] << ": " << ranks << " ranks x " << steps << " steps, straggler rank " << straggler
             << "\n";
