@@ -32,7 +32,7 @@ class CostBudget {
   static constexpr double kDefaultShare = 0.002;
 
   // `share`: the agent's cost as a fraction of the targets' CPU (0.002: 0.2% of a core per busy
-  // thread).
+  // thread); 0: no budget (the cost is still measured and reported).
   explicit CostBudget(double share = kDefaultShare) : share_(share) {}
 
   // Returns the level for the next window. The budget is per busy thread with at least one: a job
@@ -43,6 +43,7 @@ class CostBudget {
     if (base < 0.05) return level_;  // nothing to judge by
     double s = cost_s / base;
     last_share_ = s;
+    if (share_ <= 0) return level_;  // --budget 0: cost measured and reported, never acted on
     if (s > share_ && level_ < kQuarterRate) {
       ++level_;
       ++steps_down_;

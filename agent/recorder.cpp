@@ -96,6 +96,7 @@ class Recorder {
     PipelineOptions p;
     p.node = o.node;
     p.frequency_hz = o.frequency_hz;
+    p.budget_share = o.budget_share;
     p.window_s = o.window_s;
     p.layers = o.layers;
     p.unwind_table_bytes = o.unwind_table_bytes;

@@ -8,6 +8,7 @@
 #include <string>
 #include <vector>
 
+#include "agent/cost_budget.h"
 #include "agent/oncpu_sampler.h"
 #include "common/result.h"
 
@@ -15,6 +16,7 @@ namespace strata::agent {
 
 struct RecordOptions {
   unsigned frequency_hz = 99;
+  double budget_share = CostBudget::kDefaultShare;  // --budget; 0: none
   double window_s = 10;
   double duration_s = 0;            // 0: until the targets exit (or Ctrl-C)
   std::vector<uint32_t> pids;       // -p

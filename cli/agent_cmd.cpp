@@ -80,6 +80,10 @@ int agent_main(std::vector<std::string> argv) {
                  "needed (default 128; fractions allowed, at least 0.0625)")
       ->type_name("N");
   app.add_option("-F,--freq", hz, "sampling frequency per CPU, as for strata record (default 99)")->type_name("HZ");
+  std::string budget;
+  app.add_option("--budget", budget,
+                 "the agent's cost budget, in percent of the watched processes' CPU (at least one core's worth): over it the agent steps down (CFI unwinding off, then half and a quarter of the rate); 0: no budget (default 0.2)")
+      ->type_name("PCT");
   app.add_option("--layers", layers, "what to record, as for strata record (default all)")->type_name("L,...");
   app.add_option("--duration", duration, "stop after S seconds (default: until SIGINT/SIGTERM)")->type_name("S");
   bool pod_env = false;
@@ -118,6 +122,11 @@ int agent_main(std::vector<std::string> argv) {
     auto n = parse_mib(flag, *text, 1.0 / 16, 1 << 20);
     if (!n) return fail(n.error().message, 1);
     *to = *n;
+  }
+  if (!budget.empty()) {
+    auto v = parse_percent("--budget", budget, 100);
+    if (!v) return fail(v.error().message, 1);
+    opts.budget_share = *v;
   }
   if (!hz.empty()) {
     auto v = parse_uint("-F", hz, 1, 1000);

@@ -34,6 +34,10 @@ int record_main(std::vector<std::string> argv) {
   std::vector<std::string> pid_lists;
   agent::RecordOptions opts;
   app.add_option("-F,--freq", hz, "sampling frequency per CPU (default 99, at most 1000)")->type_name("HZ");
+  std::string budget;
+  app.add_option("--budget", budget,
+                 "the agent's cost budget, in percent of the watched processes' CPU (at least one core's worth): over it the agent steps down (CFI unwinding off, then half and a quarter of the rate); 0: no budget (default 0.2)")
+      ->type_name("PCT");
   app.add_option("-o,--output", opts.output, "store to write (default strata.db); an existing strata store gets a new recording")
       ->type_name("FILE.db");
   app.add_option("--duration", duration, "stop after S seconds (the command keeps running)")->type_name("S");
@@ -50,6 +54,11 @@ int record_main(std::vector<std::string> argv) {
   app.add_option("CMD", opts.command, "after --: run CMD and watch it until it exits")->option_text("[ARGS...]");
   if (auto done = parse(app, std::move(argv))) return *done;
 
+  if (!budget.empty()) {
+    auto v = parse_percent("--budget", budget, 100);
+    if (!v) return fail(v.error().message, 1);
+    opts.budget_share = *v;
+  }
   if (!hz.empty()) {
     auto v = parse_uint("-F", hz, 1, 1000);  // never above ~1 kHz per CPU: the machine locks up
     if (!v) return fail(v.error().message, 1);

@@ -24,6 +24,19 @@ Result<double> parse_seconds(const std::string& flag, const std::string& text) {
   return v;
 }
 
+Result<double> parse_percent(const std::string& flag, const std::string& text, double max_percent) {
+  std::string t = text;
+  if (!t.empty() && t.back() == '%') t.pop_back();
+  char* end = nullptr;
+  double v = std::strtod(t.c_str(), &end);
+  if (t.empty() || !end || *end != '\0' || !std::isfinite(v) || v < 0 || v > max_percent) {
+    std::ostringstream o;
+    o << flag << ": expected a percentage from 0 to " << max_percent << ", got '" << text << "'";
+    return Error{o.str()};
+  }
+  return v / 100;
+}
+
 Result<uint64_t> parse_mib(const std::string& flag, const std::string& text, double min_mib, double max_mib) {
   char* end = nullptr;
   double v = std::strtod(text.c_str(), &end);

@@ -13,6 +13,7 @@
 #include <string>
 #include <vector>
 
+#include "agent/cost_budget.h"
 #include "common/result.h"
 
 namespace strata::agent::daemon {
@@ -39,6 +40,7 @@ struct AgentOptions {
   double scan_s = 2;        // how often /proc is scanned for new training processes
   double duration_s = 0;    // 0: until SIGINT/SIGTERM
   unsigned frequency_hz = 99;
+  double budget_share = CostBudget::kDefaultShare;  // --budget; 0: none
   std::string listen_metrics = "127.0.0.1:9465";  // "" or "off": no /metrics (and no /drilldown)
   std::string advertise;    // HOST:PORT the collector reaches /drilldown at (default: listen_metrics)
   std::set<std::string> layers = {"cpu", "offcpu", "os", "gpu", "comm"};

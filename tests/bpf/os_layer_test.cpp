@@ -66,8 +66,11 @@ std::string describe_metrics(const ProcMetrics& m) {
 
 std::string worker() { return testprog("os_worker"); }
 
+// --budget 0: these tests check what each layer records; with 1 s windows the agent's per-window
+// work alone is over the 0.2% default budget, which would turn CFI unwinding off after the first
+// window (the budget's own behaviour is tested in cost_budget_test).
 std::string record(const TempDir& dir, const std::string& layers, const std::string& cmd) {
-  return strata_bin() + " record --layers " + layers + " --window 1 -o " + dir.file("rec.db") + " -- " + cmd;
+  return strata_bin() + " record --budget 0 --layers " + layers + " --window 1 -o " + dir.file("rec.db") + " -- " + cmd;
 }
 
 uint64_t number_after(const std::string& text, const std::string& key) {

@@ -79,12 +79,12 @@ def main():
         rdb, adb = os.path.join(tmp, "record.db"), os.path.join(tmp, "agent.db")
         job = f"parity-{os.getpid()}"
         port = free_port()
-        agent = subprocess.Popen([STRATA, "agent", "-o", adb, "--window", "1", "--listen-metrics",
+        agent = subprocess.Popen([STRATA, "agent", "-o", adb, "--window", "1", "--budget", "0", "--listen-metrics",
                                   f"127.0.0.1:{port}", "--select", "STRATA_JOB=" + job],
                                  stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
         # Only the launcher (and so the job) carries the job's name: the agent must not watch the
         # recorder. It waits for a line on stdin: the agent must have found it first.
-        rec = subprocess.Popen([STRATA, "record", "-o", rdb, "--window", "1", "--", "env", "STRATA_JOB=" + job,
+        rec = subprocess.Popen([STRATA, "record", "-o", rdb, "--window", "1", "--budget", "0", "--", "env", "STRATA_JOB=" + job,
                                 "sh", "-c", 'read go && exec "$0" "$@"', SIM, "run", "--ranks", "2", "--steps", "60",
                                 "--fault", f"host-hotspot:rank=0,ms={HOTSPOT_MS}", "--quiet"],
                                stdin=subprocess.PIPE, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)

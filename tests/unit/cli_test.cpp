@@ -64,6 +64,8 @@ TEST(Cli, UsageErrorsExitOne) {
   expect_one_line_error(run(strata_bin() + " record --unwind-tables-mb 1x -- /bin/true"), 1, "size in MiB");
   expect_one_line_error(run(strata_bin() + " agent -o x.db --spool-max-mb -1"), 1, "size in MiB");
   expect_one_line_error(run(strata_bin() + " agent -o x.db --unwind-tables-mb nan"), 1, "size in MiB");
+  expect_one_line_error(run(strata_bin() + " record --budget -1 -- /bin/true"), 1, "percentage");
+  expect_one_line_error(run(strata_bin() + " agent -o x.db --budget 0.2x"), 1, "percentage");
 }
 
 // A port nothing listens on now: the kernel picks one for a socket of ours, which is then closed.

@@ -20,6 +20,13 @@ TEST(CostBudget, StepsDownOverBudgetAndBackUpWhenCalm) {
   EXPECT_EQ(b.steps_down(), 3);
 }
 
+TEST(CostBudget, ZeroMeansNoBudgetButTheCostIsStillMeasured) {
+  CostBudget b(0);  // --budget 0
+  EXPECT_EQ(b.update(5, 10, 10), CostBudget::kFull) << "50% of the targets' CPU: reported, never acted on";
+  EXPECT_DOUBLE_EQ(b.last_share(), 0.5);
+  EXPECT_EQ(b.steps_down(), 0);
+}
+
 TEST(CostBudget, IdleTargetsChangeNothing) {
   CostBudget b(0.005);
   EXPECT_EQ(b.update(0.5, 0.01, 0.01), CostBudget::kFull);
