@@ -88,7 +88,7 @@ TEST_P(RecordedCase, GivesTheExpectedFindings) {
     EXPECT_EQ(dx.findings[i].rank, want[i].rank) << text.str();
     // Rank -1 is a job-scope finding and only that (DESIGN §8).
     EXPECT_EQ(dx.findings[i].scope == Scope::kJob, want[i].rank == -1) << text.str();
-    EXPECT_EQ(cause_name(dx.findings[i].cause), want[i].cause) << text.str();
+    EXPECT_EQ(std::string(cause_name(dx.findings[i].cause)), want[i].cause) << text.str();
     EXPECT_NE(dx.findings[i].culprit.find(want[i].culprit), std::string::npos)
         << "culprit '" << dx.findings[i].culprit << "' should name '" << want[i].culprit << "'\n" << text.str();
   }

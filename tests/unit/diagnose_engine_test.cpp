@@ -56,7 +56,7 @@ TEST_P(PlantedCause, FoundOnItsRankWithItsCauseAndCulprit) {
   ASSERT_EQ(dx.findings.size(), 1u) << dump(dx);
   const Finding& got = dx.findings[0];
   EXPECT_EQ(got.rank, 3) << dump(dx);
-  EXPECT_EQ(cause_name(got.cause), c.cause) << dump(dx);
+  EXPECT_EQ(std::string(cause_name(got.cause)), c.cause) << dump(dx);
   EXPECT_EQ(got.layer, c.layer) << dump(dx);
   EXPECT_NE(got.culprit.find(planted_culprit(f)), std::string::npos) << dump(dx);
   EXPECT_GT(got.lost_ms_per_step, 0);
@@ -99,7 +99,7 @@ TEST_P(HardwareCause, FoundOnItsRankNamingTheGpuAndTheCounter) {
   ASSERT_EQ(dx.findings.size(), 1u) << dump(dx);
   const Finding& got = dx.findings[0];
   EXPECT_EQ(got.rank, 3) << dump(dx);
-  EXPECT_EQ(cause_name(got.cause), c.cause) << dump(dx);
+  EXPECT_EQ(std::string(cause_name(got.cause)), c.cause) << dump(dx);
   EXPECT_EQ(got.layer, "gpu") << dump(dx);
   EXPECT_NE(got.culprit.find("GPU 3"), std::string::npos) << dump(dx);
   EXPECT_GT(got.confidence, 0.5) << dump(dx);
@@ -142,7 +142,7 @@ TEST(DiagnoseEngine, PcieGenerationIsComparedWithThePeers) {
   auto dx = diagnose(job);
   ASSERT_EQ(dx.findings.size(), 1u) << dump(dx);
   EXPECT_EQ(dx.findings[0].rank, 5);
-  EXPECT_EQ(cause_name(dx.findings[0].cause), std::string("pcie-degraded"));
+  EXPECT_EQ(std::string(cause_name(dx.findings[0].cause)), std::string("pcie-degraded"));
   EXPECT_NE(dx.findings[0].evidence.front().find("gpu.pcie_link_gen"), std::string::npos) << dump(dx);
 }
 
@@ -168,8 +168,8 @@ TEST(DiagnoseEngine, HotRankQueuingOnABusyNodeIsAHotspotNotAQuota) {
   auto dx = diagnose(job);
   ASSERT_FALSE(dx.findings.empty()) << dump(dx);
   EXPECT_EQ(dx.findings[0].rank, 3) << dump(dx);
-  EXPECT_EQ(cause_name(dx.findings[0].cause), "host-hotspot") << dump(dx);
-  for (const auto& f : dx.findings) EXPECT_NE(cause_name(f.cause), "cpu-throttling") << dump(dx);
+  EXPECT_EQ(std::string(cause_name(dx.findings[0].cause)), "host-hotspot") << dump(dx);
+  for (const auto& f : dx.findings) EXPECT_NE(std::string(cause_name(f.cause)), "cpu-throttling") << dump(dx);
 }
 
 // A slow link with the ranks' TCP connections recorded: the rank on both slow connections of the
@@ -194,7 +194,7 @@ TEST(DiagnoseEngine, SlowLinkEndIsTheRankOnEverySlowConnection) {
   auto dx = diagnose(job);
   ASSERT_FALSE(dx.findings.empty()) << dump(dx);
   const Finding& f = dx.findings[0];
-  EXPECT_EQ(cause_name(f.cause), "network-slow") << dump(dx);
+  EXPECT_EQ(std::string(cause_name(f.cause)), "network-slow") << dump(dx);
   EXPECT_EQ(f.rank, static_cast<int>(culprit)) << dump(dx);
   EXPECT_GE(f.confidence, 0.9) << dump(dx);
   std::string all;
@@ -209,7 +209,7 @@ TEST(DiagnoseEngine, SlowLinkEndIsTheRankOnEverySlowConnection) {
   }
   auto flat = diagnose(job);
   ASSERT_FALSE(flat.findings.empty()) << dump(flat);
-  EXPECT_EQ(cause_name(flat.findings[0].cause), "network-slow");
+  EXPECT_EQ(std::string(cause_name(flat.findings[0].cause)), "network-slow");
   EXPECT_EQ(flat.findings[0].rank, 3) << dump(flat);
 }
 
@@ -224,17 +224,17 @@ TEST(DiagnoseEngine, ReclaimThatSendsReadsToDiskIsMemoryReclaimNotAnIoStall) {
   auto dx = diagnose(job);
   ASSERT_FALSE(dx.findings.empty()) << dump(dx);
   EXPECT_EQ(dx.findings[0].rank, 3) << dump(dx);
-  EXPECT_EQ(cause_name(dx.findings[0].cause), "memory-reclaim") << dump(dx);
+  EXPECT_EQ(std::string(cause_name(dx.findings[0].cause)), "memory-reclaim") << dump(dx);
 }
 
 TEST(DiagnoseEngine, TwoFaultsOnDifferentRanksAreBothReportedByCost) {
   auto dx = run({{5, "io-stall", 25}, {2, "host-hotspot", 60}});
   ASSERT_EQ(dx.findings.size(), 2u) << dump(dx);
   EXPECT_EQ(dx.findings[0].rank, 2);
-  EXPECT_EQ(cause_name(dx.findings[0].cause), "host-hotspot");
+  EXPECT_EQ(std::string(cause_name(dx.findings[0].cause)), "host-hotspot");
   EXPECT_EQ(dx.findings[0].culprit, "slow_augment");
   EXPECT_EQ(dx.findings[1].rank, 5);
-  EXPECT_EQ(cause_name(dx.findings[1].cause), "io-stall");
+  EXPECT_EQ(std::string(cause_name(dx.findings[1].cause)), "io-stall");
   EXPECT_EQ(dx.findings[1].culprit, "load_batch");
   EXPECT_GT(dx.findings[0].lost_ms_per_step, dx.findings[1].lost_ms_per_step);
 }
@@ -243,12 +243,12 @@ TEST(DiagnoseEngine, ThousandRanksFindThePlantedCulprits) {
   auto dx = run({{17, "gpu-slow", 50}, {523, "cpu-contention", 30}, {911, "host-hotspot", 20}}, 1000);
   ASSERT_EQ(dx.findings.size(), 3u) << dump(dx);
   EXPECT_EQ(dx.findings[0].rank, 17);
-  EXPECT_EQ(cause_name(dx.findings[0].cause), "gpu-slow");
+  EXPECT_EQ(std::string(cause_name(dx.findings[0].cause)), "gpu-slow");
   EXPECT_EQ(dx.findings[1].rank, 523);
-  EXPECT_EQ(cause_name(dx.findings[1].cause), "cpu-contention");
+  EXPECT_EQ(std::string(cause_name(dx.findings[1].cause)), "cpu-contention");
   EXPECT_EQ(dx.findings[1].culprit, "logrotate");
   EXPECT_EQ(dx.findings[2].rank, 911);
-  EXPECT_EQ(cause_name(dx.findings[2].cause), "host-hotspot");
+  EXPECT_EQ(std::string(cause_name(dx.findings[2].cause)), "host-hotspot");
   EXPECT_EQ(dx.second.outlier_ranks.size(), 3u) << dump(dx);
 }
 
@@ -424,7 +424,7 @@ TEST(DiagnoseEngine, AnUnresolvedFrameIsNeverTheCulprit) {
   ASSERT_EQ(dx.findings.size(), 1u) << dump(dx);
   const Finding& f = dx.findings[0];
   EXPECT_EQ(f.rank, 1);
-  EXPECT_EQ(cause_name(f.cause), "host-hotspot") << dump(dx);
+  EXPECT_EQ(std::string(cause_name(f.cause)), "host-hotspot") << dump(dx);
   EXPECT_EQ(f.culprit, "train.py:hot_loss") << dump(dx);
   std::string all;
   for (const auto& e : f.evidence) all += e + "\n";
@@ -467,7 +467,7 @@ TEST_P(JobWideCause, IsAJobScopeFindingNamingTheLayerAndCulprit) {
   const Finding& f = dx.findings[0];
   EXPECT_EQ(f.scope, Scope::kJob) << dump(dx);
   EXPECT_EQ(f.rank, -1);
-  EXPECT_EQ(cause_name(f.cause), c.cause) << dump(dx);
+  EXPECT_EQ(std::string(cause_name(f.cause)), c.cause) << dump(dx);
   EXPECT_EQ(f.layer, c.layer);
   EXPECT_NE(f.culprit.find(planted_culprit({kAllRanks, c.cause, 30})), std::string::npos) << dump(dx);
   EXPECT_NEAR(f.lost_ms_per_step, 30, 6) << dump(dx);
@@ -525,7 +525,7 @@ TEST(DiagnoseEngine, AWorkersTimeCountsForItsRankAndIsNamedAsSuch) {
     ASSERT_EQ(dx.findings.size(), 1u) << dump(dx);
     const Finding& f = dx.findings[0];
     EXPECT_EQ(f.rank, 3);
-    EXPECT_EQ(cause_name(f.cause), std::string(cause)) << dump(dx);
+    EXPECT_EQ(std::string(cause_name(f.cause)), std::string(cause)) << dump(dx);
     EXPECT_EQ(f.culprit, std::string(cause) == "host-hotspot" ? "slow_augment" : "load_batch") << dump(dx);
     std::string all;
     for (const auto& e : f.evidence) all += e + "\n";
