@@ -15,6 +15,7 @@
 #include <unordered_map>
 
 #include "abi/gpu_comm.h"
+#include "agent/capture.h"
 #include "agent/comm/step_detector.h"
 #include "agent/flight_recorder.h"
 #include "agent/gpu/timeline_reader.h"
@@ -150,6 +151,81 @@ int link_create_uprobe_multi(int prog_fd, const std::string& path, const std::ve
 
 constexpr uint64_t kNs = 1'000'000'000ull;
 
+// Device records, as a capture keeps them (agent/capture.h).
+void encode_timeline(ByteWriter& w, uint32_t pid, uint64_t lost, const std::vector<TimelineRecord>& recs) {
+  w.u32(pid);
+  w.u64(lost);
+  w.u32(static_cast<uint32_t>(recs.size()));
+  for (const auto& r : recs) {
+    w.u32(r.kind);
+    w.i64(r.device);
+    for (uint64_t v : {r.start_ns, r.end_ns, r.api_ns, r.correlation, r.func, r.stream, r.bytes}) w.u64(v);
+    w.i64(r.api_tid);
+    w.str(r.name);
+  }
+}
+
+// A live timeline whose reads are also written to the capture.
+class CapturedTimeline final : public GpuTimingSource {
+ public:
+  CapturedTimeline(std::unique_ptr<GpuTimingSource> live, Tape& tape, uint32_t pid)
+      : live_(std::move(live)), tape_(tape), pid_(pid) {}
+  std::vector<TimelineRecord> read_new(uint64_t& lost) override {
+    uint64_t before = lost;
+    auto recs = live_->read_new(lost);
+    ByteWriter w;
+    encode_timeline(w, pid_, lost - before, recs);
+    tape_.put(CaptureKind::kTimelineRead, w.data());
+    return recs;
+  }
+
+ private:
+  std::unique_ptr<GpuTimingSource> live_;
+  Tape& tape_;
+  uint32_t pid_;
+};
+
+// A timeline whose reads come from a capture.
+class ReplayTimeline final : public GpuTimingSource {
+ public:
+  ReplayTimeline(Tape& tape, uint32_t pid) : tape_(tape), pid_(pid) {}
+  std::vector<TimelineRecord> read_new(uint64_t& lost) override {
+    std::vector<TimelineRecord> out;
+    auto rec = tape_.next(CaptureKind::kTimelineRead, pid_);
+    if (!rec) return out;
+    ByteReader r(*rec);
+    uint32_t pid = r.u32();
+    uint64_t lost_here = r.u64();
+    uint32_t n = r.u32();
+    if (pid != pid_ || n > r.left() / 64) {  // a record is at least 64 bytes
+      tape_.fail("corrupt device timeline record, or one for another pid");
+      return out;
+    }
+    out.resize(n);
+    for (auto& t : out) {
+      t.kind = r.u32();
+      t.device = static_cast<int>(r.i64());
+      for (uint64_t* v : {&t.start_ns, &t.end_ns, &t.api_ns, &t.correlation, &t.func, &t.stream, &t.bytes}) *v = r.u64();
+      t.api_tid = static_cast<int32_t>(r.i64());
+      t.name = r.str();
+    }
+    if (!r.at_end()) {
+      tape_.fail("corrupt device timeline record");
+      out.clear();
+      return out;
+    }
+    lost += lost_here;
+    return out;
+  }
+
+ private:
+  Tape& tape_;
+  uint32_t pid_;
+};
+
+// What became of an attempt to open a process's timeline (taped: replay opens no file).
+enum class TimelineOpen : uint8_t { kNoTarget = 0, kMissing = 1, kRefused = 2, kOpened = 3 };
+
 class GpuCommSource final : public Source {
  public:
   GpuCommSource(const GpuCommOptions& o, const SourceEnv& env) : opts_(o), env_(env) {}
@@ -163,6 +239,12 @@ class GpuCommSource final : public Source {
     gpu_comm_bpf__destroy(skel_);
   }
 
+  Tape& tape() const { return env_.tape ? *env_.tape : live_tape(); }
+
+  // Replay (agent/capture.h): no BPF; the API records, device timelines and kernel names come
+  // from the capture, and the decoding, collective matching and step detection run as live.
+  void init_replay() { init_clock(); }
+
   Status init() {
     setup_libbpf_logging();
     // uprobe_multi where the kernel has it (6.6+), probed at run time, else classic uprobes.
@@ -174,8 +256,34 @@ class GpuCommSource final : public Source {
     }
     ring_ = ring_buffer__new(bpf_map__fd(skel_->maps.api_events), &GpuCommSource::on_event, this, nullptr);
     if (!ring_) return Error::from_errno("cannot open the API ring buffer", errno);
-    mono_to_unix_ = static_cast<int64_t>(unix_now_ns()) - static_cast<int64_t>(monotonic_now_ns());
-    next_burst_ = monotonic_now_ns();
+    init_clock();
+    return {};
+  }
+
+  void init_clock() {
+    uint64_t unix_ns = tape().unix_ns();
+    mono_to_unix_ = static_cast<int64_t>(unix_ns) - static_cast<int64_t>(tape().mono_ns());
+    next_burst_ = tape().mono_ns();
+  }
+
+  // Takes the API ring buffer's records (taped: the kernel's raw records, one drain per record).
+  Status drain_api() {
+    if (tape().replaying()) {
+      auto rec = tape().next(CaptureKind::kApiPoll);
+      if (!rec) return {};
+      ByteReader r(*rec);
+      while (r.ok() && r.left() > 0) {
+        std::string raw = r.str();
+        if (!r.ok()) break;
+        on_event(this, raw.data(), raw.size());
+      }
+      if (!r.ok()) tape().fail("corrupt API record");
+      return {};
+    }
+    int n = ring_buffer__consume(ring_);
+    if (tape().capturing()) tape().put(CaptureKind::kApiPoll, api_batch_.take());
+    api_batch_ = ByteWriter();
+    if (n < 0) return Error::from_errno("reading the API ring buffer", -n);
     return {};
   }
 
@@ -213,7 +321,8 @@ class GpuCommSource final : public Source {
   void on_process(const store::ProcessInfo& p) override {
     auto& st = proc(p.pid);
     st.alive = true;
-    st.exec_mono = monotonic_now_ns();
+    st.exec_mono = tape().mono_ns();
+    if (tape().replaying()) return;  // no probes to attach, no files to read
     if (auto t = timeline_target_of(p.pid)) st.timeline_target = *t;
     // Attach to the runtimes the new image will load before it can call them: its DT_NEEDED
     // closure, resolved as the loader will. Libraries loaded later (dlopen) are found by rescans.
@@ -233,32 +342,31 @@ class GpuCommSource final : public Source {
     if (it == procs_.end()) return;
     it->second.alive = false;
     // Take its device records now: the file may be removed right after the process ends.
-    read_timeline(it->second, monotonic_now_ns(), /*force=*/true);
+    read_timeline(it->second, tape().mono_ns(), /*force=*/true);
     release_files(it->second);
   }
 
   Status poll() override {
-    int n = ring_buffer__consume(ring_);
-    if (n < 0) return Error::from_errno("reading the API ring buffer", -n);
-    uint64_t now = monotonic_now_ns();
+    if (auto st = drain_api(); !st) return st;
+    uint64_t now = tape().mono_ns();
     for (auto& [pid, st] : procs_) {
       // Libraries loaded late (dlopen): the loader's _dl_debug_state probe says when; a slow
       // rescan covers processes without a dynamic loader.
       bool due = st.maps_changed ? now - st.last_scan > kNs / 10 : now - st.last_scan > 30 * kNs;
-      if (st.alive && due) {
+      if (st.alive && due && !tape().replaying()) {
         st.maps_changed = false;
         scan(st);
       }
       read_timeline(st, now);
     }
-    drive_bursts(now);
+    if (!tape().replaying()) drive_bursts(now);
     return {};
   }
 
   Status flush(store::Store& store, const WindowContext& w) override {
-    uint64_t now = monotonic_now_ns();
+    uint64_t now = tape().mono_ns();
     // Take the last events first, so calls and their device records meet in this window.
-    ring_buffer__consume(ring_);
+    (void)drain_api();
     for (auto& [pid, st] : procs_) read_timeline(st, now, /*force=*/true);
 
     std::vector<store::CommunicatorRecord> comms;
@@ -342,6 +450,7 @@ class GpuCommSource final : public Source {
   }
 
   void stats(std::vector<std::pair<std::string, double>>& out) const override {
+    if (!skel_) return;  // replay: the kernel's counters are the live run's
     int ncpus = libbpf_num_possible_cpus();
     std::vector<uint64_t> values(ncpus > 0 ? ncpus : 1);
     auto sum = [&](uint32_t key) -> double {
@@ -388,7 +497,7 @@ class GpuCommSource final : public Source {
     if (it != procs_.end()) return it->second;
     auto& st = procs_[pid];
     st.pid = pid;
-    st.watch_start_mono = monotonic_now_ns();
+    st.watch_start_mono = tape().mono_ns();
     st.steps = StepDetector(st.watch_start_mono);
     return st;
   }
@@ -574,18 +683,16 @@ class GpuCommSource final : public Source {
     if (!opts_.gpu) return;
     if (!st.timeline) {
       if (now < st.next_timeline_try && !force) return;
-      if (!st.timeline_target) st.timeline_target = timeline_target_of(st.pid);
-      if (!st.timeline_target) return;  // gone before we knew whose it was: nothing to trust
-      auto t = open_timeline_for(*st.timeline_target);
-      if (!t && timeline_refused(t.error()) && !st.timeline_refused) {
+      auto opened = open_timeline(st);
+      if (opened == TimelineOpen::kNoTarget) return;  // gone before we knew whose it was: nothing to trust
+      if (opened == TimelineOpen::kRefused && !st.timeline_refused) {
         st.timeline_refused = true;  // counted once per process; it is tried again, as a missing one
         ++timelines_refused_;
       }
-      if (!t) {
+      if (opened != TimelineOpen::kOpened) {
         st.next_timeline_try = now + kNs / 5;  // the file appears with the first device work
         return;
       }
-      st.timeline = std::move(*t);
     }
     while (!st.recent_device.empty() && st.recent_device.front().end + 300 * kNs < now) st.recent_device.pop_front();
     for (auto& r : st.timeline->read_new(timeline_lost_)) {
@@ -610,11 +717,72 @@ class GpuCommSource final : public Source {
     }
   }
 
-  // The kernel's name is the symbol of its host stub: symbolize the address through the mapping.
+  // Opens the process's device timeline into st.timeline (taped: capture.h).
+  TimelineOpen open_timeline(ProcState& st) {
+    if (tape().replaying()) {
+      auto rec = tape().next(CaptureKind::kTimelineOpen, st.pid);
+      if (!rec) return TimelineOpen::kNoTarget;
+      ByteReader r(*rec);
+      uint32_t pid = r.u32();
+      auto what = static_cast<TimelineOpen>(r.u8());
+      if (!r.at_end() || pid != st.pid || static_cast<uint8_t>(what) > static_cast<uint8_t>(TimelineOpen::kOpened)) {
+        tape().fail("corrupt timeline record, or one for another pid");
+        return TimelineOpen::kNoTarget;
+      }
+      if (what == TimelineOpen::kOpened) st.timeline = std::make_unique<ReplayTimeline>(tape(), st.pid);
+      return what;
+    }
+    TimelineOpen what = TimelineOpen::kOpened;
+    if (!st.timeline_target) st.timeline_target = timeline_target_of(st.pid);
+    if (!st.timeline_target) {
+      what = TimelineOpen::kNoTarget;
+    } else if (auto t = open_timeline_for(*st.timeline_target); !t) {
+      what = timeline_refused(t.error()) ? TimelineOpen::kRefused : TimelineOpen::kMissing;
+    } else if (tape().capturing()) {
+      st.timeline = std::make_unique<CapturedTimeline>(std::move(*t), tape(), st.pid);
+    } else {
+      st.timeline = std::move(*t);
+    }
+    if (tape().capturing()) {
+      ByteWriter w;
+      w.u32(st.pid);
+      w.u8(static_cast<uint8_t>(what));
+      tape().put(CaptureKind::kTimelineOpen, w.data());
+    }
+    return what;
+  }
+
+  // The kernel's name is the symbol of its host stub, read from the target's binary (taped).
   std::string kernel_name(ProcState& st, uint64_t func, const std::string& fallback) {
     if (!func) return fallback;
     auto it = st.kernel_names.find(func);
     if (it != st.kernel_names.end()) return it->second;
+    std::string name;
+    if (tape().replaying()) {
+      auto rec = tape().next(CaptureKind::kKernelName, st.pid);
+      const std::string payload = rec ? *rec : std::string();  // the reader views it: kept alive here
+      ByteReader r(payload);
+      uint32_t pid = r.u32();
+      uint64_t f = r.u64();
+      name = r.str();
+      if (rec && (!r.at_end() || pid != st.pid || f != func))
+        tape().fail("corrupt kernel name record, or one for another kernel (pid " + std::to_string(pid) + " 0x" +
+                    hex_addr(f) + ", asked for pid " + std::to_string(st.pid) + " 0x" + hex_addr(func) + ")");
+    } else {
+      name = read_kernel_name(st, func, fallback);
+      if (tape().capturing()) {
+        ByteWriter w;
+        w.u32(st.pid);
+        w.u64(func);
+        w.str(name);
+        tape().put(CaptureKind::kKernelName, w.data());
+      }
+    }
+    st.kernel_names.emplace(func, name);
+    return name;
+  }
+
+  std::string read_kernel_name(ProcState& st, uint64_t func, const std::string& fallback) {
     std::string name = fallback;
     auto maps = read_proc_maps(st.pid);
     if (maps) {
@@ -633,7 +801,6 @@ class GpuCommSource final : public Source {
       }
     }
     if (name.empty()) name = "kernel@0x" + hex_addr(func);
-    st.kernel_names.emplace(func, name);
     return name;
   }
 
@@ -739,6 +906,8 @@ class GpuCommSource final : public Source {
 
   static int on_event(void* ctx, void* data, size_t size) {
     auto* self = static_cast<GpuCommSource*>(ctx);
+    // The raw record, for the capture: what replay decodes again (capture.h).
+    if (self->tape().capturing()) self->api_batch_.str(std::string_view(static_cast<const char*>(data), size));
     if (size < sizeof(strata_api_event)) return 0;
     strata_api_event e;
     std::memcpy(&e, data, sizeof e);
@@ -886,6 +1055,7 @@ class GpuCommSource final : public Source {
   SourceEnv env_;
   gpu_comm_bpf* skel_ = nullptr;
   ring_buffer* ring_ = nullptr;
+  ByteWriter api_batch_;  // this drain's raw records, when capturing
   int64_t mono_to_unix_ = 0;
   std::unique_ptr<symbolize::Symbolizer> symbolizer_ = symbolize::make_caching_symbolizer();
 
@@ -916,6 +1086,12 @@ Result<std::unique_ptr<Source>> start_gpu_comm_source(const GpuCommOptions& opts
   auto s = std::make_unique<GpuCommSource>(opts, env);
   if (auto st = s->init(); !st) return st.error();
   return std::unique_ptr<Source>(std::move(s));
+}
+
+std::unique_ptr<Source> replay_gpu_comm_source(const GpuCommOptions& opts, const SourceEnv& env) {
+  auto s = std::make_unique<GpuCommSource>(opts, env);
+  s->init_replay();
+  return s;
 }
 
 }  // namespace strata::agent

@@ -26,5 +26,7 @@ struct GpuCommOptions {
 };
 
 Result<std::unique_ptr<Source>> start_gpu_comm_source(const GpuCommOptions& opts, const SourceEnv& env);
+// The same source fed by a replayed capture (env.tape): no BPF, no probes, no target's files.
+std::unique_ptr<Source> replay_gpu_comm_source(const GpuCommOptions& opts, const SourceEnv& env);
 
 }  // namespace strata::agent

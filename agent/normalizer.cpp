@@ -6,7 +6,9 @@
 #include <chrono>
 #include <cstddef>
 #include <cstring>
+#include <optional>
 
+#include "agent/capture.h"
 #include "symbolize/symbolizer.h"
 
 namespace strata::agent {
@@ -138,19 +140,62 @@ const std::string& Normalizer::build_id_of(const Mapping& m, uint32_t pid, bool 
   auto it = build_id_by_file_.find(k);
   if (it != build_id_by_file_.end() && !recheck) return it->second.build_id;
   // Opened through the process's root (files inside containers) and checked to be the mapped file.
-  auto file = open_mapped_file(pid, m);
-  if (!file) {
+  // What was read is taped (agent/capture.h): replay reads no target's files.
+  auto [identity, id] = read_build_id_taped(m, pid);
+  if (!identity) {
     if (it != build_id_by_file_.end()) return it->second.build_id;  // keep what it was
     return build_id_by_file_[k].build_id;                            // "" until a recheck reads it
   }
-  if (it != build_id_by_file_.end() && it->second.identity == file->identity() && !it->second.build_id.empty())
+  if (it != build_id_by_file_.end() && it->second.identity == *identity && !it->second.build_id.empty())
     return it->second.build_id;
-  auto id = symbolize::read_build_id(file->path());
   auto& known = build_id_by_file_[k];
-  known.identity = file->identity();
-  known.build_id = id ? *id : std::string();
+  known.identity = *identity;
+  known.build_id = std::move(id);
   return known.build_id;
 }
+
+std::pair<std::optional<FileIdentity>, std::string> Normalizer::read_build_id_taped(const Mapping& m, uint32_t pid) {
+  // What was read is taped (agent/capture.h): replay reads no target's files.
+  std::optional<FileIdentity> identity;
+  std::string id;
+  if (replaying()) {
+    auto rec = tape_->next(CaptureKind::kBuildId, pid);
+    const std::string payload = rec ? *rec : std::string();  // the reader views it: kept alive here
+    ByteReader r(payload);
+    (void)r.u32();  // the pid, as asked
+    bool opened = r.u8() != 0;
+    FileIdentity fi;
+    fi.dev = r.u64();
+    fi.ino = r.u64();
+    fi.size = r.u64();
+    fi.mtime_ns = r.i64();
+    id = r.str();
+    if (rec && !r.at_end()) tape_->fail("corrupt build id record");
+    if (opened && r.ok()) identity = fi;
+  } else {
+    auto file = open_mapped_file(pid, m);
+    if (file) {
+      identity = file->identity();
+      auto read = symbolize::read_build_id(file->path());
+      id = read ? *read : std::string();
+    }
+    if (tape_ && tape_->capturing()) {
+      ByteWriter w;
+      FileIdentity fi = identity.value_or(FileIdentity{});
+      w.u32(pid);
+      w.u8(identity ? 1 : 0);
+      w.u64(fi.dev);
+      w.u64(fi.ino);
+      w.u64(fi.size);
+      w.i64(fi.mtime_ns);
+      w.str(id);
+      tape_->put(CaptureKind::kBuildId, w.data());
+    }
+  }
+  return {identity, id};
+}
+
+bool Normalizer::replaying() const { return tape_ && tape_->replaying(); }
 
 std::string Normalizer::module_key(const Mapping& m, const std::string& build_id) {
   if (!build_id.empty()) return build_id;
@@ -165,6 +210,7 @@ std::shared_ptr<const unwind::ModuleUnwind> Normalizer::module_of(const Mapping&
   if (m.path.empty() || m.path[0] != '/') return nullptr;
   key = module_key(m, build_id_of(m, pid));
   if (auto known = modules_->find(key)) return *known;
+  if (replaying()) return modules_->get(key, std::string());  // no target's files in replay (capture.h)
   auto file = open_mapped_file(pid, m);
   // A file that is not the mapped one is remembered as unusable (an empty path loads nothing), so
   // it is not opened again on every sample.
@@ -227,14 +273,14 @@ void Normalizer::push_kernel_mappings(uint32_t pid, const std::vector<Mapping>& 
 }
 
 void Normalizer::learn_process(uint32_t pid) {
-  auto maps = read_proc_maps(pid);
+  auto maps = tape_ ? tape_->proc_maps(pid) : read_proc_maps(pid);
   if (!maps) return;
   for (const auto& m : *maps) {
     if (!m.executable || m.path.empty() || m.path[0] != '/') continue;
     const std::string& id = build_id_of(m, pid, /*recheck=*/true);
     if (!id.empty()) path_by_build_id_.emplace(trimmed_like_kernel(id), KnownModule{m.path, id});
   }
-  detect_python(pid, *maps);
+  if (!replaying()) detect_python(pid, *maps);  // reads the interpreter's file: not replayed (capture.h)
   if (kernel_.set_mappings) push_kernel_mappings(pid, *maps);
   maps_[pid] = std::move(*maps);
 }

@@ -8,8 +8,10 @@
 #include <cstdint>
 #include <functional>
 #include <memory>
+#include <optional>
 #include <string>
 #include <unordered_map>
+#include <utility>
 #include <vector>
 
 #include "abi/oncpu.h"
@@ -22,6 +24,8 @@
 #include "unwind/stack_unwinder.h"
 
 namespace strata::agent {
+
+class Tape;
 
 // A sample's user stack after unwinding, before normalization: what identical samples share.
 struct UserStack {
@@ -104,6 +108,10 @@ class Normalizer {
   // Turns on loading the kernel's CFI tables (mode 3): from then on learn_process sends them.
   void set_kernel_unwind(KernelUnwindHooks hooks) { kernel_ = std::move(hooks); }
 
+  // Where it reads the processes' maps and the mapped files' build ids: /proc (no tape, or a
+  // capturing one) or a replayed capture (agent/capture.h), which reads no target's files.
+  void set_tape(Tape* tape) { tape_ = tape; }
+
   size_t known_build_ids() const { return path_by_build_id_.size(); }
   UnwindCounters unwind_counters() const;
 
@@ -115,6 +123,8 @@ class Normalizer {
   // device and inode: one path names different files in different containers. `recheck` opens the
   // file again and re-reads the id when the file under that inode changed (an inode reused).
   const std::string& build_id_of(const Mapping& m, uint32_t pid, bool recheck = false);
+  // The mapped file's identity (none: it could not be opened as the mapped file) and build id.
+  std::pair<std::optional<FileIdentity>, std::string> read_build_id_taped(const Mapping& m, uint32_t pid);
   // The unwind-table cache's key of a mapped file: its build id, else its device and inode.
   static std::string module_key(const Mapping& m, const std::string& build_id);
   const std::string& hex(const std::array<uint8_t, 20>& id);
@@ -151,6 +161,8 @@ class Normalizer {
   std::unordered_map<uint32_t, std::unique_ptr<PythonProcess>> python_;
   std::function<void(uint32_t, const strata_py_offsets*)> python_hook_;
   KernelUnwindHooks kernel_;
+  Tape* tape_ = nullptr;
+  bool replaying() const;
   std::unordered_map<std::string, uint32_t> kernel_ids_;  // module key -> kernel module id
   unwind::UnwoundStack unwound_;  // reused
   UnwindCounters counters_;

@@ -3,26 +3,57 @@
 #include <algorithm>
 #include <ostream>
 
+#include "agent/engine.h"
 #include "agent/limits.h"
 #include "agent/sources.h"
 #include "common/self_usage.h"
 
 namespace strata::agent {
 
-NodePipeline::NodePipeline(const PipelineOptions& opts, std::ostream& log) : opts_(opts), log_(log) {
+namespace {
+// How often the watched processes' CPU is read and exits noticed: often enough for the run's CPU
+// figure, rarely enough to cost nothing.
+constexpr uint64_t kRefreshNs = 1'000'000'000ull;
+}  // namespace
+
+NodePipeline::NodePipeline(const PipelineOptions& opts, std::ostream& log)
+    : opts_(opts), log_(log), tape_(opts.tape ? *opts.tape : live_tape()) {
   if (opts_.node.empty()) opts_.node = node_name();
+  normalizer_.set_tape(&tape_);
+}
+
+void NodePipeline::control(CaptureControl op, const ByteWriter& args) {
+  if (!tape_.capturing()) return;
+  ByteWriter w;
+  w.u8(static_cast<uint8_t>(op));
+  std::string rec = w.take() + args.data();
+  tape_.put(CaptureKind::kControl, rec);
 }
 
 // Sources first (their threads join), then the sampler they share maps with.
 NodePipeline::~NodePipeline() { sources_.clear(); }
 
 Status NodePipeline::start() {
+  if (tape_.replaying()) {  // the capture's events, and the sources that replay (sources.h)
+    sampler_ = replay_sampler(tape_);
+    SourceEnv env;
+    env.normalizer = &normalizer_;
+    env.frequency_hz = opts_.frequency_hz;
+    env.raw_device_records = opts_.raw_device_records;
+    env.flight_recorder = opts_.flight_recorder ? &flight_ : nullptr;
+    env.tape = &tape_;
+    auto started = make_replay_sources(opts_.layers, env);
+    sources_ = std::move(started.sources);
+    for (const auto& w : started.warnings) log_ << opts_.log_prefix << w << "\n";
+    return {};
+  }
   SamplerOptions so;
   so.frequency_hz = opts_.frequency_hz;
   so.sample_cpu = opts_.layers.count("cpu") > 0;
   auto sampler = OnCpuSampler::start(so);
   if (!sampler) return sampler.error().environment();
   sampler_ = std::move(*sampler);
+  if (tape_.capturing()) sampler_ = capturing_sampler(std::move(sampler_), tape_);
   normalizer_.set_python_hook([this](uint32_t pid, const strata_py_offsets* o) {
     (void)sampler_->set_python_process(pid, o);  // a full map only costs that process its Python frames
   });
@@ -39,6 +70,7 @@ Status NodePipeline::start() {
   env.frequency_hz = opts_.frequency_hz;
   env.raw_device_records = opts_.raw_device_records;
   env.flight_recorder = opts_.flight_recorder ? &flight_ : nullptr;
+  env.tape = &tape_;
   auto started = make_sources(opts_.layers, env);
   sources_ = std::move(started.sources);
   for (const auto& w : started.warnings) log_ << opts_.log_prefix << "warning: " << w << "\n";
@@ -57,11 +89,14 @@ void NodePipeline::drop_privileges_and_start_threads() {
 }
 
 Status NodePipeline::begin(store::Store& sink, const std::string& command) {
+  ByteWriter args;
+  args.str(command);
+  control(CaptureControl::kBegin, args);
   sink_ = &sink;
   store::RecordingInfo info;
   info.node = opts_.node;
   info.command = command;
-  info.started_ns = unix_now_ns();
+  info.started_ns = tape_.unix_ns();
   info.sample_hz = opts_.frequency_hz;
   info.window_s = opts_.window_s;
   auto rec = sink_->begin_recording(info);
@@ -73,24 +108,49 @@ Status NodePipeline::begin(store::Store& sink, const std::string& command) {
 void NodePipeline::start_clock() {
   if (clock_started_) return;
   clock_started_ = true;
-  started_ = window_started_ = last_refresh_ = std::chrono::steady_clock::now();
-  window_start_unix_ = unix_now_ns();
-  window_start_mono_ = monotonic_now_ns();
+  started_ = window_started_ = last_refresh_ = tape_.mono_ns();
+  window_start_unix_ = tape_.unix_ns();
+  window_start_mono_ = tape_.mono_ns();
   cpu_at_start_ = budget_cpu_mark_ = self_cpu_seconds();
 }
 
 Status NodePipeline::add_target(uint32_t pid) {
+  ByteWriter args;
+  args.u32(pid);
+  control(CaptureControl::kAddTarget, args);
   if (auto st = sampler_->add_target(pid); !st) return st.error().environment();
   return {};
 }
 
 Status NodePipeline::watch(uint32_t pid, bool preexisting) {
-  if (auto st = add_target(pid); !st) return st;
+  ByteWriter args;
+  args.u32(pid);
+  args.u8(preexisting ? 1 : 0);
+  control(CaptureControl::kWatch, args);
+  if (auto st = sampler_->add_target(pid); !st) return st.error().environment();
   see_process(pid, 0, "", /*refresh=*/false, preexisting);
   return {};
 }
 
+void NodePipeline::announce(uint32_t pid, uint32_t ppid, const std::string& comm, bool preexisting) {
+  ByteWriter args;
+  args.u32(pid);
+  args.u32(ppid);
+  args.str(comm);
+  args.u8(preexisting ? 1 : 0);
+  control(CaptureControl::kAnnounce, args);
+  see_process(pid, ppid, comm, /*refresh=*/false, preexisting);
+}
+
+void NodePipeline::note_reaped_cpu_ns(uint64_t ns) {
+  ByteWriter args;
+  args.u64(ns);
+  control(CaptureControl::kReapedCpu, args);
+  reaped_cpu_ns_ = std::max(reaped_cpu_ns_, ns);
+}
+
 void NodePipeline::forget_gone_pids() {
+  control(CaptureControl::kForgetGone);
   for (auto it = known_.begin(); it != known_.end();) it = live_.count(*it) ? std::next(it) : known_.erase(it);
 }
 
@@ -123,7 +183,7 @@ void NodePipeline::see_process(uint32_t pid, uint32_t ppid, const std::string& c
   if (known_.count(pid) && !refresh) return;
   if (known_.insert(pid).second) processes_seen_++;
   live_.insert(pid);
-  auto info = read_process_info(pid, opts_.node);
+  auto info = tape_.process_info(pid, opts_.node);
   store::ProcessInfo p;
   if (info) {
     p = *info;
@@ -133,14 +193,14 @@ void NodePipeline::see_process(uint32_t pid, uint32_t ppid, const std::string& c
     p.node = opts_.node;
     p.comm = comm;
     p.command = "[" + comm + "]";
-    p.start_ns = unix_now_ns();
+    p.start_ns = tape_.unix_ns();
   }
   pending_processes_[pid] = p;
   if (opts_.flight_recorder) flight_.note_process(p);
   for (auto& src : sources_) src->on_process(p);
   if (!cpu_first_.count(pid)) {
     // Processes that ran before the watch count from now; children from zero.
-    auto cpu = process_cpu_ns(pid);
+    auto cpu = tape_.process_cpu_ns(pid);
     cpu_first_[pid] = preexisting && cpu ? *cpu : 0;
     cpu_last_[pid] = cpu ? *cpu : 0;
   }
@@ -170,13 +230,13 @@ void NodePipeline::forget(uint32_t pid) {
 }
 
 void NodePipeline::refresh_cpu(uint32_t pid) {
-  if (auto cpu = process_cpu_ns(pid)) cpu_last_[pid] = *cpu;
+  if (auto cpu = tape_.process_cpu_ns(pid)) cpu_last_[pid] = *cpu;
 }
 
 void NodePipeline::refresh_watched() {
   for (auto it = live_.begin(); it != live_.end();) {
     uint32_t pid = *it++;  // forget() erases it
-    if (!process_exists(pid)) forget(pid);
+    if (!tape_.process_exists(pid)) forget(pid);
     else refresh_cpu(pid);
   }
 }
@@ -192,10 +252,15 @@ uint64_t NodePipeline::target_cpu_ns() const {
 
 double NodePipeline::elapsed_s() const {
   if (!clock_started_) return 0;
-  return std::chrono::duration<double>(std::chrono::steady_clock::now() - started_).count();
+  // Not taped: the shell's own question (when to stop), answered by the control stream in replay.
+  uint64_t now = monotonic_now_ns();
+  return static_cast<double>(now > started_ ? now - started_ : 0) / 1e9;
 }
 
 Status NodePipeline::step(int timeout_ms) {
+  ByteWriter args;
+  args.u32(static_cast<uint32_t>(timeout_ms));
+  control(CaptureControl::kStep, args);
   start_clock();
   auto n = sampler_->poll(timeout_ms, *this);
   if (!n) return n.error();
@@ -203,13 +268,13 @@ Status NodePipeline::step(int timeout_ms) {
     // One layer failing to read costs that layer, never the run.
     if (auto st = src->poll(); !st) log_ << opts_.log_prefix << src->name() << ": " << st.error().message << "\n";
   }
-  auto now = std::chrono::steady_clock::now();
-  if (now - last_refresh_ >= std::chrono::seconds(1)) {
+  uint64_t now = tape_.mono_ns();
+  if (now - last_refresh_ >= kRefreshNs) {
     last_refresh_ = now;
     refresh_watched();
   }
   // A window also closes when it holds kMaxWindowStacks distinct stacks: memory stays bounded.
-  if (std::chrono::duration<double>(now - window_started_).count() >= opts_.window_s ||
+  if (static_cast<double>(now - window_started_) / 1e9 >= opts_.window_s ||
       profile_.distinct_stacks() >= kMaxWindowStacks) {
     if (auto st = close_window(); !st) return st;
     window_started_ = now;
@@ -218,7 +283,7 @@ Status NodePipeline::step(int timeout_ms) {
 }
 
 Status NodePipeline::close_window() {
-  uint64_t end_unix = unix_now_ns();
+  uint64_t end_unix = tape_.unix_ns();
   // Windows stay on the run's timeline (process_info.h); a step is said once, and counted.
   if (clock_watch_.look())
     log_ << opts_.log_prefix << "warning: the wall clock stepped; it is now "
@@ -242,14 +307,14 @@ Status NodePipeline::close_window() {
   ctx.start_ns = window_start_unix_;
   ctx.end_ns = end_unix;
   ctx.mono_start_ns = window_start_mono_;
-  ctx.mono_end_ns = monotonic_now_ns();
+  ctx.mono_end_ns = tape_.mono_ns();
   for (auto& src : sources_) {
     if (auto st = src->flush(*sink_, ctx); !st) return st.error().context(src->name());
   }
   // Symbolizing loads symbol tables (a one-time cost per build id): during the run only when
   // asked, else once at the end, off the target's time.
   symbolize_s_ = 0;
-  if (opts_.symbolize_each_window) {
+  if (opts_.symbolize_each_window && opts_.symbolize) {
     if (auto st = symbolize_new_frames(); !st) return st;
   }
   apply_budget(ctx, symbolize_s_);
@@ -281,7 +346,7 @@ void NodePipeline::apply_budget(const WindowContext& ctx, double symbolize_s) {
   budget_bpf_mark_ = bpf;
   budget_target_mark_ = target_ns;
   int before = budget_.level();
-  double wall = static_cast<double>(ctx.mono_end_ns - ctx.mono_start_ns) / 1e9;
+  double wall = static_cast<double>(ctx.mono_end_ns - std::min(ctx.mono_end_ns, ctx.mono_start_ns)) / 1e9;
   int level = budget_.update(cost, target, wall);
   if (level != before) {
     normalizer_.set_snapshot_unwinding(level == CostBudget::kFull);
@@ -328,6 +393,7 @@ uint64_t NodePipeline::probe_hits() const {
 }
 
 Result<PipelineTotals> NodePipeline::finish(const std::vector<std::pair<std::string, double>>& extra_stats) {
+  control(CaptureControl::kFinish);
   start_clock();  // a run stopped before its first step still closes one window
   // Take what the kernel already produced, then close the last window.
   for (int i = 0; i < 3; ++i) {
@@ -342,7 +408,9 @@ Result<PipelineTotals> NodePipeline::finish(const std::vector<std::pair<std::str
   t.target_cpu_s = static_cast<double>(target_cpu_ns()) / 1e9;
   if (auto st = close_window(); !st) return st.error();
   if (auto st = sink_->begin(); !st) return st.error();
-  if (auto st = symbolize_new_frames(); !st) return st.error();
+  if (opts_.symbolize) {
+    if (auto st = symbolize_new_frames(); !st) return st.error();
+  }
   t.agent_cpu_after_s = self_cpu_seconds() - cpu_end_of_run;
   t.counters = sampler_->counters();
   t.samples_seen = samples_seen_;
@@ -358,7 +426,7 @@ Result<PipelineTotals> NodePipeline::finish(const std::vector<std::pair<std::str
   for (const auto& [k, v] : stats) {
     if (auto st = sink_->put_stat(recording_, k, v); !st) return st.error();
   }
-  if (auto st = sink_->end_recording(recording_, unix_now_ns()); !st) return st.error();
+  if (auto st = sink_->end_recording(recording_, tape_.unix_ns()); !st) return st.error();
   if (auto st = sink_->commit(); !st) return st.error();
   return t;
 }

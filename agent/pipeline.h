@@ -21,6 +21,7 @@
 #include <utility>
 #include <vector>
 
+#include "agent/capture.h"
 #include "agent/cost_budget.h"
 #include "agent/events.h"
 #include "agent/flight_recorder.h"
@@ -51,6 +52,12 @@ struct PipelineOptions {
   bool symbolize_each_window = false;
   double budget_share = CostBudget::kDefaultShare;
   std::string log_prefix = "strata: ";
+  // Symbolize frames at all (replay does not: symbols would come from this machine's files).
+  bool symbolize = true;
+  // Where the pipeline reads the world (agent/capture.h): nullptr is live; a capturing tape also
+  // writes every read to a capture; a replaying one runs the pipeline from a capture (the event
+  // engine is then the capture's, not BPF). Not owned; outlives the pipeline.
+  Tape* tape = nullptr;
 };
 
 // The closing figures of a run, for `strata record`'s summary and the agent's last line.
@@ -94,9 +101,7 @@ class NodePipeline final : public EventSink {
   // The two halves of watch(), for a child started by the shell: the kernel follows it from its
   // first instruction (add_target), and it is announced once it has exec'ed the command.
   Status add_target(uint32_t pid);
-  void announce(uint32_t pid, uint32_t ppid, const std::string& comm, bool preexisting) {
-    see_process(pid, ppid, comm, /*refresh=*/false, preexisting);
-  }
+  void announce(uint32_t pid, uint32_t ppid, const std::string& comm, bool preexisting);
   bool known(uint32_t pid) const { return known_.count(pid) > 0; }
   size_t known_count() const { return known_.size(); }
   size_t live_processes() const { return live_.size(); }
@@ -110,7 +115,7 @@ class NodePipeline final : public EventSink {
   Status step(int timeout_ms);
   double elapsed_s() const;
   // CPU of watched children already reaped by the shell (rusage counts them; /proc no longer can).
-  void note_reaped_cpu_ns(uint64_t ns) { reaped_cpu_ns_ = std::max(reaped_cpu_ns_, ns); }
+  void note_reaped_cpu_ns(uint64_t ns);
 
   // The end of the run: the kernel's last events, the last window, symbolization, the run's stats
   // (with `extra_stats`), the end of the recording.
@@ -142,9 +147,11 @@ class NodePipeline final : public EventSink {
   void apply_budget(const WindowContext& ctx, double one_time_s);
   Status symbolize_new_frames();
   std::vector<std::pair<std::string, double>> run_stats(const PipelineTotals& t) const;
+  void control(CaptureControl op, const ByteWriter& args = ByteWriter());  // the shell's call, taped
 
   PipelineOptions opts_;
   std::ostream& log_;
+  Tape& tape_;
   std::unique_ptr<OnCpuSampler> sampler_;
   std::unique_ptr<symbolize::Symbolizer> symbolizer_ = symbolize::make_caching_symbolizer();
   Normalizer normalizer_{opts_.unwind_table_bytes};  // after opts_
@@ -156,7 +163,7 @@ class NodePipeline final : public EventSink {
 
   // The window clock.
   bool clock_started_ = false;
-  std::chrono::steady_clock::time_point started_{}, window_started_{}, last_refresh_{};
+  uint64_t started_ = 0, window_started_ = 0, last_refresh_ = 0;  // CLOCK_MONOTONIC ns (the tape's)
   uint64_t window_start_unix_ = 0;
   uint64_t window_start_mono_ = 0;
   WallClockWatch clock_watch_;

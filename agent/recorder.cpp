@@ -12,6 +12,7 @@
 #include <ostream>
 #include <sstream>
 
+#include "agent/capture.h"
 #include "agent/gpu/cupti_env.h"
 #include "agent/pipeline.h"
 #include "agent/privileges.h"
@@ -45,7 +46,8 @@ std::string resolve_command(const std::string& cmd) {
 // starts (or the pids it is given) until they end.
 class Recorder {
  public:
-  Recorder(const RecordOptions& opts, std::ostream& log) : opts_(opts), pipeline_(pipeline_options(opts), log) {}
+  Recorder(const RecordOptions& opts, std::ostream& log)
+      : opts_(opts), log_(log), pipeline_(pipeline_options(opts, &tape_), log) {}
 
   Result<RecordSummary> run() {
     // Validate everything the user gave before touching the kernel or the store.
@@ -57,11 +59,29 @@ class Recorder {
     for (uint32_t pid : opts_.pids) {
       if (!process_exists(pid)) return Error{"no such process: " + std::to_string(pid)};
     }
+    // A capture holds what replay can run again (capture.h): the off-CPU and OS layers share the
+    // stack normalizer with the sampler but their own reads are not taped, so replay would not line up.
+    if (!opts_.save_events.empty() && (opts_.layers.count("offcpu") || opts_.layers.count("os")))
+      return Error{"--save-events captures the cpu, gpu and comm layers only (the off-CPU and OS layers are not "
+                   "replayed): add --layers cpu,gpu,comm"};
     if (auto st = check_bpf_permissions(); !st) return st.error().environment();
 
     auto store = store::Store::open_sqlite(opts_.output, store::Store::Mode::kCreateOrAppend);
     if (!store) return store.error();
     store_ = std::move(*store);
+    if (!opts_.save_events.empty()) {
+      CaptureHeader h;
+      h.node = opts_.node.empty() ? node_name() : opts_.node;
+      h.frequency_hz = opts_.frequency_hz;
+      h.window_s = opts_.window_s;
+      h.layers = opts_.layers;
+      h.raw_device_records = true;  // as pipeline_options() leaves it
+      h.unwind_table_bytes = opts_.unwind_table_bytes;
+      auto w = CaptureWriter::create(opts_.save_events, h);
+      if (!w) return w.error();
+      capture_ = std::move(*w);
+      tape_ = Tape(capture_.get());
+    }
     if (auto st = pipeline_.start(); !st) return st.error();
 
     std::string command;
@@ -92,8 +112,9 @@ class Recorder {
   }
 
  private:
-  static PipelineOptions pipeline_options(const RecordOptions& o) {
+  static PipelineOptions pipeline_options(const RecordOptions& o, Tape* tape) {
     PipelineOptions p;
+    p.tape = tape;
     p.node = o.node;
     p.frequency_hz = o.frequency_hz;
     p.budget_share = o.budget_share;
@@ -176,6 +197,13 @@ class Recorder {
     }
     auto t = pipeline_.finish();
     if (!t) return t.error();
+    if (capture_) {
+      // The recording is whole either way; an incomplete capture is said, not fatal.
+      if (auto st = capture_->close(); !st)
+        log_ << "strata: warning: --save-events " << opts_.save_events << ": " << st.error().message << "\n";
+      else
+        log_ << "strata: events saved to " << opts_.save_events << " (" << capture_->bytes() << " bytes before compression)\n";
+    }
     summary_.counters = t->counters;
     summary_.samples_stored = t->samples_stored;
     summary_.windows = t->windows_with_samples;
@@ -190,7 +218,10 @@ class Recorder {
   }
 
   RecordOptions opts_;
+  std::ostream& log_;
   std::unique_ptr<store::Store> store_;  // the sink: declared first, so it outlives the pipeline
+  std::unique_ptr<CaptureWriter> capture_;  // --save-events; with the tape, outlives the pipeline
+  Tape tape_;                               // live; writing to capture_ when there is one
   NodePipeline pipeline_;
   pid_t child_ = -1;
   RecordSummary summary_;

@@ -26,6 +26,7 @@ struct RecordOptions {
   bool symbolize_each_window = false;  // else once at the end (symbol tables load off the target's time)
   std::set<std::string> layers = {"cpu", "offcpu", "os", "gpu", "comm"};  // --layers
   size_t unwind_table_bytes = 128u << 20;  // --unwind-tables-mb (normalizer.h)
+  std::string save_events;  // --save-events: capture of what the pipeline read, for replay (capture.h)
 };
 
 struct RecordSummary {

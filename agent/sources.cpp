@@ -60,4 +60,19 @@ Sources make_sources(const std::set<std::string>& layers, const SourceEnv& env) 
   return s;
 }
 
+Sources make_replay_sources(const std::set<std::string>& layers, const SourceEnv& env) {
+  Sources s;
+  if (layers.count("offcpu") || layers.count("os"))
+    s.warnings.push_back("the off-CPU and OS layers are not replayed (a capture does not keep their reads)");
+  if (layers.count("gpu") || layers.count("comm")) {
+    GpuCommOptions o;
+    o.gpu = layers.count("gpu") > 0;
+    o.comm = layers.count("comm") > 0;
+    if (!env.raw_device_records) o.max_device_records_per_window = 0;
+    s.sources.push_back(replay_gpu_comm_source(o, env));
+  }
+  if (layers.count("gpu")) s.warnings.push_back("GPU metrics (NVML) are not replayed");
+  return s;
+}
+
 }  // namespace strata::agent

@@ -18,6 +18,7 @@ Result<std::set<std::string>> parse_layers(const std::string& spec);
 
 class Normalizer;
 class FlightRecorder;
+class Tape;
 
 struct SourceEnv {
   int targets_map_fd = -1;  // the BPF map of watched tgids, shared by every BPF source
@@ -30,6 +31,9 @@ struct SourceEnv {
   bool raw_device_records = true;
   // Where raw collectives and device records are kept for drill-down (the agent's); none: not kept.
   FlightRecorder* flight_recorder = nullptr;
+  // Where the sources read the world (agent/capture.h): nullptr is live; a capturing tape also
+  // writes what they read; a replaying one answers from a capture.
+  Tape* tape = nullptr;
 };
 
 struct Sources {
@@ -40,5 +44,9 @@ struct Sources {
 // Starts the sources of `layers` except "cpu" (the recorder's own sampler). A layer that cannot
 // start on this machine is skipped with a warning; the others still run.
 Sources make_sources(const std::set<std::string>& layers, const SourceEnv& env);
+// The sources a replay runs (env.tape replaying): the GPU/comm layer's decoding, collective
+// matching, step detection and device records. The off-CPU, OS and NVML sources read the machine
+// in ways a capture does not keep: they are left out, said in `warnings`.
+Sources make_replay_sources(const std::set<std::string>& layers, const SourceEnv& env);
 
 }  // namespace strata::agent

@@ -48,6 +48,10 @@ int record_main(std::vector<std::string> argv) {
                  "memory for the modules' unwind tables together (CFI rows, by build id; the least recently used are "
                  "dropped and rebuilt when needed); fractions allowed, at least 0.0625 (default 128)")
       ->type_name("N");
+  app.add_option("--save-events", opts.save_events,
+                 "also write what the pipeline read (kernel events, clocks, /proc reads, GPU device records) to FILE, "
+                 "to replay the run through the pipeline without root (tests/unit/replay_test.cpp); zstd-compressed, at most 256 MiB of records")
+      ->type_name("FILE");
   app.add_option("--node", opts.node, "node name on the records (default: hostname)")->type_name("NAME");
   app.add_option("-p,--pid", pid_lists, "watch running processes (repeatable)")->type_name("PID[,PID...]")
       ->multi_option_policy(CLI::MultiOptionPolicy::TakeAll);
