@@ -115,6 +115,8 @@ Result<std::unique_ptr<CaptureWriter>> CaptureWriter::create(const std::string& 
   auto* cctx = ZSTD_createCCtx();
   if (!cctx) return Error{"cannot start zstd for the capture"};
   ZSTD_CCtx_setParameter(cctx, ZSTD_c_compressionLevel, 3);  // zstd's default: fast, and small enough
+  // A checksum of the content: a flipped byte is refused by the reader, not replayed as other data.
+  ZSTD_CCtx_setParameter(cctx, ZSTD_c_checksumFlag, 1);
   w->zstd_ = cctx;
   return w;
 }
