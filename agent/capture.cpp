@@ -3,7 +3,6 @@
 #include <zstd.h>
 
 #include <cerrno>
-#include <climits>
 #include <cstdint>
 #include <cstring>
 #include <fstream>
@@ -252,10 +251,9 @@ Tape::Tape(Capture capture) : replay_(true), header_(std::move(capture.header)) 
   queues_.resize(static_cast<size_t>(CaptureKind::kLast) + 1);
   for (auto& r : capture.records) {
     if (per_process(r.kind)) {
-      ByteReader head(r.payload);
-      uint32_t pid = head.u32();
-      if (!head.ok()) pid = UINT32_MAX;  // too short to name one: no pid asks for it
-      by_pid_[{r.kind, pid}].push_back(std::move(r.payload));
+      // Too short to name what it is about: a key no read asks for.
+      std::string key = r.payload.size() >= key_bytes(r.kind) ? r.payload.substr(0, key_bytes(r.kind)) : "short";
+      by_key_[{r.kind, key}].push_back(std::move(r.payload));
     } else {
       queues_[static_cast<size_t>(r.kind)].push_back(std::move(r.payload));
     }
@@ -281,8 +279,19 @@ std::optional<std::string> Tape::next(CaptureKind kind) {
 }
 
 std::optional<std::string> Tape::next(CaptureKind kind, uint32_t pid) {
-  return pop(by_pid_[{kind, pid}], *this,
+  ByteWriter key;
+  key.u32(pid);
+  return pop(by_key_[{kind, key.data()}], *this,
              "records of kind " + std::to_string(static_cast<uint32_t>(kind)) + " for pid " + std::to_string(pid));
+}
+
+std::optional<std::string> Tape::next_build_id(uint32_t pid, uint64_t dev, uint64_t ino) {
+  ByteWriter key;
+  key.u32(pid);
+  key.u64(dev);
+  key.u64(ino);
+  return pop(by_key_[{CaptureKind::kBuildId, key.data()}], *this,
+             "build ids for pid " + std::to_string(pid) + " file " + std::to_string(dev) + ":" + std::to_string(ino));
 }
 
 uint64_t Tape::clock(CaptureKind kind, uint64_t (*live)()) {

@@ -177,7 +177,12 @@ class Tape {
   // every later answer going to the wrong process.
   std::optional<std::string> next(CaptureKind kind);
   std::optional<std::string> next(CaptureKind kind, uint32_t pid);
+  // ... and a mapped file's build id by the process and the mapping's device and inode (the
+  // order files are first looked at depends on the order stacks are normalized).
+  std::optional<std::string> next_build_id(uint32_t pid, uint64_t dev, uint64_t ino);
   static bool per_process(CaptureKind kind);
+  // How many leading payload bytes name what a per_process() answer is about.
+  static size_t key_bytes(CaptureKind kind) { return kind == CaptureKind::kBuildId ? 20 : 4; }
   void put(CaptureKind kind, std::string_view payload) {
     if (writer_) writer_->put(kind, payload);
   }
@@ -202,7 +207,7 @@ class Tape {
   bool replay_ = false;
   CaptureHeader header_;
   std::vector<std::deque<std::string>> queues_;  // by kind
-  std::map<std::pair<CaptureKind, uint32_t>, std::deque<std::string>> by_pid_;  // per_process() kinds
+  std::map<std::pair<CaptureKind, std::string>, std::deque<std::string>> by_key_;  // per_process() kinds
   std::optional<std::string> error_;
 };
 

@@ -159,10 +159,10 @@ std::pair<std::optional<FileIdentity>, std::string> Normalizer::read_build_id_ta
   std::optional<FileIdentity> identity;
   std::string id;
   if (replaying()) {
-    auto rec = tape_->next(CaptureKind::kBuildId, pid);
+    auto rec = tape_->next_build_id(pid, m.dev, m.inode);
     const std::string payload = rec ? *rec : std::string();  // the reader views it: kept alive here
     ByteReader r(payload);
-    (void)r.u32();  // the pid, as asked
+    (void)r.bytes(Tape::key_bytes(CaptureKind::kBuildId));  // pid, device, inode: as asked
     bool opened = r.u8() != 0;
     FileIdentity fi;
     fi.dev = r.u64();
@@ -182,7 +182,9 @@ std::pair<std::optional<FileIdentity>, std::string> Normalizer::read_build_id_ta
     if (tape_ && tape_->capturing()) {
       ByteWriter w;
       FileIdentity fi = identity.value_or(FileIdentity{});
-      w.u32(pid);
+      w.u32(pid);  // the key (Tape::key_bytes): the process and the mapping's file
+      w.u64(m.dev);
+      w.u64(m.inode);
       w.u8(identity ? 1 : 0);
       w.u64(fi.dev);
       w.u64(fi.ino);
