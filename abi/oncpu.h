@@ -13,6 +13,12 @@
 #define STRATA_COMM_LEN 16
 #define STRATA_BUILD_ID_LEN 20
 #define STRATA_STACK_SNAPSHOT_MAX 16384 /* bytes of user stack copied per sample, at most */
+/* ... by the on-CPU sampler: a CPython 3.11 rank importing torch is deeper than 16 KiB (nested
+ * imports each add a few C frames of the eval loop); with 16 KiB, 16% of a DDP job's samples ended
+ * short of the thread's start (issue 15). 24 KiB is what the per-CPU scratch allows (a per-CPU map
+ * value is at most 32 KiB, and the sample's other sections take ~4.5 KiB). The off-CPU pool keeps
+ * the size above. */
+#define STRATA_ONCPU_SNAPSHOT_MAX 24576
 #define STRATA_MAX_PY_FRAMES 128
 #define STRATA_PY_NO_FIELD 0xffff   /* a field the version does not have */
 #define STRATA_PY_FRAME_READ 128    /* bytes of one interpreter frame read at once */

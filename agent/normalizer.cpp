@@ -399,6 +399,10 @@ void Normalizer::unwind(const SampleEvent& e, UserStack& out) {
     counters_.snapshot_unwinds++;
     complete = unwound_.stop == unwind::StopReason::kEndOfStack;
     counters_.stops[static_cast<size_t>(unwound_.stop) % counters_.stops.size()]++;
+    // A walk that stopped at an address in no module it could read ends before it, as a
+    // frame-pointer chain does (valid_frame_chain): an address no module explains is not a frame
+    // we can name or trust (the leaf, where the thread was, always stays).
+    if (unwound_.stop == unwind::StopReason::kNoModule && unwound_.ips.size() > 1) unwound_.ips.pop_back();
     if (complete) counters_.snapshot_complete++;
     // The kernel's frame-pointer walk wins only when the copy gave less (a module we could not read)
     // and every one of its return addresses is code: a walk cut short by the check is one that

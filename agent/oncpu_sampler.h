@@ -21,12 +21,13 @@ struct SamplerOptions {
   bool sample_cpu = true;  // false: only track the process tree (the cpu layer is off)
   bool follow_children = true;
   uint32_t max_targets = 16384;
-  uint32_t ringbuf_bytes_per_cpu = 1024 * 1024;  // a sample with a stack copy is up to ~20 KiB
+  uint32_t ringbuf_bytes_per_cpu = 1024 * 1024;  // a sample with a stack copy is up to ~28 KiB
   // User stacks: 0 kernel frame-pointer walk only, 1 stack copy unwound on the node, 2 adaptive (the
   // kernel's walk, plus a copy where it enters a module without frame pointers), 3 kernel CFI walk.
   // See abi/oncpu.h.
   uint32_t user_stack_mode = 2;
-  uint32_t snapshot_pages = 4;  // stack copy: rest of rsp's page + up to this many pages in all
+  uint32_t snapshot_pages = 6;  // stack copy: rest of rsp's page + up to this many pages in all
+                                // (STRATA_ONCPU_SNAPSHOT_MAX)
   // Mode 3 (kernel CFI walk): the kernel's tables, preallocated at these sizes (12 bytes a row,
   // 4 KiB a process). Loading stops, counted, when the rows are spent.
   uint32_t kcfi_max_rows = 1u << 20;

@@ -133,15 +133,16 @@ size_t valid_frame_chain(const std::vector<Mapping>& maps, const uint64_t* ips, 
   return n;
 }
 
+// A token bucket kept as one time per process (GCRA): `last_` holds when the process's next re-read
+// would be due at the steady rate; up to kMapsRereadBurst may come at once after a quiet spell.
 bool MapsRereadLimiter::allow(uint32_t pid, uint64_t now_ns) {
   auto [it, first] = last_.try_emplace(pid, now_ns);
-  if (!first) {
-    if (now_ns - it->second < kMapsRereadIntervalNs && now_ns >= it->second) {
-      refused_++;
-      return false;
-    }
-    it->second = now_ns;
+  uint64_t due = std::max(it->second, now_ns);
+  if (due - now_ns > (kMapsRereadBurst - 1) * kMapsRereadIntervalNs) {
+    refused_++;
+    return false;
   }
+  it->second = due + kMapsRereadIntervalNs;
   rereads_++;
   return true;
 }

@@ -72,15 +72,19 @@ const Mapping* find_mapping(const std::vector<Mapping>& maps, uint64_t addr);
 size_t valid_frame_chain(const std::vector<Mapping>& maps, const uint64_t* ips, size_t n);
 
 // When a process's maps may be read again (an address in no known mapping: a library loaded since,
-// a heap grown): at most once per kMapsRereadInterval per process, for its whole life -- a count
-// over its life (the old cap of 64) left a long-lived process with stale maps for good. Pure (the
-// caller passes the time), so tests drive it without clocks.
+// a heap grown): at a bounded rate per process (kMapsRereadIntervalNs, bursts of kMapsRereadBurst),
+// for its whole life -- a count over its life (the old cap of 64) left a long-lived process with
+// stale maps for good. Pure (the caller passes the time), so tests drive it without clocks.
 class MapsRereadLimiter {
  public:
   // 200 ms: a process that maps something every instant (a JIT, an importing interpreter) costs at
   // most five reads of its maps a second (a few hundred microseconds each for ~300 mappings), and
   // a sample in a new library waits at most that long to be named.
   static constexpr uint64_t kMapsRereadIntervalNs = 200'000'000;
+  // Libraries come in bursts (an import dlopens one, then its dependencies, within milliseconds):
+  // eight re-reads at once after a quiet spell name each of them in the first samples that meet
+  // them, and keep the long-run rate above.
+  static constexpr uint64_t kMapsRereadBurst = 8;
   // True (and noted) when `pid` may be read again at `now_ns`.
   bool allow(uint32_t pid, uint64_t now_ns);
   void forget(uint32_t pid) { last_.erase(pid); }

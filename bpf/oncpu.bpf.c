@@ -24,7 +24,7 @@ char LICENSE[] SEC("license") = "GPL";
 const volatile __u32 abi_version = STRATA_ONCPU_ABI_VERSION;
 const volatile bool follow_children = true;
 const volatile __u32 user_stack_mode = STRATA_USTACK_BOTH;
-const volatile __u32 snapshot_pages = 4; /* the stack copy: the rest of rsp's page + up to this many pages */
+const volatile __u32 snapshot_pages = 6; /* the stack copy: the rest of rsp's page + up to this many pages */
 
 struct {
   __uint(type, BPF_MAP_TYPE_HASH);
@@ -87,7 +87,7 @@ struct {
 #define USTACK_BYTES (STRATA_MAX_STACK_DEPTH * sizeof(__u64))
 #define PY_BYTES (STRATA_MAX_PY_FRAMES * sizeof(struct strata_py_frame))
 #define PAGE 4096
-#define SNAP_BYTES STRATA_STACK_SNAPSHOT_MAX
+#define SNAP_BYTES STRATA_ONCPU_SNAPSHOT_MAX
 
 /* The kernel CFI walk's state (kernel_cfi_walk). */
 struct kcfi_state {

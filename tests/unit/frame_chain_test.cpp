@@ -66,14 +66,19 @@ TEST(MapsReread, BoundedByRateNotByLifetime) {
   constexpr uint64_t dt = MapsRereadLimiter::kMapsRereadIntervalNs;
   uint64_t now = 5 * dt;
   // Far more than the old lifetime cap of 64: a long-lived process whose heap keeps growing.
+  constexpr uint64_t burst = MapsRereadLimiter::kMapsRereadBurst;
   for (int i = 0; i < 1000; ++i, now += dt) EXPECT_TRUE(lim.allow(7, now)) << "re-read " << i;
-  EXPECT_FALSE(lim.allow(7, now - dt / 2)) << "within the interval of the last one";
-  EXPECT_FALSE(lim.allow(7, now - dt + 1));
-  EXPECT_TRUE(lim.allow(8, now - dt / 2)) << "each process has its own rate";
+  // A burst (a library and its dependencies) at one instant: up to the burst, then refused.
+  for (uint64_t i = 0; i < burst; ++i) EXPECT_TRUE(lim.allow(7, now)) << "burst " << i;
+  EXPECT_FALSE(lim.allow(7, now)) << "past the burst";
+  EXPECT_FALSE(lim.allow(7, now + dt / 2)) << "the bucket refills at one re-read per interval";
+  EXPECT_TRUE(lim.allow(7, now + dt)) << "one interval later: one more";
+  EXPECT_FALSE(lim.allow(7, now + dt));
+  EXPECT_TRUE(lim.allow(8, now)) << "each process has its own rate";
   lim.forget(7);
-  EXPECT_TRUE(lim.allow(7, now - dt / 2)) << "a forgotten (exec'd, exited) process starts afresh";
-  EXPECT_EQ(lim.rereads(), 1002u);
-  EXPECT_EQ(lim.refused(), 2u);
+  EXPECT_TRUE(lim.allow(7, now + dt)) << "a forgotten (exec'd, exited) process starts afresh";
+  EXPECT_EQ(lim.rereads(), 1000u + burst + 3);
+  EXPECT_EQ(lim.refused(), 3u);
 }
 
 // The normalizer applies the check to the kernel's walk (a sample without a stack copy, as the
