@@ -8,16 +8,26 @@
 #include <linux/types.h>
 #endif
 
-#define STRATA_ONCPU_ABI_VERSION 5
+#define STRATA_ONCPU_ABI_VERSION 6
 #define STRATA_MAX_STACK_DEPTH 127 /* PERF_MAX_STACK_DEPTH */
 #define STRATA_COMM_LEN 16
 #define STRATA_BUILD_ID_LEN 20
 #define STRATA_STACK_SNAPSHOT_MAX 16384 /* bytes of user stack copied per sample, at most */
+/* ... by the on-CPU sampler: a CPython 3.11 rank importing torch is deeper than 16 KiB (nested
+ * imports each add a few C frames of the eval loop); with 16 KiB, 16% of a DDP job's samples ended
+ * short of the thread's start (issue 15). 24 KiB is what the per-CPU scratch allows (a per-CPU map
+ * value is at most 32 KiB, and the sample's other sections take ~4.5 KiB). The off-CPU pool keeps
+ * the size above. */
+#define STRATA_ONCPU_SNAPSHOT_MAX 24576
 #define STRATA_MAX_PY_FRAMES 128
 #define STRATA_PY_NO_FIELD 0xffff   /* a field the version does not have */
 #define STRATA_PY_FRAME_READ 128    /* bytes of one interpreter frame read at once */
 #define STRATA_MAX_URETPROBES 4     /* pending uretprobe returns reported per stack copy */
-#define STRATA_MAX_PROC_MAPPINGS 128 /* executable mappings per process the kernel CFI walk knows */
+/* Executable mappings per process the kernel CFI walk knows (a power of two: indexes are masked).
+ * A PyTorch rank maps 314 (Debian's python3-torch, gloo): 128 left 74% of one rank's samples a lone
+ * [unknown] frame. 1024 is 32 KiB a process; more are dropped, counted (kernel_mappings_dropped). */
+#define STRATA_MAX_PROC_MAPPINGS 1024
+#define STRATA_MAX_PROC_MAPPINGS_LOG2 10
 #define STRATA_KCFI_NO_MODULE 0xffffffffu /* strata_exec_mapping.module_id: no tables (frame pointers) */
 #define STRATA_KCFI_NO_TABLE 0xfffffffeu  /* ... neither frame pointers nor tables (table budget spent): stop */
 #define STRATA_TARGET_BITMAP_WORDS 65536 /* bits for every tgid below PID_MAX_LIMIT (4194304) */
@@ -70,6 +80,9 @@ enum strata_oncpu_counter {
   STRATA_CNT_KCFI_MAX_DEPTH,  /* STRATA_MAX_STACK_DEPTH frames */
   STRATA_CNT_KCFI_FRAMES,     /* frames stepped with CFI rows */
   STRATA_CNT_KCFI_FP_FRAMES,  /* frames stepped with frame pointers (modules without tables) */
+  /* The adaptive mode (STRATA_USTACK_BOTH): samples whose frame-pointer walk stayed in modules that
+   * keep frame pointers, sent without a stack copy. */
+  STRATA_CNT_COPY_SKIPPED,
   STRATA_CNT__COUNT,
 };
 
@@ -77,7 +90,10 @@ enum strata_oncpu_counter {
 enum strata_user_stack_mode {
   STRATA_USTACK_FP = 0,        /* frame-pointer walk in the kernel, build id + offset per frame */
   STRATA_USTACK_SNAPSHOT = 1,  /* copy of the stack top + rip/rsp/rbp, unwound on the node */
-  STRATA_USTACK_BOTH = 2,      /* both: the kernel's walk is the fallback for processes gone meanwhile */
+  STRATA_USTACK_BOTH = 2,      /* adaptive (the default): the kernel's frame-pointer walk, and a stack
+                                  copy only when that walk enters a module the agent did not find to
+                                  keep frame pointers (per module, in `kcfi_procs`: module_id
+                                  STRATA_KCFI_NO_MODULE) or a process it has not described yet */
   STRATA_USTACK_KERNEL_CFI = 3, /* CFI walk in the kernel from the agent's compact tables (below),
                                    frame pointers for modules without tables; no stack copy */
 };
@@ -134,7 +150,9 @@ struct strata_exec_mapping {
   __u32 _pad;
 };
 
-/* A process's executable mappings, sorted by start (map `kcfi_procs`, by tgid). */
+/* A process's executable mappings, sorted by start (map `kcfi_procs`, by tgid): the kernel CFI walk's
+ * (mode 3), and in the adaptive mode (2) which modules keep frame pointers (STRATA_KCFI_NO_MODULE;
+ * any other id: a copy is needed). */
 struct strata_proc_mappings {
   __u32 n;
   __u32 _pad;

@@ -1,9 +1,12 @@
 // The agent's cost budget (DESIGN §4 "adaptive"): each window, the agent's own CPU plus its BPF
 // run time (less its one-time work: unwind-table builds, symbolization) is compared with the
 // watched processes' CPU on the node (at least one core's worth of the window);
-// over budget it steps down — first node-side
-// CFI unwinding off (kernel frame-pointer stacks only), then half, then a quarter of the sampling
-// rate — and steps back up when well under budget for two windows. Pure logic, unit-tested.
+// over budget it steps down — first half, then a quarter of the sampling rate, and only then
+// node-side CFI unwinding off (kernel frame-pointer stacks, cut at the first return address that
+// is not code) — and steps back up when well under budget for two windows. Pure logic, unit-tested.
+// Why the rate goes first: a lower rate keeps every stack whole and cuts every per-sample cost
+// (the copy, Python frames, normalizing); turning CFI off cuts only the walk's share and breaks the
+// stacks of every frameless module (on a Debian PyTorch job, all of them: issue 15).
 #pragma once
 
 #include <cstdio>
@@ -22,9 +25,9 @@ inline std::string percent(double share) {
 class CostBudget {
  public:
   static constexpr int kFull = 0;          // stack copies unwound with CFI on the node
-  static constexpr int kFramePointers = 1; // kernel frame-pointer stacks only
-  static constexpr int kHalfRate = 2;
-  static constexpr int kQuarterRate = 3;
+  static constexpr int kHalfRate = 1;
+  static constexpr int kQuarterRate = 2;
+  static constexpr int kFramePointers = 3; // ... and kernel frame-pointer stacks only: the last resort
 
   // The default share: 0.2% of the watched ranks' CPU on the node. An always-on agent must cost
   // less than production profilers that run fleet-wide (SysOM-AI reports 0.4%), and 0.2% is what
@@ -44,7 +47,7 @@ class CostBudget {
     double s = cost_s / base;
     last_share_ = s;
     if (share_ <= 0) return level_;  // --budget 0: cost measured and reported, never acted on
-    if (s > share_ && level_ < kQuarterRate) {
+    if (s > share_ && level_ < kFramePointers) {
       ++level_;
       ++steps_down_;
       calm_ = 0;
@@ -65,6 +68,9 @@ class CostBudget {
   int steps_down() const { return steps_down_; }
   double last_share() const { return last_share_; }
   double budget() const { return share_; }
+
+  // Whether the node unwinds stack copies with CFI at a level.
+  static bool cfi_at(int level) { return level < kFramePointers; }
 
   // Sampling rate at a level, from the configured one (never below 10 Hz).
   static unsigned rate_at(int level, unsigned hz) {

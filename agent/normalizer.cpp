@@ -13,7 +13,6 @@
 
 namespace strata::agent {
 namespace {
-constexpr uint64_t kMaxRefreshesPerPid = 64;   // bounds /proc reads for processes that map oddly
 constexpr size_t kMaxNativeFrames = 127;
 constexpr size_t kMaxCodeObjectsPerProcess = 16384;
 
@@ -61,6 +60,7 @@ uint32_t fnv32(const std::string& s) {
 struct Normalizer::PythonProcess {
   int minor = 0;
   std::string module_path;
+  uint64_t module_start = 0, module_inode = 0;  // its executable mapping, to tell an exec'd image
   uint64_t eval_lo = 0, eval_hi = 0;  // file offsets of _PyEval_EvalFrameDefault in module_path
   uint64_t code_type = 0;             // &PyCode_Type in the process
   std::unique_ptr<unwind::ProcMemReader> mem;
@@ -76,7 +76,7 @@ class Normalizer::ProcessSpace final : public unwind::AddressSpace {
   bool find(uint64_t addr, unwind::MappedModule& out) override {
     auto it = n_.maps_.find(pid_);
     const Mapping* m = it != n_.maps_.end() ? find_mapping(it->second, addr) : nullptr;
-    if ((!m || !m->executable) && n_.refreshes_[pid_]++ < kMaxRefreshesPerPid) {
+    if ((!m || !m->executable) && n_.may_reread(pid_)) {
       n_.learn_process(pid_);  // mapped since we last looked (dlopen)
       it = n_.maps_.find(pid_);
       m = it != n_.maps_.end() ? find_mapping(it->second, addr) : nullptr;
@@ -250,11 +250,31 @@ void Normalizer::push_kernel_mappings(uint32_t pid, const std::vector<Mapping>& 
   std::memset(pm.get(), 0, sizeof(*pm));
   for (const auto& m : maps) {  // /proc/PID/maps is sorted by address, as the kernel's search needs
     if (!m.executable || m.path.empty()) continue;
-    std::string key;
-    auto module = module_of(m, pid, key);
-    if (!module) continue;  // the walk stops there (no mapping), as the node's does
-    uint64_t vaddr = module->vaddr_of_file_offset(m.file_offset);
-    if (vaddr == ~0ull) continue;
+    uint32_t id = STRATA_KCFI_NO_TABLE;
+    uint64_t bias = 0;
+    if (!kernel_.tables) {
+      // The adaptive mode: what the node has learned of the module so far, without building
+      // anything -- a module is read when a sample's walk first needs it (a stack copy), and the
+      // list is sent again then (see unwind). Unknown or frameless: the kernel asks for a copy.
+      std::string key = m.path == "[vdso]" ? m.path : m.path[0] == '/' ? module_key(m, build_id_of(m, pid)) : "";
+      auto known = key == "[vdso]" ? std::optional(vdso_module()) : key.empty() ? std::nullopt : modules_->find(key);
+      if (known && *known && (*known)->method == unwind::ModuleMethod::kFramePointer) id = STRATA_KCFI_NO_MODULE;
+    } else {
+      std::string key;
+      auto module = module_of(m, pid, key);
+      if (!module) continue;  // the walk stops there (no mapping), as the node's does
+      uint64_t vaddr = module->vaddr_of_file_offset(m.file_offset);
+      if (vaddr == ~0ull) continue;
+      id = kernel_module_id(key, *module);
+      bias = m.start - vaddr;
+    }
+    if (pm->n > 0) {  // one module's adjacent executable mappings (split by mprotect) as one entry
+      auto& prev = pm->m[pm->n - 1];
+      if (prev.end == m.start && prev.bias == bias && prev.module_id == id) {
+        prev.end = m.end;
+        continue;
+      }
+    }
     if (pm->n >= STRATA_MAX_PROC_MAPPINGS) {
       counters_.kernel_mappings_dropped++;
       continue;
@@ -262,10 +282,11 @@ void Normalizer::push_kernel_mappings(uint32_t pid, const std::vector<Mapping>& 
     auto& e = pm->m[pm->n++];
     e.start = m.start;
     e.end = m.end;
-    e.bias = m.start - vaddr;
-    e.module_id = kernel_module_id(key, *module);
+    e.bias = bias;
+    e.module_id = id;
   }
-  kernel_.set_mappings(pid, pm.get());
+  if (!kernel_.set_mappings(pid, pm.get())) counters_.kernel_mapping_refused++;
+  pushed_builds_[pid] = modules_->builds();
   counters_.kernel_mapping_pushes++;
   auto ns = static_cast<uint64_t>(
       std::chrono::duration_cast<std::chrono::nanoseconds>(std::chrono::steady_clock::now() - t0).count());
@@ -275,28 +296,56 @@ void Normalizer::push_kernel_mappings(uint32_t pid, const std::vector<Mapping>& 
 }
 
 void Normalizer::learn_process(uint32_t pid) {
+  auto r0 = std::chrono::steady_clock::now();
   auto maps = tape_ ? tape_->proc_maps(pid) : read_proc_maps(pid);
   if (!maps) return;
+  // Reading the maps is one-time work when it finds code that was not there (a library loaded: once
+  // per library), and the agent's own cost when it finds none (a re-read that learned nothing).
+  auto old = maps_.find(pid);
+  size_t old_exec = 0, new_exec = 0;
+  if (old != maps_.end())
+    for (const auto& m : old->second) old_exec += m.executable;
+  for (const auto& m : *maps) new_exec += m.executable;
+  if (old == maps_.end() || new_exec != old_exec)
+    counters_.learn_once_ns += static_cast<uint64_t>(
+        std::chrono::duration_cast<std::chrono::nanoseconds>(std::chrono::steady_clock::now() - r0).count());
+  // A process's first look (or its first after an exec) opens each mapped file again, in case an
+  // inode was reused by another build; a re-read for a new mapping (dlopen, a grown heap) opens
+  // only files it has not seen: re-reads come at up to MapsRereadLimiter's rate, and opening a
+  // PyTorch rank's 300 libraries each time was most of the agent's cost.
+  bool first = !maps_.count(pid);
+  auto t0 = std::chrono::steady_clock::now();
   for (const auto& m : *maps) {
     if (!m.executable || m.path.empty() || m.path[0] != '/') continue;
-    const std::string& id = build_id_of(m, pid, /*recheck=*/true);
+    const std::string& id = build_id_of(m, pid, /*recheck=*/first);
     if (!id.empty()) path_by_build_id_.emplace(trimmed_like_kernel(id), KnownModule{m.path, id});
   }
   if (!replaying()) detect_python(pid, *maps);  // reads the interpreter's file: not replayed (capture.h)
+  // Reading build ids of new files and recognizing an interpreter: once per file and process.
+  counters_.learn_once_ns += static_cast<uint64_t>(
+      std::chrono::duration_cast<std::chrono::nanoseconds>(std::chrono::steady_clock::now() - t0).count());
   if (kernel_.set_mappings) push_kernel_mappings(pid, *maps);
   maps_[pid] = std::move(*maps);
 }
 
 void Normalizer::forget_process(uint32_t pid) {
   maps_.erase(pid);
-  refreshes_.erase(pid);
+  rereads_.forget(pid);
+  pushed_builds_.erase(pid);
   spaces_.erase(pid);
   if (python_.erase(pid) && python_hook_) python_hook_(pid, nullptr);
   if (kernel_.set_mappings) kernel_.set_mappings(pid, nullptr);
 }
 
 void Normalizer::detect_python(uint32_t pid, const std::vector<Mapping>& maps) {
-  if (python_.count(pid)) return;
+  if (auto it = python_.find(pid); it != python_.end()) {
+    // Still the interpreter we recognized (same file at the same place)? An exec whose event was
+    // lost, or a forked child read before its exec, maps another image: recognize it again.
+    for (const auto& m : maps)
+      if (m.start == it->second->module_start && m.inode == it->second->module_inode && m.executable) return;
+    python_.erase(it);
+    if (python_hook_) python_hook_(pid, nullptr);
+  }
   // The interpreter is libpython when the executable links it, else the executable itself.
   const Mapping* best = nullptr;
   int minor = 0;
@@ -322,6 +371,8 @@ void Normalizer::detect_python(uint32_t pid, const std::vector<Mapping>& maps) {
   auto py = std::make_unique<PythonProcess>();
   py->minor = minor;
   py->module_path = best->path;
+  py->module_start = best->start;
+  py->module_inode = best->inode;
   py->code_type = syms->code_type ? syms->code_type + bias : 0;
   py->mem = std::make_unique<unwind::ProcMemReader>(pid);
   for (const auto& seg : module->segments) {
@@ -362,13 +413,15 @@ void Normalizer::unwind(const SampleEvent& e, UserStack& out) {
   };
   if (e.kernel_cfi) {  // unwound in the kernel (mode 3): only normalization is left
     out.native = e.ustack;
+    // Its frame-pointer steps (modules without tables, processes not learned yet) are checked too.
+    out.native.resize(checked_chain_length(e.pid, e.ustack));
     out.method = e.kcfi_frames == 0      ? store::UnwindMethod::kFramePointer
                  : e.kcfi_fp_frames == 0 ? store::UnwindMethod::kDwarf
                                          : store::UnwindMethod::kMixed;
     counters_.kernel_walks++;
     if (e.kcfi_stop == STRATA_KCFI_STOP_END) counters_.kernel_complete++;
     // An address in no mapping the kernel knows: mapped since (dlopen); it learns on the next sample.
-    if (e.kcfi_stop == STRATA_KCFI_STOP_NO_MAPPING && refreshes_[e.pid]++ < kMaxRefreshesPerPid) learn_process(e.pid);
+    if (e.kcfi_stop == STRATA_KCFI_STOP_NO_MAPPING && may_reread(e.pid)) learn_process(e.pid);
     counters_.unwind_ns += static_cast<uint64_t>(
         std::chrono::duration_cast<std::chrono::nanoseconds>(std::chrono::steady_clock::now() - t0).count());
     walked();
@@ -380,15 +433,30 @@ void Normalizer::unwind(const SampleEvent& e, UserStack& out) {
     unwind::unwind_stack(unwind::Registers{e.ip, e.sp, e.bp}, unwind::StackSnapshot{e.stack_base, e.stack}, space,
                          kMaxNativeFrames, unwound_);
     space.release();
+    // The walk read modules the kernel's list does not describe yet: send it again, so the next
+    // samples through modules that keep frame pointers need no copy.
+    if (kernel_.set_mappings && !kernel_.tables) {
+      auto pb = pushed_builds_.find(e.pid);
+      auto mit = maps_.find(e.pid);
+      if (pb != pushed_builds_.end() && pb->second != modules_->builds() && mit != maps_.end())
+        push_kernel_mappings(e.pid, mit->second);
+    }
     counters_.unwind_ns += static_cast<uint64_t>(
         std::chrono::duration_cast<std::chrono::nanoseconds>(std::chrono::steady_clock::now() - t0).count());
     walked();
     counters_.snapshot_unwinds++;
     complete = unwound_.stop == unwind::StopReason::kEndOfStack;
     counters_.stops[static_cast<size_t>(unwound_.stop) % counters_.stops.size()]++;
+    // A walk that stopped at an address in no module it could read ends before it, as a
+    // frame-pointer chain does (valid_frame_chain): an address no module explains is not a frame
+    // we can name or trust (the leaf, where the thread was, always stays).
+    if (unwound_.stop == unwind::StopReason::kNoModule && unwound_.ips.size() > 1) unwound_.ips.pop_back();
     if (complete) counters_.snapshot_complete++;
-    // The kernel's frame-pointer walk wins only when the copy gave less (a module we could not read).
-    if (complete || unwound_.ips.size() >= e.ustack.size()) {
+    // The kernel's frame-pointer walk wins only when the copy gave less (a module we could not read)
+    // and every one of its return addresses is code: a walk cut short by the check is one that
+    // went through a frameless module's rbp, and a loop through the heap is always longer.
+    size_t fp_len = checked_chain_length(e.pid, e.ustack);
+    if (complete || unwound_.ips.size() >= fp_len || fp_len < e.ustack.size()) {
       for (uint64_t ip : unwound_.ips) out.native.push_back(RawUserFrame{false, {}, ip});
       out.method = unwound_.cfi_frames == 0   ? store::UnwindMethod::kFramePointer
                    : unwound_.fp_frames == 0 ? store::UnwindMethod::kDwarf
@@ -398,6 +466,55 @@ void Normalizer::unwind(const SampleEvent& e, UserStack& out) {
     counters_.fp_fallbacks++;
   }
   out.native = e.ustack;
+  out.native.resize(checked_chain_length(e.pid, e.ustack));
+}
+
+size_t Normalizer::checked_chain_length(uint32_t pid, const std::vector<RawUserFrame>& chain) {
+  if (chain.empty()) return 0;
+  // Frames the kernel already named by build id (the comm layer's launch stacks) lie in files.
+  if (chain.front().has_build_id) return chain.size();
+  chain_ips_.clear();
+  for (const auto& f : chain) chain_ips_.push_back(f.has_build_id ? 0 : f.offset_or_ip);
+  auto it = maps_.find(pid);
+  if (it == maps_.end() && may_reread(pid)) {
+    learn_process(pid);
+    it = maps_.find(pid);
+  }
+  if (it == maps_.end()) {  // gone before we could read its maps: nothing to check against
+    counters_.fp_unchecked++;
+    return chain.size();
+  }
+  size_t n = valid_frame_chain(it->second, chain_ips_.data(), chain_ips_.size());
+  // Mapped since we last looked? Only an address in no mapping at all can be: one in the heap or
+  // in a module's data is not code, and reading the maps again would not change that.
+  if (n < chain.size() && !find_mapping(it->second, chain_ips_[n] - 1) && chain_ips_[n] != 0 && may_reread(pid)) {
+    learn_process(pid);
+    it = maps_.find(pid);
+    if (it != maps_.end()) n = valid_frame_chain(it->second, chain_ips_.data(), chain_ips_.size());
+  }
+  if (n < chain.size()) {
+    counters_.fp_chains_cut++;
+    counters_.fp_frames_cut += chain.size() - n;
+  }
+  return n;
+}
+
+bool Normalizer::may_reread(uint32_t pid) {
+  auto now = static_cast<uint64_t>(
+      std::chrono::duration_cast<std::chrono::nanoseconds>(std::chrono::steady_clock::now().time_since_epoch()).count());
+  return rereads_.allow(pid, now);
+}
+
+void Normalizer::process_exec(uint32_t pid) {
+  // A new image: everything learned of the old one (mappings, its CPython, the kernel's list) is
+  // wrong now -- a child forked by a Python process was recognized from its parent's copy, and an
+  // exec'd interpreter sits at other addresses. learn_process then reads the new image.
+  maps_.erase(pid);
+  spaces_.erase(pid);
+  if (python_.erase(pid) && python_hook_) python_hook_(pid, nullptr);
+  rereads_.forget(pid);
+  pushed_builds_.erase(pid);
+  if (kernel_.set_mappings) kernel_.set_mappings(pid, nullptr);  // until the new image is read
 }
 
 void Normalizer::normalize(const SampleEvent& e, Stack& out) {
@@ -427,7 +544,7 @@ void Normalizer::normalize(const SampleEvent& e, const UserStack& user, Stack& o
       f.build_id = hex(u.build_id);
       f.offset = u.offset_or_ip;
       auto it = path_by_build_id_.find(f.build_id);
-      if (it == path_by_build_id_.end() && refreshes_[e.pid]++ < kMaxRefreshesPerPid) {
+      if (it == path_by_build_id_.end() && may_reread(e.pid)) {
         learn_process(e.pid);  // a library loaded since we last looked (dlopen)
         it = path_by_build_id_.find(f.build_id);
       }
@@ -437,7 +554,7 @@ void Normalizer::normalize(const SampleEvent& e, const UserStack& user, Stack& o
       // A raw address: resolve it through the process's mappings.
       auto mit = maps_.find(e.pid);
       const Mapping* m = mit != maps_.end() ? find_mapping(mit->second, u.offset_or_ip) : nullptr;
-      if (!m && refreshes_[e.pid]++ < kMaxRefreshesPerPid) {
+      if (!m && may_reread(e.pid)) {
         learn_process(e.pid);
         mit = maps_.find(e.pid);
         m = mit != maps_.end() ? find_mapping(mit->second, u.offset_or_ip) : nullptr;
@@ -523,6 +640,8 @@ UnwindCounters Normalizer::unwind_counters() const {
   c.table_builds = modules_->builds();
   c.table_evictions = modules_->evictions();
   c.table_build_ns = modules_->build_ns();
+  c.maps_rereads = rereads_.rereads();
+  c.maps_rereads_refused = rereads_.refused();
   return c;
 }
 

@@ -37,6 +37,11 @@ struct UnwindCounters {
   uint64_t snapshot_unwinds = 0;   // samples unwound from the stack copy
   uint64_t snapshot_complete = 0;  // ... that reached the outermost frame
   uint64_t fp_fallbacks = 0;       // the kernel's frame-pointer walk was used instead
+  uint64_t fp_chains_cut = 0;      // frame-pointer chains cut at a return address that is not code
+  uint64_t fp_frames_cut = 0;      // ... frames dropped so
+  uint64_t fp_unchecked = 0;       // chains of processes whose maps were never read (gone first)
+  uint64_t maps_rereads = 0;       // maps read again (a new mapping) ...
+  uint64_t maps_rereads_refused = 0;  // ... and not, the rate spent (MapsRereadLimiter)
   uint64_t unwind_ns = 0;          // node time spent unwinding
   uint64_t python_frames = 0;      // Python frames resolved
   uint64_t python_unresolved = 0;  // code objects that could not be read
@@ -56,8 +61,13 @@ struct UnwindCounters {
   uint64_t kernel_refused = 0;        // modules the kernel's row budget had no room for
   uint64_t kernel_mapping_pushes = 0; // process mapping lists sent
   uint64_t kernel_mappings_dropped = 0;  // executable mappings past STRATA_MAX_PROC_MAPPINGS
+  uint64_t kernel_mapping_refused = 0;   // lists the kernel had no room for: that process's samples
+                                         // are walked with frame pointers, checked on the node
   uint64_t kernel_table_ns = 0;       // node time loading them into the kernel (also in unwind_ns)
   uint64_t table_build_ns = 0;        // node time parsing CFI into tables (once per module)
+  uint64_t learn_once_ns = 0;         // ... reading build ids, recognizing CPython (once per file
+                                      // and process), maps reads that found new code (once per
+                                      // library loaded); re-reads that found none are not in it
   uint64_t walk_ns = 0;               // node time unwinding samples, table builds and loads not counted
 };
 
@@ -65,7 +75,11 @@ struct UnwindCounters {
 // per module, once per build id) and each process's executable mappings (on every learn_process).
 struct KernelUnwindHooks {
   std::function<Result<uint32_t>(const strata_unwind_row* rows, size_t n)> load_module;  // module id
-  std::function<void(uint32_t pid, const strata_proc_mappings* maps)> set_mappings;     // nullptr: forget
+  // nullptr: forget. False when the kernel refused the list (its process table full).
+  std::function<bool(uint32_t pid, const strata_proc_mappings* maps)> set_mappings;
+  // False in the adaptive mode (2): no rows go to the kernel, only which modules keep frame
+  // pointers (module_id STRATA_KCFI_NO_MODULE), as far as the node has learned.
+  bool tables = true;
 };
 
 // The unwind tables of all modules together (CFI rows, cached by build id, least recently used
@@ -101,6 +115,9 @@ class Normalizer {
   // process is first seen and when a frame names an unknown build id.
   void learn_process(uint32_t pid);
   void forget_process(uint32_t pid);
+  // The process exec'd: forgets what it knew of the old image (its CPython above all); the next
+  // learn_process reads the new one.
+  void process_exec(uint32_t pid);
 
   // Called when a process's CPython is recognized (offsets) or forgotten (nullptr): the sampler
   // passes it to the kernel side.
@@ -134,6 +151,12 @@ class Normalizer {
   ProcessSpace& space_of(uint32_t pid);
   std::shared_ptr<const unwind::ModuleUnwind> module_of(const Mapping& m, uint32_t pid, std::string& key);
   void push_kernel_mappings(uint32_t pid, const std::vector<Mapping>& maps);
+  // How much of a frame-pointer chain (the kernel's walk) to keep: up to the first return address
+  // outside the process's executable mappings (valid_frame_chain), after reading the maps again
+  // when the rate allows.
+  size_t checked_chain_length(uint32_t pid, const std::vector<RawUserFrame>& chain);
+  bool may_reread(uint32_t pid);  // rereads_, now
+  std::vector<uint64_t> chain_ips_;  // reused
   uint32_t kernel_module_id(const std::string& key, const unwind::ModuleUnwind& module);
 
   struct KnownModule {
@@ -154,7 +177,8 @@ class Normalizer {
   };
   std::unordered_map<DevIno, KnownFile, DevInoHash> build_id_by_file_;
   std::unordered_map<uint32_t, std::vector<Mapping>> maps_;
-  std::unordered_map<uint32_t, uint64_t> refreshes_;                // per pid: bounded re-reads
+  MapsRereadLimiter rereads_;
+  std::unordered_map<uint32_t, uint64_t> pushed_builds_;  // per pid: module builds at its last push  // per pid: maps read again at a bounded rate
   std::unordered_map<std::string, std::string> hex_cache_;          // raw 20 bytes -> hex
   std::unique_ptr<unwind::ModuleCache> modules_;
   std::unordered_map<uint32_t, std::unique_ptr<ProcessSpace>> spaces_;

@@ -79,6 +79,8 @@ class LiveSampler final : public OnCpuSampler {
       skel_->rodata->user_stack_mode = static_cast<uint32_t>(*m - '0');
     mode_ = skel_->rodata->user_stack_mode;
     // The kernel CFI walk's tables are preallocated: full size only in the mode that uses them.
+    // The adaptive mode needs only the processes' mapping lists (which modules keep frame pointers).
+    if (mode_ == STRATA_USTACK_BOTH) bpf_map__set_max_entries(skel_->maps.kcfi_procs, opts.kcfi_max_procs);
     if (mode_ == STRATA_USTACK_KERNEL_CFI) {
       kcfi_row_capacity_ = opts.kcfi_max_rows;
       kcfi_module_capacity_ = opts.kcfi_max_modules;
@@ -242,7 +244,7 @@ class LiveSampler final : public OnCpuSampler {
   }
 
   Status set_process_mappings(uint32_t pid, const strata_proc_mappings* maps) override {
-    if (mode_ != STRATA_USTACK_KERNEL_CFI) return {};
+    if (mode_ != STRATA_USTACK_KERNEL_CFI && mode_ != STRATA_USTACK_BOTH) return {};
     if (!maps) {
       bpf_map__delete_elem(skel_->maps.kcfi_procs, &pid, sizeof(pid), 0);
       return {};
@@ -280,6 +282,7 @@ class LiveSampler final : public OnCpuSampler {
     c.kcfi_walks = sum(STRATA_CNT_KCFI_WALKS);
     for (uint32_t i = 0; i < 7; ++i) c.kcfi_stops[i] = sum(STRATA_CNT_KCFI_END + i);
     c.kcfi_frames = sum(STRATA_CNT_KCFI_FRAMES);
+    c.copies_skipped = sum(STRATA_CNT_COPY_SKIPPED);
     c.kcfi_fp_frames = sum(STRATA_CNT_KCFI_FP_FRAMES);
     c.kcfi_rows = kcfi_rows_used_;
     c.kcfi_pages = kcfi_pages_used_;

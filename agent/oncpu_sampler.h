@@ -21,17 +21,21 @@ struct SamplerOptions {
   bool sample_cpu = true;  // false: only track the process tree (the cpu layer is off)
   bool follow_children = true;
   uint32_t max_targets = 16384;
-  uint32_t ringbuf_bytes_per_cpu = 1024 * 1024;  // a sample with a stack copy is up to ~20 KiB
-  // User stacks: 0 kernel frame-pointer walk only, 1 stack copy unwound on the node, 2 both (the
-  // kernel's walk is the fallback when the node cannot unwind). See abi/oncpu.h.
+  uint32_t ringbuf_bytes_per_cpu = 1024 * 1024;  // a sample with a stack copy is up to ~28 KiB
+  // User stacks: 0 kernel frame-pointer walk only, 1 stack copy unwound on the node, 2 adaptive (the
+  // kernel's walk, plus a copy where it enters a module without frame pointers), 3 kernel CFI walk.
+  // See abi/oncpu.h.
   uint32_t user_stack_mode = 2;
-  uint32_t snapshot_pages = 4;  // stack copy: rest of rsp's page + up to this many pages in all
+  uint32_t snapshot_pages = 6;  // stack copy: rest of rsp's page + up to this many pages in all
+                                // (STRATA_ONCPU_SNAPSHOT_MAX)
   // Mode 3 (kernel CFI walk): the kernel's tables, preallocated at these sizes (12 bytes a row,
   // 4 KiB a process). Loading stops, counted, when the rows are spent.
   uint32_t kcfi_max_rows = 1u << 20;
   uint32_t kcfi_max_pages = 1u << 18;  // page index entries (4 bytes per 4 KiB of code): 1 GiB of code
   uint32_t kcfi_max_modules = 4096;
-  uint32_t kcfi_max_procs = 1024;
+  // Preallocated (perf_event programs may only use preallocated hash maps), 32 KiB each: 8 MiB.
+  // Processes past it are walked with frame pointers, checked on the node.
+  uint32_t kcfi_max_procs = 256;
 };
 
 struct SamplerCounters {
@@ -48,6 +52,7 @@ struct SamplerCounters {
   uint64_t py_no_thread = 0;      // ... whose thread had no Python thread state
   uint64_t py_read_errors = 0;
   uint64_t py_truncated = 0;
+  uint64_t copies_skipped = 0;  // adaptive mode: frame-pointer walks trusted alone (no stack copy)
   uint64_t kcfi_walks = 0;     // kernel CFI walks (mode 3) ...
   uint64_t kcfi_stops[7] = {};  // ... by why they stopped (enum strata_kcfi_stop - 1)
   uint64_t kcfi_frames = 0;     // frames stepped with CFI rows in the kernel

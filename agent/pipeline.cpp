@@ -61,7 +61,12 @@ Status NodePipeline::start() {
   if (sampler_->user_stack_mode() == STRATA_USTACK_KERNEL_CFI) {
     normalizer_.set_kernel_unwind(KernelUnwindHooks{
         [this](const strata_unwind_row* rows, size_t n) { return sampler_->load_unwind_module(rows, n); },
-        [this](uint32_t pid, const strata_proc_mappings* m) { (void)sampler_->set_process_mappings(pid, m); }});
+        [this](uint32_t pid, const strata_proc_mappings* m) { return bool(sampler_->set_process_mappings(pid, m)); }});
+  } else if (sampler_->user_stack_mode() == STRATA_USTACK_BOTH) {  // adaptive: which modules keep frame pointers
+    normalizer_.set_kernel_unwind(KernelUnwindHooks{
+        nullptr,
+        [this](uint32_t pid, const strata_proc_mappings* m) { return bool(sampler_->set_process_mappings(pid, m)); },
+        /*tables=*/false});
   }
   SourceEnv env;
   env.targets_map_fd = sampler_->targets_map_fd();
@@ -170,8 +175,8 @@ void NodePipeline::on_proc(const ProcEvent& e) {
       see_process(e.pid, e.ppid, e.comm, /*refresh=*/false, /*preexisting=*/false);
       break;
     case ProcEvent::Type::kExec:
+      normalizer_.process_exec(e.pid);  // first: see_process learns the new image's maps
       see_process(e.pid, 0, e.comm, /*refresh=*/true, /*preexisting=*/false);
-      normalizer_.learn_process(e.pid);
       break;
     case ProcEvent::Type::kExit:
       forget(e.pid);
@@ -328,14 +333,15 @@ Status NodePipeline::close_window() {
 
 // Compares this window's agent cost with the watched processes' CPU and steps the unwinding method
 // and the sampling rate down or up (cost_budget.h). One-time work -- a module's unwind table built
-// or loaded into the kernel, frames symbolized for the first time -- is paid once per module in a
+// or loaded into the kernel, the build ids of the files a process maps read, its CPython
+// recognized, frames symbolized for the first time -- is paid once per module or process in a
 // run, not per sample: it stays out of the share (else the first window of every job would turn
 // CFI unwinding off), and is counted as agent.one_time_s. Recorded as per-window node metrics.
 void NodePipeline::apply_budget(const WindowContext& ctx, double symbolize_s) {
   double cpu = self_cpu_seconds();
   double bpf = static_cast<double>(sampler_->counters().bpf_run_ns) / 1e9;
   const auto u = normalizer_.unwind_counters();
-  uint64_t one_time_ns = u.table_build_ns + u.kernel_table_ns;
+  uint64_t one_time_ns = u.table_build_ns + u.kernel_table_ns + u.learn_once_ns;
   double one_time = static_cast<double>(one_time_ns - std::min(one_time_ns, one_time_mark_ns_)) / 1e9 + symbolize_s;
   one_time_mark_ns_ = one_time_ns;
   one_time_total_s_ += one_time;
@@ -349,12 +355,12 @@ void NodePipeline::apply_budget(const WindowContext& ctx, double symbolize_s) {
   double wall = static_cast<double>(ctx.mono_end_ns - std::min(ctx.mono_end_ns, ctx.mono_start_ns)) / 1e9;
   int level = budget_.update(cost, target, wall);
   if (level != before) {
-    normalizer_.set_snapshot_unwinding(level == CostBudget::kFull);
+    normalizer_.set_snapshot_unwinding(CostBudget::cfi_at(level));
     (void)sampler_->set_frequency(CostBudget::rate_at(level, opts_.frequency_hz));
     log_ << opts_.log_prefix << "cost " << percent(budget_.last_share()) << " of the targets' CPU (budget "
          << percent(budget_.budget()) << "): " << (level > before ? "stepping down" : "stepping up") << " to level "
          << level << " (" << CostBudget::rate_at(level, opts_.frequency_hz) << " Hz, "
-         << (level == CostBudget::kFull ? "CFI unwinding" : "frame pointers") << ")\n";
+         << (CostBudget::cfi_at(level) ? "CFI unwinding" : "frame pointers") << ")\n";
   }
   std::vector<store::Metric> m = {{0, "agent.cost_share", "", budget_.last_share()},
                                   {0, "agent.budget_level", "", static_cast<double>(level)},
@@ -442,6 +448,7 @@ std::vector<std::pair<std::string, double>> NodePipeline::run_stats(const Pipeli
       {"ringbuf_drops", static_cast<double>(c.ringbuf_drops)},
       {"kstack_errors", static_cast<double>(c.kstack_errors)},
       {"ustack_errors", static_cast<double>(c.ustack_errors)},
+      {"copies_skipped", static_cast<double>(c.copies_skipped)},
       {"proc_event_drops", static_cast<double>(c.proc_drops)},
       {"agent_cpu_s", t.agent_cpu_s},
       {"agent_cpu_after_s", t.agent_cpu_after_s},
@@ -460,6 +467,11 @@ std::vector<std::pair<std::string, double>> NodePipeline::run_stats(const Pipeli
            {"unwind_snapshot_samples", static_cast<double>(u.snapshot_unwinds)},
            {"unwind_snapshot_complete", static_cast<double>(u.snapshot_complete)},
            {"unwind_fp_fallbacks", static_cast<double>(u.fp_fallbacks)},
+           {"unwind_fp_chains_cut", static_cast<double>(u.fp_chains_cut)},
+           {"unwind_fp_frames_cut", static_cast<double>(u.fp_frames_cut)},
+           {"unwind_fp_unchecked", static_cast<double>(u.fp_unchecked)},
+           {"maps_rereads", static_cast<double>(u.maps_rereads)},
+           {"maps_rereads_refused", static_cast<double>(u.maps_rereads_refused)},
            {"unwind_node_s", static_cast<double>(u.unwind_ns) / 1e9},
            {"unwind_table_bytes", static_cast<double>(u.table_bytes)},
            {"unwind_table_peak_bytes", static_cast<double>(u.table_peak_bytes)},
@@ -481,6 +493,7 @@ std::vector<std::pair<std::string, double>> NodePipeline::run_stats(const Pipeli
            {"unwind_kernel_cfi_bytes", static_cast<double>(u.kernel_cfi_bytes)},
            {"unwind_kernel_refused", static_cast<double>(u.kernel_refused)},
            {"unwind_kernel_mappings_dropped", static_cast<double>(u.kernel_mappings_dropped)},
+           {"unwind_kernel_mapping_refused", static_cast<double>(u.kernel_mapping_refused)},
            {"unwind_kernel_table_s", static_cast<double>(u.kernel_table_ns) / 1e9},
            {"unwind_table_build_s", static_cast<double>(u.table_build_ns) / 1e9},
            {"unwind_walk_s", static_cast<double>(u.walk_ns) / 1e9},

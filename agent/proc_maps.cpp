@@ -6,6 +6,7 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <cerrno>
 #include <cstdio>
 #include <cstdlib>
 #include <fstream>
@@ -16,50 +17,68 @@
 
 namespace strata::agent {
 
+namespace {
+// The next space-separated field of `line` from `pos` (spaces before it skipped).
+std::string_view next_field(std::string_view line, size_t& pos) {
+  while (pos < line.size() && line[pos] == ' ') ++pos;
+  size_t b = pos;
+  while (pos < line.size() && line[pos] != ' ') ++pos;
+  return line.substr(b, pos - b);
+}
+}  // namespace
+
+// Split by hand, without streams: a PyTorch rank's maps are thousands of lines, read again when it
+// maps something new.
 std::vector<Mapping> parse_proc_maps(std::string_view text) {
   std::vector<Mapping> out;
   size_t pos = 0;
   while (pos < text.size()) {
     size_t eol = text.find('\n', pos);
     if (eol == std::string_view::npos) eol = text.size();
-    std::string line(text.substr(pos, eol - pos));
+    std::string_view line = text.substr(pos, eol - pos);
     pos = eol + 1;
     // start-end perms offset dev inode [path]
-    std::istringstream ss(line);
-    std::string range, perms, offset, dev;
-    uint64_t inode = 0;
-    if (!(ss >> range >> perms >> offset >> dev >> inode)) continue;
+    size_t at = 0;
+    std::string_view range = next_field(line, at), perms = next_field(line, at), offset = next_field(line, at),
+                     dev = next_field(line, at), ino = next_field(line, at);
     auto dash = range.find('-');
-    if (dash == std::string::npos || perms.size() < 4) continue;
-    auto start = parse_int<uint64_t>(std::string_view(range).substr(0, dash), 16);
-    auto end = parse_int<uint64_t>(std::string_view(range).substr(dash + 1), 16);
+    if (dash == std::string_view::npos || perms.size() < 4) continue;
+    auto start = parse_int<uint64_t>(range.substr(0, dash), 16);
+    auto end = parse_int<uint64_t>(range.substr(dash + 1), 16);
     auto off = parse_int<uint64_t>(offset, 16);
     auto colon = dev.find(':');
-    auto dev_major = parse_int<unsigned>(std::string_view(dev).substr(0, colon), 16);
-    auto dev_minor = colon == std::string::npos ? std::nullopt : parse_int<unsigned>(std::string_view(dev).substr(colon + 1), 16);
-    if (!start || !end || !off || !dev_major || !dev_minor) continue;
+    auto dev_major = parse_int<unsigned>(dev.substr(0, colon), 16);
+    auto dev_minor = colon == std::string_view::npos ? std::nullopt : parse_int<unsigned>(dev.substr(colon + 1), 16);
+    auto inode = parse_int<uint64_t>(ino);
+    if (!start || !end || !off || !dev_major || !dev_minor || !inode) continue;
     Mapping m;
     m.start = *start;
     m.end = *end;
     m.file_offset = *off;
     m.dev = makedev(*dev_major, *dev_minor);
-    m.inode = inode;
+    m.inode = *inode;
     m.executable = perms[2] == 'x';
-    std::string rest;
-    std::getline(ss, rest);
-    auto first = rest.find_first_not_of(' ');
-    if (first != std::string::npos) m.path = rest.substr(first);
+    while (at < line.size() && line[at] == ' ') ++at;
+    if (at < line.size()) m.path = std::string(line.substr(at));
     if (m.end > m.start) out.push_back(std::move(m));
   }
   return out;
 }
 
 Result<std::vector<Mapping>> read_proc_maps(uint32_t pid) {
-  std::ifstream in("/proc/" + std::to_string(pid) + "/maps");
-  if (!in) return Error{"cannot read /proc/" + std::to_string(pid) + "/maps (process gone?)"};
-  std::stringstream ss;
-  ss << in.rdbuf();
-  return parse_proc_maps(ss.str());
+  std::string path = "/proc/" + std::to_string(pid) + "/maps";
+  int fd = open(path.c_str(), O_RDONLY | O_CLOEXEC);
+  if (fd < 0) return Error{"cannot read " + path + " (process gone?)"};
+  std::string text;
+  char buf[65536];
+  for (;;) {
+    ssize_t r = read(fd, buf, sizeof buf);
+    if (r < 0 && errno == EINTR) continue;
+    if (r <= 0) break;
+    text.append(buf, static_cast<size_t>(r));
+  }
+  close(fd);
+  return parse_proc_maps(text);
 }
 
 MappedFile::~MappedFile() {
@@ -103,6 +122,29 @@ const Mapping* find_mapping(const std::vector<Mapping>& maps, uint64_t addr) {
   if (it == maps.begin()) return nullptr;
   --it;
   return addr < it->end ? &*it : nullptr;
+}
+
+size_t valid_frame_chain(const std::vector<Mapping>& maps, const uint64_t* ips, size_t n) {
+  for (size_t i = 0; i < n; ++i) {
+    uint64_t lookup = i == 0 ? ips[i] : ips[i] - 1;
+    const Mapping* m = ips[i] ? find_mapping(maps, lookup) : nullptr;
+    if (!m || !m->executable) return i == 0 ? 1 : i;
+  }
+  return n;
+}
+
+// A token bucket kept as one time per process (GCRA): `last_` holds when the process's next re-read
+// would be due at the steady rate; up to kMapsRereadBurst may come at once after a quiet spell.
+bool MapsRereadLimiter::allow(uint32_t pid, uint64_t now_ns) {
+  auto [it, first] = last_.try_emplace(pid, now_ns);
+  uint64_t due = std::max(it->second, now_ns);
+  if (due - now_ns > (kMapsRereadBurst - 1) * kMapsRereadIntervalNs) {
+    refused_++;
+    return false;
+  }
+  it->second = due + kMapsRereadIntervalNs;
+  rereads_++;
+  return true;
 }
 
 }  // namespace strata::agent

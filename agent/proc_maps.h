@@ -5,6 +5,7 @@
 #include <optional>
 #include <string>
 #include <string_view>
+#include <unordered_map>
 #include <vector>
 
 #include "common/result.h"
@@ -59,5 +60,40 @@ Result<MappedFile> open_mapped_file(uint32_t pid, const Mapping& m);
 
 // The mapping containing addr, if any (maps are sorted by start, as the kernel lists them).
 const Mapping* find_mapping(const std::vector<Mapping>& maps, uint64_t addr);
+
+// How many frames of a frame-pointer chain (leaf first: the sampled ip, then return addresses) to
+// keep: the chain is cut before the first return address that is not in an executable mapping.
+// The kernel's walk (bpf_get_stack) follows rbp wherever it points; code built without frame
+// pointers keeps data there (gloo's event loop keeps `this`), and the walk then reads heap words
+// as return addresses -- the same heap address 127 times, or addresses that are not code. A real
+// return address is always in code, so the first one that is not ends what can be trusted. The
+// call is one byte before the return address (what is looked up); the leaf is looked up as is.
+// A leaf outside any executable mapping keeps only itself (it is where the thread was).
+size_t valid_frame_chain(const std::vector<Mapping>& maps, const uint64_t* ips, size_t n);
+
+// When a process's maps may be read again (an address in no known mapping: a library loaded since,
+// a heap grown): at a bounded rate per process (kMapsRereadIntervalNs, bursts of kMapsRereadBurst),
+// for its whole life -- a count over its life (the old cap of 64) left a long-lived process with
+// stale maps for good. Pure (the caller passes the time), so tests drive it without clocks.
+class MapsRereadLimiter {
+ public:
+  // 200 ms: a process that maps something every instant (a JIT, an importing interpreter) costs at
+  // most five reads of its maps a second (a few hundred microseconds each for ~300 mappings), and
+  // a sample in a new library waits at most that long to be named.
+  static constexpr uint64_t kMapsRereadIntervalNs = 200'000'000;
+  // Libraries come in bursts (an import dlopens one, then its dependencies, within milliseconds):
+  // eight re-reads at once after a quiet spell name each of them in the first samples that meet
+  // them, and keep the long-run rate above.
+  static constexpr uint64_t kMapsRereadBurst = 8;
+  // True (and noted) when `pid` may be read again at `now_ns`.
+  bool allow(uint32_t pid, uint64_t now_ns);
+  void forget(uint32_t pid) { last_.erase(pid); }
+  uint64_t rereads() const { return rereads_; }
+  uint64_t refused() const { return refused_; }
+
+ private:
+  std::unordered_map<uint32_t, uint64_t> last_;
+  uint64_t rereads_ = 0, refused_ = 0;
+};
 
 }  // namespace strata::agent

@@ -24,7 +24,7 @@ char LICENSE[] SEC("license") = "GPL";
 const volatile __u32 abi_version = STRATA_ONCPU_ABI_VERSION;
 const volatile bool follow_children = true;
 const volatile __u32 user_stack_mode = STRATA_USTACK_BOTH;
-const volatile __u32 snapshot_pages = 4; /* the stack copy: the rest of rsp's page + up to this many pages */
+const volatile __u32 snapshot_pages = 6; /* the stack copy: the rest of rsp's page + up to this many pages */
 
 struct {
   __uint(type, BPF_MAP_TYPE_HASH);
@@ -87,7 +87,7 @@ struct {
 #define USTACK_BYTES (STRATA_MAX_STACK_DEPTH * sizeof(__u64))
 #define PY_BYTES (STRATA_MAX_PY_FRAMES * sizeof(struct strata_py_frame))
 #define PAGE 4096
-#define SNAP_BYTES STRATA_STACK_SNAPSHOT_MAX
+#define SNAP_BYTES STRATA_ONCPU_SNAPSHOT_MAX
 
 /* The kernel CFI walk's state (kernel_cfi_walk). */
 struct kcfi_state {
@@ -366,7 +366,7 @@ static long kcfi_step(__u32 depth, void* ctx) {
     w->x = lookup;
     w->lo = 0;
     w->hi = cnt;
-    bpf_loop(8, kcfi_mapping_cb, c, 0);
+    bpf_loop(STRATA_MAX_PROC_MAPPINGS_LOG2 + 1, kcfi_mapping_cb, c, 0);
     __u32 lo = w->lo;
     if (lo == 0 || lo > cnt) goto no_mapping;
     w->last_map = lo - 1;
@@ -506,6 +506,56 @@ static __noinline long kernel_cfi_walk(struct bpf_perf_event_data* ctx, struct s
   return n * sizeof(__u64);
 }
 
+/* The adaptive mode (STRATA_USTACK_BOTH): whether the kernel's frame-pointer walk can stand alone.
+ * Each of its addresses (the leaf as is, return addresses one byte back: the call) must lie in an
+ * executable mapping of a module the agent found to keep frame pointers; the first that does not
+ * -- a frameless module, whose rbp may hold anything, or no code at all -- asks for a stack copy,
+ * which the node unwinds with CFI. A process the agent has not described yet always gets a copy. */
+static long fp_check_step(__u32 i, void* ctx) {
+  struct kcfi_ctx* c = ctx;
+  struct sample_buf* buf = c->buf;
+  struct kcfi_state* w = &buf->kcfi;
+  if (i >= w->n) return 1;
+  __u64 at = w->off + (__u64)i * sizeof(__u64);
+  if (at > KSTACK_BYTES + USTACK_BYTES - sizeof(__u64)) return 1;
+  __u64 ip = *(__u64*)(buf->frames + at);
+  __u64 lookup = i == 0 ? ip : ip - 1;
+  __u32 cnt = c->pm->n;
+  if (cnt > STRATA_MAX_PROC_MAPPINGS) cnt = STRATA_MAX_PROC_MAPPINGS;
+  struct strata_exec_mapping* m = &c->pm->m[w->last_map & (STRATA_MAX_PROC_MAPPINGS - 1)];
+  if (w->last_map >= cnt || lookup < m->start || lookup >= m->end) {
+    w->x = lookup;
+    w->lo = 0;
+    w->hi = cnt;
+    bpf_loop(STRATA_MAX_PROC_MAPPINGS_LOG2 + 1, kcfi_mapping_cb, c, 0);
+    __u32 lo = w->lo;
+    if (lo == 0 || lo > cnt) goto need_copy;
+    w->last_map = lo - 1;
+    m = &c->pm->m[(lo - 1) & (STRATA_MAX_PROC_MAPPINGS - 1)];
+    if (lookup >= m->end) goto need_copy;
+  }
+  if (m->module_id != STRATA_KCFI_NO_MODULE) goto need_copy;
+  return 0;
+need_copy:
+  w->stop = 1;
+  return 1;
+}
+
+static __noinline int fp_walk_trusted(struct sample_buf* buf, __u64 off, __u64 n) {
+  if (!buf || n == 0 || off > KSTACK_BYTES) return 0;
+  __u32 tgid = buf->hdr.pid;
+  struct strata_proc_mappings* pm = bpf_map_lookup_elem(&kcfi_procs, &tgid);
+  if (!pm) return 0;
+  struct kcfi_state* w = &buf->kcfi;
+  w->off = off;
+  w->n = n > STRATA_MAX_STACK_DEPTH ? STRATA_MAX_STACK_DEPTH : (__u32)n;
+  w->stop = 0;
+  w->last_map = STRATA_MAX_PROC_MAPPINGS; /* none */
+  struct kcfi_ctx c = {.buf = buf, .pm = pm};
+  bpf_loop(STRATA_MAX_STACK_DEPTH, fp_check_step, &c, 0);
+  return w->stop == 0;
+}
+
 SEC("perf_event")
 int on_cpu_sample(struct bpf_perf_event_data* ctx) {
   __u64 id = bpf_get_current_pid_tgid();
@@ -561,7 +611,11 @@ int on_cpu_sample(struct bpf_perf_event_data* ctx) {
   if (pybytes > PY_BYTES) pybytes = PY_BYTES;
   off += pybytes;
   if (off > KSTACK_BYTES + USTACK_BYTES + PY_BYTES) off = KSTACK_BYTES + USTACK_BYTES + PY_BYTES;
-  if (user_stack_mode == STRATA_USTACK_SNAPSHOT || user_stack_mode == STRATA_USTACK_BOTH)
+  if (user_stack_mode == STRATA_USTACK_SNAPSHOT)
+    off += copy_user_stack(buf, off);
+  else if (user_stack_mode == STRATA_USTACK_BOTH && fp_walk_trusted(buf, kbytes, ubytes / sizeof(__u64)))
+    bump(STRATA_CNT_COPY_SKIPPED);
+  else if (user_stack_mode == STRATA_USTACK_BOTH)
     off += copy_user_stack(buf, off);
 
   __u64 size = sizeof(buf->hdr) + off;

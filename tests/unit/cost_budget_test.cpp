@@ -9,14 +9,18 @@ namespace {
 TEST(CostBudget, StepsDownOverBudgetAndBackUpWhenCalm) {
   CostBudget b(0.005);
   EXPECT_EQ(b.update(0.001, 10, 10), CostBudget::kFull) << "0.01%: fine";
-  EXPECT_EQ(b.update(0.1, 10, 10), CostBudget::kFramePointers) << "1%: over 0.5%";
-  EXPECT_EQ(b.update(0.08, 10, 10), CostBudget::kHalfRate);
-  EXPECT_EQ(b.update(0.07, 10, 10), CostBudget::kQuarterRate);
-  EXPECT_EQ(b.update(0.07, 10, 10), CostBudget::kQuarterRate) << "the floor";
-  EXPECT_EQ(b.update(0.001, 10, 10), CostBudget::kQuarterRate) << "one calm window is not enough";
-  EXPECT_EQ(b.update(0.001, 10, 10), CostBudget::kHalfRate);
-  EXPECT_EQ(b.update(0.03, 10, 10), CostBudget::kHalfRate) << "between a third of the budget and the budget: hold";
-  EXPECT_EQ(b.max_level(), CostBudget::kQuarterRate);
+  // The rate goes down first (stacks stay whole), CFI unwinding off only last.
+  EXPECT_EQ(b.update(0.1, 10, 10), CostBudget::kHalfRate) << "1%: over 0.5%";
+  EXPECT_TRUE(CostBudget::cfi_at(CostBudget::kHalfRate));
+  EXPECT_EQ(b.update(0.08, 10, 10), CostBudget::kQuarterRate);
+  EXPECT_TRUE(CostBudget::cfi_at(CostBudget::kQuarterRate));
+  EXPECT_EQ(b.update(0.07, 10, 10), CostBudget::kFramePointers);
+  EXPECT_FALSE(CostBudget::cfi_at(CostBudget::kFramePointers));
+  EXPECT_EQ(b.update(0.07, 10, 10), CostBudget::kFramePointers) << "the floor";
+  EXPECT_EQ(b.update(0.001, 10, 10), CostBudget::kFramePointers) << "one calm window is not enough";
+  EXPECT_EQ(b.update(0.001, 10, 10), CostBudget::kQuarterRate);
+  EXPECT_EQ(b.update(0.03, 10, 10), CostBudget::kQuarterRate) << "between a third of the budget and the budget: hold";
+  EXPECT_EQ(b.max_level(), CostBudget::kFramePointers);
   EXPECT_EQ(b.steps_down(), 3);
 }
 
@@ -36,7 +40,7 @@ TEST(CostBudget, AJobWaitingOnItsGpusStillGetsOneCoresBudget) {
   CostBudget b(0.005);
   // 0.2 s of targets' CPU in a 10 s window: 30 ms of agent work is 15% of that, but 0.3% of a core.
   EXPECT_EQ(b.update(0.03, 0.2, 10), CostBudget::kFull);
-  EXPECT_EQ(b.update(0.08, 0.2, 10), CostBudget::kFramePointers) << "0.8% of a core is over";
+  EXPECT_EQ(b.update(0.08, 0.2, 10), CostBudget::kHalfRate) << "0.8% of a core is over";
 }
 
 TEST(CostBudget, TheDefaultIsTwoTenthsOfAPercent) {
@@ -44,13 +48,13 @@ TEST(CostBudget, TheDefaultIsTwoTenthsOfAPercent) {
   EXPECT_DOUBLE_EQ(b.budget(), 0.002);
   // 4 busy ranks for a 10 s window: 40 s of CPU allow 80 ms of agent work, not 100 ms.
   EXPECT_EQ(b.update(0.07, 40, 10), CostBudget::kFull);
-  EXPECT_EQ(b.update(0.1, 40, 10), CostBudget::kFramePointers) << "0.25% is over 0.2%";
+  EXPECT_EQ(b.update(0.1, 40, 10), CostBudget::kHalfRate) << "0.25% is over 0.2%";
 }
 
 TEST(CostBudget, RatesNeverFallBelowTenHertz) {
   EXPECT_EQ(CostBudget::rate_at(CostBudget::kFull, 99), 99u);
-  EXPECT_EQ(CostBudget::rate_at(CostBudget::kFramePointers, 99), 99u);
   EXPECT_EQ(CostBudget::rate_at(CostBudget::kHalfRate, 99), 49u);
+  EXPECT_EQ(CostBudget::rate_at(CostBudget::kFramePointers, 99), 24u) << "frame pointers at the quarter rate";
   EXPECT_EQ(CostBudget::rate_at(CostBudget::kQuarterRate, 99), 24u);
   EXPECT_EQ(CostBudget::rate_at(CostBudget::kQuarterRate, 19), 10u);
 }
