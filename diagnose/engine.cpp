@@ -1786,8 +1786,8 @@ Diagnosis diagnose(const JobWindow& job, const Options& opt) {
       head.push_back(rank_name(r) + " is the straggler: busy " + ms(r.now.busy_ms()) + " per step vs " + ms(busy_peers) +
                      " on its peers; waits " + ms(r.now.wait_ms) + " in collectives vs " + ms(wait_peers));
       if (job.peer_group.size() == n)
-        head.push_back("its peers: the " + std::to_string(peers.size()) +
-                       " other ranks of its parallel role (its pipeline stage, from the communicators it shares)");
+        head.push_back("its peers: the " + std::to_string(peers.size()) + (peers.size() == 1 ? " other rank" : " other ranks") +
+                       " of its parallel role (its pipeline stage, from the communicators it shares)");
       double z = rank_noise[k.i] > 0 ? k.extra / rank_noise[k.i] : 100;
       double locate = clamp01(0.6 + z / 25);
       // The job loses what this rank adds beyond its peers, but never more than it got slower.

@@ -24,10 +24,16 @@ std::vector<int> peer_groups(size_t n, const std::vector<CommMembership>& member
   // Who holds which position of each communicator, and each communicator's members.
   std::map<std::pair<std::string, int>, size_t> at;
   std::map<std::string, std::set<size_t>> member_set;
+  std::map<std::string, std::set<size_t>> unplaced;  // rank indices follow rank order
   for (const auto& m : members) {
     if (m.comm_id.empty() || m.rank >= n) continue;
-    at[{m.comm_id, m.position}] = m.rank;
+    if (m.position < 0) unplaced[m.comm_id].insert(m.rank);
+    else at[{m.comm_id, m.position}] = m.rank;
     member_set[m.comm_id].insert(m.rank);
+  }
+  for (const auto& [id, set] : unplaced) {
+    int pos = 0;
+    for (size_t r : set) at[{id, pos++}] = r;
   }
   // Point-to-point links between ranks (either direction).
   std::set<std::pair<size_t, size_t>> linked;

@@ -32,7 +32,10 @@ namespace strata::diagnose {
 struct CommMembership {
   size_t rank = 0;      // index into JobWindow::ranks
   std::string comm_id;  // the same on every member
-  int position = -1;    // its rank in the communicator
+  // Its rank in the communicator; -1 when the call did not say (ncclCommSplit: NCCL orders the
+  // members by the split key, then the parent rank, and PyTorch's key is the parent rank, so the
+  // members of unknown position are placed in rank order).
+  int position = -1;
   int size = 0;
 };
 

@@ -19,6 +19,7 @@ struct Layout {
   int pp = 1, tp = 1, dp = 1;
   bool world_allreduce = true;  // the world's communicator carries a collective across stages
   bool pairwise_p2p = false;    // torch's per-pair 2-rank communicators for send/recv
+  bool split = false;           // groups made by ncclCommSplit: positions not recorded (-1)
   size_t n() const { return static_cast<size_t>(pp * tp * dp); }
   size_t rank(int p, int d, int t) const { return static_cast<size_t>((p * dp + d) * tp + t); }
 };
@@ -31,8 +32,9 @@ struct Recorded {
 Recorded record(const Layout& l) {
   Recorded out;
   auto add = [&](const std::string& id, const std::vector<size_t>& ranks) {
+    const bool unknown = l.split && id != "world";
     for (size_t i = 0; i < ranks.size(); ++i)
-      out.members.push_back({ranks[i], id, static_cast<int>(i), static_cast<int>(ranks.size())});
+      out.members.push_back({ranks[i], id, unknown ? -1 : static_cast<int>(i), unknown ? 0 : static_cast<int>(ranks.size())});
   };
   std::vector<size_t> world;
   for (size_t g = 0; g < l.n(); ++g) world.push_back(g);
@@ -92,6 +94,14 @@ TEST(PeerGroups, PipelineTwoByTensorTwo) {
   EXPECT_EQ(groups({.pp = 2, .tp = 2}), (std::vector<int>{0, 0, 1, 1}));
   EXPECT_EQ(groups({.pp = 2, .tp = 2, .world_allreduce = false}), (std::vector<int>{0, 0, 1, 1}));
   EXPECT_EQ(groups({.pp = 2, .tp = 2, .pairwise_p2p = true}), (std::vector<int>{0, 0, 1, 1}));
+}
+
+TEST(PeerGroups, SplitCommunicatorsArePlacedInRankOrder) {
+  // ncclCommSplit does not say a member's position: members are placed in rank order, which is
+  // what the p2p peers' positions are resolved against.
+  EXPECT_EQ(groups({.pp = 2, .tp = 2, .split = true}), (std::vector<int>{0, 0, 1, 1}));
+  EXPECT_EQ(groups({.pp = 4, .split = true}), (std::vector<int>{0, 1, 2, 3}));
+  EXPECT_EQ(groups({.pp = 2, .tp = 2, .dp = 2, .split = true}), (std::vector<int>{0, 0, 0, 0, 1, 1, 1, 1}));
 }
 
 TEST(PeerGroups, PipelineOnlyLeavesEveryStageAlone) {
