@@ -384,9 +384,11 @@ Layout make_layout(int rank, int world, int pp, int tp) {
   return l;
 }
 
-// Stages differ by design: each stage computes this much more than the one before it (later
-// stages hold more layers and the output head), so a healthy pipeline has stages of unequal speed.
-constexpr double kStageWeightStep = 0.5;
+// Stages differ by design: each stage computes this much of stage 0's work more than the one
+// before it (later stages hold more layers and the output head): stage s computes (1 + s) times
+// stage 0's work, so a healthy pipeline has stages of unequal speed. Large enough that comparing
+// every rank with every other blames the last stage of a healthy 2-stage job (main's engine did).
+constexpr double kStageWeightStep = 1.0;
 // GPipe: the batch is split into this many micro-batches that flow through the stages.
 constexpr int kMicroBatches = 4;
 constexpr int kStageLayers = 3;

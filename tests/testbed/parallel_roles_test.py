@@ -5,7 +5,8 @@
 `strata record`, then `strata diagnose`:
 - the store holds every rank's communicators (world, its TP pair, its PP pair) with positions;
 - the stages really differ (stage 1's GPUs compute longer), yet the healthy job has no finding;
-- a gpu-slow fault on one rank of one stage is found on that rank, as gpu-slow.
+- a gpu-slow fault on one rank of one stage is found on that rank, as gpu-slow;
+- a layout that does not fit (ranks not a multiple of P x T, --python, --mode fsdp) exits 1, one line.
 Usage: parallel_roles_test.py BUILD_DIR
 """
 import json
@@ -62,6 +63,14 @@ def main():
     if os.geteuid() != 0:
         print("FAIL needs root (strata record)")
         return 1
+    # Bad layouts: one line naming the option, exit 1, nothing started.
+    for args, want in ((["--pp", "3", "--tp", "2", "--ranks", "8"], "multiple of --pp x --tp"),
+                       (["--pp", "0"], "--pp 0"), (["--pp", "2", "--python"], "only the C++ rank"),
+                       (["--tp", "2", "--mode", "fsdp"], "drop --mode")):
+        p = subprocess.run([SIM, "run", "--steps", "3", *args], capture_output=True, text=True, timeout=30)
+        err = p.stderr.strip()
+        check(p.returncode == 1 and want in err and len(err.splitlines()) == 1,
+              f"strata-sim run {' '.join(args)}: exit 1, one line ({p.returncode}: {err})")
     tmp = tempfile.mkdtemp(prefix="strata-roles-")
     db, truth_path = record(tmp, "healthy", "none")
     truth = json.load(open(truth_path))
@@ -82,7 +91,7 @@ def main():
     # The stages differ by design: stage 1's GPUs compute longer per step.
     dev = {r: rows(db, f"SELECT COALESCE(SUM(end_ns - start_ns), 0) FROM device_activity WHERE pid = {pids[r]} "
                        "AND kind = 'kernel'")[0][0] for r in range(4)}
-    check(min(dev[2], dev[3]) > 1.3 * max(dev[0], dev[1]),
+    check(min(dev[2], dev[3]) > 1.6 * max(dev[0], dev[1]),
           f"stage 1 computes more than stage 0 by design (kernel ms: { {r: dev[r] // 1000000 for r in dev} })")
     dx = diagnose(db)
     check(dx["findings"] == [], f"healthy pp=2 tp=2 job: no finding ({json.dumps(dx['findings'])[:600]})")
