@@ -51,6 +51,13 @@ def diagnose(db):
     return json.loads(p.stdout) if p.returncode == 0 else {"findings": []}
 
 
+def interference(f):
+    """A job-wide cpu-contention finding naming a process that is not the job's (a compiler run
+    by someone else on this machine)."""
+    return (f.get("scope") == "job" and f.get("cause") == "cpu-contention" and
+            not f.get("culprit", "").startswith(("strata", "rank")))
+
+
 def rows(db, sql):
     con = sqlite3.connect("file:" + db + "?mode=ro", uri=True)
     try:
@@ -94,7 +101,14 @@ def main():
     check(min(dev[2], dev[3]) > 1.6 * max(dev[0], dev[1]),
           f"stage 1 computes more than stage 0 by design (kernel ms: { {r: dev[r] // 1000000 for r in dev} })")
     dx = diagnose(db)
-    check(dx["findings"] == [], f"healthy pp=2 tp=2 job: no finding ({json.dumps(dx['findings'])[:600]})")
+    # On a shared machine another process on the job's CPUs really slows it: a job-wide
+    # cpu-contention finding that names a process outside the job is true, not a false finding
+    # (the accuracy bench counts it apart the same way). Anything else on a healthy run is false.
+    real = [f for f in dx["findings"] if interference(f)]
+    if real:
+        print(f"     interference found on the healthy run (true): {[f['culprit'] for f in real]}", flush=True)
+    false = [f for f in dx["findings"] if not interference(f)]
+    check(false == [], f"healthy pp=2 tp=2 job: no finding ({json.dumps(false)[:600]})")
 
     db, truth_path = record(tmp, "gpu-slow", f"gpu-slow:rank={CULPRIT},start_step={FAULT_STEP}")
     truth = json.load(open(truth_path))
