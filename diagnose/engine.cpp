@@ -110,10 +110,11 @@ std::string ms(double v) { return fmt(v >= 100 ? "%.0f ms" : v >= 10 ? "%.1f ms"
 double clamp01(double v) { return std::max(0.0, std::min(1.0, v)); }
 
 // Indices of the ranks `c` is compared with: the others that do the same work (its peer group,
-// diagnose/peer_groups.h; every rank when roles are unknown), or an even sample of them.
-std::vector<size_t> peers_of(const JobWindow& job, size_t c) {
+// diagnose/peer_groups.h; every rank when roles are unknown, or when the role does not matter:
+// by_role false, hardware), or an even sample of them.
+std::vector<size_t> peers_of(const JobWindow& job, size_t c, bool by_role = true) {
   std::vector<size_t> same;
-  const bool grouped = job.peer_group.size() == job.ranks.size();
+  const bool grouped = by_role && job.peer_group.size() == job.ranks.size();
   for (size_t i = 0; i < job.ranks.size(); ++i) {
     if (i != c && (!grouped || job.peer_group[i] == job.peer_group[c])) same.push_back(i);
   }
@@ -1445,7 +1446,7 @@ constexpr HardwareRule kHardwareRules[] = {
 std::optional<Finding> hardware_finding(const JobWindow& job, size_t c) {
   const RankWindow& r = job.ranks[c];
   if (!r.gpu.known) return std::nullopt;
-  HwCase k{job, r, peers_of(job, c)};
+  HwCase k{job, r, peers_of(job, c, false)};  // a GPU's link is compared with every GPU's, whatever its role
   std::optional<Finding> f;
   for (const auto& rule : kHardwareRules) {
     auto h = rule.evidence(k);
