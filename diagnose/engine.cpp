@@ -94,6 +94,9 @@ constexpr double kRingEndShare = 0.05;
 // A peer group of at least this many other ranks measures its own noise (a MAD of fewer values
 // is one of them); smaller ones pool the other groups' spread.
 constexpr size_t kMinGroupNoise = 3;
+// A peer group up to this many ranks compares each rank with the others only (as a small job
+// does: the culprit pulls neither the median nor the noise); a larger one uses its own median.
+constexpr size_t kSmallGroup = 64;
 // Pooled noise leaves the rank's own group out exactly up to this many groups; beyond, one group
 // is too small a share of the pool to matter and the pool is shared.
 constexpr size_t kMaxExactPooledGroups = 64;
@@ -1711,15 +1714,19 @@ Diagnosis diagnose(const JobWindow& job, const Options& opt) {
     // left out, so that a straggler in a group of two does not make its own noise).
     std::map<int, std::vector<double>> group_resid;
     std::vector<double> all_resid;
+    std::map<int, std::vector<double>> by_group;         // known busy times per group
+    std::map<int, std::vector<size_t>> group_members;   // rank indices per group
+    std::map<int, double> group_med, group_noise;
     if (grouped) {
-      std::map<int, std::vector<double>> by_group;
       for (size_t i = 0; i < n; ++i) {
+        group_members[job.peer_group[i]].push_back(i);
         if (known(busy[i])) by_group[job.peer_group[i]].push_back(busy[i]);
       }
       for (auto& [g, v] : by_group) {
+        group_med[g] = median(v);
+        group_noise[g] = robust_sigma(v, group_med[g]);
         if (v.size() < 2) continue;
-        double m = median(v);
-        for (double x : v) group_resid[g].push_back(x - m);
+        for (double x : v) group_resid[g].push_back(x - group_med[g]);
         all_resid.insert(all_resid.end(), group_resid[g].begin(), group_resid[g].end());
       }
     }
@@ -1742,10 +1749,14 @@ Diagnosis diagnose(const JobWindow& job, const Options& opt) {
         // Small jobs: compare with the others only, so the culprit pulls neither the median nor
         // the noise (with 4 ranks, one straggler and one long waiter would double the MAD).
         double ref = busy_med, noise = busy_noise;
-        if (grouped) {
+        if (grouped && group_members[job.peer_group[i]].size() > kSmallGroup) {
+          // A large group, as a large job: its own median and noise (linear in ranks, not square).
+          ref = group_med[job.peer_group[i]];
+          noise = rank_noise[i] = group_noise[job.peer_group[i]];
+        } else if (grouped) {
           std::vector<double> others;
-          for (size_t k : peers_of(job, i)) {
-            if (known(busy[k])) others.push_back(busy[k]);
+          for (size_t k : group_members[job.peer_group[i]]) {
+            if (k != i && known(busy[k])) others.push_back(busy[k]);
           }
           if (others.empty()) continue;  // no rank does its work: nothing to compare it with
           ref = median(others);

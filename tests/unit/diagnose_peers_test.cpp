@@ -131,13 +131,13 @@ TEST(PeerGroups, WithoutPipelineEveryRankIsAPeer) {
 // design (its stage 0 waits that much longer for it).
 constexpr double kStageMs = 30;
 
-JobWindow pipeline_job(std::vector<PlantedFault> faults, unsigned seed, bool grouped) {
+JobWindow pipeline_job(std::vector<PlantedFault> faults, unsigned seed, bool grouped, size_t ranks = 4) {
   SyntheticSpec spec;
-  spec.ranks = 4;
+  spec.ranks = ranks;
   spec.seed = seed;
   spec.faults = std::move(faults);
   JobWindow job = make_synthetic_job(spec);
-  for (size_t i = 2; i < 4; ++i) {
+  for (size_t i = ranks / 2; i < ranks; ++i) {
     auto& r = job.ranks[i];
     double grow = (r.now.device_compute_ms + kStageMs) / r.now.device_compute_ms;
     for (auto& k : r.kernels) k.ms_per_step *= grow;
@@ -146,7 +146,9 @@ JobWindow pipeline_job(std::vector<PlantedFault> faults, unsigned seed, bool gro
     r.base.device_compute_ms += kStageMs;
     r.base.wait_ms -= kStageMs;
   }
-  if (grouped) job.peer_group = {0, 0, 1, 1};
+  if (grouped) {
+    for (size_t i = 0; i < ranks; ++i) job.peer_group.push_back(i < ranks / 2 ? 0 : 1);
+  }
   return job;
 }
 
@@ -174,6 +176,21 @@ TEST(DiagnosePeers, FaultOnOneRankOfOneStageIsFound) {
       ASSERT_FALSE(dx.findings.empty()) << "seed " << seed << "\n" << dump(dx);
       EXPECT_EQ(dx.findings.front().rank, static_cast<int>(culprit)) << dump(dx);
       EXPECT_EQ(std::string(cause_name(dx.findings.front().cause)), "gpu-slow") << dump(dx);
+      EXPECT_EQ(dx.findings.size(), 1u) << dump(dx);
+    }
+  }
+}
+
+TEST(DiagnosePeers, LargeStagesUseTheirOwnMedian) {
+  // Two stages of 100 ranks (beyond the small-group comparison): healthy has no finding, a slow
+  // GPU in either stage is found alone.
+  for (unsigned seed = 1; seed <= 5; ++seed) {
+    auto healthy = diagnose(pipeline_job({}, seed, true, 200));
+    EXPECT_TRUE(healthy.findings.empty()) << dump(healthy);
+    for (int culprit : {7, 150}) {
+      auto dx = diagnose(pipeline_job({{culprit, "gpu-slow", 40}}, seed, true, 200));
+      ASSERT_FALSE(dx.findings.empty()) << dump(dx);
+      EXPECT_EQ(dx.findings.front().rank, culprit) << dump(dx);
       EXPECT_EQ(dx.findings.size(), 1u) << dump(dx);
     }
   }
