@@ -9,7 +9,7 @@
 #include <linux/types.h>
 #endif
 
-#define STRATA_GPU_COMM_ABI_VERSION 1
+#define STRATA_GPU_COMM_ABI_VERSION 2
 #define STRATA_API_ARGS 8          /* rdi rsi rdx rcx r8 r9, then the first two stack words */
 #define STRATA_NCCL_ID_BYTES 128   /* sizeof(ncclUniqueId) */
 #define STRATA_API_STACK_DEPTH 64  /* user frames kept with a sampled launch */
@@ -30,6 +30,8 @@ enum strata_api {
   STRATA_API_NCCL_COMM_INIT_RANK_CONFIG,
   STRATA_API_NCCL_COMM_DESTROY,
   STRATA_API_NCCL_GET_VERSION,
+  STRATA_API_NCCL_COMM_INIT_ALL,  /* one process, ndev ranks */
+  STRATA_API_NCCL_COMM_SPLIT,     /* out: the new ncclComm_t (4th argument); NULL for NCCL_SPLIT_NOCOLOR */
   /* CUDA runtime */
   STRATA_API_CUDA_LAUNCH_KERNEL = 32,
   STRATA_API_CUDA_MEMCPY_ASYNC,
@@ -60,7 +62,8 @@ enum strata_gpu_comm_counter {
 
 /* Flags on an API event. */
 #define STRATA_API_F_HAS_ID 1u     /* nccl_id holds the ncclUniqueId of a CommInitRank call */
-#define STRATA_API_F_HAS_OUT 2u    /* out holds the value the call wrote through its first pointer */
+#define STRATA_API_F_HAS_OUT 2u    /* out holds the value the call wrote through its out pointer */
+#define STRATA_API_F_HAS_HANDLES 4u /* nccl_id holds the first 16 ncclComm_t written by ncclCommInitAll */
 
 struct strata_api_event {
   __u32 type; /* STRATA_EV_API (= 16) */

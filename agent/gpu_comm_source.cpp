@@ -63,10 +63,14 @@ std::string comm_id_of(const uint8_t* id, size_t n) {
 
 struct CommState {
   std::string id;
-  int rank = -1;
+  int rank = -1;     // -1: not known (ncclCommSplit does not say; the diagnosis places it)
   int nranks = 0;
   uint64_t seq = 0;
+  uint64_t splits = 0;  // ncclCommSplit calls on it so far: every member splits in the same order
 };
+
+// The most ncclCommInitAll handles an event carries (its 128 id bytes, unused by that call).
+constexpr size_t kMaxInitAllHandles = STRATA_NCCL_ID_BYTES / sizeof(uint64_t);
 
 struct PendingCollective {
   store::CollectiveRecord rec;  // times still CLOCK_MONOTONIC here
@@ -932,6 +936,51 @@ class GpuCommSource final : public Source {
         c.id = (e.flags & STRATA_API_F_HAS_ID) ? comm_id_of(e.nccl_id, sizeof e.nccl_id) : "";
         c.nranks = static_cast<int>(a[1]);
         c.rank = static_cast<int>(a[2]);  // rdx: the id (128 bytes) went on the stack
+        st.comms[e.out] = c;
+        new_comms_.push_back({e.pid, e.out, c.id, c.rank, c.nranks, e.exit_ns});
+        return;
+      }
+      case STRATA_API_NCCL_COMM_INIT_ALL: {
+        // (comm*, ndev, devlist): ndev ranks of one communicator in this process. No id is passed:
+        // this process and its first handle name it.
+        if (!(e.flags & (STRATA_API_F_HAS_OUT | STRATA_API_F_HAS_HANDLES)) || e.ret != 0) return;
+        int ndev = static_cast<int>(a[1]);
+        if (ndev < 1) return;
+        uint64_t handles[kMaxInitAllHandles] = {e.out};
+        size_t known = 1;
+        if (e.flags & STRATA_API_F_HAS_HANDLES) {
+          std::memcpy(handles, e.nccl_id, sizeof handles);
+          known = std::min<size_t>(static_cast<size_t>(ndev), kMaxInitAllHandles);
+        }
+        uint8_t key[16];
+        uint64_t pid = e.pid;
+        std::memcpy(key, &pid, 8);
+        std::memcpy(key + 8, &handles[0], 8);
+        std::string id = comm_id_of(key, sizeof key);
+        for (size_t i = 0; i < known; ++i) {
+          if (handles[i] == 0) continue;
+          CommState c;
+          c.id = id;
+          c.rank = static_cast<int>(i);
+          c.nranks = ndev;
+          st.comms[handles[i]] = c;
+          new_comms_.push_back({e.pid, handles[i], c.id, c.rank, c.nranks, e.exit_ns});
+        }
+        return;
+      }
+      case STRATA_API_NCCL_COMM_SPLIT: {
+        // (comm, color, key, newcomm*, config): every member of the parent calls it, in the same
+        // order; those of one color form the new communicator. Its id: the parent's, which split
+        // of it, and the color, the same on every member. Its position is not passed (NCCL orders
+        // by key, then parent rank): left unknown (-1) for the diagnosis to place.
+        if (e.ret != 0) return;
+        auto parent = st.comms.find(a[0]);
+        if (parent == st.comms.end()) return;
+        uint64_t nth = ++parent->second.splits;  // counted on members that got no communicator too
+        if (!(e.flags & STRATA_API_F_HAS_OUT) || e.out == 0 || parent->second.id.empty()) return;
+        std::string key = parent->second.id + "/" + std::to_string(nth) + "/" + std::to_string(static_cast<int32_t>(a[1]));
+        CommState c;
+        c.id = comm_id_of(reinterpret_cast<const uint8_t*>(key.data()), key.size());
         st.comms[e.out] = c;
         new_comms_.push_back({e.pid, e.out, c.id, c.rank, c.nranks, e.exit_ns});
         return;

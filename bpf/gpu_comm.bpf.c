@@ -82,9 +82,16 @@ static __always_inline bool is_init(__u32 api) {
   return api == STRATA_API_NCCL_COMM_INIT_RANK || api == STRATA_API_NCCL_COMM_INIT_RANK_CONFIG;
 }
 
-/* The first pointer argument is an out-parameter the agent wants back. */
-static __always_inline bool has_out(__u32 api) {
-  return is_init(api) || api == STRATA_API_NCCL_GET_VERSION || api == STRATA_API_CUDA_GET_DEVICE_COUNT;
+/* Calls that write a communicator handle (8 bytes) through an out-parameter. */
+static __always_inline bool makes_comm(__u32 api) {
+  return is_init(api) || api == STRATA_API_NCCL_COMM_INIT_ALL || api == STRATA_API_NCCL_COMM_SPLIT;
+}
+
+/* The out-parameter the agent wants back: the first argument, ncclCommSplit's fourth. */
+static __always_inline __u64 out_arg(__u32 api, const __u64* args) {
+  if (api == STRATA_API_NCCL_COMM_SPLIT) return args[3];
+  if (makes_comm(api) || api == STRATA_API_NCCL_GET_VERSION || api == STRATA_API_CUDA_GET_DEVICE_COUNT) return args[0];
+  return 0;
 }
 
 SEC("uprobe")
@@ -156,15 +163,21 @@ int api_exit(struct pt_regs* ctx) {
   else __builtin_memset(e->nccl_id, 0, sizeof(e->nccl_id));
   bpf_map_delete_elem(&calls, &key);
 
-  if (has_out(api) && e->args[0]) {
-    /* ncclComm_t / int written through the first argument. */
+  __u64 out_ptr = out_arg(api, e->args);
+  if (out_ptr) {
+    /* ncclComm_t / int written through the out-parameter. */
     __u64 out = 0;
-    long rc = is_init(api) ? bpf_probe_read_user(&out, sizeof(__u64), (void*)e->args[0])
-                           : bpf_probe_read_user(&out, sizeof(__u32), (void*)e->args[0]);
+    long rc = makes_comm(api) ? bpf_probe_read_user(&out, sizeof(__u64), (void*)out_ptr)
+                              : bpf_probe_read_user(&out, sizeof(__u32), (void*)out_ptr);
     if (rc == 0) {
       e->out = out;
       e->flags |= STRATA_API_F_HAS_OUT;
     }
+  }
+  if (api == STRATA_API_NCCL_COMM_INIT_ALL && e->args[0] && e->ret == 0) {
+    /* Its handles (an array of ndev): the first 16 in the id's bytes (unused by this call). A
+     * shorter array at the end of a mapping fails the read: then only `out` (the first) is known. */
+    if (bpf_probe_read_user(e->nccl_id, sizeof(e->nccl_id), (void*)e->args[0]) == 0) e->flags |= STRATA_API_F_HAS_HANDLES;
   }
   __u64 size = sizeof(*e);
   if (api == STRATA_API_CUDA_LAUNCH_KERNEL || api == STRATA_API_CUDA_MEMCPY_ASYNC) {

@@ -91,6 +91,15 @@ constexpr double kJobWideLocate = 0.6;
 // A ring end stands out when its neighbours wait this share of the collectives' growth longer than
 // it does (a slow link's two ends idle while it sends); else every link got slower.
 constexpr double kRingEndShare = 0.05;
+// A peer group of at least this many other ranks measures its own noise (a MAD of fewer values
+// is one of them); smaller ones pool the other groups' spread.
+constexpr size_t kMinGroupNoise = 3;
+// A peer group up to this many ranks compares each rank with the others only (as a small job
+// does: the culprit pulls neither the median nor the noise); a larger one uses its own median.
+constexpr size_t kSmallGroup = 64;
+// Pooled noise leaves the rank's own group out exactly up to this many groups; beyond, one group
+// is too small a share of the pool to matter and the pool is shared.
+constexpr size_t kMaxExactPooledGroups = 64;
 // At most this many straggler findings per window: beyond it the job is not "a few slow ranks".
 constexpr size_t kMaxStragglers = 16;
 
@@ -103,14 +112,19 @@ std::string ms(double v) { return fmt(v >= 100 ? "%.0f ms" : v >= 10 ? "%.1f ms"
 
 double clamp01(double v) { return std::max(0.0, std::min(1.0, v)); }
 
-// Indices of the ranks `c` is compared with: all others, or an even sample of them.
-std::vector<size_t> peers_of(const JobWindow& job, size_t c) {
-  std::vector<size_t> out;
-  size_t n = job.ranks.size();
-  size_t stride = n > kMaxPeers ? n / kMaxPeers : 1;
-  for (size_t i = 0; i < n; i += stride) {
-    if (i != c) out.push_back(i);
+// Indices of the ranks `c` is compared with: the others that do the same work (its peer group,
+// diagnose/peer_groups.h; every rank when roles are unknown, or when the role does not matter:
+// by_role false, hardware), or an even sample of them.
+std::vector<size_t> peers_of(const JobWindow& job, size_t c, bool by_role = true) {
+  std::vector<size_t> same;
+  const bool grouped = by_role && job.peer_group.size() == job.ranks.size();
+  for (size_t i = 0; i < job.ranks.size(); ++i) {
+    if (i != c && (!grouped || job.peer_group[i] == job.peer_group[c])) same.push_back(i);
   }
+  if (same.size() <= kMaxPeers) return same;
+  std::vector<size_t> out;
+  size_t stride = same.size() / kMaxPeers;
+  for (size_t i = 0; i < same.size(); i += stride) out.push_back(same[i]);
   return out;
 }
 
@@ -1435,7 +1449,7 @@ constexpr HardwareRule kHardwareRules[] = {
 std::optional<Finding> hardware_finding(const JobWindow& job, size_t c) {
   const RankWindow& r = job.ranks[c];
   if (!r.gpu.known) return std::nullopt;
-  HwCase k{job, r, peers_of(job, c)};
+  HwCase k{job, r, peers_of(job, c, false)};  // a GPU's link is compared with every GPU's, whatever its role
   std::optional<Finding> f;
   for (const auto& rule : kHardwareRules) {
     auto h = rule.evidence(k);
@@ -1691,13 +1705,65 @@ Diagnosis diagnose(const JobWindow& job, const Options& opt) {
       double extra;
     };
     std::vector<Cand> cands;
+    // Ranks in different parallel roles (pipeline stages) differ by design: each is compared
+    // with its peer group only.
+    const bool grouped = job.peer_group.size() == n;
+    std::vector<double> rank_noise(n, busy_noise);
+    // A small group cannot tell its noise from one or two other values: its noise is pooled over
+    // the other groups, as each rank's distance from its own group's median (the rank's own group
+    // left out, so that a straggler in a group of two does not make its own noise).
+    std::map<int, std::vector<double>> group_resid;
+    std::vector<double> all_resid;
+    std::map<int, std::vector<double>> by_group;         // known busy times per group
+    std::map<int, std::vector<size_t>> group_members;   // rank indices per group
+    std::map<int, double> group_med, group_noise;
+    if (grouped) {
+      for (size_t i = 0; i < n; ++i) {
+        group_members[job.peer_group[i]].push_back(i);
+        if (known(busy[i])) by_group[job.peer_group[i]].push_back(busy[i]);
+      }
+      for (auto& [g, v] : by_group) {
+        group_med[g] = median(v);
+        group_noise[g] = robust_sigma(v, group_med[g]);
+        if (v.size() < 2) continue;
+        for (double x : v) group_resid[g].push_back(x - group_med[g]);
+        all_resid.insert(all_resid.end(), group_resid[g].begin(), group_resid[g].end());
+      }
+    }
+    std::map<int, double> pooled_cache;
+    auto pooled_noise = [&](int g) {
+      if (group_resid.size() > kMaxExactPooledGroups) return robust_sigma(all_resid, 0.0);
+      auto [it, fresh] = pooled_cache.emplace(g, 0.0);
+      if (fresh) {
+        std::vector<double> r;
+        for (const auto& [h, v] : group_resid) {
+          if (h != g) r.insert(r.end(), v.begin(), v.end());
+        }
+        it->second = r.empty() ? 0.0 : robust_sigma(r, 0.0);
+      }
+      return it->second;
+    };
     if (known(busy_med)) {
       for (size_t i = 0; i < n; ++i) {
         if (!known(busy[i])) continue;
         // Small jobs: compare with the others only, so the culprit pulls neither the median nor
         // the noise (with 4 ranks, one straggler and one long waiter would double the MAD).
         double ref = busy_med, noise = busy_noise;
-        if (n <= 64) {
+        if (grouped && group_members[job.peer_group[i]].size() > kSmallGroup) {
+          // A large group, as a large job: its own median and noise (linear in ranks, not square).
+          ref = group_med[job.peer_group[i]];
+          noise = rank_noise[i] = group_noise[job.peer_group[i]];
+        } else if (grouped) {
+          std::vector<double> others;
+          for (size_t k : group_members[job.peer_group[i]]) {
+            if (k != i && known(busy[k])) others.push_back(busy[k]);
+          }
+          if (others.empty()) continue;  // no rank does its work: nothing to compare it with
+          ref = median(others);
+          if (!known(ref)) continue;
+          noise = others.size() >= kMinGroupNoise ? robust_sigma(others, ref) : pooled_noise(job.peer_group[i]);
+          rank_noise[i] = noise;
+        } else if (n <= 64) {
           std::vector<double> others;
           for (size_t k = 0; k < n; ++k) {
             if (k != i) others.push_back(busy[k]);
@@ -1731,7 +1797,10 @@ Diagnosis diagnose(const JobWindow& job, const Options& opt) {
       }
       head.push_back(rank_name(r) + " is the straggler: busy " + ms(r.now.busy_ms()) + " per step vs " + ms(busy_peers) +
                      " on its peers; waits " + ms(r.now.wait_ms) + " in collectives vs " + ms(wait_peers));
-      double z = busy_noise > 0 ? k.extra / busy_noise : 100;
+      if (job.peer_group.size() == n)
+        head.push_back("its peers: the " + std::to_string(peers.size()) + (peers.size() == 1 ? " other rank" : " other ranks") +
+                       " of its parallel role (its pipeline stage, from the communicators it shares)");
+      double z = rank_noise[k.i] > 0 ? k.extra / rank_noise[k.i] : 100;
       double locate = clamp01(0.6 + z / 25);
       // The job loses what this rank adds beyond its peers, but never more than it got slower.
       double cost = slow ? std::min(k.extra, lost) : k.extra;

@@ -173,6 +173,9 @@ struct JobWindow {
   std::string communicator;           // the main communicator's id, for evidence
   Names names;
   std::vector<RankWindow> ranks;      // ordered by rank; ring neighbours are adjacent
+  // Per rank (as `ranks`): ranks with the same value do the same work (diagnose/peer_groups.h:
+  // the same pipeline stage). Empty: roles unknown, every rank is a peer of every other.
+  std::vector<int> peer_group;
   // Names in call paths that are Python functions: a path's deepest one is where the program's
   // time goes (the frames below it are the interpreter's).
   std::unordered_set<std::string> python_functions;

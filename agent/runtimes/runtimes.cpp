@@ -33,6 +33,8 @@ const std::vector<RuntimeSpec>& runtime_specs() {
            {{"ncclCommInitRankConfig", "pncclCommInitRankConfig"}, STRATA_API_NCCL_COMM_INIT_RANK_CONFIG, false},
            {{"ncclCommDestroy", "pncclCommDestroy"}, STRATA_API_NCCL_COMM_DESTROY, false},
            {{"ncclGetVersion", "pncclGetVersion"}, STRATA_API_NCCL_GET_VERSION, false},
+           {{"ncclCommInitAll", "pncclCommInitAll"}, STRATA_API_NCCL_COMM_INIT_ALL, false},
+           {{"ncclCommSplit", "pncclCommSplit"}, STRATA_API_NCCL_COMM_SPLIT, false},
        }},
       {RuntimeKind::kCudaRuntime,
        {"cudaLaunchKernel", "cudaStreamSynchronize"},
@@ -98,6 +100,8 @@ const char* api_name(uint32_t api) {
     case STRATA_API_NCCL_COMM_INIT_RANK_CONFIG: return "ncclCommInitRankConfig";
     case STRATA_API_NCCL_COMM_DESTROY: return "ncclCommDestroy";
     case STRATA_API_NCCL_GET_VERSION: return "ncclGetVersion";
+    case STRATA_API_NCCL_COMM_INIT_ALL: return "ncclCommInitAll";
+    case STRATA_API_NCCL_COMM_SPLIT: return "ncclCommSplit";
     case STRATA_API_CUDA_LAUNCH_KERNEL: return "cudaLaunchKernel";
     case STRATA_API_CUDA_MEMCPY_ASYNC: return "cudaMemcpyAsync";
     case STRATA_API_CUDA_STREAM_SYNCHRONIZE: return "cudaStreamSynchronize";

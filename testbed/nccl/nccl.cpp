@@ -709,9 +709,96 @@ TESTBED_EXPORT ncclResult_t pncclCommInitRankConfig(ncclComm_t* comm, int nranks
   return init_rank(comm, nranks, commId, rank);
 }
 
-TESTBED_EXPORT ncclResult_t pncclCommInitAll(ncclComm_t* /*comm*/, int /*ndev*/, const int* /*devlist*/) {
-  t_last_error = "ncclCommInitAll is not supported by the testbed (one rank per process)";
-  return ncclInvalidUsage;
+// One process, ndev ranks: each rank joins from a thread of its own on its device (init blocks
+// until every rank has joined), as NCCL initializes them together.
+TESTBED_EXPORT ncclResult_t pncclCommInitAll(ncclComm_t* comm, int ndev, const int* devlist) {
+  if (comm == nullptr || ndev < 1) {
+    t_last_error = "ncclCommInitAll: invalid comm or ndev";
+    return ncclInvalidArgument;
+  }
+  ncclUniqueId id;
+  if (ncclResult_t r = pncclGetUniqueId(&id); r != ncclSuccess) return r;
+  std::vector<ncclResult_t> results(static_cast<size_t>(ndev), ncclSuccess);
+  std::vector<std::string> errors(static_cast<size_t>(ndev));
+  std::vector<std::thread> threads;
+  for (int i = 0; i < ndev; ++i) {
+    threads.emplace_back([&, i] {
+      cudaSetDevice(devlist != nullptr ? devlist[i] : i);
+      results[static_cast<size_t>(i)] = init_rank(&comm[i], ndev, id, i);
+      errors[static_cast<size_t>(i)] = t_last_error;
+    });
+  }
+  for (auto& t : threads) t.join();
+  for (int i = 0; i < ndev; ++i) {
+    if (results[static_cast<size_t>(i)] == ncclSuccess) continue;
+    for (int j = 0; j < ndev; ++j) {
+      if (results[static_cast<size_t>(j)] == ncclSuccess) delete comm[j];
+      comm[j] = nullptr;
+    }
+    t_last_error = errors[static_cast<size_t>(i)];
+    return results[static_cast<size_t>(i)];
+  }
+  return ncclSuccess;
+}
+
+// Collective over the parent: every rank tells every other its (color, key) over the parent's
+// sockets; the members of a color, ordered by (key, parent rank) as NCCL orders them, get a fresh
+// id from their first member and initialize a communicator of their own. NCCL_SPLIT_NOCOLOR:
+// no communicator (*newcomm = NULL). The parent must have no work in flight (its sockets carry
+// the exchange): callers synchronize before splitting, as torch does.
+TESTBED_EXPORT ncclResult_t pncclCommSplit(ncclComm_t comm, int color, int key, ncclComm_t* newcomm,
+                                           ncclConfig_t* /*config*/) {
+  if (comm == nullptr || comm->state == nullptr || newcomm == nullptr || (color < 0 && color != NCCL_SPLIT_NOCOLOR)) {
+    t_last_error = "ncclCommSplit: invalid comm, color or newcomm";
+    return ncclInvalidArgument;
+  }
+  CommState& parent = *comm->state;
+  struct Vote {
+    int32_t color, key;
+  };
+  const size_t n = static_cast<size_t>(parent.nranks);
+  std::vector<Vote> votes(n);
+  votes[static_cast<size_t>(parent.rank)] = {color, key};
+  std::vector<Transfer> xfer;
+  for (size_t p = 0; p < n; ++p) {
+    if (static_cast<int>(p) == parent.rank) continue;
+    xfer.push_back(Transfer{parent.peers[p], true, reinterpret_cast<char*>(&votes[static_cast<size_t>(parent.rank)]),
+                            sizeof(Vote), 0});
+    xfer.push_back(Transfer{parent.peers[p], false, reinterpret_cast<char*>(&votes[p]), sizeof(Vote), 0});
+  }
+  Pacer unpaced(0);
+  if (auto st = run_transfers(xfer, unpaced); !st.ok()) {
+    t_last_error = "ncclCommSplit: exchanging colors: " + st.error().message;
+    return ncclSystemError;
+  }
+  *newcomm = nullptr;
+  if (color == NCCL_SPLIT_NOCOLOR) return ncclSuccess;
+  std::vector<int> members;
+  for (size_t p = 0; p < n; ++p) {
+    if (votes[p].color == color) members.push_back(static_cast<int>(p));
+  }
+  std::stable_sort(members.begin(), members.end(),
+                   [&](int a, int b) { return votes[static_cast<size_t>(a)].key < votes[static_cast<size_t>(b)].key; });
+  int my_rank = static_cast<int>(std::find(members.begin(), members.end(), parent.rank) - members.begin());
+  ncclUniqueId id{};
+  const int leader = members.front();
+  if (leader == parent.rank) {
+    if (ncclResult_t r = pncclGetUniqueId(&id); r != ncclSuccess) return r;
+    std::vector<Transfer> out;
+    for (size_t i = 1; i < members.size(); ++i)
+      out.push_back(Transfer{parent.peers[static_cast<size_t>(members[i])], true, id.internal, sizeof(id), 0});
+    if (auto st = run_transfers(out, unpaced); !st.ok()) {
+      t_last_error = "ncclCommSplit: handing out the id: " + st.error().message;
+      return ncclSystemError;
+    }
+  } else {
+    std::vector<Transfer> in{Transfer{parent.peers[static_cast<size_t>(leader)], false, id.internal, sizeof(id), 0}};
+    if (auto st = run_transfers(in, unpaced); !st.ok()) {
+      t_last_error = "ncclCommSplit: receiving the id: " + st.error().message;
+      return ncclSystemError;
+    }
+  }
+  return init_rank(newcomm, static_cast<int>(members.size()), id, my_rank);
 }
 
 TESTBED_EXPORT ncclResult_t pncclCommFinalize(ncclComm_t comm) {
@@ -900,6 +987,7 @@ NCCL_ALIAS(ncclGetUniqueId)
 NCCL_ALIAS(ncclCommInitRank)
 NCCL_ALIAS(ncclCommInitRankConfig)
 NCCL_ALIAS(ncclCommInitAll)
+NCCL_ALIAS(ncclCommSplit)
 NCCL_ALIAS(ncclCommFinalize)
 NCCL_ALIAS(ncclCommDestroy)
 NCCL_ALIAS(ncclCommAbort)

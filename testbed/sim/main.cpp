@@ -2,7 +2,8 @@
 // fault, prints per-rank step times, and writes the ground truth.
 //
 //   strata-sim run --ranks N --steps S [--fault KIND[:rank=R,start_step=K,key=value...]]
-//                  [--python | --python-exe PY] [--mode ddp|fsdp] [--seed N] [--truth FILE.json]
+//                  [--python | --python-exe PY] [--mode ddp|fsdp] [--pp P] [--tp T] [--seed N]
+//                  [--truth FILE.json]
 //                  [--hang-timeout SEC] [--scale F] [--quiet]
 //
 // Exit: 0 ok (a hang fault stopped by the hang timeout is ok), 1 bad usage/spec, 2 environment
@@ -209,6 +210,8 @@ class Sim {
           {"TORCHELASTIC_RUN_ID", "strata-sim-" + std::to_string(::getpid())},
           {"STRATA_SIM_STEPS", std::to_string(opts_.steps)},
           {"STRATA_SIM_MODE", opts_.mode},
+          {"STRATA_SIM_PP", std::to_string(opts_.pp)},
+          {"STRATA_SIM_TP", std::to_string(opts_.tp)},
           {"STRATA_SIM_SCALE", std::to_string(opts_.scale)},
           {"STRATA_SIM_SEED", std::to_string(opts_.seed)},
           {"STRATA_SIM_DATA", run_dir_ + "/data.bin"},
@@ -423,6 +426,7 @@ class Sim {
     const FaultSpec& f = opts_.fault;
     std::printf("strata-sim: %d ranks x %d steps (%s, %s ranks)", opts_.ranks, opts_.steps, opts_.mode.c_str(),
                 opts_.python ? "python" : "C++");
+    if (opts_.pp > 1 || opts_.tp > 1) std::printf(" pp=%d tp=%d dp=%d", opts_.pp, opts_.tp, opts_.ranks / (opts_.pp * opts_.tp));
     if (f.kind == FaultKind::kNone) {
       std::printf(", no fault\n");
     } else {
@@ -481,7 +485,7 @@ class Sim {
       o << "}";
     }
     o << "},\n  \"ranks\": " << opts_.ranks << ", \"steps\": " << opts_.steps << ", \"mode\": \"" << opts_.mode
-      << "\", \"program\": \"" << (opts_.python ? "python" : "cpp") << "\", \"seed\": " << opts_.seed
+      << "\", \"pp\": " << opts_.pp << ", \"tp\": " << opts_.tp << ", \"program\": \"" << (opts_.python ? "python" : "cpp") << "\", \"seed\": " << opts_.seed
       << ",\n  \"exit_code\": " << code << ", \"stopped_by_hang_timeout\": " << (stopped_by_hang_ ? "true" : "false")
       << ", \"interrupted\": " << (interrupted_ ? "true" : "false") << ",\n  \"pids\": {";
     for (size_t i = 0; i < ranks_.size(); ++i) {

@@ -4,7 +4,9 @@
 // A step: load_batch (read the data file) and preprocess on the CPU; copy the batch to the device;
 // forward and backward kernels; gradient all-reduce per bucket on a comm stream as backward
 // proceeds (DDP), or all-gather before each layer and reduce-scatter after it (FSDP); optimizer
-// step; wait for the device. It reports each step's times to strata-sim on a pipe:
+// step; wait for the device. With STRATA_SIM_PP / STRATA_SIM_TP (strata-sim run --pp P --tp T) the
+// job is pipeline and tensor parallel instead (see Layout): GPipe micro-batches pass between stages
+// with ncclSend/ncclRecv, a TP all-reduce follows each layer, DP replicas all-reduce gradients. It reports each step's times to strata-sim on a pipe:
 //   step <rank> <step> <step_ms> <load_ms> <compute_ms> <comm_ms> <collectives> <cpu_ms> <runq_ms>
 // compute_ms: forward+backward kernel time on the device (CUDA events on the compute stream);
 // comm_ms: time in collectives on the device, waiting for peers included (events on the comm stream);
@@ -131,14 +133,17 @@ Fault parse_fault_env() {
   return f;
 }
 
-// ---- the store: rank 0 hands the ncclUniqueId to the others over MASTER_ADDR:MASTER_PORT ------
-ncclUniqueId exchange_unique_id(int rank, int world) {
-  ncclUniqueId id{};
+// ---- the store: rank 0 hands the ncclUniqueIds to the others over MASTER_ADDR:MASTER_PORT -----
+// One id per communicator the job creates (the world's first), as torch's c10d store hands each
+// process group's id to its members: every rank gets them all, in one fixed order.
+std::vector<ncclUniqueId> exchange_unique_ids(int rank, int world, size_t count) {
+  std::vector<ncclUniqueId> ids(count);
+  const size_t bytes = count * sizeof(ncclUniqueId);
   std::string addr = env_str("MASTER_ADDR", "127.0.0.1");
   if (addr == "localhost") addr = "127.0.0.1";
   int port = env_int("MASTER_PORT", 29500);
   if (rank == 0) {
-    NCCL_CHECK(ncclGetUniqueId(&id));
+    for (auto& id : ids) NCCL_CHECK(ncclGetUniqueId(&id));
     int fd = ::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
     int one = 1;
     ::setsockopt(fd, SOL_SOCKET, SO_REUSEADDR, &one, sizeof(one));
@@ -152,11 +157,11 @@ ncclUniqueId exchange_unique_id(int rank, int world) {
     for (int i = 1; i < world; ++i) {
       int c = ::accept(fd, nullptr, nullptr);
       if (c < 0) die(std::string("store: accept: ") + std::strerror(errno));
-      if (::send(c, &id, sizeof(id), MSG_NOSIGNAL) != static_cast<ssize_t>(sizeof(id))) die("store: send");
+      if (::send(c, ids.data(), bytes, MSG_NOSIGNAL) != static_cast<ssize_t>(bytes)) die("store: send");
       ::close(c);
     }
     ::close(fd);
-    return id;
+    return ids;
   }
   sockaddr_in sa{};
   sa.sin_family = AF_INET;
@@ -166,13 +171,13 @@ ncclUniqueId exchange_unique_id(int rank, int world) {
     int fd = ::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
     if (::connect(fd, reinterpret_cast<sockaddr*>(&sa), sizeof(sa)) == 0) {
       size_t got = 0;
-      while (got < sizeof(id)) {
-        ssize_t n = ::recv(fd, reinterpret_cast<char*>(&id) + got, sizeof(id) - got, 0);
+      while (got < bytes) {
+        ssize_t n = ::recv(fd, reinterpret_cast<char*>(ids.data()) + got, bytes - got, 0);
         if (n <= 0) die("store: rank 0 closed the connection");
         got += static_cast<size_t>(n);
       }
       ::close(fd);
-      return id;
+      return ids;
     }
     ::close(fd);
     ::usleep(50000);
@@ -350,6 +355,71 @@ void launch(const void* k, double us, cudaStream_t s) {
   CUDA_CHECK(cudaLaunchKernel(k, grid, dim3(256), nullptr, 0, s));
 }
 
+// ---- pipeline and tensor parallel layout (--pp P --tp T) ----------------------------------------
+// Megatron's order: the tensor-parallel position varies fastest, then the data-parallel replica,
+// then the pipeline stage. Every group of a kind is a communicator of its own, created as torch's
+// new_group creates one (an id from the store, ncclCommInitRankConfig); the world's communicator
+// carries one small all-reduce per step across every stage (the gradient norm of clipping).
+struct Layout {
+  int pp = 1, tp = 1, dp = 1;
+  int stage = 0, tp_pos = 0, dp_pos = 0;
+  bool model_parallel() const { return pp > 1 || tp > 1; }
+  int rank_of(int p, int d, int t) const { return (p * dp + d) * tp + t; }
+  // Ids: the world's, then one per TP group (tp > 1), per PP group (pp > 1), per DP group (dp > 1).
+  size_t tp_base() const { return 1; }
+  size_t pp_base() const { return tp_base() + (tp > 1 ? static_cast<size_t>(pp * dp) : 0); }
+  size_t dp_base() const { return pp_base() + (pp > 1 ? static_cast<size_t>(dp * tp) : 0); }
+  size_t id_count() const { return dp_base() + (dp > 1 ? static_cast<size_t>(pp * tp) : 0); }
+};
+
+Layout make_layout(int rank, int world, int pp, int tp) {
+  Layout l;
+  l.pp = std::max(1, pp);
+  l.tp = std::max(1, tp);
+  if (world % (l.pp * l.tp) != 0) die("WORLD_SIZE is not a multiple of STRATA_SIM_PP x STRATA_SIM_TP");
+  l.dp = world / (l.pp * l.tp);
+  l.tp_pos = rank % l.tp;
+  l.dp_pos = (rank / l.tp) % l.dp;
+  l.stage = rank / (l.tp * l.dp);
+  return l;
+}
+
+// Stages differ by design: each stage computes this much of stage 0's work more than the one
+// before it (later stages hold more layers and the output head): stage s computes (1 + s) times
+// stage 0's work, so a healthy pipeline has stages of unequal speed. Large enough that comparing
+// every rank with every other blames the last stage of a healthy 2-stage job (main's engine did).
+constexpr double kStageWeightStep = 1.0;
+// GPipe: the batch is split into this many micro-batches that flow through the stages.
+constexpr int kMicroBatches = 4;
+constexpr int kStageLayers = 3;
+constexpr size_t kActivationElems = 64 * 1024;  // 256 KiB of fp32 activations per micro-batch
+constexpr size_t kTpElems = 16 * 1024;          // 64 KiB partial sums per tensor-parallel all-reduce
+
+struct ModelParallelComms {
+  ncclComm_t tp = nullptr, pp = nullptr, dp = nullptr;
+};
+
+// Creates this rank's TP, PP and DP communicators. Every rank creates them kind by kind in the same
+// order, and the groups of one kind are disjoint, so no init waits on a rank busy with another.
+ModelParallelComms init_model_parallel(const Layout& l, int rank, const std::vector<ncclUniqueId>& ids) {
+  ModelParallelComms c;
+  ncclConfig_t config = NCCL_CONFIG_INITIALIZER;
+  if (l.tp > 1) {
+    size_t group = static_cast<size_t>(l.stage * l.dp + l.dp_pos);
+    NCCL_CHECK(ncclCommInitRankConfig(&c.tp, l.tp, ids[l.tp_base() + group], l.tp_pos, &config));
+  }
+  if (l.pp > 1) {
+    size_t group = static_cast<size_t>(l.dp_pos * l.tp + l.tp_pos);
+    NCCL_CHECK(ncclCommInitRankConfig(&c.pp, l.pp, ids[l.pp_base() + group], l.stage, &config));
+  }
+  if (l.dp > 1) {
+    size_t group = static_cast<size_t>(l.stage * l.tp + l.tp_pos);
+    NCCL_CHECK(ncclCommInitRankConfig(&c.dp, l.dp, ids[l.dp_base() + group], l.dp_pos, &config));
+  }
+  (void)rank;
+  return c;
+}
+
 }  // namespace
 
 int main() {
@@ -383,9 +453,18 @@ int main() {
   cudaStream_t compute, comm_stream;
   CUDA_CHECK(cudaStreamCreateWithFlags(&compute, cudaStreamNonBlocking));
   CUDA_CHECK(cudaStreamCreateWithFlags(&comm_stream, cudaStreamNonBlocking));
-  ncclUniqueId id = exchange_unique_id(rank, world);
+  const Layout lay = make_layout(rank, world, env_int("STRATA_SIM_PP", 1), env_int("STRATA_SIM_TP", 1));
+  const bool mp = lay.model_parallel();
+  auto ids = exchange_unique_ids(rank, world, lay.id_count());
   ncclComm_t comm;
-  NCCL_CHECK(ncclCommInitRank(&comm, world, id, rank));
+  NCCL_CHECK(ncclCommInitRank(&comm, world, ids[0], rank));
+  const ModelParallelComms mpc = mp ? init_model_parallel(lay, rank, ids) : ModelParallelComms{};
+  std::vector<float*> act(2, nullptr);  // model parallel: activations out and in, TP partial sums
+  float* tp_buf = nullptr;
+  if (mp) {
+    for (auto& a : act) CUDA_CHECK(cudaMalloc(reinterpret_cast<void**>(&a), kActivationElems * sizeof(float)));
+    CUDA_CHECK(cudaMalloc(reinterpret_cast<void**>(&tp_buf), kTpElems * sizeof(float)));
+  }
 
   Kernels k;
   if (k.gemm_fwd == nullptr) die("libtestbed_kernels.so has no kernels");
@@ -402,7 +481,8 @@ int main() {
   void* d_batch = nullptr;
   CUDA_CHECK(cudaMalloc(&d_batch, kBatchBytes * 4));
 
-  const int kMaxComm = 2 * kLayers + kBuckets;
+  // Model parallel: per micro-batch and direction a receive, a send and a TP all-reduce per layer.
+  const int kMaxComm = mp ? 2 * kMicroBatches * (kStageLayers + 2) + 2 : 2 * kLayers + kBuckets;
   cudaEvent_t c0, c1, grad_ready, comm_done;
   CUDA_CHECK(cudaEventCreate(&c0));
   CUDA_CHECK(cudaEventCreate(&c1));
@@ -438,8 +518,55 @@ int main() {
     CUDA_CHECK(cudaMemcpyAsync(d_batch, batch.data(), batch.size(), cudaMemcpyHostToDevice, compute));
     CUDA_CHECK(cudaEventRecord(c0, compute));
     int ncomm = 0;
-    // forward
-    for (int l = 0; l < kLayers; ++l) {
+    // One operation on the comm stream after the compute stream's work so far; compute waits for it.
+    auto on_comm = [&](auto&& op) {
+      CUDA_CHECK(cudaEventRecord(grad_ready, compute));
+      CUDA_CHECK(cudaStreamWaitEvent(comm_stream, grad_ready, 0));
+      CUDA_CHECK(cudaEventRecord(cs[ncomm], comm_stream));
+      op();
+      CUDA_CHECK(cudaEventRecord(ce[ncomm], comm_stream));
+      CUDA_CHECK(cudaStreamWaitEvent(compute, ce[ncomm], 0));
+      ++ncomm;
+    };
+    if (mp) {
+      // GPipe: every micro-batch forward through the stages, then every one backward. A stage
+      // receives from the one before it, computes its layers (a TP all-reduce after each), sends on.
+      const double w = (1 + kStageWeightStep * lay.stage) * scale * batch_scale / kMicroBatches;
+      const int ne = static_cast<int>(kActivationElems), nt = static_cast<int>(kTpElems);
+      for (int dir = 0; dir < 2; ++dir) {
+        const bool fwd = dir == 0;
+        const int from = fwd ? lay.stage - 1 : lay.stage + 1, to = fwd ? lay.stage + 1 : lay.stage - 1;
+        for (int mb = 0; mb < kMicroBatches; ++mb) {
+          if (from >= 0 && from < lay.pp)
+            on_comm([&] { NCCL_CHECK(ncclRecv(act[1], ne, ncclFloat, from, mpc.pp, comm_stream)); });
+          for (int l = 0; l < kStageLayers; ++l) {
+            if (fwd) {
+              launch(k.layer_norm, 300 * w, compute);
+              launch(k.gemm_fwd, 5000 * w, compute);
+              launch(k.relu, 200 * w, compute);
+            } else {
+              launch(k.gemm_bwd_data, 5000 * w, compute);
+              launch(k.gemm_bwd_weight, 5000 * w, compute);
+              launch(k.add, 200 * w, compute);
+            }
+            if (lay.tp > 1)
+              on_comm([&] { NCCL_CHECK(ncclAllReduce(tp_buf, tp_buf, nt, ncclFloat, ncclSum, mpc.tp, comm_stream)); });
+          }
+          if (fwd && lay.stage == lay.pp - 1) {
+            launch(k.softmax, 300 * w, compute);
+            launch(k.nll_loss, 200 * w, compute);
+          }
+          if (to >= 0 && to < lay.pp)
+            on_comm([&] { NCCL_CHECK(ncclSend(act[0], ne, ncclFloat, to, mpc.pp, comm_stream)); });
+        }
+      }
+      CUDA_CHECK(cudaEventRecord(c1, compute));
+      if (lay.dp > 1)
+        on_comm([&] { NCCL_CHECK(ncclAllReduce(grads[0], grads[0], kBucketElems, ncclFloat, ncclSum, mpc.dp, comm_stream)); });
+      on_comm([&] { NCCL_CHECK(ncclAllReduce(tp_buf, tp_buf, 1, ncclFloat, ncclSum, comm, comm_stream)); });
+    }
+    // forward (data parallel)
+    for (int l = 0; l < kLayers && !mp; ++l) {
       if (fsdp) {  // gather the layer's parameters first
         CUDA_CHECK(cudaEventRecord(cs[ncomm], comm_stream));
         NCCL_CHECK(ncclAllGather(shard, gathered, shard_elems, ncclFloat, comm, comm_stream));
@@ -451,10 +578,12 @@ int main() {
       launch(k.gemm_fwd, fwd_us * batch_scale, compute);
       launch(k.relu, 200 * scale * batch_scale, compute);
     }
-    launch(k.softmax, 300 * scale * batch_scale, compute);
-    launch(k.nll_loss, 200 * scale * batch_scale, compute);
+    if (!mp) {
+      launch(k.softmax, 300 * scale * batch_scale, compute);
+      launch(k.nll_loss, 200 * scale * batch_scale, compute);
+    }
     // backward: gradients leave in buckets as their layers finish (DDP), or per layer (FSDP)
-    for (int l = kLayers - 1; l >= 0; --l) {
+    for (int l = kLayers - 1; l >= 0 && !mp; --l) {
       launch(k.gemm_bwd_data, bwd_us / 2 * batch_scale, compute);
       launch(k.gemm_bwd_weight, bwd_us / 2 * batch_scale, compute);
       launch(k.add, 200 * scale * batch_scale, compute);
@@ -473,15 +602,18 @@ int main() {
         ++ncomm;
       }
     }
-    CUDA_CHECK(cudaEventRecord(c1, compute));
+    if (!mp) CUDA_CHECK(cudaEventRecord(c1, compute));
     // optimizer: needs every reduced gradient
     CUDA_CHECK(cudaEventRecord(comm_done, comm_stream));
     CUDA_CHECK(cudaStreamWaitEvent(compute, comm_done, 0));
     launch(k.adam, opt_us, compute);
     CUDA_CHECK(cudaStreamSynchronize(compute));
-    ncclResult_t async = ncclSuccess;
-    NCCL_CHECK(ncclCommGetAsyncError(comm, &async));
-    if (async != ncclSuccess) die(std::string("NCCL communicator failed: ") + ncclGetLastError(comm));
+    for (ncclComm_t c : {comm, mpc.tp, mpc.pp, mpc.dp}) {
+      if (c == nullptr) continue;
+      ncclResult_t async = ncclSuccess;
+      NCCL_CHECK(ncclCommGetAsyncError(c, &async));
+      if (async != ncclSuccess) die(std::string("NCCL communicator failed: ") + ncclGetLastError(c));
+    }
 
     float compute_ms = 0, comm_ms = 0;
     CUDA_CHECK(cudaEventElapsedTime(&compute_ms, c0, c1));
@@ -501,6 +633,9 @@ int main() {
                             runq_ms);
       if (::write(report_fd, line, static_cast<size_t>(n)) != n) die("lost strata-sim (report pipe)");
     }
+  }
+  for (ncclComm_t c : {mpc.tp, mpc.pp, mpc.dp}) {
+    if (c != nullptr) NCCL_CHECK(ncclCommDestroy(c));
   }
   NCCL_CHECK(ncclCommDestroy(comm));
   if (worker.pid > 0) {  // its pipe closed, it exits

@@ -2,6 +2,7 @@
 
 #include <cmath>
 #include <cstdlib>
+#include <tuple>
 
 namespace testbed::sim {
 
@@ -209,6 +210,9 @@ void add_run_options(CLI::App& app, RunArgs& a) {
   app.add_flag("--python", a.python, "ranks run rank.py (PyTorch-like Python) instead of the C++ rank");
   app.add_option("--python-exe", a.python_exe, "the Python for --python (default: python3 on PATH)")->type_name("PY");
   app.add_option("--mode", a.mode, "ddp (default) or fsdp")->type_name("ddp|fsdp");
+  app.add_option("--pp", a.pp, "pipeline stages (default 1); stages compute unequal shares by design")->type_name("P");
+  app.add_option("--tp", a.tp, "tensor-parallel width (default 1); --ranks defaults to P x T, a multiple adds "
+                 "data-parallel replicas")->type_name("T");
   app.add_option("--seed", a.seed, "seed of the modeled jitter (default 1)")->type_name("N");
   app.add_option("--truth", a.truth, "write the ground truth (the fault, its rank, layer and cause) here")
       ->type_name("FILE.json");
@@ -234,11 +238,21 @@ Result<Options> finish_run(const RunArgs& a) {
     if (*n <= 0) return Error{std::string(flag) + " must be positive"};
     return *n;
   };
-  if (a.ranks.empty()) return Error{"--ranks N is required"};
+  for (auto [flag, text, out] : {std::tuple{"--pp", &a.pp, &o.pp}, std::tuple{"--tp", &a.tp, &o.tp}}) {
+    if (text->empty()) continue;
+    auto v = integer(flag, *text, 1, 16);
+    if (!v.ok()) return v.error();
+    *out = *v;
+  }
+  const bool model_parallel = o.pp > 1 || o.tp > 1;
+  if (a.ranks.empty() && !model_parallel) return Error{"--ranks N is required"};
   if (a.steps.empty()) return Error{"--steps S is required"};
-  auto ranks = integer("--ranks", a.ranks, 1, 16);  // one node: at most 16 stand-in GPUs
+  auto ranks = a.ranks.empty() ? Result<int>(o.pp * o.tp) : integer("--ranks", a.ranks, 1, 16);  // one node: at most 16 stand-in GPUs
   if (!ranks.ok()) return ranks.error();
   o.ranks = *ranks;
+  if (o.ranks > 16 || o.ranks % (o.pp * o.tp) != 0)
+    return Error{"--ranks " + std::to_string(o.ranks) + ": want a multiple of --pp x --tp (" + std::to_string(o.pp * o.tp) +
+                 "), at most 16"};
   auto steps = integer("--steps", a.steps, 1, 1000000);
   if (!steps.ok()) return steps.error();
   o.steps = *steps;
@@ -248,6 +262,8 @@ Result<Options> finish_run(const RunArgs& a) {
     o.seed = static_cast<unsigned>(*v);
   }
   o.python = a.python || !a.python_exe.empty();
+  if (o.python && model_parallel) return Error{"--pp/--tp: only the C++ rank is pipeline/tensor parallel (drop --python)"};
+  if (model_parallel && !a.mode.empty() && a.mode != "ddp") return Error{"--pp/--tp: the replicas of a stage are ddp; drop --mode"};
   o.python_exe = a.python_exe;
   o.truth_path = a.truth;
   if (!a.mode.empty()) {

@@ -62,6 +62,7 @@ struct Options {
   unsigned seed = 1;
   std::string truth_path;
   std::string mode = "ddp";     // ddp | fsdp
+  int pp = 1, tp = 1;           // pipeline stages, tensor-parallel width (ranks = pp x tp x replicas)
   double hang_timeout_s = 30;   // no progress for this long: stop the run
   double scale = 1.0;           // multiplies the modeled kernel durations
   bool quiet = false;
@@ -74,6 +75,7 @@ strata::Result<FaultSpec> parse_fault(const std::string& text, int ranks, int st
 // finish_run checks it, with messages that name the option and the range it wants.
 struct RunArgs {
   std::string ranks, steps, seed, mode, hang_timeout, scale;
+  std::string pp, tp;
   std::string fault = "none";
   std::string python_exe, truth;
   bool python = false;

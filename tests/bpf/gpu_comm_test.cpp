@@ -191,5 +191,58 @@ TEST(GpuComm, LateDlopenTwoCommunicatorsZeroBytesAndAPeerThatDies) {
   EXPECT_EQ(counts, (std::vector<int>{5, 6}));
 }
 
+TEST(GpuComm, SplitAndInitAllMembership) {
+  TempDir d;
+  auto rec = run(strata_bin() + " record -o " + d.file("s.db") + " -- " + testprog("nccl_split") + " " + testbed_lib());
+  ASSERT_EQ(rec.exit_code, 0) << describe(rec);
+  auto st = open_ro(d.file("s.db"));
+  ASSERT_TRUE(st);
+  auto comms = st->communicators();
+  ASSERT_TRUE(comms);
+  // Per pid: the world (its rank of 4), its half (position unknown: -1), rank 0's InitAll pair.
+  std::map<uint32_t, std::vector<store::CommunicatorRecord>> by_pid;
+  for (const auto& c : *comms) by_pid[c.pid].push_back(c);
+  ASSERT_EQ(by_pid.size(), 4u) << "four ranks' communicators";
+  std::map<int, uint32_t> pid_of_rank;
+  std::map<int, std::string> half_of_rank;
+  std::string world;
+  std::vector<store::CommunicatorRecord> init_all;
+  for (const auto& [pid, cs] : by_pid) {
+    int rank = -1;
+    for (const auto& c : cs) {
+      if (c.nranks == 4) {
+        rank = c.rank;
+        if (world.empty()) world = c.comm_id;
+        EXPECT_EQ(c.comm_id, world);
+      }
+    }
+    ASSERT_GE(rank, 0) << "pid " << pid << " has its world communicator";
+    pid_of_rank[rank] = pid;
+    for (const auto& c : cs) {
+      if (c.rank == -1) half_of_rank[rank] = c.comm_id;
+      if (c.nranks == 2) init_all.push_back(c);
+    }
+  }
+  ASSERT_EQ(half_of_rank.size(), 4u) << "every rank's ncclCommSplit communicator";
+  EXPECT_EQ(half_of_rank[0], half_of_rank[2]);
+  EXPECT_EQ(half_of_rank[1], half_of_rank[3]);
+  EXPECT_NE(half_of_rank[0], half_of_rank[1]);
+  EXPECT_NE(half_of_rank[0], world);
+  ASSERT_EQ(init_all.size(), 2u) << "ncclCommInitAll's two handles";
+  EXPECT_EQ(init_all[0].pid, pid_of_rank[0]);
+  EXPECT_EQ(init_all[0].comm_id, init_all[1].comm_id);
+  EXPECT_EQ(init_all[0].rank + init_all[1].rank, 1) << "positions 0 and 1";
+  // The all-reduces on the halves carry the split communicator's id.
+  auto colls = st->collectives();
+  ASSERT_TRUE(colls);
+  std::map<uint32_t, int> on_half;
+  for (const auto& c : *colls) {
+    for (const auto& [rank, pid] : pid_of_rank) {
+      if (c.pid == pid && c.comm_id == half_of_rank[rank]) on_half[pid]++;
+    }
+  }
+  for (const auto& [rank, pid] : pid_of_rank) EXPECT_EQ(on_half[pid], 3) << "rank " << rank;
+}
+
 }  // namespace
 }  // namespace strata::test

@@ -18,6 +18,7 @@
 #include <cstring>
 #include <filesystem>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "testbed/cost_model.h"
@@ -378,6 +379,91 @@ TEST(Nccl, RingAcrossProcessesWithTwoCommunicators) {
     ASSERT_EQ(::waitpid(pid, &status, 0), pid);
     EXPECT_TRUE(WIFEXITED(status) && WEXITSTATUS(status) == 0) << "status " << status;
   }
+}
+
+// One rank of the split test: 4 ranks split by parity (keys reversed, so positions follow the
+// key, not the parent rank); rank 3 asks for no communicator. Returns the failed checks.
+int split_rank(int rank, int nranks, ncclUniqueId id) {
+  int bad = 0;
+  auto check = [&](bool ok, const char* what) {
+    if (!ok) {
+      std::fprintf(stderr, "rank %d: check failed: %s\n", rank, what);
+      ++bad;
+    }
+  };
+  cudaSetDevice(rank);
+  ncclComm_t world, half = nullptr;
+  if (ncclCommInitRank(&world, nranks, id, rank) != ncclSuccess) return 100;
+  int color = rank == 3 ? NCCL_SPLIT_NOCOLOR : rank % 2;
+  if (ncclCommSplit(world, color, -rank, &half, nullptr) != ncclSuccess) return 100;
+  if (rank == 3) {
+    check(half == nullptr, "NCCL_SPLIT_NOCOLOR: no communicator");
+  } else {
+    int count = 0, pos = -1;
+    ncclCommCount(half, &count);
+    ncclCommUserRank(half, &pos);
+    // Color 0: ranks 0, 2 (keys 0, -2: rank 2 first); color 1: rank 1 alone.
+    check(count == (rank % 2 == 0 ? 2 : 1), "split size");
+    check(pos == (rank == 2 || rank == 1 ? 0 : 1), "position by key");
+    int32_t x = rank + 1, y = 0;
+    ncclAllReduce(&x, &y, 1, ncclInt32, ncclSum, half, nullptr);
+    cudaStreamSynchronize(nullptr);
+    check(y == (rank % 2 == 0 ? 1 + 3 : 2), "all-reduce within the split");
+    ncclCommDestroy(half);
+  }
+  ncclCommDestroy(world);
+  return bad;
+}
+
+TEST(Nccl, SplitByColorAndKey) {
+  const int nranks = 4;
+  ncclUniqueId id;
+  ASSERT_EQ(ncclGetUniqueId(&id), ncclSuccess);
+  std::vector<pid_t> children;
+  for (int r = 1; r < nranks; ++r) {
+    pid_t pid = ::fork();
+    ASSERT_GE(pid, 0);
+    if (pid == 0) ::_exit(split_rank(r, nranks, id));
+    children.push_back(pid);
+  }
+  EXPECT_EQ(split_rank(0, nranks, id), 0);
+  for (pid_t pid : children) {
+    int status = 0;
+    ASSERT_EQ(::waitpid(pid, &status, 0), pid);
+    EXPECT_TRUE(WIFEXITED(status) && WEXITSTATUS(status) == 0) << "status " << status;
+  }
+  ncclComm_t bad = nullptr;
+  EXPECT_EQ(ncclCommSplit(nullptr, 0, 0, &bad, nullptr), ncclInvalidArgument);
+}
+
+TEST(Nccl, InitAllMakesOneCommunicatorOfNdevRanks) {
+  ncclComm_t comms[3] = {};
+  int devs[3] = {0, 1, 2};
+  ASSERT_EQ(ncclCommInitAll(comms, 3, devs), ncclSuccess);
+  for (int i = 0; i < 3; ++i) {
+    int count = 0, pos = -1;
+    ASSERT_NE(comms[i], nullptr);
+    ncclCommCount(comms[i], &count);
+    ncclCommUserRank(comms[i], &pos);
+    EXPECT_EQ(count, 3);
+    EXPECT_EQ(pos, i);
+  }
+  // One collective across the three, each from its own thread (one process drives every rank).
+  int32_t in[3] = {1, 2, 3}, out[3] = {};
+  std::vector<std::thread> threads;
+  for (int i = 0; i < 3; ++i) {
+    threads.emplace_back([&, i] {
+      cudaSetDevice(i);
+      cudaStream_t s;
+      cudaStreamCreate(&s);
+      ncclAllReduce(&in[i], &out[i], 1, ncclInt32, ncclSum, comms[i], s);
+      cudaStreamSynchronize(s);
+    });
+  }
+  for (auto& t : threads) t.join();
+  for (int32_t v : out) EXPECT_EQ(v, 6);
+  for (auto* c : comms) ncclCommDestroy(c);
+  EXPECT_EQ(ncclCommInitAll(nullptr, 3, devs), ncclInvalidArgument);
 }
 
 TEST(Nccl, PeerExitIsAnAsyncErrorNotAHang) {
