@@ -1,7 +1,7 @@
 // The REST API under /api/v1/ (same origin: `strata serve` serves this app). A collector started with
 // --token-file answers 401 without a bearer token: the UI asks for it once and keeps it for the tab.
 
-import type { Diagnosis, DiffProfile, Heatmap, Job, MetricRow } from './shape';
+import type { Diagnosis, DiffProfile, Heatmap, Job, MetricRow, ReducedFidelity } from './shape';
 
 const TOKEN_KEY = 'strata.token';
 
@@ -81,6 +81,7 @@ export const api = {
     json<{ traceEvents: import('./shape').TraceEvent[] }>('timeline', Array.isArray(ranks) ? { job, ranks: ranks.join(',') } : { job, rank: ranks }),
   metrics: (prefix: string) => json<{ metrics: MetricRow[] }>('metrics', { prefix }).then((r) => r.metrics),
   nodes: () => json<{ nodes: NodeStatus[] }>('nodes').then((r) => r.nodes),
+  fidelity: (job: string) => json<{ reduced: ReducedFidelity[]; truncated: boolean }>('fidelity', { job }),
   overhead: () => json<{ stats: Record<string, number> }>('overhead').then((r) => r.stats),
   processes: (job?: string) => json<{ processes: ProcessRow[] }>('processes', { job }).then((r) => r.processes),
 };

@@ -9,6 +9,7 @@ import {
   stepWindow, worstStep, type RankLane,
 } from '../shape';
 import { formatHash, type UiState } from '../state';
+import { fidelitySlot } from './fidelity';
 
 const COLORS: Record<string, string> = {
   step: '#8b5cf6', collective: '#f59e0b', kernel: '#10b981', memcpy: '#3b82f6', memset: '#60a5fa', api: '#ef4444', cpu: '#64748b',
@@ -127,6 +128,8 @@ export async function timelineView(main: HTMLElement, s: UiState, go: (s: UiStat
     h('a', { href: formatHash({ view: 'job', job, rank: s.rank }) }, job || '(unnamed)'), ' / ', 'timeline'));
   const title = h('h1', {}, 'Timeline');
   main.append(title);
+  // Its CPU tracks come from samples: where the rate was lowered or CFI turned off, it says so.
+  main.append(fidelitySlot(job));
   const slot = h('div', { class: 'timeline' });
   main.append(slot);
   // The ranks and the step: from the URL, else the rank it was opened for (or the one that stands out)
