@@ -131,7 +131,7 @@ export async function flameView(main: HTMLElement, s: UiState, go: (s: UiState) 
     fromNs: range.from !== undefined ? Number(range.from) : undefined,
     toNs: range.to !== undefined ? Number(range.to) : undefined,
   });
-  main.append(fidelity, ...(legend ? [legend] : []), span, downloads, h('div', { class: 'flame-layout' }, slot, tableSlot), side);
+  main.append(fidelity.el, ...(legend ? [legend] : []), span, downloads, h('div', { class: 'flame-layout' }, slot, tableSlot), side);
   // Steps for the picker; the flame graph does not wait for them.
   void api.heatmap(job, false, ['none']).then((hm) => {
     windowPicker(win, hm, s, go);
@@ -156,7 +156,7 @@ export async function flameView(main: HTMLElement, s: UiState, go: (s: UiState) 
     .catch(() => win.replaceChildren(windowed ? h('a', { href: formatHash({ ...s, from: undefined, to: undefined }) }, 'whole run') : ''));
   try {
     const unit = kind === 'oncpu' ? 'samples' : 'µs';
-    const d0 = await api.diff(job, rank, kind, range);
+    const [d0] = await Promise.all([api.diff(job, rank, kind, range), fidelity.ready]);
     const b = baseline ? await api.diff(job, rank, kind, baseline) : null;
     const d = b ? selfDiff(d0, b) : d0;
     const total = rankTotal(d);

@@ -108,7 +108,8 @@ export async function jobView(main: HTMLElement, s: UiState, go: (s: UiState) =>
   const trendSlot = h('section', { id: 'trend' });
   const heatSlot = h('section', { id: 'heatmap' }, h('p', { class: 'muted' }, 'loading steps…'));
   const tableSlot = h('section', { id: 'breakdown' });
-  main.append(fidelitySlot(job), findingsSlot, trendSlot, heatSlot, tableSlot);
+  const fidelity = fidelitySlot(job);
+  main.append(fidelity.el, findingsSlot, trendSlot, heatSlot, tableSlot);
 
   const findings = api.findings(job).then((d) => {
     findingsSlot.replaceChildren(findingsSection(job, d));
@@ -117,7 +118,7 @@ export async function jobView(main: HTMLElement, s: UiState, go: (s: UiState) =>
 
   let hm: Heatmap;
   try {
-    hm = await api.heatmap(job);
+    [hm] = await Promise.all([api.heatmap(job), fidelity.ready]);
   } catch (e) {
     heatSlot.replaceChildren(errorBox(e));
     return;

@@ -129,7 +129,8 @@ export async function timelineView(main: HTMLElement, s: UiState, go: (s: UiStat
   const title = h('h1', {}, 'Timeline');
   main.append(title);
   // Its CPU tracks come from samples: where the rate was lowered or CFI turned off, it says so.
-  main.append(fidelitySlot(job));
+  const fidelity = fidelitySlot(job);
+  main.append(fidelity.el);
   const slot = h('div', { class: 'timeline' });
   main.append(slot);
   // The ranks and the step: from the URL, else the rank it was opened for (or the one that stands out)
@@ -138,7 +139,7 @@ export async function timelineView(main: HTMLElement, s: UiState, go: (s: UiStat
   let step = s.step;
   const nodes = new Map<number, string>();
   try {
-    const hm = await api.heatmap(job, false, ['step_ms', 'collective_ms']);
+    const [hm] = await Promise.all([api.heatmap(job, false, ['step_ms', 'collective_ms']), fidelity.ready]);
     for (const r of hm.ranks) nodes.set(r.rank, r.node);
     const compute = computeMatrix(hm.series.step_ms ?? [], hm.series.collective_ms);
     const dev = deviationMatrix(compute).dev;
