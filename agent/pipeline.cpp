@@ -299,7 +299,11 @@ Status NodePipeline::close_window() {
     if (auto st = sink_->put_process(recording_, p); !st) return st;
   }
   pending_processes_.clear();
-  auto written = profile_.write(*sink_, recording_, window_start_unix_, end_unix);
+  // The window's samples were taken at the rate and unwinding the budget set when the window before
+  // closed (apply_budget below changes them for the next one).
+  const store::WindowFidelity fidelity{sampling_hz_, normalizer_.snapshot_unwinding() ? store::kUnwindingCfi
+                                                                                       : store::kUnwindingFramePointers};
+  auto written = profile_.write(*sink_, recording_, window_start_unix_, end_unix, fidelity);
   if (!written) return written.error();
   for (int64_t id : written->stack_ids) {
     if (stored_stacks_.size() >= kMaxCountedStacks) break;
@@ -356,7 +360,10 @@ void NodePipeline::apply_budget(const WindowContext& ctx, double symbolize_s) {
   int level = budget_.update(cost, target, wall);
   if (level != before) {
     normalizer_.set_snapshot_unwinding(CostBudget::cfi_at(level));
-    (void)sampler_->set_frequency(CostBudget::rate_at(level, opts_.frequency_hz));
+    const unsigned hz = CostBudget::rate_at(level, opts_.frequency_hz);
+    // A rate the sampler could not take leaves the one it has; the windows say which they had.
+    if (auto st = sampler_->set_frequency(hz); st) sampling_hz_ = hz;
+    else log_ << opts_.log_prefix << st.error().message << "\n";
     log_ << opts_.log_prefix << "cost " << percent(budget_.last_share()) << " of the targets' CPU (budget "
          << percent(budget_.budget()) << "): " << (level > before ? "stepping down" : "stepping up") << " to level "
          << level << " (" << CostBudget::rate_at(level, opts_.frequency_hz) << " Hz, "

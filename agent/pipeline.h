@@ -189,6 +189,7 @@ class NodePipeline final : public EventSink {
   CostBudget budget_{opts_.budget_share};  // after opts_
   double budget_cpu_mark_ = 0, budget_bpf_mark_ = 0;
   uint64_t budget_target_mark_ = 0;
+  unsigned sampling_hz_ = opts_.frequency_hz;  // the sampler's rate now (the budget lowers it)
   uint64_t one_time_mark_ns_ = 0;  // unwind-table builds and loads so far
   double symbolize_s_ = 0;         // this window's symbolization (one-time per frame)
   double one_time_total_s_ = 0;

@@ -25,7 +25,7 @@ void WindowProfile::add(const SampleEvent& e) {
 }
 
 Result<WindowProfile::Written> WindowProfile::write(store::Store& store, int64_t recording, uint64_t start_ns,
-                                                    uint64_t end_ns) {
+                                                    uint64_t end_ns, const store::WindowFidelity& fidelity) {
   Written w;
   w.stack_ids.resize(stacks_.size());
   for (size_t i = 0; i < stacks_.size(); ++i) {
@@ -40,7 +40,7 @@ Result<WindowProfile::Written> WindowProfile::write(store::Store& store, int64_t
     w.samples += v;
   }
   if (!counts.empty()) {
-    if (auto st = store.put_window(recording, start_ns, end_ns, store::CountKind::kOnCpu, counts); !st) return st.error();
+    if (auto st = store.put_window(recording, start_ns, end_ns, store::CountKind::kOnCpu, counts, fidelity); !st) return st.error();
   }
   stacks_.clear();
   methods_.clear();

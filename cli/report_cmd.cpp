@@ -53,6 +53,32 @@ void print_os_metrics(store::Store& st, const std::vector<store::ProcessInfo>& p
   report::write_os_table(ps, rs, out);
 }
 
+// Runs of reduced fidelity shown at most; a months-long agent that stays stepped down has many.
+constexpr size_t kMaxFidelityLines = 20;
+
+// Where the agent's cost budget reduced the fidelity (issue 19: a lowered sampling rate, CFI
+// unwinding off), on the nodes of `procs` (the processes the filters keep): said wherever a profile
+// is shown, so nobody reads a 24 Hz stretch or cut-short stacks as the job's behaviour. `prefix`
+// starts each line ("" in the text report, "strata: " on stderr beside an exported file).
+void print_fidelity(store::Store& st, const std::vector<store::ProcessInfo>& procs, const std::string& prefix,
+                    std::ostream& out) {
+  auto runs = st.reduced_fidelity();
+  if (!runs || runs->empty()) return;
+  std::set<std::string> nodes;
+  for (const auto& p : procs) nodes.insert(p.node);
+  std::vector<const store::ReducedFidelity*> shown;
+  for (const auto& r : *runs)
+    if (nodes.count(r.node)) shown.push_back(&r);
+  if (shown.empty()) return;
+  out << prefix << "reduced fidelity: the agent's cost budget lowered the sampling rate or turned CFI unwinding off"
+      << " (profiles weigh each sample by its window's period; frame-pointer stacks through code without them are"
+      << " cut short):\n";
+  for (size_t i = 0; i < shown.size() && i < kMaxFidelityLines; ++i)
+    out << prefix << "  " << store::describe_reduced_fidelity(*shown[i], procs) << "\n";
+  if (shown.size() > kMaxFidelityLines)
+    out << prefix << "  ... and " << shown.size() - kMaxFidelityLines << " more\n";
+}
+
 // `procs`: the processes the filters keep (all without filters).
 void print_text(store::Store& st, const report::Profile& p, const std::vector<store::ProcessInfo>& procs,
                 std::ostream& out) {
@@ -79,6 +105,7 @@ void print_text(store::Store& st, const report::Profile& p, const std::vector<st
       out.unsetf(std::ios::fixed);
     }
   }
+  print_fidelity(st, procs, "", out);
   out << "\n";
   report::write_top(p, out);
   print_os_metrics(st, procs, out);
@@ -145,7 +172,7 @@ Result<report::TimelineData> load_timeline(store::Store& st, const store::Profil
   for (auto& a : *dev) if (wanted(a.node, a.pid)) d.device.push_back(std::move(a));
   for (auto& s : *steps) if (wanted(s.node, s.pid)) d.steps.push_back(std::move(s));
   for (auto& t : *threads) {
-    if (wanted(t.node, t.pid)) d.threads.push_back({t.start_ns, t.end_ns, t.pid, t.tid, t.comm, t.samples, t.node});
+    if (wanted(t.node, t.pid)) d.threads.push_back({t.start_ns, t.end_ns, t.pid, t.tid, t.comm, t.samples, t.node, t.sample_hz});
   }
   for (auto& m : *counters) if (wanted(m.node, m.metric.pid)) d.counters.push_back(std::move(m));
   d.sample_hz = *hz ? *hz : 99;
@@ -209,6 +236,7 @@ int report_main(std::vector<std::string> argv) {
     f.flush();
     if (!f) return fail("writing " + output + " failed", 1);
     std::cerr << "strata: wrote " << output << " (open it in https://ui.perfetto.dev or chrome://tracing)\n";
+    if (auto kept = filtered_processes(**st, filter, where); kept) print_fidelity(**st, *kept, "strata: ", std::cerr);
     return 0;
   }
   auto profile = (*st)->load_profile(filter);
@@ -230,6 +258,7 @@ int report_main(std::vector<std::string> argv) {
     for (uint32_t pid : ambiguous) profile->processes.erase(pid);
     if (auto s = report::write_pprof(*profile, output); !s) return fail(s.error().message, 1);
     std::cerr << "strata: wrote " << output << " (" << profile->total() << " samples)\n";
+    print_fidelity(**st, *procs, "strata: ", std::cerr);
     return 0;
   }
   std::ofstream file_out;
@@ -240,6 +269,7 @@ int report_main(std::vector<std::string> argv) {
   std::ostream& out = output.empty() ? std::cout : file_out;
   if (format == "folded") {
     report::write_folded(*profile, out);
+    print_fidelity(**st, *procs, "strata: ", std::cerr);
   } else {
     print_text(**st, *profile, *procs, out);
   }

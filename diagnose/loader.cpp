@@ -187,9 +187,14 @@ Status load_profile(store::Store& s, const store::RowQuery& span, JobWindow& job
   if (before_ns && prof->start_ns + prof->duration_ns > *before_ns) return {};
   Values& out = past ? (kind == store::CountKind::kOnCpu ? past->oncpu : past->offcpu)
                      : (kind == store::CountKind::kOnCpu ? r.oncpu : r.offcpu);
-  // On-CPU counts are samples of one period each; off-CPU counts are microseconds.
-  double unit_ms = kind == store::CountKind::kOnCpu ? (prof->period_ns > 0 ? static_cast<double>(prof->period_ns) / kNsPerMs : 1000.0 / 99)
-                                                     : 1e-3;
+  // On-CPU counts are samples of their windows' period each (the cost budget lowers the rate in
+  // some windows: a 24 Hz sample is ~41 ms of CPU, a 99 Hz one ~10 ms); off-CPU counts are microseconds.
+  const double default_unit_ms = kind == store::CountKind::kOnCpu ? 1000.0 / 99 : 1e-3;
+  auto unit_ms = [&](const report::ProfileSample& smp) {
+    if (kind != store::CountKind::kOnCpu) return default_unit_ms;
+    const uint64_t period = prof->period_of(smp);
+    return period > 0 ? static_cast<double>(period) / kNsPerMs : default_unit_ms;
+  };
   const bool offcpu = kind == store::CountKind::kOffCpu;
   std::unordered_map<uint32_t, NameId> path_of;
   for (const auto& smp : prof->samples) {
@@ -205,7 +210,7 @@ Status load_profile(store::Store& s, const store::RowQuery& span, JobWindow& job
     auto it = path_of.find(smp.stack_index);
     if (it == path_of.end())
       it = path_of.emplace(smp.stack_index, job.names.id(root + call_path(stack, offcpu, &job.python_functions))).first;
-    const double ms = static_cast<double>(smp.count) * unit_ms / steps;
+    const double ms = static_cast<double>(smp.count) * unit_ms(smp) / steps;
     out.push_back({it->second, ms});
     if (!offcpu && !past) {
       std::string sc = syscall_caller(stack);

@@ -4,7 +4,12 @@
 #include <cstdio>
 #include <map>
 #include <optional>
+#include <cstdlib>
+#include <limits>
 #include <set>
+#include <string_view>
+#include <utility>
+#include <vector>
 
 #include "common/json.h"
 
@@ -43,12 +48,23 @@ class Writer {
          << ",\"args\":{" << args << "}}";
   }
   void counter(uint64_t pid, const std::string& name, uint64_t ts_ns, const std::string& series, double v) {
-    if (!ts_ns) return;
+    counter(pid, name, ts_ns, {{series, v}});
+  }
+  // One counter event with several series (a stacked track in Perfetto / chrome://tracing).
+  void counter(uint64_t pid, const std::string& name, uint64_t ts_ns,
+               const std::vector<std::pair<std::string, double>>& series) {
+    if (!ts_ns || series.empty()) return;
     sep();
-    char num[64];
-    std::snprintf(num, sizeof num, "%.6g", v);
     out_ << "{\"ph\":\"C\",\"pid\":" << pid << ",\"tid\":0,\"name\":\"" << json_escape(name) << "\",\"ts\":" << us(ts_ns)
-         << ",\"args\":{\"" << json_escape(series) << "\":" << num << "}}";
+         << ",\"args\":{";
+    bool first = true;
+    for (const auto& [key, v] : series) {
+      char num[64];
+      std::snprintf(num, sizeof num, "%.6g", v);
+      out_ << (first ? "" : ",") << "\"" << json_escape(key) << "\":" << num;
+      first = false;
+    }
+    out_ << "}}";
   }
 
  private:
@@ -74,6 +90,23 @@ class Writer {
   uint64_t t0_;
   bool first_ = true;
 };
+
+// A histogram's bucket label "le=N" in numeric order (N, then the label's text for anything else).
+bool bucket_before(const std::string& a, const std::string& b) {
+  auto bound = [](const std::string& l) {
+    if (l.rfind("le=", 0) != 0) return std::numeric_limits<double>::infinity();
+    char* end = nullptr;
+    double v = std::strtod(l.c_str() + 3, &end);
+    return end && *end == '\0' ? v : std::numeric_limits<double>::infinity();
+  };
+  double x = bound(a), y = bound(b);
+  return x != y ? x < y : a < b;
+}
+
+bool is_histogram(const std::string& name) {
+  constexpr std::string_view kSuffix = ".hist";
+  return name.size() > kSuffix.size() && name.compare(name.size() - kSuffix.size(), kSuffix.size(), kSuffix) == 0;
+}
 
 }  // namespace
 
@@ -171,16 +204,24 @@ void write_chrome_trace(const TimelineData& data, std::ostream& out) {
     w.sort_index("process_sort_index", pid, 0, order);
   }
 
-  // CPU threads: on-CPU share per window as a counter, named by thread.
-  std::set<std::pair<uint32_t, uint32_t>> named;
+  // CPU threads: on-CPU share per window as a counter, named by thread. A window's samples are at
+  // its own rate (the cost budget lowers it), so the share divides by that rate.
+  std::map<std::pair<uint32_t, uint32_t>, std::string> comm_of;
   for (const auto& t : d.threads) {
+    if (!t.comm.empty()) comm_of[{t.pid, t.tid}] = t.comm;
+    const unsigned hz = t.sample_hz ? t.sample_hz : d.sample_hz;
     double secs = static_cast<double>(t.end_ns - t.start_ns) / 1e9;
-    double share = secs > 0 && d.sample_hz ? static_cast<double>(t.samples) / (secs * d.sample_hz) : 0;
+    double share = secs > 0 && hz ? static_cast<double>(t.samples) / (secs * hz) : 0;
     w.counter(t.pid, "on-CPU " + t.comm + " (" + std::to_string(t.tid) + ")", t.start_ns, "cpu", share);
   }
-  // Host API calls of collectives on the calling thread.
+  // Host API calls of collectives on the calling thread, named as the samples know it.
+  std::set<std::pair<uint32_t, uint32_t>> named;
   for (const auto& c : d.collectives) {
-    if (named.insert({c.pid, c.tid}).second) w.meta("thread_name", c.pid, c.tid, "thread " + std::to_string(c.tid));
+    if (named.insert({c.pid, c.tid}).second) {
+      auto it = comm_of.find({c.pid, c.tid});
+      w.meta("thread_name", c.pid, c.tid,
+             it != comm_of.end() ? it->second + " (" + std::to_string(c.tid) + ")" : "thread " + std::to_string(c.tid));
+    }
     w.slice(c.pid, c.tid, c.library + " " + c.op, "api", c.enter_ns, c.exit_ns,
             "\"seq\":" + std::to_string(c.seq) + ",\"bytes\":" + std::to_string(c.bytes));
   }
@@ -235,11 +276,36 @@ void write_chrome_trace(const TimelineData& data, std::ostream& out) {
     if (s.device_known) args += ",\"gpu_idle_ms\":" + std::to_string(static_cast<double>(s.gpu_idle_ns) / 1e6);
     w.slice(s.pid, kStepTrack, "step " + std::to_string(s.step), "step", s.start_ns, s.end_ns, args);
   }
-  // Per-window metrics of a process as counter tracks (OS layer, GPU).
+  // Per-window metrics of a process as counter tracks (OS layer, GPU); a histogram is one track
+  // with a series per bucket (below).
+  struct Histogram {
+    std::set<std::string, decltype(&bucket_before)> buckets{&bucket_before};
+    std::map<uint64_t, std::map<std::string, double>> windows;  // start_ns -> bucket -> value
+  };
+  std::map<std::pair<uint32_t, std::string>, Histogram> histograms;
   for (const auto& m : d.counters) {
     if (m.metric.pid == 0) continue;
+    if (is_histogram(m.metric.name) && !m.metric.label.empty()) {
+      Histogram& h = histograms[{m.metric.pid, m.metric.name}];
+      h.buckets.insert(m.metric.label);
+      h.windows[m.start_ns][m.metric.label] += m.metric.value;
+      continue;
+    }
     std::string name = m.metric.name + (m.metric.label.empty() ? "" : " " + m.metric.label);
     w.counter(m.metric.pid, name, m.start_ns, "value", m.metric.value);
+  }
+  // Every bucket in every window: a counter series holds its last value until the next event, so a
+  // bucket the window left empty is written as 0, not left at the previous window's count.
+  for (const auto& [key, h] : histograms) {
+    for (const auto& [start_ns, values] : h.windows) {
+      std::vector<std::pair<std::string, double>> series;
+      series.reserve(h.buckets.size());
+      for (const auto& b : h.buckets) {
+        auto it = values.find(b);
+        series.emplace_back(b, it == values.end() ? 0.0 : it->second);
+      }
+      w.counter(key.first, key.second, start_ns, series);
+    }
   }
   w.end();
 }

@@ -17,6 +17,7 @@ struct ThreadActivity {
   std::string comm;
   uint64_t samples = 0;
   std::string node;  // pids repeat across nodes
+  unsigned sample_hz = 0;  // the window's sampling rate (the cost budget lowers it); 0: TimelineData's
 };
 
 // Everything the timeline shows, already read from a store (times in unix ns).
@@ -32,7 +33,10 @@ struct TimelineData {
 };
 
 // Writes {"traceEvents":[...],"displayTimeUnit":"ms"}; timestamps in µs from the earliest event.
-// With `pid` set, only that process.
+// With `pid` set, only that process. Threads are named by their comm ("comm (tid)") where the
+// samples know it. A histogram metric (name ending ".hist", one label "le=N" per bucket) is one
+// counter track per process whose series are its buckets, every bucket in every window (0 where
+// the window had none), so the track shows the distribution rather than a track per bucket.
 void write_chrome_trace(const TimelineData& data, std::ostream& out);
 
 }  // namespace strata::report

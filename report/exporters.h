@@ -20,6 +20,8 @@ std::string folded_frame_name(const Frame& f);
 
 // One line per distinct stack, root first: "frame;frame;...;leaf COUNT", names as
 // folded_frame_name(). Lines of identical stacks are merged and sorted, so the output is stable.
+// COUNT is in samples at the profile's period (Profile::weighted): a sample taken at a lower rate
+// counts for more (99/24 at 24 Hz in a 99 Hz profile), with two decimals where not whole.
 // Samples with an empty stack appear as "[no stack]" so that no sample is lost from the total;
 // samples with count 0 are left out. With `by_thread`, the process and thread ("comm-pid/tid") are
 // the root frame.
@@ -28,8 +30,11 @@ void write_folded(const Profile& p, std::ostream& out, bool by_thread = false);
 // gzipped perftools.profiles.Profile (proto/profile.proto): functions, locations (address = file
 // offset), mappings (with build ids and file names), samples with pid/tid labels. Its sample total
 // equals the folded total.
-//   - one value per sample: {samples, count}, or {<kind>, <value_unit>} for other units
-//     (offcpu: {offcpu, microseconds}); period_type {cpu, nanoseconds} when period_ns is set
+//   - values per sample: {samples, count} and {cpu, nanoseconds} (the default: count times the
+//     period of the windows the samples came from, so windows at a lowered rate weigh right) when
+//     period_ns is set; {<kind>, <value_unit>} alone for other units (offcpu: {offcpu,
+//     microseconds}); period_type {cpu, nanoseconds} with the profile's (configured) period, and a
+//     num label "sample_period" (nanoseconds) on samples taken at another period
 //   - one Mapping per (module, build id); frames without a module have mapping_id 0
 //   - one Location per distinct frame, leaf first in each Sample, each with one Line; a sample
 //     without a stack has no locations (pprof counts it in totals only)

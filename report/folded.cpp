@@ -1,3 +1,6 @@
+#include <algorithm>
+#include <cmath>
+#include <cstdio>
 #include <map>
 #include <optional>
 #include <string>
@@ -9,6 +12,12 @@
 namespace strata::report {
 
 namespace {
+
+// Sums of weighed samples are whole when every sample had the profile's period, and when the
+// windows' time adds up to whole samples at the profile's rate (240 at 24 Hz = 990 at 99 Hz); the
+// periods are whole nanoseconds (1e9/24 rounds down), which leaves such sums off by a few parts in
+// 10^8. A relative error below this is read as whole.
+constexpr double kWholeSampleTolerance = 1e-6;
 
 // ';' separates frames and '\n' separates lines in folded input; neither may appear in a name.
 std::string sanitize(std::string s) {
@@ -31,6 +40,19 @@ std::string folded_stack(const Stack& stack) {
     line += folded_frame_name(*it);
   }
   return line;
+}
+
+// A line's value: whole samples as an integer (every profile of one rate); samples weighed by a
+// lower rate's period have fractions, written with two decimals (flamegraph.pl reads them).
+std::string folded_value(double v) {
+  const double whole = std::round(v);
+  char b[48];
+  if (std::fabs(v - whole) <= kWholeSampleTolerance * std::max(1.0, std::fabs(v))) {
+    std::snprintf(b, sizeof b, "%.0f", whole);
+  } else {
+    std::snprintf(b, sizeof b, "%.2f", v);
+  }
+  return b;
 }
 
 }  // namespace
@@ -58,7 +80,7 @@ std::string folded_frame_name(const Frame& f) {
 void write_folded(const Profile& p, std::ostream& out, bool by_thread) {
   // Many samples share a stack (one per thread and window); name each stack once.
   std::vector<std::optional<std::string>> stack_text(p.stacks.size());
-  std::map<std::string, uint64_t> lines;  // sorted: the output does not depend on sample order
+  std::map<std::string, double> lines;  // sorted: the output does not depend on sample order
 
   for (const auto& s : p.samples) {
     if (s.count == 0) continue;
@@ -74,9 +96,9 @@ void write_folded(const Profile& p, std::ostream& out, bool by_thread) {
     } else {
       line += folded_stack(Stack{});
     }
-    lines[line] += s.count;
+    lines[line] += p.weighted(s);
   }
-  for (const auto& [stack, count] : lines) out << stack << ' ' << count << '\n';
+  for (const auto& [stack, value] : lines) out << stack << ' ' << folded_value(value) << '\n';
 }
 
 }  // namespace strata::report

@@ -135,6 +135,17 @@ Status write_pprof(const Profile& p, const std::string& path) {
   st->set_type(b.str(counts ? "samples" : p.kind));
   st->set_unit(b.str(p.value_unit));
   out.set_default_sample_type(st->type());
+  // Sampled on-CPU profiles also carry each sample's CPU time: its count times the period of the
+  // windows it came from. The cost budget lowers the rate in some windows, and one profile-wide
+  // period would count a 24 Hz sample as a 99 Hz one; the time is right for every sample, and is
+  // what pprof shows by default.
+  const bool timed = counts && p.period_ns > 0;
+  if (timed) {
+    pb::ValueType* cpu = out.add_sample_type();
+    cpu->set_type(b.str("cpu"));
+    cpu->set_unit(b.str("nanoseconds"));
+    out.set_default_sample_type(cpu->type());
+  }
   if (p.period_ns > 0) {
     out.mutable_period_type()->set_type(b.str("cpu"));
     out.mutable_period_type()->set_unit(b.str("nanoseconds"));
@@ -149,6 +160,8 @@ Status write_pprof(const Profile& p, const std::string& path) {
   const int64_t k_rank = b.str("rank");
   const int64_t k_node = b.str("node");
   const int64_t k_job = b.str("job");
+  const int64_t k_period = b.str("sample_period");
+  const int64_t k_ns = b.str("nanoseconds");
 
   // Location ids per stack, computed once: many samples share a stack.
   std::vector<std::vector<uint64_t>> stack_locations(p.stacks.size());
@@ -166,6 +179,7 @@ Status write_pprof(const Profile& p, const std::string& path) {
       for (uint64_t id : ids) ps->add_location_id(id);
     }
     ps->add_value(static_cast<int64_t>(s.count));
+    if (timed) ps->add_value(static_cast<int64_t>(s.count * p.period_of(s)));
 
     pb::Label* l = ps->add_label();
     l->set_key(k_pid);
@@ -177,6 +191,13 @@ Status write_pprof(const Profile& p, const std::string& path) {
       l = ps->add_label();
       l->set_key(k_thread);
       l->set_str(b.str(s.comm));
+    }
+    // Samples taken at another rate than the profile's period say theirs (pprof -tagfocus).
+    if (timed && p.period_of(s) != p.period_ns) {
+      l = ps->add_label();
+      l->set_key(k_period);
+      l->set_num(static_cast<int64_t>(p.period_of(s)));
+      l->set_num_unit(k_ns);
     }
     // Rank, node and job, so Pyroscope and Parca can split and filter a job's profile by them.
     if (auto it = p.processes.find(s.pid); it != p.processes.end()) {

@@ -1,4 +1,5 @@
 #include <algorithm>
+#include <cmath>
 #include <cstdio>
 #include <map>
 #include <set>
@@ -24,8 +25,8 @@ FunctionKey function_key(const Frame& f) {
 
 struct Row {
   std::string name;  // as shown
-  uint64_t self = 0;
-  uint64_t total = 0;
+  double self = 0;   // samples at the profile's period (Profile::weighted)
+  double total = 0;
 };
 
 // "do_work [libfoo.so]", "vfs_read [kernel]": the module's base name tells same-named functions
@@ -47,13 +48,24 @@ std::string row_name(const Frame& f) {
   return name;
 }
 
-std::string percent(uint64_t part, uint64_t whole) {
+std::string percent(double part, double whole) {
   char buf[16];
   std::snprintf(buf, sizeof buf, "%6.2f%%", whole == 0 ? 0.0 : 100.0 * part / whole);
   return buf;
 }
 
-void write_table(const char* title, std::vector<const Row*> rows, uint64_t total, size_t limit, bool by_self,
+// Whole samples as integers; weighed ones (a lowered rate's samples count for more) with a decimal.
+// As in the folded output, a relative error below this (whole-nanosecond periods) reads as whole.
+constexpr double kWholeSampleTolerance = 1e-6;
+std::string amount(double v) {
+  char b[48];
+  if (std::fabs(v - std::round(v)) <= kWholeSampleTolerance * std::max(1.0, std::fabs(v)))
+    std::snprintf(b, sizeof b, "%.0f", std::round(v));
+  else std::snprintf(b, sizeof b, "%.1f", v);
+  return b;
+}
+
+void write_table(const char* title, std::vector<const Row*> rows, double total, size_t limit, bool by_self,
                  std::ostream& out) {
   // Ties broken by the other column, then by name, so the table is stable.
   std::sort(rows.begin(), rows.end(), [by_self](const Row* a, const Row* b) {
@@ -70,9 +82,9 @@ void write_table(const char* title, std::vector<const Row*> rows, uint64_t total
   for (const Row* r : rows) {
     if (shown++ == limit) break;
     if ((by_self ? r->self : r->total) == 0) break;  // the rest are zero too
-    char nums[64];
-    std::snprintf(nums, sizeof nums, "%12llu %s %12llu %s  ", static_cast<unsigned long long>(r->self),
-                  percent(r->self, total).c_str(), static_cast<unsigned long long>(r->total),
+    char nums[96];
+    std::snprintf(nums, sizeof nums, "%12s %s %12s %s  ", amount(r->self).c_str(),
+                  percent(r->self, total).c_str(), amount(r->total).c_str(),
                   percent(r->total, total).c_str());
     out << nums << r->name << '\n';
   }
@@ -81,10 +93,19 @@ void write_table(const char* title, std::vector<const Row*> rows, uint64_t total
 }  // namespace
 
 void write_top(const Profile& p, std::ostream& out, size_t limit) {
-  const uint64_t total = p.total();
+  const double total = p.weighted_total();
   const std::string unit = p.value_unit == "count" ? "samples" : p.value_unit;
-  out << p.kind << ": " << total << " " << unit << " in total\n";
-  if (total == 0) return;
+  if (p.mixed_periods() && p.period_ns > 0) {
+    // Windows at a lowered rate: their samples are weighed by their period, so the columns are CPU
+    // time in samples at the profile's rate, not the raw sample count.
+    char rate[32];
+    std::snprintf(rate, sizeof rate, "%.0f Hz", 1e9 / static_cast<double>(p.period_ns));
+    out << p.kind << ": " << p.total() << " " << unit << " in total, taken at several rates; columns are samples at "
+        << rate << " (" << amount(total) << "): each sample weighed by its window's period\n";
+  } else {
+    out << p.kind << ": " << p.total() << " " << unit << " in total\n";
+  }
+  if (total <= 0) return;
 
   // Each stack's leaf function and its distinct functions, found once: samples share stacks.
   std::map<FunctionKey, Row> rows;
@@ -103,15 +124,16 @@ void write_top(const Profile& p, std::ostream& out, size_t limit) {
     }
   }
 
-  uint64_t no_stack = 0;
+  double no_stack = 0;
   for (const auto& s : p.samples) {
     if (s.stack_index >= p.stacks.size() || p.stacks[s.stack_index].empty()) {
-      no_stack += s.count;
+      no_stack += p.weighted(s);
       continue;
     }
     const StackFunctions& sf = per_stack[s.stack_index];
-    sf.leaf->self += s.count;
-    for (Row* r : sf.distinct) r->total += s.count;
+    const double v = p.weighted(s);
+    sf.leaf->self += v;
+    for (Row* r : sf.distinct) r->total += v;
   }
   if (no_stack > 0) {
     // Kept as a row so the self column still adds up to the total.

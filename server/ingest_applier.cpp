@@ -218,7 +218,10 @@ Status IngestApplier::apply_records(const ingest::Batch& b, AgentMaps& m, AgentM
           if (!sid) return sid.error();
           counts.push_back({c.pid(), c.tid(), c.thread_comm(), *sid, c.value()});
         }
-        if (auto st = store_.put_window(*rec, w.start_ns(), w.end_ns(), static_cast<store::CountKind>(w.kind()), counts);
+        // An older agent says nothing of the window's fidelity: 0 / "" (the recording's rate).
+        const store::WindowFidelity fidelity{w.sample_hz(), w.unwinding()};
+        if (auto st = store_.put_window(*rec, w.start_ns(), w.end_ns(), static_cast<store::CountKind>(w.kind()), counts,
+                                        fidelity);
             !st)
           return st;
         o.rows["stack_counts"] += counts.size();

@@ -545,6 +545,20 @@ class Server {
         c->set_thread_comm(smp.comm);
         c->set_stack(smp.stack_index);
         c->set_value(smp.count);
+        c->set_period_ns(smp.period_ns);
+      }
+      auto reduced = store_->reduced_fidelity();
+      if (!reduced) return reply_error(res, 503, reduced.error().message);
+      for (const auto& r : *reduced) {
+        auto* x = e.add_reduced_fidelity();
+        x->set_recording(r.recording);
+        x->set_node(r.node);
+        x->set_start_ns(r.start_ns);
+        x->set_end_ns(r.end_ns);
+        x->set_windows(r.windows);
+        x->set_configured_hz(r.configured_hz);
+        x->set_sample_hz(r.sample_hz);
+        x->set_unwinding(r.unwinding);
       }
       for (const auto& m : *metrics) {
         auto* x = e.add_metrics();

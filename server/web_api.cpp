@@ -70,6 +70,10 @@ void reply_json(const httplib::Request& req, httplib::Response& res, const std::
   res.body = std::move(out);
 }
 
+// Runs of reduced fidelity one answer lists at most: an agent that stays stepped down for months
+// has one per stretch, and the page needs where and when, not every stretch.
+constexpr size_t kMaxFidelityRuns = 200;
+
 struct RankProc {
   int rank = -1;
   uint32_t pid = 0;
@@ -299,7 +303,9 @@ class WebApi {
     if (!found) return reply_error(res, 404, "no rank " + std::to_string(*rank) + " in job '" + job + "'");
     std::vector<std::string> names(profile->stacks.size());
     std::vector<bool> named(profile->stacks.size(), false);
-    std::map<std::string, std::pair<uint64_t, uint64_t>> counts;  // folded stack -> (rank, peers)
+    // folded stack -> (rank, peers), in samples at the profile's period (Profile::weighted: windows
+    // at a lowered rate weigh by their own period)
+    std::map<std::string, std::pair<double, double>> counts;
     for (const auto& s : profile->samples) {
       auto it = rank_of.find({s.node, s.pid});
       if (it == rank_of.end() || s.count == 0) continue;
@@ -315,7 +321,7 @@ class WebApi {
         key = names[s.stack_index];
       }
       auto& c = counts[key];
-      (it->second == *rank ? c.first : c.second) += s.count;
+      (it->second == *rank ? c.first : c.second) += profile->weighted(s);
     }
     std::string o = "{\"job\":" + json_str(job) + ",\"rank\":" + json_num(*rank) + ",\"kind\":" + json_str(kind) +
                     ",\"unit\":" + json_str(profile->value_unit) +
@@ -399,7 +405,7 @@ class WebApi {
       }
       for (auto& c : *comms) if (wanted(c.node, c.pid)) d.communicators.push_back(std::move(c));
       for (auto& t : *threads) {
-        if (wanted(t.node, t.pid)) d.threads.push_back({t.start_ns, t.end_ns, t.pid, t.tid, t.comm, t.samples, t.node});
+        if (wanted(t.node, t.pid)) d.threads.push_back({t.start_ns, t.end_ns, t.pid, t.tid, t.comm, t.samples, t.node, t.sample_hz});
       }
       d.sample_hz = *hz ? *hz : 99;
     }
@@ -416,6 +422,45 @@ class WebApi {
   }
 
   // What recording cost (strata record's stats: agent CPU, BPF run time, target CPU, samples...).
+  // Where the agents' cost budget reduced fidelity (store::ReducedFidelity) on the nodes of a job
+  // (`job`; default: the job with the most ranks), with each node's ranks: the pages say it beside
+  // the profiles and the heatmap.
+  void fidelity(const httplib::Request& req, httplib::Response& res) {
+    ctx_.count_request("fidelity");
+    std::vector<store::ProcessInfo> procs;
+    std::vector<store::ReducedFidelity> runs;
+    {
+      std::lock_guard lock(ctx_.store_mu);
+      auto p = ctx_.store.processes();
+      if (!p) return reply_error(res, 503, p.error().message);
+      procs = std::move(*p);
+      auto r = ctx_.store.reduced_fidelity();
+      if (!r) return reply_error(res, 503, r.error().message);
+      runs = std::move(*r);
+    }
+    std::vector<RankProc> ranks;
+    const std::string job = job_ranks(procs, req.get_param_value("job"), req.has_param("job"), ranks);
+    std::map<std::string, std::set<int>> ranks_of;  // node -> the job's ranks on it
+    for (const auto& r : ranks) ranks_of[r.node].insert(r.rank);
+    std::string o = "{\"job\":" + json_str(job) + ",\"reduced\":[";
+    bool first = true;
+    size_t shown = 0;
+    for (const auto& r : runs) {
+      auto it = ranks_of.find(r.node);
+      if (it == ranks_of.end()) continue;
+      if (shown++ == kMaxFidelityRuns) break;
+      std::string rs;
+      for (int k : it->second) rs += (rs.empty() ? "" : ",") + std::to_string(k);
+      o += std::string(first ? "" : ",") + "{\"node\":" + json_str(r.node) + ",\"ranks\":[" + rs +
+           "],\"start_ns\":" + json_num(r.start_ns) + ",\"end_ns\":" + json_num(r.end_ns) +
+           ",\"windows\":" + json_num(r.windows) + ",\"configured_hz\":" + json_num(r.configured_hz) +
+           ",\"sample_hz\":" + json_num(r.sample_hz) + ",\"unwinding\":" + json_str(r.unwinding) + "}";
+      first = false;
+    }
+    o += "],\"truncated\":" + std::string(shown > kMaxFidelityRuns ? "true" : "false") + "}\n";
+    reply_json(req, res, o);
+  }
+
   void overhead(httplib::Response& res) {
     ctx_.count_request("overhead");
     std::string o = "{\"stats\":{";
@@ -503,6 +548,7 @@ void add_web_api(httplib::Server& svr, WebApiContext ctx) {
   svr.Get("/api/v1/heatmap", [api](const httplib::Request& q, httplib::Response& r) { api->heatmap(q, r); });
   svr.Get("/api/v1/diff", [api](const httplib::Request& q, httplib::Response& r) { api->diff(q, r); });
   svr.Get("/api/v1/timeline", [api](const httplib::Request& q, httplib::Response& r) { api->timeline(q, r); });
+  svr.Get("/api/v1/fidelity", [api](const httplib::Request& q, httplib::Response& r) { api->fidelity(q, r); });
   svr.Get("/api/v1/overhead", [api](const httplib::Request&, httplib::Response& r) { api->overhead(r); });
 }
 

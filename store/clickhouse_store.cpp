@@ -20,6 +20,7 @@
 #include <set>
 #include <sstream>
 #include <thread>
+#include <tuple>
 #include <unordered_set>
 #include <vector>
 
@@ -43,7 +44,8 @@ const char* kTables[] = {
        line Int32) ENGINE = ReplacingMergeTree() ORDER BY id)",
     R"(stacks (id Int64, method UInt8, frame_ids Array(Int64)) ENGINE = ReplacingMergeTree() ORDER BY id)",
     R"(stack_counts (recording_id Int64, node String, start_ns UInt64, end_ns UInt64, kind UInt8, pid UInt32,
-       tid UInt32, thread_comm String, stack_id Int64, value UInt64, ingest_agent String, ingest_batch UInt64) ENGINE = MergeTree()
+       tid UInt32, thread_comm String, stack_id Int64, value UInt64, ingest_agent String, ingest_batch UInt64,
+       sample_hz UInt32, unwinding String) ENGINE = MergeTree()
        PARTITION BY toYYYYMMDD(toDateTime(intDiv(start_ns, 1000000000))) ORDER BY (kind, recording_id, pid, start_ns))",
     R"(metrics (recording_id Int64, node String, start_ns UInt64, end_ns UInt64, pid UInt32, name String,
        label String, value Float64, ingest_agent String, ingest_batch UInt64) ENGINE = MergeTree()
@@ -116,6 +118,8 @@ const AddedColumn kAddedColumns[] = {
     {"launch_samples", "ingest_agent", "String"},  {"launch_samples", "ingest_batch", "UInt64"},
     {"agent_stats", "ingest_agent", "String"},     {"agent_stats", "ingest_batch", "UInt64"},
     {"agent_ids", "ingest_agent", "String"},       {"agent_ids", "ingest_batch", "UInt64"},
+    // Each window's sampling rate and unwinding (WindowFidelity, issue 19): 0 / '' read as not said.
+    {"stack_counts", "sample_hz", "UInt32"},       {"stack_counts", "unwinding", "String"},
 };
 
 // The tables whose rows carry the batch that wrote them.
@@ -374,12 +378,13 @@ class ClickHouseStore final : public Store {
   }
 
   Status put_window(int64_t rec, uint64_t start_ns, uint64_t end_ns, CountKind kind,
-                    const std::vector<StackCount>& counts) override {
+                    const std::vector<StackCount>& counts, const WindowFidelity& fidelity) override {
     auto& b = buf("stack_counts");
     const std::string& node = node_of(rec);
     for (const auto& c : counts)
       b.num(rec).str(node).num(start_ns).num(end_ns).num(static_cast<uint8_t>(kind)).num(c.pid).num(c.tid)
-          .str(c.thread_comm).num(c.stack_id).num(c.value).str(batch_agent_).num(batch_id_);
+          .str(c.thread_comm).num(c.stack_id).num(c.value).str(batch_agent_).num(batch_id_)
+          .num(static_cast<uint32_t>(fidelity.sample_hz)).str(fidelity.unwinding);
     return {};
   }
 
@@ -677,11 +682,18 @@ class ClickHouseStore final : public Store {
       }
       filter += range;
     }
-    auto rows = query("SELECT pid, tid, thread_comm, stack_id, sum(value), node FROM " + db_ + ".stack_counts" + filter +
-                      " GROUP BY node, pid, tid, thread_comm, stack_id ORDER BY node, pid, tid, stack_id");
+    // ... and per window rate (WindowFidelity): a window that did not say has its recording's, so the
+    // rows are read per (recording, rate) and merged here by the rate they resolve to.
+    auto rates = recording_rates();
+    if (!rates) return rates.error();
+    auto rows = query("SELECT pid, tid, thread_comm, stack_id, sum(value), node, recording_id, " + hz_column() +
+                      " AS hz FROM " + db_ + ".stack_counts" + filter +
+                      " GROUP BY node, pid, tid, thread_comm, stack_id, recording_id, hz"
+                      " ORDER BY node, pid, tid, stack_id, recording_id, hz");
     if (!rows) return rows.error();
     std::map<int64_t, uint32_t> index;
     std::vector<int64_t> stack_ids;
+    std::map<std::tuple<std::string, uint32_t, uint32_t, std::string, int64_t, uint64_t>, size_t> merged;
     for (const auto& r : *rows) {
       report::ProfileSample s;
       s.pid = static_cast<uint32_t>(u64(r[0]));
@@ -690,9 +702,18 @@ class ClickHouseStore final : public Store {
       int64_t sid = i64(r[3]);
       s.count = u64(r[4]);
       s.node = r[5];
+      uint64_t hz = u64(r[7]);
+      if (hz == 0) hz = (*rates)[i64(r[6])];
+      if (f.kind == CountKind::kOnCpu && hz > 0) s.period_ns = 1'000'000'000ull / hz;
       auto [it, inserted] = index.emplace(sid, static_cast<uint32_t>(stack_ids.size()));
       if (inserted) stack_ids.push_back(sid);
       s.stack_index = it->second;
+      auto key = std::make_tuple(s.node, s.pid, s.tid, s.comm, sid, s.period_ns);
+      if (auto m = merged.find(key); m != merged.end()) {
+        p.samples[m->second].count += s.count;
+        continue;
+      }
+      merged.emplace(std::move(key), p.samples.size());
       p.samples.push_back(std::move(s));
     }
     p.stacks.resize(stack_ids.size());
@@ -907,16 +928,56 @@ class ClickHouseStore final : public Store {
   }
 
   Result<std::vector<ThreadWindow>> thread_windows(std::optional<int64_t> rec) override {
+    auto rates = recording_rates();
+    if (!rates) return rates.error();
     std::string w = " WHERE kind = 0" + std::string(rec ? " AND recording_id = " + std::to_string(*rec) : "");
-    auto rows = query("SELECT start_ns, end_ns, pid, tid, thread_comm, sum(value), node FROM " + db_ + ".stack_counts" + w +
-                      " GROUP BY start_ns, end_ns, node, pid, tid, thread_comm ORDER BY start_ns, node, pid, tid");
+    auto rows = query("SELECT start_ns, end_ns, pid, tid, thread_comm, sum(value), node, recording_id, " + hz_column() +
+                      " AS hz FROM " + db_ + ".stack_counts" + w +
+                      " GROUP BY start_ns, end_ns, node, pid, tid, thread_comm, recording_id, hz"
+                      " ORDER BY start_ns, node, pid, tid");
     if (!rows) return rows.error();
     std::vector<ThreadWindow> out;
-    for (const auto& r : *rows)
+    for (const auto& r : *rows) {
+      unsigned hz = static_cast<unsigned>(u64(r[8]));
       out.push_back({u64(r[0]), u64(r[1]), static_cast<uint32_t>(u64(r[2])), static_cast<uint32_t>(u64(r[3])), r[4],
-                     u64(r[5]), r[6]});
+                     u64(r[5]), r[6], hz ? hz : (*rates)[i64(r[7])]});
+    }
     return out;
   }
+
+  Result<std::vector<ReducedFidelity>> reduced_fidelity(std::optional<int64_t> rec) override {
+    std::vector<ReducedFidelity> out;
+    if (!columns_.count({"stack_counts", "sample_hz"}) || !columns_.count({"stack_counts", "unwinding"})) return out;
+    auto rates = recording_rates();
+    if (!rates) return rates.error();
+    // Each row carries its window: one per (recording, window) of on-CPU counts, of those below the
+    // highest configured rate or unwound with frame pointers only (reduced_runs keeps the reduced).
+    unsigned top_hz = 0;
+    for (const auto& [id, hz] : *rates) top_hz = std::max(top_hz, hz);
+    std::string w = " WHERE kind = 0 AND sample_hz > 0 AND (sample_hz < " + std::to_string(top_hz) +
+                    " OR unwinding = " + quote(kUnwindingFramePointers) + ")" +
+                    std::string(rec ? " AND recording_id = " + std::to_string(*rec) : "");
+    auto rows = query("SELECT recording_id, any(node), start_ns, end_ns, any(sample_hz), any(unwinding) FROM " + db_ +
+                      ".stack_counts" + w + " GROUP BY recording_id, start_ns, end_ns ORDER BY recording_id, start_ns");
+    if (!rows) return rows.error();
+    std::vector<FidelityWindow> windows;
+    windows.reserve(rows->size());
+    for (const auto& r : *rows)
+      windows.push_back({i64(r[0]), r[1], u64(r[2]), u64(r[3]), (*rates)[i64(r[0])], static_cast<unsigned>(u64(r[4])),
+                         r[5]});
+    return reduced_runs(windows);
+  }
+
+  // Each recording's configured rate, by id.
+  Result<std::map<int64_t, unsigned>> recording_rates() {
+    auto rows = query("SELECT id, max(sample_hz) FROM " + db_ + ".recordings GROUP BY id");
+    if (!rows) return rows.error();
+    std::map<int64_t, unsigned> out;
+    for (const auto& r : *rows) out[i64(r[0])] = static_cast<unsigned>(u64(r[1]));
+    return out;
+  }
+  // The windows' rate column of stack_counts, or 0 (not said) where this database lacks it.
+  std::string hz_column() const { return columns_.count({"stack_counts", "sample_hz"}) ? "sample_hz" : "toUInt32(0)"; }
 
   Result<unsigned> sample_hz(std::optional<int64_t> rec) override {
     auto rows = query("SELECT max(sample_hz) FROM " + db_ + ".recordings" +

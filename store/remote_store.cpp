@@ -24,7 +24,8 @@ class RemoteStore final : public Store {
   Status end_recording(int64_t, uint64_t) override { return read_only(); }
   Status put_process(int64_t, const ProcessInfo&) override { return read_only(); }
   Result<int64_t> intern_stack(const Stack&, UnwindMethod) override { return read_only(); }
-  Status put_window(int64_t, uint64_t, uint64_t, CountKind, const std::vector<StackCount>&) override {
+  Status put_window(int64_t, uint64_t, uint64_t, CountKind, const std::vector<StackCount>&,
+                    const WindowFidelity&) override {
     return read_only();
   }
   Status put_stat(int64_t, const std::string&, double) override { return read_only(); }
@@ -73,6 +74,7 @@ class RemoteStore final : public Store {
       smp.comm = s.thread_comm();
       smp.stack_index = static_cast<uint32_t>(s.stack());  // out of range reads as empty (profile.h)
       smp.count = s.value();
+      smp.period_ns = s.period_ns();
       p.samples.push_back(std::move(smp));
     }
     return p;
@@ -116,6 +118,16 @@ class RemoteStore final : public Store {
     if (!e) return e.error();
     if ((*e)->latest_recording() == 0) return std::optional<int64_t>{};
     return std::optional<int64_t>{(*e)->latest_recording()};
+  }
+
+  Result<std::vector<ReducedFidelity>> reduced_fidelity(std::optional<int64_t>) override {
+    auto e = cached();
+    if (!e) return e.error();
+    std::vector<ReducedFidelity> out;
+    for (const auto& r : (*e)->reduced_fidelity())
+      out.push_back({r.recording(), r.node(), r.start_ns(), r.end_ns(), r.windows(), r.configured_hz(), r.sample_hz(),
+                     r.unwinding()});
+    return out;
   }
 
   Result<unsigned> sample_hz(std::optional<int64_t>) override {

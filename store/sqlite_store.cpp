@@ -218,6 +218,26 @@ class SqliteStore final : public Store {
       std::string sql = std::string("ALTER TABLE processes ADD COLUMN ") + c + " TEXT NOT NULL DEFAULT ''";
       if (auto s = exec(sql.c_str()); !s) return s;
     }
+    return fidelity_columns(add);
+  }
+
+  // The windows' fidelity columns (WindowFidelity, issue 19), added the same way: 0 and '' read as
+  // "not said" (the recording's rate, unknown unwinding).
+  Status fidelity_columns(bool add) {
+    std::set<std::string> have;
+    {
+      Stmt s(db_, "SELECT name FROM pragma_table_info('windows')");
+      int rc;
+      while ((rc = s.step()) == SQLITE_ROW) have.insert(s.text(0));
+      if (rc != SQLITE_DONE) return err("reading the windows table's columns");
+    }
+    has_fidelity_ = have.count("sample_hz") && have.count("unwinding");
+    if (has_fidelity_ || !add) return {};
+    if (!have.count("sample_hz"))
+      if (auto s = exec("ALTER TABLE windows ADD COLUMN sample_hz INTEGER NOT NULL DEFAULT 0"); !s) return s;
+    if (!have.count("unwinding"))
+      if (auto s = exec("ALTER TABLE windows ADD COLUMN unwinding TEXT NOT NULL DEFAULT ''"); !s) return s;
+    has_fidelity_ = true;
     return {};
   }
 
@@ -321,9 +341,10 @@ class SqliteStore final : public Store {
   }
 
   Status put_window(int64_t recording, uint64_t start_ns, uint64_t end_ns, CountKind kind,
-                    const std::vector<StackCount>& counts) override {
-    Stmt w(db_, "INSERT INTO windows(recording_id,start_ns,end_ns) VALUES(?,?,?)");
-    w.bind(1, recording).bind(2, static_cast<int64_t>(start_ns)).bind(3, static_cast<int64_t>(end_ns));
+                    const std::vector<StackCount>& counts, const WindowFidelity& fidelity) override {
+    Stmt w(db_, "INSERT INTO windows(recording_id,start_ns,end_ns,sample_hz,unwinding) VALUES(?,?,?,?,?)");
+    w.bind(1, recording).bind(2, static_cast<int64_t>(start_ns)).bind(3, static_cast<int64_t>(end_ns))
+        .bind(4, static_cast<int64_t>(fidelity.sample_hz)).bind(5, fidelity.unwinding);
     if (w.step() != SQLITE_DONE) return err("adding a window");
     int64_t window = sqlite3_last_insert_rowid(db_);
     Stmt s(db_,
@@ -627,7 +648,8 @@ class SqliteStore final : public Store {
 
   Result<std::vector<ThreadWindow>> thread_windows(std::optional<int64_t> rec) override {
     std::string sql =
-        "SELECT w.start_ns, w.end_ns, sc.pid, sc.tid, sc.thread_comm, SUM(sc.value), r.node FROM stack_counts sc"
+        std::string("SELECT w.start_ns, w.end_ns, sc.pid, sc.tid, sc.thread_comm, SUM(sc.value), r.node, ") +
+        window_hz() + " FROM stack_counts sc"
         " JOIN windows w ON w.id = sc.window_id JOIN recordings r ON r.id = sc.recording_id WHERE sc.kind = 0";
     if (rec) sql += " AND sc.recording_id=" + std::to_string(*rec);
     sql += " GROUP BY sc.window_id, sc.pid, sc.tid, sc.thread_comm ORDER BY w.start_ns, r.node, sc.pid, sc.tid";
@@ -643,6 +665,7 @@ class SqliteStore final : public Store {
       t.comm = s.text(4);
       t.samples = static_cast<uint64_t>(s.i64(5));
       t.node = s.text(6);
+      t.sample_hz = static_cast<unsigned>(s.i64(7));
       out.push_back(std::move(t));
     }
     if (rc != SQLITE_DONE) return err("reading thread activity");
@@ -655,6 +678,27 @@ class SqliteStore final : public Store {
     Stmt s(db_, sql.c_str());
     if (s.step() != SQLITE_ROW) return err("reading recordings");
     return static_cast<unsigned>(s.is_null(0) ? 0 : s.i64(0));
+  }
+
+  Result<std::vector<ReducedFidelity>> reduced_fidelity(std::optional<int64_t> rec) override {
+    std::vector<ReducedFidelity> out;
+    if (!has_fidelity_) return out;  // a file from before: nothing was said
+    // The reduced windows, in order per recording. Off-CPU windows (measured, not sampled) say no
+    // rate: sample_hz 0 leaves them out.
+    std::string sql =
+        "SELECT w.recording_id, r.node, w.start_ns, w.end_ns, r.sample_hz, w.sample_hz, w.unwinding FROM windows w"
+        " JOIN recordings r ON r.id = w.recording_id WHERE w.sample_hz > 0 AND (w.sample_hz < r.sample_hz OR "
+        "w.unwinding = '" + std::string(kUnwindingFramePointers) + "')";
+    if (rec) sql += " AND w.recording_id=" + std::to_string(*rec);
+    sql += " ORDER BY w.recording_id, w.start_ns";
+    Stmt s(db_, sql.c_str());
+    std::vector<FidelityWindow> rows;
+    int rc;
+    while ((rc = s.step()) == SQLITE_ROW)
+      rows.push_back({s.i64(0), s.text(1), static_cast<uint64_t>(s.i64(2)), static_cast<uint64_t>(s.i64(3)),
+                      static_cast<unsigned>(s.i64(4)), static_cast<unsigned>(s.i64(5)), s.text(6)});
+    if (rc != SQLITE_DONE) return err("reading the windows' fidelity");
+    return reduced_runs(rows);
   }
 
   Result<std::vector<FrameRow>> unsymbolized_frames() override {
@@ -867,9 +911,12 @@ class SqliteStore final : public Store {
     }
     // Samples per (node, pid, thread, stack): pids repeat across nodes, so the node (the recording's)
     // is part of a sample's identity.
+    // ... and per window rate (WindowFidelity): counts at different rates are samples of different
+    // periods, weighed by their own (report::Profile::weighted).
     std::string sql =
-        "SELECT sc.pid, sc.tid, sc.thread_comm, sc.stack_id, SUM(sc.value), r.node FROM stack_counts sc"
-        " JOIN recordings r ON r.id = sc.recording_id WHERE sc.kind=?";
+        "SELECT sc.pid, sc.tid, sc.thread_comm, sc.stack_id, SUM(sc.value), r.node, " + window_hz() +
+        " FROM stack_counts sc JOIN recordings r ON r.id = sc.recording_id JOIN windows w ON w.id = sc.window_id"
+        " WHERE sc.kind=?";
     if (f.node) sql += " AND r.node=?";
     if (f.pid) sql += " AND sc.pid=" + std::to_string(*f.pid);
     if (f.tid) sql += " AND sc.tid=" + std::to_string(*f.tid);
@@ -894,7 +941,7 @@ class SqliteStore final : public Store {
         p.duration_ns = 0;  // no window in the range: an empty profile
       }
     }
-    sql += " GROUP BY r.node, sc.pid, sc.tid, sc.thread_comm, sc.stack_id ORDER BY r.node, sc.pid, sc.tid, sc.stack_id";
+    sql += " GROUP BY r.node, sc.pid, sc.tid, sc.thread_comm, sc.stack_id, 7 ORDER BY r.node, sc.pid, sc.tid, sc.stack_id, 7 DESC";
     Stmt s(db_, sql.c_str());
     if (!s.ok()) return err("querying stack counts");
     s.bind(1, static_cast<int64_t>(f.kind));
@@ -910,6 +957,8 @@ class SqliteStore final : public Store {
       int64_t sid = s.i64(3);
       smp.count = static_cast<uint64_t>(s.i64(4));
       smp.node = s.text(5);
+      const int64_t hz = s.i64(6);
+      if (f.kind == CountKind::kOnCpu && hz > 0) smp.period_ns = 1'000'000'000ull / static_cast<uint64_t>(hz);
       auto [it, inserted] = stack_index.emplace(sid, static_cast<uint32_t>(stack_ids.size()));
       if (inserted) stack_ids.push_back(sid);
       smp.stack_index = it->second;
@@ -1082,7 +1131,13 @@ class SqliteStore final : public Store {
   std::string path_;
   sqlite3* db_ = nullptr;
   int version_ = 0;
+  // A window's sampling rate in SQL (windows w, recordings r): its own, else its recording's.
+  std::string window_hz() const {
+    return has_fidelity_ ? "CASE WHEN w.sample_hz > 0 THEN w.sample_hz ELSE r.sample_hz END" : "r.sample_hz";
+  }
+
   bool has_identity_ = false;  // the processes table has the pod / container columns
+  bool has_fidelity_ = false;  // the windows table has sample_hz and unwinding
   std::unordered_map<std::string, int64_t> frame_ids_;
   std::unordered_map<std::string, int64_t> stack_ids_;
   uint64_t cache_resets_ = 0;  // times a full id cache was started over

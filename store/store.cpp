@@ -1,6 +1,9 @@
 // The Store base's bounded reads (RowQuery), for stores that do not answer them in their own query
 // language: read the unbounded rows, keep what the query asks for, in time order, one page.
 #include <algorithm>
+#include <ctime>
+#include <set>
+#include <string>
 
 #include "store/store.h"
 
@@ -25,6 +28,76 @@ std::vector<Row> keep(std::vector<Row> rows, const RowQuery& q, Span span) {
 }
 
 }  // namespace
+
+std::vector<ReducedFidelity> reduced_runs(const std::vector<FidelityWindow>& windows) {
+  std::vector<ReducedFidelity> out;
+  bool open = false;  // whether out.back() is the run the previous window belongs to
+  for (const auto& w : windows) {
+    const unsigned hz = w.sample_hz ? w.sample_hz : w.configured_hz;
+    const bool reduced = hz < w.configured_hz || unwinding_reduced(w.unwinding);
+    if (!reduced) {
+      open = false;
+      continue;
+    }
+    if (open) {
+      ReducedFidelity& r = out.back();
+      // Windows follow each other without a gap (each starts where the one before ended): a gap
+      // is a window of full fidelity (or none) between, and starts another run.
+      if (r.recording == w.recording && r.sample_hz == hz && r.unwinding == w.unwinding && w.start_ns <= r.end_ns) {
+        r.end_ns = std::max(r.end_ns, w.end_ns);
+        ++r.windows;
+        continue;
+      }
+    }
+    out.push_back({w.recording, w.node, w.start_ns, w.end_ns, 1, w.configured_hz, hz, w.unwinding});
+    open = true;
+  }
+  std::stable_sort(out.begin(), out.end(), [](const ReducedFidelity& a, const ReducedFidelity& b) {
+    return a.start_ns != b.start_ns ? a.start_ns < b.start_ns : a.node < b.node;
+  });
+  return out;
+}
+
+namespace {
+
+std::string utc(uint64_t ns, const char* format) {
+  const std::time_t t = static_cast<std::time_t>(ns / 1'000'000'000ull);
+  std::tm tm{};
+  gmtime_r(&t, &tm);
+  char b[64];
+  std::strftime(b, sizeof b, format, &tm);
+  return b;
+}
+
+// "rank 3", "ranks 0-3", "ranks 0,2,5": a node's ranks, consecutive ones as a range.
+std::string ranks_text(const std::set<int>& ranks) {
+  if (ranks.empty()) return "";
+  std::string out;
+  for (auto it = ranks.begin(); it != ranks.end();) {
+    int first = *it, last = *it;
+    for (++it; it != ranks.end() && *it == last + 1; ++it) last = *it;
+    out += (out.empty() ? "" : ",") + std::to_string(first) + (last > first ? "-" + std::to_string(last) : "");
+  }
+  return (ranks.size() == 1 ? "rank " : "ranks ") + out;
+}
+
+}  // namespace
+
+std::string describe_reduced_fidelity(const ReducedFidelity& r, const std::vector<ProcessInfo>& procs) {
+  std::set<int> ranks;
+  for (const auto& p : procs)
+    if (p.node == r.node && p.rank >= 0) ranks.insert(p.rank);
+  std::string out = r.node.empty() ? std::string("(no node)") : r.node;
+  if (!ranks.empty()) out += " (" + ranks_text(ranks) + ")";
+  out += ", " + utc(r.start_ns, "%Y-%m-%d %H:%M:%S") + " - " +
+         utc(r.end_ns, r.end_ns / 86'400'000'000'000ull == r.start_ns / 86'400'000'000'000ull ? "%H:%M:%S" : "%Y-%m-%d %H:%M:%S") +
+         " UTC, " + std::to_string(r.windows) + (r.windows == 1 ? " window: " : " windows: ");
+  std::string what;
+  if (r.sample_hz < r.configured_hz)
+    what = std::to_string(r.sample_hz) + " Hz instead of " + std::to_string(r.configured_hz) + " Hz";
+  if (unwinding_reduced(r.unwinding)) what += (what.empty() ? "" : "; ") + std::string("frame pointers only (CFI unwinding off)");
+  return out + what;
+}
 
 Result<std::vector<StepRecord>> Store::query_steps(const RowQuery& q) {
   auto rows = steps(q.recording, q.pid);

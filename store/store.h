@@ -56,6 +56,51 @@ enum class UnwindMethod : int {
 };
 const char* unwind_method_name(UnwindMethod m);
 
+// How a window's on-CPU samples were taken (issue 19): the cost budget (agent/cost_budget.h) lowers
+// the rate (99 -> 49 -> 24 Hz) and turns node-side CFI unwinding off when the agent costs too much,
+// so one recording holds windows of several fidelities. Counts of a window are samples at its own
+// rate: readers weigh each by its period (1/sample_hz), never by the recording's rate.
+struct WindowFidelity {
+  unsigned sample_hz = 0;  // the rate during this window; 0: not said (older writers): the recording's
+  // How user stacks were unwound: kUnwindingCfi, kUnwindingFramePointers, or another short name a
+  // later unwinder gives (e.g. per-module adaptive modes); empty: not said (older writers).
+  std::string unwinding;
+};
+inline constexpr const char* kUnwindingCfi = "cfi";            // node-side CFI unwinding on (full)
+inline constexpr const char* kUnwindingFramePointers = "fp";   // CFI off: kernel frame-pointer stacks only
+// Whether a window's unwinding is below the full one: stacks through code without frame pointers are
+// cut short (and so split from the same path unwound whole).
+inline bool unwinding_reduced(const std::string& unwinding) { return unwinding == kUnwindingFramePointers; }
+
+// A run of consecutive windows of one recording whose fidelity was below what the recording was
+// configured for: a lower rate than its sample_hz, or frame-pointer-only unwinding.
+struct ReducedFidelity {
+  int64_t recording = 0;
+  std::string node;
+  uint64_t start_ns = 0, end_ns = 0;  // the first window's start, the last one's end
+  uint64_t windows = 0;
+  unsigned configured_hz = 0;         // the recording's rate
+  unsigned sample_hz = 0;             // the rate in these windows
+  std::string unwinding;              // the unwinding in these windows
+};
+
+// One on-CPU window's fidelity as stored, and the runs of reduced ones among windows given in
+// order per recording (what every store's reduced_fidelity() returns). Consecutive windows (one
+// starting where the last ended) of one rate and unwinding make one run; stores may pass the
+// reduced windows only.
+struct FidelityWindow {
+  int64_t recording = 0;
+  std::string node;
+  uint64_t start_ns = 0, end_ns = 0;
+  unsigned configured_hz = 0, sample_hz = 0;
+  std::string unwinding;
+};
+std::vector<ReducedFidelity> reduced_runs(const std::vector<FidelityWindow>& windows);
+// One line per run for people (`strata report`): where (node, its ranks among `procs`), when (UTC),
+// and what: "node-1 (ranks 0-3), 2026-12-01 18:40:10 - 18:40:40 UTC, 3 windows: 24 Hz instead of
+// 99 Hz; frame pointers only (CFI unwinding off)".
+std::string describe_reduced_fidelity(const ReducedFidelity& r, const std::vector<ProcessInfo>& procs);
+
 struct StackCount {
   uint32_t pid = 0;
   uint32_t tid = 0;
@@ -255,8 +300,10 @@ class Store {
   // Returns the id of the stack (leaf first), adding its frames and itself if new. `method` says how
   // the stack was unwound (UnwindMethod); the same frames unwound another way are another stack.
   virtual Result<int64_t> intern_stack(const Stack& stack, UnwindMethod method = UnwindMethod::kFramePointer) = 0;
+  // `fidelity`: how the window's samples were taken (on-CPU windows; off-CPU ones are measured,
+  // not sampled, and leave it empty).
   virtual Status put_window(int64_t recording, uint64_t start_ns, uint64_t end_ns, CountKind kind,
-                            const std::vector<StackCount>& counts) = 0;
+                            const std::vector<StackCount>& counts, const WindowFidelity& fidelity = {}) = 0;
   virtual Status put_stat(int64_t recording, const std::string& key, double value) = 0;
   virtual Status put_metrics(int64_t recording, uint64_t start_ns, uint64_t end_ns,
                              const std::vector<Metric>& metrics) = 0;
@@ -352,6 +399,7 @@ class Store {
     std::string comm;
     uint64_t samples = 0;
     std::string node;
+    unsigned sample_hz = 0;  // the window's rate (WindowFidelity); 0: the recording's
   };
   // The bounded reads (RowQuery). A store answers them in its query language; the defaults here
   // read through the unbounded calls above and filter, for stores whose data is small anyway.
@@ -362,6 +410,11 @@ class Store {
   // On-CPU samples per window and thread (the CPU thread tracks of a timeline).
   virtual Result<std::vector<ThreadWindow>> thread_windows(std::optional<int64_t> recording = std::nullopt) = 0;
   virtual Result<unsigned> sample_hz(std::optional<int64_t> recording = std::nullopt) = 0;
+  // Where fidelity was reduced (WindowFidelity): runs of on-CPU windows below their recording's
+  // configured rate or unwinding, in time order (then node). Stores that do not keep it say none.
+  virtual Result<std::vector<ReducedFidelity>> reduced_fidelity(std::optional<int64_t> /*recording*/ = std::nullopt) {
+    return std::vector<ReducedFidelity>{};
+  }
   // Metrics whose name starts with `prefix` ("" for all), in time order.
   virtual Result<std::vector<MetricRow>> metrics(const std::string& prefix,
                                                  std::optional<int64_t> recording = std::nullopt) = 0;

@@ -193,13 +193,16 @@ Result<int64_t> BatchingWriter::intern_stack(const Stack& stack, store::UnwindMe
 }
 
 Status BatchingWriter::put_window(int64_t recording, uint64_t start_ns, uint64_t end_ns, store::CountKind kind,
-                                  const std::vector<store::StackCount>& counts) {
+                                  const std::vector<store::StackCount>& counts,
+                                  const store::WindowFidelity& fidelity) {
   return chunked(counts, [&](size_t a, size_t b) {
     auto* w = add("stack_counts", b - a).mutable_window();
     w->set_recording(recording);
     w->set_start_ns(start_ns);
     w->set_end_ns(end_ns);
     w->set_kind(static_cast<uint32_t>(kind));
+    w->set_sample_hz(fidelity.sample_hz);
+    w->set_unwinding(fidelity.unwinding);
     for (size_t i = a; i < b; ++i) {
       const auto& c = counts[i];
       auto* p = w->add_counts();

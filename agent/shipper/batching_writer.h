@@ -80,7 +80,7 @@ class BatchingWriter final : public store::Store {
   Status put_process(int64_t recording, const store::ProcessInfo& p) override;
   Result<int64_t> intern_stack(const Stack& stack, store::UnwindMethod method) override;
   Status put_window(int64_t recording, uint64_t start_ns, uint64_t end_ns, store::CountKind kind,
-                    const std::vector<store::StackCount>& counts) override;
+                    const std::vector<store::StackCount>& counts, const store::WindowFidelity& fidelity = {}) override;
   Status put_stat(int64_t recording, const std::string& key, double value) override;
   Status put_metrics(int64_t recording, uint64_t start_ns, uint64_t end_ns,
                      const std::vector<store::Metric>& metrics) override;

@@ -166,6 +166,54 @@ void expect_rank_filter(const std::string& source) {
                         "no process 100 of rank 1");
 }
 
+// Issue 19: `strata report` says where the cost budget reduced fidelity (node, ranks, when, what),
+// in the text report and beside an exported profile (stderr), and weighs the samples by their period.
+TEST(Cli, ReportSaysWhereFidelityWasReduced) {
+  TempDir d;
+  {
+    auto st = store::Store::open_sqlite(d.file("f.db"), store::Store::Mode::kCreateOrAppend);
+    ASSERT_TRUE(st) << st.error().message;
+    auto& s = **st;
+    ASSERT_TRUE(s.begin());
+    constexpr uint64_t kS = 1'000'000'000ull;
+    const uint64_t t0 = 1'764'614'400 * kS;  // 2025-12-01 18:40:00 UTC
+    auto rec = s.begin_recording({"node-1", "train.py", t0, 99, 10});
+    ASSERT_TRUE(rec);
+    store::ProcessInfo p;
+    p.pid = 100;
+    p.node = "node-1";
+    p.comm = "train";
+    p.rank = 0;
+    ASSERT_TRUE(s.put_process(*rec, p));
+    Frame f;
+    f.kind = FrameKind::kNative;
+    f.build_id = "abcd";
+    f.module = "/usr/bin/train";
+    f.offset = 0x1000;
+    f.function = "work";
+    auto id = s.intern_stack({f});
+    ASSERT_TRUE(id);
+    ASSERT_TRUE(s.put_window(*rec, t0, t0 + 10 * kS, store::CountKind::kOnCpu, {{100, 100, "train", *id, 990}},
+                             {99, store::kUnwindingCfi}));
+    ASSERT_TRUE(s.put_window(*rec, t0 + 10 * kS, t0 + 20 * kS, store::CountKind::kOnCpu, {{100, 100, "train", *id, 240}},
+                             {24, store::kUnwindingFramePointers}));
+    ASSERT_TRUE(s.end_recording(*rec, t0 + 20 * kS));
+    ASSERT_TRUE(s.commit());
+  }
+  const std::string line = "node-1 (rank 0), 2025-12-01 18:40:10 - 18:40:20 UTC, 1 window: 24 Hz instead of 99 Hz; "
+                           "frame pointers only (CFI unwinding off)";
+  auto text = run(strata_bin() + " report " + d.file("f.db"));
+  ASSERT_EQ(text.exit_code, 0) << describe(text);
+  EXPECT_NE(text.out.find("reduced fidelity: the agent's cost budget"), std::string::npos) << text.out;
+  EXPECT_NE(text.out.find("  " + line + "\n"), std::string::npos) << text.out;
+  EXPECT_NE(text.out.find("1230 samples in total, taken at several rates; columns are samples at 99 Hz (1980)"),
+            std::string::npos) << text.out;
+  auto folded = run(strata_bin() + " report " + d.file("f.db") + " --format folded");
+  ASSERT_EQ(folded.exit_code, 0) << describe(folded);
+  EXPECT_EQ(folded.out, "work 1980\n") << "two windows of 10 s of CPU each, in samples at 99 Hz";
+  EXPECT_NE(folded.err.find("strata:   " + line), std::string::npos) << folded.err;
+}
+
 TEST(Cli, ReportRankFilterOnAFile) {
   TempDir d;
   write_four_rank_store(d.file("job.db"));

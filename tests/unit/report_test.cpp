@@ -226,9 +226,13 @@ TEST_F(Pprof, RoundTripWithTheGeneratedClass) {
 
   ASSERT_GT(out.string_table_size(), 0);
   EXPECT_EQ(out.string_table(0), "");
-  ASSERT_EQ(out.sample_type_size(), 1);
+  // Samples, and their CPU time (the default): count times the period (issue 19).
+  ASSERT_EQ(out.sample_type_size(), 2);
   EXPECT_EQ(str(out.sample_type(0).type()), "samples");
   EXPECT_EQ(str(out.sample_type(0).unit()), "count");
+  EXPECT_EQ(str(out.sample_type(1).type()), "cpu");
+  EXPECT_EQ(str(out.sample_type(1).unit()), "nanoseconds");
+  EXPECT_EQ(str(out.default_sample_type()), "cpu");
   EXPECT_EQ(str(out.period_type().type()), "cpu");
   EXPECT_EQ(str(out.period_type().unit()), "nanoseconds");
   EXPECT_EQ(out.period(), 10'101'010);
@@ -238,8 +242,9 @@ TEST_F(Pprof, RoundTripWithTheGeneratedClass) {
   // Totals: equal to the profile's and to the folded output's.
   int64_t total = 0;
   for (const auto& s : out.sample()) {
-    ASSERT_EQ(s.value_size(), 1);
+    ASSERT_EQ(s.value_size(), 2);
     total += s.value(0);
+    EXPECT_EQ(s.value(1), s.value(0) * 10'101'010);
   }
   EXPECT_EQ(static_cast<uint64_t>(total), p.total());
   EXPECT_EQ(static_cast<uint64_t>(total), folded_total(folded(p)));
@@ -292,6 +297,35 @@ TEST_F(Pprof, RoundTripWithTheGeneratedClass) {
     labels[str(l.key())] = l.str() != 0 ? str(l.str()) : std::to_string(l.num());
   }
   EXPECT_EQ(labels, (std::map<std::string, std::string>{{"pid", "10"}, {"tid", "11"}, {"thread", "worker"}}));
+}
+
+// Issue 19: windows at a lowered rate. One sample at 24 Hz is ~41.7 ms of CPU, one at 99 Hz ~10.1
+// ms: each pprof sample's CPU time uses its own period and says it; the period field stays the
+// profile's (configured) one.
+TEST_F(Pprof, EachSampleIsWeighedByItsOwnPeriod) {
+  Profile p;
+  p.period_ns = 10'101'010;  // 99 Hz
+  p.stacks = {{app("work", 0x1100), app("main", 0x1000)}};
+  p.samples = {{0, 10, 10, "app", 99, "", 10'101'010}, {0, 10, 10, "app", 24, "", 41'666'666}};
+  pb::Profile out;
+  ASSERT_TRUE(out.ParseFromString(write_and_gunzip(p)));
+  auto str = [&](int64_t i) { return out.string_table(static_cast<int>(i)); };
+  EXPECT_EQ(out.period(), 10'101'010);
+  ASSERT_EQ(out.sample_size(), 2);
+  EXPECT_EQ(out.sample(0).value(0), 99);
+  EXPECT_EQ(out.sample(0).value(1), 99 * 10'101'010LL);
+  EXPECT_EQ(out.sample(1).value(0), 24);
+  EXPECT_EQ(out.sample(1).value(1), 24 * 41'666'666LL);  // ~1 s, as the 99 samples at 99 Hz
+  auto period_label = [&](const pb::Sample& s) -> int64_t {
+    for (const auto& l : s.label())
+      if (str(l.key()) == "sample_period") {
+        EXPECT_EQ(str(l.num_unit()), "nanoseconds");
+        return l.num();
+      }
+    return -1;
+  };
+  EXPECT_EQ(period_label(out.sample(0)), -1) << "the profile's own period is not repeated per sample";
+  EXPECT_EQ(period_label(out.sample(1)), 41'666'666);
 }
 
 TEST_F(Pprof, SamplesCarryRankNodeAndJob) {
@@ -453,6 +487,89 @@ TEST(Top, SelfAndTotalWithRecursionCountedOnce) {
   EXPECT_LT(text.find("g [app]"), text.find("f [app]"));
   const auto by_total = text.find("by total:");
   EXPECT_LT(text.find("main [app]", by_total), text.find("f [app]", by_total));
+}
+
+// Issue 19: two windows of one stack, 99 samples at 99 Hz and 24 at 24 Hz, are one second of CPU
+// each: summed, they are time (198 samples at 99 Hz), not counts (123).
+TEST(Weighting, WindowsAtDifferentRatesSumToTime) {
+  Profile p;
+  p.period_ns = 10'101'010;  // 99 Hz: the recording's configured rate
+  p.stacks = {{app("work", 0x1100), app("main", 0x1000)}, {app("idle", 0x1200), app("main", 0x1000)}};
+  const uint64_t k24Hz = 1'000'000'000ull / 24;
+  p.samples = {{0, 10, 10, "app", 99, "", 10'101'010}, {0, 10, 10, "app", 24, "", k24Hz},
+               {1, 10, 10, "app", 1, "", k24Hz}};
+  EXPECT_EQ(p.total(), 124u);
+  EXPECT_TRUE(p.mixed_periods());
+  EXPECT_NEAR(p.weighted_total(), 99 + 25 * (1e9 / 24) / 10'101'010, 0.01);  // 99 + 25 x 99/24
+  EXPECT_NEAR(p.weighted(p.samples[1]), 24.0 * static_cast<double>(k24Hz) / 10'101'010, 1e-9);
+  // CPU time: count x own period.
+  double cpu_s = 0;
+  for (const auto& s : p.samples) cpu_s += static_cast<double>(s.count * p.period_of(s)) / 1e9;
+  EXPECT_NEAR(cpu_s, 2.0 + 1.0 / 24, 1e-3);
+
+  // Folded: the two windows of "main;work" weigh the same (one second each): 99 + 99.
+  const auto lines = lines_of(folded(p));
+  ASSERT_EQ(lines.size(), 2u) << folded(p);
+  EXPECT_EQ(lines[0], "main;idle 4.12") << "1 sample at 24 Hz = 99/24 samples at 99 Hz";
+  EXPECT_EQ(lines[1].substr(0, 10), "main;work ");
+  EXPECT_NEAR(std::stod(lines[1].substr(10)), 198.0, 0.01);
+
+  // The table says the columns are weighed, and ranks by time: work (2 s) far above idle (41 ms).
+  std::ostringstream top;
+  write_top(p, top);
+  EXPECT_NE(lines_of(top.str()).at(0).find("124 samples in total, taken at several rates"), std::string::npos) << top.str();
+  EXPECT_NE(top.str().find(" 97.96%  work [app]"), std::string::npos) << top.str();  // 198 of 202.12
+
+  // A profile of one rate is unchanged: whole counts.
+  Profile one = sample_profile();
+  EXPECT_FALSE(one.mixed_periods());
+  EXPECT_EQ(one.weighted_total(), static_cast<double>(one.total()));
+}
+
+// Issue 19 item 10: threads are named by their comm, and a histogram is one counter track whose
+// series are its buckets (every bucket in every window, 0 where a window had none).
+TEST(ChromeTrace, ThreadNamesAndOneCounterPerHistogram) {
+  TimelineData d;
+  store::ProcessInfo p;
+  p.pid = 42;
+  p.comm = "python";
+  p.rank = 0;
+  d.processes.push_back(p);
+  d.threads.push_back({1'000'000, 2'000'000, 42, 43, "pt_main_thread", 5, "", 24});
+  store::CollectiveRecord c;
+  c.pid = 42;
+  c.tid = 43;
+  c.library = "nccl";
+  c.op = "allreduce";
+  c.enter_ns = 1'100'000;
+  c.exit_ns = 1'200'000;
+  d.collectives.push_back(c);
+  c.tid = 44;  // a thread no sample names
+  d.collectives.push_back(c);
+  auto hist = [&](uint64_t start, const char* le, double v) {
+    store::Store::MetricRow m;
+    m.start_ns = start;
+    m.end_ns = start + 1'000'000;
+    m.metric = {42, "os.runq_latency_us.hist", le, v};
+    d.counters.push_back(m);
+  };
+  hist(1'000'000, "le=8", 3);
+  hist(1'000'000, "le=128", 1);
+  hist(2'000'000, "le=16", 2);
+  std::ostringstream out;
+  write_chrome_trace(d, out);
+  const std::string t = out.str();
+  EXPECT_NE(t.find("\"name\":\"thread_name\",\"pid\":42,\"tid\":43,\"args\":{\"name\":\"pt_main_thread (43)\"}"),
+            std::string::npos) << t;
+  EXPECT_NE(t.find("\"tid\":44,\"args\":{\"name\":\"thread 44\"}"), std::string::npos) << t;
+  // One track named after the histogram, its buckets as series in numeric order, zeros filled in.
+  EXPECT_EQ(t.find("os.runq_latency_us.hist le="), std::string::npos) << "no track per bucket\n" << t;
+  EXPECT_NE(t.find("\"name\":\"os.runq_latency_us.hist\",\"ts\":0.000,\"args\":{\"le=8\":3,\"le=16\":0,\"le=128\":1}"),
+            std::string::npos) << t;
+  EXPECT_NE(t.find("\"name\":\"os.runq_latency_us.hist\",\"ts\":1000.000,\"args\":{\"le=8\":0,\"le=16\":2,\"le=128\":0}"),
+            std::string::npos) << t;
+  // The thread's on-CPU share uses its window's own rate: 5 samples in 1 ms at 24 Hz.
+  EXPECT_NE(t.find("\"name\":\"on-CPU pt_main_thread (43)\",\"ts\":0.000,\"args\":{\"cpu\":208.333}"), std::string::npos) << t;
 }
 
 TEST(Top, LimitAndEmptyProfile) {

@@ -438,3 +438,70 @@ TEST(ServeDiagnosis, TwoNodesWithTheSamePidsKeepTheirOwnRanks) {
 
 }  // namespace
 }  // namespace strata
+
+namespace strata {
+namespace {
+
+// Issue 19: the windows' fidelity travels agent -> collector (ingest) -> store -> the web API and
+// `strata report --server` (export): one window at 99 Hz with CFI, two at 24 Hz with frame pointers.
+TEST(ServeFidelity, WindowRatesAndUnwindingReachTheApiAndTheRemoteReader) {
+  TempDir tmp;
+  Collector c(tmp.file("server.db"), free_port());
+  agent::shipper::ShipperOptions so;
+  so.server = c.url();
+  so.node = "node-a";
+  so.agent_id = "node-a-agent";
+  so.spool_dir = tmp.file("spool");
+  auto w = agent::shipper::BatchingWriter::open(so, nullptr, nullptr);
+  ASSERT_TRUE(w) << w.error().message;
+  constexpr uint64_t kS = 1'000'000'000ull;
+  const uint64_t t0 = 1'700'000'000 * kS;
+  auto rec = (*w)->begin_recording({"node-a", "train.py", t0, 99, 10});
+  ASSERT_TRUE(rec);
+  store::ProcessInfo p;
+  p.pid = 42;
+  p.node = "node-a";
+  p.comm = "python";
+  p.job = "job-f";
+  p.rank = 0;
+  ASSERT_TRUE((*w)->put_process(*rec, p));
+  Frame f;
+  f.kind = FrameKind::kNative;
+  f.module = "/usr/bin/app";
+  f.function = "work";
+  auto sid = (*w)->intern_stack({f}, store::UnwindMethod::kFramePointer);
+  ASSERT_TRUE(sid);
+  ASSERT_TRUE((*w)->put_window(*rec, t0, t0 + 10 * kS, store::CountKind::kOnCpu, {{42, 42, "python", *sid, 990}},
+                               {99, store::kUnwindingCfi}));
+  for (int i = 1; i <= 2; ++i)
+    ASSERT_TRUE((*w)->put_window(*rec, t0 + 10 * kS * static_cast<uint64_t>(i), t0 + 10 * kS * static_cast<uint64_t>(i + 1),
+                                 store::CountKind::kOnCpu, {{42, 42, "python", *sid, 240}},
+                                 {24, store::kUnwindingFramePointers}));
+  ASSERT_TRUE((*w)->commit());
+  ASSERT_TRUE((*w)->drain(30));
+
+  const std::string fid = c.get("/api/v1/fidelity?job=job-f");
+  EXPECT_NE(fid.find("{\"node\":\"node-a\",\"ranks\":[0],\"start_ns\":" + std::to_string(t0 + 10 * kS) + ",\"end_ns\":" +
+                     std::to_string(t0 + 30 * kS) + ",\"windows\":2,\"configured_hz\":99,\"sample_hz\":24,\"unwinding\":\"fp\"}"),
+            std::string::npos) << fid;
+  // The flame graph's folded profile: 990 samples at 99 Hz and 480 at 24 Hz are 30 s of CPU, 2970
+  // samples at 99 Hz (not 1470).
+  const std::string folded = c.get("/api/v1/profile?pid=42");
+  ASSERT_EQ(folded.rfind("work ", 0), 0u) << folded;
+  EXPECT_NEAR(std::stod(folded.substr(5)), 2970.0, 0.1) << folded;
+
+  auto remote = store::Store::open_remote(c.url(), "");
+  ASSERT_TRUE(remote) << remote.error().message;
+  auto prof = (*remote)->load_profile({});
+  ASSERT_TRUE(prof) << prof.error().message;
+  EXPECT_NEAR(prof->weighted_total(), 2970.0, 0.1);
+  auto runs = (*remote)->reduced_fidelity();
+  ASSERT_TRUE(runs) << runs.error().message;
+  ASSERT_EQ(runs->size(), 1u);
+  EXPECT_EQ(runs->front().sample_hz, 24u);
+  EXPECT_EQ(runs->front().unwinding, store::kUnwindingFramePointers);
+  EXPECT_EQ(runs->front().windows, 2u);
+}
+
+}  // namespace
+}  // namespace strata

@@ -235,6 +235,145 @@ void check_many_stacks(Store& s, int kStacks) {
   EXPECT_EQ(whole, static_cast<size_t>(kStacks));
 }
 
+// Issue 19: each window keeps the rate and unwinding its samples were taken with; a profile over
+// windows at 99, 24 and 49 Hz weighs each sample by its window's period (10 s of CPU in each window
+// reads as 10 s, whatever the count), and the reduced windows are told as runs. The same checks run
+// on every backend.
+constexpr uint64_t kSecond = 1'000'000'000ull;
+void check_fidelity(Store& s) {
+  ASSERT_TRUE(s.begin());
+  auto rec = s.begin_recording({"node-1", "app", kSecond, 99, 10});
+  ASSERT_TRUE(rec) << rec.error().message;
+  ProcessInfo p;
+  p.pid = 42;
+  p.node = "node-1";
+  p.rank = 0;
+  ASSERT_TRUE(s.put_process(*rec, p));
+  auto a = s.intern_stack({native("leaf", 0x10), native("main", 0x20)});
+  ASSERT_TRUE(a);
+  // 10 s windows, each 10 s of one thread's CPU: 990 samples at 99 Hz, 240 at 24 Hz, 490 at 49 Hz.
+  const WindowFidelity full{99, kUnwindingCfi}, quarter{24, kUnwindingFramePointers}, half{49, kUnwindingCfi};
+  ASSERT_TRUE(s.put_window(*rec, 1 * kSecond, 11 * kSecond, CountKind::kOnCpu, {{42, 42, "app", *a, 990}}, full));
+  ASSERT_TRUE(s.put_window(*rec, 11 * kSecond, 21 * kSecond, CountKind::kOnCpu, {{42, 42, "app", *a, 240}}, quarter));
+  ASSERT_TRUE(s.put_window(*rec, 21 * kSecond, 31 * kSecond, CountKind::kOnCpu, {{42, 42, "app", *a, 240}}, quarter));
+  ASSERT_TRUE(s.put_window(*rec, 31 * kSecond, 41 * kSecond, CountKind::kOnCpu, {{42, 42, "app", *a, 490}}, half));
+  ASSERT_TRUE(s.put_window(*rec, 41 * kSecond, 51 * kSecond, CountKind::kOnCpu, {{42, 42, "app", *a, 990}}, full));
+  // Off-CPU windows are measured, not sampled: they say no rate and are never "reduced".
+  ASSERT_TRUE(s.put_window(*rec, 11 * kSecond, 21 * kSecond, CountKind::kOffCpu, {{42, 42, "app", *a, 900}}));
+  ASSERT_TRUE(s.end_recording(*rec, 51 * kSecond));
+  auto committed = s.commit();
+  ASSERT_TRUE(committed) << committed.error().message;
+
+  auto prof = s.load_profile({});
+  ASSERT_TRUE(prof) << prof.error().message;
+  EXPECT_EQ(prof->period_ns, kSecond / 99);
+  EXPECT_EQ(prof->total(), 990u + 240 + 240 + 490 + 990) << "raw counts are kept";
+  std::map<uint64_t, uint64_t> by_period;  // period -> samples
+  double cpu_s = 0;
+  for (const auto& smp : prof->samples) {
+    by_period[prof->period_of(smp)] += smp.count;
+    cpu_s += static_cast<double>(smp.count * prof->period_of(smp)) / 1e9;
+  }
+  EXPECT_EQ(by_period, (std::map<uint64_t, uint64_t>{{kSecond / 99, 1980}, {kSecond / 49, 490}, {kSecond / 24, 480}}));
+  EXPECT_NEAR(cpu_s, 50.0, 0.01) << "five windows of 10 s of CPU each";
+  EXPECT_NEAR(prof->weighted_total(), 50.0 * 99, 1.0) << "in samples at 99 Hz";
+  EXPECT_TRUE(prof->mixed_periods());
+
+  // A time range of one reduced window: its own period.
+  ProfileFilter one;
+  one.from_ns = 12 * kSecond;
+  one.to_ns = 13 * kSecond;
+  auto w2 = s.load_profile(one);
+  ASSERT_TRUE(w2) << w2.error().message;
+  ASSERT_EQ(w2->samples.size(), 1u);
+  EXPECT_EQ(w2->period_of(w2->samples[0]), kSecond / 24);
+
+  auto runs = s.reduced_fidelity();
+  ASSERT_TRUE(runs) << runs.error().message;
+  ASSERT_EQ(runs->size(), 2u);
+  const ReducedFidelity& q = (*runs)[0];
+  EXPECT_EQ(q.node, "node-1");
+  EXPECT_EQ(q.recording, *rec);
+  EXPECT_EQ(q.start_ns, 11 * kSecond);
+  EXPECT_EQ(q.end_ns, 31 * kSecond);
+  EXPECT_EQ(q.windows, 2u);
+  EXPECT_EQ(q.configured_hz, 99u);
+  EXPECT_EQ(q.sample_hz, 24u);
+  EXPECT_EQ(q.unwinding, kUnwindingFramePointers);
+  const ReducedFidelity& h = (*runs)[1];
+  EXPECT_EQ(h.start_ns, 31 * kSecond);
+  EXPECT_EQ(h.end_ns, 41 * kSecond);
+  EXPECT_EQ(h.windows, 1u);
+  EXPECT_EQ(h.sample_hz, 49u);
+  EXPECT_EQ(h.unwinding, kUnwindingCfi);
+  auto procs = s.processes();
+  ASSERT_TRUE(procs);
+  EXPECT_EQ(describe_reduced_fidelity(q, *procs),
+            "node-1 (rank 0), 1970-01-01 00:00:11 - 00:00:31 UTC, 2 windows: 24 Hz instead of 99 Hz; frame pointers only "
+            "(CFI unwinding off)");
+
+  auto threads = s.thread_windows();
+  ASSERT_TRUE(threads) << threads.error().message;
+  std::vector<unsigned> rates;
+  for (const auto& t : *threads) rates.push_back(t.sample_hz);
+  EXPECT_EQ(rates, (std::vector<unsigned>{99, 24, 24, 49, 99}));
+}
+
+TEST(Store, WindowFidelityRoundTrip) {
+  TempDir d;
+  auto st = Store::open_sqlite(d.file("s.db"), Store::Mode::kCreateOrAppend);
+  ASSERT_TRUE(st) << st.error().message;
+  check_fidelity(**st);
+}
+
+// A file from before the fidelity columns: read only, its windows are at the recording's rate and
+// nothing is reduced; opened for writing, the columns are added and new windows keep theirs.
+TEST(Store, WindowFidelityColumnsAreAddedToAnOlderFile) {
+  TempDir d;
+  const std::string path = d.file("old.db");
+  {
+    auto st = Store::open_sqlite(path, Store::Mode::kCreateOrAppend);
+    ASSERT_TRUE(st) << st.error().message;
+    auto& s = **st;
+    ASSERT_TRUE(s.begin());
+    auto rec = s.begin_recording({"node-1", "app", kSecond, 99, 10});
+    ASSERT_TRUE(rec);
+    auto a = s.intern_stack({native("leaf", 0x10)});
+    ASSERT_TRUE(a);
+    ASSERT_TRUE(s.put_window(*rec, kSecond, 2 * kSecond, CountKind::kOnCpu, {{42, 42, "app", *a, 7}}, {24, kUnwindingFramePointers}));
+    ASSERT_TRUE(s.commit());
+  }
+  sqlite3* db = nullptr;
+  ASSERT_EQ(sqlite3_open(path.c_str(), &db), SQLITE_OK);
+  ASSERT_EQ(sqlite3_exec(db, "ALTER TABLE windows DROP COLUMN sample_hz; ALTER TABLE windows DROP COLUMN unwinding;",
+                         nullptr, nullptr, nullptr), SQLITE_OK) << sqlite3_errmsg(db);
+  sqlite3_close(db);
+  {
+    auto st = Store::open_sqlite(path, Store::Mode::kReadOnly);
+    ASSERT_TRUE(st) << st.error().message;
+    auto prof = (*st)->load_profile({});
+    ASSERT_TRUE(prof) << prof.error().message;
+    ASSERT_EQ(prof->samples.size(), 1u);
+    EXPECT_EQ(prof->period_of(prof->samples[0]), kSecond / 99) << "no rate said: the recording's";
+    auto runs = (*st)->reduced_fidelity();
+    ASSERT_TRUE(runs);
+    EXPECT_TRUE(runs->empty());
+  }
+  auto st = Store::open_sqlite(path, Store::Mode::kCreateOrAppend);
+  ASSERT_TRUE(st) << st.error().message;
+  auto& s = **st;
+  ASSERT_TRUE(s.begin());
+  auto a = s.intern_stack({native("leaf", 0x10)});
+  ASSERT_TRUE(a);
+  ASSERT_TRUE(s.put_window(1, 2 * kSecond, 3 * kSecond, CountKind::kOnCpu, {{42, 42, "app", *a, 2}}, {24, kUnwindingCfi}));
+  ASSERT_TRUE(s.commit());
+  auto runs = s.reduced_fidelity();
+  ASSERT_TRUE(runs) << runs.error().message;
+  ASSERT_EQ(runs->size(), 1u);
+  EXPECT_EQ(runs->front().start_ns, 2 * kSecond);
+  EXPECT_EQ(runs->front().sample_hz, 24u);
+}
+
 TEST(Store, NodeQualifiedIdentity) {
   TempDir d;
   auto st = Store::open_sqlite(d.file("s.db"), Store::Mode::kCreateOrAppend);
@@ -272,6 +411,12 @@ TEST(Store, ManyStacksOnClickHouse) {
   auto st = clickhouse_or_skip("stacks");
   if (!st) GTEST_SKIP() << "set STRATA_TEST_CLICKHOUSE=clickhouse://HOST:PORT to run against ClickHouse";
   check_many_stacks(*st, 100'000);
+}
+
+TEST(Store, WindowFidelityOnClickHouse) {
+  auto st = clickhouse_or_skip("fidelity");
+  if (!st) GTEST_SKIP() << "set STRATA_TEST_CLICKHOUSE=clickhouse://HOST:PORT to run against ClickHouse";
+  check_fidelity(*st);
 }
 
 TEST(Store, TimeRangeKeepsTheOverlappingWindows) {

@@ -176,6 +176,7 @@ async function bigJob(browser) {
   // ...and its pixel row is red in the slow steps where the rows around it are pale.
   await stragglerPixels(page, marks[0]?.y ?? 0, '1,000');
   // The hover names rank and node.
+  await page.locator('canvas.heatmap').scrollIntoViewIfNeeded();
   const box = await page.locator('canvas.heatmap').boundingBox();
   await page.mouse.move(box.x + box.width * 0.9, box.y + 1 + (marks[0]?.y ?? 0) + 0.5);
   const tip = await page.textContent('#heatmap-tip');
@@ -303,6 +304,9 @@ async function main() {
     // The heatmap alone, with rank 2 picked (a click on its cell in the middle step), shareable by URL.
     // The step-time chart above it is drawn in the next frame: measure the heatmap once it is there.
     await page.waitForSelector('#trend .uplot');
+    // In view first: a notice above it (reduced fidelity) can put the heatmap below the fold, where
+    // the mouse cannot reach it.
+    await page.locator('canvas.heatmap').scrollIntoViewIfNeeded();
     const box = await page.locator('canvas.heatmap').boundingBox();
     await page.mouse.click(box.x + box.width / 2, box.y + box.height * (2.5 / 4));
     await page.waitForFunction(() => /rank=2/.test(location.hash) && /step=\d+/.test(location.hash), null, { timeout: 60_000 });

@@ -411,3 +411,70 @@ describe('function names in tables', () => {
     expect(shortName('(anonymous namespace)')).toBe('(anonymous namespace)');
   });
 });
+
+// Issue 19: reduced fidelity is said where it happened (node, ranks, when, what), only for the rank
+// and window a page shows, and nothing is said where fidelity was full.
+import { fidelityNotice, MAX_FIDELITY_LINES, type ReducedFidelity } from '../../web/src/shape';
+
+describe('fidelityNotice', () => {
+  const t0 = Date.UTC(2026, 11, 1, 18, 40, 10) * 1e6;  // unix ns
+  const run = (over: Partial<ReducedFidelity>): ReducedFidelity => ({
+    node: 'node-1', ranks: [0, 1, 2, 3], start_ns: t0, end_ns: t0 + 30e9, windows: 3, configured_hz: 99, sample_hz: 24,
+    unwinding: 'fp', ...over,
+  });
+
+  it('names node, ranks, time span, rate and unwinding', () => {
+    expect(fidelityNotice([run({})])).toEqual([
+      'node-1 (ranks 0–3), 18:40:10–18:40:40 UTC, 3 windows: 24 Hz instead of 99 Hz; frame pointers only (CFI unwinding off)',
+    ]);
+    expect(fidelityNotice([run({ ranks: [5], sample_hz: 99, unwinding: 'fp', windows: 1 })])).toEqual([
+      'node-1 (rank 5), 18:40:10–18:40:40 UTC, 1 window: frame pointers only (CFI unwinding off)',
+    ]);
+    expect(fidelityNotice([run({ ranks: [0, 2, 3], unwinding: 'cfi', sample_hz: 49 })])[0]).toContain('(ranks 0, 2–3)');
+    expect(fidelityNotice([run({ ranks: [0, 2, 3], unwinding: 'cfi', sample_hz: 49 })])[0]).toMatch(/: 49 Hz instead of 99 Hz$/);
+  });
+
+  it('is empty where nothing was reduced, and keeps only the rank and window asked for', () => {
+    expect(fidelityNotice([])).toEqual([]);
+    const runs = [run({}), run({ node: 'node-2', ranks: [4, 5, 6, 7], start_ns: t0 + 60e9, end_ns: t0 + 70e9 })];
+    expect(fidelityNotice(runs, { rank: 5 })).toHaveLength(1);
+    expect(fidelityNotice(runs, { rank: 5 })[0]).toMatch(/^node-2 /);
+    expect(fidelityNotice(runs, { rank: 9 })).toEqual([]);
+    // A window after the first run and before the second overlaps neither.
+    expect(fidelityNotice(runs, { fromNs: t0 + 30e9, toNs: t0 + 60e9 })).toEqual([]);
+    expect(fidelityNotice(runs, { fromNs: t0 + 29e9, toNs: t0 + 61e9 })).toHaveLength(2);
+  });
+
+  it('lists a bounded number of runs and says how many more', () => {
+    const many = Array.from({ length: MAX_FIDELITY_LINES + 3 }, (_, i) => run({ start_ns: t0 + i * 20e9, end_ns: t0 + i * 20e9 + 10e9 }));
+    const lines = fidelityNotice(many);
+    expect(lines).toHaveLength(MAX_FIDELITY_LINES + 1);
+    expect(lines[MAX_FIDELITY_LINES]).toBe('… and 3 more');
+  });
+});
+
+// Issue 19: the heatmap's deviation against the rank's peer group. Two pipeline stages whose steps
+// differ by design (100 vs 200 ms): against every rank, all of stage B looks slow; against its
+// group, only the rank that really is (stage B's 230 ms) stands out. A group of one is compared with
+// every rank (it would be its own median).
+import { deviationMatrix as devOf, MIN_PEER_GROUP } from '../../web/src/shape';
+
+describe('deviationMatrix with peer groups', () => {
+  const m = [[100, 100], [101, 100], [200, 200], [200, 230], [199, 200], [150, 150]];
+  const groups = ['A', 'A', 'B', 'B', 'B', 'C'];
+  it('compares each rank with its own group\'s median per step', () => {
+    const all = devOf(m).dev;
+    expect(all[0][0]).toBeLessThan(-40);  // job-wide: stage A looks fast, stage B slow
+    const { dev, medians } = devOf(m, groups);
+    expect(medians).toEqual(devOf(m).medians);  // the job-wide medians stay as they were
+    expect(dev[0]).toEqual([-0.5, 0]);
+    expect(dev[2]).toEqual([0, 0]);
+    expect(dev[3]).toEqual([0, 30]);  // the straggler of stage B
+    expect(dev[4][1]).toBe(0);
+    expect(MIN_PEER_GROUP).toBe(2);
+    // Alone in its group: against every rank (median of step 1 over all six ranks: 175).
+    expect(dev[5]).toEqual(all[5]);
+    // No group: against every rank too.
+    expect(devOf(m, [undefined, 'A', 'B', 'B', 'B', undefined]).dev[0]).toEqual(all[0]);
+  });
+});

@@ -1,7 +1,7 @@
 // The REST API under /api/v1/ (same origin: `strata serve` serves this app). A collector started with
 // --token-file answers 401 without a bearer token: the UI asks for it once and keeps it for the tab.
 
-import type { Diagnosis, DiffProfile, Heatmap, Job, MetricRow } from './shape';
+import type { Diagnosis, DiffProfile, Heatmap, Job, MetricRow, ReducedFidelity } from './shape';
 
 const TOKEN_KEY = 'strata.token';
 
@@ -21,17 +21,29 @@ export function apiUrl(path: string, params: Record<string, string | number | un
   return `api/v1/${path}${s ? '?' + s : ''}`;
 }
 
+// The token prompt in progress: a page makes several calls at once, and all of them get 401 from a
+// collector with a token; the user is asked once and every call waits for that answer.
+let asking: Promise<string | null> | null = null;
+
 async function get(path: string, params: Record<string, string | number | undefined> = {}): Promise<Response> {
   const headers: Record<string, string> = {};
   const token = sessionStorage.getItem(TOKEN_KEY);
   if (token) headers.Authorization = `Bearer ${token}`;
   const res = await fetch(apiUrl(path, params), { headers });
   if (res.status === 401) {
-    const t = window.prompt('This collector needs its bearer token (strata serve --token-file):');
-    if (t) {
-      sessionStorage.setItem(TOKEN_KEY, t.trim());
-      return get(path, params);
+    // Another call may have been given the token since this one was sent: retry with it unasked.
+    const now = sessionStorage.getItem(TOKEN_KEY);
+    if (now && now !== token) return get(path, params);
+    if (!asking) {
+      asking = Promise.resolve(window.prompt('This collector needs its bearer token (strata serve --token-file):'))
+        .then((t) => {
+          if (t) sessionStorage.setItem(TOKEN_KEY, t.trim());
+          return t;
+        })
+        .finally(() => { asking = null; });
     }
+    const t = await asking;
+    if (t) return get(path, params);
   }
   if (!res.ok) {
     let why = res.statusText;
@@ -81,6 +93,7 @@ export const api = {
     json<{ traceEvents: import('./shape').TraceEvent[] }>('timeline', Array.isArray(ranks) ? { job, ranks: ranks.join(',') } : { job, rank: ranks }),
   metrics: (prefix: string) => json<{ metrics: MetricRow[] }>('metrics', { prefix }).then((r) => r.metrics),
   nodes: () => json<{ nodes: NodeStatus[] }>('nodes').then((r) => r.nodes),
+  fidelity: (job: string) => json<{ reduced: ReducedFidelity[]; truncated: boolean }>('fidelity', { job }),
   overhead: () => json<{ stats: Record<string, number> }>('overhead').then((r) => r.stats),
   processes: (job?: string) => json<{ processes: ProcessRow[] }>('processes', { job }).then((r) => r.processes),
 };

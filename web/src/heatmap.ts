@@ -23,7 +23,8 @@ export interface HeatmapOptions {
   ranks: { rank: number; node: string }[];
   unit: string;
   metricLabel: string;
-  mode: 'dev' | 'abs';
+  mode: 'dev' | 'peer' | 'abs';  // against the step's median across ranks, across the rank's peer group, or absolute
+  groups?: (string | undefined)[];  // each row's peer group (mode 'peer')
   stepMs: number;       // the job's step time (deviation scale floor, mark threshold)
   selected?: number;    // row index
   selectedCol?: number; // column index of the picked cell
@@ -39,12 +40,13 @@ export interface HeatmapView {
 export function heatmapCanvas(o: HeatmapOptions): HeatmapView {
   const rows = o.matrix.length;
   const cols = o.matrix.reduce((m, r) => Math.max(m, r.length), 0);
-  const { dev, medians } = deviationMatrix(o.matrix);
-  const shown = o.mode === 'dev' ? dev : o.matrix;
+  const deviation = o.mode !== 'abs';
+  const { dev, medians } = deviationMatrix(o.matrix, o.mode === 'peer' ? o.groups : undefined);
+  const shown = deviation ? dev : o.matrix;
   const marks = markedRows(dev, o.stepMs);
   // Rows: ranks share pixel rows only past HEATMAP_MAX_PX; up to it, each gets whole pixels.
   const rowPx = rows > 0 && rows <= HEATMAP_MAX_PX ? Math.max(1, Math.floor(Math.min(HEATMAP_MAX_PX, Math.max(160, rows * 24)) / rows)) : 1;
-  const ds = downsampleExtreme(shown, Math.min(rows, HEATMAP_MAX_PX), HEATMAP_MAX_COLS, o.mode === 'dev' ? undefined : medians);
+  const ds = downsampleExtreme(shown, Math.min(rows, HEATMAP_MAX_PX), HEATMAP_MAX_COLS, deviation ? undefined : medians);
   const height = ds.rows * rowPx;
   const canvas = h('canvas', { class: 'heatmap', width: Math.max(1, ds.cols), height: Math.max(1, height), style: `height:${Math.max(1, height)}px` });
   canvas.dataset.rows = String(rows);
@@ -66,7 +68,7 @@ export function heatmapCanvas(o: HeatmapOptions): HeatmapView {
   let lo = 0;
   let hi = 1;
   let span = 1;
-  if (o.mode === 'dev') {
+  if (deviation) {
     span = deviationDomain(dev, o.stepMs);
     lo = -span;
     hi = span;
@@ -79,7 +81,7 @@ export function heatmapCanvas(o: HeatmapOptions): HeatmapView {
     // One 32-bit word per pixel from a colour table (little-endian RGBA, as every browser's
     // platform is): no colour maths or array per cell.
     const px = new Uint32Array(img.data.buffer);
-    const table = o.mode === 'dev' ? divergingTable(257, dark ? [40, 40, 40] : [240, 240, 240]) : rampTable(256);
+    const table = deviation ? divergingTable(257, dark ? [40, 40, 40] : [240, 240, 240]) : rampTable(256);
     const top = table.length - 1;
     const empty = dark ? 0xff181818 : 0xffd0d0d0;
     const scale = top / (hi - lo);
@@ -156,10 +158,10 @@ export function heatmapCanvas(o: HeatmapOptions): HeatmapView {
     const rc = cell(ev);
     if (rc && o.onOpen) o.onOpen(rc[0], rc[1]);
   });
-  const legend = o.mode === 'dev'
+  const legend = deviation
     ? h('div', { class: 'legend' },
       h('span', {}, `−${fmtMs(span)}`), h('span', { class: 'ramp diverging' }), h('span', {}, `+${fmtMs(span)}`),
-      h('span', {}, ` ${o.metricLabel} against the step's median across ranks (red: more, blue: less)`))
+      h('span', {}, ` ${o.metricLabel} against the step's median across ${o.mode === 'peer' ? 'the rank\'s peer group' : 'ranks'} (red: more, blue: less)`))
     : h('div', { class: 'legend' },
       h('span', {}, fmtMs(lo)), h('span', { class: 'ramp' }), h('span', {}, fmtMs(hi)), h('span', {}, ` ${o.metricLabel}`));
   const note = rows > ds.rows ? h('span', {}, ` · ${rows} ranks in ${ds.rows} pixel rows: each shows the most extreme rank it covers`) : '';

@@ -54,6 +54,7 @@ export interface HeatmapRank {
   rank: number;
   pid: number;
   node: string;
+  group?: string;  // its peer group (ranks of one parallel role, e.g. a pipeline stage), when known
 }
 
 export interface Heatmap {
@@ -216,12 +217,37 @@ export function computeMatrix(step: readonly (number | null)[][], wait: readonly
   }));
 }
 
+// A peer group smaller than this is compared with every rank instead: a rank alone in its group
+// would be its own median (0 in every step), hiding whatever it does.
+export const MIN_PEER_GROUP = 2;
+
 // Each cell minus its column's (step's) median over ranks: 0 = a typical rank in that step, so a
 // job-wide slowdown (every rank slower from step N) cancels out and only the rank that differs shows.
-export function deviationMatrix(matrix: readonly (number | null)[][]): { dev: (number | null)[][]; medians: number[] } {
+// With `groups` (a peer group per row, e.g. pipeline stages whose steps differ by design), each
+// cell is against that step's median over its own group; rows without a group, or in a group of
+// fewer than MIN_PEER_GROUP, against every rank. `medians` stays the job-wide one.
+export function deviationMatrix(matrix: readonly (number | null)[][], groups?: readonly (string | undefined)[]):
+{ dev: (number | null)[][]; medians: number[] } {
   const medians = stepTrend(matrix);
-  const dev = matrix.map((row) => row.map((v, c) =>
-    typeof v === 'number' && Number.isFinite(v) && Number.isFinite(medians[c]) ? v - medians[c] : null));
+  const rowMedians: (readonly number[])[] = matrix.map(() => medians);
+  if (groups) {
+    const members = new Map<string, number[]>();
+    groups.forEach((g, i) => {
+      if (g === undefined || i >= matrix.length) return;
+      let m = members.get(g);
+      if (!m) members.set(g, (m = []));
+      m.push(i);
+    });
+    for (const rows of members.values()) {
+      if (rows.length < MIN_PEER_GROUP) continue;
+      const groupMedians = stepTrend(rows.map((i) => matrix[i]));
+      for (const i of rows) rowMedians[i] = groupMedians;
+    }
+  }
+  const dev = matrix.map((row, r) => row.map((v, c) => {
+    const m = rowMedians[r][c];
+    return typeof v === 'number' && Number.isFinite(v) && Number.isFinite(m) ? v - m : null;
+  }));
   return { dev, medians };
 }
 
@@ -927,3 +953,59 @@ export function fmtBytes(v: number | null | undefined): string {
   }
   return `${v.toFixed(i ? 1 : 0)} ${u[i]}`;
 }
+
+// Where the agents' cost budget reduced fidelity (GET /api/v1/fidelity): a run of windows on one
+// node at a lowered sampling rate, or unwound with frame pointers only ("fp": CFI off).
+export interface ReducedFidelity {
+  node: string;
+  ranks: number[];
+  start_ns: number;
+  end_ns: number;
+  windows: number;
+  configured_hz: number;
+  sample_hz: number;
+  unwinding: string;
+}
+
+// Runs a notice lists before "and N more": it says where and when, not every stretch.
+export const MAX_FIDELITY_LINES = 8;
+
+// "ranks 0–3", "rank 5", "ranks 0, 2, 5": consecutive ranks as a range.
+function ranksLabel(ranks: readonly number[]): string {
+  const r = [...new Set(ranks)].sort((a, b) => a - b);
+  if (!r.length) return '';
+  const parts: string[] = [];
+  for (let i = 0; i < r.length;) {
+    let j = i;
+    while (j + 1 < r.length && r[j + 1] === r[j] + 1) j++;
+    parts.push(j > i ? `${r[i]}–${r[j]}` : `${r[i]}`);
+    i = j + 1;
+  }
+  return `${r.length === 1 ? 'rank' : 'ranks'} ${parts.join(', ')}`;
+}
+
+// The notice's lines, one per run, for the runs that touch `rank` (when given) and overlap
+// [fromNs, toNs) (when given); empty when nothing was reduced there. The pages show it beside the
+// profiles and steps so a 24 Hz stretch or cut-short stacks are not read as the job's behaviour.
+export function fidelityNotice(runs: readonly ReducedFidelity[], opts: { rank?: number; fromNs?: number; toNs?: number } = {}): string[] {
+  const kept = runs.filter((r) =>
+    (opts.rank === undefined || r.ranks.includes(opts.rank)) &&
+    (opts.fromNs === undefined || r.end_ns > opts.fromNs) &&
+    (opts.toNs === undefined || r.start_ns < opts.toNs));
+  const t = (ns: number) => new Date(ns / 1e6).toISOString().slice(11, 19);
+  const lines = kept.slice(0, MAX_FIDELITY_LINES).map((r) => {
+    const what: string[] = [];
+    if (r.sample_hz < r.configured_hz) what.push(`${r.sample_hz} Hz instead of ${r.configured_hz} Hz`);
+    if (r.unwinding === 'fp') what.push('frame pointers only (CFI unwinding off)');
+    const who = r.ranks.length ? `${r.node} (${ranksLabel(r.ranks)})` : r.node;
+    return `${who}, ${t(r.start_ns)}–${t(r.end_ns)} UTC, ${r.windows} window${r.windows === 1 ? '' : 's'}: ${what.join('; ')}`;
+  });
+  if (kept.length > MAX_FIDELITY_LINES) lines.push(`… and ${kept.length - MAX_FIDELITY_LINES} more`);
+  return lines;
+}
+
+// The notice's heading: what was reduced and what that means for what the page shows.
+export const FIDELITY_HEADING =
+  'Reduced fidelity: the agent\'s cost budget lowered the sampling rate or turned CFI unwinding off. ' +
+  'Profiles weigh each sample by its window\'s period (time, not counts); frame-pointer stacks through code ' +
+  'built without them are cut short, so one path can show as separate towers.';

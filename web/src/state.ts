@@ -20,7 +20,7 @@ export interface UiState {
   kind?: ProfileKind;
   diff?: boolean;
   metric?: string;
-  heat?: 'abs';   // heatmap in absolute values instead of against each step's median
+  heat?: 'abs' | 'peer';  // heatmap in absolute values, or against the peer group's median, instead of every rank's
   ranks?: number[];  // the cross-rank timeline's ranks
   step?: number;
   // A time range of the flame graphs, unix ns as decimal strings (beyond JS's exact integers).
@@ -53,7 +53,8 @@ export function parseHash(hash: string): UiState {
   if (params.get('diff') === '1') s.diff = true;
   const metric = params.get('metric');
   if (metric && /^[a-z_]{1,40}$/.test(metric)) s.metric = metric;
-  if (params.get('heat') === 'abs') s.heat = 'abs';
+  const heat = params.get('heat');
+  if (heat === 'abs' || heat === 'peer') s.heat = heat;
   const ranks = params.get('ranks');
   if (ranks && /^\d{1,9}(,\d{1,9}){0,31}$/.test(ranks)) s.ranks = ranks.split(',').map(Number);
   const step = intOf(params.get('step'));

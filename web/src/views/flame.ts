@@ -11,6 +11,7 @@ import {
   selfDiff, shortName, sortFunctions, stepsRange, type FlameNode, type FunctionRow, type FunctionSort, type Heatmap,
 } from '../shape';
 import { formatHash, type UiState } from '../state';
+import { fidelitySlot } from './fidelity';
 
 function drawFlame(slot: HTMLElement, tree: FlameNode, opts: { diff: boolean; offcpu: boolean; unit: string; other: string }): void {
   const width = Math.max(500, Math.min(1400, slot.clientWidth || 900));
@@ -124,7 +125,13 @@ export async function flameView(main: HTMLElement, s: UiState, go: (s: UiState) 
   const slot = h('div', { id: 'flame', class: 'flame' });
   const tableSlot = h('div', { id: 'function-table', class: 'function-table' });
   const side = h('div', { id: 'deltas' });
-  main.append(...(legend ? [legend] : []), span, downloads, h('div', { class: 'flame-layout' }, slot, tableSlot), side);
+  // Reduced fidelity in what this graph shows: the rank's windows (and its peers', against them).
+  const fidelity = fidelitySlot(job, {
+    rank: diff && !baseline ? undefined : rank,
+    fromNs: range.from !== undefined ? Number(range.from) : undefined,
+    toNs: range.to !== undefined ? Number(range.to) : undefined,
+  });
+  main.append(fidelity.el, ...(legend ? [legend] : []), span, downloads, h('div', { class: 'flame-layout' }, slot, tableSlot), side);
   // Steps for the picker; the flame graph does not wait for them.
   void api.heatmap(job, false, ['none']).then((hm) => {
     windowPicker(win, hm, s, go);
@@ -149,7 +156,7 @@ export async function flameView(main: HTMLElement, s: UiState, go: (s: UiState) 
     .catch(() => win.replaceChildren(windowed ? h('a', { href: formatHash({ ...s, from: undefined, to: undefined }) }, 'whole run') : ''));
   try {
     const unit = kind === 'oncpu' ? 'samples' : 'µs';
-    const d0 = await api.diff(job, rank, kind, range);
+    const [d0] = await Promise.all([api.diff(job, rank, kind, range), fidelity.ready]);
     const b = baseline ? await api.diff(job, rank, kind, baseline) : null;
     const d = b ? selfDiff(d0, b) : d0;
     const total = rankTotal(d);

@@ -9,6 +9,7 @@ import {
   type Diagnosis, type Finding, type Heatmap, type RankBreakdown,
 } from '../shape';
 import { formatHash, type UiState } from '../state';
+import { fidelitySlot } from './fidelity';
 
 // compute_ms is step time minus collective wait (shape.ts computeMatrix): in synchronous training the
 // straggler is the rank that computes longest and waits least; step time is alike on every rank.
@@ -99,7 +100,7 @@ function breakdownTable(job: string, rows: RankBreakdown[], selected: number | u
 export async function jobView(main: HTMLElement, s: UiState, go: (s: UiState) => void): Promise<void> {
   const job = s.job ?? '';
   const metric = s.metric && METRICS[s.metric] ? s.metric : 'compute_ms';
-  const mode = s.heat === 'abs' ? 'abs' : 'dev';
+  const mode: 'abs' | 'peer' | 'dev' = s.heat === 'abs' ? 'abs' : s.heat === 'peer' ? 'peer' : 'dev';
   const summary = h('p', { class: 'muted', id: 'job-summary' });
   main.append(h('nav', { class: 'crumbs' }, h('a', { href: '#/' }, 'jobs'), ' / ', job || '(unnamed)'),
     h('h1', {}, `Job ${job || '(unnamed)'}`), summary);
@@ -107,7 +108,8 @@ export async function jobView(main: HTMLElement, s: UiState, go: (s: UiState) =>
   const trendSlot = h('section', { id: 'trend' });
   const heatSlot = h('section', { id: 'heatmap' }, h('p', { class: 'muted' }, 'loading steps…'));
   const tableSlot = h('section', { id: 'breakdown' });
-  main.append(findingsSlot, trendSlot, heatSlot, tableSlot);
+  const fidelity = fidelitySlot(job);
+  main.append(fidelity.el, findingsSlot, trendSlot, heatSlot, tableSlot);
 
   const findings = api.findings(job).then((d) => {
     findingsSlot.replaceChildren(findingsSection(job, d));
@@ -116,7 +118,7 @@ export async function jobView(main: HTMLElement, s: UiState, go: (s: UiState) =>
 
   let hm: Heatmap;
   try {
-    hm = await api.heatmap(job);
+    [hm] = await Promise.all([api.heatmap(job), fidelity.ready]);
   } catch (e) {
     heatSlot.replaceChildren(errorBox(e));
     return;
@@ -137,8 +139,13 @@ export async function jobView(main: HTMLElement, s: UiState, go: (s: UiState) =>
 
   const select = h('select', { id: 'metric', onchange: () => go({ ...s, metric: select.value }) },
     Object.entries(METRICS).map(([k, v]) => h('option', { value: k, selected: k === metric }, v)));
-  const modeSel = h('select', { id: 'heat-mode', onchange: () => go({ ...s, heat: modeSel.value === 'abs' ? 'abs' : undefined }) },
+  // Peer groups (ranks of one parallel role) where the collector knows them: a pipeline stage whose
+  // steps differ from the others' by design is then compared with its own stage.
+  const groups = hm.ranks.map((r) => r.group);
+  const hasGroups = groups.some((g) => g !== undefined);
+  const modeSel = h('select', { id: 'heat-mode', onchange: () => go({ ...s, heat: modeSel.value === 'abs' || modeSel.value === 'peer' ? modeSel.value : undefined }) },
     h('option', { value: 'dev', selected: mode === 'dev' }, 'against each step\'s median across ranks'),
+    hasGroups ? h('option', { value: 'peer', selected: mode === 'peer' }, 'against each step\'s median across its peer group') : null,
     h('option', { value: 'abs', selected: mode === 'abs' }, 'absolute'));
   // A picked cell (rank, step) opens that rank's flame graphs for that step's time window.
   const selCol = s.step !== undefined && s.step >= 1 && s.step <= hm.steps ? s.step - 1 : undefined;
@@ -157,7 +164,7 @@ export async function jobView(main: HTMLElement, s: UiState, go: (s: UiState) =>
     cellBar.append(h('span', { class: 'muted' }, 'Pick a cell for its rank\'s flame graphs in that step\'s time window.'));
   }
   const view = heatmapCanvas({
-    matrix, ranks: hm.ranks, unit: 'ms', metricLabel: METRICS[metric], mode, stepMs,
+    matrix, ranks: hm.ranks, unit: 'ms', metricLabel: METRICS[metric], mode: mode === 'peer' && !hasGroups ? 'dev' : mode, groups, stepMs,
     selected: selRow, selectedCol: selCol,
     onPick: (row, col) => go({ ...s, rank: hm.ranks[row].rank, step: col + 1 }),
     onOpen: (row, col) => go(flameOf(row, col, {})),

@@ -9,6 +9,7 @@ import {
   stepWindow, worstStep, type RankLane,
 } from '../shape';
 import { formatHash, type UiState } from '../state';
+import { fidelitySlot } from './fidelity';
 
 const COLORS: Record<string, string> = {
   step: '#8b5cf6', collective: '#f59e0b', kernel: '#10b981', memcpy: '#3b82f6', memset: '#60a5fa', api: '#ef4444', cpu: '#64748b',
@@ -127,6 +128,9 @@ export async function timelineView(main: HTMLElement, s: UiState, go: (s: UiStat
     h('a', { href: formatHash({ view: 'job', job, rank: s.rank }) }, job || '(unnamed)'), ' / ', 'timeline'));
   const title = h('h1', {}, 'Timeline');
   main.append(title);
+  // Its CPU tracks come from samples: where the rate was lowered or CFI turned off, it says so.
+  const fidelity = fidelitySlot(job);
+  main.append(fidelity.el);
   const slot = h('div', { class: 'timeline' });
   main.append(slot);
   // The ranks and the step: from the URL, else the rank it was opened for (or the one that stands out)
@@ -135,7 +139,7 @@ export async function timelineView(main: HTMLElement, s: UiState, go: (s: UiStat
   let step = s.step;
   const nodes = new Map<number, string>();
   try {
-    const hm = await api.heatmap(job, false, ['step_ms', 'collective_ms']);
+    const [hm] = await Promise.all([api.heatmap(job, false, ['step_ms', 'collective_ms']), fidelity.ready]);
     for (const r of hm.ranks) nodes.set(r.rank, r.node);
     const compute = computeMatrix(hm.series.step_ms ?? [], hm.series.collective_ms);
     const dev = deviationMatrix(compute).dev;
