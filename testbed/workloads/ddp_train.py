@@ -14,7 +14,7 @@ ground-truth JSON as strata-sim (with each rank's baseline before the fault). Ke
 2-core machine.
 
 Variants, so that a diagnosis is tried on shapes it was not tuned for (bench/diagnose_accuracy.sh):
-  --model small|large  an MLP of ~85k parameters (64-256-256-10) or of ~1.3M (128-768-768-768-10);
+  --model small|large  an MLP of ~85k parameters (64-256-256-10) or of ~0.6M (128-512-512-512-10);
   --pin                each rank pinned to CPU rank % CPUs (as `torchrun` + numactl/taskset setups
                        do); its DataLoader workers inherit the rank's CPU;
   --num-workers N      batches come from a torch DataLoader with N worker processes per rank
@@ -50,7 +50,7 @@ WARMUP = 2  # first steps: start-up, not a baseline
 # The function that burns the time, per place of the host hotspot.
 HOTSPOT_CULPRIT = {"loop": "slow_augment", "loss": "label_penalty", "worker": "augment_sample"}
 # (input width, hidden widths) of each model size.
-MODELS = {"small": (64, [256, 256]), "large": (128, [768, 768, 768])}
+MODELS = {"small": (64, [256, 256]), "large": (128, [512, 512, 512])}
 
 
 def parse_fault(text, ranks, steps, num_workers=0):
