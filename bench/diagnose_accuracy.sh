@@ -1,15 +1,15 @@
 #!/bin/bash
-# Accuracy of `strata diagnose` on the testbed's fault suite: every fault kind on random ranks with
-# several seeds, plus healthy runs, 4 and 8 ranks, C++ and Python rank programs. Prints a table per
-# kind (culprit rank top-1, cause top-1, culprit named, time from fault start to the first correct
-# finding with 10 s windows) and the false findings on healthy runs.
-#   sudo bench/diagnose_accuracy.sh [--quick] [--ddp] [--seeds N] [--ranks 4,8] [--langs cpp,py] [--kinds K,..]
-#                                   [--steps-4 N] [--steps-8 N] [--build DIR] [--strata BIN] [--keep]
-# --ddp: PyTorch DDP (gloo, CPU) under Debian's python3: host-hotspot, workload-imbalance, cpu-contention,
-#   cpu-throttling, network-slow (its own netns + tbf) on a random rank + healthy runs (--quick: each once on 4 ranks + 2 healthy, ~8 minutes);
-#   results in bench/results/diagnose_accuracy_ddp/.
-# --quick: 11 runs (each kind once on 4 C++ ranks + 2 healthy), about 5 minutes.
-# full: 3 seeds x {4,8} ranks x {C++,Python} x (9 kinds + healthy) = 120 runs, about 70 minutes.
+# Accuracy of `strata diagnose` on every fault kind (old and new), per workload family: strata-sim
+# with C++ ranks (cpp) and Python ranks (py), PyTorch DDP in the shapes the engine was looked at with
+# (ddp) and in variants never tuned against (ddp-heldout: large model, hotspot in the loss or in a
+# DataLoader worker, workers, pinning). Several seeds, healthy runs included. Prints one table per
+# family: rank top-1, cause top-1, culprit named, false findings, time from the fault's start to the
+# first correct finding with 10 s windows, and whether issue 17's targets are met. See bench/README.md.
+#   sudo bench/diagnose_accuracy.sh [--quick] [--families cpp,py,ddp,ddp-heldout] [--ddp] [--kinds K,..]
+#                                   [--seeds N] [--ranks 4,8] [--steps-4 N] [--steps-8 N] [--steps-ddp N]
+#                                   [--build DIR] [--strata BIN] [--keep] [--list] [--run-timeout S]
+#                                   [--summarize results.json [--rescore DIR]]
+# --quick: 12 runs over every family, ~15 minutes on a quiet machine; the full matrix is hours.
 # Needs root (strata record) and a quiet machine: another busy process slows the job for real.
 # Results: bench/results/diagnose_accuracy/{summary.txt,results.json,runs.log}.
 set -euo pipefail

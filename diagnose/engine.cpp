@@ -575,6 +575,10 @@ struct RankCase {
   std::optional<NeighbourDiff> nb;       // the foreign process that runs most on its CPUs
   bool unthrottled = false;              // its cgroup measured (near) no throttling
   double queued_ms = 0;                  // run-queue wait its own extra CPU work explains
+  // The extra run-queue wait its extra CPU demand predicts at its peers' wait per CPU ms: on a busy
+  // node, work that takes 40 ms of CPU keeps the step waiting longer than 40 ms, and that wait is
+  // part of what the work costs (never contention: it is set apart from `runq` before the rules).
+  double own_queue_ms = 0;
   double rec = 0, io = 0, irq = 0, pf = 0, launch = 0;
   std::optional<PathDiff> hot;           // the differential on-CPU profile's top path
   double rest_mine = 0, rest_peers = 0;  // on-CPU time outside `hot`'s function
@@ -658,8 +662,16 @@ std::optional<Hypothesis> gpu_slow(const RankCase& k) {
   return h;
 }
 
+// A device computing this much more than its peers' median, with the host doing more too, does
+// more work per step whatever share of the rank's extra time that is: on a busy node most of the
+// extra is the wait for a CPU, and the device's growth is then a small share of it (a hotspot or a
+// slow host leaves the device's work as it was; kernel timing varies a few % between peers).
+constexpr double kImbalanceDeviceGrowth = 0.25;
+
 std::optional<Hypothesis> imbalance_on_device(const RankCase& k) {
-  if (!(k.dev > 0 && k.dev >= kGpuShareOfExtra * k.extra) || k.gpu_throttled || k.cpu_growth < kImbalanceCpuGrowth)
+  bool device_grew = k.dev > 0 && known(k.dev_peers) && k.dev_peers > 0 && k.dev >= kImbalanceDeviceGrowth * k.dev_peers;
+  if (!((k.dev > 0 && k.dev >= kGpuShareOfExtra * k.extra) || device_grew) || k.gpu_throttled ||
+      k.cpu_growth < kImbalanceCpuGrowth)
     return std::nullopt;
   const RankWindow& r = k.r;
   Hypothesis h;
@@ -846,9 +858,13 @@ Hypothesis cpu_hypothesis(const RankCase& k) {
   // A path the peers do not run is a hotspot; more of the usual work explains less.
   bool fresh = k.hot && k.hot->peers_ms < kFreshPathShare * k.hot->culprit_ms;
   constexpr double kUsualWork = 0.59;  // 0.5 of 0.85: more of the usual work is a weak sign
-  h.explained_ms = (fresh ? std::min(k.cpu, k.hot->excess_ms) : kUsualWorkShare * k.cpu) + k.queued_ms;
+  // The work's share of the CPU time explains the same share of the wait that CPU time predicts.
+  double work_share = fresh ? (k.cpu > 0 ? std::min(1.0, k.hot->excess_ms / k.cpu) : 0) : kUsualWorkShare;
+  h.explained_ms = work_share * (k.cpu + k.own_queue_ms) + k.queued_ms;
   h.certainty = fresh ? 1 : kUsualWork;
   h.evidence.push_back(k.who + " runs on the CPU " + ms(r.get(Os::kCpu)) + " per step vs " + ms(k.cpu_peers) + " on its peers");
+  if (k.own_queue_ms > 0)
+    h.evidence.push_back("and waits " + ms(k.own_queue_ms) + " more per step than its peers for a CPU, as much as its extra CPU time predicts at its peers' wait per CPU ms (a busy node: the work's own cost)");
   if (k.queued_ms > 0)
     h.evidence.push_back("and waits " + ms(k.queued_ms) + " more per step than its peers for a CPU to run that extra work on (a busy node; its cgroup was not throttled)");
   if (k.hot) {
@@ -947,7 +963,10 @@ void measure(RankCase& k) {
   // wait beyond what its CPU demand predicts at its peers' wait-per-CPU-ms is contention.
   double runq_peers = peer_median(job, peers, [](const RankWindow& x) { return x.get(Os::kRunqWait); });
   if (known(r.get(Os::kRunqWait)) && known(r.get(Os::kCpu)) && known(runq_peers) && known(k.cpu_peers) && k.cpu_peers > 0) {
+    double raw = k.runq;
     k.runq = std::min(k.runq, r.get(Os::kRunqWait) - runq_peers * r.get(Os::kCpu) / k.cpu_peers);
+    // What was set apart is the wait its own extra CPU demand predicts: the cost of that work.
+    if (k.cpu > 0 && raw > 0) k.own_queue_ms = raw - std::max(0.0, k.runq);
   }
   k.thr = os_excess(job, k.c, peers, Os::kThrottled);
   k.nb = top_neighbour(job, k.c, peers, k.job_wide);

@@ -1,16 +1,29 @@
 #!/usr/bin/python3
 """A real PyTorch DDP training job on the CPU (gloo), for Debian's python3 with python3-torch.
 
-    /usr/bin/python3 testbed/workloads/ddp_train.py --ranks 2 --steps 30 \
-        [--fault host-hotspot:rank=1,start_step=5,ms=40 | workload-imbalance:rank=1,factor=2 |
-         cpu-contention:rank=1,hogs=2 | cpu-throttling:rank=1,quota_pct=30 |
-         network-slow:rank=1,rate_mbit=40] [--truth FILE.json]
+    /usr/bin/python3 testbed/workloads/ddp_train.py --ranks 2 --steps 30 [--model small|large] [--pin]
+        [--num-workers N]
+        [--fault host-hotspot:rank=1,start_step=5,ms=40[,where=loop|loss|worker] |
+         workload-imbalance:rank=1,factor=2 | cpu-contention:rank=1,hogs=2 |
+         cpu-throttling:rank=1,quota_pct=30 | network-slow:rank=1,rate_mbit=40] [--truth FILE.json]
 
 Spawns its ranks with torch.multiprocessing (RANK, LOCAL_RANK, WORLD_SIZE, MASTER_ADDR, MASTER_PORT
 and STRATA_JOB in each rank's environment from its start, as torchrun sets them, so an agent reads
 them in /proc/PID/environ), trains a small MLP, prints per-rank step times and writes the same
 ground-truth JSON as strata-sim (with each rank's baseline before the fault). Kept small for a
-2-core machine. cpu-throttling needs root (a cgroup CPU quota the culprit joins at start_step).
+2-core machine.
+
+Variants, so that a diagnosis is tried on shapes it was not tuned for (bench/diagnose_accuracy.sh):
+  --model small|large  an MLP of ~85k parameters (64-256-256-10) or of ~0.6M (128-512-512-512-10);
+  --pin                each rank pinned to CPU rank % CPUs (as `torchrun` + numactl/taskset setups
+                       do); its DataLoader workers inherit the rank's CPU;
+  --num-workers N      batches come from a torch DataLoader with N worker processes per rank
+                       (forked by the rank, as PyTorch does), so load_batch runs in the workers;
+  host-hotspot where=  loop: slow_augment() on the batch in the training loop (torch ops on the
+                       batch); loss: label_penalty() inside the loss, pure-Python arithmetic (the
+                       interpreter's own loop, no torch op); worker: augment_sample() in the
+                       culprit rank's DataLoader workers (needs --num-workers > 0), whose CPU
+                       time the rank waits for. cpu-throttling needs root (a cgroup CPU quota the culprit joins at start_step).
 network-slow needs root too: the culprit runs in its own network namespace behind a veth pair, every
 rank's gloo traffic goes over the veth addresses (GLOO_SOCKET_IFNAME), and at start_step a tc tbf
 limits both directions of the culprit's link.
@@ -28,36 +41,50 @@ import torch
 import torch.distributed as dist
 import torch.multiprocessing as mp
 
-LAYERS = {"host-hotspot": ("cpu", "host-hotspot", "slow_augment"),
+LAYERS = {"host-hotspot": ("cpu", "host-hotspot", "slow_augment"),  # where=loop; see HOTSPOT_CULPRIT
           "workload-imbalance": ("cpu", "workload-imbalance", "load_batch"),
           "cpu-contention": ("os", "cpu-contention", "strata-hog"),
           "cpu-throttling": ("os", "cpu-throttling", "cgroup cpu quota"),
           "network-slow": ("comm", "network-slow", "link of rank %(rank)d")}
 WARMUP = 2  # first steps: start-up, not a baseline
+# The function that burns the time, per place of the host hotspot.
+HOTSPOT_CULPRIT = {"loop": "slow_augment", "loss": "label_penalty", "worker": "augment_sample"}
+# (input width, hidden widths) of each model size.
+MODELS = {"small": (64, [256, 256]), "large": (128, [512, 512, 512])}
 
 
-def parse_fault(text, ranks, steps):
+def parse_fault(text, ranks, steps, num_workers=0):
     if text in ("", "none"):
         return {"kind": "none"}
     kind, _, rest = text.partition(":")
     if kind not in LAYERS:
         raise ValueError("unknown or unsupported fault kind '%s' (here: none, %s)" % (kind, ", ".join(LAYERS)))
     f = {"kind": kind, "rank": None, "start_step": max(1, steps // 10), "ms": 40.0, "factor": 2.0, "hogs": 2,
-         "quota_pct": 30, "rate_mbit": 40}
+         "quota_pct": 30, "rate_mbit": 40, "where": "loop"}
     for item in filter(None, rest.split(",")):
         key, _, value = item.partition("=")
-        if key not in f or key == "kind":
+        if key not in f or key == "kind" or (key == "where" and kind != "host-hotspot"):
             raise ValueError("fault %s has no option '%s'" % (kind, key))
-        f[key] = float(value) if key in ("ms", "factor", "quota_pct", "rate_mbit") else int(value)
+        try:
+            if key == "where":
+                if value not in HOTSPOT_CULPRIT:
+                    raise ValueError
+                f[key] = value
+            else:
+                f[key] = float(value) if key in ("ms", "factor", "quota_pct", "rate_mbit") else int(value)
+        except ValueError:
+            raise ValueError("fault %s: bad value '%s' for %s" % (kind, value, key)) from None
     if f["rank"] is None or not 0 <= f["rank"] < ranks:
         raise ValueError("fault %s needs rank=R with R in 0..%d" % (kind, ranks - 1))
+    if f["where"] == "worker" and num_workers == 0:
+        raise ValueError("host-hotspot where=worker needs --num-workers > 0")
     return f
 
 
-def load_batch(step, batch, scale):
+def load_batch(step, batch, scale, width):
     g = torch.Generator().manual_seed(step)
     n = int(batch * scale)
-    return torch.randn(n, 64, generator=g), torch.randint(0, 10, (n,), generator=g)
+    return torch.randn(n, width, generator=g), torch.randint(0, 10, (n,), generator=g)
 
 
 def slow_augment(x, ms):
@@ -65,6 +92,45 @@ def slow_augment(x, ms):
     while time.perf_counter() < end:  # the hotspot: CPU work on the critical path
         x = x * 1.0001
     return x
+
+
+def label_penalty(out, ms):
+    """A hand-written regularizer in plain Python: the interpreter's own loop burns the time (no
+    torch op), a constant folded into the loss."""
+    end = time.perf_counter() + ms / 1000.0
+    acc, i = 0.0, 0
+    while time.perf_counter() < end:
+        for _ in range(200):
+            i += 1
+            acc += (i % 7) * 1e-9
+    return acc * 0.0
+
+
+def augment_sample(x, ms):
+    """The worker's augmentation: torch ops on the batch in the DataLoader worker process."""
+    end = time.perf_counter() + ms / 1000.0
+    while time.perf_counter() < end:
+        x = x * 1.0001
+    return x
+
+
+class Batches(torch.utils.data.Dataset):
+    """Batch `step` of a rank, for a DataLoader (batch_size=None: one item is one batch). The
+    fault's batch size and the worker's hotspot apply here, in whichever process loads the batch."""
+
+    def __init__(self, steps, width, fault, culprit):
+        self.steps, self.width, self.fault, self.culprit = steps, width, fault, culprit
+
+    def __len__(self):
+        return self.steps
+
+    def __getitem__(self, step):
+        faulty = self.culprit and step >= self.fault.get("start_step", 1 << 30)
+        scale = self.fault["factor"] if faulty and self.fault["kind"] == "workload-imbalance" else 1.0
+        x, y = load_batch(step, 256, scale, self.width)
+        if faulty and self.fault["kind"] == "host-hotspot" and self.fault["where"] == "worker":
+            x = augment_sample(x, self.fault["ms"])
+        return x, y
 
 
 def forward(model, x):
@@ -154,7 +220,8 @@ def enter_netns(name):
     os.close(fd)
 
 
-def rank_main(rank, world, steps, fault, port, queue, cgroup=None, link=None):
+def rank_main(rank, world, steps, fault, port, queue, cgroup=None, link=None, variant=None):
+    variant = variant or {"model": "small", "pin": False, "num_workers": 0}
     master = link[1] if link else "127.0.0.1"
     os.environ.update(RANK=str(rank), LOCAL_RANK=str(rank), WORLD_SIZE=str(world),
                       MASTER_ADDR=master, MASTER_PORT=str(port))
@@ -165,6 +232,9 @@ def rank_main(rank, world, steps, fault, port, queue, cgroup=None, link=None):
             enter_netns(netns)
         os.environ["GLOO_SOCKET_IFNAME"] = ns_dev if culprit else host_dev
     torch.set_num_threads(1)
+    ncpu = os.cpu_count()
+    if variant["pin"] and fault["kind"] != "cpu-contention":
+        os.sched_setaffinity(0, {rank % ncpu})
     if fault["kind"] == "cpu-contention":
         # The culprit alone on the hogs' CPU, its peers on the others: else a peer sharing that CPU
         # is a victim too.
@@ -172,26 +242,37 @@ def rank_main(rank, world, steps, fault, port, queue, cgroup=None, link=None):
         os.sched_setaffinity(0, {hog_cpu} if rank == fault["rank"] or ncpu == 1 else set(range(ncpu)) - {hog_cpu})
     dist.init_process_group("gloo", rank=rank, world_size=world)
     torch.manual_seed(0)
-    model = torch.nn.parallel.DistributedDataParallel(torch.nn.Sequential(
-        torch.nn.Linear(64, 256), torch.nn.ReLU(), torch.nn.Linear(256, 256), torch.nn.ReLU(),
-        torch.nn.Linear(256, 10)), bucket_cap_mb=1)
+    width, hidden = MODELS[variant["model"]]
+    layers, prev = [], width
+    for h in hidden:
+        layers += [torch.nn.Linear(prev, h), torch.nn.ReLU()]
+        prev = h
+    model = torch.nn.parallel.DistributedDataParallel(torch.nn.Sequential(*layers, torch.nn.Linear(prev, 10)),
+                                                      bucket_cap_mb=1)
     opt = torch.optim.SGD(model.parameters(), lr=0.01)
     culprit = fault.get("rank") == rank
+    data = Batches(steps, width, fault, culprit)
+    batches = None
+    if variant["num_workers"] > 0:
+        batches = iter(torch.utils.data.DataLoader(data, batch_size=None, shuffle=False,
+                                                   num_workers=variant["num_workers"]))
     for step in range(steps):
         faulty = culprit and step >= fault.get("start_step", 1 << 30)
         if faulty and fault["kind"] == "cpu-throttling" and step == fault["start_step"]:
             throttle_self(cgroup[0], cgroup[1], fault["quota_pct"])
         t0 = time.perf_counter()
-        scale = fault["factor"] if faulty and fault["kind"] == "workload-imbalance" else 1.0
-        x, y = load_batch(step, 256, scale)
-        if faulty and fault["kind"] == "host-hotspot":
+        x, y = next(batches) if batches is not None else data[step]
+        if faulty and fault["kind"] == "host-hotspot" and fault["where"] == "loop":
             x = slow_augment(x, fault["ms"])
         t1 = time.perf_counter()
         loss = torch.nn.functional.cross_entropy(forward(model, x), y)
+        if faulty and fault["kind"] == "host-hotspot" and fault["where"] == "loss":
+            loss = loss + label_penalty(loss, fault["ms"])
         backward(loss)
         optimizer_step(opt)
         t2 = time.perf_counter()
         queue.put((rank, step, (t2 - t0) * 1000, (t1 - t0) * 1000))
+    del batches  # the DataLoader's workers stop here, before the rank exits
     dist.destroy_process_group()
     # Exit at once, as a finished rank does: torch's interpreter teardown takes seconds on a busy
     # machine, and a rank that lingers that long after its last step looks hung.
@@ -212,9 +293,16 @@ def main():
     ap.add_argument("--steps", type=int, default=30)
     ap.add_argument("--fault", default="none")
     ap.add_argument("--truth", default="")
+    ap.add_argument("--model", choices=sorted(MODELS), default="small", help="MLP size (default small)")
+    ap.add_argument("--pin", action="store_true", help="pin each rank (and its workers) to CPU rank %% CPUs")
+    ap.add_argument("--num-workers", type=int, default=0, help="DataLoader worker processes per rank (default 0)")
     a = ap.parse_args()
+    if a.num_workers < 0:
+        print("ddp_train: --num-workers must be >= 0", file=sys.stderr)
+        return 1
+    variant = {"model": a.model, "pin": a.pin, "num_workers": a.num_workers}
     try:
-        fault = parse_fault(a.fault, a.ranks, a.steps)
+        fault = parse_fault(a.fault, a.ranks, a.steps, a.num_workers)
     except ValueError as e:
         print("ddp_train: %s" % e, file=sys.stderr)
         return 1
@@ -247,7 +335,7 @@ def main():
     ctx = mp.get_context("spawn")
     queue = ctx.Queue()
     port = free_port()
-    procs = [ctx.Process(target=rank_main, args=(r, a.ranks, a.steps, fault, port, queue, cgroup, link))
+    procs = [ctx.Process(target=rank_main, args=(r, a.ranks, a.steps, fault, port, queue, cgroup, link, variant))
              for r in range(a.ranks)]
     job = os.environ.get("STRATA_JOB") or "ddp-train-%d" % os.getpid()
     saved = dict(os.environ)
@@ -295,14 +383,16 @@ def main():
                          "fault_window": {"step_ms": m(1), "load_ms": m(2)},
                          "baseline": {"step_ms": b(1), "load_ms": b(2)} if base else None})
         print("rank %d pid %d step_ms %.1f load_ms %.1f" % (r, procs[r].pid, m(1), m(2)))
-    truth = {"ranks": a.ranks, "steps": a.steps, "program": "pytorch-ddp-gloo", "job": job,
+    truth = {"ranks": a.ranks, "steps": a.steps, "program": "pytorch-ddp-gloo", "job": job, "variant": variant,
              "pids": {str(r): procs[r].pid for r in range(a.ranks)}, "per_rank": per_rank,
              "fault": {"kind": fault["kind"]}}
     if fault["kind"] != "none":
         layer, cause, culprit = LAYERS[fault["kind"]]
+        if fault["kind"] == "host-hotspot":
+            culprit = HOTSPOT_CULPRIT[fault["where"]]
         truth["fault"].update(rank=fault["rank"], layer=layer, cause=cause, culprit=culprit % {"rank": fault["rank"]},
                               start_step=fault["start_step"],
-                              params={k: fault[k] for k in ("ms", "factor", "hogs", "quota_pct", "rate_mbit")})
+                              params={k: fault[k] for k in ("ms", "factor", "hogs", "quota_pct", "rate_mbit", "where")})
     if a.truth:
         with open(a.truth, "w") as f:
             json.dump(truth, f, indent=1)
