@@ -27,7 +27,7 @@ import urllib.request
 import uuid
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "support"))
-from harness import check, failures, free_port, parse_agent_log, procs, start  # noqa: E402
+from harness import check, finish, free_port, parse_agent_log, start, stop_all  # noqa: E402
 
 BUILD = os.path.abspath(sys.argv[1])
 BACKEND = sys.argv[2] if len(sys.argv) > 2 else "sqlite"
@@ -461,16 +461,9 @@ def main():
             server.wait(30)
             check_interrupted_apply(tmp, backend, serve_args, url)
     finally:
-        for p in procs:
-            if p.poll() is None:
-                p.kill()
-                p.wait()
+        stop_all()
         backend.stop()
-    if failures:
-        print("%d check(s) failed; logs in %s" % (len(failures), tmp))
-        sys.exit(1)
-    shutil.rmtree(tmp, ignore_errors=True)
-    print("all cluster checks passed (%s)" % BACKEND)
+    finish(tmp, "cluster (%s)" % BACKEND)
 
 
 if __name__ == "__main__":

@@ -2,8 +2,10 @@
 they started (to stop at the end), a free loopback port, an agent's /metrics and its closing lines."""
 import os
 import re
+import shutil
 import socket
 import subprocess
+import sys
 import urllib.request
 
 procs = []     # every process start() started, for the test's cleanup
@@ -29,6 +31,24 @@ def start(args, log, env=None, stdin=None):
     p = subprocess.Popen(args, stdout=open(log, "w"), stderr=subprocess.STDOUT, env=env, stdin=stdin)
     procs.append(p)
     return p
+
+
+def stop_all():
+    """Kills what start() started and still runs."""
+    for p in procs:
+        if p.poll() is None:
+            p.kill()
+            p.wait()
+
+
+def finish(tmp, what):
+    """Ends a test: exit 1 when a check failed (its logs kept in tmp), else tmp removed and exit 0."""
+    stop_all()
+    if failures:
+        print("%d check(s) failed; logs in %s" % (len(failures), tmp), flush=True)
+        sys.exit(1)
+    shutil.rmtree(tmp, ignore_errors=True)
+    print("all %s checks passed" % what, flush=True)
 
 
 def scrape(port, timeout=10):
