@@ -777,18 +777,6 @@ Result<std::unique_ptr<GuardedServer>> bind_listener(const std::string& listen, 
 
 }  // namespace
 
-bool token_matches(const std::string& presented, const std::string& expected) {
-  // Every byte of the longer string is looked at, whatever matches: the time says nothing.
-  size_t n = std::max(presented.size(), expected.size());
-  unsigned char diff = presented.size() == expected.size() ? 0 : 1;
-  for (size_t i = 0; i < n; ++i) {
-    unsigned char a = i < presented.size() ? static_cast<unsigned char>(presented[i]) : 0;
-    unsigned char b = i < expected.size() ? static_cast<unsigned char>(expected[i]) : 0;
-    diff |= a ^ b;
-  }
-  return diff == 0;
-}
-
 Status check_store_spec(const std::string& spec) {
   if (spec.rfind("clickhouse://", 0) == 0) return {};
   if (spec.rfind("sqlite:", 0) == 0) {
