@@ -47,7 +47,8 @@ int serve_main(std::vector<std::string> argv) {
   std::string user, token_file, silent_after, diagnose_every;
   app.add_option("--store", opts.store,
                  "sqlite:FILE.db (default sqlite:strata-server.db) or clickhouse://HOST:PORT/DB (ClickHouse's HTTP "
-                 "port, usually 8123)")
+                 "port, usually 8123); ?retention_days=N drops older days; ?cluster=NAME shards the tables over "
+                 "the servers of ClickHouse cluster NAME, which several collectors may share")
       ->type_name("S");
   app.add_option("--listen", opts.listen, "address to listen on (default 127.0.0.1:7878: loopback only)")
       ->type_name("A");

@@ -37,7 +37,7 @@ constexpr double kBusyFactor = 4;
 }  // namespace
 
 Diagnoser::Diagnoser(store::Store& store, std::mutex& store_mu, DiagnoserOptions opts, std::ostream& log)
-    : store_(store), store_mu_(store_mu), opts_(opts), log_(log) {}
+    : store_(store), store_mu_(store_mu), opts_(opts), log_(log), sharing_(store, store_mu, opts_.collector_id, log) {}
 
 Diagnoser::~Diagnoser() { stop(); }
 
@@ -117,17 +117,26 @@ DiagnoserCounters Diagnoser::counters() {
 }
 
 void Diagnoser::loop() {
-  auto pause = std::chrono::duration<double>(opts_.every_s);
+  // Wakes every every_s; a round runs when the last one's pause is over. On a store shared with
+  // other collectors the wakes in between are heartbeats, so a collector whose rounds are paused
+  // (kBusyFactor) is not taken for gone and its jobs do not move.
+  const auto every = std::chrono::duration<double>(opts_.every_s);
+  auto next_round = std::chrono::steady_clock::now() + every;
   while (true) {
     {
       std::unique_lock lock(mu_);
-      cv_.wait_for(lock, pause, [this] { return stopping_; });
+      cv_.wait_for(lock, every, [this] { return stopping_; });
       if (stopping_) return;
     }
     auto t0 = std::chrono::steady_clock::now();
+    if (t0 < next_round) {
+      sharing_.heartbeat(wall_clock_ns());
+      continue;
+    }
     round();
-    std::chrono::duration<double> took = std::chrono::steady_clock::now() - t0;
-    pause = std::max(std::chrono::duration<double>(opts_.every_s), kBusyFactor * took);
+    auto t1 = std::chrono::steady_clock::now();
+    next_round = t1 + std::chrono::duration_cast<std::chrono::steady_clock::duration>(
+                          kBusyFactor * (t1 - t0));
   }
 }
 
@@ -139,9 +148,11 @@ void Diagnoser::round() {
     procs_seen.swap(dirty_procs_);
     jobs.swap(dirty_jobs_);
   }
-  if (procs_seen.empty() && jobs.empty()) return;
+  // A store shared with other collectors is looked at every round: they may have noted jobs for
+  // this one (and the round is this collector's heartbeat).
+  if (procs_seen.empty() && jobs.empty() && !sharing_.shared()) return;
   std::set<std::string> all_jobs;
-  {
+  if (!procs_seen.empty()) {
     auto procs = read([](store::Store& s) { return s.processes(); });
     if (!procs) {
       log_ << "strata: serve: diagnosis: " << procs.error().message << "\n";
@@ -153,10 +164,14 @@ void Diagnoser::round() {
       if (procs_seen.count({p.node, p.pid})) jobs.insert(p.job);
     }
   }
+  const size_t with_new_data = jobs.size();
+  jobs = sharing_.take(jobs, wall_clock_ns());
+  if (with_new_data == 0 && jobs.empty()) return;
   {
     std::lock_guard lock(mu_);
     counters_.rounds++;
-    counters_.skipped += all_jobs.size() > jobs.size() ? all_jobs.size() - jobs.size() : 0;
+    counters_.skipped += all_jobs.size() > with_new_data ? all_jobs.size() - with_new_data : 0;
+    counters_.handed_over = sharing_.handed_over();
   }
   for (const auto& job : jobs) {
     {

@@ -16,6 +16,7 @@
 
 #include "common/result.h"
 #include "ingest.pb.h"
+#include "server/job_sharing.h"
 #include "server/prometheus.h"
 #include "store/store.h"
 
@@ -23,6 +24,8 @@ namespace strata::server {
 
 struct DiagnoserOptions {
   double every_s = 2;  // 0: no background rounds (a job is still diagnosed when first asked for)
+  // This collector's name among those that share the store (server/job_sharing.h).
+  std::string collector_id = "collector";
 };
 
 struct DiagnoserCounters {
@@ -30,6 +33,7 @@ struct DiagnoserCounters {
   uint64_t diagnosed = 0;       // job diagnoses made and kept
   uint64_t skipped = 0;         // jobs left alone: no new data since their last round
   uint64_t failed = 0;          // loads or writes that failed (no steps yet, store error)
+  uint64_t handed_over = 0;     // jobs with new data here that another collector of the store diagnoses
   double seconds = 0;           // spent diagnosing, loads and writes included
   prom::Histogram job_seconds{prom::diagnosis_buckets()};  // each job's diagnosis, for /metrics
 };
@@ -83,6 +87,7 @@ class Diagnoser {
   std::set<std::pair<std::string, uint32_t>> dirty_procs_;  // (node, pid): pids repeat across nodes
   std::set<std::string> dirty_jobs_;
   DiagnoserCounters counters_;
+  JobSharing sharing_;  // used by the round thread only
 
   // Where rounds read: reader_ under reader_mu_ when set, else store_ under store_mu_.
   std::unique_ptr<store::Store> reader_;

@@ -89,13 +89,23 @@ std::string page_end(const store::RowQuery& q, size_t rows) {
   return ",\"offset\":" + json_num(q.offset) + ",\"next_offset\":" + (full ? json_num(q.offset + rows) : std::string("null"));
 }
 
+// This collector's name among those that share a store: its host and listening port (two on one
+// host listen on different ports).
+std::string collector_id(const std::string& listen) {
+  char host[256] = {};
+  if (gethostname(host, sizeof host - 1) != 0) std::snprintf(host, sizeof host, "unknown");
+  auto colon = listen.rfind(':');
+  return std::string(host) + ":" + (colon == std::string::npos ? listen : listen.substr(colon + 1));
+}
+
 class Server {
  public:
   // `http` is already bound to --listen (bind_listener): the store is opened only once the port is ours.
   Server(const ServeOptions& opts, std::unique_ptr<store::Store> store, std::unique_ptr<GuardedServer> http,
          std::ostream& log)
       : opts_(opts), store_(std::move(store)), applier_(*store_), log_(log),
-        diagnoser_(*store_, store_mu_, DiagnoserOptions{opts.diagnose_every_s}, log), http_(std::move(http)),
+        diagnoser_(*store_, store_mu_, DiagnoserOptions{opts.diagnose_every_s, collector_id(opts.listen)}, log),
+        http_(std::move(http)),
         svr_(*http_) {}
 
   Status run(const std::atomic<bool>& stop) {
@@ -699,6 +709,9 @@ class Server {
     o << "strata_serve_diagnoses_total{outcome=\"kept\"} " << dc.diagnosed << "\n";
     o << "strata_serve_diagnoses_total{outcome=\"failed\"} " << dc.failed << "\n";
     o << "strata_serve_diagnoses_total{outcome=\"skipped\"} " << dc.skipped << "\n";
+    prom::family(o, "strata_serve_jobs_handed_over_total", "counter",
+                 "Jobs with new data here that another collector sharing the store diagnoses.");
+    o << "strata_serve_jobs_handed_over_total " << dc.handed_over << "\n";
     prom::family(o, "strata_serve_diagnosis_seconds_total", "counter", "Time spent diagnosing jobs, loads and writes included.");
     o << "strata_serve_diagnosis_seconds_total " << dc.seconds << "\n";
     prom::family(o, "strata_serve_diagnosis_duration_seconds", "histogram",
@@ -790,18 +803,6 @@ Result<std::unique_ptr<GuardedServer>> bind_listener(const std::string& listen, 
 }
 
 }  // namespace
-
-bool token_matches(const std::string& presented, const std::string& expected) {
-  // Every byte of the longer string is looked at, whatever matches: the time says nothing.
-  size_t n = std::max(presented.size(), expected.size());
-  unsigned char diff = presented.size() == expected.size() ? 0 : 1;
-  for (size_t i = 0; i < n; ++i) {
-    unsigned char a = i < presented.size() ? static_cast<unsigned char>(presented[i]) : 0;
-    unsigned char b = i < expected.size() ? static_cast<unsigned char>(expected[i]) : 0;
-    diff |= a ^ b;
-  }
-  return diff == 0;
-}
 
 Status check_store_spec(const std::string& spec) {
   if (spec.rfind("clickhouse://", 0) == 0) return {};

@@ -3,8 +3,12 @@
 // to what Debian's ClickHouse 18.16 accepts, which current ClickHouse still does.
 //
 // Differences from SQLite that callers see:
-//  - ids: recordings are numbered by this (single) writer; frames and stacks are named by a hash
-//    of their content, so any writer derives the same id for the same stack.
+//  - ids: recordings are numbered by this writer (random 62-bit ids on a cluster, where several
+//    collectors write); frames and stacks are named by a hash of their content, so any writer
+//    derives the same id for the same stack.
+//  - on a cluster (?cluster=NAME) the tables are created on every shard as <table>_local with a
+//    Distributed <table> over them; reads and inserts go through the Distributed tables (inserts
+//    synchronously), mutations and partition drops to each shard's local tables.
 //  - begin/commit buffer the rows and send one INSERT per table on commit. ClickHouse has no
 //    multi-table transaction: a crash in the middle of a commit can leave part of it written. For
 //    the collector's batches that is repaired: rows carry their batch, and a batch applied again
@@ -17,6 +21,8 @@
 #include <cstdlib>
 #include <cstring>
 #include <map>
+#include <mutex>
+#include <random>
 #include <set>
 #include <sstream>
 #include <thread>
@@ -90,8 +96,40 @@ const char* kTables[] = {
        node String, layer String, cause String, culprit String, lost_ms_per_step Float64, confidence Float64,
        evidence String) ENGINE = MergeTree()
        PARTITION BY toYYYYMMDD(toDateTime(intDiv(diagnosed_ns, 1000000000))) ORDER BY (job, rank, cause, diagnosed_ns))",
+    // The collectors that share this database, each writing a heartbeat every round: a job is
+    // diagnosed by one of the live ones (Store::live_collectors).
+    R"(collectors (id String, seen_ns UInt64) ENGINE = ReplacingMergeTree(seen_ns) ORDER BY id)",
+    // Jobs with new data that the collector which received it leaves to the job's collector.
+    R"(job_marks (job String, marked_ns UInt64) ENGINE = ReplacingMergeTree(marked_ns) ORDER BY job)",
     R"(meta (key String, value String) ENGINE = TinyLog)",
 };
+
+// On a cluster (clickhouse://...?cluster=NAME) each table above is created on every shard as
+// NAME_local, and a Distributed table of the table's own name spreads rows over the shards by this
+// key: per-row data by node (a node's rows stay together, a per-rank query reads one shard), frames
+// and stacks by their content id (the same stack from two collectors lands on one shard, where
+// ReplacingMergeTree merges it), the collector's bookkeeping by agent or job. `meta` stays local.
+struct ShardKey {
+  const char* table;
+  const char* column;
+};
+const ShardKey kShardKeys[] = {
+    {"frames", "id"},       {"stacks", "id"},        {"ingest_batches", "agent_id"}, {"ingest_attempts", "agent_id"},
+    {"agent_ids", "agent_id"}, {"agents", "agent_id"}, {"diagnoses", "job"},         {"findings", "job"},
+    {"collectors", "id"},   {"job_marks", "job"},
+};
+std::string shard_key(const std::string& table) {
+  for (const auto& k : kShardKeys)
+    if (table == k.table) return k.column;
+  return "node";
+}
+
+// A table's name and the rest of its definition, from a kTables entry.
+std::pair<std::string, std::string> split_table(const char* t) {
+  std::string def = t;
+  auto sp = def.find(' ');
+  return {def.substr(0, sp), def.substr(sp)};
+}
 
 // Columns added to a table after its first release, in the order they were added. A database made
 // before gets them by ALTER TABLE ADD COLUMN, which appends them as the CREATE above has them, so
@@ -209,30 +247,50 @@ double dbl(const std::string& s) { return std::strtod(s.c_str(), nullptr); }
 
 class ClickHouseStore final : public Store {
  public:
-  ClickHouseStore(std::string host, int port, std::string db)
-      : host_(std::move(host)), port_(port), db_(std::move(db)), cli_(host_, port_) {
-    cli_.set_connection_timeout(5, 0);
-    cli_.set_read_timeout(300, 0);
-    cli_.set_write_timeout(300, 0);
-    cli_.set_keep_alive(true);
+  ClickHouseStore(std::string host, int port, std::string db, std::string cluster)
+      : host_(std::move(host)), port_(port), db_(std::move(db)), cluster_(std::move(cluster)), cli_(host_, port_) {
+    configure(cli_);
+  }
+
+  static void configure(httplib::Client& c) {
+    c.set_connection_timeout(5, 0);
+    c.set_read_timeout(300, 0);
+    c.set_write_timeout(300, 0);
+    c.set_keep_alive(true);
     // A request's headers and body leave in two writes: with Nagle's algorithm the body waits for
     // the server's delayed ACK, 40 ms per statement (half a second per ingest batch).
-    cli_.set_tcp_nodelay(true);
+    c.set_tcp_nodelay(true);
   }
 
   Status open(Mode mode) {
     auto v = query("SELECT version()");
     if (!v) return v.error().environment();
+    if (!cluster_.empty()) {
+      if (auto st = find_shards(); !st) return st;
+    }
     if (mode == Mode::kReadOnly) {
       auto t = query("SELECT value FROM " + db_ + ".meta WHERE key = 'schema_version'");
       if (!t) return Error{"clickhouse " + db_ + ": not a strata database (" + t.error().message + ")"};
-    } else {
+    } else if (cluster_.empty()) {
       if (auto st = exec("CREATE DATABASE IF NOT EXISTS " + db_); !st) return st;
       for (const char* t : kTables) {
         if (auto st = exec(std::string("CREATE TABLE IF NOT EXISTS ") + db_ + "." + t); !st) return st;
       }
+    } else {
+      if (auto st = create_on_shards(); !st) return st;
     }
     if (auto st = added_columns(mode != Mode::kReadOnly); !st) return st;
+    if (!cluster_.empty() && mode != Mode::kReadOnly) {
+      // meta is each server's own: every shard gets it, so any of them opens as a strata database.
+      for (auto& [server, name] : servers()) {
+        auto m = query_at(*server, "SELECT count() FROM " + db_ + ".meta WHERE key = 'schema_version'");
+        if (!m) return m.error();
+        if (!m->empty() && u64((*m)[0][0]) > 0) continue;
+        auto res = server->Post("/", "INSERT INTO " + db_ + ".meta VALUES ('application', 'strata'), ('schema_version', '" +
+                                         std::to_string(kSchemaVersion) + "')", "text/plain");
+        if (!res || res->status != 200) return err(name + ": writing meta", res);
+      }
+    }
     auto meta = query("SELECT value FROM " + db_ + ".meta WHERE key = 'schema_version'");
     if (!meta) return meta.error();
     if (meta->empty()) {
@@ -252,6 +310,58 @@ class ClickHouseStore final : public Store {
     return {};
   }
 
+  // The cluster's shards, from system.clusters of the server named in the URL (one per shard: its
+  // first replica; with replicated tables the replicas copy each other). Each is reached on the
+  // URL's HTTP port: a cluster's servers share one configuration.
+  Status find_shards() {
+    auto rows = query("SELECT host_address FROM system.clusters WHERE cluster = " + quote(cluster_) +
+                      " AND replica_num = 1 ORDER BY shard_num");
+    if (!rows) return rows.error();
+    if (rows->empty())
+      return Error{"clickhouse " + host_ + ":" + std::to_string(port_) + ": no cluster '" + cluster_ +
+                   "' in system.clusters (define it under remote_servers in every server's configuration)"}
+          .environment();
+    for (const auto& r : *rows) {
+      shards_.push_back(std::make_unique<httplib::Client>(r[0], port_));
+      configure(*shards_.back());
+      shard_hosts_.push_back(r[0]);
+    }
+    return {};
+  }
+
+  // Runs one statement on every shard (DDL and mutations reach the local tables, which a
+  // Distributed table does not forward them to; ON CLUSTER would need ZooKeeper).
+  Status exec_on_shards(const std::string& sql) {
+    for (size_t i = 0; i < shards_.size(); ++i) {
+      auto res = shards_[i]->Post("/", sql, "text/plain");
+      if (!res || res->status != 200) return err("shard " + shard_hosts_[i] + ": " + sql.substr(0, 60), res);
+    }
+    return {};
+  }
+
+  // Every shard gets the local tables and the Distributed tables over them (the same names on
+  // every server, so the collector may write through any of them).
+  Status create_on_shards() {
+    if (auto st = exec_on_shards("CREATE DATABASE IF NOT EXISTS " + db_); !st) return st;
+    for (const char* t : kTables) {
+      auto [name, def] = split_table(t);
+      if (name == "meta") {
+        if (auto st = exec_on_shards("CREATE TABLE IF NOT EXISTS " + db_ + "." + t); !st) return st;
+        continue;
+      }
+      if (auto st = exec_on_shards("CREATE TABLE IF NOT EXISTS " + db_ + "." + name + "_local" + def); !st) return st;
+      if (auto st = exec_on_shards("CREATE TABLE IF NOT EXISTS " + db_ + "." + name + " AS " + db_ + "." + name +
+                                   "_local ENGINE = Distributed(" + cluster_ + ", " + db_ + ", " + name +
+                                   "_local, cityHash64(" + shard_key(name) + "))");
+          !st)
+        return st;
+    }
+    return {};
+  }
+
+  // The table that holds a table's rows on one server: itself, or its local half on a cluster.
+  std::string local_table(const std::string& table) const { return cluster_.empty() ? table : table + "_local"; }
+
   // Adds the columns an older database lacks (when writing); notes which it has (a read-only look
   // at an older database reads them empty).
   Status added_columns(bool add) {
@@ -260,7 +370,14 @@ class ClickHouseStore final : public Store {
     for (const auto& r : *cols) columns_.insert({r[0], r[1]});
     for (const auto& c : kAddedColumns) {
       if (columns_.count({c.table, c.name}) || !add) continue;
-      if (auto st = exec("ALTER TABLE " + db_ + "." + c.table + " ADD COLUMN " + c.name + " " + c.type); !st) return st;
+      const std::string add = std::string(" ADD COLUMN ") + c.name + " " + c.type;
+      if (cluster_.empty()) {
+        if (auto st = exec("ALTER TABLE " + db_ + "." + c.table + add); !st) return st;
+      } else {
+        // The local half first: the Distributed table reads columns the shards have.
+        if (auto st = exec_on_shards("ALTER TABLE " + db_ + "." + c.table + "_local" + add); !st) return st;
+        if (auto st = exec_on_shards("ALTER TABLE " + db_ + "." + c.table + add); !st) return st;
+      }
       columns_.insert({c.table, c.name});
     }
     return {};
@@ -286,22 +403,32 @@ class ClickHouseStore final : public Store {
     std::vector<std::string> tables;
     for (const auto& r : *counts)
       if (r.size() == 2 && u64(r[1]) > 0) tables.push_back(r[0]);
-    for (const auto& t : tables) {
-      if (auto st = exec("ALTER TABLE " + db_ + "." + t + " DELETE" + match); !st) return st;
-    }
     if (tables.empty()) return {};
-    auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(120);
-    while (true) {
-      auto left = query("SELECT count() FROM system.mutations WHERE database = " + quote(db_) + " AND is_done = 0");
-      if (!left) return left.error();
-      if (!left->empty() && u64((*left)[0][0]) == 0) return {};
-      if (std::chrono::steady_clock::now() > deadline)
-        return Error{"clickhouse " + db_ + ": removing the rows of an interrupted batch takes over 120 s (see system.mutations)"};
-      std::this_thread::sleep_for(std::chrono::milliseconds(50));
+    // On a cluster the mutation goes to each shard's local table: ClickHouse refuses ALTER DELETE
+    // on a Distributed one.
+    for (auto& [server, name] : servers()) {
+      for (const auto& t : tables) {
+        auto res = server->Post("/", "ALTER TABLE " + db_ + "." + local_table(t) + " DELETE" + match, "text/plain");
+        if (!res || res->status != 200) return err(name + ": deleting an interrupted batch's rows", res);
+      }
     }
+    auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(120);
+    for (auto& [server, name] : servers()) {
+      while (true) {
+        auto left = query_at(*server, "SELECT count() FROM system.mutations WHERE database = " + quote(db_) + " AND is_done = 0");
+        if (!left) return left.error();
+        if (!left->empty() && u64((*left)[0][0]) == 0) break;
+        if (std::chrono::steady_clock::now() > deadline)
+          return Error{"clickhouse " + name + " " + db_ +
+                       ": removing the rows of an interrupted batch takes over 120 s (see system.mutations)"};
+        std::this_thread::sleep_for(std::chrono::milliseconds(50));
+      }
+    }
+    return {};
   }
 
-  // Drops the daily partitions older than `days` (MergeTree tables partitioned by day).
+  // Drops the daily partitions older than `days` (MergeTree tables partitioned by day), on every
+  // shard of a cluster (system.parts lists a server's own tables: the local halves).
   Status apply_retention(unsigned days) {
     auto now = std::chrono::system_clock::to_time_t(std::chrono::system_clock::now());
     now -= static_cast<time_t>(days) * 86400;
@@ -309,18 +436,35 @@ class ClickHouseStore final : public Store {
     gmtime_r(&now, &t);
     char cutoff[16];
     strftime(cutoff, sizeof cutoff, "%Y%m%d", &t);
-    auto parts = query("SELECT DISTINCT table, partition FROM system.parts WHERE database = " + quote(db_) +
-                       " AND active AND length(partition) = 8 AND partition < " + quote(cutoff));
-    if (!parts) return parts.error();
-    for (const auto& p : *parts) {
-      if (auto st = exec("ALTER TABLE " + db_ + "." + p[0] + " DROP PARTITION " + p[1]); !st) return st;
+    for (auto& [server, name] : servers()) {
+      auto parts = query_at(*server, "SELECT DISTINCT table, partition FROM system.parts WHERE database = " +
+                                         quote(db_) + " AND active AND length(partition) = 8 AND partition < " + quote(cutoff));
+      if (!parts) return parts.error();
+      for (const auto& p : *parts) {
+        auto res = server->Post("/", "ALTER TABLE " + db_ + "." + p[0] + " DROP PARTITION " + p[1], "text/plain");
+        if (!res || res->status != 200) return err(name + ": dropping partition " + p[1] + " of " + p[0], res);
+      }
     }
     return {};
   }
 
+  // The servers that hold this database's rows: the one of the URL, or every shard of the cluster.
+  std::vector<std::pair<httplib::Client*, std::string>> servers() {
+    std::vector<std::pair<httplib::Client*, std::string>> out;
+    if (cluster_.empty()) {
+      out.emplace_back(&cli_, host_ + ":" + std::to_string(port_));
+    } else {
+      for (size_t i = 0; i < shards_.size(); ++i)
+        out.emplace_back(shards_[i].get(), shard_hosts_[i] + ":" + std::to_string(port_));
+    }
+    return out;
+  }
+
   // -- writing: buffered per table, sent on commit
   Result<int64_t> begin_recording(const RecordingInfo& r) override {
-    int64_t id = next_recording_++;
+    // Collectors that share a cluster number recordings independently: a random 62-bit id there
+    // (two collide with odds of about n^2 / 2^63), the next number on a database of its own.
+    int64_t id = cluster_.empty() ? next_recording_++ : random_id();
     recording_nodes_[id] = r.node;
     recordings_[id] = r;
     buffer_recording(id, 0);
@@ -807,8 +951,45 @@ class ClickHouseStore final : public Store {
   }
 
   Result<std::optional<int64_t>> latest_recording() override {
-    if (recording_nodes_.empty()) return std::optional<int64_t>{};
-    return std::optional<int64_t>{recording_nodes_.rbegin()->first};
+    if (cluster_.empty()) {
+      if (recording_nodes_.empty()) return std::optional<int64_t>{};
+      return std::optional<int64_t>{recording_nodes_.rbegin()->first};
+    }
+    // Ids say nothing of order on a cluster: the latest to start.
+    auto r = query("SELECT id FROM " + db_ + ".recordings ORDER BY started_ns DESC LIMIT 1");
+    if (!r) return r.error();
+    if (r->empty()) return std::optional<int64_t>{};
+    return std::optional<int64_t>{i64((*r)[0][0])};
+  }
+
+  Result<std::vector<std::string>> live_collectors(const std::string& self, uint64_t now_ns, uint64_t ttl_ns) override {
+    if (auto st = exec("INSERT INTO " + db_ + ".collectors VALUES (" + quote(self) + ", " + std::to_string(now_ns) + ")");
+        !st)
+      return st.error();
+    auto r = query("SELECT id FROM " + db_ + ".collectors FINAL WHERE seen_ns + " + std::to_string(ttl_ns) +
+                   " >= " + std::to_string(now_ns) + " ORDER BY id");
+    if (!r) return r.error();
+    std::vector<std::string> out;
+    for (const auto& row : *r) out.push_back(row[0]);
+    return out;
+  }
+
+  bool shared() const override { return !cluster_.empty(); }
+
+  Status note_jobs(const std::vector<std::string>& jobs, uint64_t now_ns) override {
+    if (jobs.empty()) return {};
+    std::string values;
+    for (const auto& j : jobs) values += (values.empty() ? "(" : ", (") + quote(j) + ", " + std::to_string(now_ns) + ")";
+    return exec("INSERT INTO " + db_ + ".job_marks VALUES " + values);
+  }
+
+  Result<std::vector<std::pair<std::string, uint64_t>>> noted_jobs(uint64_t since_ns) override {
+    auto r = query("SELECT job, max(marked_ns) FROM " + db_ + ".job_marks WHERE marked_ns >= " +
+                   std::to_string(since_ns) + " GROUP BY job");
+    if (!r) return r.error();
+    std::vector<std::pair<std::string, uint64_t>> out;
+    for (const auto& row : *r) out.emplace_back(row[0], u64(row[1]));
+    return out;
   }
 
   Result<std::vector<CommunicatorRecord>> communicators(std::optional<int64_t> rec) override {
@@ -1049,7 +1230,18 @@ class ClickHouseStore final : public Store {
   const std::string& node_of(int64_t rec) {
     static const std::string unknown;
     auto it = recording_nodes_.find(rec);
-    return it == recording_nodes_.end() ? unknown : it->second;
+    if (it != recording_nodes_.end()) return it->second;
+    // Begun by another collector of the cluster (or before this one started): read it once.
+    auto r = query("SELECT node FROM " + db_ + ".recordings WHERE id = " + std::to_string(rec) + " LIMIT 1");
+    if (!r || r->empty()) return unknown;
+    return recording_nodes_[rec] = (*r)[0][0];
+  }
+
+  static int64_t random_id() {
+    static std::mt19937_64 gen{std::random_device{}()};
+    static std::mutex mu;
+    std::lock_guard lock(mu);
+    return static_cast<int64_t>(gen() >> 2) + 1;
   }
 
   RowBinary& buf(const std::string& table) { return buffers_[table]; }
@@ -1066,21 +1258,31 @@ class ClickHouseStore final : public Store {
     return Error{"clickhouse " + host_ + ":" + std::to_string(port_) + ": " + what + ": " + why};
   }
 
+  // On a cluster, every request carries these settings: an insert returns once every shard has its
+  // rows (a batch is acknowledged, and marked applied, only when it is in), and a subquery over a
+  // Distributed table inside a query over another (IN (SELECT ...)) is run once and its result
+  // sent to the shards (GLOBAL IN), which 18.16 otherwise refuses.
+  static constexpr const char* kClusterSettings = "insert_distributed_sync=1&distributed_product_mode=global";
+  std::string settings_path() const { return cluster_.empty() ? "/" : "/?" + std::string(kClusterSettings); }
+
   Status exec(const std::string& sql) {
-    auto res = cli_.Post("/", sql, "text/plain");
+    auto res = cli_.Post(settings_path(), sql, "text/plain");
     if (!res || res->status != 200) return err(sql.substr(0, 60), res);
     return {};
   }
 
   Status insert(const std::string& table, const std::string& rows) {
     std::string path = "/?query=" + httplib::detail::encode_query_param("INSERT INTO " + db_ + "." + table + " FORMAT RowBinary");
+    if (!cluster_.empty()) path += "&" + std::string(kClusterSettings);
     auto res = cli_.Post(path, rows, "application/octet-stream");
     if (!res || res->status != 200) return err("inserting into " + table, res);
     return {};
   }
 
-  Result<std::vector<Row>> query(const std::string& sql) {
-    auto res = cli_.Post("/", sql + " FORMAT TabSeparated", "text/plain");
+  Result<std::vector<Row>> query(const std::string& sql) { return query_at(cli_, sql); }
+
+  Result<std::vector<Row>> query_at(httplib::Client& server, const std::string& sql) {
+    auto res = server.Post(settings_path(), sql + " FORMAT TabSeparated", "text/plain");
     if (!res || res->status != 200) return err(sql.substr(0, 60), res);
     std::vector<Row> out;
     std::stringstream ss(res->body);
@@ -1102,7 +1304,10 @@ class ClickHouseStore final : public Store {
   std::string host_;
   int port_;
   std::string db_;
+  std::string cluster_;  // the ClickHouse cluster the tables are sharded over; empty: one server
   httplib::Client cli_;
+  std::vector<std::unique_ptr<httplib::Client>> shards_;  // on a cluster: each shard's server
+  std::vector<std::string> shard_hosts_;
   std::map<std::string, RowBinary> buffers_;
   std::map<int64_t, std::string> recording_nodes_;
   std::map<int64_t, RecordingInfo> recordings_;
@@ -1120,13 +1325,31 @@ class ClickHouseStore final : public Store {
 }  // namespace
 
 Result<std::unique_ptr<Store>> Store::open_clickhouse(const std::string& url, Mode mode) {
-  // clickhouse://HOST:PORT/DB[?retention_days=N]
+  // clickhouse://HOST:PORT/DB[?retention_days=N][&cluster=NAME]
   const std::string scheme = "clickhouse://";
   std::string rest = url.substr(scheme.size());
   unsigned retention_days = 0;
-  if (auto q = rest.find("?retention_days="); q != std::string::npos) {
-    retention_days = static_cast<unsigned>(std::strtoul(rest.c_str() + q + 16, nullptr, 10));
+  std::string cluster;
+  if (auto q = rest.find('?'); q != std::string::npos) {
+    std::string params = rest.substr(q + 1);
     rest = rest.substr(0, q);
+    std::stringstream ss(params);
+    std::string kv;
+    while (std::getline(ss, kv, '&')) {
+      auto eq = kv.find('=');
+      std::string key = kv.substr(0, eq), value = eq == std::string::npos ? "" : kv.substr(eq + 1);
+      if (key == "retention_days" && !value.empty() && value.find_first_not_of("0123456789") == std::string::npos &&
+          value.size() <= 6) {
+        retention_days = static_cast<unsigned>(std::stoul(value));
+      } else if (key == "cluster" && !value.empty() &&
+                 value.find_first_not_of("abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789_") ==
+                     std::string::npos) {
+        cluster = value;
+      } else {
+        return Error{"--store " + url + ": unknown or bad parameter '" + kv +
+                     "' (known: retention_days=DAYS, cluster=NAME of letters, digits, _)"};
+      }
+    }
   }
   auto slash = rest.find('/');
   std::string hostport = rest.substr(0, slash);
@@ -1137,7 +1360,7 @@ Result<std::unique_ptr<Store>> Store::open_clickhouse(const std::string& url, Mo
   if (host.empty() || port <= 0 || port > 65535 || db.empty() ||
       db.find_first_not_of("abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789_") != std::string::npos)
     return Error{"--store " + url + ": expected clickhouse://HOST:PORT/DB (DB: letters, digits, _)"};
-  auto s = std::make_unique<ClickHouseStore>(host, port, db);
+  auto s = std::make_unique<ClickHouseStore>(host, port, db, cluster);
   if (auto st = s->open(mode); !st) return st.error();
   if (retention_days > 0 && mode != Mode::kReadOnly) {
     if (auto st = s->apply_retention(retention_days); !st) return st.error();

@@ -354,6 +354,22 @@ class Store {
   }
   virtual Result<std::vector<AgentStatus>> agents() { return std::vector<AgentStatus>{}; }
 
+  // -- collectors sharing one store (a ClickHouse cluster): notes `self` as alive at now_ns and
+  // returns the collectors seen within ttl_ns, self included, sorted. A store only one collector
+  // writes answers {self}.
+  virtual Result<std::vector<std::string>> live_collectors(const std::string& self, uint64_t /*now_ns*/,
+                                                           uint64_t /*ttl_ns*/) {
+    return std::vector<std::string>{self};
+  }
+  // True when other collectors may write this store too (then jobs are split between them).
+  virtual bool shared() const { return false; }
+  // Jobs a collector got new data for but another collector diagnoses: noted here for their owner,
+  // which reads the jobs noted at or after since_ns.
+  virtual Status note_jobs(const std::vector<std::string>& /*jobs*/, uint64_t /*now_ns*/) { return {}; }
+  virtual Result<std::vector<std::pair<std::string, uint64_t>>> noted_jobs(uint64_t /*since_ns*/) {
+    return std::vector<std::pair<std::string, uint64_t>>{};
+  }
+
   // -- the collector's kept diagnoses: the latest round per job replaces the one before; every
   // round's findings are added (in one transaction where the store has them). Stores without
   // them (a file from before schema 3 read only, the remote reader) keep nothing.

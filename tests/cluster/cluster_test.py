@@ -15,19 +15,17 @@ usage: cluster_test.py BUILD_DIR [sqlite|clickhouse]
 """
 import json
 import os
-import shutil
 import signal
 import sqlite3
 import subprocess
 import sys
 import tempfile
 import time
-import urllib.error
-import urllib.request
 import uuid
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "support"))
-from harness import check, failures, free_port, parse_agent_log, procs, start  # noqa: E402
+from harness import (check, clickhouse_query, finish, free_port, http, make_batch, parse_agent_log, start,  # noqa: E402
+                     start_clickhouse, stop_all, stop_clickhouse, wait_http, TORN_BATCH)
 
 BUILD = os.path.abspath(sys.argv[1])
 BACKEND = sys.argv[2] if len(sys.argv) > 2 else "sqlite"
@@ -40,30 +38,6 @@ TOKEN = "t0ps3cret-" + os.urandom(6).hex()
 RUN_ID = os.urandom(6).hex()
 # Append-only kinds: the store must hold exactly the acknowledged rows.
 KINDS = ["collectives", "stack_counts", "metrics", "steps", "device_activity", "communicators", "launch_samples"]
-
-
-def http(method, url, body=None, token=None, timeout=30):
-    req = urllib.request.Request(url, data=body, method=method)
-    if body is not None:
-        req.add_header("Content-Type", "application/x-strata-batch+zstd")
-    if token is not None:
-        req.add_header("Authorization", "Bearer " + token)
-    try:
-        with urllib.request.urlopen(req, timeout=timeout) as r:
-            return r.status, r.read()
-    except urllib.error.HTTPError as e:
-        return e.code, e.read()
-
-
-def wait_http(url, timeout=20):
-    end = time.time() + timeout
-    while time.time() < end:
-        try:
-            http("GET", url, timeout=2)
-            return True
-        except OSError:
-            time.sleep(0.1)
-    return False
 
 
 class SqliteBackend:
@@ -95,40 +69,15 @@ class ClickHouseBackend:
 
     def __init__(self, tmp):
         self.dir = os.path.join(tmp, "clickhouse")
-        os.makedirs(self.dir + "/data", exist_ok=True)
-        self.http_port, tcp_port = free_port(), free_port()
-        with open(self.dir + "/config.xml", "w") as f:
-            f.write("""<?xml version="1.0"?>
-<yandex>
-  <logger><level>warning</level><log>{d}/server.log</log><errorlog>{d}/error.log</errorlog></logger>
-  <http_port>{hp}</http_port><tcp_port>{tp}</tcp_port><listen_host>127.0.0.1</listen_host>
-  <path>{d}/data/</path><tmp_path>{d}/tmp/</tmp_path><user_files_path>{d}/user_files/</user_files_path>
-  <format_schema_path>{d}/format_schemas/</format_schema_path>
-  <users_config>users.xml</users_config><default_profile>default</default_profile>
-  <default_database>default</default_database><mark_cache_size>104857600</mark_cache_size>
-  <uncompressed_cache_size>104857600</uncompressed_cache_size><max_concurrent_queries>50</max_concurrent_queries>
-</yandex>
-""".format(d=self.dir, hp=self.http_port, tp=tcp_port))
-        shutil.copy("/etc/clickhouse-server/users.xml", self.dir + "/users.xml")
-        self.proc = subprocess.Popen(["/usr/sbin/clickhouse-server", "--config-file=" + self.dir + "/config.xml"],
-                                     stdout=open(self.dir + "/stdout.log", "w"), stderr=subprocess.STDOUT,
-                                     cwd=self.dir)
-        if not wait_http("http://127.0.0.1:%d/ping" % self.http_port, 60):
-            raise SystemExit("clickhouse-server did not start: see " + self.dir)
+        self.http_port = free_port()
+        self.proc = start_clickhouse(self.dir, "127.0.0.1", self.http_port, free_port())
         self.spec = "clickhouse://127.0.0.1:%d/strata_test" % self.http_port
 
     def stop(self):
-        self.proc.terminate()
-        try:
-            self.proc.wait(20)
-        except subprocess.TimeoutExpired:
-            self.proc.kill()
+        stop_clickhouse(self.proc)
 
     def query(self, sql):
-        status, body = http("POST", "http://127.0.0.1:%d/" % self.http_port, (sql + " FORMAT TabSeparated").encode())
-        if status != 200:
-            raise RuntimeError("clickhouse: %s: %s" % (sql, body.decode(errors="replace")))
-        return [tuple(line.split("\t")) for line in body.decode().splitlines()]
+        return clickhouse_query("127.0.0.1", self.http_port, sql)
 
     def per_node(self, table):
         return {n: int(c) for n, c in self.query(
@@ -137,16 +86,6 @@ class ClickHouseBackend:
     def total_rows(self):
         tables = ["recordings", "processes", "frames", "stacks", "ingest_batches", "agent_ids"] + KINDS
         return {t: int(self.query("SELECT count() FROM strata_test." + t)[0][0]) for t in tables}
-
-
-def make_batch(tmp, text, name):
-    """A hand-made batch: protobuf text format -> binary (protoc) -> zstd."""
-    src = os.path.join(tmp, name + ".txt")
-    with open(src, "w") as f:
-        f.write(text)
-    raw = subprocess.run(["protoc", "--proto_path=" + SOURCE + "/proto", "--encode=strata.ingest.Batch",
-                          "ingest.proto"], stdin=open(src), capture_output=True, check=True).stdout
-    return subprocess.run(["zstd", "-q", "-c"], input=raw, capture_output=True, check=True).stdout
 
 
 def place_in_pod_cgroup(pid):
@@ -228,19 +167,6 @@ def check_drilldown(url, token_file, agents, truth_path):
     check(http("GET", agent_url + "/drilldown?last=soon", token=TOKEN)[0] == 400, "agent /drilldown bad window: 400")
 
 
-TORN_BATCH = """schema_version: 1 agent_id: "torn" node: "torn" batch_id: 1
-records { recording { local_id: 1 node: "torn" command: "strata agent" started_ns: %(t)d sample_hz: 99 window_s: 1 } }
-records { process { recording: 1 pid: 4242 node: "torn" comm: "python3" command: "python3 train.py" job: "torn-job"
-                    rank: 0 local_rank: 0 world_size: 1 start_ns: %(t)d } }
-records { stack { local_id: 1 frames { kind: 1 module: "/usr/bin/python3" offset: 4096 function: "main" } } }
-records { window { recording: 1 start_ns: %(t)d end_ns: %(t1)d kind: 0
-                   counts { pid: 4242 tid: 4242 thread_comm: "python3" stack: 1 value: 5 } } }
-records { metrics { recording: 1 start_ns: %(t)d end_ns: %(t1)d metrics { pid: 4242 name: "os.cpu_ms" value: 7 } } }
-records { collectives { recording: 1
-                        rows { pid: 4242 tid: 4242 library: "nccl" op: "allreduce" seq: 1 enter_ns: %(t)d exit_ns: %(t1)d }
-                        rows { pid: 4242 tid: 4242 library: "nccl" op: "allreduce" seq: 2 enter_ns: %(t1)d exit_ns: %(t1)d } } }
-records { steps { recording: 1 rows { pid: 4242 step: 1 start_ns: %(t)d end_ns: %(t1)d } } }
-"""
 
 
 def check_interrupted_apply(tmp, backend, serve_args, url):
@@ -249,7 +175,7 @@ def check_interrupted_apply(tmp, backend, serve_args, url):
     exactly once: the partial rows are removed first (ALTER TABLE DELETE, waited for), then all
     rows written; sent again, it is a duplicate."""
     t = int(time.time() * 1e9)
-    body = make_batch(tmp, TORN_BATCH % {"t": t, "t1": t + 10**9}, "torn")
+    body = make_batch(SOURCE, tmp, TORN_BATCH % {"t": t, "t1": t + 10**9}, "torn")
     env = dict(os.environ, STRATA_FAILPOINT_CLICKHOUSE_DIE_AFTER_INSERTS="6")
     dying = start(serve_args, os.path.join(tmp, "serve-dying.log"), env=env)
     check(wait_http(url + "/metrics"), "server with a failpoint listens")
@@ -428,15 +354,15 @@ def main():
         before = backend.total_rows()
         good = "schema_version: 1 agent_id: \"evil\" node: \"evil\" batch_id: 1 " \
                "records { recording { local_id: 1 node: \"evil\" } }"
-        valid = make_batch(tmp, good, "good")
+        valid = make_batch(SOURCE, tmp, good, "good")
         cases = {
             "garbage": os.urandom(4096),
             "empty": b"",
             "truncated": valid[: len(valid) // 2],
             "not protobuf": subprocess.run(["zstd", "-q", "-c"], input=b"\xff" * 64, capture_output=True).stdout,
-            "future version": make_batch(tmp, good.replace("schema_version: 1", "schema_version: 99"), "future"),
-            "no agent id": make_batch(tmp, good.replace("agent_id: \"evil\"", ""), "noagent"),
-            "bad frame kind": make_batch(tmp, good.replace("records { recording { local_id: 1 node: \"evil\" } }",
+            "future version": make_batch(SOURCE, tmp, good.replace("schema_version: 1", "schema_version: 99"), "future"),
+            "no agent id": make_batch(SOURCE, tmp, good.replace("agent_id: \"evil\"", ""), "noagent"),
+            "bad frame kind": make_batch(SOURCE, tmp, good.replace("records { recording { local_id: 1 node: \"evil\" } }",
                                                            "records { stack { local_id: 1 frames { kind: 9 } } }"),
                                          "badkind"),
             "oversized": os.urandom(33 << 20),
@@ -461,16 +387,9 @@ def main():
             server.wait(30)
             check_interrupted_apply(tmp, backend, serve_args, url)
     finally:
-        for p in procs:
-            if p.poll() is None:
-                p.kill()
-                p.wait()
+        stop_all()
         backend.stop()
-    if failures:
-        print("%d check(s) failed; logs in %s" % (len(failures), tmp))
-        sys.exit(1)
-    shutil.rmtree(tmp, ignore_errors=True)
-    print("all cluster checks passed (%s)" % BACKEND)
+    finish(tmp, "cluster (%s)" % BACKEND)
 
 
 if __name__ == "__main__":

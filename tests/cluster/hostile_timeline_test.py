@@ -21,7 +21,7 @@ import tempfile
 import time
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "support"))
-from harness import check, failures, free_port, metric, procs, scrape, start  # noqa: E402
+from harness import check, finish, free_port, metric, scrape, start, stop_all  # noqa: E402
 
 BUILD = os.path.abspath(sys.argv[1])
 STRATA = os.path.join(BUILD, "bin", "strata")
@@ -140,15 +140,8 @@ def main():
         finally:
             con.close()
     finally:
-        for p in procs:
-            if p.poll() is None:
-                p.kill()
-                p.wait()
-    if failures:
-        print("%d check(s) failed; logs in %s" % (len(failures), tmp), flush=True)
-        sys.exit(1)
-    subprocess.run(["rm", "-rf", tmp])
-    print("all hostile-timeline checks passed")
+        stop_all()
+    finish(tmp, "hostile-timeline")
 
 
 if __name__ == "__main__":

@@ -17,13 +17,12 @@ import os
 import re
 import signal
 import sqlite3
-import subprocess
 import sys
 import tempfile
 import time
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "support"))
-from harness import check, failures, free_port, metric, parse_agent_log, procs, scrape, start  # noqa: E402
+from harness import check, finish, free_port, metric, parse_agent_log, scrape, start, stop_all  # noqa: E402
 
 BUILD = os.path.abspath(sys.argv[1])
 STRATA = os.path.join(BUILD, "bin", "strata")
@@ -132,15 +131,8 @@ def main():
         check(acked.get("collectives", 0) > 0 and acked.get("stack_counts", 0) > 0,
               "collectives and stack counts were delivered after the outage")
     finally:
-        for p in procs:
-            if p.poll() is None:
-                p.kill()
-                p.wait()
-    if failures:
-        print("%d check(s) failed; logs in %s" % (len(failures), tmp), flush=True)
-        sys.exit(1)
-    subprocess.run(["rm", "-rf", tmp])
-    print("all spool checks passed")
+        stop_all()
+    finish(tmp, "spool")
 
 
 if __name__ == "__main__":

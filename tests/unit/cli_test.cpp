@@ -10,6 +10,7 @@
 #include <sstream>
 
 #include "store/store.h"
+#include "tests/support/net.h"
 #include "tests/support/run.h"
 
 namespace strata::test {
@@ -66,19 +67,6 @@ TEST(Cli, UsageErrorsExitOne) {
   expect_one_line_error(run(strata_bin() + " agent -o x.db --unwind-tables-mb nan"), 1, "size in MiB");
   expect_one_line_error(run(strata_bin() + " record --budget -1 -- /bin/true"), 1, "percentage");
   expect_one_line_error(run(strata_bin() + " agent -o x.db --budget 0.2x"), 1, "percentage");
-}
-
-// A port nothing listens on now: the kernel picks one for a socket of ours, which is then closed.
-int free_port() {
-  int fd = socket(AF_INET, SOCK_STREAM, 0);
-  sockaddr_in a{};
-  a.sin_family = AF_INET;
-  a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-  bind(fd, reinterpret_cast<sockaddr*>(&a), sizeof a);
-  socklen_t len = sizeof a;
-  getsockname(fd, reinterpret_cast<sockaddr*>(&a), &len);
-  close(fd);
-  return ntohs(a.sin_port);
 }
 
 TEST(Cli, SecondServeOnATakenPortExitsTwo) {

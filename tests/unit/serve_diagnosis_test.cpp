@@ -22,6 +22,7 @@
 #include "agent/shipper/batching_writer.h"
 #include "server/server.h"
 #include "store/store.h"
+#include "tests/support/collector.h"
 #include "tests/support/run.h"
 
 namespace strata {
@@ -31,55 +32,22 @@ using test::run;
 using test::strata_bin;
 using test::TempDir;
 
-int free_port() {
-  int fd = socket(AF_INET, SOCK_STREAM, 0);
-  sockaddr_in a{};
-  a.sin_family = AF_INET;
-  a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-  bind(fd, reinterpret_cast<sockaddr*>(&a), sizeof a);
-  socklen_t n = sizeof a;
-  getsockname(fd, reinterpret_cast<sockaddr*>(&a), &n);
-  close(fd);
-  return ntohs(a.sin_port);
+using test::free_port;
+using Collector = test::InProcessCollector;
+
+// A collector on SQLite FILE that diagnoses every 0.2 s.
+server::ServeOptions diagnosing(const std::string& db) {
+  server::ServeOptions o;
+  o.store = "sqlite:" + db;
+  o.diagnose_every_s = 0.2;
+  return o;
 }
 
-class Collector {
- public:
-  Collector(const std::string& db, int port) : port_(port) {
-    server::ServeOptions o;
-    o.store = "sqlite:" + db;
-    o.listen = "127.0.0.1:" + std::to_string(port);
-    o.diagnose_every_s = 0.2;
-    thread_ = std::thread([this, o] {
-      auto st = server::serve(o, stop_, std::cerr);
-      if (!st) std::cerr << "serve: " << st.error().message << "\n";
-    });
-    httplib::Client c("127.0.0.1", port_);
-    for (int i = 0; i < 200 && !c.Get("/metrics"); ++i) std::this_thread::sleep_for(std::chrono::milliseconds(50));
-  }
-  ~Collector() {
-    stop_ = true;
-    thread_.join();
-  }
-  std::string get(const std::string& path) {
-    httplib::Client c("127.0.0.1", port_);
-    c.set_read_timeout(60, 0);
-    auto r = c.Get(path.c_str());
-    return r && r->status == 200 ? r->body : std::string();
-  }
-  uint64_t kept() {
-    std::smatch m;
-    std::string metrics = get("/metrics");
-    static const std::regex re("strata_serve_diagnoses_total\\{outcome=\"kept\"\\} ([0-9]+)");
-    return std::regex_search(metrics, m, re) ? std::stoull(m[1]) : 0;
-  }
-  std::string url() const { return "http://127.0.0.1:" + std::to_string(port_); }
-
- private:
-  int port_;
-  std::atomic<bool> stop_{false};
-  std::thread thread_;
-};
+// Diagnoses the collector has made and kept so far.
+uint64_t kept(const Collector& c) {
+  uint64_t n = c.metric("strata_serve_diagnoses_total{outcome=\"kept\"}");
+  return n == UINT64_MAX ? 0 : n;
+}
 
 uint64_t number_after(const std::string& json, const std::string& key) {
   std::smatch m;
@@ -169,7 +137,7 @@ TEST(ServeDiagnosis, KeepsFindingsAsWindowsArriveAndAfterARestart) {
   const int port = free_port();
   uint64_t first_seen = 0;
   {
-    Collector c(db, port);
+    Collector c(diagnosing(db), port);
     agent::shipper::ShipperOptions so;
     so.server = c.url();
     so.node = "vm";
@@ -189,18 +157,18 @@ TEST(ServeDiagnosis, KeepsFindingsAsWindowsArriveAndAfterARestart) {
     // Slice 1 of 4: steps 1-10, before the hotspot starts (step 10): a healthy job.
     const int n = 4;
     ship_slice(**w, *rec, r, 0, n);
-    for (int k = 0; k < 300 && c.kept() < 1; ++k) std::this_thread::sleep_for(std::chrono::milliseconds(100));
-    ASSERT_GE(c.kept(), 1u) << "no diagnosis round after the first window";
+    for (int k = 0; k < 300 && kept(c) < 1; ++k) std::this_thread::sleep_for(std::chrono::milliseconds(100));
+    ASSERT_GE(kept(c), 1u) << "no diagnosis round after the first window";
     std::string early = c.get("/api/v1/findings?job=" + job);
     uint64_t first_round = number_after(early, "diagnosed_ns");
     EXPECT_NE(early.find("\"healthy\":true"), std::string::npos) << early;
 
     // The rest: every slice with new data gets a round; the hotspot appears.
     for (int i = 1; i < n; ++i) {
-      uint64_t before = c.kept();
+      uint64_t before = kept(c);
       ship_slice(**w, *rec, r, i, n);
-      for (int k = 0; k < 300 && c.kept() <= before; ++k) std::this_thread::sleep_for(std::chrono::milliseconds(100));
-      EXPECT_GT(c.kept(), before) << "no round after slice " << i;
+      for (int k = 0; k < 300 && kept(c) <= before; ++k) std::this_thread::sleep_for(std::chrono::milliseconds(100));
+      EXPECT_GT(kept(c), before) << "no round after slice " << i;
     }
     std::string late = c.get("/api/v1/findings?job=" + job);
     ASSERT_NE(late.find("\"cause\":\"host-hotspot\""), std::string::npos) << late;
@@ -211,18 +179,18 @@ TEST(ServeDiagnosis, KeepsFindingsAsWindowsArriveAndAfterARestart) {
     EXPECT_GT(first_seen, first_round) << "the finding cannot predate the healthy first round";
 
     // Nothing new: no more rounds (unchanged jobs are skipped).
-    uint64_t settled = c.kept();
+    uint64_t settled = kept(c);
     std::this_thread::sleep_for(std::chrono::milliseconds(1500));
-    EXPECT_EQ(c.kept(), settled);
+    EXPECT_EQ(kept(c), settled);
     w->reset();
   }
   {
     // A restart: the kept findings answer, with their history; nothing is diagnosed again.
-    Collector c(db, port);
+    Collector c(diagnosing(db), port);
     std::string again = c.get("/api/v1/findings?job=" + job);
     ASSERT_NE(again.find("\"cause\":\"host-hotspot\""), std::string::npos) << again;
     EXPECT_EQ(number_after(again.substr(again.find("\"history\":[")), "first_seen_ns"), first_seen);
-    EXPECT_EQ(c.kept(), 0u);
+    EXPECT_EQ(kept(c), 0u);
     auto text = run(strata_bin() + " diagnose --server " + c.url() + " --job " + job);
     EXPECT_EQ(text.exit_code, 0) << text.err;
     EXPECT_NE(text.out.find("ACTIVE"), std::string::npos) << text.out;
@@ -363,7 +331,7 @@ TEST(ServeDiagnosis, TwoNodesWithTheSamePidsKeepTheirOwnRanks) {
   ASSERT_NE(steps_of(pid_of_rank[1]).second, steps_of(pid_of_rank[3]).second);
   ASSERT_NE(samples_of(pid_of_rank[1]), samples_of(pid_of_rank[3]));
 
-  Collector c(db, free_port());
+  Collector c(diagnosing(db), free_port());
   for (const std::string node : {"node-a", "node-b"}) {
     agent::shipper::ShipperOptions so;
     so.server = c.url();

@@ -30,6 +30,7 @@
 #include "server/ingest_applier.h"
 #include "server/server.h"
 #include "store/store.h"
+#include "tests/support/collector.h"
 #include "tests/support/run.h"
 
 namespace strata {
@@ -40,17 +41,7 @@ using test::TempDir;
 
 const char* kBatchType = "application/x-strata-batch+zstd";
 
-int free_port() {
-  int fd = socket(AF_INET, SOCK_STREAM, 0);
-  sockaddr_in a{};
-  a.sin_family = AF_INET;
-  a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-  bind(fd, reinterpret_cast<sockaddr*>(&a), sizeof a);
-  socklen_t n = sizeof a;
-  getsockname(fd, reinterpret_cast<sockaddr*>(&a), &n);
-  close(fd);
-  return ntohs(a.sin_port);
-}
+using test::free_port;
 
 // A field's key and a varint, as protobuf writes them.
 void varint(std::string& out, uint64_t v) {
@@ -207,36 +198,16 @@ TEST(ServeLimits, RowCapsPerKindAndPerBatch) {
   EXPECT_NE(big.error().message.find("1001 collectives rows, limit 1000"), std::string::npos) << big.error().message;
 }
 
-// An in-process collector with options of the test's choosing.
-class Collector {
+// An in-process collector with options of the test's choosing, diagnosing only when asked.
+class Collector : public test::InProcessCollector {
  public:
-  explicit Collector(server::ServeOptions o) : port_(free_port()) {
-    o.listen = "127.0.0.1:" + std::to_string(port_);
-    o.diagnose_every_s = 0;
-    thread_ = std::thread([this, o] {
-      auto st = server::serve(o, stop_, std::cerr);
-      if (!st) std::cerr << "serve: " << st.error().message << "\n";
-    });
-    httplib::Client c("127.0.0.1", port_);
-    for (int i = 0; i < 200 && !c.Get("/metrics"); ++i) std::this_thread::sleep_for(std::chrono::milliseconds(50));
-  }
-  ~Collector() {
-    stop_ = true;
-    thread_.join();
-  }
-  int port() const { return port_; }
-  uint64_t metric(const std::string& name) {
-    httplib::Client c("127.0.0.1", port_);
-    auto r = c.Get("/metrics");
-    std::smatch m;
-    if (!r || !std::regex_search(r->body, m, std::regex("\n" + name + " ([0-9]+)"))) return UINT64_MAX;
-    return std::stoull(m[1]);
-  }
+  explicit Collector(server::ServeOptions o) : InProcessCollector(without_rounds(std::move(o))) {}
 
  private:
-  int port_;
-  std::atomic<bool> stop_{false};
-  std::thread thread_;
+  static server::ServeOptions without_rounds(server::ServeOptions o) {
+    o.diagnose_every_s = 0;
+    return o;
+  }
 };
 
 // Sockets that open a request and then send one header byte per `every`, never finishing it.
