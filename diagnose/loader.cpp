@@ -162,6 +162,9 @@ std::string syscall_caller(const Stack& stack) {
   return sc + "|" + path;
 }
 
+// What a read of a profile fills: the per-function times, the system calls' callers, or both.
+enum class ProfileUse { kAll, kTimes, kCallers };
+
 // `span`: what is read (the recording, and the time span asked for).
 // `before_ns`: only the windows that end by then (the job's healthy past, into `past`); a window
 // that reaches past it holds the window being diagnosed too, and is no past.
@@ -169,7 +172,8 @@ std::string syscall_caller(const Stack& stack) {
 // kWorkerFrame).
 Status load_profile(store::Store& s, const store::RowQuery& span, JobWindow& job, RankWindow& r, store::CountKind kind,
                     double steps, const std::vector<store::StepRecord>& rank_steps, Stats* stats,
-                    std::optional<uint64_t> before_ns = std::nullopt, RankPast* past = nullptr, uint32_t pid = 0) {
+                    std::optional<uint64_t> before_ns = std::nullopt, RankPast* past = nullptr, uint32_t pid = 0,
+                    ProfileUse use = ProfileUse::kAll) {
   const bool worker = pid != 0 && pid != r.pid;
   const std::string root = worker ? std::string(kWorkerFrame) + ";" : std::string();
   store::ProfileFilter f;
@@ -213,8 +217,8 @@ Status load_profile(store::Store& s, const store::RowQuery& span, JobWindow& job
     if (it == path_of.end())
       it = path_of.emplace(smp.stack_index, job.names.id(root + call_path(stack, offcpu, &job.python_functions))).first;
     const double ms = static_cast<double>(smp.count) * unit_ms / steps;
-    out.push_back({it->second, ms});
-    if (!offcpu && !past) {
+    if (use != ProfileUse::kCallers) out.push_back({it->second, ms});
+    if (!offcpu && !past && use != ProfileUse::kTimes) {
       std::string sc = syscall_caller(stack);
       if (worker && !sc.empty()) sc.insert(sc.find('|') + 1, root);
       if (!sc.empty()) r.syscall_callers.push_back({job.names.id(sc), ms});
@@ -687,12 +691,22 @@ Result<JobWindow> load_job_window(store::Store& s, const LoadOptions& opt) {
     // span is not diluted by the healthy stretch before it (that stretch is the past, below).
     store::RowQuery now_span = span;
     if (cp > 0 && job.start_ns > now_span.from_ns.value_or(0)) now_span.from_ns = job.start_ns;
-    for (auto kind : {store::CountKind::kOnCpu, store::CountKind::kOffCpu}) {
-      if (auto st = load_profile(s, now_span, job, r, kind, steps, rank_steps, stats); !st) return st.error();
-    }
-    for (uint32_t w : r.workers) {
+    // Which function makes a system call is read from the whole span's on-CPU stacks: the few
+    // samples inside a call are too few in the stretch alone to name its caller.
+    const bool split = now_span.from_ns != span.from_ns;
+    const ProfileUse times = split ? ProfileUse::kTimes : ProfileUse::kAll;
+    std::vector<uint32_t> procs{r.pid};
+    procs.insert(procs.end(), r.workers.begin(), r.workers.end());
+    for (uint32_t p : procs) {
+      const uint32_t who = p == r.pid ? 0 : p;
       for (auto kind : {store::CountKind::kOnCpu, store::CountKind::kOffCpu}) {
-        if (auto st = load_profile(s, now_span, job, r, kind, steps, rank_steps, stats, std::nullopt, nullptr, w); !st)
+        if (auto st = load_profile(s, now_span, job, r, kind, steps, rank_steps, stats, std::nullopt, nullptr, who, times); !st)
+          return st.error();
+      }
+      if (split) {
+        if (auto st = load_profile(s, span, job, r, store::CountKind::kOnCpu, steps, rank_steps, stats, std::nullopt, nullptr,
+                                   who, ProfileUse::kCallers);
+            !st)
           return st.error();
       }
     }
