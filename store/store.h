@@ -216,11 +216,12 @@ struct FindingHistory {
 // A bounded read of one kind of row (steps, collectives, device activity, metrics): the query API
 // and the diagnosis read through these, so no reader needs a whole table. Rows come in time order
 // (then node, pid); `offset` and `limit` page through them.
-// No row the bounded reads return starts more than this before the span asked for: a row's own
-// span (a step, a collective call, a metric or stack window) is seconds, and one longer than an
-// hour is a hang, which the diagnosis finds from the missing progress after it, not from the row.
-// The bound lets a store find a span's rows by the time its rows start (an index on the start in
-// SQLite, the daily partitions in ClickHouse) instead of looking at every row that ends after it.
+// The longest row the bounded reads are sure to return: a row's own span (a step, a collective
+// call, a metric or stack window) is seconds, and one longer than an hour is a hang, which the
+// diagnosis finds from the missing progress after it, not from the row. The bound lets a store
+// find a span's rows through one time column (SQLite: an index on the rows' end, read up to this
+// long after the span; ClickHouse: the daily partitions of the rows' start, from this long before
+// it) instead of looking at every row before or after the span. A longer row may be left out.
 constexpr uint64_t kMaxRowSpanNs = 3600ull * 1'000'000'000ull;
 
 struct RowQuery {
@@ -360,7 +361,7 @@ class Store {
     uint64_t samples = 0;
     std::string node;
   };
-  // The start of the latest step the store holds (of one recording), or none: where "the latest
+  // The end of the latest step the store holds (of one recording), or none: where "the latest
   // stretch" of a job ends. The default reads every step; the stores answer from an index.
   virtual Result<std::optional<uint64_t>> latest_step_ns(std::optional<int64_t> recording = std::nullopt);
   // Work this connection did to answer reads, in a store's own unit (SQLite: thousands of virtual
@@ -369,7 +370,7 @@ class Store {
   virtual uint64_t read_work() const { return 0; }
   // Retention: deletes at most `max_rows` rows of each time table (steps, collectives, device
   // activity, metrics, stack windows, launch samples, kept findings, the ingest ledger) that
-  // started before `cutoff_ns`, in one short transaction; returns how many it deleted, so a caller
+  // ended before `cutoff_ns`, in one short transaction; returns how many it deleted, so a caller
   // repeats it (releasing its lock between calls) until none come back. Processes,
   // recordings, frames and stacks stay (small, and a running process may be older than the cutoff).
   virtual Result<uint64_t> delete_before(uint64_t /*cutoff_ns*/, uint64_t /*max_rows*/) {
