@@ -1,8 +1,10 @@
 // A synthetic store for bench/web_render.sh: one job of N ranks (default 1,000) on N/8 nodes, S steps
 // each, with rank 137 a straggler (computes longer, waits less) from step S/2; per-rank on-CPU stacks
 // (the straggler spends its extra time in `slow_augment`), per-window OS metrics. Written through the
-// Store interface, so the web UI reads it exactly as it reads a recording.
-//   strata-web-bench-store OUT.db [RANKS] [STEPS]
+// Store interface, so the web UI reads it exactly as it reads a recording. WINDOW_S > 0 cuts the
+// stacks and metrics into windows of that length, as agents ship them (bench/round_age.sh); 0 (the
+// default) writes one window over the whole run.
+//   strata-web-bench-store OUT.db [RANKS] [STEPS] [WINDOW_S]
 #include <cmath>
 #include <cstdio>
 #include <cstdlib>
@@ -33,9 +35,10 @@ int fail(const std::string& why) {
 }  // namespace
 
 int main(int argc, char** argv) {
-  if (argc < 2) return fail("usage: strata-web-bench-store OUT.db [RANKS] [STEPS]");
+  if (argc < 2) return fail("usage: strata-web-bench-store OUT.db [RANKS] [STEPS] [WINDOW_S]");
   const int ranks = argc > 2 ? std::atoi(argv[2]) : 1000;
   const int steps = argc > 3 ? std::atoi(argv[3]) : 60;
+  const uint64_t window_ns = argc > 4 ? static_cast<uint64_t>(std::atoi(argv[4])) * 1'000'000'000ull : 0;
   const int straggler = ranks > 137 ? 137 : ranks - 1;
   std::remove(argv[1]);
   auto st = store::Store::open_sqlite(argv[1], store::Store::Mode::kCreateOrAppend);
@@ -84,6 +87,7 @@ int main(int argc, char** argv) {
     if (!s.put_process(*rec, p)) return fail("put_process");
     std::vector<store::StepRecord> rows;
     uint64_t extra_total = 0;
+    std::vector<std::pair<uint64_t, uint64_t>> extra_at;  // (step start, extra ns): the windows' share
     uint64_t cursor = t0;
     for (int k = 0; k < steps; ++k) {
       const bool slow = k >= steps / 2;
@@ -102,9 +106,30 @@ int main(int argc, char** argv) {
       sr.device_collective_ns = sr.collective_ns;
       sr.gpu_idle_ns = sr.end_ns - sr.start_ns - sr.device_compute_ns - sr.device_collective_ns / 2;
       rows.push_back(sr);
-      if (r == straggler && slow) extra_total += extra;
+      if (r == straggler && slow) extra_total += extra, extra_at.emplace_back(start, extra);
     }
     if (!s.put_steps(*rec, rows)) return fail("put_steps");
+    if (window_ns > 0) {
+      // Windows as an agent ships them: what the rank did in each, its steps' share of the counts.
+      size_t k = 0, e = 0;
+      for (uint64_t w = t0; w < rows.back().end_ns; w += window_ns) {  // up to the rank's last step
+        uint64_t n = 0, extra_ns = 0;
+        for (; k < rows.size() && rows[k].start_ns < w + window_ns; ++k) ++n;
+        for (; e < extra_at.size() && extra_at[e].first < w + window_ns; ++e) extra_ns += extra_at[e].second;
+        std::vector<store::StackCount> wc = {{pid, pid, "python3", fwd, 5 * n}, {pid, pid, "python3", load, 8 * n},
+                                             {pid, pid, "python3", wait, 3 * n}};
+        if (extra_ns) wc.push_back({pid, pid, "python3", aug, extra_ns / 10'000'000});
+        if (!s.put_window(*rec, w, w + window_ns, store::CountKind::kOnCpu, wc)) return fail("put_window");
+        const double share = static_cast<double>(window_ns) / static_cast<double>(end_ns - t0);
+        // The straggler's extra CPU time is its extra work in this window (the whole-run series
+        // above adds a fixed 1.2 s, whatever the steps: at 600 steps that is 2 ms a step, too
+        // little to explain the 40 ms the straggler loses, hence the culprit `unknown` there).
+        std::vector<store::Metric> wm = {{pid, "os.cpu_time_us", "", 12e6 * share + static_cast<double>(extra_ns) / 1e3},
+                                         {pid, "os.runq_wait_us", "", 2e4 * share}};
+        if (!s.put_metrics(*rec, w, w + window_ns, wm)) return fail("put_metrics");
+      }
+      continue;
+    }
     std::vector<store::StackCount> counts = {
         {pid, pid, "python3", fwd, 300}, {pid, pid, "python3", load, 500}, {pid, pid, "python3", wait, 200}};
     if (extra_total) counts.push_back({pid, pid, "python3", aug, extra_total / 10'000'000});

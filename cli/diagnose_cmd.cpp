@@ -1,6 +1,8 @@
 #include <httplib.h>
 
+#include <cctype>
 #include <cstdint>
+#include <optional>
 #include <iostream>
 #include <tuple>
 
@@ -18,14 +20,44 @@ namespace strata::cli {
 namespace {
 const char* kDiagnoseUsage =
     "usage: strata diagnose (FILE.db | --server URL [--token-file F]) [--job ID] [--json]\n"
-    "                       [--from NS] [--to NS]\n";
+    "                       [--last DURATION | --from NS [--to NS]]\n";
 const char* kDiagnoseAbout = R"(Says why the recorded training job is slow: which rank (node, link), which layer (comm, GPU, CPU, OS),
 which cause and culprit (a process, a function, a GPU, a link), how many ms per step it costs, the
 evidence, and what to do. A healthy job gets no finding. The diagnosis compares the job's step time
 with its own history and each rank with its peers, layer by layer.
 )";
-const char* kDiagnoseFooter = "Exit codes: 0 diagnosed (healthy or not), 1 bad input (not a strata store, no job in it),\n"
+const char* kDiagnoseFooter = "Without a span, the latest 10 minutes of the file are diagnosed, against the 10 minutes before\n"
+                              "them as the job's healthy past (when they diagnose healthy); nothing older is read.\n"
+                              "Exit codes: 0 diagnosed (healthy or not), 1 bad input (not a strata store, no job in it),\n"
                               "2 environment (collector unreachable).\n";
+// Without a span: the latest stretch the file holds, and the one before it as the job's past. Ten
+// minutes is a few hundred steps at common step times (enough for the change-point finder and the
+// peers' spread) and short enough that a problem that began within it dominates its profiles; the
+// cost is that of twenty minutes of data, however long the file ran.
+constexpr uint64_t kDefaultLatestNs = 600ull * 1'000'000'000ull;
+constexpr uint64_t kDefaultBaselineNs = kDefaultLatestNs;
+
+// "90s", "10m", "2h", "1d" (also "500ms"), in ns: a whole number and a unit, one of them.
+Result<uint64_t> parse_duration(const std::string& flag, const std::string& text) {
+  auto bad = [&] {
+    return Error{"diagnose: " + flag + " " + text + ": expected a duration: a whole number and a unit (90s, 10m, 2h, 1d)"};
+  };
+  size_t digits = 0;
+  while (digits < text.size() && std::isdigit(static_cast<unsigned char>(text[digits]))) ++digits;
+  if (digits == 0 || digits > 9) return bad();  // at most 999,999,999 of a unit: no overflow below
+  const uint64_t n = std::stoull(text.substr(0, digits));
+  const std::string unit = text.substr(digits);
+  uint64_t ns_per = 0;
+  if (unit == "ms") ns_per = 1'000'000ull;
+  else if (unit == "s") ns_per = 1'000'000'000ull;
+  else if (unit == "m") ns_per = 60ull * 1'000'000'000ull;
+  else if (unit == "h") ns_per = 3600ull * 1'000'000'000ull;
+  else if (unit == "d") ns_per = 86400ull * 1'000'000'000ull;
+  else return bad();
+  if (n == 0) return Error{"diagnose: " + flag + " " + text + ": the span must be longer than 0"};
+  return n * ns_per;
+}
+
 // The collector's kept diagnosis (GET /api/v1/findings): the server made it, this prints it.
 int diagnose_remote(std::string server, const std::string& token, const std::string& job, bool json) {
   while (!server.empty() && server.back() == '/') server.pop_back();
@@ -79,6 +111,11 @@ int diagnose_main(std::vector<std::string> argv) {
                  "only what the file holds from NS on (unix nanoseconds): the cost is bounded by the span, not by the file")
       ->type_name("NS");
   app.add_option("--to", to_text, "only what the file holds before NS (unix nanoseconds)")->type_name("NS");
+  std::string last_text;
+  app.add_option("--last", last_text,
+                 "the latest DURATION the file holds (90s, 10m, 2h, 1d), against the same length before it as the "
+                 "job's healthy past (default 10m)")
+      ->type_name("DURATION");
   if (auto done = parse(app, std::move(argv))) return *done;
   for (auto [text, flag, out] : {std::tuple{&from_text, "--from", &load.from_ns}, std::tuple{&to_text, "--to", &load.to_ns}}) {
     if (text->empty()) continue;
@@ -95,6 +132,15 @@ int diagnose_main(std::vector<std::string> argv) {
   if (file.empty() == server.empty())
     return fail("diagnose: which store? (strata diagnose FILE.db, or strata diagnose --server URL)", 1);
 
+  std::optional<uint64_t> last_ns;
+  if (!last_text.empty()) {
+    auto d = parse_duration("--last", last_text);
+    if (!d) return fail(d.error().message, 1);
+    last_ns = *d;
+    if (load.from_ns || load.to_ns) return fail("diagnose: --last or --from/--to, not both", 1);
+  }
+  if (!server.empty() && last_ns)
+    return fail("diagnose: --last reads a file; the collector diagnoses its latest windows itself", 1);
   if (load.from_ns && load.to_ns && *load.from_ns >= *load.to_ns)
     return fail("diagnose: --from must come before --to", 1);
   if (!server.empty() && (load.from_ns || load.to_ns))
@@ -102,7 +148,13 @@ int diagnose_main(std::vector<std::string> argv) {
   if (!server.empty()) return diagnose_remote(server, token, load.job, json);
   auto st = store::Store::open_sqlite(file, store::Store::Mode::kReadOnly);
   if (!st) return fail(st.error().message, st.error().exit_code);
-  auto job = diagnose::load_job_window(**st, load);
+  // Every recording of the file: the span decides what is read (a collector's file holds one
+  // recording per agent, and a job's ranks span them).
+  load.all_recordings = true;
+  auto job = load.from_ns || load.to_ns
+                 ? diagnose::load_job_window(**st, load)
+                 : diagnose::load_latest_with_baseline(**st, load, last_ns.value_or(kDefaultLatestNs),
+                                                      last_ns.value_or(kDefaultBaselineNs));
   if (!job) return fail("diagnose: " + job.error().message, job.error().exit_code);
   auto dx = diagnose::diagnose(*job);
   if (json) {

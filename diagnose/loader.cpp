@@ -163,14 +163,18 @@ std::string syscall_caller(const Stack& stack) {
   return sc + "|" + path;
 }
 
+// What a read of a profile fills: the per-function times, the system calls' callers, or both.
+enum class ProfileUse { kAll, kTimes, kCallers };
+
 // `span`: what is read (the recording, and the time span asked for).
 // `before_ns`: only the windows that end by then (the job's healthy past, into `past`); a window
 // that reaches past it holds the window being diagnosed too, and is no past.
 // `pid`: the rank's, or one of its workers' on the rank's node (then every path is rooted at
 // kWorkerFrame).
 Status load_profile(store::Store& s, const store::RowQuery& span, JobWindow& job, RankWindow& r, store::CountKind kind,
-                    double steps, std::optional<uint64_t> before_ns = std::nullopt, RankPast* past = nullptr,
-                    uint32_t pid = 0) {
+                    double steps, const std::vector<store::StepRecord>& rank_steps, Stats* stats,
+                    std::optional<uint64_t> before_ns = std::nullopt, RankPast* past = nullptr, uint32_t pid = 0,
+                    ProfileUse use = ProfileUse::kAll) {
   const bool worker = pid != 0 && pid != r.pid;
   const std::string root = worker ? std::string(kWorkerFrame) + ";" : std::string();
   store::ProfileFilter f;
@@ -184,7 +188,15 @@ Status load_profile(store::Store& s, const store::RowQuery& span, JobWindow& job
   f.kind = kind;
   auto prof = s.load_profile(f);
   if (!prof) return prof.error();
+  if (stats) stats->samples += prof->samples.size(), stats->profiles++;
   if (before_ns && prof->start_ns + prof->duration_ns > *before_ns) return {};
+  // Per step of the span the profile's windows cover: a span of windows that starts later than
+  // the steps read (the stretch after a change point) is divided by its own steps.
+  if (prof->duration_ns > 0) {
+    size_t covered = 0;
+    for (const auto& st : rank_steps) covered += st.start_ns >= prof->start_ns && st.start_ns < prof->start_ns + prof->duration_ns;
+    if (covered > 0) steps = static_cast<double>(covered);
+  }
   Values& out = past ? (kind == store::CountKind::kOnCpu ? past->oncpu : past->offcpu)
                      : (kind == store::CountKind::kOnCpu ? r.oncpu : r.offcpu);
   // On-CPU counts are samples of their windows' period each (the cost budget lowers the rate in
@@ -211,8 +223,8 @@ Status load_profile(store::Store& s, const store::RowQuery& span, JobWindow& job
     if (it == path_of.end())
       it = path_of.emplace(smp.stack_index, job.names.id(root + call_path(stack, offcpu, &job.python_functions))).first;
     const double ms = static_cast<double>(smp.count) * unit_ms(smp) / steps;
-    out.push_back({it->second, ms});
-    if (!offcpu && !past) {
+    if (use != ProfileUse::kCallers) out.push_back({it->second, ms});
+    if (!offcpu && !past && use != ProfileUse::kTimes) {
       std::string sc = syscall_caller(stack);
       if (worker && !sc.empty()) sc.insert(sc.find('|') + 1, root);
       if (!sc.empty()) r.syscall_callers.push_back({job.names.id(sc), ms});
@@ -326,16 +338,26 @@ Result<JobWindow> load_job_window(store::Store& s, const LoadOptions& opt) {
   if (!*rec_r) return Error{"the store holds no recording"};
   std::optional<int64_t> rec = **rec_r;
   if (opt.all_recordings) rec.reset();
+  Stats* stats = opt.stats;
+  std::optional<uint64_t> from_ns = opt.from_ns;
+  if (!from_ns && opt.last_ns) {
+    // The latest stretch ends at the latest step the store holds: an index lookup, not a scan.
+    auto latest = s.latest_step_ns(rec);
+    if (!latest) return latest.error();
+    if (!*latest) return Error{"no training step in the store"};
+    from_ns = **latest > *opt.last_ns ? **latest - *opt.last_ns : 0;
+  }
   auto procs = s.processes(rec);
   if (!procs) return procs.error();
 
   // Every read below is of this span (the whole store when none is given).
   store::RowQuery span;
   span.recording = rec;
-  span.from_ns = opt.from_ns;
+  span.from_ns = from_ns;
   span.to_ns = opt.to_ns;
   auto steps_r = s.query_steps(span);
   if (!steps_r) return steps_r.error();
+  if (stats) stats->steps += steps_r->size();
   ByProc<std::vector<store::StepRecord>> steps_by_proc;
   for (auto& st : *steps_r) steps_by_proc[{st.node, st.pid}].push_back(st);
 
@@ -368,7 +390,7 @@ Result<JobWindow> load_job_window(store::Store& s, const LoadOptions& opt) {
     if (better) slot = p;
   }
   if (jobs.empty()) return Error{"no training job in the store: no recorded process has a RANK"};
-  if (steps_r->empty() && (opt.from_ns || opt.to_ns)) return Error{"no training step in the time span asked for"};
+  if (steps_r->empty() && (from_ns || opt.to_ns)) return Error{"no training step in the time span asked for"};
   const std::map<int, store::ProcessInfo>* ranks = nullptr;
   std::string job_name;
   for (const auto& [name, rs] : jobs) {
@@ -440,6 +462,7 @@ Result<JobWindow> load_job_window(store::Store& s, const LoadOptions& opt) {
   // Collective progress: completion on the device; an NCCL call's host return is only an enqueue.
   auto colls = s.query_collectives(span);
   if (!colls) return colls.error();
+  if (stats) stats->collectives += colls->size();
   ByProc<RankWindow*> by_proc;
   for (auto& r : job.ranks) by_proc[{r.node, r.pid}] = &r;
   // A rank's workers: recorded processes that inherited a RANK and descend from a rank's process on
@@ -483,17 +506,22 @@ Result<JobWindow> load_job_window(store::Store& s, const LoadOptions& opt) {
   // (the window being diagnosed, and the healthy past before it), where the metric windows may
   // span both.
   std::vector<std::map<std::string, double>> kernels_now(job.ranks.size()), kernels_past(job.ranks.size());
+  // One read of the span for every rank (not one per rank: each would look through every rank's
+  // rows of the span in the time index).
+  auto dev_all = s.query_device_activity(span);
+  if (!dev_all) return dev_all.error();
+  if (stats) stats->device += dev_all->size();
+  ByProc<std::vector<const store::DeviceActivity*>> dev_of;
+  for (const auto& d : *dev_all) {
+    if (by_proc.count({d.node, d.pid})) dev_of[{d.node, d.pid}].push_back(&d);
+  }
   for (size_t i = 0; i < job.ranks.size(); ++i) {
     RankWindow& r = job.ranks[i];
-    store::RowQuery q = span;
-    q.node = r.node;
-    q.pid = r.pid;
-    auto dev = s.query_device_activity(q);
-    if (!dev) return dev.error();
     const auto& st = src[i].steps;
     uint64_t now_from = st.empty() ? 0 : st[cp > 0 && cp < st.size() ? cp : 0].start_ns;
     uint64_t past_from = st.empty() ? 0 : st.front().start_ns;
-    for (const auto& d : *dev) {
+    for (const auto* dp : dev_of[{r.node, r.pid}]) {
+      const auto& d = *dp;
       r.last_device_ns = std::max(r.last_device_ns, d.end_ns);
       if (d.kind != "kernel" || st.empty()) continue;
       double dur = ms_of(d.end_ns > d.start_ns ? d.end_ns - d.start_ns : 0);
@@ -506,6 +534,7 @@ Result<JobWindow> load_job_window(store::Store& s, const LoadOptions& opt) {
   // step time, give time per step.
   auto rows = s.query_metrics(span);
   if (!rows) return rows.error();
+  if (stats) stats->metrics += rows->size();
   ByProc<Acc> acc, past_acc;
   // The healthy past starts at the baseline's first step (after warm-up).
   uint64_t past_from_ns = UINT64_MAX;
@@ -674,20 +703,39 @@ Result<JobWindow> load_job_window(store::Store& s, const LoadOptions& opt) {
         }
       }
     }
-    double steps = static_cast<double>(std::max<size_t>(1, steps_by_proc[proc].size()));
-    if (auto st = load_profile(s, span, job, r, store::CountKind::kOnCpu, steps); !st) return st.error();
-    if (auto st = load_profile(s, span, job, r, store::CountKind::kOffCpu, steps); !st) return st.error();
-    for (uint32_t w : r.workers) {
+    const auto& rank_steps = steps_by_proc[proc];
+    double steps = static_cast<double>(std::max<size_t>(1, rank_steps.size()));
+    // After a change point, the stacks of the windows from it on: a problem that began within the
+    // span is not diluted by the healthy stretch before it (that stretch is the past, below).
+    store::RowQuery now_span = span;
+    if (cp > 0 && job.start_ns > now_span.from_ns.value_or(0)) now_span.from_ns = job.start_ns;
+    // Which function makes a system call is read from the whole span's on-CPU stacks: the few
+    // samples inside a call are too few in the stretch alone to name its caller.
+    const bool split = now_span.from_ns != span.from_ns;
+    const ProfileUse times = split ? ProfileUse::kTimes : ProfileUse::kAll;
+    std::vector<uint32_t> procs{r.pid};
+    procs.insert(procs.end(), r.workers.begin(), r.workers.end());
+    for (uint32_t p : procs) {
+      const uint32_t who = p == r.pid ? 0 : p;
       for (auto kind : {store::CountKind::kOnCpu, store::CountKind::kOffCpu}) {
-        if (auto st = load_profile(s, span, job, r, kind, steps, std::nullopt, nullptr, w); !st) return st.error();
+        if (auto st = load_profile(s, now_span, job, r, kind, steps, rank_steps, stats, std::nullopt, nullptr, who, times); !st)
+          return st.error();
+      }
+      if (split) {
+        if (auto st = load_profile(s, span, job, r, store::CountKind::kOnCpu, steps, rank_steps, stats, std::nullopt, nullptr,
+                                   who, ProfileUse::kCallers);
+            !st)
+          return st.error();
       }
     }
     if (cp > 0 && r.base.steps > 0) {
       double base_steps = static_cast<double>(r.base.steps);
       for (auto kind : {store::CountKind::kOnCpu, store::CountKind::kOffCpu}) {
-        if (auto st = load_profile(s, span, job, r, kind, base_steps, job.start_ns, &r.past); !st) return st.error();
+        if (auto st = load_profile(s, span, job, r, kind, base_steps, rank_steps, stats, job.start_ns, &r.past); !st)
+          return st.error();
         for (uint32_t w : r.workers) {
-          if (auto st = load_profile(s, span, job, r, kind, base_steps, job.start_ns, &r.past, w); !st) return st.error();
+          if (auto st = load_profile(s, span, job, r, kind, base_steps, rank_steps, stats, job.start_ns, &r.past, w); !st)
+            return st.error();
         }
       }
     }
@@ -719,6 +767,37 @@ Result<JobWindow> load_job_window(store::Store& s, const LoadOptions& opt) {
   }
   for (const auto& r : job.ranks) job.observed_until_ns = std::max(job.observed_until_ns, r.last_progress_ns);
   return job;
+}
+
+Result<JobWindow> load_latest_with_baseline(store::Store& s, LoadOptions opt, uint64_t latest_ns, uint64_t baseline_ns) {
+  auto rec = s.latest_recording();
+  if (!rec) return rec.error();
+  if (!*rec) return Error{"the store holds no recording"};
+  auto latest = s.latest_step_ns(opt.all_recordings ? std::nullopt : std::optional<int64_t>(**rec));
+  if (!latest) return latest.error();
+  if (!*latest) return Error{"no training step in the store"};
+  const uint64_t now_from = **latest > latest_ns ? **latest - latest_ns : 0;
+  LoadOptions now = opt;
+  now.from_ns = now_from;
+  now.to_ns.reset();
+  now.last_ns.reset();
+  auto window = load_job_window(s, now);
+  if (!window || now_from == 0) return window;  // the store holds no earlier stretch
+  // The stretch before: the job's past when it was healthy (no finding); a stretch that was itself
+  // slow, or too short to diagnose, is no baseline (the window is then compared with its peers and
+  // with its own start alone).
+  LoadOptions before = opt;
+  before.job = window->job;
+  before.from_ns = now_from > baseline_ns ? now_from - baseline_ns : 0;
+  before.to_ns = now_from;
+  before.last_ns.reset();
+  auto past = load_job_window(s, before);
+  if (!past) return window;
+  if (!diagnose(*past).findings.empty()) return window;
+  JobBaseline baseline;
+  baseline.absorb(*past);
+  baseline.apply(*window);
+  return window;
 }
 
 }  // namespace strata::diagnose

@@ -13,6 +13,8 @@
 
 namespace strata::diagnose {
 
+struct Stats;
+
 struct LoadOptions {
   std::string job;        // empty: the job with the most ranks in the latest recording
   int warmup_steps = 2;   // first steps of each rank are start-up, never a baseline
@@ -23,7 +25,28 @@ struct LoadOptions {
   // device activity, metrics and the store windows of stacks. The cost is then bounded by the span,
   // not by what the store holds.
   std::optional<uint64_t> from_ns, to_ns;
+  // The latest stretch of this length (ns): from the latest step the store holds (of the recording
+  // read) back; with from_ns given, from_ns wins.
+  std::optional<uint64_t> last_ns;
+  // When set, what the load read is counted here (the rows each bounded read returned).
+  struct Stats* stats = nullptr;
 };
+
+// Rows a load read, per kind: a round's cost, which must follow the span, not the store's age.
+struct Stats {
+  uint64_t steps = 0, collectives = 0, device = 0, metrics = 0, samples = 0, profiles = 0;
+  uint64_t rows() const { return steps + collectives + device + metrics + samples; }
+  void add(const Stats& o) {
+    steps += o.steps, collectives += o.collectives, device += o.device, metrics += o.metrics, samples += o.samples;
+    profiles += o.profiles;
+  }
+};
+
+// `strata diagnose FILE.db` without a span: the latest stretch of `latest_ns`, against the
+// `baseline_ns` before it as the job's healthy past (JobBaseline) when that stretch diagnoses
+// healthy. Reads those two stretches, whatever else the store holds.
+Result<JobWindow> load_latest_with_baseline(store::Store& store, LoadOptions options, uint64_t latest_ns,
+                                            uint64_t baseline_ns);
 
 Result<JobWindow> load_job_window(store::Store& store, const LoadOptions& options = {});
 

@@ -1,6 +1,7 @@
 #include "server/diagnoser.h"
 
 #include <algorithm>
+#include <atomic>
 #include <chrono>
 #include <cmath>
 #include <ctime>
@@ -11,6 +12,7 @@
 #include "server/json.h"
 
 #ifdef STRATA_HAVE_DIAGNOSE
+#include "diagnose/baseline.h"
 #include "diagnose/engine.h"
 #include "diagnose/loader.h"
 #include "diagnose/render.h"
@@ -36,21 +38,81 @@ constexpr double kBusyFactor = 4;
 
 }  // namespace
 
+struct Diagnoser::JobState {
+  std::mutex mu;  // one round of the job at a time
+#ifdef STRATA_HAVE_DIAGNOSE
+  diagnose::JobBaseline baseline;  // the job's recent healthy windows, per rank and layer
+#endif
+  uint64_t last_end_ns = 0;    // data time: where the last round's window ended
+  uint64_t touched_ns = 0;     // wall clock: the last round with new data
+  uint32_t last_findings = 0;  // the last report's (the report itself is kept in the store)
+};
+
+std::shared_ptr<Diagnoser::JobState> Diagnoser::state_of(const std::string& job) {
+  std::lock_guard lock(states_mu_);
+  auto& st = states_[job];
+  if (!st) st = std::make_shared<JobState>();
+  st->touched_ns = wall_clock_ns();
+  return st;
+}
+
+void Diagnoser::drop_idle_states() {
+  uint64_t dropped = 0;
+  {
+    std::lock_guard lock(states_mu_);
+    const uint64_t now = wall_clock_ns();
+    std::erase_if(states_, [&](const auto& kv) {
+      bool idle = now > kv.second->touched_ns + kStateIdleNs;
+      dropped += idle;
+      return idle;
+    });
+    // Over the cap: the least recently diagnosed go.
+    while (states_.size() > kMaxJobStates) {
+      auto oldest = std::min_element(states_.begin(), states_.end(), [](const auto& a, const auto& b) {
+        return a.second->touched_ns < b.second->touched_ns;
+      });
+      states_.erase(oldest);
+      ++dropped;
+    }
+  }
+  std::lock_guard lock(mu_);
+  counters_.states_dropped += dropped;
+}
+
 Diagnoser::Diagnoser(store::Store& store, std::mutex& store_mu, DiagnoserOptions opts, std::ostream& log)
     : store_(store), store_mu_(store_mu), opts_(opts), log_(log), sharing_(store, store_mu, opts_.collector_id, log) {}
 
 Diagnoser::~Diagnoser() { stop(); }
 
 void Diagnoser::set_reader(std::unique_ptr<store::Store> reader) {
-  std::lock_guard lock(reader_mu_);
-  reader_ = std::move(reader);
+  if (!reader) return;
+  {
+    std::lock_guard lock(reader_mu_);
+    free_readers_.push_back(std::move(reader));
+    ++readers_;
+  }
+  reader_cv_.notify_one();
 }
 
 template <typename F>
 auto Diagnoser::read(F f) {
+  std::unique_ptr<store::Store> reader;
   {
-    std::lock_guard lock(reader_mu_);
-    if (reader_) return f(*reader_);
+    std::unique_lock lock(reader_mu_);
+    if (readers_ > 0) {
+      reader_cv_.wait(lock, [this] { return !free_readers_.empty(); });
+      reader = std::move(free_readers_.back());
+      free_readers_.pop_back();
+    }
+  }
+  if (reader) {
+    auto out = f(*reader);
+    {
+      std::lock_guard lock(reader_mu_);
+      free_readers_.push_back(std::move(reader));
+    }
+    reader_cv_.notify_one();
+    return out;
   }
   std::lock_guard lock(store_mu_);
   return f(store_);
@@ -173,18 +235,30 @@ void Diagnoser::round() {
     counters_.skipped += all_jobs.size() > with_new_data ? all_jobs.size() - with_new_data : 0;
     counters_.handed_over = sharing_.handed_over();
   }
-  for (const auto& job : jobs) {
-    {
-      std::lock_guard lock(mu_);
-      if (stopping_) return;
+  drop_idle_states();
+  // The jobs of the round, kRoundThreads at a time.
+  const std::vector<std::string> list(jobs.begin(), jobs.end());
+  std::atomic<size_t> next{0};
+  auto work = [&] {
+    for (size_t i; (i = next++) < list.size();) {
+      {
+        std::lock_guard lock(mu_);
+        if (stopping_) return;
+      }
+      (void)diagnose_job(list[i]);
     }
-    (void)diagnose_job(job);
-  }
+  };
+  std::vector<std::thread> pool;
+  for (size_t k = 1; k < std::min(kRoundThreads, list.size()); ++k) pool.emplace_back(work);
+  work();
+  for (auto& t : pool) t.join();
 }
 
 Result<std::string> Diagnoser::diagnose_job(const std::string& job) {
 #ifdef STRATA_HAVE_DIAGNOSE
-  std::lock_guard one(round_mu_);
+  // One round of a job at a time (the thread, or a first request); other jobs go on meanwhile.
+  std::shared_ptr<JobState> state = job.empty() ? nullptr : state_of(job);
+  std::unique_lock one(state ? state->mu : first_mu_);
   auto t0 = std::chrono::steady_clock::now();
   auto count = [&](bool ok) {
     std::lock_guard lock(mu_);
@@ -196,14 +270,39 @@ Result<std::string> Diagnoser::diagnose_job(const std::string& job) {
   diagnose::LoadOptions lo;
   lo.job = job;
   lo.all_recordings = true;
-  // Read through the rounds' own connection when there is one: ingest goes on meanwhile.
-  Result<diagnose::JobWindow> window = read([&](store::Store& s) { return diagnose::load_job_window(s, lo); });
+  diagnose::Stats stats;
+  lo.stats = &stats;
+  // Read through the rounds' own connection when there is one: ingest goes on meanwhile. Only the
+  // span since the last round's end (one analysis span before it, for context) is read.
+  Result<diagnose::JobWindow> window = read([&](store::Store& s) -> Result<diagnose::JobWindow> {
+    auto latest = s.latest_step_ns(std::nullopt);
+    if (!latest) return latest.error();
+    if (!*latest) return Error{"no training step in the store yet"};
+    const uint64_t end = **latest;
+    uint64_t from = state && state->last_end_ns ? state->last_end_ns : end;
+    from = from > kAnalysisSpanNs ? from - kAnalysisSpanNs : 0;
+    if (end > kMaxRoundSpanNs) from = std::max(from, end - kMaxRoundSpanNs);
+    lo.from_ns = from;
+    return diagnose::load_job_window(s, lo);
+  });
+  {
+    std::lock_guard lock(mu_);
+    counters_.rows_read += stats.rows();
+  }
   if (!window) {
     count(false);
     return window.error();  // no steps yet: nothing to keep
   }
-  // The engine reads only the window: the store is free for ingest meanwhile.
+  // The job's healthy past from the rounds before, then the engine: it reads only the window, the
+  // store is free for ingest meanwhile.
+  if (state && !state->baseline.empty()) state->baseline.apply(*window);
   auto dx = diagnose::diagnose(*window);
+  if (state) {
+    // A healthy window joins the past the next rounds compare with; a slow one never does.
+    if (dx.findings.empty()) state->baseline.absorb(*window);
+    state->last_end_ns = std::max(state->last_end_ns, window->end_ns);
+    state->last_findings = static_cast<uint32_t>(dx.findings.size());
+  }
   std::ostringstream json, text;
   diagnose::write_json(dx, json);
   diagnose::write_text(dx, text);

@@ -2,6 +2,11 @@
 // got new data since its last round and keeps the result in the store (the latest report per job,
 // every round's findings), so the API and `strata diagnose --server` read kept findings and their
 // history: when a finding first appeared, whether it is still there.
+//
+// A round's cost follows the job's size and the analysis span, not its age (issue 16): per job the
+// diagnoser keeps a compact state between rounds (the job's healthy past per rank and layer, where
+// the last round ended), each round reads only the span since then, bounded by time in the store
+// query, and jobs are diagnosed in parallel, each reading through a store connection of its own.
 #pragma once
 
 #include <atomic>
@@ -10,9 +15,11 @@
 #include <mutex>
 #include <ostream>
 #include <memory>
+#include <map>
 #include <set>
 #include <string>
 #include <thread>
+#include <vector>
 
 #include "common/result.h"
 #include "ingest.pb.h"
@@ -35,6 +42,8 @@ struct DiagnoserCounters {
   uint64_t failed = 0;          // loads or writes that failed (no steps yet, store error)
   uint64_t handed_over = 0;     // jobs with new data here that another collector of the store diagnoses
   double seconds = 0;           // spent diagnosing, loads and writes included
+  uint64_t rows_read = 0;       // rows the rounds' loads read (steps, collectives, device, metrics, samples)
+  uint64_t states_dropped = 0;  // per-job states dropped: the job went quiet, or too many jobs
   prom::Histogram job_seconds{prom::diagnosis_buckets()};  // each job's diagnosis, for /metrics
 };
 
@@ -50,8 +59,28 @@ class Diagnoser {
 
   // A store connection of the rounds' own for their reads (SQLite in WAL mode lets it read beside
   // the writer; ClickHouse is another HTTP client): a round then reads without the store mutex, and
-  // ingest never waits for it. Without one, rounds read the shared store under the mutex.
+  // ingest never waits for it. Without one, rounds read the shared store under the mutex. Each call
+  // adds one to a pool: jobs diagnosed at once read through one each (kRoundThreads is enough).
   void set_reader(std::unique_ptr<store::Store> reader);
+
+  // Jobs diagnosed at once within a round. Each reads (SQLite readers run side by side under WAL)
+  // and computes on its own; four keep a round of many jobs short while leaving most of a small
+  // collector's cores to ingest.
+  static constexpr size_t kRoundThreads = 4;
+  // One analysis span: each round reads the job's data from this long before the last round's end
+  // on (the first round: this long before the latest step). Six of the agents' default 10 s
+  // windows: enough steps on both sides of a change that began since the last round for the
+  // change-point finder (3 + 3 at up to 8 s a step), and the stacks of the new windows alone.
+  static constexpr uint64_t kAnalysisSpanNs = 60ull * 1'000'000'000ull;
+  // A round that fell this far behind the latest data (the collector was busy) reads the latest
+  // span only: its cost stays bounded, at the price of the windows it skipped.
+  static constexpr uint64_t kMaxRoundSpanNs = 10 * kAnalysisSpanNs;
+  // Per-job states kept at most, and how long a job may send nothing before its state is dropped.
+  // A collector serves one cluster's jobs (tens at a time); a state is the job's healthy past per
+  // rank (a few KB a rank). A job quiet for an hour has ended (a hang is found within minutes); if
+  // it comes back, its first round rebuilds the state from its latest span.
+  static constexpr size_t kMaxJobStates = 256;
+  static constexpr uint64_t kStateIdleNs = 3600ull * 1'000'000'000ull;
 
   // After a batch is applied: the processes it brought data for, and the jobs it named.
   void note(const ingest::Batch& batch);
@@ -75,6 +104,9 @@ class Diagnoser {
  private:
   void loop();
   void round();
+  struct JobState;  // diagnoser.cpp: the job's baseline, where its last round ended
+  std::shared_ptr<JobState> state_of(const std::string& job);
+  void drop_idle_states();
 
   store::Store& store_;
   std::mutex& store_mu_;
@@ -89,13 +121,18 @@ class Diagnoser {
   DiagnoserCounters counters_;
   JobSharing sharing_;  // used by the round thread only
 
-  // Where rounds read: reader_ under reader_mu_ when set, else store_ under store_mu_.
-  std::unique_ptr<store::Store> reader_;
+  // Where rounds read: a free reader of the pool when there are readers (waiting for one), else
+  // store_ under store_mu_.
+  std::vector<std::unique_ptr<store::Store>> free_readers_;
+  size_t readers_ = 0;
   std::mutex reader_mu_;
+  std::condition_variable reader_cv_;
   template <typename F>
   auto read(F f);
 
-  std::mutex round_mu_;  // one diagnosis at a time (the thread, or a first request)
+  std::mutex states_mu_;  // guards states_ (each state has its own lock: one round of a job at a time)
+  std::map<std::string, std::shared_ptr<JobState>> states_;
+  std::mutex first_mu_;  // a request's diagnosis of "the job with the most ranks" (no state)
   std::thread thread_;
 };
 

@@ -57,6 +57,7 @@ struct ServerCounters {
   uint64_t lost_refs = 0;
   double apply_seconds = 0;
   uint64_t unauthorized = 0;
+  uint64_t retention_deleted = 0;  // rows past the SQLite store's retention_days, deleted
   std::map<std::string, uint64_t> requests;  // by route
   std::map<std::string, prom::Histogram> request_seconds;  // by route
 };
@@ -121,13 +122,32 @@ class Server {
     // the file exists now, the writer made it). A ClickHouse store object keeps the recordings it
     // wrote in memory, so its rounds read through the writer's.
     if (opts_.store.rfind("clickhouse://", 0) != 0) {
-      if (auto reader = open_store(opts_.store, store::Store::Mode::kReadOnly)) {
-        diagnoser_.set_reader(std::move(*reader));
-      } else {
-        log_ << "strata: serve: diagnosis reads share the writer's connection: " << reader.error().message << "\n";
+      // One per job diagnosed at once: the jobs of a round read side by side.
+      for (size_t k = 0; k < Diagnoser::kRoundThreads; ++k) {
+        if (auto reader = open_store(opts_.store, store::Store::Mode::kReadOnly)) {
+          diagnoser_.set_reader(std::move(*reader));
+        } else {
+          log_ << "strata: serve: diagnosis reads share the writer's connection: " << reader.error().message << "\n";
+          break;
+        }
       }
     }
     diagnoser_.start();  // a round every --diagnose-every seconds for jobs with new data
+    // SQLite retention (sqlite:FILE?retention_days=N): old rows deleted in short batches.
+    std::thread retention;
+    std::mutex retention_mu;
+    std::condition_variable retention_cv;
+    bool retention_stop = false;
+    if (auto spec = parse_sqlite_spec(opts_.store); spec && spec->retention_days > 0) {
+      retention = std::thread([&, days = spec->retention_days] {
+        std::unique_lock lock(retention_mu);
+        do {
+          lock.unlock();
+          apply_sqlite_retention(days);
+          lock.lock();
+        } while (!retention_cv.wait_for(lock, std::chrono::seconds(kRetentionEveryS), [&] { return retention_stop; }));
+      });
+    }
     std::atomic<bool> finished{false};
     std::thread watcher([&] {
       while (!stop && !finished) std::this_thread::sleep_for(std::chrono::milliseconds(100));
@@ -136,12 +156,41 @@ class Server {
     bool ok = svr_.listen_after_bind();
     finished = true;
     watcher.join();
+    {
+      std::lock_guard lock(retention_mu);
+      retention_stop = true;
+    }
+    retention_cv.notify_all();
+    if (retention.joinable()) retention.join();
     diagnoser_.stop();
     if (!ok && !stop) return Error{"server stopped unexpectedly"};
     return {};
   }
 
  private:
+  // Deletes the rows older than `days` days, kRetentionBatchRows per table at a time, taking the
+  // store's lock for one batch only: ingest waits for one batch at most.
+  void apply_sqlite_retention(unsigned days) {
+    const uint64_t cutoff = wall_clock_ns() - std::min<uint64_t>(wall_clock_ns(), uint64_t{days} * 86400ull * 1'000'000'000ull);
+    uint64_t total = 0;
+    while (true) {
+      Result<uint64_t> n = uint64_t{0};
+      {
+        std::lock_guard lock(store_mu_);
+        n = store_->delete_before(cutoff, kRetentionBatchRows);
+      }
+      if (!n) {
+        log_ << "strata: serve: retention: " << n.error().message << "\n";
+        break;
+      }
+      total += *n;
+      if (*n == 0) break;
+    }
+    if (total > 0) log_ << "strata: serve: retention: deleted " << total << " rows older than " << days << " days\n";
+    std::lock_guard lock(counters_.mu);
+    counters_.retention_deleted += total;
+  }
+
   bool authorized(const httplib::Request& req) {
     return bearer_authorized(req.get_header_value("Authorization"), opts_.token);
   }
@@ -714,6 +763,15 @@ class Server {
     o << "strata_serve_jobs_handed_over_total " << dc.handed_over << "\n";
     prom::family(o, "strata_serve_diagnosis_seconds_total", "counter", "Time spent diagnosing jobs, loads and writes included.");
     o << "strata_serve_diagnosis_seconds_total " << dc.seconds << "\n";
+    prom::family(o, "strata_serve_diagnosis_rows_read_total", "counter",
+                 "Rows the diagnosis rounds read (steps, collectives, device activity, metrics, stack samples).");
+    o << "strata_serve_diagnosis_rows_read_total " << dc.rows_read << "\n";
+    prom::family(o, "strata_serve_diagnosis_states_dropped_total", "counter",
+                 "Per-job diagnosis states dropped (the job sent nothing for an hour, or too many jobs).");
+    o << "strata_serve_diagnosis_states_dropped_total " << dc.states_dropped << "\n";
+    prom::family(o, "strata_serve_retention_deleted_rows_total", "counter",
+                 "Rows older than the SQLite store's retention_days deleted.");
+    o << "strata_serve_retention_deleted_rows_total " << counters_.retention_deleted << "\n";
     prom::family(o, "strata_serve_diagnosis_duration_seconds", "histogram",
                  "One job's diagnosis (load, diagnose, keep the findings), each round.");
     dc.job_seconds.write(o, "strata_serve_diagnosis_duration_seconds", "");
@@ -804,10 +862,33 @@ Result<std::unique_ptr<GuardedServer>> bind_listener(const std::string& listen, 
 
 }  // namespace
 
+Result<SqliteSpec> parse_sqlite_spec(const std::string& spec) {
+  if (spec.rfind("clickhouse://", 0) == 0) return Error{"--store " + spec + ": not an SQLite store"};
+  SqliteSpec out;
+  out.path = spec.rfind("sqlite:", 0) == 0 ? spec.substr(7) : spec;
+  const std::string key = "?retention_days=";
+  if (auto q = out.path.find(key); q != std::string::npos) {
+    const std::string value = out.path.substr(q + key.size());
+    out.path.resize(q);
+    const bool digits = !value.empty() && value.size() <= 5 &&
+                        value.find_first_not_of("0123456789") == std::string::npos;
+    const unsigned long days = digits ? std::stoul(value) : 0;
+    if (days < 1 || days > kMaxRetentionDays)
+      return Error{"--store " + spec + ": retention_days must be a whole number of days from 1 to " +
+                       std::to_string(kMaxRetentionDays),
+                   2};
+    out.retention_days = static_cast<unsigned>(days);
+  } else if (out.path.find('?') != std::string::npos) {
+    return Error{"--store " + spec + ": the only option of an SQLite store is ?retention_days=N", 2};
+  }
+  if (out.path.empty()) return Error{"--store sqlite:FILE.db: no file given"};
+  return out;
+}
+
 Status check_store_spec(const std::string& spec) {
   if (spec.rfind("clickhouse://", 0) == 0) return {};
   if (spec.rfind("sqlite:", 0) == 0) {
-    if (spec.size() == 7) return Error{"--store sqlite:FILE.db: no file given"};
+    if (auto s = parse_sqlite_spec(spec); !s) return s.error();
     return {};
   }
   // "mysql:foo" is a scheme we do not speak, not a file name (a file with a colon: sqlite:a:b.db).
@@ -823,8 +904,9 @@ Status check_store_spec(const std::string& spec) {
 Result<std::unique_ptr<store::Store>> open_store(const std::string& spec, store::Store::Mode mode) {
   if (auto ok = check_store_spec(spec); !ok) return ok.error();
   if (spec.rfind("clickhouse://", 0) == 0) return store::Store::open_clickhouse(spec, mode);
-  std::string path = spec.rfind("sqlite:", 0) == 0 ? spec.substr(7) : spec;
-  return store::Store::open_sqlite(path, mode);
+  auto sqlite = parse_sqlite_spec(spec);
+  if (!sqlite) return sqlite.error();
+  return store::Store::open_sqlite(sqlite->path, mode);
 }
 
 Status serve(const ServeOptions& opts, const std::atomic<bool>& stop, std::ostream& log) {

@@ -37,6 +37,20 @@ struct ServeOptions {
 // clickhouse://HOST:PORT/DB; "mysql:foo" is refused, not taken for a file name.
 Status check_store_spec(const std::string& spec);
 
+// sqlite:FILE.db[?retention_days=N] (or a bare FILE.db): the file, and the days its rows are
+// kept (0: for ever). A bad N is refused with the reason (exit code 2).
+struct SqliteSpec {
+  std::string path;
+  unsigned retention_days = 0;
+};
+// At most a century: a larger number is a typo, not a policy.
+inline constexpr unsigned long kMaxRetentionDays = 36500;
+// How often the collector deletes what is past retention, and at most how many rows of each table
+// one batch deletes while it holds the store (tens of milliseconds: ingest waits that long at most).
+inline constexpr int kRetentionEveryS = 600;
+inline constexpr uint64_t kRetentionBatchRows = 10000;
+Result<SqliteSpec> parse_sqlite_spec(const std::string& spec);
+
 // Opens the store an option names (sqlite:FILE.db, a bare FILE.db, or clickhouse://HOST:PORT/DB).
 Result<std::unique_ptr<store::Store>> open_store(const std::string& spec, store::Store::Mode mode);
 

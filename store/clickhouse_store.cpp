@@ -812,7 +812,10 @@ class ClickHouseStore final : public Store {
     if (f.from_ns || f.to_ns) {
       // The windows that overlap [from, to) (each row carries its window); the profile then spans them.
       std::string range;
-      if (f.from_ns) range += " AND end_ns > " + std::to_string(*f.from_ns);
+      if (f.from_ns) {
+        range += " AND end_ns > " + std::to_string(*f.from_ns);
+        range += " AND start_ns >= " + std::to_string(*f.from_ns > kMaxRowSpanNs ? *f.from_ns - kMaxRowSpanNs : 0);
+      }
       if (f.to_ns) range += " AND start_ns < " + std::to_string(*f.to_ns);
       std::string rw2 = f.recording ? " AND recording_id = " + std::to_string(*f.recording) : "";
       auto span = query("SELECT min(start_ns), max(end_ns), count() FROM " + db_ + ".stack_counts WHERE 1 = 1" +
@@ -1108,6 +1111,15 @@ class ClickHouseStore final : public Store {
     return out;
   }
 
+  Result<std::optional<uint64_t>> latest_step_ns(std::optional<int64_t> rec) override {
+    // count() too: max() of no rows is 0, not NULL.
+    auto rows = query("SELECT max(end_ns), count() FROM " + db_ + ".steps" +
+                      (rec ? " WHERE recording_id = " + std::to_string(*rec) : std::string()));
+    if (!rows) return rows.error();
+    if (rows->empty() || u64((*rows)[0][1]) == 0) return std::optional<uint64_t>{};
+    return std::optional<uint64_t>{u64((*rows)[0][0])};
+  }
+
   Result<std::vector<ThreadWindow>> thread_windows(std::optional<int64_t> rec) override {
     auto rates = recording_rates();
     if (!rates) return rates.error();
@@ -1200,7 +1212,11 @@ class ClickHouseStore final : public Store {
     if (q.recording) w += " AND recording_id = " + std::to_string(*q.recording);
     if (q.node) w += " AND node = " + quote(*q.node);
     if (q.pid) w += " AND pid = " + std::to_string(*q.pid);
-    if (q.from_ns) w += " AND " + end + " > " + std::to_string(*q.from_ns);
+    if (q.from_ns) {
+      w += " AND " + end + " > " + std::to_string(*q.from_ns);
+      // On the partition key's column: ClickHouse skips the days before the span.
+      w += " AND " + start + " >= " + std::to_string(*q.from_ns > kMaxRowSpanNs ? *q.from_ns - kMaxRowSpanNs : 0);
+    }
     if (q.to_ns) w += " AND " + start + " < " + std::to_string(*q.to_ns);
     std::string sql = "SELECT " + columns + ", node FROM " + db_ + "." + table + w + " ORDER BY " + order;
     if (q.limit) sql += " LIMIT " + (q.offset ? std::to_string(q.offset) + ", " : std::string()) + std::to_string(q.limit);

@@ -105,6 +105,29 @@ CREATE TABLE IF NOT EXISTS findings(
 CREATE INDEX IF NOT EXISTS findings_by_job ON findings(job, rank, cause, diagnosed_ns);
 )sql";
 
+// Indexes on the end time of each time table's rows: a bounded read (RowQuery, a profile's
+// windows) wants the rows that end after its start, and the latest stretch (the diagnosis rounds,
+// `strata diagnose`) is then exactly what the index range holds, whatever the file holds before it
+// (an index on the start would have to reach back by the longest row, kMaxRowSpanNs). Retention
+// deletes by the same index. Stack counts are found by window and process (the diagnosis reads one
+// process's windows of a span). A collective's end is the expression the reads use. Added to older
+// files when they are opened for writing (once; minutes for a large file).
+const char* kTimeIndexes = R"sql(
+CREATE INDEX IF NOT EXISTS steps_by_end ON steps(end_ns);
+CREATE INDEX IF NOT EXISTS steps_by_recording_end ON steps(recording_id, end_ns);
+CREATE INDEX IF NOT EXISTS metrics_by_end ON metrics(end_ns);
+CREATE INDEX IF NOT EXISTS collectives_by_end ON collectives(MAX(exit_ns, enter_ns + 1));
+CREATE INDEX IF NOT EXISTS device_activity_by_end ON device_activity(end_ns);
+CREATE INDEX IF NOT EXISTS windows_by_end ON windows(end_ns);
+CREATE INDEX IF NOT EXISTS stack_counts_by_window ON stack_counts(window_id, pid);
+CREATE INDEX IF NOT EXISTS launch_samples_by_end ON launch_samples(end_ns);
+)sql";
+// The same for what only a collector's file has (schema 2 and 3).
+const char* kCollectorTimeIndexes = R"sql(
+CREATE INDEX IF NOT EXISTS ingest_batches_by_time ON ingest_batches(received_ns);
+CREATE INDEX IF NOT EXISTS findings_by_time ON findings(diagnosed_ns);
+)sql";
+
 // A prepared statement that finalizes itself.
 class Stmt {
  public:
@@ -181,6 +204,8 @@ class SqliteStore final : public Store {
       if (auto s = open_db(SQLITE_OPEN_READWRITE); !s) return s;
       if (auto s = configure(); !s) return s;
       if (auto s = migrate(); !s) return s;
+      if (auto s = exec(kTimeIndexes); !s) return s;
+      if (auto s = exec(kCollectorTimeIndexes); !s) return s;
       return identity_columns(/*add=*/true);
     }
     if (mode == Mode::kReadOnly) return Error{path_ + " is empty: not a strata store"};
@@ -190,6 +215,8 @@ class SqliteStore final : public Store {
     if (auto s = exec(kSchema); !s) return s;
     if (auto s = exec(kCollectorSchema); !s) return s;
     if (auto s = exec(kDiagnosisSchema); !s) return s;
+    if (auto s = exec(kTimeIndexes); !s) return s;
+    if (auto s = exec(kCollectorTimeIndexes); !s) return s;
     version_ = kSchemaVersion;
     Stmt m(db_, "INSERT INTO meta(key, value) VALUES('application','strata'),('schema_version',?)");
     m.bind(1, std::to_string(kSchemaVersion));
@@ -509,7 +536,11 @@ class SqliteStore final : public Store {
       if (q.node) where += " AND r.node=?";
       if (q.pid) where += " AND x.pid=" + std::to_string(*q.pid);
       if (q.from_ns) where += " AND " + end + " > " + ns(*q.from_ns);
-      if (q.to_ns) where += " AND " + start + " < " + ns(*q.to_ns);
+      if (q.to_ns) {
+        where += " AND " + start + " < " + ns(*q.to_ns);
+        // The index on the end finds the span's rows: those that end at most kMaxRowSpanNs after it.
+        where += " AND " + end + " < " + ns(*q.to_ns > UINT64_MAX - kMaxRowSpanNs ? UINT64_MAX : *q.to_ns + kMaxRowSpanNs);
+      }
     }
     std::string sql(const std::string& columns) const {
       std::string s = "SELECT " + columns + ", r.node FROM " + table + " x JOIN recordings r ON r.id = x.recording_id" +
@@ -930,7 +961,10 @@ class SqliteStore final : public Store {
       auto ns = [](uint64_t v) { return std::to_string(std::min<uint64_t>(v, INT64_MAX)); };  // SQLite's integers
       std::string windows = "SELECT id FROM windows WHERE 1=1";
       if (f.from_ns) windows += " AND end_ns > " + ns(*f.from_ns);
-      if (f.to_ns) windows += " AND start_ns < " + ns(*f.to_ns);
+      if (f.to_ns) {
+        windows += " AND start_ns < " + ns(*f.to_ns);
+        windows += " AND end_ns < " + ns(*f.to_ns > UINT64_MAX - kMaxRowSpanNs ? UINT64_MAX : *f.to_ns + kMaxRowSpanNs);
+      }
       if (f.recording) windows += " AND recording_id=" + std::to_string(*f.recording);
       sql += " AND sc.window_id IN (" + windows + ")";
       Stmt span(db_, ("SELECT MIN(start_ns), MAX(end_ns) FROM windows WHERE id IN (" + windows + ")").c_str());
@@ -1039,6 +1073,67 @@ class SqliteStore final : public Store {
     return out;
   }
 
+  Result<std::optional<uint64_t>> latest_step_ns(std::optional<int64_t> recording) override {
+    // MAX over an index whose leading columns the WHERE fixes: one look at the index's end.
+    std::string sql = "SELECT MAX(end_ns) FROM steps";
+    if (recording) sql += " WHERE recording_id=" + std::to_string(*recording);
+    Stmt s(db_, sql.c_str());
+    if (s.step() != SQLITE_ROW) return err("reading the latest step");
+    if (s.is_null(0)) return std::optional<uint64_t>{};
+    return std::optional<uint64_t>{static_cast<uint64_t>(s.i64(0))};
+  }
+
+  uint64_t read_work() const override { return work_; }
+
+  Result<uint64_t> delete_before(uint64_t cutoff_ns, uint64_t max_rows) override {
+    if (auto s = exec("BEGIN IMMEDIATE"); !s) return s.error();
+    uint64_t deleted = 0;
+    Status st = [&]() -> Status {
+      const std::string cut = std::to_string(std::min<uint64_t>(cutoff_ns, INT64_MAX));
+      const std::string lim = std::to_string(std::min<uint64_t>(max_rows, INT64_MAX));
+      auto del = [&](const std::string& table, const std::string& column) -> Status {
+        // By rowid, through the time index: at most max_rows rows, the oldest first.
+        std::string sql = "DELETE FROM " + table + " WHERE rowid IN (SELECT rowid FROM " + table + " WHERE " + column +
+                          " < " + cut + " ORDER BY " + column + " LIMIT " + lim + ")";
+        if (auto s = exec(sql.c_str()); !s) return s;
+        deleted += static_cast<uint64_t>(sqlite3_changes(db_));
+        return {};
+      };
+      for (auto [table, column] : {std::pair{"steps", "end_ns"}, {"metrics", "end_ns"},
+                                   {"collectives", "MAX(exit_ns, enter_ns + 1)"}, {"device_activity", "end_ns"},
+                                   {"launch_samples", "end_ns"}}) {
+        if (auto s = del(table, column); !s) return s;
+      }
+      // A stack window goes with its counts: the counts of the oldest windows first, then the
+      // windows left without counts.
+      std::string old_windows = "SELECT id FROM windows WHERE end_ns < " + cut + " ORDER BY end_ns LIMIT " + lim;
+      std::string counts = "DELETE FROM stack_counts WHERE rowid IN (SELECT rowid FROM stack_counts WHERE window_id IN (" +
+                           old_windows + ") LIMIT " + lim + ")";
+      if (auto s = exec(counts.c_str()); !s) return s;
+      uint64_t counts_deleted = static_cast<uint64_t>(sqlite3_changes(db_));
+      deleted += counts_deleted;
+      if (counts_deleted < max_rows) {
+        std::string windows = "DELETE FROM windows WHERE id IN (" + old_windows +
+                              ") AND NOT EXISTS (SELECT 1 FROM stack_counts sc WHERE sc.window_id = windows.id)";
+        if (auto s = exec(windows.c_str()); !s) return s;
+        deleted += static_cast<uint64_t>(sqlite3_changes(db_));
+      }
+      if (version_ >= 3) {
+        if (auto s = del("findings", "diagnosed_ns"); !s) return s;
+      }
+      if (version_ >= 2) {
+        if (auto s = del("ingest_batches", "received_ns"); !s) return s;
+      }
+      return {};
+    }();
+    if (!st) {
+      (void)exec("ROLLBACK");
+      return st.error();
+    }
+    if (auto s = exec("COMMIT"); !s) return s.error();
+    return deleted;
+  }
+
   Result<std::optional<int64_t>> latest_recording() override {
     Stmt s(db_, "SELECT MAX(id) FROM recordings");
     if (s.step() != SQLITE_ROW) return err("reading recordings");
@@ -1078,6 +1173,11 @@ class SqliteStore final : public Store {
       return e;
     }
     sqlite3_busy_timeout(db_, 5000);
+    // Counts the work of every statement (read_work): a callback every kWorkUnit instructions.
+    sqlite3_progress_handler(db_, kWorkUnit, [](void* work) {
+      ++*static_cast<uint64_t*>(work);
+      return 0;  // go on
+    }, &work_);
     return {};
   }
 
@@ -1128,8 +1228,13 @@ class SqliteStore final : public Store {
     return exec("PRAGMA synchronous=NORMAL");
   }
 
+  // read_work()'s unit: often enough to see a few rows' difference, rarely enough to cost nothing
+  // (a call per thousand instructions, each a few nanoseconds).
+  static constexpr int kWorkUnit = 1000;
+
   std::string path_;
   sqlite3* db_ = nullptr;
+  uint64_t work_ = 0;
   int version_ = 0;
   // A window's sampling rate in SQL (windows w, recordings r): its own, else its recording's.
   std::string window_hz() const {

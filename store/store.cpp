@@ -126,6 +126,14 @@ Result<std::vector<Store::MetricRow>> Store::query_metrics(const RowQuery& q) {
   return keep(std::move(*rows), q, [](const MetricRow& r) { return std::pair{r.start_ns, r.end_ns}; });
 }
 
+Result<std::optional<uint64_t>> Store::latest_step_ns(std::optional<int64_t> recording) {
+  auto rows = steps(recording, std::nullopt);
+  if (!rows) return rows.error();
+  std::optional<uint64_t> latest;
+  for (const auto& r : *rows) latest = std::max(latest.value_or(0), r.end_ns);
+  return latest;
+}
+
 Result<std::optional<int64_t>> Store::agent_id(const std::string& agent, AgentIdKind kind, int64_t local_id) {
   auto all = agent_ids(agent, kind);
   if (!all) return all.error();

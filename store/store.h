@@ -261,6 +261,14 @@ struct FindingHistory {
 // A bounded read of one kind of row (steps, collectives, device activity, metrics): the query API
 // and the diagnosis read through these, so no reader needs a whole table. Rows come in time order
 // (then node, pid); `offset` and `limit` page through them.
+// The longest row the bounded reads are sure to return: a row's own span (a step, a collective
+// call, a metric or stack window) is seconds, and one longer than an hour is a hang, which the
+// diagnosis finds from the missing progress after it, not from the row. The bound lets a store
+// find a span's rows through one time column (SQLite: an index on the rows' end, read up to this
+// long after the span; ClickHouse: the daily partitions of the rows' start, from this long before
+// it) instead of looking at every row before or after the span. A longer row may be left out.
+constexpr uint64_t kMaxRowSpanNs = 3600ull * 1'000'000'000ull;
+
 struct RowQuery {
   std::optional<int64_t> recording;
   std::optional<std::string> node;
@@ -417,6 +425,21 @@ class Store {
     std::string node;
     unsigned sample_hz = 0;  // the window's rate (WindowFidelity); 0: the recording's
   };
+  // The end of the latest step the store holds (of one recording), or none: where "the latest
+  // stretch" of a job ends. The default reads every step; the stores answer from an index.
+  virtual Result<std::optional<uint64_t>> latest_step_ns(std::optional<int64_t> recording = std::nullopt);
+  // Work this connection did to answer reads, in a store's own unit (SQLite: thousands of virtual
+  // machine instructions), for tests and benches that check a read's cost does not grow with what
+  // the store holds; 0 where the store cannot say.
+  virtual uint64_t read_work() const { return 0; }
+  // Retention: deletes at most `max_rows` rows of each time table (steps, collectives, device
+  // activity, metrics, stack windows, launch samples, kept findings, the ingest ledger) that
+  // ended before `cutoff_ns`, in one short transaction; returns how many it deleted, so a caller
+  // repeats it (releasing its lock between calls) until none come back. Processes,
+  // recordings, frames and stacks stay (small, and a running process may be older than the cutoff).
+  virtual Result<uint64_t> delete_before(uint64_t /*cutoff_ns*/, uint64_t /*max_rows*/) {
+    return Error{"this store has no retention by deletion"};
+  }
   // The bounded reads (RowQuery). A store answers them in its query language; the defaults here
   // read through the unbounded calls above and filter, for stores whose data is small anyway.
   virtual Result<std::vector<StepRecord>> query_steps(const RowQuery& q);
