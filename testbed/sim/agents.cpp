@@ -467,6 +467,7 @@ int run_agents(const AgentsArgs& args) {
       first = false;
     }
     o << "}, \"rows_sealed\": " << kinds_json(sealed) << ", \"rows_acknowledged\": " << kinds_json(acked)
+      << ", \"data_s\": " << (windows.empty() ? 0.0 : static_cast<double>(windows.back().end_ns - s.t0_ns) / 1e9)
       << ", \"elapsed_s\": " << elapsed_s << ", \"built_s\": " << built_s << ", \"drained\": " << (drained ? "true" : "false")
       << "},\n  \"per_rank\": [\n";
     const size_t steps_done = job.steps_done();
