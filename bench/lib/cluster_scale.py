@@ -32,7 +32,10 @@ import urllib.request
 
 POLL_S = 1.0           # how often the findings API and /metrics are read
 FAULT_START_STEP = 20  # a 20 s healthy baseline before each fault (1 s steps)
-AFTER_RUN_S = 60       # how long to keep looking for a finding after a fault run ends
+AFTER_RUN_S = 180      # how long to keep looking for a finding after a fault run ends (rounds at
+                       # scale on a busy machine take a minute and more)
+AGE_ROUNDS = 2         # live rounds wanted after a history (waited for up to AGE_WAIT_S after the run)
+AGE_WAIT_S = 600
 TARGET_FINDING_S = 20
 TARGET_RSS = 2 << 30
 TARGET_AGE_RATIO = 1.5
@@ -270,8 +273,18 @@ def age_phase(a, store_of, tmp, age):
         if hist_done is None and col.samples and col.samples[-1][1].get("rows.steps", 0) >= points * ranks:
             hist_done = col.samples[-1][0]
         time.sleep(POLL_S)
-    time.sleep(3 * POLL_S)
     hist_done = hist_done or t0
+
+    def rounds_after():
+        after = [m for t, m in col.samples if t >= hist_done]
+        if not after:
+            return 0
+        return after[-1].get("strata_serve_diagnoses_total.kept", 0) - after[0].get("strata_serve_diagnoses_total.kept", 0)
+    # Rounds on a long history can outlast the live part: wait for a few of them.
+    end = time.time() + AGE_WAIT_S
+    while rounds_after() < AGE_ROUNDS and time.time() < end:
+        time.sleep(POLL_S)
+    time.sleep(3 * POLL_S)
     # Rounds that began after the history was in: their time per round.
     live = [(t, m) for t, m in col.samples if t >= hist_done]
     per_round = []
