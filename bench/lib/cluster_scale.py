@@ -132,7 +132,12 @@ class Collector:
         self.thread.start()
 
     def metrics(self):
-        text = http_get(self.url + "/metrics", 30)
+        """The collector's counters; {} when it does not answer in time (a collector whose store lock
+        is held by a long round answers nothing meanwhile: said in the results as missing samples)."""
+        try:
+            text = http_get(self.url + "/metrics", 30)
+        except OSError:
+            return {}
         out = {}
         for line in text.splitlines():
             m = re.match(r'^(strata_serve_rows_total\{kind="(\w+)"\}|strata_serve_diagnoses_total\{outcome="kept"\}|'
@@ -145,10 +150,9 @@ class Collector:
 
     def _sample(self):
         while not self.stopping:
-            try:
-                self.samples.append((time.time(), self.metrics()))
-            except OSError:
-                pass
+            m = self.metrics()
+            if m:
+                self.samples.append((time.time(), m))
             time.sleep(POLL_S)
 
     def cpu_s(self):
@@ -249,6 +253,9 @@ def fault_phase(a, store, tmp, other_pid):
                                                    "%.1f" % run["time_to_finding_s"] if run["time_to_finding_s"] is not None else "NEVER",
                                                    run["rows_per_s"], run["collector_cpu_share_per_1000_ranks"],
                                                    run["drain_lag_s"], p.returncode, run["send_failures"]), flush=True)
+        if not run["found"]:
+            print("    what the rounds said instead (s after the fault's start: [(rank, node, cause)]): %s" %
+                  run["findings_seen"][:4], flush=True)
         runs.append(run)
     rss = col.stop()
     times = [r["time_to_finding_s"] for r in runs if r["time_to_finding_s"] is not None]
@@ -352,6 +359,7 @@ def main():
                 store_of = lambda name: "sqlite:" + os.path.join(tmp, name + ".db")
             print("## %s" % store, flush=True)
             r = {}
+            results["stores"][store] = r  # kept as it fills: an interrupted run keeps what it measured
             if a.faults > 0:
                 r["faults"] = fault_phase(a, store_of("faults"), tmp, ch.proc.pid if ch else None)
             r["ages"] = [age_phase(a, store_of, tmp, age) for age in a.ages.split(",") if age]
