@@ -403,7 +403,14 @@ int run_agents(const AgentsArgs& args) {
     dropped += c.batches_dropped;
     for (const auto& [s, n] : c.kept_answers) kept[s] += n;
   }
-  writers.clear();  // stops the shipping threads
+  // Stops the shipping threads, all at once (a thread each, as each agent has one already): each may
+  // be inside a POST (up to its read timeout, 30 s), so one after the other a thousand could take hours.
+  {
+    std::vector<std::thread> stoppers;
+    for (auto& w : writers) stoppers.emplace_back([&w] { w.reset(); });
+    for (auto& t : stoppers) t.join();
+    writers.clear();
+  }
   if (own_spool) {
     std::error_code ec;
     fs::remove_all(p.spool_dir, ec);
