@@ -13,19 +13,11 @@
 #include <string>
 
 #include "store/store.h"
+#include "testbed/synth/job.h"
 
 using namespace strata;
 
 namespace {
-
-Frame fn(const std::string& name) {
-  Frame f;
-  f.kind = FrameKind::kNative;
-  f.module = "/opt/train/bin/trainer";
-  f.function = name;
-  f.offset = std::hash<std::string>{}(name) & 0xffffff;
-  return f;
-}
 
 int fail(const std::string& why) {
   std::cerr << "strata-web-bench-store: " << why << "\n";
@@ -56,11 +48,9 @@ int main(int argc, char** argv) {
     if (!rec) return fail(rec.error().message);
     recs.push_back(*rec);
   }
-  // Stacks, root first here and reversed (leaf first) for the store.
+  // The synthetic trainer's stacks (testbed/synth: the frames strata-sim agents ships), root first.
   auto stack = [&](std::initializer_list<const char*> names) -> int64_t {
-    Stack stk;
-    for (auto it = std::rbegin(names); it != std::rend(names); ++it) stk.push_back(fn(*it));
-    auto id = s.intern_stack(stk);
+    auto id = s.intern_stack(synth::trainer_stack(names));
     return id ? *id : -1;
   };
   const int64_t fwd = stack({"_start", "main", "train_step", "forward", "launch_kernels"});

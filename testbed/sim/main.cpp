@@ -5,6 +5,8 @@
 //                  [--python | --python-exe PY] [--mode ddp|fsdp] [--pp P] [--tp T] [--seed N]
 //                  [--truth FILE.json]
 //                  [--hang-timeout SEC] [--scale F] [--quiet]
+//   strata-sim agents --server URL --nodes N --ranks-per-node R --steps S [--fault KIND:node=K,local_rank=L]
+//                  [--same-pids] [--speed F] [--history 1d] [--truth FILE.json] ... (testbed/sim/agents.h)
 //
 // Exit: 0 ok (a hang fault stopped by the hang timeout is ok), 1 bad usage/spec, 2 environment
 // (a fault cannot be set up here), 3 the job failed (a rank died, or an unexpected hang),
@@ -35,6 +37,7 @@
 #include <vector>
 
 #include "testbed/common/testbed_env.h"
+#include "testbed/sim/agents.h"
 #include "testbed/sim/faults.h"
 #include "testbed/sim/spec.h"
 
@@ -576,11 +579,19 @@ int main(int argc, char** argv) {
   CLI::App* run = app.add_subcommand("run", "run the job (strata-sim run --help)");
   RunArgs run_args;
   add_run_options(*run, run_args);
+  CLI::App* agents = app.add_subcommand(
+      "agents", "N simulated node agents ship a synthetic job (stacks, OS and NVML metrics, steps, collectives, GPU "
+                "activity, health) to `strata serve` through the agent's shipper, one agent per node; global rank = "
+                "node * R + local rank (strata-sim agents --help)");
+  agents->footer("Exit codes: 0 every batch acknowledged, 1 bad usage or spec, 2 the truth file cannot be written,\n"
+                 "3 batches left unacknowledged (see --drain-timeout), refused by the collector, or dropped.");
+  AgentsArgs agents_args;
+  add_agents_options(*agents, agents_args);
   std::reverse(args.begin(), args.end());  // CLI11 takes the arguments last first
   try {
     app.parse(args);
   } catch (const CLI::CallForHelp&) {
-    std::cout << (run->parsed() ? run->help() : app.help());
+    std::cout << (run->parsed() ? run->help() : agents->parsed() ? agents->help() : app.help());
     return 0;
   } catch (const CLI::ParseError& e) {
     std::string why = e.what();
@@ -588,6 +599,7 @@ int main(int argc, char** argv) {
     std::fprintf(stderr, "strata-sim: %s (see strata-sim --help)\n", why.c_str());
     return 1;
   }
+  if (agents->parsed()) return run_agents(agents_args);
   auto opts = finish_run(run_args);
   if (!opts.ok()) {
     std::fprintf(stderr, "strata-sim: %s\n", opts.error().message.c_str());

@@ -414,7 +414,7 @@ namespace {
 // `strata report --server` (export): one window at 99 Hz with CFI, two at 24 Hz with frame pointers.
 TEST(ServeFidelity, WindowRatesAndUnwindingReachTheApiAndTheRemoteReader) {
   TempDir tmp;
-  Collector c(tmp.file("server.db"), free_port());
+  Collector c(diagnosing(tmp.file("server.db")), free_port());
   agent::shipper::ShipperOptions so;
   so.server = c.url();
   so.node = "node-a";
