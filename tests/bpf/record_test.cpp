@@ -138,21 +138,25 @@ TEST(Record, PprofDecodesWithProtocAndMatchesTheFoldedTotal) {
   ASSERT_GT(folded_total, 50u);
   auto rep = run(strata_bin() + " report " + dir.file("rec.db") + " --format pprof -o " + dir.file("p.pb.gz"));
   ASSERT_EQ(rep.exit_code, 0) << describe(rep);
-  // The real protoc, with pprof's schema: every sample's value summed.
+  // The real protoc, with pprof's schema.
   auto dec = run("gunzip -c " + dir.file("p.pb.gz") + " | protoc --decode perftools.profiles.Profile -I " +
                  source_dir() + "/proto " + source_dir() + "/proto/profile.proto");
   ASSERT_EQ(dec.exit_code, 0) << describe(dec);
-  uint64_t pprof_total = 0;
+  // Two values per sample (pprof's sample_type order): samples, then CPU nanoseconds (samples x the
+  // window's period: one 99 Hz window here, the job being shorter than the first window).
+  uint64_t samples_total = 0, cpu_ns_total = 0;
   std::istringstream in(dec.out);
   std::string line;
   bool in_sample = false;
+  int value_index = 0;
   while (std::getline(in, line)) {
-    if (line.rfind("sample {", 0) == 0) in_sample = true;
+    if (line.rfind("sample {", 0) == 0) in_sample = true, value_index = 0;
     if (line == "}") in_sample = false;
-    auto pos = line.find("  value: ");
-    if (in_sample && pos == 0) pprof_total += std::stoull(line.substr(9));
+    if (!in_sample || line.find("  value: ") != 0) continue;
+    (value_index++ == 0 ? samples_total : cpu_ns_total) += std::stoull(line.substr(9));
   }
-  EXPECT_EQ(pprof_total, folded_total);
+  EXPECT_EQ(samples_total, folded_total);
+  EXPECT_EQ(cpu_ns_total, folded_total * (1'000'000'000ull / 99));
   EXPECT_NE(dec.out.find("build_id"), std::string::npos) << "mappings carry build ids";
 }
 
