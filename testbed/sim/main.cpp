@@ -48,6 +48,11 @@
 namespace testbed::sim {
 namespace {
 
+// How long strata-sim waits, after a rank fails, for its peers' failures that follow from it
+// (a peer's closed connection is seen within milliseconds; a loaded machine may take longer).
+constexpr uint64_t kRootCauseGraceNs = 500'000'000;
+
+
 namespace fs = std::filesystem;
 
 int g_signal_pipe[2] = {-1, -1};
@@ -348,13 +353,19 @@ class Sim {
         return 128 + g_signal;
       }
       reap(false);
-      for (auto& r : ranks_) {
-        if (r.exited && !(WIFEXITED(r.status) && WEXITSTATUS(r.status) == 0)) {
-          failure_ = "rank " + std::to_string(r.rank) + " (pid " + std::to_string(r.pid) + ") failed: " +
-                     describe(r.status) + "; stopping the other ranks";
-          stop_ranks();
-          return 3;
+      if (const Rank* failed = first_failure()) {
+        // A rank's death makes its peers fail too (a closed connection) within milliseconds: wait that
+        // long, then name the rank that died of a signal, the cause, over those that exited after it.
+        const uint64_t until = monotonic_ns() + kRootCauseGraceNs;
+        while (monotonic_ns() < until && !std::all_of(ranks_.begin(), ranks_.end(), [](const Rank& r) { return r.exited; })) {
+          ::usleep(10000);
+          reap(false);
         }
+        failed = first_failure();
+        failure_ = "rank " + std::to_string(failed->rank) + " (pid " + std::to_string(failed->pid) + ") failed: " +
+                   describe(failed->status) + "; stopping the other ranks";
+        stop_ranks();
+        return 3;
       }
       bool all_done = std::all_of(ranks_.begin(), ranks_.end(), [](const Rank& r) { return r.exited; });
       if (all_done) {
@@ -379,6 +390,18 @@ class Sim {
     if (WIFEXITED(status)) return "exit status " + std::to_string(WEXITSTATUS(status));
     if (WIFSIGNALED(status)) return std::string("killed by ") + strsignal(WTERMSIG(status));
     return "status " + std::to_string(status);
+  }
+
+  // The rank whose failure to report: one killed by a signal first (the others' failures follow from
+  // it), else the first that exited non-zero; nullptr while none failed.
+  const Rank* first_failure() const {
+    const Rank* exited_badly = nullptr;
+    for (const auto& r : ranks_) {
+      if (!r.exited || (WIFEXITED(r.status) && WEXITSTATUS(r.status) == 0)) continue;
+      if (WIFSIGNALED(r.status)) return &r;
+      if (!exited_badly) exited_badly = &r;
+    }
+    return exited_badly;
   }
 
   void reap(bool block) {
