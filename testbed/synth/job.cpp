@@ -279,6 +279,31 @@ Status Job::NodeWriter::window(size_t wi) {
   std::vector<store::StackCount> counts;
   const bool hang = sp.fault == Fault::kHang;
   const size_t hang_step = job_.history_steps_ + static_cast<size_t>(sp.fault_start_step);
+  // A step's two compute kernels from ks on, dev ms in all (the GEMM 80%).
+  auto compute_kernels = [&](uint32_t pid, int l, size_t k, uint64_t ks, double dev_ms) {
+    dev.push_back({pid, l, "kernel", "ampere_sgemm_128x64_tn", 7, ks, ks + ns(0.8 * dev_ms), 0, pid, k * 3 + 1, 0, {}});
+    dev.push_back({pid, l, "kernel", "vectorized_elementwise_kernel", 7, ks + ns(0.8 * dev_ms), ks + ns(dev_ms), 0, pid,
+                   k * 3 + 2, 0, {}});
+  };
+  // Step k's all-reduce as the probes see it, entered at enter_ns on `stream`.
+  auto allreduce = [&](uint32_t pid, int l, size_t k, uint64_t enter_ns, uint64_t stream) {
+    store::CollectiveRecord c;
+    c.pid = pid;
+    c.tid = pid;
+    c.library = "nccl";
+    c.op = "allreduce";
+    c.comm_id = "synth-" + sp.job;
+    c.comm_handle = 0x7f0000001000ull + static_cast<uint64_t>(l);
+    c.seq = k + 1;
+    c.bytes = static_cast<uint64_t>(kAllreduceBytes);
+    c.count = c.bytes / 4;
+    c.dtype = 7;
+    c.redop = 0;
+    c.stream = stream;
+    c.enter_ns = enter_ns;
+    c.exit_ns = enter_ns + 50'000;
+    return c;
+  };
   for (int l = 0; l < sp.ranks_per_node; ++l) {
     const int rank = node_ * sp.ranks_per_node + l;
     const uint32_t pid = job_.pid(rank);
@@ -292,25 +317,8 @@ Status Job::NodeWriter::window(size_t wi) {
         // Hung: the ranks whose GPU still works finish their compute of the hang step and wait in
         // its all-reduce for ever; the culprit's GPU never finishes.
         if (!(hang && k == hang_step) || rank == sp.fault_rank) continue;
-        const uint64_t ks = ts + ns(r.idle);
-        dev.push_back({pid, l, "kernel", "ampere_sgemm_128x64_tn", 7, ks, ks + ns(0.8 * r.dev), 0, pid, k * 3 + 1, 0, {}});
-        dev.push_back({pid, l, "kernel", "vectorized_elementwise_kernel", 7, ks + ns(0.8 * r.dev), ks + ns(r.dev), 0, pid,
-                       k * 3 + 2, 0, {}});
-        store::CollectiveRecord c;
-        c.pid = pid;
-        c.tid = pid;
-        c.library = "nccl";
-        c.op = "allreduce";
-        c.comm_id = "synth-" + sp.job;
-        c.comm_handle = 0x7f0000001000ull + static_cast<uint64_t>(l);
-        c.seq = k + 1;
-        c.bytes = static_cast<uint64_t>(kAllreduceBytes);
-        c.count = c.bytes / 4;
-        c.dtype = 7;
-        c.redop = 0;
-        c.stream = 7;
-        c.enter_ns = ts + ns(r.busy());
-        c.exit_ns = c.enter_ns + 50'000;
+        compute_kernels(pid, l, k, ts + ns(r.idle), r.dev);
+        store::CollectiveRecord c = allreduce(pid, l, k, ts + ns(r.busy()), 7);
         c.completion = "none";
         colls.push_back(c);
         continue;
@@ -331,27 +339,10 @@ Status Job::NodeWriter::window(size_t wi) {
       s.device_collective_ns = te - busy_end;
       s.gpu_idle_ns = ns(r.idle);
       steps.push_back(s);
-      const uint64_t ks = ts + ns(r.idle);
-      dev.push_back({pid, l, "kernel", "ampere_sgemm_128x64_tn", 7, ks, ks + ns(0.8 * r.dev), 0, pid, k * 3 + 1, 0, {}});
-      dev.push_back({pid, l, "kernel", "vectorized_elementwise_kernel", 7, ks + ns(0.8 * r.dev), ks + ns(r.dev), 0, pid,
-                     k * 3 + 2, 0, {}});
+      compute_kernels(pid, l, k, ts + ns(r.idle), r.dev);
       dev.push_back({pid, l, "collective", "ncclDevKernel_AllReduce_Sum_f32_RING_LL", 8, busy_end, te, 0, pid, k * 3 + 3,
                      static_cast<uint64_t>(kAllreduceBytes), {}});
-      store::CollectiveRecord c;
-      c.pid = pid;
-      c.tid = pid;
-      c.library = "nccl";
-      c.op = "allreduce";
-      c.comm_id = "synth-" + sp.job;
-      c.comm_handle = 0x7f0000001000ull + static_cast<uint64_t>(l);
-      c.seq = k + 1;
-      c.bytes = static_cast<uint64_t>(kAllreduceBytes);
-      c.count = c.bytes / 4;
-      c.dtype = 7;
-      c.redop = 0;
-      c.stream = 8;
-      c.enter_ns = busy_end;
-      c.exit_ns = busy_end + 50'000;
+      store::CollectiveRecord c = allreduce(pid, l, k, busy_end, 8);
       c.device_start_ns = busy_end;
       c.device_end_ns = te;
       c.completion = "device";
