@@ -33,16 +33,21 @@ void NodePipeline::control(CaptureControl op, const ByteWriter& args) {
 // Sources first (their threads join), then the sampler they share maps with.
 NodePipeline::~NodePipeline() { sources_.clear(); }
 
+// What every source gets from the pipeline, live or replayed (the live BPF maps are added by start()).
+SourceEnv NodePipeline::source_env() {
+  SourceEnv env;
+  env.normalizer = &normalizer_;
+  env.frequency_hz = opts_.frequency_hz;
+  env.raw_device_records = opts_.raw_device_records;
+  env.flight_recorder = opts_.flight_recorder ? &flight_ : nullptr;
+  env.tape = &tape_;
+  return env;
+}
+
 Status NodePipeline::start() {
   if (tape_.replaying()) {  // the capture's events, and the sources that replay (sources.h)
     sampler_ = replay_sampler(tape_);
-    SourceEnv env;
-    env.normalizer = &normalizer_;
-    env.frequency_hz = opts_.frequency_hz;
-    env.raw_device_records = opts_.raw_device_records;
-    env.flight_recorder = opts_.flight_recorder ? &flight_ : nullptr;
-    env.tape = &tape_;
-    auto started = make_replay_sources(opts_.layers, env);
+    auto started = make_replay_sources(opts_.layers, source_env());
     sources_ = std::move(started.sources);
     for (const auto& w : started.warnings) log_ << opts_.log_prefix << w << "\n";
     return {};
@@ -68,14 +73,9 @@ Status NodePipeline::start() {
         [this](uint32_t pid, const strata_proc_mappings* m) { return bool(sampler_->set_process_mappings(pid, m)); },
         /*tables=*/false});
   }
-  SourceEnv env;
+  SourceEnv env = source_env();
   env.targets_map_fd = sampler_->targets_map_fd();
   env.target_bits_fd = sampler_->target_bits_fd();
-  env.normalizer = &normalizer_;
-  env.frequency_hz = opts_.frequency_hz;
-  env.raw_device_records = opts_.raw_device_records;
-  env.flight_recorder = opts_.flight_recorder ? &flight_ : nullptr;
-  env.tape = &tape_;
   auto started = make_sources(opts_.layers, env);
   sources_ = std::move(started.sources);
   for (const auto& w : started.warnings) log_ << opts_.log_prefix << "warning: " << w << "\n";

@@ -37,6 +37,8 @@
 
 namespace strata::agent {
 
+struct SourceEnv;  // agent/sources.h
+
 struct PipelineOptions {
   std::string node;  // the node's name on every record
   unsigned frequency_hz = 99;
@@ -137,6 +139,7 @@ class NodePipeline final : public EventSink {
   void on_proc(const ProcEvent& e) override;
 
  private:
+  SourceEnv source_env();
   void see_process(uint32_t pid, uint32_t ppid, const std::string& comm, bool refresh, bool preexisting);
   void forget(uint32_t pid);
   void refresh_cpu(uint32_t pid);
