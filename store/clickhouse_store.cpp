@@ -101,7 +101,11 @@ const char* kTables[] = {
     R"(collectors (id String, seen_ns UInt64) ENGINE = ReplacingMergeTree(seen_ns) ORDER BY id)",
     // Jobs with new data that the collector which received it leaves to the job's collector.
     R"(job_marks (job String, marked_ns UInt64) ENGINE = ReplacingMergeTree(marked_ns) ORDER BY job)",
-    R"(meta (key String, value String) ENGINE = TinyLog)",
+    // A MergeTree, not a TinyLog: collectors that share a cluster open it at the same moment and
+    // each writes the schema version when it finds none; TinyLog does not take concurrent inserts
+    // (one of them failed with "tmp_sizes.json: File not found" and that collector exited).
+    // Duplicate rows from such a race carry the same values and merge away.
+    R"(meta (key String, value String) ENGINE = ReplacingMergeTree ORDER BY key)",
 };
 
 // On a cluster (clickhouse://...?cluster=NAME) each table above is created on every shard as

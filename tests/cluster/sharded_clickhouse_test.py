@@ -86,7 +86,8 @@ def main():
 
         collectors = [start(serve_args(i), os.path.join(tmp, "serve%d.log" % i)) for i in range(2)]
         for i in range(2):
-            check(wait_http(urls[i] + "/metrics", 60), "collector %s listens" % "AB"[i])
+            if not check(wait_http(urls[i] + "/metrics", 60), "collector %s listens" % "AB"[i]):
+                raise SystemExit("collector %s: %s" % ("AB"[i], open(os.path.join(tmp, "serve%d.log" % i)).read()[-600:]))
         for i in range(2):
             tables = {r[0] for r in query(i, "SELECT name FROM system.tables WHERE database = '%s'" % DB)}
             check({"steps", "steps_local", "stacks", "stacks_local", "meta"} <= tables,
