@@ -478,29 +478,19 @@ Result<JobWindow> load_job_window(store::Store& s, const LoadOptions& opt) {
     worker_of[{p.node, p.pid}] = owner->second;
     owner->second->workers.push_back(p.pid);
   }
-  // What each communicator carried, for the peer groups: point-to-point links and collectives.
-  CommTraffic traffic;
-  std::set<std::string> collective_comms;
-  auto index_of = [&](const RankWindow* r) { return static_cast<size_t>(r - job.ranks.data()); };
   for (const auto& c : *colls) {
     auto it = by_proc.find({c.node, c.pid});
     if (it == by_proc.end()) continue;
     uint64_t done = c.device_end_ns > 0 ? c.device_end_ns : (c.library == "nccl" ? 0 : c.exit_ns);
     it->second->last_progress_ns = std::max(it->second->last_progress_ns, done);
-    if (c.comm_id.empty()) continue;
-    if (c.op == "send" || c.op == "recv") traffic.p2p.push_back({index_of(it->second), c.comm_id, c.peer});
-    else collective_comms.insert(c.comm_id);
   }
-  traffic.collective_comms.assign(collective_comms.begin(), collective_comms.end());
-  auto comms = s.communicators(rec);
-  if (comms) {
-    std::vector<CommMembership> members;
+  if (auto comms = s.communicators(rec)) {
+    ProcIndex index;
+    for (size_t i = 0; i < job.ranks.size(); ++i) index[{job.ranks[i].node, job.ranks[i].pid}] = i;
     for (const auto& c : *comms) {
-      if (c.nranks == static_cast<int>(job.ranks.size())) job.communicator = c.comm_id;
-      auto it = by_proc.find({c.node, c.pid});
-      if (it != by_proc.end()) members.push_back({index_of(it->second), c.comm_id, c.rank, c.nranks});
+      if (c.nranks == static_cast<int>(job.ranks.size()) && index.count({c.node, c.pid})) job.communicator = c.comm_id;
     }
-    job.peer_group = peer_groups(job.ranks.size(), members, traffic);
+    job.peer_group = peer_groups(job.ranks.size(), index, *comms, *colls);
   }
   // Kernel time per kernel name from the device timeline, when there is one: exact per stretch
   // (the window being diagnosed, and the healthy past before it), where the metric windows may

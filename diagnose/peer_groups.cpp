@@ -72,4 +72,23 @@ std::vector<int> peer_groups(size_t n, const std::vector<CommMembership>& member
   return group;
 }
 
+std::vector<int> peer_groups(size_t n, const ProcIndex& index, const std::vector<store::CommunicatorRecord>& comms,
+                             const std::vector<store::CollectiveRecord>& calls) {
+  CommTraffic traffic;
+  std::set<std::string> collective_comms;
+  for (const auto& c : calls) {
+    auto it = index.find({c.node, c.pid});
+    if (it == index.end() || c.comm_id.empty()) continue;
+    if (c.op == "send" || c.op == "recv") traffic.p2p.push_back({it->second, c.comm_id, c.peer});
+    else collective_comms.insert(c.comm_id);
+  }
+  traffic.collective_comms.assign(collective_comms.begin(), collective_comms.end());
+  std::vector<CommMembership> members;
+  for (const auto& c : comms) {
+    auto it = index.find({c.node, c.pid});
+    if (it != index.end()) members.push_back({it->second, c.comm_id, c.rank, c.nranks});
+  }
+  return peer_groups(n, members, traffic);
+}
+
 }  // namespace strata::diagnose

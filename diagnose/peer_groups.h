@@ -22,9 +22,13 @@
 #pragma once
 
 #include <cstddef>
+#include <cstdint>
+#include <map>
 #include <string>
 #include <utility>
 #include <vector>
+
+#include "store/store.h"
 
 namespace strata::diagnose {
 
@@ -53,5 +57,12 @@ struct CommTraffic {
 // The peer group of every rank (n of them, indices as in `members`): ranks with the same value do
 // the same work. Empty when roles are unknown (no point-to-point link): every rank is a peer.
 std::vector<int> peer_groups(size_t n, const std::vector<CommMembership>& members, const CommTraffic& traffic);
+
+// The same from what the store recorded: `index` gives each rank's process its rank index
+// ((node, pid) -> 0..n-1; a rank restarted under a new pid has both); communicators and calls of
+// other processes are ignored. The diagnosis and the web API's heatmap both group ranks this way.
+using ProcIndex = std::map<std::pair<std::string, uint32_t>, size_t>;
+std::vector<int> peer_groups(size_t n, const ProcIndex& index, const std::vector<store::CommunicatorRecord>& comms,
+                             const std::vector<store::CollectiveRecord>& calls);
 
 }  // namespace strata::diagnose

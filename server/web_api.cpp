@@ -19,6 +19,9 @@
 #include "report/chrome_trace.h"
 #include "report/exporters.h"
 #include "server/json.h"
+#ifdef STRATA_HAVE_DIAGNOSE
+#include "diagnose/peer_groups.h"
+#endif
 
 
 namespace strata::server {
@@ -138,6 +141,38 @@ class WebApi {
     res.set_content(r.body, r.content_type);
   }
 
+  // Each heatmap row's peer group (ranks of one parallel role, diagnose/peer_groups.h), from the
+  // communicators and the calls of the job's last kPeerGroupSteps columns: roles do not change
+  // within a job, and a bounded span keeps the read independent of the job's age. Empty when every
+  // rank does the same work (or roles are unknown): the UI then offers no peer-group view.
+  static constexpr size_t kPeerGroupSteps = 8;  // a pipeline schedule's sends and all-reduces recur every step
+  std::vector<int> peer_groups_of(size_t n, const std::map<ProcKey, size_t>& proc_row,
+                                  const std::vector<std::vector<const store::StepRecord*>>& per_row, size_t columns) {
+#ifdef STRATA_HAVE_DIAGNOSE
+    if (n < 2 || columns == 0) return {};
+    store::RowQuery span;
+    span.from_ns = UINT64_MAX;
+    span.to_ns = 0;
+    for (const auto& v : per_row) {
+      for (size_t c = v.size() > kPeerGroupSteps ? v.size() - kPeerGroupSteps : 0; c < v.size(); ++c) {
+        span.from_ns = std::min(*span.from_ns, v[c]->start_ns);
+        span.to_ns = std::max(*span.to_ns, v[c]->end_ns);
+      }
+    }
+    if (*span.to_ns <= *span.from_ns) return {};
+    std::lock_guard lock(ctx_.store_mu);
+    auto calls = ctx_.store.query_collectives(span);
+    auto comms = ctx_.store.communicators();
+    if (!calls || !comms) return {};  // the heatmap stands without groups
+    auto group = diagnose::peer_groups(n, proc_row, *comms, *calls);
+    if (std::all_of(group.begin(), group.end(), [&](int g) { return g == group.front(); })) return {};
+    return group;
+#else
+    (void)n, (void)proc_row, (void)per_row, (void)columns;
+    return {};
+#endif
+  }
+
   // One row per rank, one column per step (the n-th step of every rank: ranks of a data-parallel job
   // step together), so the UI draws a rank x time heatmap without a request per rank.
   void heatmap(const httplib::Request& req, httplib::Response& res) {
@@ -194,10 +229,13 @@ class WebApi {
       }
       o += (c ? "," : "") + json_num(t);
     }
+    const std::vector<int> group = peer_groups_of(rows.size(), proc_row, per_row, columns);
     o += "],\"ranks\":[";
     for (size_t r = 0; r < rows.size(); ++r) {
       o += (r ? "," : "") + std::string("{\"rank\":") + json_num(rows[r].rank) + ",\"pid\":" + json_num(rows[r].pid) +
-           ",\"node\":" + json_str(rows[r].node) + "}";
+           ",\"node\":" + json_str(rows[r].node);
+      if (!group.empty()) o += ",\"group\":" + json_str("group " + std::to_string(group[r]));
+      o += "}";
     }
     o += "],\"summary\":{";
     struct Series {

@@ -5,17 +5,23 @@
 `strata record`, then `strata diagnose`:
 - the store holds every rank's communicators (world, its TP pair, its PP pair) with positions;
 - the stages really differ (stage 1's GPUs compute longer), yet the healthy job has no finding;
+- the web API's heatmap carries each rank's peer group (stage 0: ranks 0,1; stage 1: ranks 2,3), so
+  the UI can compare a rank with its own stage;
 - a gpu-slow fault on one rank of one stage is found on that rank, as gpu-slow;
 - a layout that does not fit (ranks not a multiple of P x T, --python, --mode fsdp) exits 1, one line.
 Usage: parallel_roles_test.py BUILD_DIR
 """
 import json
 import os
+import signal
 import sqlite3
 import statistics
 import subprocess
 import sys
 import tempfile
+
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "support"))
+from harness import free_port, http, start, wait_http  # noqa: E402
 
 B = os.path.abspath(sys.argv[1])
 STRATA = os.path.join(B, "bin", "strata")
@@ -49,6 +55,22 @@ def diagnose(db):
     p = subprocess.run([STRATA, "diagnose", db, "--json"], capture_output=True, text=True, timeout=300)
     check(p.returncode == 0, f"strata diagnose exits 0 ({p.stderr.strip()[-300:]})")
     return json.loads(p.stdout) if p.returncode == 0 else {"findings": []}
+
+
+def heatmap_groups(tmp, db):
+    """Each rank's peer group as the web API's heatmap gives it ({rank: group}), from `strata serve`."""
+    port = free_port()
+    url = "http://127.0.0.1:%d" % port
+    p = start([STRATA, "serve", "--store", "sqlite:" + db, "--listen", "127.0.0.1:%d" % port],
+              os.path.join(tmp, "serve.log"))
+    try:
+        if not wait_http(url + "/metrics", 30):
+            return {}
+        status, body = http("GET", url + "/api/v1/heatmap?series=step_ms")
+        return {r["rank"]: r.get("group") for r in json.loads(body)["ranks"]} if status == 200 else {}
+    finally:
+        p.send_signal(signal.SIGTERM)
+        p.wait(30)
 
 
 def interference(f):
@@ -100,6 +122,9 @@ def main():
                        "AND kind = 'kernel'")[0][0] for r in range(4)}
     check(min(dev[2], dev[3]) > 1.6 * max(dev[0], dev[1]),
           f"stage 1 computes more than stage 0 by design (kernel ms: { {r: dev[r] // 1000000 for r in dev} })")
+    groups = heatmap_groups(tmp, db)
+    check(len(groups) == 4 and groups[0] == groups[1] and groups[2] == groups[3] and groups[0] != groups[2] and
+          None not in groups.values(), f"heatmap: each rank's peer group is its stage ({groups})")
     dx = diagnose(db)
     # On a shared machine another process on the job's CPUs really slows it: a job-wide
     # cpu-contention finding that names a process outside the job is true, not a false finding
