@@ -355,6 +355,14 @@ Result<JobWindow> load_job_window(store::Store& s, const LoadOptions& opt) {
   span.recording = rec;
   span.from_ns = from_ns;
   span.to_ns = opt.to_ns;
+  // The metrics first: their windows say how far the store has seen the job (observed_until_ns),
+  // the steps and collectives how far it progressed. A collector's round reads while agents keep
+  // writing, without a snapshot; read in this order, newer rows can only add progress, so a round
+  // never sees "observed later than the last progress" that was not so (read the other way, a
+  // round that took minutes saw minutes of metrics past the last step it had read: a false hang).
+  auto rows = s.query_metrics(span);
+  if (!rows) return rows.error();
+  if (stats) stats->metrics += rows->size();
   auto steps_r = s.query_steps(span);
   if (!steps_r) return steps_r.error();
   if (stats) stats->steps += steps_r->size();
@@ -521,10 +529,7 @@ Result<JobWindow> load_job_window(store::Store& s, const LoadOptions& opt) {
   }
 
   // Metrics: rates over the recording windows that overlap the analysis window, times the rank's
-  // step time, give time per step.
-  auto rows = s.query_metrics(span);
-  if (!rows) return rows.error();
-  if (stats) stats->metrics += rows->size();
+  // step time, give time per step. (`rows` were read first, above.)
   ByProc<Acc> acc, past_acc;
   // The healthy past starts at the baseline's first step (after warm-up).
   uint64_t past_from_ns = UINT64_MAX;

@@ -118,18 +118,17 @@ class Server {
     for (const auto& note : opts_.startup_notes) log_ << "strata: " << note << "\n";
     log_ << "strata: serving on http://" << opts_.listen << (opts_.token.empty() ? " (no token: open to anyone who can connect)" : "")
          << "\n";
-    // SQLite: the rounds read through a connection of their own (WAL lets it read beside the writer;
-    // the file exists now, the writer made it). A ClickHouse store object keeps the recordings it
-    // wrote in memory, so its rounds read through the writer's.
-    if (opts_.store.rfind("clickhouse://", 0) != 0) {
-      // One per job diagnosed at once: the jobs of a round read side by side.
-      for (size_t k = 0; k < Diagnoser::kRoundThreads; ++k) {
-        if (auto reader = open_store(opts_.store, store::Store::Mode::kReadOnly)) {
-          diagnoser_.set_reader(std::move(*reader));
-        } else {
-          log_ << "strata: serve: diagnosis reads share the writer's connection: " << reader.error().message << "\n";
-          break;
-        }
+    // The rounds read through store objects of their own, never under the ingest lock: SQLite
+    // connections (WAL lets them read beside the writer; the file exists now, the writer made it),
+    // or ClickHouse clients (a round's queries then run beside the agents' inserts; a round on the
+    // writer's object held the lock for its whole length and ingest waited). One per job diagnosed
+    // at once: the jobs of a round read side by side.
+    for (size_t k = 0; k < Diagnoser::kRoundThreads; ++k) {
+      if (auto reader = open_store(opts_.store, store::Store::Mode::kReadOnly)) {
+        diagnoser_.set_reader(std::move(*reader));
+      } else {
+        log_ << "strata: serve: diagnosis reads share the writer's connection: " << reader.error().message << "\n";
+        break;
       }
     }
     diagnoser_.start();  // a round every --diagnose-every seconds for jobs with new data

@@ -958,15 +958,18 @@ class ClickHouseStore final : public Store {
   }
 
   Result<std::optional<int64_t>> latest_recording() override {
-    if (cluster_.empty()) {
-      if (recording_nodes_.empty()) return std::optional<int64_t>{};
-      return std::optional<int64_t>{recording_nodes_.rbegin()->first};
-    }
-    // Ids say nothing of order on a cluster: the latest to start.
-    auto r = query("SELECT id FROM " + db_ + ".recordings ORDER BY started_ns DESC LIMIT 1");
+    // Read from the table, not from the recordings this object wrote: a collector's rounds read
+    // through store objects of their own, beside the writer. One server numbers recordings in
+    // order; ids say nothing of order on a cluster: there, the latest to start.
+    // A recording this object began is the latest until it is committed and the table shows it.
+    auto r = query("SELECT id FROM " + db_ + ".recordings ORDER BY " + (cluster_.empty() ? "id" : "started_ns") +
+                   " DESC LIMIT 1");
     if (!r) return r.error();
-    if (r->empty()) return std::optional<int64_t>{};
-    return std::optional<int64_t>{i64((*r)[0][0])};
+    std::optional<int64_t> latest;
+    if (!r->empty()) latest = i64((*r)[0][0]);
+    if (cluster_.empty() && !recording_nodes_.empty() && (!latest || recording_nodes_.rbegin()->first > *latest))
+      latest = recording_nodes_.rbegin()->first;
+    return latest;
   }
 
   Result<std::vector<std::string>> live_collectors(const std::string& self, uint64_t now_ns, uint64_t ttl_ns) override {
