@@ -185,15 +185,10 @@ def workload_cmd(name, build):
     raise SystemExit("agent_cost: unknown workload %r (sim, ddp)" % name)
 
 
-def pod_env(strata, timeline_dir):
+def pod_env(strata):
+    """What a pod spec would set, as printed (its host paths are mounted at the same paths)."""
     out = subprocess.run([strata, "agent", "--pod-env"], capture_output=True, text=True, check=True).stdout
-    env = {}
-    for line in out.splitlines():
-        if "=" in line and not line.startswith("#"):
-            k, v = line.split("=", 1)
-            env[k] = v
-    env["STRATA_TIMELINE_DIR"] = timeline_dir
-    return env
+    return dict(line.split("=", 1) for line in out.splitlines() if "=" in line and not line.startswith("#"))
 
 
 def agent_stats(db):
@@ -210,12 +205,13 @@ def run_workload(name, args, tmp):
     strata = os.path.join(args.build, "bin", "strata")
     marker = os.urandom(6).hex()
     wdir = os.path.join(tmp, name)
-    os.makedirs(os.path.join(wdir, "timeline"))
-    env = dict(os.environ, STRATA_BENCH=marker,
-               STRATA_NVML_LIBRARY=os.path.join(args.build, "testbed", "lib", "libnvidia-ml.so.1"),
-               STRATA_TESTBED_DIR=os.path.join(wdir, "testbed"))
-    os.makedirs(env["STRATA_TESTBED_DIR"])
-    env.update(pod_env(strata, os.path.join(wdir, "timeline")))
+    # The node's driver: the stand-in NVML over this run's stand-in GPUs, for the agent and the job.
+    node_env = {k: v for k, v in os.environ.items() if k not in ("CUDA_INJECTION64_PATH", "STRATA_TIMELINE_DIR")}
+    node_env.update(STRATA_NVML_LIBRARY=os.path.join(args.build, "testbed", "lib", "libnvidia-ml.so.1"),
+                    STRATA_TESTBED_DIR=os.path.join(wdir, "testbed"))
+    os.makedirs(node_env["STRATA_TESTBED_DIR"])
+    env = dict(node_env, STRATA_BENCH=marker)
+    env.update(pod_env(strata))
     procs = {}
     logs = {}
 
@@ -227,7 +223,7 @@ def run_workload(name, args, tmp):
     try:
         agent = start("agent", [strata, "agent", "-o", os.path.join(wdir, "agent.db"), "--select", "STRATA_BENCH=" + marker,
                                 "--window", "10", "--listen-metrics", "off", "--spool", os.path.join(wdir, "spool"),
-                                "--budget", str(args.budget)])
+                                "--budget", str(args.budget)], env=node_env)
         if not settle(agent.pid, True):
             raise RuntimeError("strata agent did not start: " + open(os.path.join(wdir, "agent.log")).read()[-400:])
         start("job", workload_cmd(name, args.build), env=env, cwd=SOURCE)
