@@ -4,7 +4,8 @@
 usage: agent_cost.py BUILD_DIR [--seconds S] [--workloads sim,ddp] [--budget PCT] [--out FILE.json]
 
 Per workload, one job runs for S seconds (default 600) watched at the same time by three profilers
-at 99 Hz: `strata agent -o` (every layer, finding the job by its environment, as on a node),
+at 99 Hz: `strata agent` (every layer, finding the job by its environment and shipping every window
+to a local `strata serve`, as on a node),
 `strata record -p` (the job's ranks) and bpftrace's bare sampler `profile:hz:99 /pid == ...:/ {
 @[ustack] = count(); }`. Each one's cost is its own CPU time (its threads' schedstat) plus the run time
 of the BPF programs whose fds it holds (kernel.bpf_stats_enabled, on during the run), over the job's
@@ -26,6 +27,7 @@ import json
 import os
 import shutil
 import signal
+import socket
 import sqlite3
 import subprocess
 import sys
@@ -191,6 +193,12 @@ def pod_env(strata):
     return dict(line.split("=", 1) for line in out.splitlines() if "=" in line and not line.startswith("#"))
 
 
+def free_port():
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
 def agent_stats(db):
     try:
         con = sqlite3.connect("file:%s?mode=ro" % db, uri=True)
@@ -221,9 +229,16 @@ def run_workload(name, args, tmp):
         return procs[key]
 
     try:
-        agent = start("agent", [strata, "agent", "-o", os.path.join(wdir, "agent.db"), "--select", "STRATA_BENCH=" + marker,
-                                "--window", "10", "--listen-metrics", "off", "--spool", os.path.join(wdir, "spool"),
-                                "--budget", str(args.budget)], env=node_env)
+        # The agent as deployed: shipping each window to a collector (here a local `strata serve`
+        # on SQLite, whose own CPU is not the agent's and is not counted).
+        port = free_port()
+        serve = start("serve", [strata, "serve", "--store", "sqlite:" + os.path.join(wdir, "serve.db"), "--listen",
+                                "127.0.0.1:%d" % port])
+        if not settle(serve.pid, False):
+            raise RuntimeError("strata serve did not start: " + open(os.path.join(wdir, "serve.log")).read()[-400:])
+        agent = start("agent", [strata, "agent", "--server", "http://127.0.0.1:%d" % port, "--select",
+                                "STRATA_BENCH=" + marker, "--window", "10", "--listen-metrics", "off", "--spool",
+                                os.path.join(wdir, "spool"), "--budget", str(args.budget)], env=node_env)
         if not settle(agent.pid, True):
             raise RuntimeError("strata agent did not start: " + open(os.path.join(wdir, "agent.log")).read()[-400:])
         start("job", workload_cmd(name, args.build), env=env, cwd=SOURCE)
@@ -273,7 +288,7 @@ def run_workload(name, args, tmp):
                       "pct": round(100 * (d_cpu + d_bpf) / job_ns, 4) if job_ns else None,
                       "sampler_pct": round(100 * d_smp / job_ns, 4) if job_ns else None}
     finally:
-        for key in ("bpftrace", "record", "job", "agent"):
+        for key in ("bpftrace", "record", "job", "agent", "serve"):
             p = procs.get(key)
             if p and p.poll() is None:
                 try:
@@ -284,7 +299,7 @@ def run_workload(name, args, tmp):
                     p.wait()
         for f in logs.values():
             f.close()
-    stats = agent_stats(os.path.join(wdir, "agent.db"))
+    stats = agent_stats(os.path.join(wdir, "serve.db"))
     res["agent_own_view"] = {k: stats.get(k) for k in ("agent_cpu_s", "bpf_run_s", "target_cpu_s", "budget.max_level",
                                                          "budget.steps_down", "ringbuf_drops") if k in stats} or stats
     return res
