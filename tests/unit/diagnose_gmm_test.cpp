@@ -6,7 +6,11 @@
 #include <cmath>
 #include <random>
 
+#include "diagnose/engine.h"
 #include "diagnose/gmm.h"
+#include "diagnose/render.h"
+#include "diagnose/synthetic.h"
+#include <sstream>
 
 namespace strata::diagnose {
 namespace {
@@ -71,6 +75,87 @@ TEST(DiagnoseGmm, DeterministicAndSafeOnDegenerateInput) {
   EXPECT_TRUE(std::isfinite(s.log_likelihood));
   EXPECT_DOUBLE_EQ(s.var[0][0], gmm::kVarianceFloor);
   EXPECT_EQ(gmm::fit_best({}).k(), 0u);
+}
+
+
+// A synthetic job with per-step series: kMaxSeriesStepsPerPhase healthy baseline steps per rank,
+// then as many window steps with the faults.
+JobWindow series_job(size_t ranks, std::vector<PlantedFault> faults, unsigned seed) {
+  SyntheticSpec spec;
+  spec.ranks = ranks;
+  spec.seed = seed;
+  spec.series_steps = kMaxSeriesStepsPerPhase;
+  spec.faults = std::move(faults);
+  return make_synthetic_job(spec);
+}
+
+std::string describe(const OverTimeOpinion& ot) {
+  std::string s = ot.summary + "\n";
+  for (const auto& n : ot.notes) s += "  " + n + "\n";
+  return s;
+}
+
+TEST(DiagnoseOverTime, TwoRanksOneSlowsHalfwayNamesIt) {
+  for (unsigned seed = 1; seed <= 10; ++seed) {
+    // Rank 1's steps 30% slower in the window (30 ms more host time on a 100 ms step).
+    JobWindow job = series_job(2, {{1, "host-hotspot", 30}}, seed);
+    ASSERT_EQ(job.ranks[1].series.size(), 2 * kMaxSeriesStepsPerPhase);
+    OverTimeOpinion ot = over_time_opinion(job);
+    ASSERT_TRUE(ot.fitted) << describe(ot);
+    ASSERT_EQ(ot.outlier_ranks, std::vector<int>{1}) << "seed " << seed << ": " << describe(ot);
+    EXPECT_GT(ot.shares[0], 0.9) << describe(ot);
+    EXPECT_FALSE(ot.job_wide) << describe(ot);
+    // The note says what moved: busy time, by about the planted 30 ms.
+    bool busy = false;
+    for (const auto& n : ot.notes) busy = busy || (n.find("rank(s) 1:") != std::string::npos && n.find("busy") != std::string::npos);
+    EXPECT_TRUE(busy) << describe(ot);
+    // The z-scores have no opinion on 2 ranks; the engine's second opinion still carries this one.
+    Diagnosis dx = diagnose(job);
+    EXPECT_FALSE(dx.second.compared);
+    EXPECT_EQ(dx.second.over_time.outlier_ranks, std::vector<int>{1});
+  }
+}
+
+TEST(DiagnoseOverTime, HealthyJobsNameNobody) {
+  for (size_t ranks : {size_t{1}, size_t{2}, size_t{8}}) {
+    for (unsigned seed = 1; seed <= 10; ++seed) {
+      OverTimeOpinion ot = over_time_opinion(series_job(ranks, {}, seed));
+      ASSERT_TRUE(ot.fitted) << describe(ot);
+      EXPECT_TRUE(ot.outlier_ranks.empty()) << ranks << " ranks, seed " << seed << ": " << describe(ot);
+      EXPECT_FALSE(ot.job_wide) << ranks << " ranks, seed " << seed << ": " << describe(ot);
+    }
+  }
+}
+
+TEST(DiagnoseOverTime, EveryRankSlowingAlikeIsJobWide) {
+  for (unsigned seed = 1; seed <= 10; ++seed) {
+    // Shared storage got slow: every rank's input reads take 30 ms more per step.
+    OverTimeOpinion ot = over_time_opinion(series_job(8, {{kAllRanks, "io-stall", 30}}, seed));
+    ASSERT_TRUE(ot.fitted);
+    EXPECT_TRUE(ot.job_wide) << "seed " << seed << ": " << describe(ot);
+    EXPECT_TRUE(ot.outlier_ranks.empty()) << "seed " << seed << ": " << describe(ot);
+  }
+  // One rank alone: the job over time is all there is, and it moved.
+  OverTimeOpinion one = over_time_opinion(series_job(1, {{0, "io-stall", 30}}, 3));
+  EXPECT_TRUE(one.job_wide) << describe(one);
+  EXPECT_TRUE(one.outlier_ranks.empty()) << describe(one);
+}
+
+TEST(DiagnoseOverTime, StragglerAmongEightIsNamedNotItsWaitingPeers) {
+  for (unsigned seed = 1; seed <= 10; ++seed) {
+    OverTimeOpinion ot = over_time_opinion(series_job(8, {{5, "gpu-slow", 30}}, seed));
+    EXPECT_EQ(ot.outlier_ranks, std::vector<int>{5}) << "seed " << seed << ": " << describe(ot);
+    EXPECT_FALSE(ot.job_wide) << describe(ot);
+  }
+}
+
+TEST(DiagnoseOverTime, NoSeriesNoOpinionAndNoDisagreement) {
+  SyntheticSpec spec;
+  spec.ranks = 2;
+  spec.faults = {{1, "host-hotspot", 30}};
+  Diagnosis dx = diagnose(make_synthetic_job(spec));
+  EXPECT_FALSE(dx.second.over_time.fitted);
+  EXPECT_FALSE(dx.second.disagrees);
 }
 
 }  // namespace
