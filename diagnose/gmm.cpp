@@ -22,6 +22,17 @@ double sq_dist(const std::vector<double>& a, const std::vector<double>& b) {
   return s;
 }
 
+// The per-component constants of the density, after the parameters changed.
+void prepare(Mixture& m) {
+  m.log_norm.assign(m.k(), kNegInf);
+  for (size_t c = 0; c < m.k(); ++c) {
+    if (m.weight[c] <= 0) continue;  // a component no point wants: density 0
+    double s = std::log(m.weight[c]);
+    for (size_t j = 0; j < m.dims; ++j) s -= 0.5 * std::log(2 * std::numbers::pi * m.var[c][j]);
+    m.log_norm[c] = s;
+  }
+}
+
 // A uniform double in [0, 1) from the generator's raw output: std::uniform_real_distribution
 // differs between standard libraries, this does not.
 double uniform(std::mt19937& rng) { return static_cast<double>(rng()) / 4294967296.0; }
@@ -80,7 +91,8 @@ Mixture start(const Points& x, size_t k, std::mt19937& rng) {
   m.dims = d;
   m.weight.assign(k, 0);
   m.mean = centres;
-  m.var.assign(k, std::vector<double>(d, 0));
+  m.var.resize(k);
+  for (auto& v : m.var) v.assign(d, 0.0);  // (assign(k, vector) trips GCC 12's -Wfree-nonheap-object)
   std::vector<size_t> count(k, 0);
   for (size_t i = 0; i < n; ++i) {
     ++count[label[i]];
@@ -95,6 +107,7 @@ Mixture start(const Points& x, size_t k, std::mt19937& rng) {
   double w = 0;
   for (double v : m.weight) w += v;
   for (double& v : m.weight) v /= w;
+  prepare(m);
   return m;
 }
 
@@ -144,17 +157,18 @@ void em(const Points& x, Mixture& m) {
       m.mean[c] = std::move(mu);
       m.var[c] = std::move(var);
     }
+    prepare(m);
   }
 }
 
 }  // namespace
 
 double log_joint(const Mixture& m, size_t c, const std::vector<double>& x) {
-  if (m.weight[c] <= 0) return kNegInf;
-  double s = std::log(m.weight[c]);
+  double s = m.log_norm[c];
+  if (s == kNegInf) return s;
   for (size_t j = 0; j < m.dims; ++j) {
     double dx = x[j] - m.mean[c][j];
-    s -= 0.5 * (std::log(2 * std::numbers::pi * m.var[c][j]) + dx * dx / m.var[c][j]);
+    s -= 0.5 * dx * dx / m.var[c][j];
   }
   return s;
 }

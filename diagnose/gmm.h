@@ -18,6 +18,9 @@ struct Mixture {
   std::vector<double> weight;             // per component, sums to 1
   std::vector<std::vector<double>> mean;  // per component, per axis
   std::vector<std::vector<double>> var;   // per component, per axis (diagonal covariance)
+  // Per component: log weight - 1/2 sum log(2 pi var), kept with the parameters so a point's
+  // density costs no logarithm.
+  std::vector<double> log_norm;
   double log_likelihood = 0;              // of the points it was fitted on
   double bic = 0;                         // -2 log L + parameters * ln(points): lower is better
   size_t iterations = 0;
@@ -31,7 +34,7 @@ struct Mixture {
 inline constexpr double kVarianceFloor = 1e-2;
 // EM stops when one iteration improves the mean log-likelihood per point by less than this: the
 // mixture no longer moves in any way a report could show.
-inline constexpr double kTolerance = 1e-7;
+inline constexpr double kTolerance = 1e-6;
 // And after this many iterations whatever happens: well-separated data converge in tens.
 inline constexpr size_t kMaxIterations = 300;
 // The largest k model choice tries: a baseline, a change and one more population (the ranks

@@ -158,5 +158,39 @@ TEST(DiagnoseOverTime, NoSeriesNoOpinionAndNoDisagreement) {
   EXPECT_FALSE(dx.second.disagrees);
 }
 
+TEST(DiagnoseOverTime, EngineAgreesWhenBothSeeTheSameRank) {
+  Diagnosis dx = diagnose(series_job(2, {{1, "host-hotspot", 30}}, 4));
+  ASSERT_FALSE(dx.findings.empty());
+  ASSERT_EQ(dx.findings[0].rank, 1);
+  EXPECT_FALSE(dx.second.disagrees) << dx.second.summary;
+  EXPECT_NE(dx.second.summary.find("over time: agrees"), std::string::npos) << dx.second.summary;
+  // The JSON keeps its keys and adds the opinion over time; the text report shows it.
+  std::ostringstream json, text;
+  write_json(dx, json);
+  write_text(dx, text);
+  for (const char* key : {"\"second_opinion\":{\"outlier_ranks\":[]", "\"disagrees\":false", "\"summary\":",
+                          "\"over_time\":{\"fitted\":true", "\"outlier_ranks\":[1]", "\"job_wide\":false"})
+    EXPECT_NE(json.str().find(key), std::string::npos) << key << " in " << json.str();
+  EXPECT_NE(text.str().find("over time (a Gaussian mixture"), std::string::npos) << text.str();
+  EXPECT_NE(text.str().find("rank(s) 1 changed"), std::string::npos) << text.str();
+}
+
+TEST(DiagnoseOverTime, DisagreementStaysVisible) {
+  // The summaries say rank 1 slowed (the rules name it), but the steps say rank 0 changed: the
+  // two ranks' series swapped. The over-time opinion flags rank 0, the findings name rank 1.
+  JobWindow job = series_job(2, {{1, "host-hotspot", 30}}, 5);
+  std::swap(job.ranks[0].series, job.ranks[1].series);
+  Diagnosis dx = diagnose(job);
+  ASSERT_FALSE(dx.findings.empty());
+  ASSERT_EQ(dx.findings[0].rank, 1);
+  EXPECT_EQ(dx.second.over_time.outlier_ranks, std::vector<int>{0});
+  EXPECT_TRUE(dx.second.disagrees) << dx.second.summary;
+  EXPECT_NE(dx.second.summary.find("rank(s) [0] changed"), std::string::npos) << dx.second.summary;
+  EXPECT_NE(dx.second.summary.find("neither model flags rank 1"), std::string::npos) << dx.second.summary;
+  std::ostringstream json;
+  write_json(dx, json);
+  EXPECT_NE(json.str().find("\"disagrees\":true"), std::string::npos) << json.str();
+}
+
 }  // namespace
 }  // namespace strata::diagnose
