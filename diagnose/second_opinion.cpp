@@ -5,6 +5,7 @@
 // catches what the rules miss and shows when they see something else.
 #include <algorithm>
 #include <cmath>
+#include <cstdint>
 #include <cstdio>
 #include <functional>
 #include <unordered_map>
@@ -182,9 +183,11 @@ constexpr size_t kAxisStep = 0, kAxisWait = 1, kAxisBusy = 2;
 // Under this many window steps (all ranks together) there is no population to find: 8 steps of a
 // rank already show a 30% change against a few % of step noise.
 constexpr size_t kMinWindowPoints = 8;
-// The mixture is fitted on at most this many points (every s-th in rank order, so every phase and,
-// up to this many, every rank is in it); then every point is classified. The fit's cost stays
-// bounded for any job size, and 2048 points pin down 3 components of 5 axes many times over.
+// The mixture is fitted on about this many points at most, then every point is classified: the
+// fit's cost stays bounded for any job size, and 2048 points pin down 3 components of 5 axes many
+// times over. The limit: a change on one rank forms a component of its own only while that rank's
+// window steps are a visible part of the sample (up to a few tens of ranks); in a larger job a lone
+// rank's change is the z-scores' to find, and this opinion sees the job's.
 constexpr size_t kMaxFitPoints = 2048;
 // An axis's robust unit is never under 0.5% of the median step time: a metric that barely varies
 // (a constant GPU idle) would otherwise turn sub-millisecond wobbles into many sigmas.
@@ -248,13 +251,21 @@ OverTimeOpinion over_time_opinion(const JobWindow& job) {
   }
 
   // Robust units per axis over the points (over the fit sample when the job is large).
-  const size_t stride = (total + kMaxFitPoints - 1) / kMaxFitPoints;
+  // Which points: a Weyl sequence (position times the golden ratio, mod 1) below the kept
+  // fraction. Deterministic and even, and unlike every s-th point it cannot fall in step with the
+  // series' period (every s-th of 64 steps per rank could keep only the same two steps of each).
+  const double keep = std::min(1.0, static_cast<double>(kMaxFitPoints) / static_cast<double>(total));
+  const uint64_t below = static_cast<uint64_t>(keep * 4294967296.0);
   std::vector<const StepPoint*> sample;
-  size_t pos = 0;
+  uint32_t pos = 0;
   for (const auto& r : job.ranks) {
     for (const auto& p : r.series) {
-      if (pos++ % stride == 0) sample.push_back(&p);
+      if (static_cast<uint32_t>(pos++ * 2654435769u) < below || keep >= 1.0) sample.push_back(&p);
     }
+  }
+  if (sample.empty()) {
+    ot.summary = "no steps sampled";
+    return ot;
   }
   std::vector<double> centre(d), unit(d);
   std::vector<double> col(sample.size());
