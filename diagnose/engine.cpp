@@ -1640,39 +1640,69 @@ void find_slowed_alike(const JobWindow& job, Diagnosis& dx, double lost, const s
   }
 }
 
-// Whether the statistical opinion agrees with the findings, said in its summary.
+std::string joined(const std::vector<int>& ranks) {
+  std::string s;
+  for (int x : ranks) s += (s.empty() ? "" : ",") + std::to_string(x);
+  return s;
+}
+
+// Whether the statistical opinions agree with the findings, said in the summary. Two models:
+// the z-scores across ranks (3 ranks or more) and the mixture over time (when steps were kept).
+// They disagree with the findings when a model flags a rank the findings do not name, or when the
+// top finding names a rank neither model flags. A model without an opinion never disagrees.
 void compare_opinions(Diagnosis& dx) {
   const size_t n = dx.ranks;
-  // The second opinion agrees when it flags exactly the finding's ranks (a hang or a job-wide cause
-  // need not single out any rank, nor a hardware fault that costs nothing yet or stopped its GPU:
-  // the per-rank metrics it scores cannot show them). Under 3 ranks it compares nothing: its
-  // silence is no opinion.
+  // The findings' ranks a model could see (a hang or a job-wide cause need not single out any rank,
+  // nor a hardware fault that costs nothing yet or stopped its GPU: the metrics the models score
+  // cannot show them).
   auto& so = dx.second;
-  if (!so.compared) {
-    so.disagrees = false;
-    so.summary = "no statistical opinion: " + std::to_string(n) + " ranks are too few to compare";
-    return;
-  }
+  const auto& ot = so.over_time;
   std::vector<int> mine;
-  for (const auto& f : dx.findings) {
+  int top = -1;  // the top finding's rank, when a model could see it
+  for (size_t i = 0; i < dx.findings.size(); ++i) {
+    const auto& f = dx.findings[i];
     bool hardware = f.cause == Cause::kGpuMemoryErrors || f.cause == Cause::kPcieDegraded || f.cause == Cause::kNvlinkDegraded;
     bool unseen_hardware = f.cause == Cause::kGpuLost || (hardware && f.lost_ms_per_step == 0);
-    if (f.cause != Cause::kNetworkSlow && f.cause != Cause::kHang && !unseen_hardware && f.scope == Scope::kRank)
+    if (f.cause != Cause::kNetworkSlow && f.cause != Cause::kHang && !unseen_hardware && f.scope == Scope::kRank) {
       mine.push_back(f.rank);
+      if (i == 0) top = f.rank;
+    }
   }
-  std::vector<int> theirs = so.outlier_ranks;
   std::sort(mine.begin(), mine.end());
-  std::sort(theirs.begin(), theirs.end());
   bool job_level = !dx.findings.empty() && mine.empty();
-  so.disagrees = !job_level && mine != theirs;
-  if (so.disagrees) {
-    std::string a, b;
-    for (int x : theirs) a += (a.empty() ? "" : ",") + std::to_string(x);
-    for (int x : mine) b += (b.empty() ? "" : ",") + std::to_string(x);
-    so.summary = "the statistical opinion flags rank(s) [" + a + "] where the layered diagnosis names [" + b + "]";
+  auto has = [](const std::vector<int>& v, int x) { return std::find(v.begin(), v.end(), x) != v.end(); };
+
+  // The z-scores: they agree when they flag exactly the findings' ranks.
+  std::string z_summary;
+  bool z_disagrees = false;
+  std::vector<int> theirs = so.outlier_ranks;
+  std::sort(theirs.begin(), theirs.end());
+  if (!so.compared) {
+    z_summary = "no statistical opinion: " + std::to_string(n) + " ranks are too few to compare";
   } else {
-    so.summary = "the statistical opinion agrees";
+    z_disagrees = !job_level && mine != theirs;
+    z_summary = z_disagrees ? "the statistical opinion flags rank(s) [" + joined(theirs) + "] where the layered diagnosis names [" +
+                                  joined(mine) + "]"
+                            : "the statistical opinion agrees";
   }
+  // Over time: a rank it flags that the findings do not name, or the top finding's rank that
+  // neither model flags.
+  bool t_disagrees = false;
+  std::string t_summary;
+  if (ot.fitted && !job_level) {
+    std::vector<int> extra;
+    for (int r : ot.outlier_ranks) {
+      if (!has(mine, r)) extra.push_back(r);
+    }
+    bool top_unseen = top >= 0 && !has(ot.outlier_ranks, top) && !(so.compared && has(so.outlier_ranks, top));
+    t_disagrees = !extra.empty() || top_unseen;
+    if (!extra.empty()) t_summary = "rank(s) [" + joined(extra) + "] changed, which the layered diagnosis does not name";
+    if (top_unseen)
+      t_summary += std::string(t_summary.empty() ? "" : "; ") + "neither model flags rank " + std::to_string(top) + " of the top finding";
+  }
+  so.disagrees = z_disagrees || t_disagrees;
+  so.summary = z_summary;
+  if (ot.fitted) so.summary += "; over time: " + (t_disagrees ? t_summary : std::string("agrees"));
 }
 
 }  // namespace

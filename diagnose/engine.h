@@ -31,14 +31,32 @@ struct Finding {
   std::string advice;  // what to do about it
 };
 
+// The second opinion over time (eACGM's Gaussian mixture, diagnose/gmm.h): every (rank, step) of
+// the baseline and the window is a point of per-step metrics; a mixture fitted over all of them
+// finds populations of steps, and one that is new in the window says what changed and where. It
+// needs no peers: it speaks for 2 ranks, and for 1 about the job over time.
+struct OverTimeOpinion {
+  bool fitted = false;            // false: no per-step series, or too few steps (no opinion)
+  size_t points = 0;              // (rank, step) points classified
+  size_t k = 0;                   // components BIC chose
+  std::vector<int> outlier_ranks; // ranks whose window steps fall mostly in a new component, by share
+  std::vector<double> shares;     // per outlier: that share (0..1)
+  bool job_wide = false;          // every rank's window steps moved alike: the whole job changed
+  std::vector<std::string> notes; // per new component: where it is and its most changed axes
+  std::string summary;
+};
+
 // The statistical second opinion: robust z-scores of per-rank metric vectors (and per-function
-// on-CPU time), independent of the layered rules.
+// on-CPU time), independent of the layered rules; and beside it the opinion over time.
 struct SecondOpinion {
   std::vector<int> outlier_ranks;     // ordered by score
   std::vector<std::string> notes;     // per outlier: its most deviant metrics
   bool compared = false;  // false: too few ranks to compare (no opinion, never a disagreement)
+  // Whether the findings and either statistical opinion disagree: a model flags a rank the findings
+  // do not name, or the top finding names a rank neither model flags (engine.cpp).
   bool disagrees = false;
   std::string summary;
+  OverTimeOpinion over_time;
 };
 
 struct Diagnosis {
@@ -53,8 +71,10 @@ struct Diagnosis {
 
 Diagnosis diagnose(const JobWindow& job, const Options& options = {});
 
-// The second opinion alone (diagnose() calls it and compares).
+// The second opinion alone (diagnose() calls it and compares), over time included.
 SecondOpinion second_opinion(const JobWindow& job);
+// The opinion over time alone, from the ranks' per-step series (RankWindow::series).
+OverTimeOpinion over_time_opinion(const JobWindow& job);
 
 // A function's name for a report: "ns::Class::fn(int) [clone .isra.0]" -> "fn".
 std::string short_function(std::string_view name);

@@ -71,6 +71,26 @@ PhaseStats phase(const std::vector<store::StepRecord>& steps, size_t from, size_
   return p;
 }
 
+// Steps [from, to) as points of the rank's series: the latest kMaxSeriesStepsPerPhase of them.
+void append_series(std::vector<StepPoint>& out, const std::vector<store::StepRecord>& steps, size_t from, size_t to,
+                   bool in_window) {
+  to = std::min(to, steps.size());
+  from = std::max(from, to > kMaxSeriesStepsPerPhase ? to - kMaxSeriesStepsPerPhase : 0);
+  for (size_t i = from; i < to; ++i) {
+    const auto& s = steps[i];
+    StepPoint p;
+    p.step_ms = static_cast<float>(ms_of(s.end_ns - s.start_ns));
+    // As phase() counts it: device time of collective kernels when known, else the host's.
+    p.wait_ms = static_cast<float>(ms_of(s.device_known ? s.device_collective_ns : s.collective_ns));
+    if (s.device_known) {
+      p.device_compute_ms = static_cast<float>(ms_of(s.device_compute_ns));
+      p.gpu_idle_ms = static_cast<float>(ms_of(s.gpu_idle_ns));
+    }
+    p.in_window = in_window;
+    out.push_back(p);
+  }
+}
+
 // The system call a kernel frame enters ("__x64_sys_pread64" -> "pread64()"), else empty. Some
 // entries are tail calls that leave no __x64_sys_ frame (preadv enters as do_preadv, read as
 // ksys_read): their helpers name the call too.
@@ -458,6 +478,10 @@ Result<JobWindow> load_job_window(store::Store& s, const LoadOptions& opt) {
       r.base = r.now;
     }
     size_t first = cp > 0 ? cp : 0;
+    // The latest steps of each phase for the second opinion over time; without a change point
+    // every step is the window's (there is no baseline before it).
+    append_series(r.series, rs.steps, 0, first, false);
+    append_series(r.series, rs.steps, first, rs.steps.size(), true);
     if (first < rs.steps.size()) {
       job.start_ns = std::min(job.start_ns, rs.steps[first].start_ns);
       job.end_ns = std::max(job.end_ns, rs.steps.back().end_ns);

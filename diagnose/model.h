@@ -132,12 +132,29 @@ struct RankPast {
   double get(Os m) const { return os[static_cast<size_t>(m)]; }
 };
 
+// One step of a rank as the loader's step rows give it (ms; kUnknown where the layer was not
+// timed), for the second opinion over time. float: 100k ranks keep their latest steps cheaply, and
+// a step's time needs no more than 7 digits.
+struct StepPoint {
+  float step_ms = 0;
+  float wait_ms = 0;                 // collective wait, as PhaseStats::wait_ms counts it
+  float device_compute_ms = kUnknown;
+  float gpu_idle_ms = kUnknown;
+  bool in_window = false;            // false: a step of the baseline before the window
+};
+// The latest steps kept per rank and per phase (baseline, window): enough for a per-rank mixture to
+// see a change (tens of points per phase), bounded so 100k ranks cost ~1 KiB each.
+inline constexpr size_t kMaxSeriesStepsPerPhase = 32;
+
 struct RankWindow {
   int rank = -1;
   uint32_t pid = 0;
   std::string node;
   PhaseStats now;   // the window being diagnosed
   PhaseStats base;  // the job's own history before it (steps == 0: none)
+  // The latest steps of the baseline then of the window, in order, at most kMaxSeriesStepsPerPhase
+  // of each (empty: not kept, e.g. a job made up from summaries).
+  std::vector<StepPoint> series;
   RankPast past;    // the same history per layer (windows == 0: none)
   std::array<double, kOsCount> os;
   GpuState gpu;

@@ -43,8 +43,17 @@ void write_json(const Diagnosis& dx, std::ostream& out) {
   for (size_t i = 0; i < dx.second.outlier_ranks.size(); ++i) out << (i ? "," : "") << dx.second.outlier_ranks[i];
   out << "],\"notes\":[";
   for (size_t i = 0; i < dx.second.notes.size(); ++i) out << (i ? "," : "") << json_string(dx.second.notes[i]);
+  const auto& ot = dx.second.over_time;
   out << "],\"disagrees\":" << (dx.second.disagrees ? "true" : "false")
-      << ",\"summary\":" << json_string(dx.second.summary) << "}}\n";
+      << ",\"summary\":" << json_string(dx.second.summary) << ",\"compared\":" << (dx.second.compared ? "true" : "false")
+      << ",\"over_time\":{\"fitted\":" << (ot.fitted ? "true" : "false") << ",\"k\":" << ot.k << ",\"points\":" << ot.points
+      << ",\"outlier_ranks\":[";
+  for (size_t i = 0; i < ot.outlier_ranks.size(); ++i) out << (i ? "," : "") << ot.outlier_ranks[i];
+  out << "],\"shares\":[";
+  for (size_t i = 0; i < ot.shares.size(); ++i) out << (i ? "," : "") << json_number(ot.shares[i], "%.2f");
+  out << "],\"job_wide\":" << (ot.job_wide ? "true" : "false") << ",\"notes\":[";
+  for (size_t i = 0; i < ot.notes.size(); ++i) out << (i ? "," : "") << json_string(ot.notes[i]);
+  out << "],\"summary\":" << json_string(ot.summary) << "}}}\n";
 }
 
 void write_text(const Diagnosis& dx, std::ostream& out) {
@@ -71,6 +80,9 @@ void write_text(const Diagnosis& dx, std::ostream& out) {
   }
   out << "\nsecond opinion (robust z-scores over per-rank metrics and per-function times): " << dx.second.summary << "\n";
   for (const auto& n : dx.second.notes) out << "  " << n << "\n";
+  const auto& ot = dx.second.over_time;
+  out << "over time (a Gaussian mixture over every rank's per-step metrics, baseline and window): " << ot.summary << "\n";
+  for (const auto& n : ot.notes) out << "  " << n << "\n";
 }
 
 }  // namespace strata::diagnose

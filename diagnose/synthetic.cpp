@@ -31,6 +31,48 @@ std::string planted_culprit(const PlantedFault& f) {
   return "";
 }
 
+namespace {
+
+// Per-step series: every step, each rank's busy time (device compute + GPU idle) jitters around its
+// healthy value (baseline) or its faulted one (window), and as in a synchronous job every rank
+// leaves the step's collective when the slowest arrives. A generator of its own, so the summaries
+// stay what they were for a seed.
+void add_series(JobWindow& job, const SyntheticSpec& spec, double comm, double extra_wait) {
+  SyntheticSpec hs = spec;
+  hs.faults.clear();
+  hs.series_steps = 0;
+  hs.past = false;
+  const JobWindow healthy = make_synthetic_job(hs);
+  std::mt19937_64 rng(spec.seed * 7919 + 17);
+  std::normal_distribution<double> jitter(0, spec.noise);
+  auto noisy = [&](double v) { return v * std::max(0.5, 1 + jitter(rng)); };
+  const size_t n = job.ranks.size(), steps = std::min(spec.series_steps, kMaxSeriesStepsPerPhase);
+  for (bool window : {false, true}) {
+    const JobWindow& from = window ? job : healthy;
+    for (size_t k = 0; k < steps; ++k) {
+      std::vector<double> dev(n), idle(n);
+      double slowest = 0;
+      for (size_t i = 0; i < n; ++i) {
+        dev[i] = noisy(from.ranks[i].now.device_compute_ms);
+        idle[i] = noisy(from.ranks[i].now.gpu_idle_ms);
+        slowest = std::max(slowest, dev[i] + idle[i]);
+      }
+      double step = slowest + noisy(comm) + (window ? extra_wait : 0);
+      for (size_t i = 0; i < n; ++i) {
+        StepPoint p;
+        p.step_ms = static_cast<float>(step);
+        p.wait_ms = static_cast<float>(step - dev[i] - idle[i]);
+        p.device_compute_ms = static_cast<float>(dev[i]);
+        p.gpu_idle_ms = static_cast<float>(idle[i]);
+        p.in_window = window;
+        job.ranks[i].series.push_back(p);
+      }
+    }
+  }
+}
+
+}  // namespace
+
 JobWindow make_synthetic_job(const SyntheticSpec& spec) {
   std::mt19937_64 rng(spec.seed);
   std::normal_distribution<double> jitter(0, spec.noise);
@@ -233,10 +275,12 @@ JobWindow make_synthetic_job(const SyntheticSpec& spec) {
       job.ranks[next].links.push_back({ep(next, 4000), ep(i, 50000), 0.01, 0, 5e7});
     }
   }
+  if (spec.series_steps > 0) add_series(job, spec, comm, link_wait + link_all);
   if (spec.past) {
     SyntheticSpec healthy = spec;
     healthy.faults.clear();
     healthy.past = false;
+    healthy.series_steps = 0;
     JobBaseline past;
     past.absorb(make_synthetic_job(healthy));
     past.apply(job);

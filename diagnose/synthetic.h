@@ -24,6 +24,9 @@ struct SyntheticSpec {
   unsigned seed = 1;
   bool baseline = true;     // give the ranks a healthy history to compare with
   bool past = false;        // and a past per layer (JobBaseline of the same job without faults)
+  // Per-step series (RankWindow::series): this many healthy baseline steps, then as many window
+  // steps with the faults, per rank (at most kMaxSeriesStepsPerPhase each). 0: none, as before.
+  size_t series_steps = 0;
   std::vector<PlantedFault> faults;
 };
 
