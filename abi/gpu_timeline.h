@@ -16,6 +16,8 @@
  *     process started (else an earlier process with the same pid left it).
  * A container gets the rendezvous by mounting the host's /run/strata/timeline (or any directory,
  * named to both sides by STRATA_TIMELINE_DIR) at the same path.
+ * The file outlives its writer (its last records may not have been read yet): the reader that
+ * watched the process removes it after its last read, if the name still holds the file it read.
  *
  * One file per process; the writer appends one record per piece of device work when it finishes
  * (kernels, memcpy, memset, NCCL collectives). The agent follows the ring by copying it out with

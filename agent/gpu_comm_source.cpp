@@ -182,6 +182,7 @@ class CapturedTimeline final : public GpuTimingSource {
     tape_.put(CaptureKind::kTimelineRead, w.data());
     return recs;
   }
+  bool remove_file() override { return live_->remove_file(); }
 
  private:
   std::unique_ptr<GpuTimingSource> live_;
@@ -345,8 +346,10 @@ class GpuCommSource final : public Source {
     auto it = procs_.find(pid);
     if (it == procs_.end()) return;
     it->second.alive = false;
-    // Take its device records now: the file may be removed right after the process ends.
+    // Take its device records now, then remove its file: nobody reads it after its last reader,
+    // and left there every GPU process ever run would keep its ring in /run (memory).
     read_timeline(it->second, tape().mono_ns(), /*force=*/true);
+    if (it->second.timeline && it->second.timeline->remove_file()) ++timelines_removed_;
     release_files(it->second);
   }
 
@@ -474,6 +477,7 @@ class GpuCommSource final : public Source {
     out.emplace_back("gpu_comm.launch_probe_cost_s", static_cast<double>(launch_hits_) * opts_.uprobe_cost_us / 1e6);
     out.emplace_back("gpu_comm.timeline_lost", static_cast<double>(timeline_lost_));
     out.emplace_back("gpu_comm.timelines_refused", static_cast<double>(timelines_refused_));
+    out.emplace_back("gpu_comm.timelines_removed", static_cast<double>(timelines_removed_));
     auto [gpu, no_timeline] = gpu_processes();
     out.emplace_back("gpu_comm.gpu_processes", static_cast<double>(gpu));
     out.emplace_back("gpu_comm.gpu_processes_without_timeline", static_cast<double>(no_timeline));
@@ -1126,6 +1130,7 @@ class GpuCommSource final : public Source {
   uint64_t next_burst_ = 0, burst_start_ = 0, burst_end_ = 0, burst_hits_ = 0;
   uint64_t bursts_ = 0, launch_hits_ = 0, attach_errors_ = 0;
   uint64_t timeline_lost_ = 0, device_records_summarized_ = 0;
+  uint64_t timelines_removed_ = 0;  // files of exited processes removed after their last read
   uint64_t timelines_refused_ = 0;  // processes whose timeline file was refused (abi/gpu_timeline.h)
 };
 

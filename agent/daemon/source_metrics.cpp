@@ -27,6 +27,8 @@ const std::vector<SourceMetric>& source_metrics() {
        "Device-timeline records overwritten before they were read, or that failed the checks."},
       {"gpu_comm.timelines_refused", "strata_agent_gpu_comm_timelines_refused_total", "counter", 1,
        "Processes whose device-timeline file was refused (wrong owner, size or format)."},
+      {"gpu_comm.timelines_removed", "strata_agent_gpu_comm_timelines_removed_total", "counter", 1,
+       "Device-timeline files of exited processes removed from the rendezvous after their last read."},
       {"gpu_comm.gpu_processes", "", "gauge", 1, ""},                    // strata_agent_gpu_processes
       {"gpu_comm.gpu_processes_without_timeline", "", "gauge", 1, ""},  // ..._without_timeline
       {"gpu_comm.device_records_summarized", "strata_agent_gpu_comm_device_records_summarized_total", "counter", 1,

@@ -115,7 +115,17 @@ Status check_dir(int dirfd, const std::string& shown, uid_t owner) {
 
 class FileTimeline final : public GpuTimingSource {
  public:
-  FileTimeline(Fd fd, uint32_t capacity) : fd_(std::move(fd)), capacity_(capacity) {}
+  FileTimeline(Fd fd, uint32_t capacity, Fd dir, std::string name)
+      : fd_(std::move(fd)), capacity_(capacity), dir_(std::move(dir)), name_(std::move(name)) {}
+
+  bool remove_file() override {
+    struct stat mine {}, there {};
+    if (dir_.get() < 0 || fstat(fd_.get(), &mine) != 0 ||
+        fstatat(dir_.get(), name_.c_str(), &there, AT_SYMLINK_NOFOLLOW) != 0)
+      return false;
+    if (mine.st_dev != there.st_dev || mine.st_ino != there.st_ino) return false;
+    return unlinkat(dir_.get(), name_.c_str(), 0) == 0;
+  }
 
   std::vector<TimelineRecord> read_new(uint64_t& lost) override {
     std::vector<TimelineRecord> out;
@@ -209,6 +219,8 @@ class FileTimeline final : public GpuTimingSource {
   Fd fd_;
   uint64_t capacity_;  // from the header, read once when opened
   uint64_t next_ = 0;
+  Fd dir_;             // the rendezvous it was opened in, and its name there (remove_file)
+  std::string name_;
 };
 
 // Opens `name` in `dirfd` as a timeline of a process of uid `owner` (or root's).
@@ -253,7 +265,9 @@ Result<std::unique_ptr<GpuTimingSource>> open_timeline_at(int dirfd, const std::
   if (started_mono_ns != 0 && static_cast<int64_t>(h.start_ns) < started_mono_ns - kStaleSlackNs)
     return Error{shown + ": made before process " + std::to_string(expect_pid) +
                  " started (left by an earlier process with its pid; refused)"};
-  return std::unique_ptr<GpuTimingSource>(std::make_unique<FileTimeline>(std::move(fd), h.capacity));
+  // The directory stays open for remove_file(): once the process is gone, /proc/PID/root is too.
+  Fd dir(fcntl(dirfd, F_DUPFD_CLOEXEC, 0));
+  return std::unique_ptr<GpuTimingSource>(std::make_unique<FileTimeline>(std::move(fd), h.capacity, std::move(dir), name));
 }
 
 // "Name:\tvalue..." of /proc/PID/status, the fields after the name.

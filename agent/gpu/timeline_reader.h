@@ -48,6 +48,11 @@ class GpuTimingSource {
   // New records since the last call; `lost` counts records the writer overwrote before we read
   // them, and records that failed the checks.
   virtual std::vector<TimelineRecord> read_new(uint64_t& lost) = 0;
+  // The writer has exited and its last records were read: removes its file from the rendezvous,
+  // when the name still holds the file this reader opened (a new process with the same pid may
+  // have made its own). Without it every GPU process ever run leaves its ring (3 MB by default) in
+  // /run, which is memory. True when it removed one; sources that are not files remove nothing.
+  virtual bool remove_file() { return false; }
 };
 
 // Where the agent looks for timelines: its own $STRATA_TIMELINE_DIR, else

@@ -93,6 +93,27 @@ TEST_F(TimelineReader, FollowsTheRingAcrossChunksAndWrapAround) {
   EXPECT_EQ(lost, 0u);
 }
 
+// After its writer exits the reader removes the file it read, and only that file: a new process with
+// the same pid may have made its own under the name meanwhile.
+TEST_F(TimelineReader, RemovesTheFileItReadAndNoOther) {
+  std::string path = dir_.file("11.timeline");
+  ASSERT_TRUE(TimelineWriter::create(path, 8, 1));
+  auto r = open_timeline_file(path);
+  ASSERT_TRUE(r) << r.error().message;
+  EXPECT_TRUE((*r)->remove_file());
+  EXPECT_NE(access(path.c_str(), F_OK), 0) << "the file it read is gone";
+  EXPECT_FALSE((*r)->remove_file()) << "nothing left to remove";
+
+  std::string reused = dir_.file("12.timeline");
+  ASSERT_TRUE(TimelineWriter::create(reused, 8, 1));
+  auto old = open_timeline_file(reused);
+  ASSERT_TRUE(old) << old.error().message;
+  ASSERT_EQ(unlink(reused.c_str()), 0);
+  ASSERT_TRUE(TimelineWriter::create(reused, 8, 1));  // the next process with that pid
+  EXPECT_FALSE((*old)->remove_file());
+  EXPECT_EQ(access(reused.c_str(), F_OK), 0) << "another process's file stays";
+}
+
 TEST_F(TimelineReader, RefusesAFifoWithoutWaitingForAWriter) {
   std::string path = dir_.file("2.timeline");
   ASSERT_EQ(mkfifo(path.c_str(), 0644), 0);
