@@ -18,7 +18,7 @@ import urllib.parse
 import urllib.request
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "support"))
-from harness import check, failures, free_port, procs, start  # noqa: E402
+from harness import check, failures, free_port, procs, start, wait_http  # noqa: E402
 
 BUILD = os.path.abspath(sys.argv[1])
 STRATA = os.path.join(BUILD, "bin", "strata")
@@ -32,17 +32,6 @@ def get(base, path):
     req = urllib.request.Request(base + path, headers={"Authorization": "Bearer " + TOKEN})
     with urllib.request.urlopen(req, timeout=30) as r:
         return json.loads(r.read())
-
-
-def wait_up(base):
-    end = time.time() + 20
-    while time.time() < end:
-        try:
-            get(base, "/api/v1/jobs")
-            return True
-        except OSError:
-            time.sleep(0.1)
-    return False
 
 
 def run_sim(tmp, base, job, fault):
@@ -77,7 +66,7 @@ def main():
     base = "http://127.0.0.1:%d" % port
     start([STRATA, "serve", "--store", "sqlite:" + os.path.join(tmp, "server.db"), "--listen", "127.0.0.1:%d" % port,
            "--token-file", os.path.join(tmp, "token"), "--diagnose-every", "1"], os.path.join(tmp, "serve.log"))
-    if not check(wait_up(base), "strata serve answers"):
+    if not check(wait_http(base + "/api/v1/jobs"), "strata serve answers"):
         return
 
     # -- the slow GPU of rank 5 (node 2, local rank 1), same pids on every node
