@@ -11,7 +11,7 @@
 
 #include "abi/oncpu.h" /* STRATA_MAX_STACK_DEPTH, STRATA_COMM_LEN */
 
-#define STRATA_OFFCPU_ABI_VERSION 3
+#define STRATA_OFFCPU_ABI_VERSION 4
 #define STRATA_OS_MAX_CPUS 256        /* per-CPU run time is kept for CPUs below this */
 #define STRATA_HIST_BUCKETS 128       /* a power of two; see bpf/strata_hist.bpf.h */
 #define STRATA_HIST_SUB 4             /* sub-buckets per power of two */
@@ -42,6 +42,7 @@ enum strata_offcpu_counter {
   STRATA_OFFCPU_CNT_SNAPSHOT_LOST, /* a copy reused by another thread before its owner woke */
   STRATA_OFFCPU_CNT_SNAPSHOT_SENT, /* long blocks sent with their stack copy */
   STRATA_OFFCPU_CNT_SNAPSHOT_DROPPED, /* ... sent without it: no room in the ring buffer */
+  STRATA_OFFCPU_CNT_SAMPLED_OUT,   /* captures wanted but sampled out (capture_target_per_sec) */
   STRATA_OFFCPU_CNT__COUNT,
 };
 
@@ -84,6 +85,8 @@ struct strata_offcpu_cpu_state {
   __u64 watched_seen_ns; /* a watched thread ran here */
   __u64 period;          /* ~1 s periods of the rate caps */
   __u32 events, captures, explores, snapshots;
+  __u32 wanted;        /* captures wanted this period */
+  __u32 capture_shift; /* this period takes 1 in 2^capture_shift of them */
   __u64 counters[STRATA_OFFCPU_CNT__COUNT];
 };
 

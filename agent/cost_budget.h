@@ -3,7 +3,9 @@
 // watched processes' CPU on the node (at least one core's worth of the window);
 // over budget it steps down — first half, then a quarter of the sampling rate, and only then
 // node-side CFI unwinding off (kernel frame-pointer stacks, cut at the first return address that
-// is not code) — and steps back up when well under budget for two windows. Pure logic, unit-tested.
+// is not code) — and steps back up when well under budget for two windows. Each level also halves
+// what sources with a knob of their own allow themselves (off-CPU stack captures: scaled_at). Pure
+// logic, unit-tested.
 // Why the rate goes first: a lower rate keeps every stack whole and cuts every per-sample cost
 // (the copy, Python frames, normalizing); turning CFI off cuts only the walk's share and breaks the
 // stacks of every frameless module (on a Debian PyTorch job, all of them: issue 15).
@@ -71,6 +73,13 @@ class CostBudget {
 
   // Whether the node unwinds stack copies with CFI at a level.
   static bool cfi_at(int level) { return level < kFramePointers; }
+
+  // A per-second allowance of a source's own knob at a level (off-CPU stack captures): halved at
+  // each level, never below 1.
+  static unsigned scaled_at(int level, unsigned n) {
+    unsigned r = level <= 0 ? n : level >= 31 ? 0 : n >> level;
+    return r < 1 ? 1 : r;
+  }
 
   // Sampling rate at a level, from the configured one (never below 10 Hz).
   static unsigned rate_at(int level, unsigned hz) {

@@ -15,6 +15,7 @@
 #include <unordered_map>
 
 #include "abi/gpu_comm.h"
+#include "agent/bpf_stats.h"
 #include "agent/capture.h"
 #include "agent/comm/step_detector.h"
 #include "agent/flight_recorder.h"
@@ -100,6 +101,11 @@ struct ProcState {
   // Device busy intervals of the last minutes (monotonic): steps span windows.
   struct Busy {
     uint64_t start, end;
+    // The largest end of this record and every earlier one: nondecreasing along the deque (records
+    // of different streams arrive out of order), so a step finds its first record by binary search
+    // instead of scanning minutes of records for every step (that scan was most of the agent's own
+    // CPU on a GPU job: ~275 records a second per rank, 300 s kept, every step of every window).
+    uint64_t max_end;
     bool collective;
   };
   std::deque<Busy> recent_device;
@@ -456,24 +462,22 @@ class GpuCommSource final : public Source {
     return {};
   }
 
+  // BPF run time plus the trap of every uprobe hit, which no BPF counter sees (opts_.uprobe_cost_us).
+  uint64_t kernel_cost_ns() const override {
+    if (!skel_) return 0;
+    return bpf_run_time(skel_->obj).ns + trap_cost_ns();
+  }
+
   void stats(std::vector<std::pair<std::string, double>>& out) const override {
     if (!skel_) return;  // replay: the kernel's counters are the live run's
-    int ncpus = libbpf_num_possible_cpus();
-    std::vector<uint64_t> values(ncpus > 0 ? ncpus : 1);
-    auto sum = [&](uint32_t key) -> double {
-      if (bpf_map__lookup_elem(skel_->maps.gc_counters, &key, sizeof(key), values.data(),
-                               values.size() * sizeof(uint64_t), 0) != 0)
-        return 0;
-      uint64_t s = 0;
-      for (auto v : values) s += v;
-      return static_cast<double>(s);
-    };
+    auto sum = [&](uint32_t key) { return static_cast<double>(counter(key)); };
     out.emplace_back("gpu_comm.probe_entries", sum(STRATA_GC_ENTRIES));
     out.emplace_back("gpu_comm.probe_returns", sum(STRATA_GC_RETURNS));
     out.emplace_back("gpu_comm.ringbuf_drops", sum(STRATA_GC_RINGBUF_DROP));
     out.emplace_back("gpu_comm.unmatched_returns", sum(STRATA_GC_UNMATCHED_RETURN));
     out.emplace_back("gpu_comm.launch_bursts", static_cast<double>(bursts_));
     out.emplace_back("gpu_comm.launch_hits", static_cast<double>(launch_hits_));
+    out.emplace_back("gpu_comm.probe_trap_cost_s", static_cast<double>(trap_cost_ns()) / 1e9);
     out.emplace_back("gpu_comm.launch_probe_cost_s", static_cast<double>(launch_hits_) * opts_.uprobe_cost_us / 1e6);
     out.emplace_back("gpu_comm.timeline_lost", static_cast<double>(timeline_lost_));
     out.emplace_back("gpu_comm.timelines_refused", static_cast<double>(timelines_refused_));
@@ -485,17 +489,27 @@ class GpuCommSource final : public Source {
     out.emplace_back("gpu_comm.attached_files", static_cast<double>(files_.size()));
     out.emplace_back("gpu_comm.attach_errors", static_cast<double>(attach_errors_));
     out.emplace_back("gpu_comm.uprobe_multi", multi_ ? 1.0 : 0.0);
-    uint64_t run_ns = 0;
-    for (bpf_program* prog = bpf_object__next_program(skel_->obj, nullptr); prog;
-         prog = bpf_object__next_program(skel_->obj, prog)) {
-      bpf_prog_info info{};
-      uint32_t len = sizeof(info);
-      if (bpf_obj_get_info_by_fd(bpf_program__fd(prog), &info, &len) == 0) run_ns += info.run_time_ns;
-    }
-    out.emplace_back("gpu_comm.bpf_run_s", static_cast<double>(run_ns) / 1e9);
+    out.emplace_back("gpu_comm.bpf_run_s", static_cast<double>(bpf_run_time(skel_->obj).ns) / 1e9);
   }
 
  private:
+  // Entries and returns of the API probes and the launch probe's hits, each a trap into the kernel.
+  uint64_t trap_cost_ns() const {
+    uint64_t hits = launch_hits_ + counter(STRATA_GC_ENTRIES) + counter(STRATA_GC_RETURNS);
+    return static_cast<uint64_t>(static_cast<double>(hits) * opts_.uprobe_cost_us * 1000);
+  }
+
+  uint64_t counter(uint32_t key) const {
+    int ncpus = libbpf_num_possible_cpus();
+    std::vector<uint64_t> values(ncpus > 0 ? ncpus : 1);
+    if (bpf_map__lookup_elem(skel_->maps.gc_counters, &key, sizeof(key), values.data(),
+                             values.size() * sizeof(uint64_t), 0) != 0)
+      return 0;
+    uint64_t s = 0;
+    for (auto v : values) s += v;
+    return s;
+  }
+
   uint64_t to_unix(uint64_t mono) const {
     return mono ? static_cast<uint64_t>(static_cast<int64_t>(mono) + mono_to_unix_) : 0;
   }
@@ -720,7 +734,8 @@ class GpuCommSource final : public Source {
       d.correlation = r.correlation;
       d.bytes = r.bytes;
       if (r.kind == STRATA_TL_COLLECTIVE) match_device_collective(st, r);
-      st.recent_device.push_back({d.start_ns, d.end_ns, r.kind == STRATA_TL_COLLECTIVE});
+      const uint64_t max_end = st.recent_device.empty() ? d.end_ns : std::max(st.recent_device.back().max_end, d.end_ns);
+      st.recent_device.push_back({d.start_ns, d.end_ns, max_end, r.kind == STRATA_TL_COLLECTIVE});
       device_window_.push_back(std::move(d));
     }
   }
@@ -889,7 +904,11 @@ class GpuCommSource final : public Source {
   void fill_device_step(const ProcState& st, const DetectedStep& s, store::StepRecord& r) const {
     if (!st.timeline) return;
     std::vector<std::pair<uint64_t, uint64_t>> busy;
-    for (const auto& d : st.recent_device) {
+    // Every record before the first whose max_end passes the step's start ended before the step.
+    auto first = std::partition_point(st.recent_device.begin(), st.recent_device.end(),
+                                      [&](const ProcState::Busy& d) { return d.max_end <= s.start_ns; });
+    for (auto it = first; it != st.recent_device.end(); ++it) {
+      const auto& d = *it;
       if (d.end <= s.start_ns || d.start >= s.end_ns) continue;
       uint64_t a = std::max(d.start, s.start_ns), b = std::min(d.end, s.end_ns);
       if (!d.collective) r.device_compute_ns += b - a;

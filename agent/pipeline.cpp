@@ -343,7 +343,7 @@ Status NodePipeline::close_window() {
 // CFI unwinding off), and is counted as agent.one_time_s. Recorded as per-window node metrics.
 void NodePipeline::apply_budget(const WindowContext& ctx, double symbolize_s) {
   double cpu = self_cpu_seconds();
-  double bpf = static_cast<double>(sampler_->counters().bpf_run_ns) / 1e9;
+  double bpf = static_cast<double>(sampler_->counters().bpf_run_ns + sources_kernel_cost_ns()) / 1e9;
   const auto u = normalizer_.unwind_counters();
   uint64_t one_time_ns = u.table_build_ns + u.kernel_table_ns + u.learn_once_ns;
   double one_time = static_cast<double>(one_time_ns - std::min(one_time_ns, one_time_mark_ns_)) / 1e9 + symbolize_s;
@@ -360,6 +360,7 @@ void NodePipeline::apply_budget(const WindowContext& ctx, double symbolize_s) {
   int level = budget_.update(cost, target, wall);
   if (level != before) {
     normalizer_.set_snapshot_unwinding(CostBudget::cfi_at(level));
+    for (auto& src : sources_) src->set_cost_level(level);
     const unsigned hz = CostBudget::rate_at(level, opts_.frequency_hz);
     // A rate the sampler could not take leaves the one it has; the windows say which they had.
     if (auto st = sampler_->set_frequency(hz); st) sampling_hz_ = hz;
@@ -392,6 +393,12 @@ Status NodePipeline::symbolize_new_frames() {
 
 SamplerCounters NodePipeline::counters() const { return sampler_->counters(); }
 
+uint64_t NodePipeline::sources_kernel_cost_ns() const {
+  uint64_t ns = 0;
+  for (const auto& src : sources_) ns += src->kernel_cost_ns();
+  return ns;
+}
+
 void NodePipeline::source_stats(std::vector<std::pair<std::string, double>>& out) const {
   for (const auto& src : sources_) src->stats(out);
 }
@@ -419,6 +426,7 @@ Result<PipelineTotals> NodePipeline::finish(const std::vector<std::pair<std::str
   t.agent_cpu_s = cpu_end_of_run - cpu_at_start_;
   t.wall_s = elapsed_s();
   t.target_cpu_s = static_cast<double>(target_cpu_ns()) / 1e9;
+  t.sources_kernel_s = static_cast<double>(sources_kernel_cost_ns()) / 1e9;
   if (auto st = close_window(); !st) return st.error();
   if (auto st = sink_->begin(); !st) return st.error();
   if (opts_.symbolize) {
@@ -464,6 +472,7 @@ std::vector<std::pair<std::string, double>> NodePipeline::run_stats(const Pipeli
       {"budget.max_level", static_cast<double>(budget_.max_level())},
       {"budget.steps_down", static_cast<double>(budget_.steps_down())},
       {"bpf_run_s", static_cast<double>(c.bpf_run_ns) / 1e9},
+      {"sources_kernel_cost_s", static_cast<double>(sources_kernel_cost_ns()) / 1e9},
       {"target_cpu_s", t.target_cpu_s},
       {"wall_s", t.wall_s},
       {"wall_clock_steps", static_cast<double>(clock_watch_.steps)},

@@ -76,6 +76,7 @@ struct PipelineTotals {
   double agent_cpu_after_s = 0; // in finish(): last window, symbolization
   double target_cpu_s = 0;      // the watched processes' CPU over the same time
   double wall_s = 0;
+  double sources_kernel_s = 0;  // the other layers' BPF run time and probe traps (Source::kernel_cost_ns)
 };
 
 class NodePipeline final : public EventSink {
@@ -125,6 +126,8 @@ class NodePipeline final : public EventSink {
 
   // For /metrics and the batches' health.
   SamplerCounters counters() const;
+  // What the sources' kernel side has cost so far (Source::kernel_cost_ns), summed.
+  uint64_t sources_kernel_cost_ns() const;
   UnwindCounters unwind_counters() const { return normalizer_.unwind_counters(); }
   const CostBudget& budget() const { return budget_; }
   const WallClockWatch& clock_watch() const { return clock_watch_; }

@@ -214,6 +214,7 @@ class Recorder {
     summary_.agent_cpu_after_s = t->agent_cpu_after_s;
     summary_.target_cpu_s = t->target_cpu_s;
     summary_.wall_s = t->wall_s;
+    summary_.sources_kernel_s = t->sources_kernel_s;
     return summary_;
   }
 
@@ -242,7 +243,8 @@ void print_summary(const RecordSummary& s, const std::string& output, std::ostre
   uint64_t lost = c.ringbuf_drops;
   out << "strata: lost " << lost << " samples (ring buffer full: " << c.ringbuf_drops
       << "); incomplete stacks: kernel " << c.kstack_errors << ", user " << c.ustack_errors << "\n";
-  double bpf_s = static_cast<double>(c.bpf_run_ns) / 1e9;
+  // The whole kernel side: the sampler's BPF programs, the other layers' and their uprobe traps.
+  double bpf_s = static_cast<double>(c.bpf_run_ns) / 1e9 + s.sources_kernel_s;
   out << std::fixed << std::setprecision(3) << "strata: agent CPU " << s.agent_cpu_s * 1000 << " ms + BPF "
       << bpf_s * 1000 << " ms" << (c.bpf_stats ? "" : " (BPF stats unavailable)");
   if (s.target_cpu_s > 0) {

@@ -40,6 +40,7 @@ struct RecordSummary {
   double agent_cpu_after_s = 0;  // after they ended: last window, symbolization
   double target_cpu_s = 0;    // the targets' CPU over the same time
   double wall_s = 0;
+  double sources_kernel_s = 0;  // the other layers' BPF run time and uprobe traps
   int command_exit = -1;      // exit status of CMD (128+signal when killed), -1 with -p
 };
 

@@ -41,6 +41,13 @@ class Source {
   virtual Status flush(store::Store& store, const WindowContext& w) = 0;
   // Its own counters for the closing summary and /metrics: drops, probe hits, ...
   virtual void stats(std::vector<std::pair<std::string, double>>& /*out*/) const {}
+  // What its kernel side has cost so far: the run time of its BPF programs (kernel BPF stats) plus
+  // the modeled trap cost of its uprobe hits, which no BPF counter sees. The cost budget adds it
+  // to the agent's own CPU, so the budget judges everything the agent costs the node.
+  virtual uint64_t kernel_cost_ns() const { return 0; }
+  // The cost budget's level for the next window (CostBudget: 0 full, higher cheaper); a source
+  // with a knob of its own turns it down with the level.
+  virtual void set_cost_level(int /*level*/) {}
 };
 
 }  // namespace strata::agent

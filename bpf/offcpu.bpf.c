@@ -8,10 +8,15 @@
  *   - the processes that ran on CPUs where a watched process ran recently (neighbours).
  * Stacks are captured at switch-out (only then is the thread current), kept in task storage, and sent
  * at switch-in if the thread was off CPU for at least min_block_ns. Capturing on every switch would
- * cost O(switches), so a capture is taken only for threads that blocked long lately (within their last
+ * cost O(switches), so a capture is wanted only for threads that blocked long lately (within their last
  * eight blocks: threads that alternate short and long waits, like a stream worker, stay covered), plus a
- * small per-CPU exploration budget; both under a per-CPU cap. A long block
- * without a captured stack is still sent, with the kernel stack read at switch-in.
+ * small per-CPU exploration budget. A capture (two stack walks and a 16 KB copy) is most of what this
+ * program costs, so the wanted captures are sampled: when a CPU wanted more than capture_target_per_sec
+ * in the last period, one in 2^k is taken at random (k per CPU, per period), and a long block sent with
+ * such a stack counts 2^k times its blocked time. The sum stays an unbiased estimate of the blocked time
+ * of the sampled threads whatever k is; a long block whose capture was sampled out is not sent (its
+ * sampled siblings stand for it). The agent's cost budget lowers the target at run time. A long block
+ * of a thread not wanted at switch-out is still sent, with the kernel stack read at switch-in.
  * The frame-pointer walk of the user stack stops in frameless code (glibc's futex and poll waits, where
  * most blocked threads sit), so a capture also copies the top of the user stack with rip/rsp/rbp for
  * the node to unwind with CFI, as on-CPU samples do. The copies (16 KB) live in a fixed pool, not in
@@ -37,13 +42,17 @@ const volatile bool capture_stacks = true;   /* offcpu layer: send long blocks w
 const volatile bool sched_metrics = true;    /* os layer: per-process scheduler counters, neighbours */
 const volatile __u64 min_block_ns = 1000000; /* a block shorter than this is counted, not sent */
 const volatile __u32 max_events_per_sec = 1000;   /* per CPU: long blocks sent */
-const volatile __u32 max_captures_per_sec = 1000; /* per CPU: stack captures at switch-out */
+const volatile __u32 max_captures_per_sec = 1000; /* per CPU: stack captures at switch-out, a hard cap */
 const volatile __u32 explore_per_sec = 50;        /* per CPU: captures for threads not known to block long */
 const volatile __u32 kstack_skip = 2;              /* frames of the BPF glue above __schedule */
 const volatile __u64 neighbour_horizon_ns = 2000000000ull; /* count neighbours this long after a watched thread ran */
 const volatile __u32 snapshot_pages = 4;          /* user stack copy: rest of rsp's page + up to this many; 0: none */
 const volatile __u32 max_snapshots_per_sec = 500; /* per CPU: stack copies at switch-out */
 const volatile __u32 pool_mask = 255;             /* snapshot pool slots - 1 (a power of two) */
+/* Written by the agent while it runs (.data is mapped): per CPU, the captures a period may take before
+ * they are sampled (see the top). */
+volatile __u32 capture_target_per_sec = 400;
+#define MAX_CAPTURE_SHIFT 12 /* 1 in 4096: a CPU wanting a million captures a second still takes a few */
 
 #define TASK_INTERRUPTIBLE 0x1
 #define TASK_UNINTERRUPTIBLE 0x2
@@ -103,6 +112,9 @@ struct task_state {
   __u8 has_stack;
   __u8 long_score;      /* 8 after a block reached min_block_ns, less one per shorter block */
   __u8 run_delay_seen;
+  __u8 sampled_out;     /* a capture was wanted at switch-out and sampled out: the block is not sent */
+  __u8 weight_shift;    /* the captured stack stands for 2^weight_shift blocks */
+  __u8 _pad[2];
   __u32 snap_slot;      /* pool slot of the stack copy, valid while snap_stamp matches the slot's */
   __u64 snap_stamp;     /* 0: no copy */
   struct offcpu_buf buf;
@@ -162,6 +174,16 @@ static __always_inline void bump(struct cpu_state* cs, __u32 counter) {
 static __always_inline void roll_period(struct cpu_state* cs, __u64 now) {
   __u64 p = now >> 30; /* ~1.07 s */
   if (p != cs->period) {
+    /* The next period's sampling: the smallest k that brings the last period's wanted captures
+     * within the target. */
+    __u32 target = capture_target_per_sec ? capture_target_per_sec : 1;
+    __u32 k = 0;
+    for (int i = 0; i < MAX_CAPTURE_SHIFT; i++) {
+      if ((cs->wanted >> k) <= target) break;
+      k++;
+    }
+    cs->capture_shift = k;
+    cs->wanted = 0;
     cs->period = p;
     cs->events = 0;
     cs->captures = 0;
@@ -254,6 +276,8 @@ static __always_inline void switch_out(void* ctx, struct task_struct* prev, __u3
   ts->reason = reason;
   ts->last_cpu = cpu + 1;
   ts->has_stack = 0;
+  ts->sampled_out = 0;
+  ts->weight_shift = 0;
   ts->snap_stamp = 0;
 
   if (sched_metrics) {
@@ -289,12 +313,21 @@ static __always_inline void switch_out(void* ctx, struct task_struct* prev, __u3
     want = true;
   }
   if (!want) return;
+  cs->wanted++;
+  __u32 k = cs->capture_shift;
+  if (k > MAX_CAPTURE_SHIFT) k = MAX_CAPTURE_SHIFT;
+  if (k && (bpf_get_prandom_u32() & ((1u << k) - 1))) {
+    ts->sampled_out = 1;
+    bump(cs, STRATA_OFFCPU_CNT_SAMPLED_OUT);
+    return;
+  }
   if (cs->captures >= max_captures_per_sec) {
     bump(cs, STRATA_OFFCPU_CNT_CAPTURE_SKIPPED);
     return;
   }
   cs->captures++;
   capture(ctx, ts, cs);
+  ts->weight_shift = k;
   /* Only a thread that sleeps gets a copy: a preempted one is runnable and back soon, and on-CPU
    * samples already see it with full stacks. */
   if (reason != STRATA_OFFCPU_PREEMPTED) copy_stack(ts, cs, now, prev->pid);
@@ -414,12 +447,18 @@ static __always_inline void switch_in(struct task_struct* next, __u32 tgid, __u3
   ts->long_score = 8;
   bump(cs, STRATA_OFFCPU_CNT_LONG);
   if (!capture_stacks) return;
+  if (ts->sampled_out) {  /* its sampled siblings' weight stands for it */
+    ts->sampled_out = 0;
+    return;
+  }
   if (cs->events >= max_events_per_sec) {
     bump(cs, STRATA_OFFCPU_CNT_RATE_LIMITED);
     return;
   }
   cs->events++;
-  emit(next, ts, tgid, cpu, now, blocked, cs);
+  __u32 k = ts->has_stack ? ts->weight_shift : 0;
+  if (k > MAX_CAPTURE_SHIFT) k = MAX_CAPTURE_SHIFT;
+  emit(next, ts, tgid, cpu, now, blocked << k, cs);
 }
 
 static __always_inline void count_neighbour(struct task_struct* prev, __u32 tgid, __u32 cpu, __u64 ran,

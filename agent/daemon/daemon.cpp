@@ -321,11 +321,14 @@ class Daemon {
           static_cast<double>(pipeline_.probe_hits()), "counter");
     gauge("strata_agent_bpf_run_seconds_total", "Run time of the sampler's BPF programs.",
           static_cast<double>(c.bpf_run_ns) / 1e9, "counter");
+    gauge("strata_agent_layers_kernel_seconds_total",
+          "The other layers' kernel cost: their BPF programs' run time and their uprobes' modeled traps.",
+          static_cast<double>(pipeline_.sources_kernel_cost_ns()) / 1e9, "counter");
     gauge("strata_agent_watched_processes", "Processes watched now.", static_cast<double>(pipeline_.live_processes()));
     gauge("strata_agent_windows_total", "Windows written.", static_cast<double>(pipeline_.windows()), "counter");
     const auto& b = pipeline_.budget();
     gauge("strata_agent_budget_level",
-          "Cost budget level: 0 CFI unwinding, 1 frame pointers only, 2 half and 3 a quarter of the sampling rate.",
+          "Cost budget level: 0 full, 1 half and 2 a quarter of the sampling rate, 3 also frame-pointer stacks only; off-CPU stack captures halve at each level.",
           static_cast<double>(b.level()));
     gauge("strata_agent_budget_share", "The budget: the agent's cost allowed, as a share of the watched processes' CPU.",
           b.budget());
@@ -393,6 +396,7 @@ class Daemon {
 
   // New training processes: /proc entries whose environment the selector accepts.
   void scan_proc() {
+    const double now = pipeline_.elapsed_s();
     DIR* d = opendir("/proc");
     if (!d) return;
     std::set<uint32_t> present;
@@ -406,10 +410,21 @@ class Daemon {
       // A pid's environment is read again only when it runs another program: it is fixed at
       // exec, and children of a watched process are followed by the kernel side anyway.
       if (p == self || pipeline_.known(p)) continue;
-      std::string exe = exe_of(p);
       auto ck = checked_.find(p);
-      if (ck != checked_.end() && ck->second == exe) continue;
-      checked_[p] = exe;
+      // A process that ran another program since its environment was read is read again. Young
+      // processes are looked at every scan (launchers exec the training program right after the
+      // fork); older ones only every kRecheckOldS, which keeps a node's hundreds of daemons from
+      // costing a readlink each per scan.
+      if (ck != checked_.end() && now - ck->second.first_seen > kYoungS && now - ck->second.last_checked < kRecheckOldS)
+        continue;
+      std::string exe = exe_of(p);
+      if (ck != checked_.end()) {
+        ck->second.last_checked = now;
+        if (ck->second.exe == exe) continue;
+        ck->second.exe = exe;
+      } else {
+        checked_[p] = Checked{exe, now, now};
+      }
       auto env = read_environ(p);
       if (env.empty() || !opts_.selector.matches(env)) continue;
       if (auto st = pipeline_.watch(p, /*preexisting=*/true); !st)
@@ -473,7 +488,16 @@ class Daemon {
   shipper::BatchingWriter* writer_ = nullptr;  // store_, when shipping
   NodePipeline pipeline_;
 
-  std::map<uint32_t, std::string> checked_;  // pids whose environment was read -> their program then
+  // Pids whose environment was read: their program then, when first seen and last looked at
+  // (seconds on the pipeline's clock).
+  struct Checked {
+    std::string exe;
+    double first_seen = 0, last_checked = 0;
+  };
+  // A process is young for 30 s: a launcher's fork and exec of the training program happen within
+  // it however loaded the node is; an older one that runs another program is noticed within 60 s.
+  static constexpr double kYoungS = 30, kRecheckOldS = 60;
+  std::map<uint32_t, Checked> checked_;
   uint32_t said_without_timeline_ = 0;  // GPU processes without a timeline, as last logged
 
   std::string drilldown_url_;  // announced to the collector in every batch's health

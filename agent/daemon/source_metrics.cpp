@@ -39,6 +39,8 @@ const std::vector<SourceMetric>& source_metrics() {
        "Probe attachments that failed."},
       {"gpu_comm.uprobe_multi", "strata_agent_gpu_comm_uprobe_multi", "gauge", 1,
        "1 when the probes are attached with uprobe_multi links, 0 when one by one."},
+      {"gpu_comm.probe_trap_cost_s", "strata_agent_gpu_comm_probe_trap_cost_seconds_total", "counter", 1,
+       "Modeled cost of every uprobe hit's trap (API entries and returns, launch hits), which no BPF counter sees."},
       {"gpu_comm.bpf_run_s", "strata_agent_gpu_comm_bpf_run_seconds_total", "counter", 1,
        "Run time of the GPU/communication layer's BPF programs."},
       // Off-CPU and OS layer (agent/os/os_source.cpp; abi/offcpu.h says what each counts).
@@ -56,6 +58,8 @@ const std::vector<SourceMetric>& source_metrics() {
        "Stacks captured at switch-out."},
       {"offcpu_capture_skipped", "strata_agent_offcpu_capture_skipped_total", "counter", 1,
        "Stack captures wanted but skipped: the per-CPU capture cap was reached."},
+      {"offcpu_sampled_out", "strata_agent_offcpu_sampled_out_total", "counter", 1,
+       "Stack captures wanted but sampled out (over the per-CPU target); the sampled blocks are weighted to stand for them."},
       {"offcpu_no_user_stack", "strata_agent_offcpu_no_user_stack_total", "counter", 1,
        "Long blocks sent with the kernel stack only."},
       {"offcpu_snapshots", "strata_agent_offcpu_snapshots_total", "counter", 1,

@@ -15,6 +15,8 @@
 
 #include "abi/offcpu.h"
 #include "abi/os.h"
+#include "agent/bpf_stats.h"
+#include "agent/cost_budget.h"
 #include "agent/libbpf_log.h"
 #include "agent/normalizer.h"
 #include "agent/os/cgroup.h"
@@ -83,6 +85,7 @@ class OsLayerSource final : public Source {
     sched_->rodata->min_block_ns = opts_.min_block_us * 1000;
     sched_->rodata->max_events_per_sec = opts_.max_events_per_sec;
     sched_->rodata->max_captures_per_sec = opts_.max_captures_per_sec;
+    sched_->data->capture_target_per_sec = std::max<uint32_t>(1, opts_.capture_target_per_sec);
     sched_->rodata->explore_per_sec = opts_.explore_per_sec;
     schedule_ = schedule_text_range();
     if (schedule_.first) sched_->rodata->kstack_skip = 0;  // cut at __schedule on the node instead
@@ -221,6 +224,7 @@ class OsLayerSource final : public Source {
       out.push_back({"offcpu_rate_limited", d(c[STRATA_OFFCPU_CNT_RATE_LIMITED])});
       out.push_back({"offcpu_captures", d(c[STRATA_OFFCPU_CNT_CAPTURES])});
       out.push_back({"offcpu_capture_skipped", d(c[STRATA_OFFCPU_CNT_CAPTURE_SKIPPED])});
+      out.push_back({"offcpu_sampled_out", d(c[STRATA_OFFCPU_CNT_SAMPLED_OUT])});
       out.push_back({"offcpu_no_user_stack", d(c[STRATA_OFFCPU_CNT_NO_USER_STACK])});
       out.push_back({"offcpu_snapshots", d(c[STRATA_OFFCPU_CNT_SNAPSHOTS])});
       out.push_back({"offcpu_snapshot_skipped", d(c[STRATA_OFFCPU_CNT_SNAPSHOT_SKIPPED])});
@@ -242,25 +246,27 @@ class OsLayerSource final : public Source {
                                       oc[STRATA_OS_CNT_BIO_FULL] + oc[STRATA_OS_CNT_RETRANS_FULL])});
       out.push_back({"os_missing_tracepoints", d(missing_.size())});
     }
-    uint64_t run_ns = 0, run_cnt = 0;
-    auto add_runtime = [&](bpf_object* obj) {
-      for (bpf_program* p = bpf_object__next_program(obj, nullptr); p; p = bpf_object__next_program(obj, p)) {
-        if (bpf_program__fd(p) < 0) continue;
-        bpf_prog_info info{};
-        uint32_t len = sizeof(info);
-        if (bpf_obj_get_info_by_fd(bpf_program__fd(p), &info, &len) == 0) {
-          run_ns += info.run_time_ns;
-          run_cnt += info.run_cnt;
-        }
-      }
-    };
-    add_runtime(sched_->obj);
-    if (os_) add_runtime(os_->obj);
-    out.push_back({"os_bpf_run_s", static_cast<double>(run_ns) / 1e9});
-    out.push_back({"os_bpf_runs", d(run_cnt)});
+    const BpfRunTime run = run_time();
+    out.push_back({"os_bpf_run_s", static_cast<double>(run.ns) / 1e9});
+    out.push_back({"os_bpf_runs", d(run.runs)});
+  }
+
+  uint64_t kernel_cost_ns() const override { return run_time().ns; }
+
+  // Each level halves the stack captures a CPU takes before sampling them (CostBudget::scaled_at):
+  // blocked time stays whole (weighted), its stacks get fewer.
+  void set_cost_level(int level) override {
+    if (!sched_ || !sched_->data) return;
+    sched_->data->capture_target_per_sec = CostBudget::scaled_at(level, opts_.capture_target_per_sec);
   }
 
  private:
+  BpfRunTime run_time() const {
+    BpfRunTime t = bpf_run_time(sched_ ? sched_->obj : nullptr);
+    BpfRunTime o = bpf_run_time(os_ ? os_->obj : nullptr);
+    return {t.ns + o.ns, t.runs + o.runs};
+  }
+
   static int on_event(void* ctx, void* data, size_t size) {
     static_cast<OsLayerSource*>(ctx)->decode(static_cast<const uint8_t*>(data), size);
     return 0;
@@ -465,6 +471,8 @@ OsLayerOptions options_from_env(bool offcpu, bool os) {
   o.min_block_us = env_u64("STRATA_OFFCPU_MIN_BLOCK_US", o.min_block_us);
   o.max_events_per_sec = static_cast<uint32_t>(env_u64("STRATA_OFFCPU_MAX_EVENTS", o.max_events_per_sec));
   o.max_captures_per_sec = static_cast<uint32_t>(env_u64("STRATA_OFFCPU_MAX_CAPTURES", o.max_captures_per_sec));
+  o.capture_target_per_sec =
+      static_cast<uint32_t>(env_u64("STRATA_OFFCPU_CAPTURE_TARGET", o.capture_target_per_sec));
   o.max_snapshots_per_sec = static_cast<uint32_t>(env_u64("STRATA_OFFCPU_MAX_SNAPSHOTS", o.max_snapshots_per_sec));
   o.snapshot_slots = static_cast<uint32_t>(env_u64("STRATA_OFFCPU_SNAPSHOT_SLOTS", o.snapshot_slots));
   // Frame pointers only (STRATA_USER_STACK_MODE=0, as for the on-CPU sampler): no stack copies.

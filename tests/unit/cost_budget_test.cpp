@@ -59,5 +59,14 @@ TEST(CostBudget, RatesNeverFallBelowTenHertz) {
   EXPECT_EQ(CostBudget::rate_at(CostBudget::kQuarterRate, 19), 10u);
 }
 
+TEST(CostBudget, SourceAllowancesHalveAtEachLevelAndNeverReachZero) {
+  EXPECT_EQ(CostBudget::scaled_at(CostBudget::kFull, 400), 400u);
+  EXPECT_EQ(CostBudget::scaled_at(CostBudget::kHalfRate, 400), 200u);
+  EXPECT_EQ(CostBudget::scaled_at(CostBudget::kQuarterRate, 400), 100u);
+  EXPECT_EQ(CostBudget::scaled_at(CostBudget::kFramePointers, 400), 50u);
+  EXPECT_EQ(CostBudget::scaled_at(CostBudget::kFramePointers, 3), 1u) << "never 0: a CPU still takes some stacks";
+  EXPECT_EQ(CostBudget::scaled_at(40, 400), 1u) << "no shift past the width";
+}
+
 }  // namespace
 }  // namespace strata::agent
