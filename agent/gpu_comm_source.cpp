@@ -664,7 +664,8 @@ class GpuCommSource final : public Source {
 
   // Memory-call probes stay on while their hits x cost fit opts_.memory_budget_cpu; past it they are
   // detached and join the launch bursts for good (their counts are samples from then on, which the
-  // stats say: gpu_comm.memory_probes_sampled).
+  // stats say: gpu_comm.memory_probes_sampled). A period's allowance spent early trips it at once:
+  // a storm of calls costs at most one allowance plus a poll's worth of hits before it stops.
   void check_memory_rate(uint64_t now) {
     if (memory_sampled_ || !opts_.gpu) return;
     if (memory_rate_since_ == 0) {
@@ -672,12 +673,15 @@ class GpuCommSource final : public Source {
       memory_hits_at_ = memory_hits_;
       return;
     }
-    double secs = static_cast<double>(now - memory_rate_since_) / 1e9;
-    if (secs < opts_.memory_rate_period_s) return;
-    double rate = static_cast<double>(memory_hits_ - memory_hits_at_) / secs;
-    memory_rate_since_ = now;
-    memory_hits_at_ = memory_hits_;
-    if (rate * opts_.uprobe_cost_us / 1e6 <= opts_.memory_budget_cpu) return;
+    const double allowance = opts_.memory_budget_cpu * opts_.memory_rate_period_s / (opts_.uprobe_cost_us / 1e6);
+    const double hits = static_cast<double>(memory_hits_ - memory_hits_at_);
+    if (hits <= allowance) {
+      if (static_cast<double>(now - memory_rate_since_) / 1e9 >= opts_.memory_rate_period_s) {
+        memory_rate_since_ = now;  // a new period
+        memory_hits_at_ = memory_hits_;
+      }
+      return;
+    }
     memory_sampled_ = true;
     for (auto& [key, f] : files_) f.memory.destroy();
   }
@@ -1197,6 +1201,7 @@ class GpuCommSource final : public Source {
   // when the probe took one (during a burst).
   void on_memory(const strata_api_event& e, const uint8_t* stack) {
     ++memory_hits_;
+    if (memory_sampled_) ++burst_hits_;  // sampled with the launches: their hits size the bursts too
     const __u64* a = e.args;
     uint64_t bytes = 0;
     switch (e.api) {

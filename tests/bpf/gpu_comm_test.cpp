@@ -256,6 +256,32 @@ TEST(GpuComm, DriverApiLaunchesAndMemoryCalls) {
   EXPECT_GT(stat["gpu_comm.memory_probe_cost_s"], 0.0);
 }
 
+// A storm of memory calls (~10k a second) passes the memory budget: the agent stops probing every
+// call and samples them in its launch bursts, so most calls go unprobed and the stats say so.
+TEST(GpuComm, MemoryCallStormIsSampledNotProbedAlways) {
+  TempDir d;
+  auto rec = run(strata_bin() + " record -o " + d.file("m.db") + " -- " + testprog("memory_storm") + " " +
+                 testbed_lib() + " 6 " + d.file("calls"));
+  ASSERT_EQ(rec.exit_code, 0) << describe(rec);
+  long done = std::atol(slurp(d.file("calls")).c_str());
+  ASSERT_GT(done, 2000) << "the storm made too few calls to pass the budget";
+  auto st = open_ro(d.file("m.db"));
+  ASSERT_TRUE(st);
+  auto recording = st->latest_recording();
+  ASSERT_TRUE(recording && *recording);
+  auto stats = st->stats(**recording);
+  ASSERT_TRUE(stats);
+  std::map<std::string, double> stat(stats->begin(), stats->end());
+  EXPECT_EQ(stat["gpu_comm.memory_probes_sampled"], 1.0);
+  EXPECT_GT(stat["gpu_comm.memory_hits"], 0.0) << "the calls were probed at first";
+  EXPECT_LT(stat["gpu_comm.memory_hits"], static_cast<double>(done) / 2) << "of " << done << " calls";
+  double counted = 0;
+  for (const auto& [key, v] : metric_sums(*st, "api.calls")) {
+    if (key.second == "cudaMalloc" || key.second == "cudaFree") counted += v;
+  }
+  EXPECT_EQ(counted, stat["gpu_comm.memory_hits"]) << "every probe hit is in the windows' counts";
+}
+
 TEST(GpuComm, ChromeTraceIsValidWithAProcessPerRank) {
   TempDir d;
   auto rec = run(strata_bin() + " record -o " + d.file("sim.db") + " -- " + sim() + " run --ranks 3 --steps 6");
