@@ -52,6 +52,9 @@ enum strata_api {
   STRATA_API_CU_FUNC_GET_NAME,       /* (const char** name, CUfunction): name in nccl_id */
   STRATA_API_CU_MEM_ALLOC,           /* cuMemAlloc_v2 (CUdeviceptr* out, size_t size) */
   STRATA_API_CU_MEM_FREE,            /* cuMemFree_v2 (CUdeviceptr) */
+  STRATA_API_CU_LIBRARY_GET_KERNEL,  /* (CUkernel* out, CUlibrary, const char* name): name in nccl_id */
+  STRATA_API_CU_KERNEL_GET_FUNCTION, /* (CUfunction* out, CUkernel) */
+  STRATA_API_CU_KERNEL_GET_NAME,     /* (const char** name, CUkernel): name in nccl_id */
   /* gloo (PyTorch's CPU process group): timing only */
   STRATA_API_GLOO_ALLREDUCE = 64,
   STRATA_API_GLOO_ALLGATHER,

@@ -1078,12 +1078,22 @@ class GpuCommSource final : public Source {
         on_launch(st, e, stack);
         return;
       case STRATA_API_CU_MODULE_GET_FUNCTION:  // (CUfunction* out, CUmodule, name)
+      case STRATA_API_CU_LIBRARY_GET_KERNEL:   // (CUkernel* out, CUlibrary, name): launchable as is
         if (e.ret == 0 && (e.flags & STRATA_API_F_HAS_OUT) && (e.flags & STRATA_API_F_HAS_NAME))
           name_driver_function(st, e.out, e.nccl_id);
         return;
-      case STRATA_API_CU_FUNC_GET_NAME:  // (const char** name, CUfunction)
+      case STRATA_API_CU_FUNC_GET_NAME:    // (const char** name, CUfunction)
+      case STRATA_API_CU_KERNEL_GET_NAME:  // (const char** name, CUkernel)
         if (e.ret == 0 && (e.flags & STRATA_API_F_HAS_NAME)) name_driver_function(st, a[1], e.nccl_id);
         return;
+      case STRATA_API_CU_KERNEL_GET_FUNCTION: {  // (CUfunction* out, CUkernel): the kernel's name
+        auto named = st.driver_names.find(a[1]);
+        if (e.ret == 0 && (e.flags & STRATA_API_F_HAS_OUT) && named != st.driver_names.end()) {
+          std::string name = named->second;  // copied: the insert may move the table
+          name_driver_function(st, e.out, reinterpret_cast<const uint8_t*>(name.c_str()));
+        }
+        return;
+      }
       case STRATA_API_CUDA_MALLOC:
       case STRATA_API_CUDA_FREE:
       case STRATA_API_CUDA_MEMCPY:

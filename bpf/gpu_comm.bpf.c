@@ -194,18 +194,21 @@ int api_exit(struct pt_regs* ctx) {
      * shorter array at the end of a mapping fails the read: then only `out` (the first) is known. */
     if (bpf_probe_read_user(e->nccl_id, sizeof(e->nccl_id), (void*)e->args[0]) == 0) e->flags |= STRATA_API_F_HAS_HANDLES;
   }
-  if (api == STRATA_API_CU_MODULE_GET_FUNCTION && e->ret == 0 && e->args[0] && e->args[2]) {
-    /* The CUfunction written through the first argument, and the name it was looked up by:
-     * launches name their kernel by this handle. */
+  if ((api == STRATA_API_CU_MODULE_GET_FUNCTION || api == STRATA_API_CU_LIBRARY_GET_KERNEL ||
+       api == STRATA_API_CU_KERNEL_GET_FUNCTION) && e->ret == 0 && e->args[0]) {
+    /* The CUfunction / CUkernel written through the first argument, and (lookups by name) the
+     * name: launches name their kernel by this handle. */
     __u64 out = 0;
     if (bpf_probe_read_user(&out, sizeof(out), (void*)e->args[0]) == 0) {
       e->out = out;
       e->flags |= STRATA_API_F_HAS_OUT;
     }
-    if (bpf_probe_read_user_str(e->nccl_id, sizeof(e->nccl_id), (void*)e->args[2]) > 0) e->flags |= STRATA_API_F_HAS_NAME;
+    if (api != STRATA_API_CU_KERNEL_GET_FUNCTION && e->args[2] &&
+        bpf_probe_read_user_str(e->nccl_id, sizeof(e->nccl_id), (void*)e->args[2]) > 0)
+      e->flags |= STRATA_API_F_HAS_NAME;
   }
-  if (api == STRATA_API_CU_FUNC_GET_NAME && e->ret == 0 && e->args[0]) {
-    /* (const char** name, CUfunction): the driver's own name of the handle. */
+  if ((api == STRATA_API_CU_FUNC_GET_NAME || api == STRATA_API_CU_KERNEL_GET_NAME) && e->ret == 0 && e->args[0]) {
+    /* (const char** name, CUfunction or CUkernel): the driver's own name of the handle. */
     __u64 name = 0;
     if (bpf_probe_read_user(&name, sizeof(name), (void*)e->args[0]) == 0 && name &&
         bpf_probe_read_user_str(e->nccl_id, sizeof(e->nccl_id), (void*)name) > 0)

@@ -64,6 +64,11 @@ const std::vector<RuntimeSpec>& runtime_specs() {
            {{"cuLaunchKernelEx_ptsz"}, STRATA_API_CU_LAUNCH_KERNEL_EX, true},
            {{"cuModuleGetFunction"}, STRATA_API_CU_MODULE_GET_FUNCTION, false},
            {{"cuFuncGetName"}, STRATA_API_CU_FUNC_GET_NAME, false},
+           // CUDA 12's library API: a kernel looked up by name, launched as is or through the
+           // function of the current context.
+           {{"cuLibraryGetKernel"}, STRATA_API_CU_LIBRARY_GET_KERNEL, false},
+           {{"cuKernelGetFunction"}, STRATA_API_CU_KERNEL_GET_FUNCTION, false},
+           {{"cuKernelGetName"}, STRATA_API_CU_KERNEL_GET_NAME, false},
            {{"cuMemAlloc_v2"}, STRATA_API_CU_MEM_ALLOC, false},
            {{"cuMemFree_v2"}, STRATA_API_CU_MEM_FREE, false},
        }},
@@ -137,6 +142,9 @@ const char* api_name(uint32_t api) {
     case STRATA_API_CU_FUNC_GET_NAME: return "cuFuncGetName";
     case STRATA_API_CU_MEM_ALLOC: return "cuMemAlloc_v2";
     case STRATA_API_CU_MEM_FREE: return "cuMemFree_v2";
+    case STRATA_API_CU_LIBRARY_GET_KERNEL: return "cuLibraryGetKernel";
+    case STRATA_API_CU_KERNEL_GET_FUNCTION: return "cuKernelGetFunction";
+    case STRATA_API_CU_KERNEL_GET_NAME: return "cuKernelGetName";
     case STRATA_API_GLOO_ALLREDUCE: return "gloo::allreduce";
     case STRATA_API_GLOO_ALLGATHER: return "gloo::allgather";
     case STRATA_API_GLOO_BROADCAST: return "gloo::broadcast";

@@ -8,7 +8,8 @@
 // appears on the device timeline under the kernel's name, as a runtime launch does.
 //
 // Modules: cuModuleLoadData takes PTX text (what Triton hands the driver before it caches cubins);
-// each `.entry NAME(` is a kernel. Simplifications (documented, not hidden): no contexts (every
+// each `.entry NAME(` is a kernel. Libraries (CUDA 12, cuLibraryLoadData) take the same text; their
+// CUkernel handles launch as they are (cast to CUfunction) or through cuKernelGetFunction. Simplifications (documented, not hidden): no contexts (every
 // call acts on the calling thread's device, as after cuDevicePrimaryCtxRetain + cuCtxSetCurrent);
 // cuModuleUnload forgets the module but keeps its functions' memory, because work already enqueued
 // names its kernel by them.
@@ -19,6 +20,7 @@
 #include <map>
 #include <memory>
 #include <mutex>
+#include <set>
 #include <string>
 #include <vector>
 
@@ -33,11 +35,21 @@ struct CUmod_st {
   std::map<std::string, CUfunc_st*> functions;  // by name; a lookup returns the same handle
 };
 
+struct CUkern_st {
+  CUlib_st* library = nullptr;  // first: the kernel and its function are distinct handles
+  CUfunc_st function;           // what cuKernelGetFunction returns (one context: one function)
+};
+
+struct CUlib_st {
+  std::map<std::string, CUkern_st*> kernels;
+};
+
 namespace testbed::cuda_driver {
 namespace {
 
 std::mutex g_mutex;
 bool g_initialized = false;
+std::set<const void*> g_kernels;  // every CUkernel handed out: a launch may pass one as its CUfunction
 
 CUresult from_runtime(cudaError_t e) {
   switch (e) {
@@ -70,11 +82,19 @@ std::vector<std::string> ptx_entries(const char* ptx) {
   return names;
 }
 
-CUresult launch(CUfunction f, uint64_t grid, uint64_t block, CUstream stream) {
+// A launch's function: a CUfunction, or a CUkernel passed in its place.
+CUfunction function_of(CUfunction f) {
+  std::lock_guard lock(g_mutex);
+  if (g_kernels.count(f)) return &reinterpret_cast<CUkern_st*>(f)->function;
+  return f;
+}
+
+CUresult launch(CUfunction handle, uint64_t grid, uint64_t block, CUstream stream) {
   if (!initialized()) return CUDA_ERROR_NOT_INITIALIZED;
-  if (f == nullptr) return CUDA_ERROR_INVALID_HANDLE;
+  if (handle == nullptr) return CUDA_ERROR_INVALID_HANDLE;
+  CUfunction f = function_of(handle);
   if (grid == 0 || block == 0) return CUDA_ERROR_INVALID_VALUE;
-  return from_runtime(strataTestbedLaunchNamed(stream, f, f->name.c_str(), grid * block));
+  return from_runtime(strataTestbedLaunchNamed(stream, handle, f->name.c_str(), grid * block));
 }
 
 CUresult launch_ex(const CUlaunchConfig* config, CUfunction f) {
@@ -187,6 +207,61 @@ CUresult cuModuleGetFunction(CUfunction* hfunc, CUmodule hmod, const char* name)
   auto it = hmod->functions.find(name);
   if (it == hmod->functions.end()) return CUDA_ERROR_NOT_FOUND;
   *hfunc = it->second;
+  return CUDA_SUCCESS;
+}
+
+CUresult cuLibraryLoadData(CUlibrary* library, const void* code, CUjit_option* /*jitOptions*/,
+                           void** /*jitOptionsValues*/, unsigned int numJitOptions, CUlibraryOption* /*libraryOptions*/,
+                           void** /*libraryOptionValues*/, unsigned int numLibraryOptions) {
+  if (!initialized()) return CUDA_ERROR_NOT_INITIALIZED;
+  if (library == nullptr || code == nullptr) return CUDA_ERROR_INVALID_VALUE;
+  (void)numJitOptions;  // options are accepted and ignored: no JIT here
+  (void)numLibraryOptions;
+  auto names = ptx_entries(static_cast<const char*>(code));
+  if (names.empty()) return CUDA_ERROR_INVALID_IMAGE;
+  auto* lib = new CUlib_st;
+  std::lock_guard lock(g_mutex);
+  for (const auto& n : names) {
+    auto* k = new CUkern_st;
+    k->library = lib;
+    k->function.name = n;
+    lib->kernels.emplace(n, k);
+    g_kernels.insert(k);
+  }
+  *library = lib;
+  return CUDA_SUCCESS;
+}
+
+CUresult cuLibraryUnload(CUlibrary library) {
+  if (!initialized()) return CUDA_ERROR_NOT_INITIALIZED;
+  if (library == nullptr) return CUDA_ERROR_INVALID_HANDLE;
+  delete library;  // its CUkern_st stay (see the top)
+  return CUDA_SUCCESS;
+}
+
+CUresult cuLibraryGetKernel(CUkernel* pKernel, CUlibrary library, const char* name) {
+  if (!initialized()) return CUDA_ERROR_NOT_INITIALIZED;
+  if (pKernel == nullptr || name == nullptr) return CUDA_ERROR_INVALID_VALUE;
+  if (library == nullptr) return CUDA_ERROR_INVALID_HANDLE;
+  auto it = library->kernels.find(name);
+  if (it == library->kernels.end()) return CUDA_ERROR_NOT_FOUND;
+  *pKernel = it->second;
+  return CUDA_SUCCESS;
+}
+
+CUresult cuKernelGetFunction(CUfunction* pFunc, CUkernel kernel) {
+  if (!initialized()) return CUDA_ERROR_NOT_INITIALIZED;
+  if (pFunc == nullptr) return CUDA_ERROR_INVALID_VALUE;
+  if (kernel == nullptr) return CUDA_ERROR_INVALID_HANDLE;
+  *pFunc = &kernel->function;
+  return CUDA_SUCCESS;
+}
+
+CUresult cuKernelGetName(const char** name, CUkernel hfunc) {
+  if (!initialized()) return CUDA_ERROR_NOT_INITIALIZED;
+  if (name == nullptr) return CUDA_ERROR_INVALID_VALUE;
+  if (hfunc == nullptr) return CUDA_ERROR_INVALID_HANDLE;
+  *name = hfunc->function.name.c_str();
   return CUDA_SUCCESS;
 }
 

@@ -15,8 +15,8 @@
 // CPU work is a fixed amount of work, never a fixed time: contention and throttling stretch it.
 //
 // STRATA_SIM_DRIVER_API=1: the relu and layer-norm kernels are launched through the driver API
-// (a PTX module loaded with cuModuleLoadData, cuLaunchKernel and cuLaunchKernelEx by turns), as
-// Triton-compiled kernels are. STRATA_SIM_MEMORY_CALLS=1: each step allocates, copies synchronously
+// (PTX loaded with cuModuleLoadData and cuLibraryLoadData, cuLaunchKernel and cuLaunchKernelEx by
+// turns), as Triton-compiled kernels are. STRATA_SIM_MEMORY_CALLS=1: each step allocates, copies synchronously
 // and frees. At the end the rank reports what it did, one line per kind, for the ground truth:
 //   calls <rank> <name> <count>     (an API name, or kernel:<name> for a driver-launched kernel)
 #include <arpa/inet.h>
@@ -401,8 +401,16 @@ DriverKernels load_driver_kernels() {
   CUmodule mod;
   CU_CHECK(cuModuleLoadData(&mod, kDriverPtx));
   CU_CHECK(cuModuleGetFunction(&d.relu, mod, "triton_poi_fused_relu_0"));
-  CU_CHECK(cuModuleGetFunction(&d.layer_norm, mod, "triton_red_fused_native_layer_norm_1"));
-  g_calls["cuModuleGetFunction"] += 2;
+  ++g_calls["cuModuleGetFunction"];
+  // The other through CUDA 12's library API (context-independent loading): a CUkernel by name,
+  // then its function.
+  CUlibrary lib;
+  CU_CHECK(cuLibraryLoadData(&lib, kDriverPtx, nullptr, nullptr, 0, nullptr, nullptr, 0));
+  CUkernel kernel;
+  CU_CHECK(cuLibraryGetKernel(&kernel, lib, "triton_red_fused_native_layer_norm_1"));
+  ++g_calls["cuLibraryGetKernel"];
+  CU_CHECK(cuKernelGetFunction(&d.layer_norm, kernel));
+  ++g_calls["cuKernelGetFunction"];
   // Triton asks the driver for a loaded function's name when it reports it (CUDA 12.3+).
   const char* name = nullptr;
   CU_CHECK(cuFuncGetName(&name, d.relu));

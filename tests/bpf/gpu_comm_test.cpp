@@ -197,7 +197,7 @@ TEST(GpuComm, DriverApiLaunchesAndMemoryCalls) {
   auto calls = metric_sums(*st, "api.calls");
   auto time_us = metric_sums(*st, "api.time_us");
   auto bytes = metric_sums(*st, "api.bytes");
-  long memory_done = 0;
+  long memory_done = 0, lookups = 0;
   for (const auto& [pid, done] : truth) {
     // The device timeline has every driver-launched kernel, named by its CUfunction.
     for (const auto& k : driver_kernels) {
@@ -220,7 +220,10 @@ TEST(GpuComm, DriverApiLaunchesAndMemoryCalls) {
     // stand-in's sleep): a floor that a loaded machine can only raise.
     double floor_us = static_cast<double>(done.at("bytes:cudaMemcpy")) / 25000.0;  // STRATA_COST_PCIE_BYTES_PER_US
     EXPECT_GE(value(time_us, pid, "cudaMemcpy"), floor_us) << "pid " << pid;
-    EXPECT_EQ(value(calls, pid, "cuModuleGetFunction"), static_cast<double>(done.at("cuModuleGetFunction")));
+    for (const char* c : {"cuModuleGetFunction", "cuLibraryGetKernel", "cuKernelGetFunction"}) {
+      EXPECT_EQ(value(calls, pid, c), static_cast<double>(done.at(c))) << "pid " << pid << " " << c;
+      lookups += done.at(c);  // each gives a new handle its name
+    }
     EXPECT_EQ(value(calls, pid, "cuFuncGetName"), static_cast<double>(done.at("cuFuncGetName")));
   }
 
@@ -251,6 +254,8 @@ TEST(GpuComm, DriverApiLaunchesAndMemoryCalls) {
   ASSERT_TRUE(stats);
   std::map<std::string, double> stat(stats->begin(), stats->end());
   EXPECT_EQ(stat["gpu_comm.driver_launch_hits"], static_cast<double>(driver_samples));
+  EXPECT_EQ(stat["gpu_comm.driver_functions_named"], static_cast<double>(lookups))
+      << "every handle named by its lookup (module, library kernel, kernel's function)";
   EXPECT_EQ(stat["gpu_comm.memory_probes_sampled"], 0.0);
   EXPECT_EQ(stat["gpu_comm.memory_hits"], static_cast<double>(memory_done));
   EXPECT_GT(stat["gpu_comm.memory_probe_cost_s"], 0.0);

@@ -233,6 +233,37 @@ TEST(CudaDriver, ModulesLaunchesAndMemory) {
   EXPECT_EQ(cuMemFree(dp), CUDA_SUCCESS);
   EXPECT_EQ(cuMemFree(dp), CUDA_ERROR_INVALID_VALUE) << "freed twice";
   EXPECT_EQ(cuModuleUnload(mod), CUDA_SUCCESS);
+
+  // CUDA 12's library API: a CUkernel by name launches as is, or through its function.
+  CUlibrary lib = nullptr;
+  ASSERT_EQ(cuLibraryLoadData(&lib, ptx, nullptr, nullptr, 0, nullptr, nullptr, 0), CUDA_SUCCESS);
+  CUkernel kernel = nullptr;
+  EXPECT_EQ(cuLibraryGetKernel(&kernel, lib, "nope"), CUDA_ERROR_NOT_FOUND);
+  ASSERT_EQ(cuLibraryGetKernel(&kernel, lib, "triton_per_fused_sum_1"), CUDA_SUCCESS);
+  ASSERT_EQ(cuKernelGetName(&name, kernel), CUDA_SUCCESS);
+  EXPECT_STREQ(name, "triton_per_fused_sum_1");
+  CUfunction from_kernel = nullptr;
+  ASSERT_EQ(cuKernelGetFunction(&from_kernel, kernel), CUDA_SUCCESS);
+  ASSERT_EQ(cuFuncGetName(&name, from_kernel), CUDA_SUCCESS);
+  EXPECT_STREQ(name, "triton_per_fused_sum_1");
+  ASSERT_EQ(cuLaunchKernel(reinterpret_cast<CUfunction>(kernel), 10, 1, 1, 32, 1, 1, 0, s, nullptr, nullptr), CUDA_SUCCESS);
+  ASSERT_EQ(cuLaunchKernel(from_kernel, 20, 1, 1, 32, 1, 1, 0, s, nullptr, nullptr), CUDA_SUCCESS);
+  ASSERT_EQ(cudaStreamSynchronize(s), cudaSuccess);
+  int by_kernel = 0, by_function = 0;
+  for (const auto& r : timeline_records()) {
+    if (r.func == reinterpret_cast<uint64_t>(kernel)) {
+      ++by_kernel;
+      EXPECT_STREQ(r.name, "triton_per_fused_sum_1");
+      EXPECT_EQ(r.grid_threads, 320u);
+    } else if (r.func == reinterpret_cast<uint64_t>(from_kernel)) {
+      ++by_function;
+      EXPECT_STREQ(r.name, "triton_per_fused_sum_1");
+      EXPECT_EQ(r.grid_threads, 640u);
+    }
+  }
+  EXPECT_EQ(by_kernel, 1);
+  EXPECT_EQ(by_function, 1);
+  EXPECT_EQ(cuLibraryUnload(lib), CUDA_SUCCESS);
   EXPECT_EQ(cudaStreamDestroy(s), cudaSuccess);
 }
 

@@ -61,7 +61,8 @@ TEST(Runtimes, RealCudaRuntimeMemoryCallsResolve) {
 TEST(Runtimes, RealCudaDriverProbePointsResolve) {
   auto probes = probes_of(kCudaLib + "/stubs/libcuda.so", RuntimeKind::kCudaDriver);
   for (const char* sym : {"cuLaunchKernel", "cuLaunchKernel_ptsz", "cuLaunchKernelEx", "cuLaunchKernelEx_ptsz",
-                          "cuModuleGetFunction", "cuFuncGetName", "cuMemAlloc_v2", "cuMemFree_v2"}) {
+                          "cuModuleGetFunction", "cuFuncGetName", "cuMemAlloc_v2", "cuMemFree_v2",
+                          "cuLibraryGetKernel", "cuKernelGetFunction", "cuKernelGetName"}) {
     EXPECT_TRUE(probes.count(sym)) << sym << " not found in the real libcuda.so stub";
   }
   // Launches are hot (bursts only); the name lookups are not.
