@@ -9,7 +9,7 @@
 #include <linux/types.h>
 #endif
 
-#define STRATA_GPU_COMM_ABI_VERSION 2
+#define STRATA_GPU_COMM_ABI_VERSION 3
 #define STRATA_API_ARGS 8          /* rdi rsi rdx rcx r8 r9, then the first two stack words */
 #define STRATA_NCCL_ID_BYTES 128   /* sizeof(ncclUniqueId) */
 #define STRATA_API_STACK_DEPTH 64  /* user frames kept with a sampled launch */
@@ -40,6 +40,21 @@ enum strata_api {
   STRATA_API_CUDA_EVENT_SYNCHRONIZE,
   STRATA_API_CUDA_SET_DEVICE,
   STRATA_API_CUDA_GET_DEVICE_COUNT,
+  /* CUDA runtime memory calls: always on (each blocks for far longer than its probe), stacks
+   * only during launch bursts */
+  STRATA_API_CUDA_MALLOC = 40,  /* (void** devPtr, size_t size) */
+  STRATA_API_CUDA_FREE,         /* (void* devPtr) */
+  STRATA_API_CUDA_MEMCPY,       /* (dst, src, count, kind): synchronous */
+  /* CUDA driver (libcuda.so.1): what Triton and torch.compile launch through */
+  STRATA_API_CU_LAUNCH_KERNEL = 48,  /* (f, gx, gy, gz, bx, by, bz, shared, stream, params, extra) */
+  STRATA_API_CU_LAUNCH_KERNEL_EX,    /* (const CUlaunchConfig*, f, params, extra) */
+  STRATA_API_CU_MODULE_GET_FUNCTION, /* (CUfunction* out, CUmodule, const char* name): name in nccl_id */
+  STRATA_API_CU_FUNC_GET_NAME,       /* (const char** name, CUfunction): name in nccl_id */
+  STRATA_API_CU_MEM_ALLOC,           /* cuMemAlloc_v2 (CUdeviceptr* out, size_t size) */
+  STRATA_API_CU_MEM_FREE,            /* cuMemFree_v2 (CUdeviceptr) */
+  STRATA_API_CU_LIBRARY_GET_KERNEL,  /* (CUkernel* out, CUlibrary, const char* name): name in nccl_id */
+  STRATA_API_CU_KERNEL_GET_FUNCTION, /* (CUfunction* out, CUkernel) */
+  STRATA_API_CU_KERNEL_GET_NAME,     /* (const char** name, CUkernel): name in nccl_id */
   /* gloo (PyTorch's CPU process group): timing only */
   STRATA_API_GLOO_ALLREDUCE = 64,
   STRATA_API_GLOO_ALLGATHER,
@@ -64,6 +79,7 @@ enum strata_gpu_comm_counter {
 #define STRATA_API_F_HAS_ID 1u     /* nccl_id holds the ncclUniqueId of a CommInitRank call */
 #define STRATA_API_F_HAS_OUT 2u    /* out holds the value the call wrote through its out pointer */
 #define STRATA_API_F_HAS_HANDLES 4u /* nccl_id holds the first 16 ncclComm_t written by ncclCommInitAll */
+#define STRATA_API_F_HAS_NAME 8u    /* nccl_id holds a kernel's name, NUL-terminated (truncated to 127 bytes) */
 
 struct strata_api_event {
   __u32 type; /* STRATA_EV_API (= 16) */

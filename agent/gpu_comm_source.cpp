@@ -93,6 +93,9 @@ struct ProcState {
   bool timeline_refused = false;                  // a file was there, and not its timeline
   std::vector<TimelineRecord> unmatched_device;  // collective kernels waiting for their call
   std::unordered_map<uint64_t, std::string> kernel_names;  // func address -> name
+  // CUfunction handle -> kernel name, from cuModuleGetFunction / cuFuncGetName returns: a driver
+  // launch passes only the handle (heap memory, nothing to symbolize).
+  std::unordered_map<uint64_t, std::string> driver_names;
   std::set<std::string> mapped_files;            // runtime files this process maps
   uint64_t last_scan = 0;
   uint64_t exec_mono = 0;
@@ -130,6 +133,7 @@ struct AttachedFile {
   std::vector<RuntimeFile> runtimes;
   ProbeSet always;               // always-on probes
   ProbeSet hot;                  // during a burst only
+  ProbeSet memory;               // memory calls: always on while their rate fits the budget
   std::set<uint32_t> users;      // pids mapping it
 };
 
@@ -246,6 +250,7 @@ class GpuCommSource final : public Source {
     for (auto& [path, f] : files_) {
       f.always.destroy();
       f.hot.destroy();
+      f.memory.destroy();
     }
     gpu_comm_bpf__destroy(skel_);
   }
@@ -372,7 +377,10 @@ class GpuCommSource final : public Source {
       }
       read_timeline(st, now);
     }
-    if (!tape().replaying()) drive_bursts(now);
+    if (!tape().replaying()) {
+      check_memory_rate(now);
+      drive_bursts(now);
+    }
     return {};
   }
 
@@ -437,6 +445,11 @@ class GpuCommSource final : public Source {
       metrics.push_back({key.first, "api.time_us", api_name(key.second), static_cast<double>(v.second) / 1e3});
     }
     api_window_.clear();
+    // Bytes of the memory calls that carry a size (allocations, synchronous copies).
+    for (const auto& [key, bytes] : api_bytes_) {
+      metrics.push_back({key.first, "api.bytes", api_name(key.second), static_cast<double>(bytes)});
+    }
+    api_bytes_.clear();
     for (auto& [pid, st] : procs_) {
       if (st.device >= 0) metrics.push_back({pid, "gpu.device", "", static_cast<double>(st.device)});
     }
@@ -479,6 +492,12 @@ class GpuCommSource final : public Source {
     out.emplace_back("gpu_comm.launch_hits", static_cast<double>(launch_hits_));
     out.emplace_back("gpu_comm.probe_trap_cost_s", static_cast<double>(trap_cost_ns()) / 1e9);
     out.emplace_back("gpu_comm.launch_probe_cost_s", static_cast<double>(launch_hits_) * opts_.uprobe_cost_us / 1e6);
+    out.emplace_back("gpu_comm.driver_launch_hits", static_cast<double>(driver_launch_hits_));
+    out.emplace_back("gpu_comm.driver_functions_named", static_cast<double>(driver_functions_named_));
+    out.emplace_back("gpu_comm.memory_hits", static_cast<double>(memory_hits_));
+    out.emplace_back("gpu_comm.memory_probe_cost_s", static_cast<double>(memory_hits_) * opts_.uprobe_cost_us / 1e6);
+    out.emplace_back("gpu_comm.memory_stacks", static_cast<double>(memory_stacks_));
+    out.emplace_back("gpu_comm.memory_probes_sampled", memory_sampled_ ? 1.0 : 0.0);
     out.emplace_back("gpu_comm.timeline_lost", static_cast<double>(timeline_lost_));
     out.emplace_back("gpu_comm.timelines_refused", static_cast<double>(timelines_refused_));
     out.emplace_back("gpu_comm.timelines_removed", static_cast<double>(timelines_removed_));
@@ -638,18 +657,52 @@ class GpuCommSource final : public Source {
     return set;
   }
 
-  std::vector<ResolvedProbe> probes_of(const AttachedFile& f, bool hot) const {
+  enum class ProbeClass { kAlways, kHot, kMemory };
+
+  std::vector<ResolvedProbe> probes_of(const AttachedFile& f, ProbeClass cls) const {
     std::vector<ResolvedProbe> out;
     for (const auto& rf : f.runtimes) {
       if (!wanted(rf)) continue;
       for (const auto& p : rf.probes) {
-        if (p.hot == hot) out.push_back(p);
+        ProbeClass c = api_is_memory(p.api) ? ProbeClass::kMemory : p.hot ? ProbeClass::kHot : ProbeClass::kAlways;
+        if (c == cls) out.push_back(p);
       }
     }
     return out;
   }
 
-  void attach(AttachedFile& f, const std::string& path) { f.always = attach_probes(path, probes_of(f, false)); }
+  void attach(AttachedFile& f, const std::string& path) {
+    f.always = attach_probes(path, probes_of(f, ProbeClass::kAlways));
+    if (!memory_sampled_) f.memory = attach_probes(path, probes_of(f, ProbeClass::kMemory));
+  }
+
+  // Memory-call probes stay on while their hits x cost fit opts_.memory_budget_cpu; past it they are
+  // detached and join the launch bursts for good (their counts are samples from then on, which the
+  // stats say: gpu_comm.memory_probes_sampled). A period's allowance spent early trips it at once:
+  // a storm of calls costs at most one allowance plus a poll's worth of hits before it stops.
+  void check_memory_rate(uint64_t now) {
+    if (memory_sampled_ || !opts_.gpu) return;
+    if (memory_rate_since_ == 0) {
+      memory_rate_since_ = now;
+      memory_hits_at_ = memory_hits_;
+      return;
+    }
+    const double allowance = opts_.memory_budget_cpu * opts_.memory_rate_period_s / (opts_.uprobe_cost_us / 1e6);
+    const double hits = static_cast<double>(memory_hits_ - memory_hits_at_);
+    if (hits <= allowance) {
+      if (static_cast<double>(now - memory_rate_since_) / 1e9 >= opts_.memory_rate_period_s) {
+        memory_rate_since_ = now;  // a new period
+        memory_hits_at_ = memory_hits_;
+      }
+      return;
+    }
+    memory_sampled_ = true;
+    for (auto& [key, f] : files_) f.memory.destroy();
+  }
+
+  void set_memory_stacks(bool on) {
+    if (skel_ && skel_->bss) skel_->bss->memory_stacks = on ? 1 : 0;
+  }
 
   void release_files(ProcState& st) {
     auto it = st_files_.find(st.pid);
@@ -661,6 +714,7 @@ class GpuCommSource final : public Source {
       if (f->second.users.empty()) {  // last user gone: detach cleanly
         f->second.always.destroy();
         f->second.hot.destroy();
+        f->second.memory.destroy();
         files_.erase(f);
         file_paths_.erase(key);
       }
@@ -674,7 +728,11 @@ class GpuCommSource final : public Source {
     if (!opts_.gpu) return;
     if (in_burst_) {
       if (now < burst_end_) return;
-      for (auto& [key, f] : files_) f.hot.destroy();
+      for (auto& [key, f] : files_) {
+        f.hot.destroy();
+        if (memory_sampled_) f.memory.destroy();
+      }
+      set_memory_stacks(false);
       in_burst_ = false;
       double secs = static_cast<double>(now - burst_start_) / 1e9;
       double rate = secs > 0 ? static_cast<double>(burst_hits_) / secs : 0;
@@ -687,14 +745,16 @@ class GpuCommSource final : public Source {
     if (now < next_burst_) return;
     bool any = false;
     for (auto& [key, f] : files_) {
-      f.hot = attach_probes(file_paths_[key], probes_of(f, true));
-      any = any || !f.hot.empty();
+      f.hot = attach_probes(file_paths_[key], probes_of(f, ProbeClass::kHot));
+      if (memory_sampled_) f.memory = attach_probes(file_paths_[key], probes_of(f, ProbeClass::kMemory));
+      any = any || !f.hot.empty() || (memory_sampled_ && !f.memory.empty());
     }
     if (!any) {
       next_burst_ = now + static_cast<uint64_t>(opts_.min_burst_period_s * 1e9);
       return;
     }
     ++bursts_;
+    set_memory_stacks(true);
     in_burst_ = true;
     burst_start_ = now;
     burst_end_ = now + static_cast<uint64_t>(opts_.burst_s * 1e9);
@@ -725,7 +785,11 @@ class GpuCommSource final : public Source {
                : r.kind == STRATA_TL_MEMCPY   ? "memcpy"
                : r.kind == STRATA_TL_MEMSET   ? "memset"
                                                : "collective";
-      d.name = kernel_name(st, r.func, r.name);
+      // A driver launch's func is its CUfunction handle: nothing to symbolize. The timing source's
+      // own name comes first (CUPTI's is whole; a lookup's is cut at 127 bytes), else the name
+      // the handle was looked up by.
+      auto driver = st.driver_names.find(r.func);
+      d.name = driver != st.driver_names.end() && r.name.empty() ? driver->second : kernel_name(st, r.func, r.name);
       d.stream = r.stream;
       d.start_ns = r.start_ns;
       d.end_ns = std::max(r.end_ns, r.start_ns);
@@ -1028,7 +1092,33 @@ class GpuCommSource final : public Source {
         return;
       case STRATA_API_CUDA_LAUNCH_KERNEL:
       case STRATA_API_CUDA_MEMCPY_ASYNC:
+      case STRATA_API_CU_LAUNCH_KERNEL:
+      case STRATA_API_CU_LAUNCH_KERNEL_EX:
         on_launch(st, e, stack);
+        return;
+      case STRATA_API_CU_MODULE_GET_FUNCTION:  // (CUfunction* out, CUmodule, name)
+      case STRATA_API_CU_LIBRARY_GET_KERNEL:   // (CUkernel* out, CUlibrary, name): launchable as is
+        if (e.ret == 0 && (e.flags & STRATA_API_F_HAS_OUT) && (e.flags & STRATA_API_F_HAS_NAME))
+          name_driver_function(st, e.out, e.nccl_id);
+        return;
+      case STRATA_API_CU_FUNC_GET_NAME:    // (const char** name, CUfunction)
+      case STRATA_API_CU_KERNEL_GET_NAME:  // (const char** name, CUkernel)
+        if (e.ret == 0 && (e.flags & STRATA_API_F_HAS_NAME)) name_driver_function(st, a[1], e.nccl_id);
+        return;
+      case STRATA_API_CU_KERNEL_GET_FUNCTION: {  // (CUfunction* out, CUkernel): the kernel's name
+        auto named = st.driver_names.find(a[1]);
+        if (e.ret == 0 && (e.flags & STRATA_API_F_HAS_OUT) && named != st.driver_names.end()) {
+          std::string name = named->second;  // copied: the insert may move the table
+          name_driver_function(st, e.out, reinterpret_cast<const uint8_t*>(name.c_str()));
+        }
+        return;
+      }
+      case STRATA_API_CUDA_MALLOC:
+      case STRATA_API_CUDA_FREE:
+      case STRATA_API_CUDA_MEMCPY:
+      case STRATA_API_CU_MEM_ALLOC:
+      case STRATA_API_CU_MEM_FREE:
+        on_memory(e, stack);
         return;
       default:
         break;
@@ -1100,7 +1190,62 @@ class GpuCommSource final : public Source {
   void on_launch(ProcState& st, const strata_api_event& e, const uint8_t* stack) {
     ++launch_hits_;
     ++burst_hits_;
-    std::string kernel = e.api == STRATA_API_CUDA_MEMCPY_ASYNC ? "[memcpy]" : kernel_name(st, e.args[0], "");
+    std::string kernel;
+    if (e.api == STRATA_API_CUDA_MEMCPY_ASYNC) {
+      kernel = "[memcpy]";
+    } else if (e.api == STRATA_API_CU_LAUNCH_KERNEL || e.api == STRATA_API_CU_LAUNCH_KERNEL_EX) {
+      ++driver_launch_hits_;
+      // cuLaunchKernel(f, ...), cuLaunchKernelEx(config, f, ...)
+      kernel = driver_kernel_name(st, e.api == STRATA_API_CU_LAUNCH_KERNEL ? e.args[0] : e.args[1]);
+    } else {
+      kernel = kernel_name(st, e.args[0], "");
+    }
+    add_launch_sample(e, stack, kernel);
+  }
+
+  // The most CUfunction names kept per process: Triton compiles a few thousand kernels at most;
+  // past this, launches of the others are named by the device timeline (or by handle).
+  static constexpr size_t kMaxDriverNames = 1 << 16;
+
+  void name_driver_function(ProcState& st, uint64_t func, const uint8_t* raw) {
+    if (func == 0) return;
+    // Lengths are never trusted: the name ends at its NUL or at the end of the field.
+    size_t n = strnlen(reinterpret_cast<const char*>(raw), STRATA_NCCL_ID_BYTES);
+    if (n == 0) return;
+    if (st.driver_names.size() >= kMaxDriverNames && !st.driver_names.count(func)) return;
+    auto [it, inserted] = st.driver_names.insert_or_assign(func, std::string(reinterpret_cast<const char*>(raw), n));
+    (void)it;
+    if (inserted) ++driver_functions_named_;
+  }
+
+  // A driver launch's kernel: the name its handle was looked up by, else the one the device timeline
+  // gave it, else the handle.
+  std::string driver_kernel_name(const ProcState& st, uint64_t func) const {
+    if (auto it = st.driver_names.find(func); it != st.driver_names.end()) return it->second;
+    if (auto it = st.kernel_names.find(func); it != st.kernel_names.end()) return it->second;
+    return "CUfunction@0x" + hex_addr(func);
+  }
+
+  // A memory call: counted and timed with every API call (api_window_); its size, and its stack
+  // when the probe took one (during a burst).
+  void on_memory(const strata_api_event& e, const uint8_t* stack) {
+    ++memory_hits_;
+    if (memory_sampled_) ++burst_hits_;  // sampled with the launches: their hits size the bursts too
+    const __u64* a = e.args;
+    uint64_t bytes = 0;
+    switch (e.api) {
+      case STRATA_API_CUDA_MALLOC:
+      case STRATA_API_CU_MEM_ALLOC: bytes = a[1]; break;  // (out*, size)
+      case STRATA_API_CUDA_MEMCPY: bytes = a[2]; break;   // (dst, src, count, kind)
+      default: break;
+    }
+    if (e.ret == 0 && bytes > 0) api_bytes_[{e.pid, e.api}] += bytes;
+    if (e.ustack_len == 0) return;
+    ++memory_stacks_;
+    add_launch_sample(e, stack, std::string("[") + api_name(e.api) + "]");
+  }
+
+  void add_launch_sample(const strata_api_event& e, const uint8_t* stack, const std::string& kernel) {
     SampleEvent se;
     se.pid = e.pid;
     se.tid = e.tid;
@@ -1140,6 +1285,7 @@ class GpuCommSource final : public Source {
   std::vector<store::CommunicatorRecord> new_comms_;
   std::vector<store::DeviceActivity> device_window_;
   std::map<std::pair<uint32_t, uint32_t>, std::pair<uint64_t, uint64_t>> api_window_;  // calls, ns
+  std::map<std::pair<uint32_t, uint32_t>, uint64_t> api_bytes_;                         // memory calls' bytes
   std::map<LaunchKey, uint64_t> launch_window_;
   std::vector<Stack> launch_stacks_;
   std::unordered_map<std::string, uint32_t> launch_stack_index_;
@@ -1148,6 +1294,10 @@ class GpuCommSource final : public Source {
   bool in_burst_ = false;
   uint64_t next_burst_ = 0, burst_start_ = 0, burst_end_ = 0, burst_hits_ = 0;
   uint64_t bursts_ = 0, launch_hits_ = 0, attach_errors_ = 0;
+  uint64_t driver_launch_hits_ = 0, driver_functions_named_ = 0;
+  uint64_t memory_hits_ = 0, memory_stacks_ = 0;
+  bool memory_sampled_ = false;  // memory probes past their budget: burst-only from then on
+  uint64_t memory_rate_since_ = 0, memory_hits_at_ = 0;
   uint64_t timeline_lost_ = 0, device_records_summarized_ = 0;
   uint64_t timelines_removed_ = 0;  // files of exited processes removed after their last read
   uint64_t timelines_refused_ = 0;  // processes whose timeline file was refused (abi/gpu_timeline.h)

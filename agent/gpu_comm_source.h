@@ -22,6 +22,11 @@ struct GpuCommOptions {
   double burst_s = 0.2;
   double min_burst_period_s = 1;
   double max_burst_period_s = 60;
+  // Memory calls (cudaMalloc/cudaFree/cudaMemcpy, cuMemAlloc/cuMemFree) are probed on every call:
+  // each blocks its caller far longer than a probe costs, and a training loop makes few. Should
+  // their hits x cost pass this share of one CPU, they join the launch bursts (sampled) instead.
+  double memory_budget_cpu = 0.002;
+  double memory_rate_period_s = 2;  // the rate is judged over this long
   size_t max_device_records_per_window = 20000;  // per process; beyond: summarized, counted
 };
 

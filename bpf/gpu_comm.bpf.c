@@ -16,6 +16,10 @@ char LICENSE[] SEC("license") = "GPL";
 
 const volatile __u32 abi_version = STRATA_GPU_COMM_ABI_VERSION;
 
+/* Set by the agent while a launch burst runs: the always-on memory-call probes take their CPU
+ * stack only then, so a stack walk is paid within the launch budget, never per call. */
+volatile __u32 memory_stacks = 0;
+
 /* Shared with the on-CPU sampler (reused fd): the watched tgids. */
 struct {
   __uint(type, BPF_MAP_TYPE_HASH);
@@ -77,6 +81,17 @@ static __always_inline void bump(__u32 counter) {
 }
 
 static __always_inline __u64 call_key(__u32 tid, __u32 api) { return ((__u64)tid << 8) | (api & 0xff); }
+
+/* Kernel launches and async copies: attached only during bursts; each keeps its CPU stack. */
+static __always_inline bool is_launch(__u32 api) {
+  return api == STRATA_API_CUDA_LAUNCH_KERNEL || api == STRATA_API_CUDA_MEMCPY_ASYNC ||
+         api == STRATA_API_CU_LAUNCH_KERNEL || api == STRATA_API_CU_LAUNCH_KERNEL_EX;
+}
+
+static __always_inline bool is_memory(__u32 api) {
+  return api == STRATA_API_CUDA_MALLOC || api == STRATA_API_CUDA_FREE || api == STRATA_API_CUDA_MEMCPY ||
+         api == STRATA_API_CU_MEM_ALLOC || api == STRATA_API_CU_MEM_FREE;
+}
 
 static __always_inline bool is_init(__u32 api) {
   return api == STRATA_API_NCCL_COMM_INIT_RANK || api == STRATA_API_NCCL_COMM_INIT_RANK_CONFIG;
@@ -179,10 +194,30 @@ int api_exit(struct pt_regs* ctx) {
      * shorter array at the end of a mapping fails the read: then only `out` (the first) is known. */
     if (bpf_probe_read_user(e->nccl_id, sizeof(e->nccl_id), (void*)e->args[0]) == 0) e->flags |= STRATA_API_F_HAS_HANDLES;
   }
+  if ((api == STRATA_API_CU_MODULE_GET_FUNCTION || api == STRATA_API_CU_LIBRARY_GET_KERNEL ||
+       api == STRATA_API_CU_KERNEL_GET_FUNCTION) && e->ret == 0 && e->args[0]) {
+    /* The CUfunction / CUkernel written through the first argument, and (lookups by name) the
+     * name: launches name their kernel by this handle. */
+    __u64 out = 0;
+    if (bpf_probe_read_user(&out, sizeof(out), (void*)e->args[0]) == 0) {
+      e->out = out;
+      e->flags |= STRATA_API_F_HAS_OUT;
+    }
+    if (api != STRATA_API_CU_KERNEL_GET_FUNCTION && e->args[2] &&
+        bpf_probe_read_user_str(e->nccl_id, sizeof(e->nccl_id), (void*)e->args[2]) > 0)
+      e->flags |= STRATA_API_F_HAS_NAME;
+  }
+  if ((api == STRATA_API_CU_FUNC_GET_NAME || api == STRATA_API_CU_KERNEL_GET_NAME) && e->ret == 0 && e->args[0]) {
+    /* (const char** name, CUfunction or CUkernel): the driver's own name of the handle. */
+    __u64 name = 0;
+    if (bpf_probe_read_user(&name, sizeof(name), (void*)e->args[0]) == 0 && name &&
+        bpf_probe_read_user_str(e->nccl_id, sizeof(e->nccl_id), (void*)name) > 0)
+      e->flags |= STRATA_API_F_HAS_NAME;
+  }
   __u64 size = sizeof(*e);
-  if (api == STRATA_API_CUDA_LAUNCH_KERNEL || api == STRATA_API_CUDA_MEMCPY_ASYNC) {
+  if (is_launch(api) || (is_memory(api) && memory_stacks)) {
     /* Sampled launches and copies keep the CPU stack that issued them (the caller's frames at
-     * return). */
+     * return); memory calls too, during a burst. */
     long bytes = bpf_get_stack(ctx, b->stack, sizeof(b->stack), BPF_F_USER_STACK | BPF_F_USER_BUILD_ID);
     if (bytes > 0) {
       if (bytes > sizeof(b->stack)) bytes = sizeof(b->stack);
@@ -192,9 +227,7 @@ int api_exit(struct pt_regs* ctx) {
   }
   if (size > sizeof(*b)) size = sizeof(*b);
   /* Launch bursts are many; everything else is rare and wanted promptly (communicator set-up). */
-  __u64 flags = api == STRATA_API_CUDA_LAUNCH_KERNEL || api == STRATA_API_CUDA_MEMCPY_ASYNC
-                    ? strata_rb_flags(&api_events)
-                    : 0;
+  __u64 flags = is_launch(api) || is_memory(api) ? strata_rb_flags(&api_events) : 0;
   if (bpf_ringbuf_output(&api_events, b, size, flags) == 0)
     bump(STRATA_GC_EMITTED);
   else

@@ -47,6 +47,30 @@ const std::vector<RuntimeSpec>& runtime_specs() {
            {{"cudaEventSynchronize"}, STRATA_API_CUDA_EVENT_SYNCHRONIZE, false},
            {{"cudaSetDevice"}, STRATA_API_CUDA_SET_DEVICE, false},
            {{"cudaGetDeviceCount"}, STRATA_API_CUDA_GET_DEVICE_COUNT, false},
+           // Memory calls: not hot by this flag; the agent keeps them on while their rate fits
+           // the budget (api_is_memory).
+           {{"cudaMalloc"}, STRATA_API_CUDA_MALLOC, false},
+           {{"cudaFree"}, STRATA_API_CUDA_FREE, false},
+           {{"cudaMemcpy"}, STRATA_API_CUDA_MEMCPY, false},
+       }},
+      // The driver API: Triton and torch.compile launch their kernels with cuLaunchKernel(Ex), by
+      // CUfunction handles that cuModuleGetFunction (or cuFuncGetName) names.
+      {RuntimeKind::kCudaDriver,
+       {"cuLaunchKernel", "cuModuleGetFunction"},
+       {
+           {{"cuLaunchKernel"}, STRATA_API_CU_LAUNCH_KERNEL, true},
+           {{"cuLaunchKernel_ptsz"}, STRATA_API_CU_LAUNCH_KERNEL, true},
+           {{"cuLaunchKernelEx"}, STRATA_API_CU_LAUNCH_KERNEL_EX, true},
+           {{"cuLaunchKernelEx_ptsz"}, STRATA_API_CU_LAUNCH_KERNEL_EX, true},
+           {{"cuModuleGetFunction"}, STRATA_API_CU_MODULE_GET_FUNCTION, false},
+           {{"cuFuncGetName"}, STRATA_API_CU_FUNC_GET_NAME, false},
+           // CUDA 12's library API: a kernel looked up by name, launched as is or through the
+           // function of the current context.
+           {{"cuLibraryGetKernel"}, STRATA_API_CU_LIBRARY_GET_KERNEL, false},
+           {{"cuKernelGetFunction"}, STRATA_API_CU_KERNEL_GET_FUNCTION, false},
+           {{"cuKernelGetName"}, STRATA_API_CU_KERNEL_GET_NAME, false},
+           {{"cuMemAlloc_v2"}, STRATA_API_CU_MEM_ALLOC, false},
+           {{"cuMemFree_v2"}, STRATA_API_CU_MEM_FREE, false},
        }},
       {RuntimeKind::kGloo,
        {"_ZN4gloo9allreduceERKNS_16AllreduceOptionsE"},
@@ -109,6 +133,18 @@ const char* api_name(uint32_t api) {
     case STRATA_API_CUDA_EVENT_SYNCHRONIZE: return "cudaEventSynchronize";
     case STRATA_API_CUDA_SET_DEVICE: return "cudaSetDevice";
     case STRATA_API_CUDA_GET_DEVICE_COUNT: return "cudaGetDeviceCount";
+    case STRATA_API_CUDA_MALLOC: return "cudaMalloc";
+    case STRATA_API_CUDA_FREE: return "cudaFree";
+    case STRATA_API_CUDA_MEMCPY: return "cudaMemcpy";
+    case STRATA_API_CU_LAUNCH_KERNEL: return "cuLaunchKernel";
+    case STRATA_API_CU_LAUNCH_KERNEL_EX: return "cuLaunchKernelEx";
+    case STRATA_API_CU_MODULE_GET_FUNCTION: return "cuModuleGetFunction";
+    case STRATA_API_CU_FUNC_GET_NAME: return "cuFuncGetName";
+    case STRATA_API_CU_MEM_ALLOC: return "cuMemAlloc_v2";
+    case STRATA_API_CU_MEM_FREE: return "cuMemFree_v2";
+    case STRATA_API_CU_LIBRARY_GET_KERNEL: return "cuLibraryGetKernel";
+    case STRATA_API_CU_KERNEL_GET_FUNCTION: return "cuKernelGetFunction";
+    case STRATA_API_CU_KERNEL_GET_NAME: return "cuKernelGetName";
     case STRATA_API_GLOO_ALLREDUCE: return "gloo::allreduce";
     case STRATA_API_GLOO_ALLGATHER: return "gloo::allgather";
     case STRATA_API_GLOO_BROADCAST: return "gloo::broadcast";
@@ -134,5 +170,13 @@ const char* api_collective_op(uint32_t api) {
 }
 
 bool api_is_collective(uint32_t api) { return *api_collective_op(api) != '\0'; }
+
+bool api_is_memory(uint32_t api) {
+  switch (api) {
+    case STRATA_API_CUDA_MALLOC: case STRATA_API_CUDA_FREE: case STRATA_API_CUDA_MEMCPY:
+    case STRATA_API_CU_MEM_ALLOC: case STRATA_API_CU_MEM_FREE: return true;
+    default: return false;
+  }
+}
 
 }  // namespace strata::agent

@@ -52,5 +52,8 @@ Result<std::vector<RuntimeFile>> recognize_runtimes(const std::string& path);
 const char* api_name(uint32_t api);
 const char* api_collective_op(uint32_t api);
 bool api_is_collective(uint32_t api);
+// Device memory calls (cudaMalloc, cudaFree, synchronous cudaMemcpy, cuMemAlloc_v2, cuMemFree_v2):
+// counted and timed on every call while their rate fits the budget, sampled in bursts beyond it.
+bool api_is_memory(uint32_t api);
 
 }  // namespace strata::agent

@@ -7,7 +7,10 @@
 // work is published on the device timeline (timeline.h), as CUPTI activity records would be.
 //
 // Simplifications (documented, not hidden): the legacy default stream does not synchronize with
-// other streams; device memory is host memory; there is no context/driver layer.
+// other streams; device memory is host memory; there is no context layer. The driver API stand-in
+// (libcuda.so.1, libcuda.cpp) runs its launches and allocations on this library's modeled GPU
+// through testbed-private entry points (cudart_internal.h): the reverse of the real layering
+// (libcudart calls libcuda), so one process has one modeled GPU whichever API it uses.
 #include <cuda_runtime_api.h>
 #include <cxxabi.h>
 #include <dlfcn.h>
@@ -52,7 +55,8 @@ enum class OpKind { kKernel, kMemcpy, kMemset, kRecord, kWait, kHostFn, kDeviceF
 
 struct Op {
   OpKind kind = OpKind::kKernel;
-  const void* func = nullptr;  // kernel / collective stub
+  const void* func = nullptr;  // kernel / collective stub, or a driver launch's CUfunction
+  const char* name = nullptr;  // a driver launch's kernel name (lives as long as its CUfunction)
   uint64_t threads = 0;
   void* dst = nullptr;
   const void* src = nullptr;
@@ -178,6 +182,7 @@ class Timeline {
     if (op.kind == OpKind::kMemset) return kMemset;
     auto it = names_.find(op.func);
     if (it != names_.end()) return it->second;
+    if (op.name != nullptr) return names_.emplace(op.func, op.name).first->second;  // driver launch
     std::string name = "<unknown kernel>";
     Dl_info info{};
     if (op.func != nullptr && ::dladdr(op.func, &info) != 0 && info.dli_sname != nullptr) {
@@ -407,6 +412,105 @@ Op api_op(OpKind kind) {
 
 bool valid_device(int device) { return device >= 0 && device < rt().device_count; }
 
+// The work of the exported calls, shared by the runtime and the driver stand-in. Exported calls
+// never call each other here: on a real runtime cudaMemcpy does not go through cudaMemcpyAsync,
+// and a probe on one must not fire for the other.
+cudaError_t memcpy_async(void* dst, const void* src, size_t count, cudaMemcpyKind kind, cudaStream_t stream) {
+  if (count > 0 && (dst == nullptr || src == nullptr)) return set_error(cudaErrorInvalidValue);
+  CUstream_st* s = resolve(stream);
+  if (s == nullptr) return set_error(cudaErrorInvalidResourceHandle);
+  Op op = api_op(OpKind::kMemcpy);
+  op.dst = dst;
+  op.src = src;
+  op.bytes = count;
+  op.copy_kind = kind;
+  submit(s, op);
+  return cudaSuccess;
+}
+
+cudaError_t stream_sync(cudaStream_t stream) {
+  CUstream_st* s = resolve(stream);
+  if (s == nullptr) return set_error(cudaErrorInvalidResourceHandle);
+  uint64_t ticket;
+  {
+    std::lock_guard lock(s->m);
+    ticket = s->submitted;
+  }
+  wait_stream(s, ticket);
+  return cudaSuccess;
+}
+
+void device_sync() {
+  std::vector<std::pair<CUstream_st*, uint64_t>> tickets;
+  {
+    std::lock_guard lock(rt().m);
+    for (CUstream_st* s : rt().streams) {
+      if (s->device != t_device) continue;
+      std::lock_guard slock(s->m);
+      tickets.emplace_back(s, s->submitted);
+    }
+  }
+  // A stream destroyed meanwhile drains before it goes, so waiting on it stays safe only while it
+  // is registered; re-resolve each one.
+  for (auto& [s, ticket] : tickets) {
+    {
+      std::lock_guard lock(rt().m);
+      if (!rt().streams.count(s)) continue;
+    }
+    wait_stream(s, ticket);
+  }
+}
+
+// Allocation and release take host time, as the driver's do (page tables, a device-wide sync on
+// free): STRATA_COST_MALLOC_NS / STRATA_COST_FREE_NS on the calling thread, sleeping (CPU-cheap).
+cudaError_t device_malloc(void** devPtr, size_t size) {
+  if (devPtr == nullptr) return set_error(cudaErrorInvalidValue);
+  if (size == 0) {
+    *devPtr = nullptr;
+    return cudaSuccess;
+  }
+  uint64_t until = monotonic_ns() + STRATA_COST_MALLOC_NS;
+  size_t rounded = (size + 255) / 256 * 256;  // cudaMalloc alignment is 256 bytes
+  void* p = std::aligned_alloc(256, rounded);
+  if (p == nullptr) return set_error(cudaErrorMemoryAllocation);
+  {
+    std::lock_guard lock(rt().m);
+    rt().allocations[p] = rounded;
+  }
+  if (auto* ds = device_state(t_device)) {
+    std::atomic_ref<uint64_t>(ds->mem_used).fetch_add(rounded, std::memory_order_relaxed);
+  }
+  *devPtr = p;
+  sleep_until_ns(until);
+  return cudaSuccess;
+}
+
+// cudaFree synchronizes the device first (its documented behavior), then releases.
+cudaError_t device_free(void* devPtr) {
+  if (devPtr == nullptr) return cudaSuccess;
+  size_t size = 0;
+  {
+    std::lock_guard lock(rt().m);
+    auto it = rt().allocations.find(devPtr);
+    if (it == rt().allocations.end()) return set_error(cudaErrorInvalidDevicePointer);
+  }
+  device_sync();
+  uint64_t until = monotonic_ns() + STRATA_COST_FREE_NS;
+  {
+    std::lock_guard lock(rt().m);
+    auto it = rt().allocations.find(devPtr);
+    if (it == rt().allocations.end()) return set_error(cudaErrorInvalidDevicePointer);  // freed meanwhile
+    size = it->second;
+    rt().allocations.erase(it);
+  }
+  if (auto* ds = device_state(t_device)) {
+    std::atomic_ref<uint64_t>(ds->mem_used).fetch_sub(size, std::memory_order_relaxed);
+  }
+  std::free(devPtr);
+  sleep_until_ns(until);
+  return cudaSuccess;
+}
+
 }  // namespace
 }  // namespace testbed::cuda
 
@@ -504,17 +608,7 @@ cudaError_t cudaStreamDestroy(cudaStream_t stream) {
   return cudaSuccess;
 }
 
-cudaError_t cudaStreamSynchronize(cudaStream_t stream) {
-  CUstream_st* s = resolve(stream);
-  if (s == nullptr) return set_error(cudaErrorInvalidResourceHandle);
-  uint64_t ticket;
-  {
-    std::lock_guard lock(s->m);
-    ticket = s->submitted;
-  }
-  wait_stream(s, ticket);
-  return cudaSuccess;
-}
+cudaError_t cudaStreamSynchronize(cudaStream_t stream) { return stream_sync(stream); }
 
 cudaError_t cudaStreamQuery(cudaStream_t stream) {
   CUstream_st* s = resolve(stream);
@@ -524,24 +618,7 @@ cudaError_t cudaStreamQuery(cudaStream_t stream) {
 }
 
 cudaError_t cudaDeviceSynchronize(void) {
-  std::vector<std::pair<CUstream_st*, uint64_t>> tickets;
-  {
-    std::lock_guard lock(rt().m);
-    for (CUstream_st* s : rt().streams) {
-      if (s->device != t_device) continue;
-      std::lock_guard slock(s->m);
-      tickets.emplace_back(s, s->submitted);
-    }
-  }
-  // A stream destroyed meanwhile drains before it goes, so waiting on it stays safe only while it
-  // is registered; re-resolve each one.
-  for (auto& [s, ticket] : tickets) {
-    {
-      std::lock_guard lock(rt().m);
-      if (!rt().streams.count(s)) continue;
-    }
-    wait_stream(s, ticket);
-  }
+  device_sync();
   return cudaSuccess;
 }
 
@@ -570,22 +647,14 @@ cudaError_t cudaLaunchHostFunc(cudaStream_t stream, cudaHostFn_t fn, void* userD
 
 cudaError_t cudaMemcpyAsync(void* dst, const void* src, size_t count, enum cudaMemcpyKind kind,
                             cudaStream_t stream) {
-  if (count > 0 && (dst == nullptr || src == nullptr)) return set_error(cudaErrorInvalidValue);
-  CUstream_st* s = resolve(stream);
-  if (s == nullptr) return set_error(cudaErrorInvalidResourceHandle);
-  Op op = api_op(OpKind::kMemcpy);
-  op.dst = dst;
-  op.src = src;
-  op.bytes = count;
-  op.copy_kind = kind;
-  submit(s, op);
-  return cudaSuccess;
+  return memcpy_async(dst, src, count, kind, stream);
 }
 
+// Synchronous: returns when the copy is done, after count / bandwidth of modeled device time.
 cudaError_t cudaMemcpy(void* dst, const void* src, size_t count, enum cudaMemcpyKind kind) {
-  cudaError_t e = cudaMemcpyAsync(dst, src, count, kind, nullptr);
+  cudaError_t e = memcpy_async(dst, src, count, kind, nullptr);
   if (e != cudaSuccess) return e;
-  return cudaStreamSynchronize(nullptr);
+  return stream_sync(nullptr);
 }
 
 cudaError_t cudaMemsetAsync(void* devPtr, int value, size_t count, cudaStream_t stream) {
@@ -603,45 +672,12 @@ cudaError_t cudaMemsetAsync(void* devPtr, int value, size_t count, cudaStream_t 
 cudaError_t cudaMemset(void* devPtr, int value, size_t count) {
   cudaError_t e = cudaMemsetAsync(devPtr, value, count, nullptr);
   if (e != cudaSuccess) return e;
-  return cudaStreamSynchronize(nullptr);
+  return stream_sync(nullptr);
 }
 
-cudaError_t cudaMalloc(void** devPtr, size_t size) {
-  if (devPtr == nullptr) return set_error(cudaErrorInvalidValue);
-  if (size == 0) {
-    *devPtr = nullptr;
-    return cudaSuccess;
-  }
-  size_t rounded = (size + 255) / 256 * 256;  // cudaMalloc alignment is 256 bytes
-  void* p = std::aligned_alloc(256, rounded);
-  if (p == nullptr) return set_error(cudaErrorMemoryAllocation);
-  {
-    std::lock_guard lock(rt().m);
-    rt().allocations[p] = rounded;
-  }
-  if (auto* ds = device_state(t_device)) {
-    std::atomic_ref<uint64_t>(ds->mem_used).fetch_add(rounded, std::memory_order_relaxed);
-  }
-  *devPtr = p;
-  return cudaSuccess;
-}
+cudaError_t cudaMalloc(void** devPtr, size_t size) { return device_malloc(devPtr, size); }
 
-cudaError_t cudaFree(void* devPtr) {
-  if (devPtr == nullptr) return cudaSuccess;
-  size_t size = 0;
-  {
-    std::lock_guard lock(rt().m);
-    auto it = rt().allocations.find(devPtr);
-    if (it == rt().allocations.end()) return set_error(cudaErrorInvalidDevicePointer);
-    size = it->second;
-    rt().allocations.erase(it);
-  }
-  if (auto* ds = device_state(t_device)) {
-    std::atomic_ref<uint64_t>(ds->mem_used).fetch_sub(size, std::memory_order_relaxed);
-  }
-  std::free(devPtr);
-  return cudaSuccess;
-}
+cudaError_t cudaFree(void* devPtr) { return device_free(devPtr); }
 
 cudaError_t cudaMallocHost(void** ptr, size_t size) {
   if (ptr == nullptr) return set_error(cudaErrorInvalidValue);
@@ -755,6 +791,24 @@ int strataTestbedStreamDevice(cudaStream_t stream) {
   CUstream_st* s = resolve(stream);
   return s ? s->device : t_device;
 }
+
+cudaError_t strataTestbedLaunchNamed(cudaStream_t stream, const void* func, const char* name, uint64_t threads) {
+  if (func == nullptr || name == nullptr) return set_error(cudaErrorInvalidValue);
+  CUstream_st* s = resolve(stream);
+  if (s == nullptr) return set_error(cudaErrorInvalidResourceHandle);
+  Op op = api_op(OpKind::kKernel);
+  op.func = func;
+  op.name = name;
+  op.threads = threads;
+  submit(s, op);
+  return cudaSuccess;
+}
+
+cudaError_t strataTestbedMalloc(void** devPtr, size_t size) { return device_malloc(devPtr, size); }
+
+cudaError_t strataTestbedFree(void* devPtr) { return device_free(devPtr); }
+
+int strataTestbedDeviceCount(void) { return rt().device_count; }
 
 }  // extern "C"
 #pragma GCC visibility pop

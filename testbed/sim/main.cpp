@@ -77,6 +77,7 @@ struct Rank {
   int report_fd = -1;
   std::string partial;  // an unfinished line from the pipe
   std::vector<StepStat> steps;
+  std::map<std::string, long> calls;  // API calls and driver-launched kernels the rank made (end of run)
   bool exited = false;
   int status = 0;
 };
@@ -224,6 +225,8 @@ class Sim {
           {"STRATA_SIM_SEED", std::to_string(opts_.seed)},
           {"STRATA_SIM_DATA", run_dir_ + "/data.bin"},
           {"STRATA_SIM_REPORT_FD", "3"},
+          {"STRATA_SIM_DRIVER_API", opts_.driver_api ? "1" : "0"},
+          {"STRATA_SIM_MEMORY_CALLS", opts_.memory_calls ? "1" : "0"},
           {"STRATA_TESTBED_DIR", testbed_dir()},
           {"STRATA_TESTBED_LIB", lib_dir},
       };
@@ -317,7 +320,11 @@ class Sim {
         last_progress_ns_ = monotonic_ns();
         const FaultSpec& f = opts_.fault;
         if (f.kind != FaultKind::kNone && r.rank == f.rank && s.step == f.start_step - 1) activate();
+        continue;
       }
+      char name[128];
+      long count = 0;
+      if (std::sscanf(line.c_str(), "calls %d %127s %ld", &rank_no, name, &count) == 3) r.calls[name] = count;
     }
   }
 
@@ -525,7 +532,13 @@ class Sim {
       long collectives = 0;
       for (const auto& st : r.steps) collectives += st.collectives;
       o << "    {\"rank\": " << r.rank << ", \"pid\": " << r.pid << ", \"steps_done\": " << r.steps.size()
-        << ", \"collectives\": " << collectives
+        << ", \"collectives\": " << collectives << ", \"calls\": {";
+      bool first_call = true;
+      for (const auto& [name, count] : r.calls) {
+        o << (first_call ? "" : ", ") << "\"" << json_escape(name) << "\": " << count;
+        first_call = false;
+      }
+      o << "}"
         << ", \"fault_window\": {\"step_ms\": " << num(m.step) << ", \"load_ms\": " << num(m.load)
         << ", \"compute_ms\": " << num(m.compute) << ", \"comm_ms\": " << num(m.comm)
         << ", \"cpu_ms\": " << num(m.cpu) << ", \"runq_ms\": " << num(m.runq) << "}"

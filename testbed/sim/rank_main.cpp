@@ -13,7 +13,14 @@
 // cpu_ms: CPU time of all the rank's threads in the step; runq_ms: time they waited runnable.
 //
 // CPU work is a fixed amount of work, never a fixed time: contention and throttling stretch it.
+//
+// STRATA_SIM_DRIVER_API=1: the relu and layer-norm kernels are launched through the driver API
+// (PTX loaded with cuModuleLoadData and cuLibraryLoadData, cuLaunchKernel and cuLaunchKernelEx by
+// turns), as Triton-compiled kernels are. STRATA_SIM_MEMORY_CALLS=1: each step allocates, copies synchronously
+// and frees. At the end the rank reports what it did, one line per kind, for the ground truth:
+//   calls <rank> <name> <count>     (an API name, or kernel:<name> for a driver-launched kernel)
 #include <arpa/inet.h>
+#include <cuda.h>
 #include <cuda_runtime_api.h>
 #include <dirent.h>
 #include <fcntl.h>
@@ -31,6 +38,7 @@
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <map>
 #include <string>
 #include <vector>
 
@@ -68,6 +76,11 @@ double now_ms() {
   do {                                                                              \
     cudaError_t e_ = (x);                                                           \
     if (e_ != cudaSuccess) die(std::string(#x) + ": " + cudaGetErrorString(e_)); \
+  } while (0)
+#define CU_CHECK(x)                                                                 \
+  do {                                                                              \
+    CUresult r_ = (x);                                                              \
+    if (r_ != CUDA_SUCCESS) die(std::string(#x) + ": CUresult " + std::to_string(static_cast<int>(r_))); \
   } while (0)
 #define NCCL_CHECK(x)                                                               \
   do {                                                                              \
@@ -355,6 +368,76 @@ void launch(const void* k, double us, cudaStream_t s) {
   CUDA_CHECK(cudaLaunchKernel(k, grid, dim3(256), nullptr, 0, s));
 }
 
+// What the rank did that a profiler should see, by name: reported at the end (see the top).
+std::map<std::string, long> g_calls;
+
+// Device memory through the runtime, counted.
+void dev_malloc(void** p, size_t bytes) {
+  CUDA_CHECK(cudaMalloc(p, bytes));
+  ++g_calls["cudaMalloc"];
+  g_calls["bytes:cudaMalloc"] += static_cast<long>(bytes);
+}
+
+void dev_free(void* p) {
+  CUDA_CHECK(cudaFree(p));
+  ++g_calls["cudaFree"];
+}
+
+// ---- driver-API kernels (STRATA_SIM_DRIVER_API) --------------------------------------------------
+// The module Triton would hand the driver: PTX text with two entries, named as Inductor names them.
+constexpr const char* kDriverPtx =
+    ".version 8.0\n.target sm_90\n.address_size 64\n"
+    ".visible .entry triton_poi_fused_relu_0(.param .u64 in_ptr0, .param .u32 xnumel)\n{\n\tret;\n}\n"
+    ".visible .entry triton_red_fused_native_layer_norm_1(.param .u64 in_ptr0, .param .u32 rnumel)\n{\n\tret;\n}\n";
+
+struct DriverKernels {
+  CUfunction relu = nullptr, layer_norm = nullptr;
+  bool ex_next = false;  // cuLaunchKernel and cuLaunchKernelEx by turns
+};
+
+DriverKernels load_driver_kernels() {
+  DriverKernels d;
+  CU_CHECK(cuInit(0));
+  CUmodule mod;
+  CU_CHECK(cuModuleLoadData(&mod, kDriverPtx));
+  CU_CHECK(cuModuleGetFunction(&d.relu, mod, "triton_poi_fused_relu_0"));
+  ++g_calls["cuModuleGetFunction"];
+  // The other through CUDA 12's library API (context-independent loading): a CUkernel by name,
+  // then its function.
+  CUlibrary lib;
+  CU_CHECK(cuLibraryLoadData(&lib, kDriverPtx, nullptr, nullptr, 0, nullptr, nullptr, 0));
+  CUkernel kernel;
+  CU_CHECK(cuLibraryGetKernel(&kernel, lib, "triton_red_fused_native_layer_norm_1"));
+  ++g_calls["cuLibraryGetKernel"];
+  CU_CHECK(cuKernelGetFunction(&d.layer_norm, kernel));
+  ++g_calls["cuKernelGetFunction"];
+  // Triton asks the driver for a loaded function's name when it reports it (CUDA 12.3+).
+  const char* name = nullptr;
+  CU_CHECK(cuFuncGetName(&name, d.relu));
+  ++g_calls["cuFuncGetName"];
+  return d;
+}
+
+// `name`: the entry's name in kDriverPtx, for the count.
+void launch_driver(DriverKernels& d, CUfunction f, const char* name, double us, cudaStream_t s) {
+  unsigned grid = strata_cost_grid_for_us(static_cast<uint64_t>(us > 1 ? us : 1), 256);
+  if (d.ex_next) {
+    CUlaunchConfig config{};
+    config.gridDimX = grid;
+    config.gridDimY = config.gridDimZ = 1;
+    config.blockDimX = 256;
+    config.blockDimY = config.blockDimZ = 1;
+    config.hStream = s;  // a runtime stream is a driver stream
+    CU_CHECK(cuLaunchKernelEx(&config, f, nullptr, nullptr));
+    ++g_calls["cuLaunchKernelEx"];
+  } else {
+    CU_CHECK(cuLaunchKernel(f, grid, 1, 1, 256, 1, 1, 0, s, nullptr, nullptr));
+    ++g_calls["cuLaunchKernel"];
+  }
+  d.ex_next = !d.ex_next;
+  ++g_calls[std::string("kernel:") + name];
+}
+
 // ---- pipeline and tensor parallel layout (--pp P --tp T) ----------------------------------------
 // Megatron's order: the tensor-parallel position varies fastest, then the data-parallel replica,
 // then the pipeline stage. Every group of a kind is a communicator of its own, created as torch's
@@ -433,6 +516,8 @@ int main() {
   const size_t scratch_mb = static_cast<size_t>(env_int("STRATA_SIM_SCRATCH_MB", 8));
   const size_t samples = static_cast<size_t>(std::max(0, env_int("STRATA_SIM_SAMPLES", 0)));  // 0: one batch
   const Fault fault = parse_fault_env();
+  const bool driver_api = env_int("STRATA_SIM_DRIVER_API", 0) != 0;
+  const bool memory_calls = env_int("STRATA_SIM_MEMORY_CALLS", 0) != 0;
   // Before any thread: the data-loader worker, when the rank loads through one.
   LoadWorker worker;
   if (env_int("STRATA_SIM_LOAD_WORKER", 0) != 0) worker = start_load_worker(rank, report_fd);
@@ -462,24 +547,38 @@ int main() {
   std::vector<float*> act(2, nullptr);  // model parallel: activations out and in, TP partial sums
   float* tp_buf = nullptr;
   if (mp) {
-    for (auto& a : act) CUDA_CHECK(cudaMalloc(reinterpret_cast<void**>(&a), kActivationElems * sizeof(float)));
-    CUDA_CHECK(cudaMalloc(reinterpret_cast<void**>(&tp_buf), kTpElems * sizeof(float)));
+    for (auto& a : act) dev_malloc(reinterpret_cast<void**>(&a), kActivationElems * sizeof(float));
+    dev_malloc(reinterpret_cast<void**>(&tp_buf), kTpElems * sizeof(float));
   }
 
   Kernels k;
   if (k.gemm_fwd == nullptr) die("libtestbed_kernels.so has no kernels");
+  // relu and layer-norm: runtime launches of the stubs, or driver launches of a loaded module.
+  DriverKernels drv;
+  if (driver_api) drv = load_driver_kernels();
+  auto relu = [&](double us, cudaStream_t s) {
+    if (driver_api) launch_driver(drv, drv.relu, "triton_poi_fused_relu_0", us, s);
+    else launch(k.relu, us, s);
+  };
+  auto layer_norm = [&](double us, cudaStream_t s) {
+    if (driver_api) launch_driver(drv, drv.layer_norm, "triton_red_fused_native_layer_norm_1", us, s);
+    else launch(k.layer_norm, us, s);
+  };
   std::vector<float*> grads(kBuckets);
   for (auto& g : grads) {
-    CUDA_CHECK(cudaMalloc(reinterpret_cast<void**>(&g), kBucketElems * sizeof(float)));
+    dev_malloc(reinterpret_cast<void**>(&g), kBucketElems * sizeof(float));
     CUDA_CHECK(cudaMemsetAsync(g, 0, kBucketElems * sizeof(float), compute));
   }
   float* shard = nullptr;  // FSDP: this rank's parameter shard and the gathered layer
   float* gathered = nullptr;
   const size_t shard_elems = kBucketElems / static_cast<size_t>(world);
-  CUDA_CHECK(cudaMalloc(reinterpret_cast<void**>(&shard), shard_elems * sizeof(float) + 4));
-  CUDA_CHECK(cudaMalloc(reinterpret_cast<void**>(&gathered), shard_elems * static_cast<size_t>(world) * sizeof(float) + 4));
+  dev_malloc(reinterpret_cast<void**>(&shard), shard_elems * sizeof(float) + 4);
+  dev_malloc(reinterpret_cast<void**>(&gathered), shard_elems * static_cast<size_t>(world) * sizeof(float) + 4);
   void* d_batch = nullptr;
-  CUDA_CHECK(cudaMalloc(&d_batch, kBatchBytes * 4));
+  dev_malloc(&d_batch, kBatchBytes * 4);
+  constexpr size_t kTempBytes = 1 << 20;       // --memory-calls: a step's temporary buffer
+  constexpr size_t kReadbackBytes = 1 << 20;   // and the bytes it copies back (~40 us at 25 GB/s)
+  std::vector<unsigned char> readback(kReadbackBytes);
 
   // Model parallel: per micro-batch and direction a receive, a send and a TP all-reduce per layer.
   const int kMaxComm = mp ? 2 * kMicroBatches * (kStageLayers + 2) + 2 : 2 * kLayers + kBuckets;
@@ -541,9 +640,9 @@ int main() {
             on_comm([&] { NCCL_CHECK(ncclRecv(act[1], ne, ncclFloat, from, mpc.pp, comm_stream)); });
           for (int l = 0; l < kStageLayers; ++l) {
             if (fwd) {
-              launch(k.layer_norm, 300 * w, compute);
+              layer_norm(300 * w, compute);
               launch(k.gemm_fwd, 5000 * w, compute);
-              launch(k.relu, 200 * w, compute);
+              relu(200 * w, compute);
             } else {
               launch(k.gemm_bwd_data, 5000 * w, compute);
               launch(k.gemm_bwd_weight, 5000 * w, compute);
@@ -574,9 +673,9 @@ int main() {
         CUDA_CHECK(cudaStreamWaitEvent(compute, ce[ncomm], 0));
         ++ncomm;
       }
-      launch(k.layer_norm, 300 * scale * batch_scale, compute);
+      layer_norm(300 * scale * batch_scale, compute);
       launch(k.gemm_fwd, fwd_us * batch_scale, compute);
-      launch(k.relu, 200 * scale * batch_scale, compute);
+      relu(200 * scale * batch_scale, compute);
     }
     if (!mp) {
       launch(k.softmax, 300 * scale * batch_scale, compute);
@@ -608,6 +707,24 @@ int main() {
     CUDA_CHECK(cudaStreamWaitEvent(compute, comm_done, 0));
     launch(k.adam, opt_us, compute);
     CUDA_CHECK(cudaStreamSynchronize(compute));
+    if (memory_calls) {
+      // A temporary buffer and the loss read back, as `.item()` does: synchronous, blocking for
+      // kReadbackBytes / PCIe bandwidth of modeled device time.
+      void* tmp = nullptr;
+      dev_malloc(&tmp, kTempBytes);
+      CUDA_CHECK(cudaMemcpy(readback.data(), d_batch, kReadbackBytes, cudaMemcpyDeviceToHost));
+      ++g_calls["cudaMemcpy"];
+      g_calls["bytes:cudaMemcpy"] += static_cast<long>(kReadbackBytes);
+      dev_free(tmp);
+      if (driver_api) {
+        CUdeviceptr dp = 0;
+        CU_CHECK(cuMemAlloc(&dp, kTempBytes));
+        ++g_calls["cuMemAlloc_v2"];
+        g_calls["bytes:cuMemAlloc_v2"] += static_cast<long>(kTempBytes);
+        CU_CHECK(cuMemFree(dp));
+        ++g_calls["cuMemFree_v2"];
+      }
+    }
     for (ncclComm_t c : {comm, mpc.tp, mpc.pp, mpc.dp}) {
       if (c == nullptr) continue;
       ncclResult_t async = ncclSuccess;
@@ -638,6 +755,12 @@ int main() {
     if (c != nullptr) NCCL_CHECK(ncclCommDestroy(c));
   }
   NCCL_CHECK(ncclCommDestroy(comm));
+  if (report_fd >= 0) {
+    for (const auto& [name, count] : g_calls) {
+      std::string line = "calls " + std::to_string(rank) + " " + name + " " + std::to_string(count) + "\n";
+      if (::write(report_fd, line.data(), line.size()) != static_cast<ssize_t>(line.size())) die("lost strata-sim (report pipe)");
+    }
+  }
   if (worker.pid > 0) {  // its pipe closed, it exits
     ::close(worker.to);
     ::waitpid(worker.pid, nullptr, 0);

@@ -220,6 +220,12 @@ void add_run_options(CLI::App& app, RunArgs& a) {
       ->type_name("SEC");
   app.add_option("--scale", a.scale, "multiplies the modeled kernel durations (default 1)")->type_name("F");
   app.add_flag("--quiet", a.quiet, "no per-step lines");
+  app.add_flag("--driver-api", a.driver_api,
+               "the C++ rank launches its relu and layer-norm kernels through the driver API "
+               "(cuLaunchKernel / cuLaunchKernelEx of a loaded module), as Triton does");
+  app.add_flag("--memory-calls", a.memory_calls,
+               "the C++ rank allocates, copies synchronously and frees each step (cudaMalloc, cudaMemcpy, "
+               "cudaFree; with --driver-api also cuMemAlloc / cuMemFree)");
 }
 
 Result<Options> finish_run(const RunArgs& a) {
@@ -263,6 +269,10 @@ Result<Options> finish_run(const RunArgs& a) {
   }
   o.python = a.python || !a.python_exe.empty();
   if (o.python && model_parallel) return Error{"--pp/--tp: only the C++ rank is pipeline/tensor parallel (drop --python)"};
+  if (o.python && (a.driver_api || a.memory_calls))
+    return Error{"--driver-api/--memory-calls: only the C++ rank makes these calls (drop --python)"};
+  o.driver_api = a.driver_api;
+  o.memory_calls = a.memory_calls;
   if (model_parallel && !a.mode.empty() && a.mode != "ddp") return Error{"--pp/--tp: the replicas of a stage are ddp; drop --mode"};
   o.python_exe = a.python_exe;
   o.truth_path = a.truth;

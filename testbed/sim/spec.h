@@ -66,6 +66,8 @@ struct Options {
   double hang_timeout_s = 30;   // no progress for this long: stop the run
   double scale = 1.0;           // multiplies the modeled kernel durations
   bool quiet = false;
+  bool driver_api = false;    // part of the kernels through cuLaunchKernel(Ex), as Triton launches them
+  bool memory_calls = false;  // per step: cudaMalloc, a synchronous cudaMemcpy, cudaFree (+ cuMemAlloc/cuMemFree)
 };
 
 // Parses "KIND[:key=value,...]" for a job of `ranks` ranks and `steps` steps.
@@ -80,6 +82,8 @@ struct RunArgs {
   std::string python_exe, truth;
   bool python = false;
   bool quiet = false;
+  bool driver_api = false;
+  bool memory_calls = false;
 };
 void add_run_options(CLI::App& app, RunArgs& args);
 strata::Result<Options> finish_run(const RunArgs& args);

@@ -2,6 +2,7 @@
 // the real CUDA 13 / NCCL 2.28 libraries of the machine image. Needs root + BPF.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <map>
 #include <set>
 #include <sstream>
@@ -131,7 +132,7 @@ TEST(GpuComm, SampledLaunchesCarryKernelNamesAndStacks) {
   while (std::getline(in, line)) {
     auto bar = line.rfind('|');
     std::string kernel = line.substr(0, bar);
-    if (kernel != "[memcpy]") {
+    if (kernel.empty() || kernel[0] != '[') {  // [memcpy], [cudaMalloc], ...: no kernel
       EXPECT_TRUE(names.count(kernel)) << kernel;
     }
     ++rows;
@@ -139,6 +140,151 @@ TEST(GpuComm, SampledLaunchesCarryKernelNamesAndStacks) {
   }
   EXPECT_GT(rows, 0u) << "no sampled launches";
   EXPECT_EQ(with_stack, rows) << "every sampled launch has its CPU stack";
+}
+
+// What each rank of a run did, by name (truth.json per_rank[].calls): API calls, kernel:NAME for
+// driver-launched kernels, bytes:API for the bytes of the memory calls.
+std::map<uint32_t, std::map<std::string, long>> read_calls(const std::string& path) {
+  auto r = run("python3 -c 'import json,sys; t=json.load(open(sys.argv[1]))\n"
+               "for p in t[\"per_rank\"]:\n"
+               "  for k, v in p[\"calls\"].items(): print(p[\"pid\"], k, v)' " +
+               path);
+  EXPECT_EQ(r.exit_code, 0) << describe(r);
+  std::map<uint32_t, std::map<std::string, long>> out;
+  std::istringstream in(r.out);
+  uint32_t pid;
+  std::string name;
+  long n;
+  while (in >> pid >> name >> n) out[pid][name] = n;
+  return out;
+}
+
+// Sums of one metric over the recording's windows, by (pid, label).
+std::map<std::pair<uint32_t, std::string>, double> metric_sums(store::Store& st, const std::string& name) {
+  std::map<std::pair<uint32_t, std::string>, double> out;
+  auto rows = st.metrics(name);
+  EXPECT_TRUE(rows) << (rows ? "" : rows.error().message);
+  if (!rows) return out;
+  for (const auto& row : *rows) {
+    if (row.metric.name == name) out[{row.metric.pid, row.metric.label}] += row.metric.value;
+  }
+  return out;
+}
+
+double value(const std::map<std::pair<uint32_t, std::string>, double>& m, uint32_t pid, const std::string& label) {
+  auto it = m.find({pid, label});
+  return it == m.end() ? 0.0 : it->second;
+}
+
+// Issue 18 item 3: kernels launched through the driver API (cuLaunchKernel / cuLaunchKernelEx of a
+// loaded module, as Triton launches them) are counted by name, and the memory calls (cudaMalloc,
+// cudaFree, synchronous cudaMemcpy, cuMemAlloc_v2, cuMemFree_v2) are counted, sized and timed.
+TEST(GpuComm, DriverApiLaunchesAndMemoryCalls) {
+  TempDir d;
+  const int ranks = 2, steps = 20;
+  auto rec = run(strata_bin() + " record -o " + d.file("drv.db") + " -- " + sim() + " run --ranks " +
+                 std::to_string(ranks) + " --steps " + std::to_string(steps) + " --driver-api --memory-calls --quiet --truth " +
+                 d.file("truth.json"));
+  ASSERT_EQ(rec.exit_code, 0) << describe(rec);
+  auto truth = read_calls(d.file("truth.json"));
+  ASSERT_EQ(static_cast<int>(truth.size()), ranks) << "every rank reported its calls";
+  auto st = open_ro(d.file("drv.db"));
+  ASSERT_TRUE(st);
+
+  const std::vector<std::string> driver_kernels = {"triton_poi_fused_relu_0", "triton_red_fused_native_layer_norm_1"};
+  const std::vector<std::string> memory_calls = {"cudaMalloc", "cudaFree", "cudaMemcpy", "cuMemAlloc_v2", "cuMemFree_v2"};
+  auto kernel_count = metric_sums(*st, "gpu.kernel_count");
+  auto calls = metric_sums(*st, "api.calls");
+  auto time_us = metric_sums(*st, "api.time_us");
+  auto bytes = metric_sums(*st, "api.bytes");
+  long memory_done = 0, lookups = 0;
+  for (const auto& [pid, done] : truth) {
+    // The device timeline has every driver-launched kernel, named by its CUfunction.
+    for (const auto& k : driver_kernels) {
+      ASSERT_TRUE(done.count("kernel:" + k)) << "the sim launched " << k;
+      EXPECT_GT(done.at("kernel:" + k), static_cast<long>(steps)) << k;
+      EXPECT_EQ(value(kernel_count, pid, k), static_cast<double>(done.at("kernel:" + k))) << "pid " << pid << " " << k;
+    }
+    // The memory calls: every one counted (their probes are always on at this rate), with its time
+    // and bytes.
+    for (const auto& c : memory_calls) {
+      ASSERT_TRUE(done.count(c)) << "the sim made " << c;
+      memory_done += done.at(c);
+      EXPECT_EQ(value(calls, pid, c), static_cast<double>(done.at(c))) << "pid " << pid << " " << c;
+      EXPECT_GT(value(time_us, pid, c), 0.0) << "pid " << pid << " " << c;
+    }
+    for (const auto& c : {"cudaMalloc", "cudaMemcpy", "cuMemAlloc_v2"}) {
+      EXPECT_EQ(value(bytes, pid, c), static_cast<double>(done.at(std::string("bytes:") + c))) << "pid " << pid << " " << c;
+    }
+    // A synchronous copy blocks for at least its modeled transfer (bytes / PCIe bandwidth, the
+    // stand-in's sleep): a floor that a loaded machine can only raise.
+    double floor_us = static_cast<double>(done.at("bytes:cudaMemcpy")) / 25000.0;  // STRATA_COST_PCIE_BYTES_PER_US
+    EXPECT_GE(value(time_us, pid, "cudaMemcpy"), floor_us) << "pid " << pid;
+    for (const char* c : {"cuModuleGetFunction", "cuLibraryGetKernel", "cuKernelGetFunction"}) {
+      EXPECT_EQ(value(calls, pid, c), static_cast<double>(done.at(c))) << "pid " << pid << " " << c;
+      lookups += done.at(c);  // each gives a new handle its name
+    }
+    EXPECT_EQ(value(calls, pid, "cuFuncGetName"), static_cast<double>(done.at("cuFuncGetName")));
+  }
+
+  // Sampled driver launches carry their kernel's name (from cuModuleGetFunction's return) and
+  // their CPU stack; none is left named by its handle.
+  auto r = run("sqlite3 " + d.file("drv.db") +
+               " \"SELECT l.kernel, length(s.frames), l.count FROM launch_samples l JOIN stacks s ON s.id=l.stack_id\"");
+  ASSERT_EQ(r.exit_code, 0) << describe(r);
+  std::istringstream in(r.out);
+  std::string line;
+  long driver_samples = 0;
+  while (std::getline(in, line)) {
+    auto bar2 = line.rfind('|');
+    auto bar1 = line.rfind('|', bar2 - 1);
+    std::string kernel = line.substr(0, bar1);
+    EXPECT_EQ(kernel.find("CUfunction@"), std::string::npos) << "an unnamed driver launch: " << kernel;
+    if (std::find(driver_kernels.begin(), driver_kernels.end(), kernel) == driver_kernels.end()) continue;
+    EXPECT_GT(std::stoi(line.substr(bar1 + 1, bar2 - bar1 - 1)), 0) << "a driver launch without its stack";
+    driver_samples += std::stol(line.substr(bar2 + 1));
+  }
+  EXPECT_GT(driver_samples, 0) << "no sampled driver launch";
+
+  // The agent's own account: every sampled driver launch is a probe hit it paid for, and every
+  // memory call one more.
+  auto recording = st->latest_recording();
+  ASSERT_TRUE(recording && *recording);
+  auto stats = st->stats(**recording);
+  ASSERT_TRUE(stats);
+  std::map<std::string, double> stat(stats->begin(), stats->end());
+  EXPECT_EQ(stat["gpu_comm.driver_launch_hits"], static_cast<double>(driver_samples));
+  EXPECT_EQ(stat["gpu_comm.driver_functions_named"], static_cast<double>(lookups))
+      << "every handle named by its lookup (module, library kernel, kernel's function)";
+  EXPECT_EQ(stat["gpu_comm.memory_probes_sampled"], 0.0);
+  EXPECT_EQ(stat["gpu_comm.memory_hits"], static_cast<double>(memory_done));
+  EXPECT_GT(stat["gpu_comm.memory_probe_cost_s"], 0.0);
+}
+
+// A storm of memory calls (~10k a second) passes the memory budget: the agent stops probing every
+// call and samples them in its launch bursts, so most calls go unprobed and the stats say so.
+TEST(GpuComm, MemoryCallStormIsSampledNotProbedAlways) {
+  TempDir d;
+  auto rec = run(strata_bin() + " record -o " + d.file("m.db") + " -- " + testprog("memory_storm") + " " +
+                 testbed_lib() + " 6 " + d.file("calls"));
+  ASSERT_EQ(rec.exit_code, 0) << describe(rec);
+  long done = std::atol(slurp(d.file("calls")).c_str());
+  ASSERT_GT(done, 2000) << "the storm made too few calls to pass the budget";
+  auto st = open_ro(d.file("m.db"));
+  ASSERT_TRUE(st);
+  auto recording = st->latest_recording();
+  ASSERT_TRUE(recording && *recording);
+  auto stats = st->stats(**recording);
+  ASSERT_TRUE(stats);
+  std::map<std::string, double> stat(stats->begin(), stats->end());
+  EXPECT_EQ(stat["gpu_comm.memory_probes_sampled"], 1.0);
+  EXPECT_GT(stat["gpu_comm.memory_hits"], 0.0) << "the calls were probed at first";
+  EXPECT_LT(stat["gpu_comm.memory_hits"], static_cast<double>(done) / 2) << "of " << done << " calls";
+  double counted = 0;
+  for (const auto& [key, v] : metric_sums(*st, "api.calls")) {
+    if (key.second == "cudaMalloc" || key.second == "cudaFree") counted += v;
+  }
+  EXPECT_EQ(counted, stat["gpu_comm.memory_hits"]) << "every probe hit is in the windows' counts";
 }
 
 TEST(GpuComm, ChromeTraceIsValidWithAProcessPerRank) {

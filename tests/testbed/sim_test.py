@@ -292,6 +292,28 @@ def test_python_ranks_pyenv_and_debian():
         straggler_pattern(t, 0, "compute_ms")
 
 
+def test_driver_api_and_memory_calls_truth():
+    # --driver-api: relu and layer-norm (2 of the 6 layers' kernels each) through the driver API;
+    # --memory-calls: one allocation, synchronous copy and free per step. The truth says what each
+    # rank did; the counts follow from the steps.
+    steps = 5
+    t = ok_run(["--ranks", "2", "--steps", str(steps), "--driver-api", "--memory-calls"])
+    for r in t["per_rank"]:
+        c = r["calls"]
+        assert r["steps_done"] == steps, r
+        assert c["kernel:triton_poi_fused_relu_0"] == 6 * steps, c
+        assert c["kernel:triton_red_fused_native_layer_norm_1"] == 6 * steps, c
+        assert c["cuLaunchKernel"] + c["cuLaunchKernelEx"] == 12 * steps, c
+        assert c["cuLaunchKernel"] > 0 and c["cuLaunchKernelEx"] > 0, c
+        for name in ("cudaMemcpy", "cudaFree", "cuMemAlloc_v2", "cuMemFree_v2"):
+            assert c[name] == steps, (name, c)
+        assert c["cudaMalloc"] > steps, c  # set-up buffers, then one per step
+        assert c["bytes:cudaMemcpy"] == steps * (1 << 20), c
+    plain = ok_run(["--ranks", "2", "--steps", "2"])
+    for r in plain["per_rank"]:
+        assert set(r["calls"]) == {"cudaMalloc", "bytes:cudaMalloc"}, r  # set-up only: no driver, no per-step calls
+
+
 def test_teardown_after_runs():
     for fault in ("cpu-contention:rank=1", "network-slow:rank=2", "cpu-throttling:rank=0",
                   "io-stall:rank=3", "memory-reclaim:rank=1"):
@@ -340,6 +362,7 @@ def test_bad_specs_exit_1():
                  ["--fault", "hang:rank=all"], ["--fault", "kernel-regression:rank=1"], ["--fault", "kernel-regression:factor=0.5"], ["--fault", "io-stall:rank=1,where=disk"],
                  ["--fault", "gpu-slow:rank=1,where=worker"], ["--fault", "gpu-xid:rank=1,code=13"],
                  ["--fault", "pcie-degraded:rank=all"], ["--fault", "nvlink-errors:rank=1,factor=0.5"], ["--fault", "gpu-ecc"],
+                 ["--python", "--driver-api"], ["--python", "--memory-calls"],
                  ["--bogus"]):
         p = subprocess.run([SIM, "run", "--ranks", "4", "--steps", "10"] + args, capture_output=True, text=True,
                            timeout=30)

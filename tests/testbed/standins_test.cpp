@@ -1,6 +1,8 @@
-// The stand-ins against the CUDA toolkit's own headers: this file includes cuda_runtime_api.h and
-// nccl.h, links libcudart.so.13 / libnccl.so.2 / libnvidia-ml.so.1 from build/testbed/lib, and
+// The stand-ins against the CUDA toolkit's own headers: this file includes cuda.h, cuda_runtime_api.h
+// and nccl.h, links libcuda.so.1 / libcudart.so.13 / libnccl.so.2 / libnvidia-ml.so.1 from
+// build/testbed/lib, and
 // checks behaviour (ABI compatibility is the compiler's and linker's part of the check).
+#include <cuda.h>
 #include <cuda_runtime_api.h>
 #include <dlfcn.h>
 #include <fcntl.h>
@@ -137,6 +139,132 @@ TEST(Cudart, TimelineNamesKernelsByTheirStub) {
   }
   EXPECT_TRUE(found);
   ::munmap(p, static_cast<size_t>(st.st_size));
+}
+
+// This process's device timeline records, in order.
+std::vector<strata_timeline_record> timeline_records() {
+  std::vector<strata_timeline_record> out;
+  std::string path = g_dir + "/" + std::to_string(::getpid()) + ".timeline";
+  int fd = ::open(path.c_str(), O_RDONLY);
+  if (fd < 0) return out;
+  struct stat st {};
+  if (::fstat(fd, &st) != 0) {
+    ::close(fd);
+    return out;
+  }
+  void* p = ::mmap(nullptr, static_cast<size_t>(st.st_size), PROT_READ, MAP_SHARED, fd, 0);
+  ::close(fd);
+  if (p == MAP_FAILED) return out;
+  auto* h = static_cast<const strata_timeline_header*>(p);
+  auto* recs = reinterpret_cast<const strata_timeline_record*>(static_cast<const char*>(p) + h->header_size);
+  for (uint64_t i = h->write_index > h->capacity ? h->write_index - h->capacity : 0; i < h->write_index; ++i)
+    out.push_back(recs[i % h->capacity]);
+  ::munmap(p, static_cast<size_t>(st.st_size));
+  return out;
+}
+
+// The driver API (libcuda.so.1): a PTX module's entries are its kernels; launches run on the same
+// modeled GPU as runtime launches and appear on the timeline under the kernel's name, with their
+// CUfunction as the function.
+TEST(CudaDriver, ModulesLaunchesAndMemory) {
+  CUmodule mod = nullptr;
+  EXPECT_EQ(cuModuleLoadData(&mod, ".entry k()"), CUDA_ERROR_NOT_INITIALIZED) << "cuInit comes first";
+  ASSERT_EQ(cuInit(0), CUDA_SUCCESS);
+  int version = 0;
+  ASSERT_EQ(cuDriverGetVersion(&version), CUDA_SUCCESS);
+  EXPECT_EQ(version, CUDA_VERSION);
+  EXPECT_EQ(cuModuleLoadData(&mod, "no kernels here"), CUDA_ERROR_INVALID_IMAGE);
+  const char* ptx = ".version 8.0\n.target sm_90\n"
+                    ".visible .entry triton_poi_fused_add_0(.param .u64 p)\n{\n ret;\n}\n"
+                    ".visible .entry triton_per_fused_sum_1(.param .u64 p)\n{\n ret;\n}\n";
+  ASSERT_EQ(cuModuleLoadData(&mod, ptx), CUDA_SUCCESS);
+  CUfunction add = nullptr, sum = nullptr, again = nullptr, missing = nullptr;
+  ASSERT_EQ(cuModuleGetFunction(&add, mod, "triton_poi_fused_add_0"), CUDA_SUCCESS);
+  ASSERT_EQ(cuModuleGetFunction(&sum, mod, "triton_per_fused_sum_1"), CUDA_SUCCESS);
+  ASSERT_EQ(cuModuleGetFunction(&again, mod, "triton_poi_fused_add_0"), CUDA_SUCCESS);
+  EXPECT_EQ(add, again) << "one handle per function";
+  EXPECT_NE(add, sum);
+  EXPECT_EQ(cuModuleGetFunction(&missing, mod, "nope"), CUDA_ERROR_NOT_FOUND);
+  const char* name = nullptr;
+  ASSERT_EQ(cuFuncGetName(&name, sum), CUDA_SUCCESS);
+  EXPECT_STREQ(name, "triton_per_fused_sum_1");
+
+  cudaStream_t s;  // a runtime stream is a driver stream
+  ASSERT_EQ(cudaStreamCreate(&s), cudaSuccess);
+  ASSERT_EQ(cuLaunchKernel(add, 100, 1, 1, 128, 1, 1, 0, s, nullptr, nullptr), CUDA_SUCCESS);
+  CUlaunchConfig config{};
+  config.gridDimX = strata_cost_grid_for_us(2000, 256);
+  config.gridDimY = config.gridDimZ = 1;
+  config.blockDimX = 256;
+  config.blockDimY = config.blockDimZ = 1;
+  config.hStream = s;
+  ASSERT_EQ(cuLaunchKernelEx(&config, sum, nullptr, nullptr), CUDA_SUCCESS);
+  EXPECT_EQ(cuLaunchKernel(nullptr, 1, 1, 1, 1, 1, 1, 0, s, nullptr, nullptr), CUDA_ERROR_INVALID_HANDLE);
+  ASSERT_EQ(cudaStreamSynchronize(s), cudaSuccess);
+
+  int seen_add = 0, seen_sum = 0;
+  for (const auto& r : timeline_records()) {
+    if (r.func == reinterpret_cast<uint64_t>(add)) {
+      ++seen_add;
+      EXPECT_STREQ(r.name, "triton_poi_fused_add_0");
+      EXPECT_EQ(r.kind, STRATA_TL_KERNEL);
+      EXPECT_EQ(r.grid_threads, 12800u);
+      EXPECT_EQ(r.stream, reinterpret_cast<uint64_t>(s));
+    } else if (r.func == reinterpret_cast<uint64_t>(sum)) {
+      ++seen_sum;
+      EXPECT_STREQ(r.name, "triton_per_fused_sum_1");
+      // The modeled time of its grid (device time on the timeline, not a host measurement).
+      uint64_t threads = uint64_t{config.gridDimX} * 256;
+      EXPECT_EQ(r.end_ns - r.start_ns, STRATA_COST_LAUNCH_NS + threads * STRATA_COST_PS_PER_THREAD / 1000);
+    }
+  }
+  EXPECT_EQ(seen_add, 1);
+  EXPECT_EQ(seen_sum, 1);
+
+  // Device memory through the driver: the same allocations the runtime keeps.
+  CUdeviceptr dp = 0;
+  EXPECT_EQ(cuMemAlloc(&dp, 0), CUDA_ERROR_INVALID_VALUE);
+  ASSERT_EQ(cuMemAlloc(&dp, 4096), CUDA_SUCCESS);
+  EXPECT_NE(dp, 0u);
+  std::vector<char> in(4096, 'y'), out(4096, 0);
+  ASSERT_EQ(cudaMemcpy(reinterpret_cast<void*>(dp), in.data(), in.size(), cudaMemcpyHostToDevice), cudaSuccess);
+  ASSERT_EQ(cudaMemcpy(out.data(), reinterpret_cast<void*>(dp), out.size(), cudaMemcpyDeviceToHost), cudaSuccess);
+  EXPECT_EQ(in, out) << "a synchronous copy is done when it returns";
+  EXPECT_EQ(cuMemFree(dp), CUDA_SUCCESS);
+  EXPECT_EQ(cuMemFree(dp), CUDA_ERROR_INVALID_VALUE) << "freed twice";
+  EXPECT_EQ(cuModuleUnload(mod), CUDA_SUCCESS);
+
+  // CUDA 12's library API: a CUkernel by name launches as is, or through its function.
+  CUlibrary lib = nullptr;
+  ASSERT_EQ(cuLibraryLoadData(&lib, ptx, nullptr, nullptr, 0, nullptr, nullptr, 0), CUDA_SUCCESS);
+  CUkernel kernel = nullptr;
+  EXPECT_EQ(cuLibraryGetKernel(&kernel, lib, "nope"), CUDA_ERROR_NOT_FOUND);
+  ASSERT_EQ(cuLibraryGetKernel(&kernel, lib, "triton_per_fused_sum_1"), CUDA_SUCCESS);
+  ASSERT_EQ(cuKernelGetName(&name, kernel), CUDA_SUCCESS);
+  EXPECT_STREQ(name, "triton_per_fused_sum_1");
+  CUfunction from_kernel = nullptr;
+  ASSERT_EQ(cuKernelGetFunction(&from_kernel, kernel), CUDA_SUCCESS);
+  ASSERT_EQ(cuFuncGetName(&name, from_kernel), CUDA_SUCCESS);
+  EXPECT_STREQ(name, "triton_per_fused_sum_1");
+  ASSERT_EQ(cuLaunchKernel(reinterpret_cast<CUfunction>(kernel), 10, 1, 1, 32, 1, 1, 0, s, nullptr, nullptr), CUDA_SUCCESS);
+  ASSERT_EQ(cuLaunchKernel(from_kernel, 20, 1, 1, 32, 1, 1, 0, s, nullptr, nullptr), CUDA_SUCCESS);
+  ASSERT_EQ(cudaStreamSynchronize(s), cudaSuccess);
+  int by_kernel = 0, by_function = 0;
+  for (const auto& r : timeline_records()) {
+    if (r.func == reinterpret_cast<uint64_t>(kernel)) {
+      ++by_kernel;
+      EXPECT_STREQ(r.name, "triton_per_fused_sum_1");
+      EXPECT_EQ(r.grid_threads, 320u);
+    } else if (r.func == reinterpret_cast<uint64_t>(from_kernel)) {
+      ++by_function;
+      EXPECT_STREQ(r.name, "triton_per_fused_sum_1");
+      EXPECT_EQ(r.grid_threads, 640u);
+    }
+  }
+  EXPECT_EQ(by_kernel, 1);
+  EXPECT_EQ(by_function, 1);
+  EXPECT_EQ(cuLibraryUnload(lib), CUDA_SUCCESS);
+  EXPECT_EQ(cudaStreamDestroy(s), cudaSuccess);
 }
 
 TEST(Cudart, InjectedSlowdownAndHangComeFromTheGpuState) {

@@ -49,6 +49,34 @@ TEST(Runtimes, RealCudaRuntimeProbePointsResolve) {
   }
 }
 
+TEST(Runtimes, RealCudaRuntimeMemoryCallsResolve) {
+  auto probes = probes_of(kCudaLib + "/libcudart.so.13", RuntimeKind::kCudaRuntime);
+  for (const char* sym : {"cudaMalloc", "cudaFree", "cudaMemcpy"}) {
+    EXPECT_TRUE(probes.count(sym)) << sym << " not found in the real libcudart.so.13";
+  }
+}
+
+// The toolkit's libcuda.so stub carries the driver's real export table (the driver itself comes
+// with the GPU driver, not on this machine): the driver API's probe points resolve there.
+TEST(Runtimes, RealCudaDriverProbePointsResolve) {
+  auto probes = probes_of(kCudaLib + "/stubs/libcuda.so", RuntimeKind::kCudaDriver);
+  for (const char* sym : {"cuLaunchKernel", "cuLaunchKernel_ptsz", "cuLaunchKernelEx", "cuLaunchKernelEx_ptsz",
+                          "cuModuleGetFunction", "cuFuncGetName", "cuMemAlloc_v2", "cuMemFree_v2",
+                          "cuLibraryGetKernel", "cuKernelGetFunction", "cuKernelGetName"}) {
+    EXPECT_TRUE(probes.count(sym)) << sym << " not found in the real libcuda.so stub";
+  }
+  // Launches are hot (bursts only); the name lookups are not.
+  auto rts = recognize_runtimes(kCudaLib + "/stubs/libcuda.so");
+  ASSERT_TRUE(rts);
+  for (const auto& rt : *rts) {
+    for (const auto& p : rt.probes) {
+      bool launch = p.api == STRATA_API_CU_LAUNCH_KERNEL || p.api == STRATA_API_CU_LAUNCH_KERNEL_EX;
+      EXPECT_EQ(p.hot, launch) << p.symbol;
+      EXPECT_EQ(api_is_memory(p.api), p.api == STRATA_API_CU_MEM_ALLOC || p.api == STRATA_API_CU_MEM_FREE) << p.symbol;
+    }
+  }
+}
+
 TEST(Runtimes, OrdinaryLibrariesAreNoRuntime) {
   auto rts = recognize_runtimes("/lib/x86_64-linux-gnu/libc.so.6");
   ASSERT_TRUE(rts);

@@ -233,6 +233,9 @@ void CUPTIAPI on_api(void*, CUpti_CallbackDomain domain, CUpti_CallbackId cbid, 
       case CUPTI_RUNTIME_TRACE_CBID_cudaMemcpyAsync_v3020:
         stream = reinterpret_cast<uint64_t>(static_cast<const cudaMemcpyAsync_v3020_params*>(p)->stream);
         break;
+      case CUPTI_RUNTIME_TRACE_CBID_cudaMemcpy_v3020:
+        stream = 0;  // synchronous: the legacy default stream; its copy gets the calling thread and time
+        break;
       case CUPTI_RUNTIME_TRACE_CBID_cudaMemsetAsync_v3020:
         stream = reinterpret_cast<uint64_t>(static_cast<const cudaMemsetAsync_v3020_params*>(p)->stream);
         break;
@@ -465,6 +468,7 @@ void subscribe_launches(State& s) {
                               CUPTI_RUNTIME_TRACE_CBID_cudaLaunchKernelExC_v11060,
                               CUPTI_RUNTIME_TRACE_CBID_cudaLaunchKernelExC_ptsz_v11060,
                               CUPTI_RUNTIME_TRACE_CBID_cudaMemcpyAsync_v3020,
+                              CUPTI_RUNTIME_TRACE_CBID_cudaMemcpy_v3020,
                               CUPTI_RUNTIME_TRACE_CBID_cudaMemsetAsync_v3020}) {
     s.api.enable_callback(1, s.subscriber, CUPTI_CB_DOMAIN_RUNTIME_API, id);
   }

@@ -15,6 +15,10 @@
 #define STRATA_COST_PS_PER_THREAD 10ull        /* 100 M threads = 1 ms */
 #define STRATA_COST_PCIE_BYTES_PER_US 25000ull /* host<->device: 25 GB/s */
 #define STRATA_COST_HBM_BYTES_PER_US 1000000ull /* device<->device: 1 TB/s */
+/* Host time of cudaMalloc / cuMemAlloc and of cudaFree / cuMemFree (after its device sync): the
+ * driver maps pages; tens of microseconds on a real GPU for small allocations. */
+#define STRATA_COST_MALLOC_NS 50000ull
+#define STRATA_COST_FREE_NS 20000ull
 
 /* gridDim.x for a kernel of `duration_us` with `block_threads` threads per block. */
 static inline uint32_t strata_cost_grid_for_us(uint64_t duration_us, uint32_t block_threads) {
