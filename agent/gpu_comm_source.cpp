@@ -512,9 +512,11 @@ class GpuCommSource final : public Source {
   }
 
  private:
-  // Entries and returns of the API probes and the launch probe's hits, each a trap into the kernel.
+  // Every entry and return of the probes in a watched process (launches and memory calls among
+  // them), each a trap into the kernel. Hits in processes nobody watches return at the first
+  // check and are not counted.
   uint64_t trap_cost_ns() const {
-    uint64_t hits = launch_hits_ + counter(STRATA_GC_ENTRIES) + counter(STRATA_GC_RETURNS);
+    uint64_t hits = counter(STRATA_GC_ENTRIES) + counter(STRATA_GC_RETURNS) + counter(STRATA_GC_UNMATCHED_RETURN);
     return static_cast<uint64_t>(static_cast<double>(hits) * opts_.uprobe_cost_us * 1000);
   }
 
