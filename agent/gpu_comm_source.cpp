@@ -774,7 +774,10 @@ class GpuCommSource final : public Source {
         ++timelines_refused_;
       }
       if (opened != TimelineOpen::kOpened) {
-        st.next_timeline_try = now + kNs / 5;  // the file appears with the first device work
+        // The file appears with the first device work: looked for five times a second in the grace
+        // after the watch began, then every 5 s (a process started without the injection never gets
+        // one, and each look is an open through /proc/PID/root; the window's flush looks too).
+        st.next_timeline_try = now + (now < st.watch_start_mono + kTimelineGraceNs ? kNs / 5 : 5 * kNs);
         return;
       }
     }

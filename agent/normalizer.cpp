@@ -306,9 +306,11 @@ void Normalizer::learn_process(uint32_t pid) {
   if (old != maps_.end())
     for (const auto& m : old->second) old_exec += m.executable;
   for (const auto& m : *maps) new_exec += m.executable;
-  if (old == maps_.end() || new_exec != old_exec)
+  const bool learned_code = old == maps_.end() || new_exec != old_exec;
+  if (learned_code)
     counters_.learn_once_ns += static_cast<uint64_t>(
         std::chrono::duration_cast<std::chrono::nanoseconds>(std::chrono::steady_clock::now() - r0).count());
+  rereads_.note(pid, learned_code);  // a re-read that learned nothing makes the next one wait longer
   // A process's first look (or its first after an exec) opens each mapped file again, in case an
   // inode was reused by another build; a re-read for a new mapping (dlopen, a grown heap) opens
   // only files it has not seen: re-reads come at up to MapsRereadLimiter's rate, and opening a

@@ -133,18 +133,26 @@ size_t valid_frame_chain(const std::vector<Mapping>& maps, const uint64_t* ips, 
   return n;
 }
 
-// A token bucket kept as one time per process (GCRA): `last_` holds when the process's next re-read
-// would be due at the steady rate; up to kMapsRereadBurst may come at once after a quiet spell.
+// A token bucket kept as one time per process (GCRA): `due` holds when the process's next re-read
+// would be due at its rate; up to kMapsRereadBurst may come at once after a quiet spell.
 bool MapsRereadLimiter::allow(uint32_t pid, uint64_t now_ns) {
-  auto [it, first] = last_.try_emplace(pid, now_ns);
-  uint64_t due = std::max(it->second, now_ns);
+  auto [it, first] = state_.try_emplace(pid, State{now_ns, kMapsRereadIntervalNs});
+  uint64_t due = std::max(it->second.due, now_ns);
+  // The burst's slack is in base intervals whatever the process's own interval is now.
   if (due - now_ns > (kMapsRereadBurst - 1) * kMapsRereadIntervalNs) {
     refused_++;
     return false;
   }
-  it->second = due + kMapsRereadIntervalNs;
+  it->second.due = due + it->second.interval;
   rereads_++;
   return true;
+}
+
+void MapsRereadLimiter::note(uint32_t pid, bool learned_code) {
+  auto it = state_.find(pid);
+  if (it == state_.end()) return;
+  it->second.interval = learned_code ? kMapsRereadIntervalNs
+                                     : std::min(2 * it->second.interval, kMapsRereadMaxIntervalNs);
 }
 
 }  // namespace strata::agent

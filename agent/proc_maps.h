@@ -85,14 +85,31 @@ class MapsRereadLimiter {
   // eight re-reads at once after a quiet spell name each of them in the first samples that meet
   // them, and keep the long-run rate above.
   static constexpr uint64_t kMapsRereadBurst = 8;
+  // A re-read that found no new code doubles that process's interval, up to 30 s; one that found
+  // code sets it back. A process whose samples carry addresses that no mapping will ever hold
+  // (frame-pointer chains through code built without them: every rank of a Debian PyTorch job)
+  // would else have its maps read five times a second for ever, and a PyTorch rank's thousands of
+  // mappings cost milliseconds a read: most of the agent's CPU on such a job. 30 s: a library
+  // loaded after a long quiet spell is named within half a minute.
+  static constexpr uint64_t kMapsRereadMaxIntervalNs = 30'000'000'000;
   // True (and noted) when `pid` may be read again at `now_ns`.
   bool allow(uint32_t pid, uint64_t now_ns);
-  void forget(uint32_t pid) { last_.erase(pid); }
+  // What the last re-read of `pid` found: new code or not.
+  void note(uint32_t pid, bool learned_code);
+  void forget(uint32_t pid) { state_.erase(pid); }
   uint64_t rereads() const { return rereads_; }
   uint64_t refused() const { return refused_; }
+  uint64_t interval_ns(uint32_t pid) const {
+    auto it = state_.find(pid);
+    return it != state_.end() ? it->second.interval : kMapsRereadIntervalNs;
+  }
 
  private:
-  std::unordered_map<uint32_t, uint64_t> last_;
+  struct State {
+    uint64_t due = 0;
+    uint64_t interval = kMapsRereadIntervalNs;
+  };
+  std::unordered_map<uint32_t, State> state_;
   uint64_t rereads_ = 0, refused_ = 0;
 };
 

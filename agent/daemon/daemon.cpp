@@ -6,6 +6,7 @@
 
 #include <chrono>
 #include <fstream>
+#include <condition_variable>
 #include <mutex>
 #include <ostream>
 #include <random>
@@ -56,21 +57,40 @@ std::string random_hex(size_t n) {
 }
 
 
-// What /metrics shows, rebuilt by the main loop about once a second and read by the HTTP thread.
+// What /metrics shows: built by the main loop (the pipeline is its alone) when a scrape asks for it,
+// and handed to the HTTP thread. A scraper comes every 15-60 s; rebuilding the page every second
+// whether or not anyone reads it was a few percent of the agent's own CPU.
 class MetricsPage {
  public:
-  void set(std::string text) {
-    std::lock_guard lock(mu_);
-    text_ = std::move(text);
-  }
-  std::string get() const {
-    std::lock_guard lock(mu_);
+  // The HTTP thread: asks for a fresh page and waits up to `wait` for the main loop (which steps at
+  // least five times a second) to build it; the last page when the loop is busy.
+  std::string get_fresh(std::chrono::milliseconds wait) {
+    std::unique_lock lock(mu_);
+    wanted_ = true;
+    const uint64_t seen = version_;
+    cv_.wait_for(lock, wait, [&] { return version_ != seen; });
     return text_;
+  }
+  bool wanted() const {
+    std::lock_guard lock(mu_);
+    return wanted_;
+  }
+  void set(std::string text) {
+    {
+      std::lock_guard lock(mu_);
+      text_ = std::move(text);
+      ++version_;
+      wanted_ = false;
+    }
+    cv_.notify_all();
   }
 
  private:
   mutable std::mutex mu_;
+  std::condition_variable cv_;
   std::string text_;
+  uint64_t version_ = 0;
+  bool wanted_ = false;
 };
 
 // `strata agent` is the node pipeline with the shipper (or a local SQLite store) as its sink,
@@ -202,7 +222,7 @@ class Daemon {
     int port = std::atoi(opts_.listen_metrics.c_str() + colon + 1);
     http_ = std::make_unique<httplib::Server>();
     http_->Get("/metrics", [this](const httplib::Request&, httplib::Response& res) {
-      res.set_content(page_.get(), "text/plain; version=0.0.4");
+      res.set_content(page_.get_fresh(kFreshPageWait), "text/plain; version=0.0.4");
     });
     http_->Get("/drilldown", [this](const httplib::Request& req, httplib::Response& res) { drilldown(req, res); });
     if (!http_->bind_to_port(host, port))
@@ -448,9 +468,9 @@ class Daemon {
       }
       if (auto st = pipeline_.step(200); !st) return st.error();
       if (opts_.duration_s > 0 && pipeline_.elapsed_s() >= opts_.duration_s) break;
+      if (page_.wanted()) update_metrics_page();
       if (clock::now() - last_page >= std::chrono::seconds(1)) {
         report_missing_timelines();
-        update_metrics_page();
         last_page = clock::now();
       }
     }
@@ -502,6 +522,8 @@ class Daemon {
 
   std::string drilldown_url_;  // announced to the collector in every batch's health
   std::string drilldown_credential_;  // ... with the secret it asks /drilldown with
+  // How long a scrape waits for the main loop's fresh page: a few of its steps (200 ms each).
+  static constexpr std::chrono::milliseconds kFreshPageWait{1000};
   MetricsPage page_;
   std::unique_ptr<httplib::Server> http_;
   std::thread http_thread_;

@@ -81,6 +81,30 @@ TEST(MapsReread, BoundedByRateNotByLifetime) {
   EXPECT_EQ(lim.refused(), 3u);
 }
 
+// A process whose re-reads keep finding nothing new (garbage addresses in its stacks) is read ever
+// more rarely, up to the cap; a re-read that finds code brings the fast rate back.
+TEST(MapsReread, BacksOffWhileNothingNewIsFound) {
+  MapsRereadLimiter lim;
+  constexpr uint64_t dt = MapsRereadLimiter::kMapsRereadIntervalNs;
+  constexpr uint64_t cap = MapsRereadLimiter::kMapsRereadMaxIntervalNs;
+  uint64_t now = 0;
+  int reads = 0;
+  // Asked every 10 ms for 10 minutes, nothing new ever found.
+  for (; now < 600 * 1'000'000'000ull; now += 10'000'000) {
+    if (lim.allow(3, now)) {
+      ++reads;
+      lim.note(3, false);
+    }
+  }
+  EXPECT_EQ(lim.interval_ns(3), cap);
+  // Doubling from 200 ms reaches 30 s within ~8 re-reads (plus the first burst); then one per 30 s.
+  EXPECT_LT(reads, 8 + 8 + 600 / 30 + 2) << "the fixed rate would have been 3000";
+  EXPECT_GT(reads, 600 / 30 - 2) << "still read: a library loaded late gets named";
+  lim.note(3, true);
+  EXPECT_EQ(lim.interval_ns(3), dt) << "new code found: the fast rate again";
+  EXPECT_EQ(lim.interval_ns(4), dt) << "other processes keep theirs";
+}
+
 // The normalizer applies the check to the kernel's walk (a sample without a stack copy, as the
 // frame-pointer mode and a stepped-down budget give): a heap address repeated 127 times becomes
 // the two frames before it.
