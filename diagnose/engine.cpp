@@ -1600,12 +1600,20 @@ void hang_collective_evidence(const JobWindow& job, const RankWindow& r, std::ve
   }
   std::string call = mine->last_op + (mine->last_seq > 0 ? " #" + std::to_string(mine->last_seq) : "");
   evidence.push_back(rank_name(r) + "'s last collective: " + call + " on " + comm_name(mine->comm) + " (" +
-                     std::to_string(mine->calls) + " calls on it in the window), " +
+                     std::to_string(mine->calls) + " calls on it recorded), " +
                      (mine->last_completed ? "completed" : "entered and never completed"));
   auto s = stuck_call(job, mine->comm);
   if (!s) return;
   std::string stuck = s->op + " #" + std::to_string(s->seq) + " on " + comm_name(s->comm);
   size_t members = s->entered.size() + s->missing.size();
+  if (s->missing.empty() && s->completed.size() == s->entered.size()) {
+    // A call is recorded when it returns: one that blocks in the host (gloo) is not seen, so the job
+    // may be inside the next call.
+    evidence.push_back("all " + std::to_string(members) + " ranks of " + comm_name(s->comm) + " completed " + s->op + " #" +
+                       std::to_string(s->seq) + ", their last recorded call: the job stopped after it (a call that "
+                       "never returned is not recorded)");
+    return;
+  }
   if (s->missing.empty()) {
     evidence.push_back("all " + std::to_string(members) + " ranks of " + comm_name(s->comm) + " entered " + s->op + " #" +
                        std::to_string(s->seq) + "; " +

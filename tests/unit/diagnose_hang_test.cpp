@@ -153,6 +153,23 @@ TEST(DiagnoseHang, WithoutCollectivesTheFindingSaysSo) {
   EXPECT_NE(evidence_with(*f, {"no stacks of rank 3 were recorded in the stall"}), "") << dump(dx);
 }
 
+// Calls are recorded when they return: when every rank completed its last recorded call, the
+// evidence says the job stopped after it, not that a rank never entered anything.
+TEST(DiagnoseHang, EveryRankCompletedItsLastRecordedCall) {
+  SyntheticSpec spec;
+  PlantedFault pf{1, "hang", 40};
+  pf.on_host = true;
+  spec.faults = {pf};
+  JobWindow job = make_synthetic_job(spec);
+  for (auto& r : job.ranks) r.comms.front() = job.ranks[1].comms.front();
+  auto dx = diagnose(job);
+  const Finding* f = hang_of(dx);
+  ASSERT_NE(f, nullptr) << dump(dx);
+  EXPECT_NE(evidence_with(*f, {"all 8 ranks of communicator synthetic-comm completed allreduce #1200", "stopped after it"}), "")
+      << dump(dx);
+  EXPECT_EQ(evidence_with(*f, {"never entered"}), "") << dump(dx);
+}
+
 // A healthy job's collectives and (absent) stall stacks make no finding.
 TEST(DiagnoseHang, HealthyJobWithCollectivesHasNoFinding) {
   for (unsigned seed = 1; seed <= 10; ++seed) {
