@@ -401,6 +401,31 @@ TEST_F(NvmlSourceTest, KernelLogXidsWithoutEvents) {
   EXPECT_EQ(stats_of(**src)["nvml.xids"], 2);
 }
 
+// The live kernel log: /dev/kmsg opened from its end (nothing from before counts) and read on the
+// Xid thread without blocking it; where it cannot be opened (no CAP_SYSLOG, no /dev/kmsg) the source
+// runs without it. Either way it stops.
+TEST_F(NvmlSourceTest, LiveKernelLogOpensOrFailsSafe) {
+  setenv("STRATA_TESTBED_NVML_EVENTS", "0", 1);
+  NvmlOptions o;
+  o.library = nvml_library();
+  o.period_s = 0.05;
+  auto src = start_nvml_source(o);  // kernel_log: /dev/kmsg
+  unsetenv("STRATA_TESTBED_NVML_EVENTS");
+  ASSERT_TRUE(src) << src.error().message;
+  int fd = open("/dev/kmsg", O_RDONLY | O_NONBLOCK | O_CLOEXEC);
+  const bool readable = fd >= 0;
+  if (fd >= 0) close(fd);
+  EXPECT_EQ(stats_of(**src)["nvml.xid_kernel_log"], readable ? 1 : 0);
+  (*src)->start_threads();
+  std::this_thread::sleep_for(std::chrono::milliseconds(300));
+  Flushed m = flush(**src);
+  EXPECT_GE(at(m, "gpu0", "gpu.polls"), 1);
+  // The stand-in's GPUs raise no Xid, and none from before the start counts: this machine's log
+  // holds no Xid for their PCI addresses from now on (no NVIDIA driver here).
+  EXPECT_FALSE(has(m, "gpu0", "gpu.xid"));
+  src->reset();  // joins its threads (a thread blocked on the log would hang here)
+}
+
 TEST_F(NvmlSourceTest, PollsOnItsOwnThreadAndStopsPromptly) {
   NvmlOptions o;
   o.library = nvml_library();
