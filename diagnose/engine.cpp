@@ -1592,6 +1592,16 @@ std::optional<StuckCall> stuck_call(const JobWindow& job, const std::string& com
   return s;
 }
 
+// Whether a rank's latest call was entered and never completed where completion is observable
+// (the rank's earlier calls were seen completing): the job stopped inside a collective.
+bool stuck_in_collective(const JobWindow& job) {
+  for (const auto& r : job.ranks) {
+    const CommProgress* p = latest_call(r);
+    if (p && !p->last_completed && p->completed > 0) return true;
+  }
+  return false;
+}
+
 void hang_collective_evidence(const JobWindow& job, const RankWindow& r, std::vector<std::string>& evidence) {
   const CommProgress* mine = latest_call(r);
   if (!mine) {
@@ -1670,7 +1680,16 @@ std::optional<Finding> find_hang(const JobWindow& job, const Options& opt) {
     last = std::max(last, r.last_progress_ns);
     alive += r.alive ? 1 : 0;
   }
-  if (!(last > 0 && alive > 0 && job.observed_until_ns > last &&
+  // Ranks that are gone now but ran on, without progress, for hang_s after the job's last progress
+  // while stuck inside a collective: a hang that a watchdog ended (NCCL's watchdog aborts after its
+  // timeout, a launcher kills a job that stopped). A job that ends normally has completed its calls.
+  size_t stalled_then_gone = 0;
+  if (alive == 0 && last > 0 && stuck_in_collective(job)) {
+    for (const auto& r : job.ranks) {
+      stalled_then_gone += r.last_seen_ns >= last + static_cast<uint64_t>(opt.hang_s * 1e9) ? 1 : 0;
+    }
+  }
+  if (!(last > 0 && (alive > 0 || stalled_then_gone > 0) && job.observed_until_ns > last &&
         static_cast<double>(job.observed_until_ns - last) >= opt.hang_s * 1e9))
     return std::nullopt;
   double stalled_s = static_cast<double>(job.observed_until_ns - last) / 1e9;
@@ -1715,8 +1734,13 @@ std::optional<Finding> find_hang(const JobWindow& job, const Options& opt) {
   f.layer = by_device ? "gpu" : "comm";
   f.culprit = by_device ? "GPU " + std::to_string(r.gpu.index >= 0 ? r.gpu.index : r.rank) : rank_name(r);
   f.lost_ms_per_step = stalled_s * 1000;
-  f.evidence.push_back(fmt("no collective completed for %.1f s", stalled_s) + " while " + std::to_string(alive) + " of " +
-                       std::to_string(n) + " rank processes are alive");
+  if (alive > 0)
+    f.evidence.push_back(fmt("no collective completed for %.1f s", stalled_s) + " while " + std::to_string(alive) + " of " +
+                         std::to_string(n) + " rank processes are alive");
+  else
+    f.evidence.push_back(fmt("no collective completed for %.1f s", stalled_s) + ": " + std::to_string(stalled_then_gone) +
+                         " of " + std::to_string(n) + " rank processes ran on for " + fmt("%.0f s", opt.hang_s) +
+                         " or more inside a collective, then exited");
   if (by_device) {
     std::vector<double> others;
     for (size_t i = 0; i < n; ++i) {

@@ -572,6 +572,7 @@ Result<JobWindow> load_job_window(store::Store& s, const LoadOptions& opt) {
     }
     CommProgress& p = *cp_it;
     ++p.calls;
+    if (done > 0) ++p.completed;
     bool later = c.seq > 0 ? c.seq > p.last_seq || (c.seq == p.last_seq && c.enter_ns > p.last_enter_ns)
                            : c.enter_ns >= p.last_enter_ns;
     if (p.calls == 1 || later) {
@@ -738,6 +739,7 @@ Result<JobWindow> load_job_window(store::Store& s, const LoadOptions& opt) {
     const Proc proc{r.node, r.pid};
     r.alive = last_seen.count(proc) && last_seen[proc] > r.last_progress_ns &&
               last_seen_end[proc] > latest_window_start;
+    if (auto ls = last_seen.find(proc); ls != last_seen.end()) r.last_seen_ns = ls->second;
     // Rates over the windows, times the step time: per step.
     auto per_step_of = [](const Acc& a, double step_ms) {
       double dur_ms = 0;

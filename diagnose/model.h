@@ -123,6 +123,7 @@ struct CommProgress {
   std::string last_op;          // its op (allreduce, ...)
   uint64_t last_bytes = 0;
   bool last_completed = false;  // its completion was seen (on the device; the host's return for gloo)
+  uint64_t completed = 0;       // calls whose completion was seen (0: completion not observable here)
   uint64_t last_enter_ns = 0;
 };
 
@@ -196,6 +197,7 @@ struct RankWindow {
   // I/O and OS metrics are counted in the rank's, their call paths rooted at kWorkerFrame.
   std::vector<uint32_t> workers;
   bool alive = true;              // the process was still seen at the end of the window
+  uint64_t last_seen_ns = 0;      // start of the latest recording window the process was seen in (0: never)
   uint64_t last_progress_ns = 0;  // last collective completion or step end (unix ns)
   uint64_t last_device_ns = 0;    // end of the last device work seen; 0: unknown
   std::vector<CommProgress> comms;  // per communicator the rank called (empty: no collectives recorded)

@@ -142,6 +142,7 @@ JobWindow make_synthetic_job(const SyntheticSpec& spec) {
     cp.last_op = "allreduce";
     cp.last_bytes = 25u << 20;
     cp.last_completed = true;
+    cp.completed = cp.calls;
     cp.last_enter_ns = job.end_ns - 30'000'000;
     r.comms.push_back(cp);
   }

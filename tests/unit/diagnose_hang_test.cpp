@@ -170,6 +170,63 @@ TEST(DiagnoseHang, EveryRankCompletedItsLastRecordedCall) {
   EXPECT_EQ(evidence_with(*f, {"never entered"}), "") << dump(dx);
 }
 
+// A hang that a watchdog ended: every rank ran on inside the collective for longer than the hang
+// threshold, then exited (NCCL's watchdog aborts the process). Still a hang, on the same rank.
+TEST(DiagnoseHang, HangEndedByAWatchdogIsStillAHang) {
+  SyntheticSpec spec;
+  spec.faults = {{4, "hang", 40}};
+  JobWindow job = make_synthetic_job(spec);
+  for (auto& r : job.ranks) {
+    r.alive = false;
+    r.last_seen_ns = job.end_ns + 20'000'000'000;  // seen 20 s into the stall, gone since
+  }
+  auto dx = diagnose(job);
+  const Finding* f = hang_of(dx);
+  ASSERT_NE(f, nullptr) << dump(dx);
+  EXPECT_EQ(f->rank, 4) << dump(dx);
+  EXPECT_NE(evidence_with(*f, {"8 of 8 rank processes ran on for 10 s or more inside a collective, then exited"}), "")
+      << dump(dx);
+}
+
+// ... but a job that ended normally (every call completed) and whose ranks took long to exit (a
+// final checkpoint), or one where completion cannot be seen, is no hang once its ranks are gone.
+TEST(DiagnoseHang, ExitedRanksWithoutAStuckCollectiveAreNoHang) {
+  {
+    JobWindow job = make_synthetic_job(SyntheticSpec{});
+    job.observed_until_ns = job.end_ns + 30'000'000'000;
+    for (auto& r : job.ranks) {
+      r.alive = false;
+      r.last_seen_ns = job.end_ns + 20'000'000'000;
+    }
+    auto dx = diagnose(job);
+    EXPECT_EQ(hang_of(dx), nullptr) << dump(dx);
+  }
+  {
+    SyntheticSpec spec;
+    spec.faults = {{4, "hang", 40}};
+    JobWindow job = make_synthetic_job(spec);
+    for (auto& r : job.ranks) {
+      r.alive = false;
+      r.last_seen_ns = job.end_ns + 20'000'000'000;
+      r.comms.front().completed = 0;  // no device timeline for NCCL: completion is never seen
+    }
+    auto dx = diagnose(job);
+    EXPECT_EQ(hang_of(dx), nullptr) << dump(dx);
+  }
+  {
+    // Gone before the threshold: they exited, they were not stuck for hang_s.
+    SyntheticSpec spec;
+    spec.faults = {{4, "hang", 40}};
+    JobWindow job = make_synthetic_job(spec);
+    for (auto& r : job.ranks) {
+      r.alive = false;
+      r.last_seen_ns = job.end_ns + 5'000'000'000;
+    }
+    auto dx = diagnose(job);
+    EXPECT_EQ(hang_of(dx), nullptr) << dump(dx);
+  }
+}
+
 // A healthy job's collectives and (absent) stall stacks make no finding.
 TEST(DiagnoseHang, HealthyJobWithCollectivesHasNoFinding) {
   for (unsigned seed = 1; seed <= 10; ++seed) {
