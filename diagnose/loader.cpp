@@ -359,14 +359,16 @@ void copy_gpu_health(const GpuState& from, GpuState& to) {
 constexpr size_t kStallStacks = 5;
 
 // A rank's stacks of one kind from `from_ns` on, as ms by call path (every off-CPU wait, not only
-// I/O), its heaviest kStallStacks paths.
+// I/O), its heaviest kStallStacks paths. `pid`: the rank's, or one of its workers' (its paths then
+// rooted at kWorkerFrame: a data loader worker that stopped is where a rank's hang often is).
 Status load_stall_stacks(store::Store& s, const store::RowQuery& span, uint64_t from_ns, JobWindow& job, RankWindow& r,
-                         store::CountKind kind, Stats* stats) {
+                         store::CountKind kind, Stats* stats, uint32_t pid) {
+  const std::string root = pid != r.pid ? std::string(kWorkerFrame) + ";" : std::string();
   store::ProfileFilter f;
   f.from_ns = from_ns;
   f.to_ns = span.to_ns;
   f.node = r.node;
-  f.pid = r.pid;
+  f.pid = pid;
   f.recording = span.recording;
   f.kind = kind;
   auto prof = s.load_profile(f);
@@ -383,7 +385,7 @@ Status load_stall_stacks(store::Store& s, const store::RowQuery& span, uint64_t 
       const uint64_t period = prof->period_of(smp);
       unit_ms = period > 0 ? static_cast<double>(period) / kNsPerMs : 1000.0 / 99;
     }
-    by_path[call_path(stack, offcpu, nullptr)] += static_cast<double>(smp.count) * unit_ms;
+    by_path[root + call_path(stack, offcpu, nullptr)] += static_cast<double>(smp.count) * unit_ms;
   }
   std::vector<std::pair<double, std::string>> top;
   for (auto& [path, ms] : by_path) top.emplace_back(ms, path);
@@ -867,8 +869,12 @@ Result<JobWindow> load_job_window(store::Store& s, const LoadOptions& opt) {
       uint64_t from = last_progress;
       const auto& starts = window_starts[{r.node, r.pid}];
       if (auto w = starts.lower_bound(last_progress); w != starts.end()) from = *w + 1;
-      for (auto kind : {store::CountKind::kOnCpu, store::CountKind::kOffCpu}) {
-        if (auto st = load_stall_stacks(s, span, from, job, r, kind, stats); !st) return st.error();
+      std::vector<uint32_t> pids{r.pid};
+      pids.insert(pids.end(), r.workers.begin(), r.workers.end());
+      for (uint32_t pid : pids) {
+        for (auto kind : {store::CountKind::kOnCpu, store::CountKind::kOffCpu}) {
+          if (auto st = load_stall_stacks(s, span, from, job, r, kind, stats, pid); !st) return st.error();
+        }
       }
     }
   }
