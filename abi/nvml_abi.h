@@ -150,6 +150,38 @@ typedef struct nvmlFieldValue_st {
 #define nvmlClocksThrottleReasonHwPowerBrakeSlowdown 0x0000000000000080ULL
 #define nvmlClocksEventReasonDisplayClockSetting 0x0000000000000100ULL
 
+/* PCI identity of a device (nvmlDeviceGetPciInfo_v3): the kernel log names a GPU by its PCI
+ * domain:bus:device, NVML by its handle; these fields join the two. */
+#define NVML_DEVICE_PCI_BUS_ID_BUFFER_SIZE 32
+#define NVML_DEVICE_PCI_BUS_ID_BUFFER_V2_SIZE 16
+typedef struct nvmlPciInfo_st {
+  char busIdLegacy[NVML_DEVICE_PCI_BUS_ID_BUFFER_V2_SIZE]; /* "dddd:bb:dd.f" */
+  unsigned int domain;
+  unsigned int bus;
+  unsigned int device;
+  unsigned int pciDeviceId;    /* device id << 16 | vendor id */
+  unsigned int pciSubSystemId;
+  char busId[NVML_DEVICE_PCI_BUS_ID_BUFFER_SIZE];          /* "dddddddd:bb:dd.f" */
+} nvmlPciInfo_t;
+
+/* Events: a set the caller waits on (nvmlEventSetWait_v2) for the event types it registered per
+ * device. An Xid (the driver's error report, also written to the kernel log as "NVRM: Xid") arrives
+ * as nvmlEventTypeXidCriticalError with the Xid in eventData (999: an Xid the driver cannot name). */
+typedef struct nvmlEventSet_st* nvmlEventSet_t;
+#define nvmlEventTypeSingleBitEccError 0x0000000000000001ULL
+#define nvmlEventTypeDoubleBitEccError 0x0000000000000002ULL
+#define nvmlEventTypePState 0x0000000000000004ULL
+#define nvmlEventTypeXidCriticalError 0x0000000000000008ULL
+#define nvmlEventTypeClock 0x0000000000000010ULL
+#define nvmlEventTypeNone 0x0000000000000000ULL
+typedef struct nvmlEventData_st {
+  nvmlDevice_t device;          /* the device the event happened on */
+  unsigned long long eventType; /* one nvmlEventType* bit */
+  unsigned long long eventData; /* the Xid, for nvmlEventTypeXidCriticalError; else 0 */
+  unsigned int gpuInstanceId;   /* MIG: the GPU instance the Xid is attributed to; 0xFFFFFFFF otherwise */
+  unsigned int computeInstanceId;
+} nvmlEventData_t;
+
 /* Function types of the calls the NVML source looks up (prototypes as in nvml.h). */
 typedef nvmlReturn_t (*nvmlInit_v2_fn)(void);
 typedef nvmlReturn_t (*nvmlShutdown_fn)(void);
@@ -181,10 +213,19 @@ typedef nvmlReturn_t (*nvmlDeviceGetNvLinkErrorCounter_fn)(nvmlDevice_t device, 
                                                            nvmlNvLinkErrorCounter_t counter,
                                                            unsigned long long* counterValue);
 typedef nvmlReturn_t (*nvmlDeviceGetFieldValues_fn)(nvmlDevice_t device, int valuesCount, nvmlFieldValue_t* values);
+typedef nvmlReturn_t (*nvmlDeviceGetPciInfo_v3_fn)(nvmlDevice_t device, nvmlPciInfo_t* pci);
+typedef nvmlReturn_t (*nvmlEventSetCreate_fn)(nvmlEventSet_t* set);
+typedef nvmlReturn_t (*nvmlDeviceRegisterEvents_fn)(nvmlDevice_t device, unsigned long long eventTypes,
+                                                    nvmlEventSet_t set);
+/* NVML_ERROR_TIMEOUT when nothing arrived within timeoutms. */
+typedef nvmlReturn_t (*nvmlEventSetWait_v2_fn)(nvmlEventSet_t set, nvmlEventData_t* data, unsigned int timeoutms);
+typedef nvmlReturn_t (*nvmlEventSetFree_fn)(nvmlEventSet_t set);
 
 #ifdef __cplusplus
 static_assert(sizeof(nvmlFieldValue_t) == 40, "nvmlFieldValue_t layout");
 static_assert(sizeof(nvmlMemory_t) == 24, "nvmlMemory_t layout");
+static_assert(sizeof(nvmlEventData_t) == 32, "nvmlEventData_t layout");
+static_assert(sizeof(nvmlPciInfo_t) == 68, "nvmlPciInfo_t layout");
 }
 #endif
 

@@ -1384,12 +1384,30 @@ struct HwCase {
   std::vector<size_t> peers;
 };
 
+// Xids (NVIDIA's driver error codes, agent/gpu/nvml_source.h's gpu.xid) that are each cause's own
+// report. 79: the GPU fell off the bus.
+constexpr unsigned kXidFellOffBus = 79;
+// The memory's: 48 a double-bit (uncorrectable) ECC error; 63 and 64 a page retired or a row
+// remapped (64: that failed); 94 and 95 a contained and an uncontained ECC error (A100 and later).
+constexpr unsigned kMemoryXids[] = {48, 63, 64, 94, 95};
+// 74: an NVLink error (a link's replays, recoveries or CRC errors, or the link down).
+constexpr unsigned kXidNvlink = 74;
+
+std::string xid_evidence(const RankWindow& r, unsigned xid, const char* what) {
+  return "the driver reported Xid " + std::to_string(xid) + " (" + what + ") on " + rank_name(r) + "'s " + gpu_name(r) +
+         " in the window (gpu.xid)";
+}
+
 std::optional<Hypothesis> gpu_lost(const HwCase& k) {
-  if (!k.r.gpu.lost) return std::nullopt;
+  const bool xid = k.r.gpu.has_xid(kXidFellOffBus);
+  if (!k.r.gpu.lost && !xid) return std::nullopt;
   Hypothesis h;
   h.cause = Cause::kGpuLost;
   h.culprit = gpu_name(k.r);
-  h.evidence.push_back(nvml_of(k.r) + " is lost (gpu.lost: NVML answers GPU_IS_LOST): it fell off the bus (Xid 79)");
+  if (xid) h.evidence.push_back(xid_evidence(k.r, kXidFellOffBus, "the GPU has fallen off the bus"));
+  if (k.r.gpu.lost)
+    h.evidence.push_back(nvml_of(k.r) + " is lost (gpu.lost: NVML answers GPU_IS_LOST): it fell off the bus" +
+                         (xid ? "" : " (Xid 79 in the kernel log)"));
   return h;
 }
 
@@ -1397,10 +1415,17 @@ std::optional<Hypothesis> gpu_memory_errors(const HwCase& k) {
   const GpuState& g = k.r.gpu;
   bool ecc = known(g.ecc_uncorrected) && g.ecc_uncorrected >= kMinUncorrectableEcc;
   bool retired = known(g.retired_pages) && g.retired_pages >= kMinRetiredPages;
-  if (!ecc && !retired) return std::nullopt;
+  std::vector<unsigned> xids;
+  for (unsigned x : kMemoryXids) {
+    if (g.has_xid(x)) xids.push_back(x);
+  }
+  if (!ecc && !retired && xids.empty()) return std::nullopt;
   Hypothesis h;
   h.cause = Cause::kGpuMemoryErrors;
   h.culprit = gpu_name(k.r) + " memory";
+  for (unsigned x : xids)
+    h.evidence.push_back(xid_evidence(k.r, x, x == 48 ? "a double-bit ECC error" : x == 63 || x == 64 ? "a page retired or row remapped"
+                                                                                                 : "an ECC error"));
   if (ecc) h.evidence.push_back(nvml_of(k.r) + " counted " + count(g.ecc_uncorrected) + " uncorrectable ECC errors in the window (gpu.ecc_uncorrected)");
   if (retired) h.evidence.push_back(nvml_of(k.r) + " retired " + count(g.retired_pages) + " memory pages in the window (gpu.retired_pages)");
   if (known(g.ecc_corrected) && g.ecc_corrected > 0)
@@ -1411,11 +1436,14 @@ std::optional<Hypothesis> gpu_memory_errors(const HwCase& k) {
 std::optional<Hypothesis> nvlink_degraded(const HwCase& k) {
   const GpuState& g = k.r.gpu;
   double mins = window_min(k.job);
-  if (!(known(g.nvlink_errors) && mins > 0 && g.nvlink_errors / mins >= kNvlinkErrorsPerMin)) return std::nullopt;
+  const bool xid = g.has_xid(kXidNvlink);
+  const bool counted = known(g.nvlink_errors) && mins > 0 && g.nvlink_errors / mins >= kNvlinkErrorsPerMin;
+  if (!counted && !xid) return std::nullopt;
   Hypothesis h;
   h.cause = Cause::kNvlinkDegraded;
   h.culprit = "NVLink of " + gpu_name(k.r);
-  h.evidence.push_back(nvml_of(k.r) + " counted " + count(g.nvlink_errors) + " NVLink errors in the window (gpu.nvlink_errors, " +
+  if (xid) h.evidence.push_back(xid_evidence(k.r, kXidNvlink, "an NVLink error"));
+  if (counted) h.evidence.push_back(nvml_of(k.r) + " counted " + count(g.nvlink_errors) + " NVLink errors in the window (gpu.nvlink_errors, " +
                        fmt("%.0f a minute; ", g.nvlink_errors / mins) + fmt("degraded from %.0f)", kNvlinkErrorsPerMin));
   return h;
 }
@@ -1490,6 +1518,158 @@ std::optional<Finding> hardware_finding(const JobWindow& job, size_t c) {
   return f;
 }
 
+// ---------------------------------------------------------------------------------------------
+// A hang's evidence, as a collective flight recorder gives it (PyTorch's Flight Recorder, CCL-D):
+// the hung rank's last collective, who never entered the call the job stopped in, and where the
+// hung rank's threads were while the others waited.
+
+// Stall stacks said per rank and kind: the heaviest paths say what a rank was doing; more is noise.
+constexpr size_t kHangStacksShown = 2;
+// The deepest frames of a call path said in the evidence: where the thread was, without the
+// start-up frames every stack shares.
+constexpr size_t kHangPathFrames = 4;
+// At most this many ranks are listed by number in one piece of evidence (100k-rank jobs).
+constexpr size_t kHangRanksListed = 16;
+
+std::string rank_list(const std::vector<int>& ranks) {
+  std::string s;
+  for (size_t i = 0; i < ranks.size() && i < kHangRanksListed; ++i) s += (s.empty() ? "" : ",") + std::to_string(ranks[i]);
+  if (ranks.size() > kHangRanksListed) s += ",... (" + std::to_string(ranks.size()) + " ranks)";
+  return "[" + s + "]";
+}
+
+std::string comm_name(const std::string& id) { return id.empty() ? "an unnamed communicator" : "communicator " + id; }
+
+std::string path_tail(const std::string& path) {
+  auto frames = split_path(path);
+  if (frames.size() <= kHangPathFrames) return path;
+  std::string out = "...";
+  for (size_t i = frames.size() - kHangPathFrames; i < frames.size(); ++i) out += ";" + std::string(frames[i]);
+  return out;
+}
+
+// The rank's latest collective call, over its communicators.
+const CommProgress* latest_call(const RankWindow& r) {
+  const CommProgress* best = nullptr;
+  for (const auto& p : r.comms) {
+    if (!best || p.last_enter_ns > best->last_enter_ns) best = &p;
+  }
+  return best;
+}
+
+// The call a communicator stopped in: the furthest call (by sequence number) any member entered,
+// which members entered it (and completed it), and which never did.
+struct StuckCall {
+  std::string comm, op;
+  uint64_t seq = 0;
+  std::vector<int> entered, completed, missing;
+  std::map<int, uint64_t> last_seq;  // each missing rank's own last call
+};
+
+std::optional<StuckCall> stuck_call(const JobWindow& job, const std::string& comm) {
+  if (comm.empty()) return std::nullopt;  // no communicator id: calls of different ranks do not pair up
+  StuckCall s;
+  s.comm = comm;
+  std::vector<std::pair<int, const CommProgress*>> members;
+  for (const auto& r : job.ranks) {
+    for (const auto& p : r.comms) {
+      if (p.comm == comm && p.last_seq > 0) members.emplace_back(r.rank, &p);
+    }
+  }
+  if (members.size() < 2) return std::nullopt;
+  for (const auto& [rank, p] : members) {
+    if (p->last_seq > s.seq) s.seq = p->last_seq, s.op = p->last_op;
+  }
+  for (const auto& [rank, p] : members) {
+    if (p->last_seq >= s.seq) {
+      s.entered.push_back(rank);
+      if (p->last_completed) s.completed.push_back(rank);
+    } else {
+      s.missing.push_back(rank);
+      s.last_seq[rank] = p->last_seq;
+    }
+  }
+  return s;
+}
+
+// Whether a rank's latest call was entered and never completed where completion is observable
+// (the rank's earlier calls were seen completing): the job stopped inside a collective.
+bool stuck_in_collective(const JobWindow& job) {
+  for (const auto& r : job.ranks) {
+    const CommProgress* p = latest_call(r);
+    if (p && !p->last_completed && p->completed > 0) return true;
+  }
+  return false;
+}
+
+void hang_collective_evidence(const JobWindow& job, const RankWindow& r, std::vector<std::string>& evidence) {
+  const CommProgress* mine = latest_call(r);
+  if (!mine) {
+    evidence.push_back("no collective call of " + rank_name(r) + " was recorded in the window");
+    return;
+  }
+  std::string call = mine->last_op + (mine->last_seq > 0 ? " #" + std::to_string(mine->last_seq) : "");
+  evidence.push_back(rank_name(r) + "'s last collective: " + call + " on " + comm_name(mine->comm) + " (" +
+                     std::to_string(mine->calls) + " calls on it recorded), " +
+                     (mine->last_completed ? "completed" : "entered and never completed"));
+  auto s = stuck_call(job, mine->comm);
+  if (!s) return;
+  std::string stuck = s->op + " #" + std::to_string(s->seq) + " on " + comm_name(s->comm);
+  size_t members = s->entered.size() + s->missing.size();
+  if (s->missing.empty() && s->completed.size() == s->entered.size()) {
+    // A call is recorded when it returns: one that blocks in the host (gloo) is not seen, so the job
+    // may be inside the next call.
+    evidence.push_back("all " + std::to_string(members) + " ranks of " + comm_name(s->comm) + " completed " + s->op + " #" +
+                       std::to_string(s->seq) + ", their last recorded call: the job stopped after it (a call that "
+                       "never returned is not recorded)");
+    return;
+  }
+  if (s->missing.empty()) {
+    evidence.push_back("all " + std::to_string(members) + " ranks of " + comm_name(s->comm) + " entered " + s->op + " #" +
+                       std::to_string(s->seq) + "; " +
+                       (s->completed.empty() ? "none completed it" : "only ranks " + rank_list(s->completed) + " completed it"));
+    return;
+  }
+  bool hung_missing = std::find(s->missing.begin(), s->missing.end(), r.rank) != s->missing.end();
+  if (hung_missing) {
+    std::vector<int> others;
+    for (int x : s->missing) {
+      if (x != r.rank) others.push_back(x);
+    }
+    evidence.push_back(rank_name(r) + " never entered " + stuck + " (its last call there is #" +
+                       std::to_string(s->last_seq[r.rank]) + "), which ranks " + rank_list(s->entered) + " entered and wait in" +
+                       (others.empty() ? "" : "; ranks " + rank_list(others) + " never entered it either"));
+  } else {
+    std::vector<uint64_t> at;
+    for (int x : s->missing) at.push_back(s->last_seq[x]);
+    auto [lo, hi] = std::minmax_element(at.begin(), at.end());
+    std::string stopped = *lo == *hi ? "#" + std::to_string(*lo) : "#" + std::to_string(*lo) + "-#" + std::to_string(*hi);
+    evidence.push_back("ranks " + rank_list(s->missing) + " never entered " + stuck + " (they stopped at " + stopped +
+                       "), which " + rank_name(r) + " and " + std::to_string(s->entered.size() - 1) + " other rank(s) entered");
+  }
+}
+
+void hang_stack_evidence(const JobWindow& job, const RankWindow& r, double stalled_s, std::vector<std::string>& evidence) {
+  auto top = [&](const Values& v, const char* kind) {
+    std::vector<Value> sorted(v.begin(), v.end());
+    std::sort(sorted.begin(), sorted.end(), [](const Value& a, const Value& b) { return a.ms_per_step > b.ms_per_step; });
+    std::string out;
+    for (size_t i = 0; i < sorted.size() && i < kHangStacksShown; ++i) {
+      double t = sorted[i].ms_per_step;
+      out += std::string(out.empty() ? "" : "; ") + (t >= 1000 ? fmt("%.1f s", t / 1000) : ms(t)) + " in " +
+             path_tail(job.names.name(sorted[i].name));
+    }
+    if (!out.empty())
+      evidence.push_back(rank_name(r) + " " + kind + " since the job's last progress " + fmt("%.0f s", stalled_s) +
+                         " ago (thread time): " + out);
+    return !out.empty();
+  };
+  bool off = top(r.stall_offcpu, "off-CPU (waiting)");
+  bool on = top(r.stall_oncpu, "on-CPU");
+  if (off && !on) evidence.push_back(rank_name(r) + " ran no sampled on-CPU code in the stall: it waits, it does not compute");
+  if (!off && !on) evidence.push_back("no stacks of " + rank_name(r) + " were recorded in the stall");
+}
+
 // A hang: no collective progress for opt.hang_s while rank processes are alive. Hangs have no step
 // time, so they come first.
 std::optional<Finding> find_hang(const JobWindow& job, const Options& opt) {
@@ -1500,7 +1680,16 @@ std::optional<Finding> find_hang(const JobWindow& job, const Options& opt) {
     last = std::max(last, r.last_progress_ns);
     alive += r.alive ? 1 : 0;
   }
-  if (!(last > 0 && alive > 0 && job.observed_until_ns > last &&
+  // Ranks that are gone now but ran on, without progress, for hang_s after the job's last progress
+  // while stuck inside a collective: a hang that a watchdog ended (NCCL's watchdog aborts after its
+  // timeout, a launcher kills a job that stopped). A job that ends normally has completed its calls.
+  size_t stalled_then_gone = 0;
+  if (alive == 0 && last > 0 && stuck_in_collective(job)) {
+    for (const auto& r : job.ranks) {
+      stalled_then_gone += r.last_seen_ns >= last + static_cast<uint64_t>(opt.hang_s * 1e9) ? 1 : 0;
+    }
+  }
+  if (!(last > 0 && (alive > 0 || stalled_then_gone > 0) && job.observed_until_ns > last &&
         static_cast<double>(job.observed_until_ns - last) >= opt.hang_s * 1e9))
     return std::nullopt;
   double stalled_s = static_cast<double>(job.observed_until_ns - last) / 1e9;
@@ -1511,7 +1700,28 @@ std::optional<Finding> find_hang(const JobWindow& job, const Options& opt) {
   for (size_t i = 0; i < n; ++i) {
     if (job.ranks[i].last_device_ns == 0) by_device = false;
   }
+  // Without a device timeline, a rank that never entered the call its peers wait in holds them
+  // (a host-side hang: a deadlock, a data loader that stopped): when such ranks are a minority of the
+  // communicator, the culprit is among them. (With a device timeline the GPU that stopped first
+  // says more: an asynchronous launch lets a hung GPU's host run ahead of its peers.)
+  std::vector<bool> candidate(n, true);
+  bool by_calls = false;
+  if (!by_device) {
+    std::string comm = job.communicator;
+    if (comm.empty()) {
+      if (const CommProgress* p = latest_call(job.ranks[0])) comm = p->comm;
+    }
+    if (auto s = stuck_call(job, comm); s && !s->missing.empty() && s->missing.size() < s->entered.size()) {
+      std::fill(candidate.begin(), candidate.end(), false);
+      for (size_t i = 0; i < n; ++i) {
+        if (std::find(s->missing.begin(), s->missing.end(), job.ranks[i].rank) != s->missing.end()) candidate[i] = true;
+      }
+      by_calls = true;
+      c = static_cast<size_t>(std::find(candidate.begin(), candidate.end(), true) - candidate.begin());
+    }
+  }
   for (size_t i = 1; i < n; ++i) {
+    if (!candidate[i]) continue;
     const auto& a = job.ranks[i];
     const auto& b = job.ranks[c];
     if (by_device ? a.last_device_ns < b.last_device_ns : a.last_progress_ns < b.last_progress_ns) c = i;
@@ -1524,8 +1734,13 @@ std::optional<Finding> find_hang(const JobWindow& job, const Options& opt) {
   f.layer = by_device ? "gpu" : "comm";
   f.culprit = by_device ? "GPU " + std::to_string(r.gpu.index >= 0 ? r.gpu.index : r.rank) : rank_name(r);
   f.lost_ms_per_step = stalled_s * 1000;
-  f.evidence.push_back(fmt("no collective completed for %.1f s", stalled_s) + " while " + std::to_string(alive) + " of " +
-                       std::to_string(n) + " rank processes are alive");
+  if (alive > 0)
+    f.evidence.push_back(fmt("no collective completed for %.1f s", stalled_s) + " while " + std::to_string(alive) + " of " +
+                         std::to_string(n) + " rank processes are alive");
+  else
+    f.evidence.push_back(fmt("no collective completed for %.1f s", stalled_s) + ": " + std::to_string(stalled_then_gone) +
+                         " of " + std::to_string(n) + " rank processes ran on for " + fmt("%.0f s", opt.hang_s) +
+                         " or more inside a collective, then exited");
   if (by_device) {
     std::vector<double> others;
     for (size_t i = 0; i < n; ++i) {
@@ -1536,8 +1751,11 @@ std::optional<Finding> find_hang(const JobWindow& job, const Options& opt) {
                          " before its peers' (median): its peers wait for it in the collective");
     f.confidence = gap > 0 ? 0.9 : 0.5;
   } else {
-    f.confidence = 0.5;
+    // A rank its peers wait for in a numbered call is as direct as a GPU that stopped first.
+    f.confidence = by_calls ? 0.8 : 0.5;
   }
+  hang_collective_evidence(job, r, f.evidence);
+  hang_stack_evidence(job, r, stalled_s, f.evidence);
   f.advice = "dump the stacks of " + rank_name(r) + " (py-spy dump / cuda-gdb); check the GPU with nvidia-smi and dmesg (Xid)";
   return f;
 }
@@ -1730,6 +1948,8 @@ Diagnosis diagnose(const JobWindow& job, const Options& opt) {
       if (f.cause != Cause::kGpuLost) continue;
       f.lost_ms_per_step = hang->lost_ms_per_step;
       f.evidence.push_back("the job hangs: " + hang->evidence.front());
+      // and what the hang's own evidence says of the collective and the stacks.
+      f.evidence.insert(f.evidence.end(), hang->evidence.begin() + 1, hang->evidence.end());
       explained = true;
     }
     if (!explained) dx.findings.push_back(std::move(*hang));

@@ -336,6 +336,7 @@ void add_gpu_health(GpuState& g, const std::string& name, double v) {
   else if (name == "gpu.pcie_link_width") highest(g.pcie_width);
   else if (name == "gpu.pcie_link_max_width") highest(g.pcie_max_width);
   else if (name == "gpu.lost" && v > 0) g.lost = true;
+  else if (name == "gpu.xid" && v > 0 && v < 1e6) g.xids.push_back(static_cast<unsigned>(v));
 }
 
 void copy_gpu_health(const GpuState& from, GpuState& to) {
@@ -348,6 +349,52 @@ void copy_gpu_health(const GpuState& from, GpuState& to) {
   to.pcie_width = from.pcie_width;
   to.pcie_max_width = from.pcie_max_width;
   to.lost = from.lost;
+  to.xids = from.xids;
+  std::sort(to.xids.begin(), to.xids.end());
+  to.xids.erase(std::unique(to.xids.begin(), to.xids.end()), to.xids.end());
+}
+
+// The stall's stacks kept per rank and kind: what a hung rank was doing is in its few heaviest
+// paths; the rest is noise that would make every rank's window heavier to hold.
+constexpr size_t kStallStacks = 5;
+
+// A rank's stacks of one kind from `from_ns` on, as ms by call path (every off-CPU wait, not only
+// I/O), its heaviest kStallStacks paths. `pid`: the rank's, or one of its workers' (its paths then
+// rooted at kWorkerFrame: a data loader worker that stopped is where a rank's hang often is).
+Status load_stall_stacks(store::Store& s, const store::RowQuery& span, uint64_t from_ns, JobWindow& job, RankWindow& r,
+                         store::CountKind kind, Stats* stats, uint32_t pid) {
+  const std::string root = pid != r.pid ? std::string(kWorkerFrame) + ";" : std::string();
+  store::ProfileFilter f;
+  f.from_ns = from_ns;
+  f.to_ns = span.to_ns;
+  f.node = r.node;
+  f.pid = pid;
+  f.recording = span.recording;
+  f.kind = kind;
+  auto prof = s.load_profile(f);
+  if (!prof) return prof.error();
+  if (stats) stats->samples += prof->samples.size(), stats->profiles++;
+  const bool offcpu = kind == store::CountKind::kOffCpu;
+  std::map<std::string, double> by_path;
+  for (const auto& smp : prof->samples) {
+    if (smp.stack_index >= prof->stacks.size()) continue;
+    const Stack& stack = prof->stacks[smp.stack_index];
+    // As load_profile weighs them: on-CPU samples are their window's period each, off-CPU counts µs.
+    double unit_ms = 1e-3;
+    if (!offcpu) {
+      const uint64_t period = prof->period_of(smp);
+      unit_ms = period > 0 ? static_cast<double>(period) / kNsPerMs : 1000.0 / 99;
+    }
+    by_path[root + call_path(stack, offcpu, nullptr)] += static_cast<double>(smp.count) * unit_ms;
+  }
+  std::vector<std::pair<double, std::string>> top;
+  for (auto& [path, ms] : by_path) top.emplace_back(ms, path);
+  std::sort(top.begin(), top.end(), [](const auto& a, const auto& b) { return a.first > b.first; });
+  if (top.size() > kStallStacks) top.resize(kStallStacks);
+  Values& out = offcpu ? r.stall_offcpu : r.stall_oncpu;
+  for (const auto& [ms, path] : top) out.push_back({job.names.id(path), ms});
+  normalize(out);
+  return {};
 }
 
 }  // namespace
@@ -515,6 +562,28 @@ Result<JobWindow> load_job_window(store::Store& s, const LoadOptions& opt) {
     if (it == by_proc.end()) continue;
     uint64_t done = c.device_end_ns > 0 ? c.device_end_ns : (c.library == "nccl" ? 0 : c.exit_ns);
     it->second->last_progress_ns = std::max(it->second->last_progress_ns, done);
+    // How far the rank got on each communicator: its latest call by sequence number (by entry
+    // time where calls are not numbered).
+    auto& comms = it->second->comms;
+    std::string comm = c.comm_id;
+    auto cp_it = std::find_if(comms.begin(), comms.end(), [&](const CommProgress& p) { return p.comm == comm; });
+    if (cp_it == comms.end()) {
+      comms.push_back({});
+      cp_it = comms.end() - 1;
+      cp_it->comm = comm;
+    }
+    CommProgress& p = *cp_it;
+    ++p.calls;
+    if (done > 0) ++p.completed;
+    bool later = c.seq > 0 ? c.seq > p.last_seq || (c.seq == p.last_seq && c.enter_ns > p.last_enter_ns)
+                           : c.enter_ns >= p.last_enter_ns;
+    if (p.calls == 1 || later) {
+      p.last_seq = c.seq;
+      p.last_op = c.op;
+      p.last_bytes = c.bytes;
+      p.last_enter_ns = c.enter_ns;
+      p.last_completed = done > 0;
+    }
   }
   if (auto comms = s.communicators(rec)) {
     ProcIndex index;
@@ -568,6 +637,7 @@ Result<JobWindow> load_job_window(store::Store& s, const LoadOptions& opt) {
   };
   std::map<std::pair<std::string, std::string>, Gpu> gpus;  // by (node, "gpuN"): every node has a gpu0
   ByProc<uint64_t> last_seen, last_seen_end;
+  ByProc<std::set<uint64_t>> window_starts;  // the rank's recording windows, for the stall's stacks
   struct NeighbourTime {
     Proc rank, neighbour;
     std::string comm;
@@ -608,6 +678,7 @@ Result<JobWindow> load_job_window(store::Store& s, const LoadOptions& opt) {
       continue;
     }
     last_seen[proc] = std::max(last_seen[proc], row.start_ns);
+    window_starts[proc].insert(row.start_ns);
     last_seen_end[proc] = std::max(last_seen_end[proc], row.end_ns);
     RankWindow& r = *it->second;
     if (m.name == "gpu.device") r.gpu.index = static_cast<int>(m.value);
@@ -670,6 +741,7 @@ Result<JobWindow> load_job_window(store::Store& s, const LoadOptions& opt) {
     const Proc proc{r.node, r.pid};
     r.alive = last_seen.count(proc) && last_seen[proc] > r.last_progress_ns &&
               last_seen_end[proc] > latest_window_start;
+    if (auto ls = last_seen.find(proc); ls != last_seen.end()) r.last_seen_ns = ls->second;
     // Rates over the windows, times the step time: per step.
     auto per_step_of = [](const Acc& a, double step_ms) {
       double dur_ms = 0;
@@ -785,6 +857,27 @@ Result<JobWindow> load_job_window(store::Store& s, const LoadOptions& opt) {
     baseline.apply(job);
   }
   for (const auto& r : job.ranks) job.observed_until_ns = std::max(job.observed_until_ns, r.last_progress_ns);
+  // A job that made no progress for a while: where each rank's threads were since its last
+  // progress (a hang's evidence: what the hung rank did while the others waited).
+  uint64_t last_progress = 0;
+  for (const auto& r : job.ranks) last_progress = std::max(last_progress, r.last_progress_ns);
+  if (last_progress > 0 && job.observed_until_ns > last_progress &&
+      static_cast<double>(job.observed_until_ns - last_progress) >= opt.stall_stacks_s * 1e9) {
+    for (auto& r : job.ranks) {
+      // The windows that began after the last progress hold the stall alone; only when none did
+      // (a stall shorter than a window) the one around it.
+      uint64_t from = last_progress;
+      const auto& starts = window_starts[{r.node, r.pid}];
+      if (auto w = starts.lower_bound(last_progress); w != starts.end()) from = *w + 1;
+      std::vector<uint32_t> pids{r.pid};
+      pids.insert(pids.end(), r.workers.begin(), r.workers.end());
+      for (uint32_t pid : pids) {
+        for (auto kind : {store::CountKind::kOnCpu, store::CountKind::kOffCpu}) {
+          if (auto st = load_stall_stacks(s, span, from, job, r, kind, stats, pid); !st) return st.error();
+        }
+      }
+    }
+  }
   return job;
 }
 

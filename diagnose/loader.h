@@ -30,6 +30,10 @@ struct LoadOptions {
   std::optional<uint64_t> last_ns;
   // When set, what the load read is counted here (the rows each bounded read returned).
   struct Stats* stats = nullptr;
+  // When the job made no progress for this long before the latest data, the ranks' stacks since
+  // its last progress are read too (RankWindow::stall_oncpu/stall_offcpu): the evidence of a hang.
+  // As the engine's Options::hang_s, so that only a job that may be hung pays for the extra reads.
+  double stall_stacks_s = 10;
 };
 
 // Rows a load read, per kind: a round's cost, which must follow the span, not the store's age.

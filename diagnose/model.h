@@ -103,6 +103,28 @@ struct GpuState {
   double pcie_max_width = kUnknown;   // gpu.pcie_link_max_width
   double nvlink_errors = kUnknown;    // gpu.nvlink_errors
   bool lost = false;                  // gpu.lost: NVML says GPU_IS_LOST (fell off the bus, Xid 79)
+  std::vector<unsigned> xids;         // gpu.xid: the Xids the driver reported in the window, sorted, once each
+  bool has_xid(unsigned code) const {
+    for (unsigned x : xids) {
+      if (x == code) return true;
+    }
+    return false;
+  }
+};
+
+// A rank's collective calls on one communicator in the span read, as a collective flight recorder
+// keeps them (PyTorch's Flight Recorder: op, sequence number, state): how far the rank got. Members
+// of one communicator number their calls alike, so in a hang the ranks that never entered the call
+// the others wait in stand out by their sequence number.
+struct CommProgress {
+  std::string comm;             // communicator id, the same on every member (empty: not known)
+  uint64_t calls = 0;           // calls entered in the span
+  uint64_t last_seq = 0;        // sequence number of the latest call entered (0: not numbered)
+  std::string last_op;          // its op (allreduce, ...)
+  uint64_t last_bytes = 0;
+  bool last_completed = false;  // its completion was seen (on the device; the host's return for gloo)
+  uint64_t completed = 0;       // calls whose completion was seen (0: completion not observable here)
+  uint64_t last_enter_ns = 0;
 };
 
 // One TCP connection of a rank in the analysis window, seen from the rank's side. "local" and
@@ -175,8 +197,16 @@ struct RankWindow {
   // I/O and OS metrics are counted in the rank's, their call paths rooted at kWorkerFrame.
   std::vector<uint32_t> workers;
   bool alive = true;              // the process was still seen at the end of the window
+  uint64_t last_seen_ns = 0;      // start of the latest recording window the process was seen in (0: never)
   uint64_t last_progress_ns = 0;  // last collective completion or step end (unix ns)
   uint64_t last_device_ns = 0;    // end of the last device work seen; 0: unknown
+  std::vector<CommProgress> comms;  // per communicator the rank called (empty: no collectives recorded)
+  // Where the rank's threads were after the job's last progress, when the job made none for a
+  // while (the loader reads them only then): ms by call path over that stall, not per step. Off-CPU
+  // holds every wait here (futex, sleep, poll), unlike `offcpu`: in a hang, what a rank waits on
+  // is the evidence.
+  Values stall_oncpu;
+  Values stall_offcpu;
 
   RankWindow() { os.fill(kUnknown); }
   double get(Os m) const { return os[static_cast<size_t>(m)]; }

@@ -94,6 +94,10 @@ JobWindow make_synthetic_job(const SyntheticSpec& spec) {
   const NameId k_elem = job.names.id("vectorized_elementwise_kernel");
   const NameId n_hog = job.names.id("logrotate");
   const NameId n_kworker = job.names.id("kworker/0:1");
+  // Each step's gradient all-reduce buckets on the job's one communicator, numbered from 1 over the
+  // baseline's 300 steps and the window's 100.
+  constexpr uint64_t kCallsPerStep = 3;
+  const uint64_t calls_done = kCallsPerStep * (300 + 100);
 
   const double s = spec.step_ms;
   job.ranks.resize(spec.ranks);
@@ -131,6 +135,16 @@ JobWindow make_synthetic_job(const SyntheticSpec& spec) {
     r.neighbours = {{n_kworker, noisy(0.001 * s)}};
     r.last_progress_ns = job.end_ns;
     r.last_device_ns = job.end_ns;
+    CommProgress cp;
+    cp.comm = job.communicator;
+    cp.calls = kCallsPerStep * r.now.steps;
+    cp.last_seq = calls_done;
+    cp.last_op = "allreduce";
+    cp.last_bytes = 25u << 20;
+    cp.last_completed = true;
+    cp.completed = cp.calls;
+    cp.last_enter_ns = job.end_ns - 30'000'000;
+    r.comms.push_back(cp);
   }
   // Busy time: device compute plus the launch gaps where the GPU idled for the CPU.
   std::vector<double> busy(spec.ranks);
@@ -142,6 +156,7 @@ JobWindow make_synthetic_job(const SyntheticSpec& spec) {
   double link_all = 0;  // every link slower: every collective takes this much longer
   bool hang = false;
   int hang_rank = -1;
+  bool hang_on_host = false;
 
   // A job-wide fault is the same fault planted on every rank.
   std::vector<PlantedFault> planted;
@@ -221,15 +236,20 @@ JobWindow make_synthetic_job(const SyntheticSpec& spec) {
     } else if (f.cause == "hang") {
       hang = true;
       hang_rank = f.rank;
+      hang_on_host = f.on_host;
     } else if (f.cause == "gpu-lost") {
-      // The GPU fell off the bus: its rank stops, the others wait for it in the collective.
+      // The GPU fell off the bus (the driver says Xid 79): its rank stops, the others wait for it
+      // in the collective.
       hang = true;
       hang_rank = f.rank;
       r.gpu.lost = true;
+      r.gpu.xids = {79};
     } else if (f.cause == "gpu-memory-errors") {
-      // Uncorrectable errors: the job is not slower (yet), its data is wrong.
+      // Uncorrectable errors (Xid 48, a double-bit ECC error): the job is not slower (yet), its
+      // data is wrong.
       r.gpu.ecc_uncorrected = 2;
       r.gpu.ecc_corrected = 37;
+      r.gpu.xids = {48};
     } else if (f.cause == "pcie-degraded" || f.cause == "nvlink-degraded") {
       // Every transfer through the link is slower (fewer lanes, packets resent): the rank's device
       // work takes longer.
@@ -286,10 +306,41 @@ JobWindow make_synthetic_job(const SyntheticSpec& spec) {
     past.apply(job);
   }
   if (hang) {
-    // Everyone stopped 30 s ago; the hung rank's GPU a little before its peers'.
+    // Everyone stopped 30 s ago.
+    const double stall_ms = 30'000;
     job.observed_until_ns = job.end_ns + 30'000'000'000;
-    for (auto& r : job.ranks) r.last_device_ns = job.end_ns;
-    job.ranks[static_cast<size_t>(hang_rank)].last_device_ns = job.end_ns - 150'000'000;
+    RankWindow& h = job.ranks[static_cast<size_t>(hang_rank)];
+    if (!hang_on_host) {
+      // The hung rank's GPU finished its work a little before its peers'; every rank entered the
+      // next all-reduce and none completed it; every host waits for its stream.
+      for (auto& r : job.ranks) {
+        r.last_device_ns = job.end_ns;
+        CommProgress& cp = r.comms.front();
+        cp.last_seq = calls_done + 1;
+        cp.last_completed = false;
+        cp.last_enter_ns = job.end_ns + 10'000'000;
+        r.stall_offcpu = {{job.names.id("main;train;train_step;all_reduce;cudaStreamSynchronize;futex()"), stall_ms}};
+      }
+      h.last_device_ns = job.end_ns - 150'000'000;
+    } else {
+      // No device timeline (a CPU job, gloo): the hung rank's host never entered the next
+      // all-reduce, which its peers entered and wait in; it spins in the data loader.
+      for (auto& r : job.ranks) {
+        r.last_device_ns = 0;
+        if (&r == &h) continue;
+        CommProgress& cp = r.comms.front();
+        cp.last_seq = calls_done + 1;
+        cp.last_completed = false;
+        cp.last_enter_ns = job.end_ns + 10'000'000;
+        r.stall_offcpu = {{job.names.id("main;train;train_step;all_reduce;gloo::allreduce;futex()"), stall_ms}};
+      }
+      h.stall_oncpu = {{job.names.id("main;train;load_batch;decode_sample"), 0.8 * stall_ms}};
+      h.stall_offcpu = {{job.names.id("main;train;load_batch;queue_get;futex()"), 0.2 * stall_ms}};
+    }
+    for (auto& r : job.ranks) {
+      normalize(r.stall_oncpu);
+      normalize(r.stall_offcpu);
+    }
   }
   return job;
 }

@@ -13,6 +13,10 @@ struct PlantedFault {
   int rank = 0;        // kAllRanks: every rank alike (a job-wide fault)
   std::string cause;   // a DESIGN §6 cause class
   double ms = 40;      // extra time per step on that rank (the link's extra wait for network-slow)
+  // hang: the rank's host stopped (a deadlock, a data loader that never returns) before it entered
+  // the next collective, in a job without a device timeline; false: its GPU stopped (the ranks all
+  // entered the collective, the hung rank's device finished its work first).
+  bool on_host = false;
 };
 
 inline constexpr int kAllRanks = -1;

@@ -104,6 +104,11 @@ const std::vector<SourceMetric>& source_metrics() {
       {"nvml.errors", "strata_agent_nvml_errors_total", "counter", 1, "NVML calls that failed."},
       {"nvml.poll_ms_mean", "strata_agent_nvml_poll_mean_seconds", "gauge", 1e-3,
        "Mean time of one NVML poll of all devices."},
+      {"nvml.xid_event_devices", "strata_agent_nvml_xid_event_devices", "gauge", 1,
+       "GPUs whose Xids arrive through NVML's event API."},
+      {"nvml.xid_kernel_log", "strata_agent_nvml_xid_kernel_log", "gauge", 1,
+       "1 when the kernel log is read for the Xids of GPUs without NVML events."},
+      {"nvml.xids", "strata_agent_nvml_xids_total", "counter", 1, "Xids the driver reported."},
   };
   return m;
 }

@@ -1,14 +1,19 @@
 #include "agent/gpu/nvml_source.h"
 
 #include <dlfcn.h>
+#include <fcntl.h>
 #include <time.h>
+#include <unistd.h>
 
 #include <algorithm>
 #include <array>
 #include <atomic>
+#include <cerrno>
+#include <charconv>
 #include <chrono>
 #include <condition_variable>
 #include <cstdlib>
+#include <cstring>
 #include <limits>
 #include <mutex>
 #include <optional>
@@ -52,6 +57,14 @@ struct NvmlApi {
   nvmlDeviceGetNvLinkState_fn nvlink_state = nullptr;
   nvmlDeviceGetNvLinkErrorCounter_fn nvlink_errors = nullptr;
   nvmlDeviceGetFieldValues_fn field_values = nullptr;
+  // Xids: the event API, and the PCI address that joins a kernel-log Xid to its device.
+  nvmlDeviceGetPciInfo_v3_fn pci_info = nullptr;
+  nvmlEventSetCreate_fn event_set_create = nullptr;
+  nvmlDeviceRegisterEvents_fn register_events = nullptr;
+  nvmlEventSetWait_v2_fn event_wait = nullptr;
+  nvmlEventSetFree_fn event_set_free = nullptr;
+
+  bool has_events() const { return event_set_create && register_events && event_wait && event_set_free; }
 
   std::string error(nvmlReturn_t r) const {
     const char* s = error_string ? error_string(r) : nullptr;
@@ -106,6 +119,14 @@ Result<NvmlApi> load_nvml(const std::string& path) {
   a.nvlink_state = lookup<nvmlDeviceGetNvLinkState_fn>(a.lib, {"nvmlDeviceGetNvLinkState"});
   a.nvlink_errors = lookup<nvmlDeviceGetNvLinkErrorCounter_fn>(a.lib, {"nvmlDeviceGetNvLinkErrorCounter"});
   a.field_values = lookup<nvmlDeviceGetFieldValues_fn>(a.lib, {"nvmlDeviceGetFieldValues"});
+  // _v2 and _v3 fill the same nvmlPciInfo_t (v3 changed only how busId is formatted); the
+  // unversioned one is an older, shorter struct and is not used.
+  a.pci_info = lookup<nvmlDeviceGetPciInfo_v3_fn>(a.lib, {"nvmlDeviceGetPciInfo_v3", "nvmlDeviceGetPciInfo_v2"});
+  a.event_set_create = lookup<nvmlEventSetCreate_fn>(a.lib, {"nvmlEventSetCreate"});
+  a.register_events = lookup<nvmlDeviceRegisterEvents_fn>(a.lib, {"nvmlDeviceRegisterEvents"});
+  // Only _v2: the unversioned wait fills the older nvmlEventData_t without the instance ids.
+  a.event_wait = lookup<nvmlEventSetWait_v2_fn>(a.lib, {"nvmlEventSetWait_v2"});
+  a.event_set_free = lookup<nvmlEventSetFree_fn>(a.lib, {"nvmlEventSetFree"});
   return a;
 }
 
@@ -174,7 +195,19 @@ struct Window {
   double nvlink_tx_bytes = 0, nvlink_rx_bytes = 0, nvlink_s = 0;
   bool nvlink_rate_known = false;
   bool lost = false;
+  std::vector<unsigned> xids;  // Xids reported in the window, in order
 };
+
+// How long the Xid thread waits for an NVML event (or between reads of the kernel log) per round:
+// an Xid reaches its window within this, and the source stops within it.
+constexpr unsigned kXidWaitMs = 200;
+// Events taken per round at most: a driver that reports an Xid storm cannot keep the thread from
+// seeing the stop.
+constexpr int kMaxXidsPerRound = 64;
+// Reads of the kernel log per round at most, and the longest line kept: a kernel log line is at
+// most ~1 KiB (the kernel's LOG_LINE_MAX); a longer run without a newline is not a log line.
+constexpr int kMaxLogReadsPerRound = 64;
+constexpr size_t kMaxLogLine = 8192;
 
 struct Device {
   unsigned index = 0;
@@ -185,6 +218,8 @@ struct Device {
   std::optional<std::pair<uint64_t, uint64_t>> nvlink_prev;  // cumulative tx, rx KiB
   uint64_t nvlink_prev_ns = 0;
   bool lost = false;
+  bool xid_events = false;                             // Xids come through NVML's events
+  std::optional<std::array<unsigned, 3>> pci;          // domain, bus, device: for kernel-log Xids
   Window w;
 };
 
@@ -193,10 +228,13 @@ class NvmlSource final : public Source {
   NvmlSource(NvmlApi api, std::vector<Device> devices, NvmlOptions opts)
       : api_(api), devices_(std::move(devices)), opts_(std::move(opts)) {
     for (auto& d : devices_) discover_nvlinks(d);
+    setup_xids();
   }
 
   void start_threads() override {
     if (opts_.thread && !thread_.joinable()) thread_ = std::thread([this] { run(); });
+    if (opts_.thread && !xid_thread_.joinable() && (event_set_ || log_fd_ >= 0))
+      xid_thread_ = std::thread([this] { watch_xids(); });
   }
 
   ~NvmlSource() override {
@@ -206,6 +244,9 @@ class NvmlSource final : public Source {
     }
     stop_cv_.notify_all();
     if (thread_.joinable()) thread_.join();
+    if (xid_thread_.joinable()) xid_thread_.join();
+    if (event_set_) api_.event_set_free(event_set_);
+    if (log_fd_ >= 0) close(log_fd_);
     api_.shutdown();
     // NVML stays loaded: unloading the driver's library buys nothing and some drivers' exit
     // handlers do not survive it.
@@ -215,6 +256,7 @@ class NvmlSource final : public Source {
 
   Status poll() override {
     if (opts_.thread) return {};
+    xid_round(0);
     uint64_t now = mono_ns();
     if (last_sample_ns_ == 0 || now - last_sample_ns_ >= static_cast<uint64_t>(opts_.period_s * 1e9)) {
       last_sample_ns_ = now;
@@ -246,6 +288,11 @@ class NvmlSource final : public Source {
     out.emplace_back("nvml.polls", static_cast<double>(polls_));
     out.emplace_back("nvml.errors", static_cast<double>(errors_));
     out.emplace_back("nvml.poll_ms_mean", polls_ ? static_cast<double>(poll_ns_) / 1e6 / static_cast<double>(polls_) : 0);
+    size_t by_events = 0;
+    for (const auto& d : devices_) by_events += d.xid_events ? 1 : 0;
+    out.emplace_back("nvml.xid_event_devices", static_cast<double>(by_events));  // Xids through NVML events
+    out.emplace_back("nvml.xid_kernel_log", log_fd_ >= 0 ? 1 : 0);            // the kernel log is read
+    out.emplace_back("nvml.xids", static_cast<double>(xids_));
   }
 
  private:
@@ -281,6 +328,110 @@ class NvmlSource final : public Source {
   }
 
   static bool want(const Device& d, Query q, bool have_call) { return have_call && !d.off[q]; }
+
+  // Xids: NVML's events for every device that takes the registration; the kernel log for the rest,
+  // when their PCI addresses are known (the log names a GPU by nothing else).
+  void setup_xids() {
+    if (api_.has_events() && api_.event_set_create(&event_set_) == NVML_SUCCESS) {
+      for (auto& d : devices_)
+        d.xid_events = api_.register_events(d.handle, nvmlEventTypeXidCriticalError, event_set_) == NVML_SUCCESS;
+      if (std::none_of(devices_.begin(), devices_.end(), [](const Device& d) { return d.xid_events; })) {
+        api_.event_set_free(event_set_);
+        event_set_ = nullptr;
+      }
+    } else {
+      event_set_ = nullptr;
+    }
+    if (opts_.kernel_log.empty() || !api_.pci_info) return;
+    bool want_log = false;
+    for (auto& d : devices_) {
+      if (d.xid_events) continue;
+      nvmlPciInfo_t p{};
+      if (api_.pci_info(d.handle, &p) == NVML_SUCCESS) {
+        d.pci = std::array<unsigned, 3>{p.domain, p.bus, p.device};
+        want_log = true;
+      }
+    }
+    if (!want_log) return;
+    // Non-blocking, from its end: only Xids raised from now on are this run's. Unreadable (no
+    // CAP_SYSLOG under dmesg_restrict, a container without /dev/kmsg): no Xids for those devices.
+    log_fd_ = open(opts_.kernel_log.c_str(), O_RDONLY | O_NONBLOCK | O_CLOEXEC);
+    if (log_fd_ >= 0) (void)lseek(log_fd_, 0, SEEK_END);
+  }
+
+  bool stopping() {
+    std::lock_guard lock(stop_m_);
+    return stop_;
+  }
+
+  void watch_xids() {
+    while (!stopping()) {
+      bool waited = false;
+      bool got = xid_round(kXidWaitMs, &waited);
+      if (!got && !waited) {
+        // Nothing blocked this round (no event set, or its wait failed at once): wait here.
+        std::unique_lock lock(stop_m_);
+        stop_cv_.wait_for(lock, std::chrono::milliseconds(kXidWaitMs), [this] { return stop_; });
+      }
+    }
+  }
+
+  void add_xid(Device& d, unsigned code) {
+    std::lock_guard lock(m_);
+    d.w.xids.push_back(code);
+    ++xids_;
+  }
+
+  // One round: the NVML events that arrive within wait_ms, then what the kernel log holds. Whether
+  // any Xid came; *waited: whether NVML's wait ran to its timeout.
+  bool xid_round(unsigned wait_ms, bool* waited = nullptr) {
+    bool got = false;
+    if (event_set_) {
+      nvmlEventData_t e{};
+      nvmlReturn_t r = api_.event_wait(event_set_, &e, wait_ms);
+      for (int n = 0; r == NVML_SUCCESS; r = api_.event_wait(event_set_, &e, 0)) {
+        if (e.eventType & nvmlEventTypeXidCriticalError) {
+          for (auto& d : devices_) {
+            if (d.handle == e.device) add_xid(d, static_cast<unsigned>(e.eventData));
+          }
+          got = true;
+        }
+        if (++n >= kMaxXidsPerRound) break;
+      }
+      if (r == NVML_ERROR_TIMEOUT && waited) *waited = wait_ms > 0;
+      else if (r != NVML_SUCCESS && r != NVML_ERROR_TIMEOUT) ++errors_;
+    }
+    if (log_fd_ >= 0) got |= read_kernel_log();
+    return got;
+  }
+
+  bool read_kernel_log() {
+    bool got = false;
+    char buf[4096];
+    for (int i = 0; i < kMaxLogReadsPerRound; ++i) {
+      ssize_t n = read(log_fd_, buf, sizeof buf);
+      if (n < 0) {
+        if (errno == EINTR || errno == EPIPE) continue;  // EPIPE: /dev/kmsg overwrote records we had not read
+        break;                                            // EAGAIN: nothing more now
+      }
+      if (n == 0) break;  // a plain file at its end
+      log_buf_.append(buf, static_cast<size_t>(n));
+      // /dev/kmsg gives one record per read, a file many lines: split on newlines either way.
+      for (size_t nl; (nl = log_buf_.find('\n')) != std::string::npos;) {
+        if (auto x = parse_kernel_xid(std::string_view(log_buf_).substr(0, nl))) {
+          for (auto& d : devices_) {
+            if (!d.xid_events && d.pci && (*d.pci)[0] == x->domain && (*d.pci)[1] == x->bus && (*d.pci)[2] == x->device) {
+              add_xid(d, x->code);
+              got = true;
+            }
+          }
+        }
+        log_buf_.erase(0, nl + 1);
+      }
+      if (log_buf_.size() > kMaxLogLine) log_buf_.clear();
+    }
+    return got;
+  }
 
   void discover_nvlinks(Device& d) {
     if (!api_.nvlink_state) return;
@@ -485,9 +636,14 @@ class NvmlSource final : public Source {
 
   static void emit(const Device& d, std::vector<store::Metric>& out) {
     const Window& w = d.w;
-    if (w.polls == 0) return;
     std::string label = "gpu" + std::to_string(d.index);
     auto put = [&](const std::string& name, double v) { out.push_back({0, name, label, v}); };
+    // Xids whether or not a poll ran (a lost GPU answers no query, but its Xid is the news).
+    std::vector<unsigned> xids = w.xids;
+    std::sort(xids.begin(), xids.end());
+    xids.erase(std::unique(xids.begin(), xids.end()), xids.end());
+    for (unsigned x : xids) put("gpu.xid", x);
+    if (w.polls == 0) return;
     put("gpu.polls", w.polls);
     if (w.sm.n) {
       put("gpu.sm_clock_mhz", w.sm.mean());
@@ -538,14 +694,52 @@ class NvmlSource final : public Source {
   mutable std::mutex m_;  // the windows, counters and stats; not held during NVML calls
   uint64_t polls_ = 0, poll_ns_ = 0;
   std::atomic<uint64_t> errors_{0};
+  uint64_t xids_ = 0;  // under m_
   uint64_t last_sample_ns_ = 0;
+  // The Xid thread's own (or poll()'s without threads).
+  nvmlEventSet_t event_set_ = nullptr;
+  int log_fd_ = -1;
+  std::string log_buf_;
   std::mutex stop_m_;
   std::condition_variable stop_cv_;
   bool stop_ = false;
   std::thread thread_;  // last: started after everything it uses exists
+  std::thread xid_thread_;
 };
 
 }  // namespace
+
+std::optional<KernelXid> parse_kernel_xid(std::string_view line) {
+  constexpr std::string_view kTag = "NVRM: Xid (";
+  auto at = line.find(kTag);
+  if (at == std::string_view::npos) return std::nullopt;
+  std::string_view s = line.substr(at + kTag.size());
+  auto eat = [&](std::string_view lit) {
+    if (s.substr(0, lit.size()) != lit) return false;
+    s.remove_prefix(lit.size());
+    return true;
+  };
+  auto number = [&](int base, unsigned max, unsigned& out) {
+    const char* b = s.data();
+    auto [p, ec] = std::from_chars(b, b + s.size(), out, base);
+    if (ec != std::errc() || p == b || out > max) return false;
+    s.remove_prefix(static_cast<size_t>(p - b));
+    return true;
+  };
+  KernelXid x;
+  unsigned function = 0;
+  (void)eat("PCI:");  // older drivers print the address without it
+  // domain:bus:device[.function] as PCI has them: 16 (or 32) bits, 8 bits, 5 bits, 3 bits.
+  if (!number(16, 0xffffffffu, x.domain) || !eat(":") || !number(16, 0xff, x.bus) || !eat(":") ||
+      !number(16, 0x1f, x.device))
+    return std::nullopt;
+  if (eat(".") && !number(16, 7, function)) return std::nullopt;
+  if (!eat("): ")) return std::nullopt;
+  // The Xid: a decimal number (999: one the driver cannot name), then its details or the end.
+  if (!number(10, 0xffff, x.code) || x.code == 0) return std::nullopt;
+  if (!s.empty() && s.front() != ',' && s.front() != ' ' && s.front() != '\n') return std::nullopt;
+  return x;
+}
 
 Result<std::unique_ptr<Source>> start_nvml_source(const NvmlOptions& opts) {
   std::string path = opts.library;

@@ -38,10 +38,22 @@
 //   gpu.nvlink_tx_mb_s        NVLink data transmitted, MB/s over the window   gpu.nvlink_rx_mb_s
 //   gpu.nvlink_errors         NVLink replay + recovery + CRC errors new in the window
 //   gpu.lost                  1 when NVML said the GPU fell off the bus (GPU_IS_LOST)
+//   gpu.xid                   an Xid the driver reported in the window (value: the Xid, e.g. 79 fell
+//                             off the bus, 48 double-bit ECC, 74 NVLink); one row per distinct Xid
+//
+// Xids are events, not counters: they are waited for on a thread of their own (never the record
+// loop), through NVML's event API (nvmlDeviceRegisterEvents for nvmlEventTypeXidCriticalError,
+// nvmlEventSetWait_v2 with a bounded timeout). For devices where that is missing or refused
+// (NOT_SUPPORTED, NO_PERMISSION: some boards, containers, older drivers) the kernel log is read
+// instead: /dev/kmsg lines "NVRM: Xid (PCI:0000:3b:00): 79, ..." name the GPU by its PCI address,
+// which nvmlDeviceGetPciInfo maps to the device. Only Xids raised after the source started count.
 #pragma once
 
+#include <cstdint>
 #include <memory>
+#include <optional>
 #include <string>
+#include <string_view>
 
 #include "agent/source.h"
 #include "common/result.h"
@@ -52,7 +64,20 @@ struct NvmlOptions {
   std::string library;    // empty: $STRATA_NVML_LIBRARY, else "libnvidia-ml.so.1"
   double period_s = 1.0;  // between samples
   bool thread = true;     // sample on an own thread (from start_threads()); false: poll() samples when a period has passed
+  // The kernel log read for Xids of devices without NVML events: /dev/kmsg's records, or any file
+  // of log lines (tests). Empty: not read.
+  std::string kernel_log = "/dev/kmsg";
 };
+
+// An Xid as the kernel log says it: the GPU's PCI address and the Xid.
+struct KernelXid {
+  unsigned domain = 0, bus = 0, device = 0;
+  unsigned code = 0;
+};
+// Parses one kernel log line: a /dev/kmsg record ("6,1234,5678,-;NVRM: Xid (PCI:0000:3b:00): 79,
+// pid=1234, GPU has fallen off the bus.") or a dmesg line ("[ 12.5] NVRM: Xid (0000:3b:00): 48, ...").
+// Anything else (another message, a truncated or garbled Xid line): nullopt.
+std::optional<KernelXid> parse_kernel_xid(std::string_view line);
 
 // Loads NVML and finds the devices. Error (with the reason, for a one-line warning) when the library
 // cannot be loaded, lacks its core calls, or nvmlInit fails: then there is nothing to poll.

@@ -5,10 +5,18 @@
 // Hardware faults (gpu_state.h's hw_faults): a lost GPU answers GPU_IS_LOST to every device query;
 // ECC, PCIe replay and NVLink error counters climb at fixed rates from the fault's start; a degraded
 // PCIe link trains at x4 of its x16.
+// Events: an Xid the fault injector raised (gpu_state.h's xid, with hw_since_ns telling one raise from
+// the next) is delivered once to every event set that registered nvmlEventTypeXidCriticalError for
+// the device before it was raised, as the driver does. STRATA_TESTBED_NVML_EVENTS=0 makes the
+// registration answer NOT_SUPPORTED (as on boards and containers without event support), so the
+// agent's kernel-log fallback can be tested.
 #include <atomic>
+#include <chrono>
 #include <cstdio>
+#include <cstdlib>
 #include <cstring>
 #include <mutex>
+#include <thread>
 
 #include "testbed/common/testbed_env.h"
 #include "testbed/nvml_abi.h"
@@ -22,6 +30,13 @@ struct nvmlDevice_st {
   uint64_t last_query_ns = 0;  // previous utilization query, for the busy-time delta
   uint64_t last_busy_ns = 0;
   unsigned int last_util = 0;
+};
+
+// An event set: per device, the event types registered and the Xid raise last delivered.
+struct nvmlEventSet_st {
+  std::mutex m;
+  unsigned long long types[STRATA_GPU_STATE_MAX_DEVICES] = {};
+  uint64_t delivered_since[STRATA_GPU_STATE_MAX_DEVICES] = {};  // hw_since_ns of the last Xid delivered
 };
 
 namespace testbed::nvml {
@@ -136,6 +151,7 @@ NVML_EXPORT const char* nvmlErrorString(nvmlReturn_t result) {
     case NVML_ERROR_NOT_FOUND: return "Not Found";
     case NVML_ERROR_INSUFFICIENT_SIZE: return "Insufficient Size";
     case NVML_ERROR_DRIVER_NOT_LOADED: return "Driver Not Loaded";
+    case NVML_ERROR_TIMEOUT: return "Timeout";
     case NVML_ERROR_GPU_IS_LOST: return "GPU is lost";
     default: return "Unknown Error";
   }
@@ -328,5 +344,108 @@ NVML_EXPORT nvmlReturn_t nvmlDeviceGetNvLinkErrorCounter(nvmlDevice_t device, un
   // The failing link is link 0; its replays and CRC errors climb, the other links count none.
   bool counts = link == 0 && (counter == NVML_NVLINK_ERROR_DL_REPLAY || counter == NVML_NVLINK_ERROR_DL_CRC_FLIT);
   *counterValue = counts ? climbed(state_of(device), STRATA_HW_NVLINK, kNvlinkErrorsPerS) : 0;
+  return NVML_SUCCESS;
+}
+
+// PCI identity: domain 0, one bus per device (an HGX board's GPUs sit on separate buses), so a
+// kernel-log Xid "(PCI:0000:BB:00)" names exactly one device.
+constexpr unsigned int kPciBusBase = 0x18;
+constexpr unsigned int kPciBusStride = 0x0c;
+constexpr unsigned int kPciDeviceId = 0x233010de;  // H100 SXM5 (device 0x2330, vendor NVIDIA 0x10de)
+
+NVML_EXPORT nvmlReturn_t nvmlDeviceGetPciInfo_v3(nvmlDevice_t device, nvmlPciInfo_t* pci) {
+  REQUIRE_DEVICE(device);
+  if (pci == nullptr) return NVML_ERROR_INVALID_ARGUMENT;
+  std::memset(pci, 0, sizeof(*pci));
+  pci->domain = 0;
+  pci->bus = kPciBusBase + device->index * kPciBusStride;
+  pci->device = 0;
+  pci->pciDeviceId = kPciDeviceId;
+  std::snprintf(pci->busIdLegacy, sizeof(pci->busIdLegacy), "%04X:%02X:%02X.0", pci->domain, pci->bus, pci->device);
+  std::snprintf(pci->busId, sizeof(pci->busId), "%08X:%02X:%02X.0", pci->domain, pci->bus, pci->device);
+  return NVML_SUCCESS;
+}
+
+NVML_EXPORT nvmlReturn_t nvmlDeviceGetPciInfo_v2(nvmlDevice_t device, nvmlPciInfo_t* pci) {
+  return nvmlDeviceGetPciInfo_v3(device, pci);
+}
+
+namespace testbed::nvml {
+namespace {
+bool events_supported() {
+  const char* e = std::getenv("STRATA_TESTBED_NVML_EVENTS");
+  return !(e && std::strcmp(e, "0") == 0);
+}
+// The event types the stand-in can deliver.
+constexpr unsigned long long kSupportedEvents = nvmlEventTypeXidCriticalError;
+// How often a waiting nvmlEventSetWait_v2 looks at the shared state: short against any timeout a
+// caller gives, long enough to cost nothing.
+constexpr auto kEventPoll = std::chrono::milliseconds(20);
+}  // namespace
+}  // namespace testbed::nvml
+
+NVML_EXPORT nvmlReturn_t nvmlDeviceGetSupportedEventTypes(nvmlDevice_t device, unsigned long long* eventTypes) {
+  REQUIRE_DEVICE(device);
+  if (eventTypes == nullptr) return NVML_ERROR_INVALID_ARGUMENT;
+  *eventTypes = events_supported() ? kSupportedEvents : 0;
+  return NVML_SUCCESS;
+}
+
+NVML_EXPORT nvmlReturn_t nvmlEventSetCreate(nvmlEventSet_t* set) {
+  REQUIRE_INIT();
+  if (set == nullptr) return NVML_ERROR_INVALID_ARGUMENT;
+  *set = new nvmlEventSet_st();
+  return NVML_SUCCESS;
+}
+
+NVML_EXPORT nvmlReturn_t nvmlDeviceRegisterEvents(nvmlDevice_t device, unsigned long long eventTypes, nvmlEventSet_t set) {
+  REQUIRE_DEVICE(device);
+  if (set == nullptr) return NVML_ERROR_INVALID_ARGUMENT;
+  if (!events_supported() || (eventTypes & ~kSupportedEvents) != 0) return NVML_ERROR_NOT_SUPPORTED;
+  strata_gpu_device_state* ds = state_of(device);
+  std::lock_guard lock(set->m);
+  set->types[device->index] |= eventTypes;
+  // An Xid raised before the registration is not an event of this set.
+  if (ds && std::atomic_ref<uint32_t>(ds->xid).load(std::memory_order_acquire) != 0)
+    set->delivered_since[device->index] = std::atomic_ref<uint64_t>(ds->hw_since_ns).load(std::memory_order_relaxed);
+  return NVML_SUCCESS;
+}
+
+NVML_EXPORT nvmlReturn_t nvmlEventSetWait_v2(nvmlEventSet_t set, nvmlEventData_t* data, unsigned int timeoutms) {
+  REQUIRE_INIT();
+  if (set == nullptr || data == nullptr) return NVML_ERROR_INVALID_ARGUMENT;
+  strata_gpu_state* gs = testbed::map_gpu_state();
+  auto deadline = std::chrono::steady_clock::now() + std::chrono::milliseconds(timeoutms);
+  for (;;) {
+    {
+      std::lock_guard lock(set->m);
+      for (unsigned i = 0; gs != nullptr && i < gs->num_devices && i < STRATA_GPU_STATE_MAX_DEVICES; ++i) {
+        if (!(set->types[i] & nvmlEventTypeXidCriticalError)) continue;
+        strata_gpu_device_state& ds = gs->dev[i];
+        // The injector writes since_ns and xid, then the fault bits (release).
+        if (std::atomic_ref<uint32_t>(ds.hw_faults).load(std::memory_order_acquire) == 0) continue;
+        uint32_t xid = std::atomic_ref<uint32_t>(ds.xid).load(std::memory_order_relaxed);
+        uint64_t since = std::atomic_ref<uint64_t>(ds.hw_since_ns).load(std::memory_order_relaxed);
+        if (xid == 0 || since == set->delivered_since[i]) continue;
+        set->delivered_since[i] = since;
+        std::memset(data, 0, sizeof(*data));
+        data->device = &g_devices[i];
+        data->eventType = nvmlEventTypeXidCriticalError;
+        data->eventData = xid;
+        data->gpuInstanceId = 0xFFFFFFFFu;  // not MIG
+        data->computeInstanceId = 0xFFFFFFFFu;
+        return NVML_SUCCESS;
+      }
+    }
+    auto now = std::chrono::steady_clock::now();
+    if (now >= deadline) return NVML_ERROR_TIMEOUT;
+    std::this_thread::sleep_for(std::min<std::chrono::steady_clock::duration>(kEventPoll, deadline - now));
+  }
+}
+
+NVML_EXPORT nvmlReturn_t nvmlEventSetFree(nvmlEventSet_t set) {
+  REQUIRE_INIT();
+  if (set == nullptr) return NVML_ERROR_INVALID_ARGUMENT;
+  delete set;
   return NVML_SUCCESS;
 }

@@ -16,6 +16,7 @@
 
 #include <array>
 #include <atomic>
+#include <cstdio>
 #include <cstdlib>
 #include <cstring>
 #include <filesystem>
@@ -410,6 +411,52 @@ TEST(Nvml, ReportsInjectedHardwareFaults) {
   d.hw_faults = 0;
   d.slowdown = 1.0f;
   EXPECT_EQ(nvmlDeviceGetClockInfo(dev, NVML_CLOCK_SM, &sm), NVML_SUCCESS);
+  EXPECT_EQ(nvmlShutdown(), NVML_SUCCESS);
+}
+
+// The event API with the real ABI: an Xid the injector raises (gpu-xid) is one event of the device
+// it was raised on, delivered once to a set that registered before; a wait with nothing to deliver
+// times out. PCI addresses tell the devices apart (the kernel log names a GPU by its address).
+TEST(Nvml, DeliversInjectedXidsAsEvents) {
+  ASSERT_EQ(nvmlInit_v2(), NVML_SUCCESS);
+  nvmlDevice_t dev1, dev2;
+  ASSERT_EQ(nvmlDeviceGetHandleByIndex_v2(1, &dev1), NVML_SUCCESS);
+  ASSERT_EQ(nvmlDeviceGetHandleByIndex_v2(2, &dev2), NVML_SUCCESS);
+  nvmlPciInfo_t p1{}, p2{};
+  ASSERT_EQ(nvmlDeviceGetPciInfo_v3(dev1, &p1), NVML_SUCCESS);
+  ASSERT_EQ(nvmlDeviceGetPciInfo_v3(dev2, &p2), NVML_SUCCESS);
+  EXPECT_NE(p1.bus, p2.bus);
+  char want[32];
+  std::snprintf(want, sizeof want, "%08X:%02X:00.0", p1.domain, p1.bus);
+  EXPECT_STREQ(p1.busId, want);
+  unsigned long long types = 0;
+  ASSERT_EQ(nvmlDeviceGetSupportedEventTypes(dev1, &types), NVML_SUCCESS);
+  EXPECT_TRUE(types & nvmlEventTypeXidCriticalError);
+
+  nvmlEventSet_t set = nullptr;
+  ASSERT_EQ(nvmlEventSetCreate(&set), NVML_SUCCESS);
+  ASSERT_EQ(nvmlDeviceRegisterEvents(dev1, nvmlEventTypeXidCriticalError, set), NVML_SUCCESS);
+  ASSERT_EQ(nvmlDeviceRegisterEvents(dev2, nvmlEventTypeXidCriticalError, set), NVML_SUCCESS);
+  EXPECT_EQ(nvmlDeviceRegisterEvents(dev1, nvmlEventTypePState, set), NVML_ERROR_NOT_SUPPORTED);
+  nvmlEventData_t e{};
+  EXPECT_EQ(nvmlEventSetWait_v2(set, &e, 30), NVML_ERROR_TIMEOUT);
+
+  strata_gpu_state* gs = map_state();
+  ASSERT_NE(gs, nullptr);
+  timespec now{};
+  ::clock_gettime(CLOCK_MONOTONIC, &now);
+  gs->dev[2].hw_since_ns = static_cast<uint64_t>(now.tv_sec) * 1'000'000'000ull + static_cast<uint64_t>(now.tv_nsec);
+  gs->dev[2].xid = 79;
+  __atomic_store_n(&gs->dev[2].hw_faults, STRATA_HW_LOST, __ATOMIC_RELEASE);
+  ASSERT_EQ(nvmlEventSetWait_v2(set, &e, 1000), NVML_SUCCESS);
+  EXPECT_EQ(e.device, dev2);
+  EXPECT_EQ(e.eventType, nvmlEventTypeXidCriticalError);
+  EXPECT_EQ(e.eventData, 79u);
+  EXPECT_EQ(e.gpuInstanceId, 0xFFFFFFFFu);
+  EXPECT_EQ(nvmlEventSetWait_v2(set, &e, 30), NVML_ERROR_TIMEOUT) << "delivered once";
+  gs->dev[2].hw_faults = 0;
+  gs->dev[2].xid = 0;
+  EXPECT_EQ(nvmlEventSetFree(set), NVML_SUCCESS);
   EXPECT_EQ(nvmlShutdown(), NVML_SUCCESS);
 }
 
