@@ -4,7 +4,7 @@
 A launcher starts a 4-rank sim job with the environment `strata agent --pod-env` prints (the CUPTI
 injection and the timeline directory, as a pod spec would give every training container). The
 agent never started the job: it finds the ranks by their environment, reads each rank's device
-timeline, and ships to `strata serve`. Rank 2's GPU gets slower from step 30. Checked:
+timeline, and ships to `strata serve`. Rank 2's GPU gets slower from step 60. Checked:
   - the agent shipped device time (every step's device split, kernel time by name), per rank;
   - the collector's own diagnosis (its rounds, /api/v1/findings) names rank 2, gpu-slow, on the GPU
     layer, and nobody else;
@@ -28,8 +28,11 @@ BUILD = os.path.abspath(sys.argv[1])
 STRATA = os.path.join(BUILD, "bin", "strata")
 SIM = os.path.join(BUILD, "bin", "strata-sim")
 CULPRIT = 2
-FAULT_STEP = 30
-STEPS = 110  # ~35 s: a baseline before the fault and several 5 s windows after it
+# 60 healthy steps: at least two whole 5 s windows before the fault however loaded the machine is
+# (at 30 the first windows held start-up and the fault's first steps on a loaded machine, and the
+# collector had no healthy stretch to call the rest slower than); then several windows of the fault.
+FAULT_STEP = 60
+STEPS = 160  # ~35-50 s
 
 
 def pod_env():
