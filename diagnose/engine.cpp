@@ -102,6 +102,11 @@ constexpr size_t kSmallGroup = 64;
 constexpr size_t kMaxExactPooledGroups = 64;
 // At most this many straggler findings per window: beyond it the job is not "a few slow ranks".
 constexpr size_t kMaxStragglers = 16;
+// A candidate straggler that waits in collectives longer than its peers by more than this share of
+// its extra busy time is waiting for them (see where it is used): a straggler's peers wait about
+// its extra time for it, and it waits less than they do; half leaves room for a step time that
+// is a median and a wait that is a mean.
+constexpr double kStragglerOwnWaitShare = 0.5;
 
 std::string fmt(const char* f, double v) {
   char buf[64];
@@ -1829,6 +1834,16 @@ Diagnosis diagnose(const JobWindow& job, const Options& opt) {
         cands.push_back({i, e});
       }
       std::sort(cands.begin(), cands.end(), [](const Cand& a, const Cand& b) { return a.extra > b.extra; });
+      // The straggler is what its peers wait for. In a synchronous job every rank's step is the
+      // same, so a rank's extra busy time is its peers' extra wait; a rank that also waits longer
+      // than they do has longer steps than its peers, which is a measurement that does not
+      // compare (its steps were cut at other boundaries, or measured over other times), not more
+      // work: it is waiting for them, and is no straggler.
+      std::erase_if(cands, [&](const Cand& k) {
+        double wait_peers = peer_median(job, peers_of(job, k.i), [](const RankWindow& x) { return x.now.wait_ms; });
+        double own = job.ranks[k.i].now.wait_ms;
+        return known(own) && known(wait_peers) && own - wait_peers > kStragglerOwnWaitShare * k.extra;
+      });
       if (cands.size() > kMaxStragglers) cands.resize(kMaxStragglers);
     }
 
