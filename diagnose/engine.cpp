@@ -1100,6 +1100,16 @@ constexpr double kKernelGrowthFactor = 1.5;
 // changed kernel (a library upgrade, new input shapes), not a changed device.
 constexpr double kRestOfDeviceGrowth = 0.1;
 
+// Job-wide network-slow needs hosts that did not slow: the ranks' busy time (step minus collective
+// wait) grew by at most this share of its past: the run-to-run spread of a host's compute is a few
+// % (as the rest of the device work in kRestOfDeviceGrowth); a VM whose speed drifts, or CPUs
+// shared by more processes than they hold, grows it by more, and the collectives with it.
+constexpr double kNetworkHostGrowth = 0.1;
+// ... and their run-queue wait grew by under this share of the collectives' growth: with half of it
+// spent waiting for a CPU, the collectives' own CPU work (and the skew of the ranks that feed them)
+// is what the time went to, not the wire.
+constexpr double kNetworkRunqShare = 0.5;
+
 struct JobCandidate {
   Cause cause;
   std::string culprit;
@@ -1208,9 +1218,22 @@ std::vector<JobCandidate> job_layers(const JobWindow& job, double lost) {
     out.push_back(std::move(c));
   }
 
-  // -- communication: longer collectives on every rank with no rank behind.
+  // -- communication: longer collectives on every rank while every rank's own work stayed as it was.
+  // A slower network stretches the collectives and nothing else. Longer collectives alone do not
+  // point at it: a collective run by the host (gloo reduces and copies on the CPU, and TCP runs on
+  // the ranks' CPUs) stretches with a slower or oversubscribed host, and every collective also
+  // absorbs the ranks' skew, which grows when every host is slower by a different amount (a
+  // healthy pinned 4-rank DDP run, 8 processes on 2 CPUs: 62.7 ms more wait per step while the
+  // ranks' own work grew by more). So the wait's growth names the network only when the ranks'
+  // busy time (step minus wait) did not grow and they did not wait longer for a CPU.
   double wait = median_growth(job, [](const RankWindow& r) { return r.now.wait_ms; }, [](const RankWindow& r) { return r.past.wait_ms; });
-  if (known(wait) && wait > 0) {
+  double host = median_growth(job, [](const RankWindow& r) { return r.now.busy_ms(); },
+                              [](const RankWindow& r) { return r.past.step_ms - r.past.wait_ms; });
+  double host_past = median(column(job, [](const RankWindow& r) { return r.past.windows > 0 ? r.past.step_ms - r.past.wait_ms : kUnknown; }));
+  double runq_up = os_growth(Os::kRunqWait);
+  bool hosts_steady = known(host) && known(host_past) && host <= kNetworkHostGrowth * host_past &&
+                      !(known(runq_up) && runq_up >= kNetworkRunqShare * wait);
+  if (known(wait) && wait > 0 && hosts_steady) {
     JobCandidate c;
     c.cause = Cause::kNetworkSlow;
     c.culprit = job.communicator.empty() ? "the job's collectives" : "communicator " + job.communicator;

@@ -604,5 +604,42 @@ TEST(DiagnoseEngine, ARankThatWaitsLongerThanItsPeersIsNotTheStraggler) {
   for (const auto& f : dx.findings) EXPECT_FALSE(f.scope == Scope::kRank && f.rank == 1) << dump(dx);
 }
 
+// A healthy 4-rank CPU-only job whose every host got slower (a VM's drift, 8 processes pinned on 2
+// CPUs): the step grew 154 ms on 676, the collectives 62.7 ms of it, and the ranks' own work and
+// their wait for a CPU grew too. Longer collectives on hosts that slowed are the hosts', not the
+// network's: no network-slow. The same collectives' growth on hosts that did not slow is.
+JobWindow hosts_slowed_job(bool hosts_slower) {
+  SyntheticSpec spec;
+  spec.ranks = 4;
+  spec.step_ms = 676;
+  spec.past = true;
+  JobWindow job = make_synthetic_job(spec);
+  for (auto& r : job.ranks) {
+    r.now.device_compute_ms = r.now.gpu_idle_ms = kUnknown;
+    r.base.device_compute_ms = r.base.gpu_idle_ms = kUnknown;
+    r.past.device_compute_ms = kUnknown;
+    r.kernels.clear();
+    r.past.kernels.clear();
+    double wait_up = 62.7, host_up = hosts_slower ? 154 - wait_up : 0;
+    r.now.step_ms = r.base.step_ms + wait_up + host_up;
+    r.now.wait_ms = r.base.wait_ms + wait_up;
+    if (hosts_slower) {
+      r.set(Os::kCpu, r.get(Os::kCpu) + 0.5 * host_up);
+      r.set(Os::kRunqWait, r.get(Os::kRunqWait) + 0.5 * host_up);
+    }
+  }
+  return job;
+}
+
+TEST(DiagnoseEngine, LongerCollectivesOnHostsThatSlowedAreNotASlowNetwork) {
+  auto dx = diagnose(hosts_slowed_job(true));
+  EXPECT_GT(dx.step_ms, 1.2 * dx.baseline_step_ms) << "the job did slow down";
+  for (const auto& f : dx.findings) EXPECT_NE(f.cause, Cause::kNetworkSlow) << dump(dx);
+  // The collectives alone grew, on hosts as fast as before: the network it is.
+  auto net = diagnose(hosts_slowed_job(false));
+  ASSERT_FALSE(net.findings.empty()) << dump(net);
+  EXPECT_EQ(net.findings[0].cause, Cause::kNetworkSlow) << dump(net);
+}
+
 }  // namespace
 }  // namespace strata::diagnose
