@@ -1862,12 +1862,16 @@ Diagnosis diagnose(const JobWindow& job, const Options& opt) {
       // than they do has longer steps than its peers, which is a measurement that does not
       // compare (its steps were cut at other boundaries, or measured over other times), not more
       // work: it is waiting for them, and is no straggler.
-      std::erase_if(cands, [&](const Cand& k) {
+      // Checked in order of extra time until kMaxStragglers are kept: each check reads the peers.
+      std::vector<Cand> kept;
+      for (const auto& k : cands) {
+        if (kept.size() == kMaxStragglers) break;
         double wait_peers = peer_median(job, peers_of(job, k.i), [](const RankWindow& x) { return x.now.wait_ms; });
         double own = job.ranks[k.i].now.wait_ms;
-        return known(own) && known(wait_peers) && own - wait_peers > kStragglerOwnWaitShare * k.extra;
-      });
-      if (cands.size() > kMaxStragglers) cands.resize(kMaxStragglers);
+        if (known(own) && known(wait_peers) && own - wait_peers > kStragglerOwnWaitShare * k.extra) continue;
+        kept.push_back(k);
+      }
+      cands = std::move(kept);
     }
 
     // -- 3./4. descend on each straggler and keep its best-explained hypothesis.
