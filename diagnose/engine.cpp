@@ -102,6 +102,11 @@ constexpr size_t kSmallGroup = 64;
 constexpr size_t kMaxExactPooledGroups = 64;
 // At most this many straggler findings per window: beyond it the job is not "a few slow ranks".
 constexpr size_t kMaxStragglers = 16;
+// A candidate straggler that waits in collectives longer than its peers by more than this share of
+// its extra busy time is waiting for them (see where it is used): a straggler's peers wait about
+// its extra time for it, and it waits less than they do; half leaves room for a step time that
+// is a median and a wait that is a mean.
+constexpr double kStragglerOwnWaitShare = 0.5;
 
 std::string fmt(const char* f, double v) {
   char buf[64];
@@ -1095,6 +1100,16 @@ constexpr double kKernelGrowthFactor = 1.5;
 // changed kernel (a library upgrade, new input shapes), not a changed device.
 constexpr double kRestOfDeviceGrowth = 0.1;
 
+// Job-wide network-slow needs hosts that did not slow: the ranks' busy time (step minus collective
+// wait) grew by at most this share of its past: the run-to-run spread of a host's compute is a few
+// % (as the rest of the device work in kRestOfDeviceGrowth); a VM whose speed drifts, or CPUs
+// shared by more processes than they hold, grows it by more, and the collectives with it.
+constexpr double kNetworkHostGrowth = 0.1;
+// ... and their run-queue wait grew by under this share of the collectives' growth: with half of it
+// spent waiting for a CPU, the collectives' own CPU work (and the skew of the ranks that feed them)
+// is what the time went to, not the wire.
+constexpr double kNetworkRunqShare = 0.5;
+
 struct JobCandidate {
   Cause cause;
   std::string culprit;
@@ -1203,9 +1218,22 @@ std::vector<JobCandidate> job_layers(const JobWindow& job, double lost) {
     out.push_back(std::move(c));
   }
 
-  // -- communication: longer collectives on every rank with no rank behind.
+  // -- communication: longer collectives on every rank while every rank's own work stayed as it was.
+  // A slower network stretches the collectives and nothing else. Longer collectives alone do not
+  // point at it: a collective run by the host (gloo reduces and copies on the CPU, and TCP runs on
+  // the ranks' CPUs) stretches with a slower or oversubscribed host, and every collective also
+  // absorbs the ranks' skew, which grows when every host is slower by a different amount (a
+  // healthy pinned 4-rank DDP run, 8 processes on 2 CPUs: 62.7 ms more wait per step while the
+  // ranks' own work grew by more). So the wait's growth names the network only when the ranks'
+  // busy time (step minus wait) did not grow and they did not wait longer for a CPU.
   double wait = median_growth(job, [](const RankWindow& r) { return r.now.wait_ms; }, [](const RankWindow& r) { return r.past.wait_ms; });
-  if (known(wait) && wait > 0) {
+  double host = median_growth(job, [](const RankWindow& r) { return r.now.busy_ms(); },
+                              [](const RankWindow& r) { return r.past.step_ms - r.past.wait_ms; });
+  double host_past = median(column(job, [](const RankWindow& r) { return r.past.windows > 0 ? r.past.step_ms - r.past.wait_ms : kUnknown; }));
+  double runq_up = os_growth(Os::kRunqWait);
+  bool hosts_steady = known(host) && known(host_past) && host <= kNetworkHostGrowth * host_past &&
+                      !(known(runq_up) && runq_up >= kNetworkRunqShare * wait);
+  if (known(wait) && wait > 0 && hosts_steady) {
     JobCandidate c;
     c.cause = Cause::kNetworkSlow;
     c.culprit = job.communicator.empty() ? "the job's collectives" : "communicator " + job.communicator;
@@ -2049,7 +2077,21 @@ Diagnosis diagnose(const JobWindow& job, const Options& opt) {
         cands.push_back({i, e});
       }
       std::sort(cands.begin(), cands.end(), [](const Cand& a, const Cand& b) { return a.extra > b.extra; });
-      if (cands.size() > kMaxStragglers) cands.resize(kMaxStragglers);
+      // The straggler is what its peers wait for. In a synchronous job every rank's step is the
+      // same, so a rank's extra busy time is its peers' extra wait; a rank that also waits longer
+      // than they do has longer steps than its peers, which is a measurement that does not
+      // compare (its steps were cut at other boundaries, or measured over other times), not more
+      // work: it is waiting for them, and is no straggler.
+      // Checked in order of extra time until kMaxStragglers are kept: each check reads the peers.
+      std::vector<Cand> kept;
+      for (const auto& k : cands) {
+        if (kept.size() == kMaxStragglers) break;
+        double wait_peers = peer_median(job, peers_of(job, k.i), [](const RankWindow& x) { return x.now.wait_ms; });
+        double own = job.ranks[k.i].now.wait_ms;
+        if (known(own) && known(wait_peers) && own - wait_peers > kStragglerOwnWaitShare * k.extra) continue;
+        kept.push_back(k);
+      }
+      cands = std::move(kept);
     }
 
     // -- 3./4. descend on each straggler and keep its best-explained hypothesis.

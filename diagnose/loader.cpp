@@ -319,6 +319,90 @@ size_t find_change_point(const std::vector<double>& s, double min_rise) {
   return best;
 }
 
+// A synchronous job's ranks finish every iteration together (each waits for the others in the
+// iteration's collectives), so over the time they all cover they complete the same number of
+// iterations, give or take the one cut by either end of that time. The agent finds each process's
+// steps by itself, from its own collective pattern (agent/comm/step_detector.h); when every call of
+// an iteration looks alike (DDP's buckets on gloo, whose byte counts are not read), the cut is
+// chosen from the gaps between calls, and a rank whose first calls showed no clear gap can be cut at
+// a fraction of the iteration: PyTorch DDP/gloo with 3 buckets per iteration got 57 steps on one rank
+// and 38 on the other over the same 40 iterations. Per-step figures of ranks cut differently do not
+// compare (the fraction's "steps" look short and idle), so such a rank is re-cut at the boundaries
+// of the rank whose steps are longest: the detector takes the smallest multiple of the repeating
+// pattern that shows one dominant gap, and falls back to the pattern itself without one, so a wrong
+// cut is a fraction of the iteration, never a multiple.
+// A rank is cut differently when it has more steps than the reference beyond both bounds:
+// the two ends of the common time can each add one step ...
+constexpr size_t kStepCutEdgeSteps = 2;
+// ... and a fraction j/k of an iteration of k repeats (k <= the detector's 8) gives at least 8/7 as
+// many steps (+14%); 10% lies between that and the same count.
+constexpr double kStepCutExcess = 0.1;
+// The reference must hold a few steps in the common time for counts to say anything.
+constexpr size_t kMinStepsToAlign = 3;
+
+std::vector<size_t> align_step_cuts(std::vector<std::vector<store::StepRecord>>& steps) {
+  std::vector<size_t> recut;
+  uint64_t from = 0, to = UINT64_MAX;
+  size_t with_steps = 0;
+  for (const auto& st : steps) {
+    if (st.empty()) continue;
+    ++with_steps;
+    from = std::max(from, st.front().start_ns);
+    to = std::min(to, st.back().end_ns);
+  }
+  if (with_steps < 2 || from >= to) return recut;
+  std::vector<size_t> count(steps.size(), 0);
+  size_t ref = steps.size();
+  for (size_t i = 0; i < steps.size(); ++i) {
+    if (steps[i].empty()) continue;
+    for (const auto& s : steps[i]) count[i] += s.start_ns >= from && s.end_ns <= to;
+    if (ref == steps.size() || count[i] < count[ref]) ref = i;
+  }
+  if (count[ref] < kMinStepsToAlign) return recut;
+  const double allowed = std::max(static_cast<double>(kStepCutEdgeSteps), kStepCutExcess * static_cast<double>(count[ref]));
+  const auto& ref_steps = steps[ref];
+  for (size_t i = 0; i < steps.size(); ++i) {
+    const auto& own = steps[i];
+    if (i == ref || own.empty() || static_cast<double>(count[i]) <= static_cast<double>(count[ref]) + allowed) continue;
+    // The reference's steps inside this rank's own time (its progress never reaches further), each
+    // given the rank's own collective and device time by overlap: what fell in that interval.
+    std::vector<store::StepRecord> cut;
+    size_t j = 0;  // the first own step that may overlap the current reference step
+    for (const auto& r : ref_steps) {
+      if (r.start_ns < own.front().start_ns || r.end_ns > own.back().end_ns || r.end_ns <= r.start_ns) continue;
+      store::StepRecord s;
+      s.pid = own.front().pid;
+      s.node = own.front().node;
+      s.step = r.step;
+      s.start_ns = r.start_ns;
+      s.end_ns = r.end_ns;
+      s.device_known = true;
+      double coll = 0, dev_coll = 0, dev_comp = 0, idle = 0;
+      while (j < own.size() && own[j].end_ns <= r.start_ns) ++j;
+      for (size_t k = j; k < own.size() && own[k].start_ns < r.end_ns; ++k) {
+        const auto& o = own[k];
+        uint64_t lo = std::max(o.start_ns, r.start_ns), hi = std::min(o.end_ns, r.end_ns);
+        if (hi <= lo || o.end_ns <= o.start_ns) continue;
+        double share = static_cast<double>(hi - lo) / static_cast<double>(o.end_ns - o.start_ns);
+        coll += share * static_cast<double>(o.collective_ns);
+        dev_coll += share * static_cast<double>(o.device_collective_ns);
+        dev_comp += share * static_cast<double>(o.device_compute_ns);
+        idle += share * static_cast<double>(o.gpu_idle_ns);
+        s.device_known = s.device_known && o.device_known;
+      }
+      s.collective_ns = static_cast<uint64_t>(std::llround(coll));
+      s.device_collective_ns = static_cast<uint64_t>(std::llround(dev_coll));
+      s.device_compute_ns = static_cast<uint64_t>(std::llround(dev_comp));
+      s.gpu_idle_ns = static_cast<uint64_t>(std::llround(idle));
+      cut.push_back(std::move(s));
+    }
+    if (cut.empty()) continue;
+    steps[i] = std::move(cut);
+    recut.push_back(i);
+  }
+  return recut;
+}
+
 namespace {
 
 // NVML's hardware series of one GPU (agent/gpu/nvml_source.h) over the analysis window: counters
@@ -492,6 +576,13 @@ Result<JobWindow> load_job_window(store::Store& s, const LoadOptions& opt) {
     while (skip < st.size() && st[skip].step <= static_cast<uint64_t>(std::max(0, opt.warmup_steps))) ++skip;
     rs.steps.assign(st.begin() + static_cast<long>(skip), st.end());
     src.push_back(std::move(rs));
+  }
+  // Ranks whose steps the agent cut at a fraction of the iteration are re-cut like their peers.
+  {
+    std::vector<std::vector<store::StepRecord>> cuts;
+    for (auto& rs : src) cuts.push_back(std::move(rs.steps));
+    align_step_cuts(cuts);
+    for (size_t i = 0; i < src.size(); ++i) src[i].steps = std::move(cuts[i]);
   }
 
   // The job's step time per step index (median over ranks), and where it rose.

@@ -6,6 +6,7 @@
 #include <cstdint>
 #include <optional>
 #include <string>
+#include <vector>
 
 #include "common/result.h"
 #include "diagnose/model.h"
@@ -57,5 +58,12 @@ Result<JobWindow> load_job_window(store::Store& store, const LoadOptions& option
 // Where the job's step time series (one value per step) rose: the index of the first slow step,
 // or 0 when no rise stands out from the noise before it. Exposed for tests.
 size_t find_change_point(const std::vector<double>& step_ms, double min_rise = 0.05);
+
+// The ranks of a synchronous job complete the same iterations in the same time; a rank whose steps
+// (per rank, in order, after warm-up) number clearly more than the others' over the time they all
+// cover was cut at a fraction of the iteration by the agent's step detector, and is re-cut at the
+// boundaries of the rank with the fewest steps (its collective and device time shared out by
+// overlap). Returns the indices of the ranks re-cut. Exposed for tests.
+std::vector<size_t> align_step_cuts(std::vector<std::vector<store::StepRecord>>& steps);
 
 }  // namespace strata::diagnose

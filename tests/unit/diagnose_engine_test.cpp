@@ -533,5 +533,113 @@ TEST(DiagnoseEngine, AWorkersTimeCountsForItsRankAndIsNamedAsSuch) {
   }
 }
 
+
+// --- issue 17, held-out DDP runs: steps cut differently per rank; a job-wide slow network.
+
+// Steps of one rank: `n` steps of `len_ms` from t0, `coll_ms` of collective time in each.
+std::vector<store::StepRecord> cut_steps(uint32_t pid, size_t n, double len_ms, double coll_ms, uint64_t t0 = 1'000'000'000) {
+  std::vector<store::StepRecord> out;
+  for (size_t k = 0; k < n; ++k) {
+    store::StepRecord s;
+    s.pid = pid;
+    s.step = k + 3;  // after warm-up
+    s.start_ns = t0 + static_cast<uint64_t>(static_cast<double>(k) * len_ms * 1e6);
+    s.end_ns = t0 + static_cast<uint64_t>(static_cast<double>(k + 1) * len_ms * 1e6);
+    s.collective_ns = static_cast<uint64_t>(coll_ms * 1e6);
+    out.push_back(s);
+  }
+  return out;
+}
+
+// PyTorch DDP on gloo, 3 all-reduce buckets per iteration that all look alike: the agent cut one
+// rank's steps at 2 of the 3 calls (57 steps on one rank, 38 on the other over 40 iterations).
+// Over the time both cover, that rank has 1.5x the steps: it is re-cut at the other's
+// boundaries, and its collective time is kept (60 ms per 300 ms iteration on both).
+TEST(DiagnoseLoader, ARankCutAtAFractionOfTheIterationIsRecutLikeItsPeers) {
+  std::vector<std::vector<store::StepRecord>> steps{cut_steps(100, 30, 300, 60), cut_steps(101, 45, 200, 40)};
+  auto recut = align_step_cuts(steps);
+  ASSERT_EQ(recut, std::vector<size_t>{1});
+  ASSERT_EQ(steps[1].size(), steps[0].size());
+  double coll = 0;
+  for (size_t k = 0; k < steps[1].size(); ++k) {
+    EXPECT_EQ(steps[1][k].start_ns, steps[0][k].start_ns);
+    EXPECT_EQ(steps[1][k].end_ns, steps[0][k].end_ns);
+    EXPECT_EQ(steps[1][k].pid, 101u);
+    coll += static_cast<double>(steps[1][k].collective_ns) / 1e6;
+  }
+  EXPECT_NEAR(coll / static_cast<double>(steps[1].size()), 60, 0.5);
+
+  // Four ranks, two cut each way (a healthy 4-rank run: 48 and 72 steps): the two re-cut.
+  std::vector<std::vector<store::StepRecord>> four{cut_steps(1, 30, 300, 60), cut_steps(2, 45, 200, 40),
+                                                   cut_steps(3, 30, 300, 60), cut_steps(4, 45, 200, 40)};
+  EXPECT_EQ(align_step_cuts(four), (std::vector<size_t>{1, 3}));
+
+  // Ranks cut alike, one of them seen a little longer at each end (an agent that started earlier,
+  // a process that ended later): the same iterations, nothing re-cut.
+  auto longer = cut_steps(201, 32, 300, 60, 1'000'000'000 - 300'000'000);
+  std::vector<std::vector<store::StepRecord>> alike{cut_steps(200, 30, 300, 60), longer};
+  EXPECT_TRUE(align_step_cuts(alike).empty());
+  EXPECT_EQ(alike[1].size(), 32u);
+}
+
+// What the held-out run's diagnosis saw with those cuts, on a 2-rank CPU-only job (rank 0 burns
+// 150 ms per step in its loss): rank 1 "busy 239 ms per step vs 89.8 ms, waits 173 ms in
+// collectives vs 8.96 ms". A rank that computes longer AND waits longer than its peers has longer
+// steps than they do: it is waiting for them, never the straggler.
+TEST(DiagnoseEngine, ARankThatWaitsLongerThanItsPeersIsNotTheStraggler) {
+  SyntheticSpec spec;
+  spec.ranks = 2;
+  JobWindow job = make_synthetic_job(spec);
+  for (auto& r : job.ranks) {
+    r.now.device_compute_ms = r.now.gpu_idle_ms = kUnknown;
+    r.base.device_compute_ms = r.base.gpu_idle_ms = kUnknown;
+    r.base.step_ms = 260;
+    r.base.wait_ms = 20;
+  }
+  job.ranks[0].now.step_ms = 98.8;
+  job.ranks[0].now.wait_ms = 8.96;
+  job.ranks[1].now.step_ms = 412;
+  job.ranks[1].now.wait_ms = 173;
+  auto dx = diagnose(job);
+  for (const auto& f : dx.findings) EXPECT_FALSE(f.scope == Scope::kRank && f.rank == 1) << dump(dx);
+}
+
+// A healthy 4-rank CPU-only job whose every host got slower (a VM's drift, 8 processes pinned on 2
+// CPUs): the step grew 154 ms on 676, the collectives 62.7 ms of it, and the ranks' own work and
+// their wait for a CPU grew too. Longer collectives on hosts that slowed are the hosts', not the
+// network's: no network-slow. The same collectives' growth on hosts that did not slow is.
+JobWindow hosts_slowed_job(bool hosts_slower) {
+  SyntheticSpec spec;
+  spec.ranks = 4;
+  spec.step_ms = 676;
+  spec.past = true;
+  JobWindow job = make_synthetic_job(spec);
+  for (auto& r : job.ranks) {
+    r.now.device_compute_ms = r.now.gpu_idle_ms = kUnknown;
+    r.base.device_compute_ms = r.base.gpu_idle_ms = kUnknown;
+    r.past.device_compute_ms = kUnknown;
+    r.kernels.clear();
+    r.past.kernels.clear();
+    double wait_up = 62.7, host_up = hosts_slower ? 154 - wait_up : 0;
+    r.now.step_ms = r.base.step_ms + wait_up + host_up;
+    r.now.wait_ms = r.base.wait_ms + wait_up;
+    if (hosts_slower) {
+      r.set(Os::kCpu, r.get(Os::kCpu) + 0.5 * host_up);
+      r.set(Os::kRunqWait, r.get(Os::kRunqWait) + 0.5 * host_up);
+    }
+  }
+  return job;
+}
+
+TEST(DiagnoseEngine, LongerCollectivesOnHostsThatSlowedAreNotASlowNetwork) {
+  auto dx = diagnose(hosts_slowed_job(true));
+  EXPECT_GT(dx.step_ms, 1.2 * dx.baseline_step_ms) << "the job did slow down";
+  for (const auto& f : dx.findings) EXPECT_NE(f.cause, Cause::kNetworkSlow) << dump(dx);
+  // The collectives alone grew, on hosts as fast as before: the network it is.
+  auto net = diagnose(hosts_slowed_job(false));
+  ASSERT_FALSE(net.findings.empty()) << dump(net);
+  EXPECT_EQ(net.findings[0].cause, Cause::kNetworkSlow) << dump(net);
+}
+
 }  // namespace
 }  // namespace strata::diagnose
