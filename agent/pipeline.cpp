@@ -356,8 +356,16 @@ void NodePipeline::apply_budget(const WindowContext& ctx, double symbolize_s) {
   budget_bpf_mark_ = bpf;
   budget_target_mark_ = target_ns;
   int before = budget_.level();
+  int useless_before = budget_.useless_steps();
   double wall = static_cast<double>(ctx.mono_end_ns - std::min(ctx.mono_end_ns, ctx.mono_start_ns)) / 1e9;
   int level = budget_.update(cost, target, wall);
+  if (budget_.useless_steps() != useless_before) {
+    const auto& u = budget_.last_useless();
+    log_ << opts_.log_prefix << "cost: level " << u.level << " cut the share only from " << percent(u.before) << " to "
+         << percent(u.at_level) << " (less than " << static_cast<int>(CostBudget::kMinSaving * 100)
+         << "%): back to level " << level << " for " << static_cast<int>(CostBudget::kHoldSeconds / 60)
+         << " min; the rest of the cost is what no level controls\n";
+  }
   if (level != before) {
     normalizer_.set_snapshot_unwinding(CostBudget::cfi_at(level));
     for (auto& src : sources_) src->set_cost_level(level);
@@ -372,6 +380,7 @@ void NodePipeline::apply_budget(const WindowContext& ctx, double symbolize_s) {
   }
   std::vector<store::Metric> m = {{0, "agent.cost_share", "", budget_.last_share()},
                                   {0, "agent.budget_level", "", static_cast<double>(level)},
+                                  {0, "agent.budget_held", "", budget_.held() ? 1.0 : 0.0},
                                   {0, "agent.one_time_s", "", one_time}};
   (void)sink_->put_metrics(recording_, ctx.start_ns, ctx.end_ns, m);
 }
@@ -471,6 +480,7 @@ std::vector<std::pair<std::string, double>> NodePipeline::run_stats(const Pipeli
       {"budget.share", budget_.budget()},
       {"budget.max_level", static_cast<double>(budget_.max_level())},
       {"budget.steps_down", static_cast<double>(budget_.steps_down())},
+      {"budget.useless_steps", static_cast<double>(budget_.useless_steps())},
       {"bpf_run_s", static_cast<double>(c.bpf_run_ns) / 1e9},
       {"sources_kernel_cost_s", static_cast<double>(sources_kernel_cost_ns()) / 1e9},
       {"target_cpu_s", t.target_cpu_s},

@@ -356,6 +356,12 @@ class Daemon {
           b.last_share());
     gauge("strata_agent_budget_steps_down_total", "Times the budget stepped down.", static_cast<double>(b.steps_down()),
           "counter");
+    gauge("strata_agent_budget_useless_steps_total",
+          "Steps down undone because they cut less than a fifth of the cost (the rest is what no level controls).",
+          static_cast<double>(b.useless_steps()), "counter");
+    gauge("strata_agent_budget_held",
+          "1 while over budget but held at this level: the level below was measured to buy nothing.",
+          b.held() ? 1.0 : 0.0);
     auto [gpu, no_timeline] = gpu_processes();
     gauge("strata_agent_gpu_processes", "Watched processes that use CUDA.", gpu);
     gauge("strata_agent_gpu_processes_without_timeline",
