@@ -1957,6 +1957,7 @@ Diagnosis diagnose(const JobWindow& job, const Options& opt) {
   Diagnosis dx;
   dx.job = job.job;
   dx.ranks = job.ranks.size();
+  dx.data_notes = job.data_notes;
   if (job.ranks.empty()) return dx;
   auto n = job.ranks.size();
 

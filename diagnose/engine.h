@@ -66,6 +66,7 @@ struct Diagnosis {
   double baseline_step_ms = kUnknown;  // before it
   std::vector<Finding> findings;       // most costly first; empty: healthy, unless `note` says otherwise
   std::string note;                    // the job slowed and nothing explains it (then no finding)
+  std::vector<std::string> data_notes; // what the loader changed in the data (JobWindow::data_notes)
   SecondOpinion second;
 };
 

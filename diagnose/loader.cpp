@@ -578,10 +578,22 @@ Result<JobWindow> load_job_window(store::Store& s, const LoadOptions& opt) {
     src.push_back(std::move(rs));
   }
   // Ranks whose steps the agent cut at a fraction of the iteration are re-cut like their peers.
+  std::vector<std::string> data_notes;
   {
     std::vector<std::vector<store::StepRecord>> cuts;
-    for (auto& rs : src) cuts.push_back(std::move(rs.steps));
-    align_step_cuts(cuts);
+    std::vector<size_t> before;
+    for (auto& rs : src) {
+      before.push_back(rs.steps.size());
+      cuts.push_back(std::move(rs.steps));
+    }
+    for (size_t i : align_step_cuts(cuts)) {
+      const auto& p = src[i].proc;
+      data_notes.push_back("rank " + std::to_string(p.rank) + (p.node.empty() ? "" : " (node " + p.node + ")") +
+                               ": the agent cut " + std::to_string(before[i]) +
+                               " steps where its peers have fewer over the same time (a fraction of the "
+                               "iteration); re-cut at its peers' boundaries into " + std::to_string(cuts[i].size()) +
+                               " steps: its per-step figures are the loader's, not the agent's");
+    }
     for (size_t i = 0; i < src.size(); ++i) src[i].steps = std::move(cuts[i]);
   }
 
@@ -599,6 +611,7 @@ Result<JobWindow> load_job_window(store::Store& s, const LoadOptions& opt) {
   size_t cp = find_change_point(job_steps);
 
   JobWindow job;
+  job.data_notes = std::move(data_notes);
   job.job = job_name;
   job.start_ns = UINT64_MAX;
   for (auto& rs : src) {

@@ -226,6 +226,9 @@ struct JobWindow {
   // Names in call paths that are Python functions: a path's deepest one is where the program's
   // time goes (the frames below it are the interpreter's).
   std::unordered_set<std::string> python_functions;
+  // What the loader changed in the data before the rules saw it (a rank's steps re-cut like its
+  // peers'): said with the diagnosis, so a reader knows the per-step figures are not the agent's.
+  std::vector<std::string> data_notes;
 };
 
 }  // namespace strata::diagnose

@@ -29,7 +29,9 @@ void write_json(const Diagnosis& dx, std::ostream& out) {
       << ",\"step_ms\":" << json_number(dx.step_ms) << ",\"baseline_step_ms\":" << json_number(dx.baseline_step_ms)
       << ",\"healthy\":" << (dx.findings.empty() && dx.note.empty() ? "true" : "false");
   if (!dx.note.empty()) out << ",\"note\":" << json_string(dx.note);
-  out << ",\"findings\":[";
+  out << ",\"data_notes\":[";
+  for (size_t i = 0; i < dx.data_notes.size(); ++i) out << (i ? "," : "") << json_string(dx.data_notes[i]);
+  out << "],\"findings\":[";
   for (size_t i = 0; i < dx.findings.size(); ++i) {
     const auto& f = dx.findings[i];
     out << (i ? "," : "") << "{\"scope\":" << json_string(scope_name(f.scope)) << ",\"rank\":" << f.rank << ",\"node\":" << json_string(f.node)
@@ -66,6 +68,7 @@ void write_text(const Diagnosis& dx, std::ostream& out) {
   } else if (dx.findings.empty()) {
     out << "healthy: no rank, layer or link explains a slowdown\n";
   }
+  for (const auto& n : dx.data_notes) out << "data: " << n << "\n";
   for (size_t i = 0; i < dx.findings.size(); ++i) {
     const auto& f = dx.findings[i];
     out << "\n" << (i + 1) << ". " << cause_name(f.cause);

@@ -116,6 +116,39 @@ INSTANTIATE_TEST_SUITE_P(Recorded, RecordedCase, ::testing::ValuesIn(case_names(
 GTEST_ALLOW_UNINSTANTIATED_PARAMETERIZED_TEST(RecordedCase);
 
 // The cases are found (CTest sets STRATA_SOURCE): no cases must fail, not pass by running nothing.
+// A rank whose steps the loader re-cut is said with the diagnosis (its per-step figures are the
+// loader's), in text and JSON; a case with steps cut alike says nothing.
+TEST(RecordedCases, ARankReCutByTheLoaderIsSaid) {
+  auto load = [](const std::string& name) {
+    fs::path tmp = fs::temp_directory_path() / ("strata-diagnose-recut-" + std::to_string(::getpid()) + ".db");
+    fs::copy_file(cases_dir() / (name + ".db"), tmp, fs::copy_options::overwrite_existing);
+    Diagnosis dx;
+    {
+      auto st = store::Store::open_sqlite(tmp.string(), store::Store::Mode::kReadOnly);
+      EXPECT_TRUE(st.ok()) << st.error().message;
+      if (st.ok()) {
+        auto job = load_job_window(**st);
+        EXPECT_TRUE(job.ok()) << job.error().message;
+        if (job.ok()) dx = diagnose(*job);
+      }
+    }
+    fs::remove(tmp);
+    fs::remove(tmp.string() + "-wal");
+    fs::remove(tmp.string() + "-shm");
+    return dx;
+  };
+  auto cut = load("ddp-hotspot-steps-cut-apart");
+  ASSERT_EQ(cut.data_notes.size(), 1u);
+  EXPECT_EQ(cut.data_notes[0].rfind("rank 0", 0), 0u) << cut.data_notes[0];
+  EXPECT_NE(cut.data_notes[0].find("re-cut"), std::string::npos) << cut.data_notes[0];
+  std::ostringstream text, json;
+  write_text(cut, text);
+  write_json(cut, json);
+  EXPECT_NE(text.str().find("data: rank 0"), std::string::npos) << text.str();
+  EXPECT_NE(json.str().find("\"data_notes\":[\"rank 0"), std::string::npos) << json.str();
+  EXPECT_TRUE(load("healthy").data_notes.empty());
+}
+
 TEST(RecordedCases, AreFound) { EXPECT_GE(case_names().size(), 10u) << "no cases in " << cases_dir() << " (STRATA_SOURCE?)"; }
 
 // Every cause the engine can name has a recorded case whose expected findings name it, except the
