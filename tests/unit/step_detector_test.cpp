@@ -1,6 +1,11 @@
 // Step detection from collective patterns, on made-up call sequences.
 #include <gtest/gtest.h>
 
+#include <algorithm>
+#include <cmath>
+#include <random>
+#include <set>
+
 #include "agent/comm/step_detector.h"
 
 namespace strata::agent {
@@ -29,15 +34,71 @@ std::vector<CollectiveCall> make(int steps, const std::vector<std::string>& sigs
   return calls;
 }
 
-std::vector<DetectedStep> run(const std::vector<CollectiveCall>& calls, bool final = true) {
+// Steps are taken every `take_every` calls (the agent takes them once per window, at whatever
+// call count the window closes).
+std::vector<DetectedStep> run(const std::vector<CollectiveCall>& calls, bool final = true, size_t take_every = 1) {
   StepDetector d(500 * kMs);
   std::vector<DetectedStep> out;
-  for (const auto& c : calls) {
-    d.add(c);
-    for (auto& s : d.take_steps()) out.push_back(s);
+  for (size_t i = 0; i < calls.size(); ++i) {
+    d.add(calls[i]);
+    if ((i + 1) % take_every == 0) {
+      for (auto& s : d.take_steps()) out.push_back(s);
+    }
   }
   for (auto& s : d.take_steps(final)) out.push_back(s);
   return out;
+}
+
+// A job's collective calls with jittered timing from a seeded RNG: each iteration is a boundary gap
+// (data loading + forward + optimizer) then its calls, the gaps between them drawn per call.
+struct Job {
+  explicit Job(uint64_t seed) : rng(seed) {}
+  std::mt19937_64 rng;
+  std::vector<CollectiveCall> calls;
+  std::set<uint64_t> iteration_ends;  // done time of each iteration's last call
+  uint64_t max_done = 1000 * kMs;
+  size_t iterations = 0;
+
+  double uniform(double a, double b) { return std::uniform_real_distribution<double>(a, b)(rng); }
+  static uint64_t ns(double ms) { return static_cast<uint64_t>(ms * 1e6); }
+
+  void call(const std::string& sig, double gap_ms, double duration_ms) {
+    CollectiveCall c;
+    c.signature = sig;
+    c.enter_ns = max_done + ns(gap_ms);
+    c.exit_ns = c.done_ns = c.enter_ns + ns(duration_ms);
+    max_done = std::max(max_done, c.done_ns);
+    calls.push_back(c);
+  }
+  void end_iteration() {
+    iteration_ends.insert(calls.back().done_ns);
+    ++iterations;
+  }
+
+  // One DDP-over-gloo iteration: `sigs` (gloo: all "allreduce:0"), a boundary gap of 900-2000 ms,
+  // bucket gaps of 0-600 ms (backward compute between buckets; 0 when a bucket's all-reduce starts
+  // before the previous one returned: gloo runs two worker threads), calls of 1-100 ms. In 5% of
+  // iterations one bucket gap gets a 1-2 s stall (a garbage collection, a busy machine), as large
+  // as the boundary: that iteration does not show its boundary.
+  void ddp(const std::vector<std::string>& sigs, double bucket_max_ms = 600) {
+    std::vector<double> gaps(sigs.size());
+    gaps[0] = uniform(900, 2000);
+    for (size_t i = 1; i < sigs.size(); ++i) gaps[i] = uniform(0, 1) < 0.2 ? 0 : uniform(0, bucket_max_ms);
+    if (sigs.size() > 1 && uniform(0, 1) < 0.05) gaps[1 + static_cast<size_t>(uniform(0, 0.999) * (sigs.size() - 1))] += uniform(1000, 2000);
+    for (size_t i = 0; i < sigs.size(); ++i) call(sigs[i], gaps[i], uniform(1, 100));
+    end_iteration();
+  }
+  void ddp(size_t buckets, int iterations_to_add, double bucket_max_ms = 600) {
+    for (int i = 0; i < iterations_to_add; ++i) ddp(std::vector<std::string>(buckets, kGloo), bucket_max_ms);
+  }
+  static constexpr const char* kGloo = "allreduce:0::-1";
+};
+
+// Steps that are whole iterations of `calls` calls: they end where an iteration ends.
+size_t whole_iterations(const std::vector<DetectedStep>& steps, const Job& job, size_t calls) {
+  return static_cast<size_t>(std::count_if(steps.begin(), steps.end(), [&](const DetectedStep& s) {
+    return s.calls == calls && job.iteration_ends.count(s.end_ns) == 1;
+  }));
 }
 
 TEST(StepDetector, DistinctBucketsGiveOneStepPerIteration) {
@@ -111,6 +172,160 @@ TEST(StepDetector, UnconfirmedLastStepWaitsUnlessFinal) {
   auto calls = make(10, {"a", "b"}, 20);
   EXPECT_EQ(run(calls, /*final=*/false).size(), 9u);
   EXPECT_EQ(run(calls, /*final=*/true).size(), 10u);
+}
+
+// DDP over gloo: every call is "allreduce:0" (the agent reads no gloo sizes), so only the timing
+// places the step. 1, 2, 3, 4 and 5 buckets per iteration, jittered, with stalls, several seeds:
+// one step per iteration, each a whole iteration. (The detector before the re-work cut these at
+// every 2 or 3 calls: it decided on the first calls' median gaps.)
+TEST(StepDetector, IdenticalCallsAreCutAtTheRecurringGapOverManySeeds) {
+  for (size_t buckets : {1, 2, 3, 4, 5}) {
+    for (uint64_t seed = 1; seed <= 8; ++seed) {
+      Job job(seed * 1000 + buckets);
+      job.ddp(buckets, 150);
+      auto steps = run(job.calls);
+      SCOPED_TRACE("buckets " + std::to_string(buckets) + " seed " + std::to_string(seed));
+      EXPECT_EQ(steps.size(), job.iterations);
+      EXPECT_GE(whole_iterations(steps, job, buckets), job.iterations - 1);
+    }
+  }
+}
+
+// The bucket gaps have a fixed order of sizes (the last bucket's gradients are ready at once):
+// with 4 buckets of gaps ~1300, 500, 400, 30 ms, two calls (boundary+500, 400+30) also show one
+// dominant gap. The step is the largest period that fits, not the smallest.
+TEST(StepDetector, AFractionOfTheIterationThatAlsoFitsIsNotTheStep) {
+  for (uint64_t seed = 1; seed <= 5; ++seed) {
+    Job job(seed);
+    for (int i = 0; i < 150; ++i) {
+      job.call(Job::kGloo, job.uniform(1000, 1600), job.uniform(1, 20));
+      job.call(Job::kGloo, job.uniform(400, 600), job.uniform(1, 20));
+      job.call(Job::kGloo, job.uniform(300, 500), job.uniform(1, 20));
+      job.call(Job::kGloo, job.uniform(0, 60), job.uniform(1, 20));
+      job.end_iteration();
+    }
+    auto steps = run(job.calls);
+    SCOPED_TRACE("seed " + std::to_string(seed));
+    EXPECT_EQ(steps.size(), job.iterations);
+    EXPECT_EQ(whole_iterations(steps, job, 4), job.iterations);
+  }
+}
+
+// A busy stretch (a stall as long as the boundary in 30% of the iterations, for 40 iterations)
+// in a job of 4 buckets whose last bucket gap is short: the 4-call step no longer fits clearly
+// there, while 2 calls (boundary + bucket, bucket + short gap) do. The step in force stays.
+TEST(StepDetector, ABusyStretchDoesNotMoveARightPeriod) {
+  for (uint64_t seed = 1; seed <= 5; ++seed) {
+    Job job(seed);
+    auto iteration = [&](double stall_share) {
+      double gaps[4] = {job.uniform(1000, 1600), job.uniform(400, 600), job.uniform(300, 500), job.uniform(0, 60)};
+      if (job.uniform(0, 1) < stall_share) gaps[1 + static_cast<size_t>(job.uniform(0, 2.999))] += job.uniform(1000, 2000);
+      for (double g : gaps) job.call(Job::kGloo, g, job.uniform(1, 20));
+      job.end_iteration();
+    };
+    for (int i = 0; i < 100; ++i) iteration(0);
+    for (int i = 0; i < 40; ++i) iteration(0.3);
+    for (int i = 0; i < 100; ++i) iteration(0);
+    auto steps = run(job.calls);
+    SCOPED_TRACE("seed " + std::to_string(seed));
+    EXPECT_EQ(steps.size(), 240u);
+    EXPECT_EQ(whole_iterations(steps, job, 4), 240u);
+  }
+}
+
+// Ranks of one job see the same pattern with their own timing, and the agent takes steps whenever
+// its window closes: the answer depends on neither.
+TEST(StepDetector, EveryRankGetsTheSameCutWhateverItsTimingAndWhenStepsAreTaken) {
+  for (size_t take_every : {1, 7, 50, 100000}) {
+    for (uint64_t rank = 0; rank < 4; ++rank) {
+      Job job(77 + rank);
+      job.ddp(3, 120);
+      auto steps = run(job.calls, true, take_every);
+      SCOPED_TRACE("rank " + std::to_string(rank) + " taking steps every " + std::to_string(take_every) + " calls");
+      EXPECT_EQ(steps.size(), 120u);
+      EXPECT_EQ(whole_iterations(steps, job, 3), 120u);
+    }
+  }
+}
+
+// The bucket count changes mid-run (a rebuilt model, another bucket size): the re-check finds the
+// new period within about kDecideCycles of its iterations; steps before it stay as emitted.
+TEST(StepDetector, AChangedBucketCountIsFoundAgain) {
+  for (uint64_t seed = 1; seed <= 5; ++seed) {
+    Job job(seed);
+    job.ddp(3, 150);
+    job.ddp(2, 150);
+    StepDetector d(500 * kMs);
+    std::vector<DetectedStep> steps;
+    for (const auto& c : job.calls) {
+      d.add(c);
+      for (auto& s : d.take_steps()) steps.push_back(s);
+    }
+    for (auto& s : d.take_steps(true)) steps.push_back(s);
+    SCOPED_TRACE("seed " + std::to_string(seed));
+    EXPECT_GE(d.period_changes(), 1u);
+    EXPECT_EQ(d.period(), 2u);
+    // All of the first phase, all but the iterations before the re-check of the second.
+    EXPECT_GE(whole_iterations(steps, job, 3), 149u);
+    EXPECT_GE(whole_iterations(steps, job, 2), 150u - 2 * StepDetector::kDecideCycles);
+    // The end of the run is cut right.
+    ASSERT_GE(steps.size(), 50u);
+    for (size_t i = steps.size() - 50; i < steps.size(); ++i) {
+      EXPECT_EQ(steps[i].calls, 2u);
+      EXPECT_EQ(job.iteration_ends.count(steps[i].end_ns), 1u) << "step " << steps[i].step;
+    }
+  }
+}
+
+// An evaluation phase between training phases: one all-reduce per evaluation batch (gloo: the same
+// signature as the training buckets), 31 batches (no multiple of 3). Training after it is cut at
+// its own boundary again, not at the old phase.
+TEST(StepDetector, TrainingAfterAnEvaluationPhaseIsCutAtItsBoundaryAgain) {
+  for (uint64_t seed = 1; seed <= 5; ++seed) {
+    Job job(seed);
+    job.ddp(3, 100);
+    for (int i = 0; i < 31; ++i) job.call(Job::kGloo, job.uniform(50, 80), job.uniform(1, 5));
+    job.ddp(3, 100);
+    auto steps = run(job.calls);
+    SCOPED_TRACE("seed " + std::to_string(seed));
+    ASSERT_GE(steps.size(), 60u);
+    for (size_t i = steps.size() - 60; i < steps.size(); ++i) {
+      EXPECT_EQ(steps[i].calls, 3u);
+      EXPECT_EQ(job.iteration_ends.count(steps[i].end_ns), 1u) << "step " << steps[i].step;
+    }
+    EXPECT_GE(whole_iterations(steps, job, 3), 200u - StepDetector::kDecideCycles);
+  }
+}
+
+// One all-reduce per iteration (a model in one bucket) with widely spread gaps (log-normal, sigma
+// 0.5: a gap is 1.5x the next in about 28% of pairs): no multiple of the call may be taken for
+// the step, at the first decision nor at any of the re-checks of a long run.
+TEST(StepDetector, OneCallPerIterationWithSpreadGapsStaysOneCall) {
+  for (uint64_t seed = 1; seed <= 8; ++seed) {
+    Job job(seed);
+    std::lognormal_distribution<double> gap(std::log(250.0), 0.5);
+    for (int i = 0; i < 400; ++i) {
+      job.call(Job::kGloo, gap(job.rng), job.uniform(1, 20));
+      job.end_iteration();
+    }
+    auto steps = run(job.calls);
+    SCOPED_TRACE("seed " + std::to_string(seed));
+    EXPECT_EQ(steps.size(), 400u);
+    EXPECT_EQ(whole_iterations(steps, job, 1), 400u);
+  }
+}
+
+// NCCL: buckets of distinct sizes fix the step by their signatures, decided after three cycles
+// as before, whatever the gaps (here as jittered and stalled as the gloo streams above).
+TEST(StepDetector, DistinctSignaturesKeepTheirPeriodWithJitter) {
+  for (uint64_t seed = 1; seed <= 8; ++seed) {
+    Job job(seed);
+    for (int i = 0; i < 60; ++i) job.ddp({"allreduce:26214400:c1:-1", "allreduce:26214400:c2:-1", "allreduce:1048576:c1:-1"});
+    auto steps = run(job.calls, /*final=*/false);
+    SCOPED_TRACE("seed " + std::to_string(seed));
+    EXPECT_EQ(steps.size(), 59u) << "the last step waits for the next call";
+    EXPECT_EQ(whole_iterations(steps, job, 3), 59u);
+  }
 }
 
 }  // namespace
