@@ -256,7 +256,9 @@ std::vector<DetectedStep> StepDetector::take_steps(bool final) {
     // A period is confirmed by the start of the next one (or the process ending).
     bool confirmed = end < calls_.size() || final;
     if (!confirmed) break;
-    bool same = next_ < period_ || period_matches(next_);
+    // The first period of the pattern has no period of it before to match (what is before is
+    // pre-pattern calls: DDP's broadcasts after its first iteration).
+    bool same = next_ < pattern_start_ + period_ || period_matches(next_);
     if (!same) {
       // The pattern changed (evaluation, a new phase): find it again from here.
       size_t old_next = next_, old_period = period_;
