@@ -201,15 +201,18 @@ bool StepDetector::try_lock(bool final) {
     } else {
       // Distinct signatures: p calls, or the smallest multiple of p whose first cycles show one
       // dominant gap (the same calls issued several times per step).
+      // One cycle more than kMinCyclesDistinct: every phase, not only the first, is judged on
+      // that many (a phase other than the first has one cycle less in a window).
+      const size_t cycles = kMinCyclesDistinct + 1;
       bool undecided = false;
       for (size_t k = 1; k <= kMaxMultiple && k * p <= kMaxPeriod; ++k) {
         const size_t P = k * p;
-        if (calls_.size() - start < kMinCyclesDistinct * P) {
+        if (calls_.size() - start < cycles * P) {
           undecided = true;
           break;
         }
-        Fit f = score(P, start + kMinCyclesDistinct * P, kMinCyclesDistinct);
-        decided_at = std::max(decided_at, start + kMinCyclesDistinct * P);
+        Fit f = score(P, start + cycles * P, cycles);
+        decided_at = std::max(decided_at, start + cycles * P);
         if (f.fits) {
           chosen = f;
           break;
@@ -217,7 +220,8 @@ bool StepDetector::try_lock(bool final) {
       }
       if (!chosen.period) {
         if (undecided && !final) return false;  // wait for more calls before deciding
-        chosen = score(p, start + kMinCyclesDistinct * p, kMinCyclesDistinct);
+        const size_t have = std::min(cycles, (calls_.size() - start) / p);  // >= 3: p repeats 3 times
+        chosen = score(p, start + have * p, have);
       }
     }
     const size_t first = start + (chosen.boundary - start) % chosen.period;
