@@ -204,6 +204,7 @@ bool StepDetector::try_lock(bool final) {
       // One cycle more than kMinCyclesDistinct: every phase, not only the first, is judged on
       // that many (a phase other than the first has one cycle less in a window).
       const size_t cycles = kMinCyclesDistinct + 1;
+      timed_ = false;  // not re-checked: a change shows in the signatures
       bool undecided = false;
       for (size_t k = 1; k <= kMaxMultiple && k * p <= kMaxPeriod; ++k) {
         const size_t P = k * p;
