@@ -168,12 +168,10 @@ bool StepDetector::try_lock(bool final) {
     size_t start = calls_.size() - 3 * p;
     while (start > next_ && calls_[start - 1].signature == calls_[start - 1 + p].signature) --start;
 
-    bool alike = false;  // a signature occurs twice in the run: signatures do not place the step
-    for (size_t i = start; i < start + p && !alike; ++i) {
-      for (size_t j = i + 1; j < start + p && !alike; ++j) alike = calls_[i].signature == calls_[j].signature;
-    }
-    // (A run too long for kDecideCycles of it to fit the history is left to its signatures.)
-    alike = (alike || p == 1) && decide_calls(p) <= kMaxHistory / 2;
+    // Every call alike (p = 1: gloo's "allreduce:0"): the signatures say nothing of the step. A
+    // longer run is anchored by a change of signature (NCCL's bucket sizes, FSDP's all-gathers then
+    // reduce-scatters), even if a signature repeats inside it: that run is the step, or a multiple.
+    const bool alike = p == 1;
 
     Fit chosen;
     size_t decided_at = start;  // calls the decision looked at end here
@@ -199,8 +197,8 @@ bool StepDetector::try_lock(bool final) {
         chosen = score(p, decided_at, std::min(kDecideCycles, (decided_at - start) / p));
       }
     } else {
-      // Distinct signatures: p calls, or the smallest multiple of p whose first cycles show one
-      // dominant gap (the same calls issued several times per step).
+      // Anchored by its signatures: p calls, or the smallest multiple of p whose first cycles show
+      // one dominant gap (the same calls issued several times per step).
       // One cycle more than kMinCyclesDistinct: every phase, not only the first, is judged on
       // that many (a phase other than the first has one cycle less in a window).
       const size_t cycles = kMinCyclesDistinct + 1;

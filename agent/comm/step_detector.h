@@ -4,17 +4,21 @@
 //
 // Two sources say where a step is:
 // - the signatures (op + bytes + communicator): the shortest repeating run of them is the
-//   signature period p. When every call of that run differs from the others (NCCL's buckets of
-//   distinct sizes), a step is p calls, or a small multiple of p when the timing says so.
-// - the timing, when the signatures do not tell calls apart (gloo, whose byte counts are not read:
-//   every call is "allreduce:0", p = 1; or a run whose calls repeat a signature). A step is then
-//   the multiple P of p in whose cycles one phase's gap (data loading + forward + optimizer,
-//   before the first collective of the backward pass) is clearly the largest of its cycle in most
-//   cycles, judged over many cycles (kDecideCycles), never from the first few calls. The decision
-//   is a function of the call stream alone (fixed call counts, not of when steps are taken), so
-//   ranks of a job that see the same pattern get the same answer. The period is re-checked on
-//   recent history every few steps and changed when another one fits clearly (an evaluation phase,
-//   a changed bucket count); steps already emitted stay as they are.
+//   signature period p. When p > 1 the run is anchored by a change of signature (NCCL's buckets of
+//   distinct sizes, FSDP's all-gathers then reduce-scatters): a step is p calls, or a small
+//   multiple of p when the timing of the first cycles says so.
+// - the timing, when every call has the same signature (p = 1: gloo, whose byte counts are not
+//   read, makes every call "allreduce:0"). A step is then the multiple P of p in whose cycles one
+//   phase's gap (data loading + forward + optimizer, before the first collective of the backward
+//   pass) is clearly the largest of its cycle in most cycles, judged over many cycles
+//   (kDecideCycles), never from the first few calls. The decision is a function of the call
+//   stream alone (fixed call counts, not of when steps are taken), so ranks of a job that see the
+//   same pattern get the same answer. The period is re-checked on recent history every few steps
+//   and changed when another one fits clearly (an evaluation phase, a changed bucket count); steps
+//   already emitted stay as they are.
+// Reading gloo's sizes instead was judged too fragile: the byte count sits behind
+// gloo::AllreduceOptions, whose layout is private to gloo and differs between its versions (a
+// struct of buffers, a class with public members, a pimpl), three pointer hops deep.
 #pragma once
 
 #include <cstdint>
@@ -81,8 +85,8 @@ class StepDetector {
   // The fewest cycles that decide a pattern when the process ends before kDecideCycles (a short
   // job): three, as a pattern needs three repeats to be one.
   static constexpr size_t kMinCyclesFinal = 3;
-  // Distinct signatures already fix the step to p calls; the timing only chooses between p and
-  // its multiples, decided on the first cycles (three of every phase, as before: NCCL jobs keep
+  // A run anchored by its signatures already fixes the step to p calls; the timing only chooses
+  // between p and its multiples, decided on the first cycles (three of every phase, as before: NCCL jobs keep
   // their behaviour). With two of some phases, noise made a multiple fit in 26 of 2000 seeded
   // streams without a step gap (tests/unit/step_detector_test.cpp); with three, 1 (before: 2).
   static constexpr size_t kMinCyclesDistinct = 3;
@@ -136,7 +140,7 @@ class StepDetector {
   uint64_t max_done_ = 0;
   uint64_t base_ = 0;           // calls dropped from the front of calls_ so far
   bool locked_ = false;
-  bool alike_ = false;          // the locked pattern's signatures do not tell its calls apart
+  bool alike_ = false;          // the locked pattern's calls all have one signature (p = 1)
   bool timed_ = false;          // alike_, and the period in force fits the timing
   size_t sig_period_ = 0;       // p of the locked pattern
   size_t pattern_start_ = 0;    // index where the locked signature pattern begins

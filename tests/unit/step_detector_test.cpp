@@ -384,6 +384,20 @@ TEST(StepDetector, DistinctSignaturesKeepTheirPeriodWithJitter) {
   }
 }
 
+// FSDP: every layer's all-gather then every layer's reduce-scatter, each op repeating inside the
+// step with one size. The signature period is anchored by the change of op, so it is the step, as
+// with distinct signatures: decided after a few cycles, not after the many cycles that calls all
+// alike need (16 cycles of 8 candidates of 8 calls: 128 steps, longer than many runs).
+TEST(StepDetector, APeriodAnchoredByTwoOpsIsDecidedAfterAFewCycles) {
+  Job job(5);
+  for (int i = 0; i < 20; ++i) job.ddp({"allgather:4096:c1:-1", "allgather:4096:c1:-1", "allgather:4096:c1:-1",
+                                        "allgather:4096:c1:-1", "reducescatter:4096:c1:-1", "reducescatter:4096:c1:-1",
+                                        "reducescatter:4096:c1:-1", "reducescatter:4096:c1:-1"});
+  auto steps = run(job.calls, /*final=*/false);
+  EXPECT_EQ(steps.size(), 19u) << "the last step waits for the next call";
+  EXPECT_EQ(whole_iterations(steps, job, 8), 19u);
+}
+
 // Distinct signatures with no step gap at all (every gap drawn alike): the step is the signature
 // period, never a multiple of it that a few cycles of noise make look dominant. (Over seeds 1-2000:
 // 1 stream still cut at a multiple, 2 with the detector before, 26 when a phase was judged on two
