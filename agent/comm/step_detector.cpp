@@ -65,7 +65,8 @@ void StepDetector::phase_wins(size_t P, size_t end, size_t cycles, PhaseWins& w)
     if (base_ + b == 0) continue;  // the first call ever seen: no gap before it is known
     ++w.seen[j];
     w.total[j] += gaps_[b];
-    if (gaps_[b] >= kMinBoundaryGapNs && static_cast<double>(gaps_[b]) >= kDominance * static_cast<double>(largest_inner))
+    if (gaps_[b] >= kMinBoundaryGapNs &&
+        static_cast<double>(gaps_[b]) >= kDominance * static_cast<double>(largest_inner))
       ++w.wins[j];
   }
 }
@@ -138,7 +139,8 @@ void StepDetector::recheck(size_t end) {
     // first decision, every candidate on the same many calls, and, for a timed period, a multiple
     // of it (it was a fraction of the step). Else a stretch of stalls, or noise in a few cycles of
     // a long candidate, would move a period that is right.
-    const size_t from = std::max(pattern_start_, end >= decide_calls(sig_period_) ? end - decide_calls(sig_period_) : 0);
+    const size_t from =
+        std::max(pattern_start_, end >= decide_calls(sig_period_) ? end - decide_calls(sig_period_) : 0);
     f = choose_alike(from, end, sig_period_, kDecideCycles, SIZE_MAX);
     if (f.fits && timed_ && !(f.period > period_ && f.period % period_ == 0)) return;
   }
@@ -149,7 +151,8 @@ void StepDetector::recheck(size_t end) {
                                  : f.boundary + (next_ - f.boundary + P - 1) / P * P;
   if (P == period_ && b == next_) return;
   // Calls up to the new boundary (less than one step) belong to no step.
-  for (size_t i = next_; i < b && i < calls_.size(); ++i) last_end_ns_ = std::max(last_end_ns_, calls_[i].done_ns);
+  for (size_t i = next_; i < b && i < calls_.size(); ++i)
+    last_end_ns_ = std::max(last_end_ns_, calls_[i].done_ns);
   period_ = P;
   next_ = b;
   timed_ = true;
@@ -277,7 +280,8 @@ std::vector<DetectedStep> StepDetector::take_steps(bool final) {
     DetectedStep s;
     s.step = ++emitted_;
     uint64_t first_enter = calls_[next_].enter_ns;
-    s.start_ns = last_end_ns_ ? last_end_ns_ : (watch_start_ns_ ? std::min(watch_start_ns_, first_enter) : first_enter);
+    s.start_ns = last_end_ns_ ? last_end_ns_
+                              : (watch_start_ns_ ? std::min(watch_start_ns_, first_enter) : first_enter);
     std::vector<std::pair<uint64_t, uint64_t>> iv;
     for (size_t i = next_; i < end; ++i) {
       s.end_ns = std::max(s.end_ns, calls_[i].done_ns);

@@ -28,7 +28,7 @@
 namespace strata::agent {
 
 struct CollectiveCall {
-  std::string signature;   // op + bytes + communicator: what repeats every step
+  std::string signature;  // op + bytes + communicator: what repeats every step
   uint64_t enter_ns = 0;
   uint64_t exit_ns = 0;    // the host call returned
   uint64_t done_ns = 0;    // completed (device end, or the next sync); >= exit_ns
@@ -61,7 +61,7 @@ class StepDetector {
 
   static constexpr size_t kMaxPeriod = 512;  // collectives per step we can recognize
   static constexpr size_t kMaxHistory = 8192;
-  static constexpr size_t kMaxMultiple = 8;             // step = up to 8 repeats of the shortest pattern
+  static constexpr size_t kMaxMultiple = 8;               // step = up to 8 repeats of the shortest pattern
   static constexpr uint64_t kMinBoundaryGapNs = 100'000;  // a step boundary gap is at least 100 µs
 
   // A cycle of a candidate period "shows the boundary" at a phase when the gap before that phase is
@@ -86,11 +86,12 @@ class StepDetector {
   // job): three, as a pattern needs three repeats to be one.
   static constexpr size_t kMinCyclesFinal = 3;
   // A run anchored by its signatures already fixes the step to p calls; the timing only chooses
-  // between p and its multiples, decided on the first cycles (three of every phase, as before: NCCL jobs keep
-  // their behaviour). With two of some phases, noise made a multiple fit in 26 of 2000 seeded
-  // streams without a step gap (tests/unit/step_detector_test.cpp); with three, 1 (before: 2).
+  // between p and its multiples, decided on the first cycles (three of every phase, as before:
+  // NCCL jobs keep their behaviour). With two of some phases, noise made a multiple fit in 26 of
+  // 2000 seeded streams without a step gap (tests/unit/step_detector_test.cpp); with three, 1
+  // (the detector before: 2).
   static constexpr size_t kMinCyclesDistinct = 3;
-  // The period of alike signatures is re-checked every kRecheckSteps steps (at least
+  // The period of calls all alike is re-checked every kRecheckSteps steps (at least
   // kRecheckMinCalls calls): a changed pattern is found within about kDecideCycles of its
   // iterations, and checks stay cheap (O(calls of the windows), about 1000 for gloo's p = 1).
   static constexpr size_t kRecheckSteps = 4;
@@ -121,7 +122,7 @@ class StepDetector {
   void phase_wins(size_t P, size_t end, size_t cycles, PhaseWins& w) const;
   // Share of the cycles that show the boundary at the phase of call `boundary`.
   double share_at(size_t P, size_t end, size_t cycles, size_t boundary) const;
-  // Signatures alike: the largest multiple of p that fits over its last cycles (up to
+  // Calls all alike: the largest multiple of p that fits over its last cycles (up to
   // `max_cycles`) ending at `end`, counting only calls from `from`; candidates with fewer than
   // `min_cycles` cycles there are not tried. A fraction of the step can fit too, when bucket gaps
   // have a fixed order of sizes: hence the largest, not the smallest. Period 0: none fits.
@@ -138,15 +139,15 @@ class StepDetector {
   std::vector<CollectiveCall> calls_;
   std::vector<uint64_t> gaps_;  // gap before each call: its enter minus the latest done before it
   uint64_t max_done_ = 0;
-  uint64_t base_ = 0;           // calls dropped from the front of calls_ so far
+  uint64_t base_ = 0;  // calls dropped from the front of calls_ so far
   bool locked_ = false;
-  bool alike_ = false;          // the locked pattern's calls all have one signature (p = 1)
-  bool timed_ = false;          // alike_, and the period in force fits the timing
-  size_t sig_period_ = 0;       // p of the locked pattern
-  size_t pattern_start_ = 0;    // index where the locked signature pattern begins
-  uint64_t next_recheck_ = 0;   // absolute call count at which the period is next re-checked
+  bool alike_ = false;         // the locked pattern's calls all have one signature (p = 1)
+  bool timed_ = false;         // alike_, and the period in force fits the timing
+  size_t sig_period_ = 0;      // p of the locked pattern
+  size_t pattern_start_ = 0;   // index where the locked signature pattern begins
+  uint64_t next_recheck_ = 0;  // absolute call count at which the period is next re-checked
   size_t period_ = 0;
-  size_t next_ = 0;         // index of the first call of the next period to emit
+  size_t next_ = 0;  // index of the first call of the next period to emit
   uint64_t emitted_ = 0;
   uint64_t changes_ = 0;
   uint64_t last_end_ns_ = 0;  // end of the last emitted step (or of pre-pattern calls)

@@ -1,14 +1,14 @@
 // Step detection from collective patterns, on made-up call sequences.
+#include "agent/comm/step_detector.h"
+
 #include <gtest/gtest.h>
 
 #include <algorithm>
 #include <cmath>
 #include <fstream>
-#include <sstream>
 #include <random>
 #include <set>
-
-#include "agent/comm/step_detector.h"
+#include <sstream>
 
 namespace strata::agent {
 namespace {
@@ -38,7 +38,8 @@ std::vector<CollectiveCall> make(int steps, const std::vector<std::string>& sigs
 
 // Steps are taken every `take_every` calls (the agent takes them once per window, at whatever
 // call count the window closes).
-std::vector<DetectedStep> run(const std::vector<CollectiveCall>& calls, bool final = true, size_t take_every = 1) {
+std::vector<DetectedStep> run(const std::vector<CollectiveCall>& calls, bool final = true,
+                              size_t take_every = 1) {
   StepDetector d(500 * kMs);
   std::vector<DetectedStep> out;
   for (size_t i = 0; i < calls.size(); ++i) {
@@ -86,7 +87,8 @@ struct Job {
     std::vector<double> gaps(sigs.size());
     gaps[0] = uniform(900, 2000);
     for (size_t i = 1; i < sigs.size(); ++i) gaps[i] = uniform(0, 1) < 0.2 ? 0 : uniform(0, bucket_max_ms);
-    if (sigs.size() > 1 && uniform(0, 1) < 0.05) gaps[1 + static_cast<size_t>(uniform(0, 0.999) * (sigs.size() - 1))] += uniform(1000, 2000);
+    if (sigs.size() > 1 && uniform(0, 1) < 0.05)
+      gaps[1 + static_cast<size_t>(uniform(0, 0.999) * (sigs.size() - 1))] += uniform(1000, 2000);
     for (size_t i = 0; i < sigs.size(); ++i) call(sigs[i], gaps[i], uniform(1, 100));
     end_iteration();
   }
@@ -109,7 +111,8 @@ TEST(StepDetector, DistinctBucketsGiveOneStepPerIteration) {
   for (size_t i = 1; i < steps.size(); ++i) {
     EXPECT_EQ(steps[i].calls, 3u);
     EXPECT_EQ(steps[i].start_ns, steps[i - 1].end_ns);
-    EXPECT_NEAR(static_cast<double>(steps[i].end_ns - steps[i].start_ns), 40.0 * kMs + 3 * 3 * kMs - kMs, kMs);
+    EXPECT_NEAR(static_cast<double>(steps[i].end_ns - steps[i].start_ns), 40.0 * kMs + 3 * 3 * kMs - kMs,
+                kMs);
   }
 }
 
@@ -220,8 +223,10 @@ TEST(StepDetector, ABusyStretchDoesNotMoveARightPeriod) {
   for (uint64_t seed = 1; seed <= 5; ++seed) {
     Job job(seed);
     auto iteration = [&](double stall_share) {
-      double gaps[4] = {job.uniform(1000, 1600), job.uniform(400, 600), job.uniform(300, 500), job.uniform(0, 60)};
-      if (job.uniform(0, 1) < stall_share) gaps[1 + static_cast<size_t>(job.uniform(0, 2.999))] += job.uniform(1000, 2000);
+      double gaps[4] = {job.uniform(1000, 1600), job.uniform(400, 600), job.uniform(300, 500),
+                        job.uniform(0, 60)};
+      if (job.uniform(0, 1) < stall_share)
+        gaps[1 + static_cast<size_t>(job.uniform(0, 2.999))] += job.uniform(1000, 2000);
       for (double g : gaps) job.call(Job::kGloo, g, job.uniform(1, 20));
       job.end_iteration();
     };
@@ -243,7 +248,8 @@ TEST(StepDetector, EveryRankGetsTheSameCutWhateverItsTimingAndWhenStepsAreTaken)
       Job job(77 + rank);
       job.ddp(3, 120);
       auto steps = run(job.calls, true, take_every);
-      SCOPED_TRACE("rank " + std::to_string(rank) + " taking steps every " + std::to_string(take_every) + " calls");
+      SCOPED_TRACE("rank " + std::to_string(rank) + " taking steps every " + std::to_string(take_every) +
+                   " calls");
       EXPECT_EQ(steps.size(), 120u);
       EXPECT_EQ(whole_iterations(steps, job, 3), 120u);
     }
@@ -376,7 +382,8 @@ TEST(StepDetector, RecordedDdpOverGlooGivesEveryRankItsIterations) {
 TEST(StepDetector, DistinctSignaturesKeepTheirPeriodWithJitter) {
   for (uint64_t seed = 1; seed <= 8; ++seed) {
     Job job(seed);
-    for (int i = 0; i < 60; ++i) job.ddp({"allreduce:26214400:c1:-1", "allreduce:26214400:c2:-1", "allreduce:1048576:c1:-1"});
+    for (int i = 0; i < 60; ++i)
+      job.ddp({"allreduce:26214400:c1:-1", "allreduce:26214400:c2:-1", "allreduce:1048576:c1:-1"});
     auto steps = run(job.calls, /*final=*/false);
     SCOPED_TRACE("seed " + std::to_string(seed));
     EXPECT_EQ(steps.size(), 59u) << "the last step waits for the next call";
@@ -390,9 +397,10 @@ TEST(StepDetector, DistinctSignaturesKeepTheirPeriodWithJitter) {
 // alike need (16 cycles of 8 candidates of 8 calls: 128 steps, longer than many runs).
 TEST(StepDetector, APeriodAnchoredByTwoOpsIsDecidedAfterAFewCycles) {
   Job job(5);
-  for (int i = 0; i < 20; ++i) job.ddp({"allgather:4096:c1:-1", "allgather:4096:c1:-1", "allgather:4096:c1:-1",
-                                        "allgather:4096:c1:-1", "reducescatter:4096:c1:-1", "reducescatter:4096:c1:-1",
-                                        "reducescatter:4096:c1:-1", "reducescatter:4096:c1:-1"});
+  for (int i = 0; i < 20; ++i)
+    job.ddp({"allgather:4096:c1:-1", "allgather:4096:c1:-1", "allgather:4096:c1:-1", "allgather:4096:c1:-1",
+             "reducescatter:4096:c1:-1", "reducescatter:4096:c1:-1", "reducescatter:4096:c1:-1",
+             "reducescatter:4096:c1:-1"});
   auto steps = run(job.calls, /*final=*/false);
   EXPECT_EQ(steps.size(), 19u) << "the last step waits for the next call";
   EXPECT_EQ(whole_iterations(steps, job, 8), 19u);
@@ -406,7 +414,8 @@ TEST(StepDetector, DistinctSignaturesWithoutAStepGapKeepTheirPeriod) {
   for (uint64_t seed = 1; seed <= 200; ++seed) {
     Job job(seed);
     for (int i = 0; i < 40; ++i) {
-      for (const char* sig : {"allreduce:1:c1:-1", "allreduce:2:c1:-1"}) job.call(sig, job.uniform(0, 300), job.uniform(1, 50));
+      for (const char* sig : {"allreduce:1:c1:-1", "allreduce:2:c1:-1"})
+        job.call(sig, job.uniform(0, 300), job.uniform(1, 50));
       job.end_iteration();
     }
     auto steps = run(job.calls);
