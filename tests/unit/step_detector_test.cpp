@@ -285,6 +285,21 @@ TEST(StepDetector, AChangedBucketCountIsFoundAgain) {
   }
 }
 
+// A call of another signature between iterations (an epoch's barrier): the pattern is found again
+// after it, from the timing again, and every iteration on either side is a whole step.
+TEST(StepDetector, ABarrierBetweenEpochsDoesNotCutTheIterations) {
+  for (uint64_t seed = 1; seed <= 5; ++seed) {
+    Job job(seed);
+    job.ddp(3, 100);
+    job.call("barrier:0::-1", 5, 1);
+    job.ddp(3, 100);
+    auto steps = run(job.calls);
+    SCOPED_TRACE("seed " + std::to_string(seed));
+    EXPECT_EQ(steps.size(), 200u);
+    EXPECT_EQ(whole_iterations(steps, job, 3), 200u);
+  }
+}
+
 // An evaluation phase between training phases: one all-reduce per evaluation batch (gloo: the same
 // signature as the training buckets), 31 batches (no multiple of 3). Training after it is cut at
 // its own boundary again, not at the old phase.
