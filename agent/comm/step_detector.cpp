@@ -1,6 +1,8 @@
 #include "agent/comm/step_detector.h"
 
 #include <algorithm>
+#include <cstdint>
+#include <deque>
 
 namespace strata::agent {
 namespace {
@@ -28,6 +30,10 @@ uint64_t union_length(std::vector<std::pair<uint64_t, uint64_t>> iv) {
 
 void StepDetector::add(CollectiveCall call) {
   call.done_ns = std::max({call.done_ns, call.exit_ns, call.enter_ns});
+  // The gap before a call: time since every earlier collective was done (gloo runs a step's
+  // buckets on two worker threads, so a call can start before the previous one returned).
+  gaps_.push_back(max_done_ && call.enter_ns > max_done_ ? call.enter_ns - max_done_ : 0);
+  max_done_ = std::max(max_done_, call.done_ns);
   calls_.push_back(std::move(call));
 }
 
@@ -40,21 +46,117 @@ bool StepDetector::period_matches(size_t begin) const {
   return true;
 }
 
-// Median gap before the calls of each phase of a candidate period P, over the calls from `start`.
-std::vector<uint64_t> StepDetector::phase_gaps(size_t start, size_t P) const {
-  std::vector<uint64_t> med(P, 0);
-  for (size_t j = 0; j < P; ++j) {
-    std::vector<uint64_t> gaps;
-    for (size_t i = start + j; i < calls_.size(); i += P) {
-      if (i == 0) continue;
-      const auto& prev = calls_[i - 1];
-      gaps.push_back(calls_[i].enter_ns > prev.done_ns ? calls_[i].enter_ns - prev.done_ns : 0);
+void StepDetector::phase_wins(size_t P, size_t end, size_t cycles, PhaseWins& w) const {
+  w.start = end - cycles * P;
+  w.wins.assign(P, 0);
+  w.seen.assign(P, 0);
+  w.total.assign(P, 0);
+  // Largest gap inside each candidate step (b, b + P): a sliding-window maximum, O(window).
+  std::deque<size_t> inner;  // indices with decreasing gaps
+  size_t next_in = w.start + 1;
+  for (size_t b = w.start; b + P <= end; ++b) {
+    for (; next_in < b + P; ++next_in) {
+      while (!inner.empty() && gaps_[inner.back()] <= gaps_[next_in]) inner.pop_back();
+      inner.push_back(next_in);
     }
-    if (gaps.empty()) continue;
-    std::nth_element(gaps.begin(), gaps.begin() + static_cast<long>(gaps.size() / 2), gaps.end());
-    med[j] = gaps[gaps.size() / 2];
+    while (!inner.empty() && inner.front() <= b) inner.pop_front();
+    const uint64_t largest_inner = inner.empty() ? 0 : gaps_[inner.front()];
+    const size_t j = (b - w.start) % P;
+    if (base_ + b == 0) continue;  // the first call ever seen: no gap before it is known
+    ++w.seen[j];
+    w.total[j] += gaps_[b];
+    if (gaps_[b] >= kMinBoundaryGapNs &&
+        static_cast<double>(gaps_[b]) >= kDominance * static_cast<double>(largest_inner))
+      ++w.wins[j];
   }
-  return med;
+}
+
+StepDetector::Fit StepDetector::score(size_t P, size_t end, size_t cycles) const {
+  Fit f;
+  f.period = P;
+  if (P == 0 || cycles == 0 || end < cycles * P || end > calls_.size()) return f;
+  f.boundary = end - cycles * P;
+  if (P < 2) return f;  // one call per cycle: no other gap to compare with
+  PhaseWins w;
+  phase_wins(P, end, cycles, w);
+  size_t best = 0;
+  for (size_t j = 1; j < P; ++j) {
+    // Most cycles won; among equals (none won: no timing structure), the largest gaps.
+    if (w.wins[j] > w.wins[best] || (w.wins[j] == w.wins[best] && w.total[j] > w.total[best])) best = j;
+  }
+  f.boundary = w.start + best;
+  f.share = w.seen[best] ? static_cast<double>(w.wins[best]) / static_cast<double>(w.seen[best]) : 0;
+  f.fits = f.share >= kMinWinShare;
+  return f;
+}
+
+double StepDetector::share_at(size_t P, size_t end, size_t cycles, size_t boundary) const {
+  if (P < 2 || cycles == 0 || end < cycles * P || end > calls_.size()) return 0;
+  PhaseWins w;
+  phase_wins(P, end, cycles, w);
+  const size_t j = (boundary + P - w.start % P) % P;
+  return w.seen[j] ? static_cast<double>(w.wins[j]) / static_cast<double>(w.seen[j]) : 0;
+}
+
+StepDetector::Fit StepDetector::choose_alike(size_t from, size_t end, size_t p, size_t min_cycles,
+                                             size_t max_cycles) const {
+  Fit chosen;
+  for (size_t P = p; P <= largest_candidate(p); P += p) {
+    const size_t cycles = std::min(max_cycles, (end - from) / P);
+    if (cycles < min_cycles) continue;
+    Fit f = score(P, end, cycles);
+    // The largest that fits: a fraction of the step fits as well when the bucket gaps have a fixed
+    // order of sizes (4 buckets with gaps 1300, 500, 400, 30 ms fit P = 2), while a multiple of the
+    // step holds two boundaries and fits only if every other boundary is 1.5x the next.
+    if (f.fits) chosen = f;
+  }
+  return chosen;
+}
+
+size_t StepDetector::recheck_interval() const {
+  return std::max(kRecheckMinCalls, kRecheckSteps * std::max(period_, size_t{1}));
+}
+
+size_t StepDetector::largest_candidate(size_t p) {
+  // Up to kMaxMultiple repeats, within kMaxPeriod, and with kDecideCycles cycles inside the
+  // history an undecided pattern keeps (kMaxHistory / 2 after a trim).
+  size_t k = std::min({kMaxMultiple, kMaxPeriod / p, kMaxHistory / 2 / kDecideCycles / p});
+  return std::max(k, size_t{1}) * p;
+}
+
+size_t StepDetector::decide_calls(size_t p) { return kDecideCycles * largest_candidate(p); }
+
+void StepDetector::recheck(size_t end) {
+  if (end < pattern_start_ + kDecideCycles * period_) return;  // too little of this pattern yet
+  Fit f;
+  const size_t cycles = std::min(kDecideCycles, (end - pattern_start_) / period_);
+  if (timed_ && share_at(period_, end, cycles, next_) < kKeepShare) {
+    // The period in force lost its boundary (a changed pattern, or a moved boundary): what fits
+    // the last cycles of each candidate, to follow the change within about kDecideCycles of them.
+    f = choose_alike(pattern_start_, end, sig_period_, kDecideCycles, kDecideCycles);
+  } else {
+    // The period in force still holds (or none was found yet): a change needs the evidence of a
+    // first decision, every candidate on the same many calls, and, for a timed period, a multiple
+    // of it (it was a fraction of the step). Else a stretch of stalls, or noise in a few cycles of
+    // a long candidate, would move a period that is right.
+    const size_t from =
+        std::max(pattern_start_, end >= decide_calls(sig_period_) ? end - decide_calls(sig_period_) : 0);
+    f = choose_alike(from, end, sig_period_, kDecideCycles, SIZE_MAX);
+    if (f.fits && timed_ && !(f.period > period_ && f.period % period_ == 0)) return;
+  }
+  if (!f.fits) return;  // nothing fits clearly (a disturbed stretch): keep what we have
+  const size_t P = f.period;
+  // The first boundary of the fitting period at or after the next call to emit.
+  size_t b = f.boundary >= next_ ? f.boundary - (f.boundary - next_) / P * P
+                                 : f.boundary + (next_ - f.boundary + P - 1) / P * P;
+  if (P == period_ && b == next_) return;
+  // Calls up to the new boundary (less than one step) belong to no step.
+  for (size_t i = next_; i < b && i < calls_.size(); ++i)
+    last_end_ns_ = std::max(last_end_ns_, calls_[i].done_ns);
+  period_ = P;
+  next_ = b;
+  timed_ = true;
+  ++changes_;
 }
 
 bool StepDetector::try_lock(bool final) {
@@ -69,41 +171,71 @@ bool StepDetector::try_lock(bool final) {
     size_t start = calls_.size() - 3 * p;
     while (start > next_ && calls_[start - 1].signature == calls_[start - 1 + p].signature) --start;
 
-    // Identical calls (DDP buckets of one size) repeat with a shorter period than the step: a step
-    // is the multiple of p whose pattern has one dominant gap (data loading + forward).
-    size_t chosen = 0, boundary = 0;
-    bool undecided = false;
-    for (size_t k = 1; k <= kMaxMultiple && k * p <= kMaxPeriod; ++k) {
-      size_t P = k * p;
-      if (calls_.size() - start < 3 * P) {
-        undecided = true;
-        break;
+    // Every call alike (p = 1: gloo's "allreduce:0"): the signatures say nothing of the step. A
+    // longer run is anchored by a change of signature (NCCL's bucket sizes, FSDP's all-gathers then
+    // reduce-scatters), even if a signature repeats inside it: that run is the step, or a multiple.
+    const bool alike = p == 1;
+
+    Fit chosen;
+    size_t decided_at = start;  // calls the decision looked at end here
+    if (alike) {
+      // Decided on a fixed number of calls from the pattern's start, whatever the time of this
+      // call: every rank that sees the same pattern decides on the same calls.
+      const size_t need = decide_calls(p);
+      size_t min_cycles = kDecideCycles;
+      if (calls_.size() - start >= need) {
+        decided_at = start + need;
+      } else if (final) {
+        decided_at = calls_.size();
+        min_cycles = kMinCyclesFinal;
+      } else {
+        return false;  // wait for enough cycles
       }
-      auto med = phase_gaps(start, P);
-      size_t j = static_cast<size_t>(std::max_element(med.begin(), med.end()) - med.begin());
-      uint64_t second = 0;
-      for (size_t i = 0; i < P; ++i) {
-        if (i != j) second = std::max(second, med[i]);
+      // Every candidate on all of these calls: the shorter ones get more cycles (a fraction of the
+      // step that fits in a few cycles by chance does not in many; a cluster of stalls weighs less).
+      chosen = choose_alike(start, decided_at, p, min_cycles, SIZE_MAX);
+      timed_ = chosen.fits;
+      if (!chosen.period) {
+        // No timing structure: the signature period it is.
+        chosen = score(p, decided_at, std::min(kDecideCycles, (decided_at - start) / p));
       }
-      bool dominant = P > 1 && med[j] >= kMinBoundaryGapNs && med[j] >= 3 * second;
-      if (dominant) {
-        chosen = P;
-        boundary = j;
-        break;
+    } else {
+      // Anchored by its signatures: p calls, or the smallest multiple of p whose first cycles show
+      // one dominant gap (the same calls issued several times per step).
+      // One cycle more than kMinCyclesDistinct: every phase, not only the first, is judged on
+      // that many (a phase other than the first has one cycle less in a window).
+      const size_t cycles = kMinCyclesDistinct + 1;
+      timed_ = false;  // not re-checked: a change shows in the signatures
+      bool undecided = false;
+      for (size_t k = 1; k <= kMaxMultiple && k * p <= kMaxPeriod; ++k) {
+        const size_t P = k * p;
+        if (calls_.size() - start < cycles * P) {
+          undecided = true;
+          break;
+        }
+        Fit f = score(P, start + cycles * P, cycles);
+        decided_at = std::max(decided_at, start + cycles * P);
+        if (f.fits) {
+          chosen = f;
+          break;
+        }
+      }
+      if (!chosen.period) {
+        if (undecided && !final) return false;  // wait for more calls before deciding
+        const size_t have = std::min(cycles, (calls_.size() - start) / p);  // >= 3: p repeats 3 times
+        chosen = score(p, start + have * p, have);
       }
     }
-    if (!chosen) {
-      if (undecided && !final) return false;  // wait for more calls before deciding
-      chosen = p;                   // no timing structure: the signature period it is
-      auto med = phase_gaps(start, p);
-      boundary = static_cast<size_t>(std::max_element(med.begin(), med.end()) - med.begin());
-    }
-    size_t first = start + boundary;
+    const size_t first = start + (chosen.boundary - start) % chosen.period;
     // Calls before the pattern (initial broadcasts, a partial step) end the time before step 1.
     for (size_t i = next_; i < first; ++i) last_end_ns_ = std::max(last_end_ns_, calls_[i].done_ns);
-    period_ = chosen;
+    period_ = chosen.period;
     next_ = first;
     locked_ = true;
+    alike_ = alike;
+    sig_period_ = p;
+    pattern_start_ = start;
+    next_recheck_ = base_ + std::max(decided_at, first) + recheck_interval();
     return true;
   }
   return false;
@@ -112,14 +244,27 @@ bool StepDetector::try_lock(bool final) {
 std::vector<DetectedStep> StepDetector::take_steps(bool final) {
   std::vector<DetectedStep> out;
   if (!locked_ && !try_lock(final)) return out;
-  // Every pass either emits a period or moves `next_` forward: bounded by the calls we hold.
-  for (size_t guard = 0; guard <= calls_.size() + 1; ++guard) {
+  // Every pass emits a period, moves `next_` forward, or moves the next re-check forward: bounded
+  // by the calls we hold.
+  for (size_t guard = 0; guard <= 2 * calls_.size() + 2; ++guard) {
+    if (alike_ && next_recheck_ - base_ <= calls_.size()) {
+      // A re-check falls at a fixed call count: steps that end before it are emitted under the
+      // period in force, the rest under what the re-check finds.
+      const size_t r = static_cast<size_t>(next_recheck_ - base_);
+      if (next_ + period_ > r) {
+        recheck(r);
+        next_recheck_ += recheck_interval();
+        continue;
+      }
+    }
     size_t end = next_ + period_;
     if (end > calls_.size()) break;
     // A period is confirmed by the start of the next one (or the process ending).
     bool confirmed = end < calls_.size() || final;
     if (!confirmed) break;
-    bool same = next_ < period_ || period_matches(next_);
+    // The first period of the pattern has no period of it before to match (what is before is
+    // pre-pattern calls: DDP's broadcasts after its first iteration).
+    bool same = next_ < pattern_start_ + period_ || period_matches(next_);
     if (!same) {
       // The pattern changed (evaluation, a new phase): find it again from here.
       size_t old_next = next_, old_period = period_;
@@ -135,7 +280,8 @@ std::vector<DetectedStep> StepDetector::take_steps(bool final) {
     DetectedStep s;
     s.step = ++emitted_;
     uint64_t first_enter = calls_[next_].enter_ns;
-    s.start_ns = last_end_ns_ ? last_end_ns_ : (watch_start_ns_ ? std::min(watch_start_ns_, first_enter) : first_enter);
+    s.start_ns = last_end_ns_ ? last_end_ns_
+                              : (watch_start_ns_ ? std::min(watch_start_ns_, first_enter) : first_enter);
     std::vector<std::pair<uint64_t, uint64_t>> iv;
     for (size_t i = next_; i < end; ++i) {
       s.end_ns = std::max(s.end_ns, calls_[i].done_ns);
@@ -148,17 +294,19 @@ std::vector<DetectedStep> StepDetector::take_steps(bool final) {
     next_ = end;
     out.push_back(s);
   }
-  // Keep the history bounded: what is emitted is only needed as the previous period.
-  if (next_ > 2 * kMaxPeriod && calls_.size() > kMaxHistory / 2) {
-    size_t drop = next_ - std::max(period_, size_t{1});
+  // Keep the history bounded: what is emitted is only needed as the previous period and, for a
+  // timed period, as the cycles its re-checks look at.
+  auto drop_front = [&](size_t drop) {
     calls_.erase(calls_.begin(), calls_.begin() + static_cast<long>(drop));
-    next_ -= drop;
-  }
-  if (calls_.size() > kMaxHistory && !locked_) {
-    size_t drop = calls_.size() - kMaxHistory / 2;
-    calls_.erase(calls_.begin(), calls_.begin() + static_cast<long>(drop));
+    gaps_.erase(gaps_.begin(), gaps_.begin() + static_cast<long>(drop));
+    base_ += drop;
     next_ = next_ > drop ? next_ - drop : 0;
-  }
+    pattern_start_ = pattern_start_ > drop ? pattern_start_ - drop : 0;
+  };
+  size_t keep = std::max(period_, size_t{1});
+  if (locked_ && alike_) keep = std::max(keep, decide_calls(sig_period_));
+  if (next_ > keep + 2 * kMaxPeriod && calls_.size() > kMaxHistory / 2) drop_front(next_ - keep);
+  if (calls_.size() > kMaxHistory && !locked_) drop_front(calls_.size() - kMaxHistory / 2);
   return out;
 }
 

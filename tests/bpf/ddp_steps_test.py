@@ -1,0 +1,79 @@
+#!/usr/bin/env python3
+"""Steps of a real PyTorch DDP job over gloo, found by the agent (label bpf; root).
+
+`strata record --layers comm` watches testbed/workloads/ddp_train.py under Debian's /usr/bin/python3
+with python3-torch: 2 ranks over gloo, the large model (3 gradient buckets per iteration). Every
+gloo call has the same signature ("allreduce:0": the agent reads no gloo sizes), so only the timing
+says where an iteration starts (agent/comm/step_detector.h). Checked on the store:
+- each rank's calls are recorded (the 3 buckets of every iteration and DDP's start-up calls);
+- each rank has as many steps as the iterations it ran, give or take EDGE_STEPS (DDP's first
+  iteration runs before its buckets are rebuilt and is start-up to the detector);
+- both ranks have the same number of steps (the detector used to cut one rank every 2 calls and the
+  other every 3: 57 and 38 steps for the same 40 iterations).
+STEPS iterations give more calls than the detector's first decision looks at (128 for p = 1), so
+the decision made while the job runs is tested, not only the one at its end.
+Usage: ddp_steps_test.py BUILD_DIR
+"""
+import os
+import re
+import sqlite3
+import subprocess
+import sys
+import tempfile
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+sys.path.insert(0, os.path.join(os.path.dirname(HERE), "support"))
+from harness import check, failures  # noqa: E402
+
+B = os.path.abspath(sys.argv[1])
+STRATA = os.path.join(B, "bin", "strata")
+REPO = os.path.dirname(os.path.dirname(HERE))
+WORKLOAD = os.path.join(REPO, "testbed", "workloads", "ddp_train.py")
+PYTHON = "/usr/bin/python3"  # Debian's, with python3-torch (scripts/install-deps.sh)
+STEPS = 50
+BUCKETS = 3  # the large model's gradient buckets per iteration (bucket_cap_mb=1)
+# Iterations a rank may have more or fewer steps than it ran: DDP's first iteration (start-up to the
+# detector: its buckets are rebuilt after it), and one cut by the end of the recording.
+EDGE_STEPS = 2
+
+
+def main():
+    if os.geteuid() != 0:
+        raise SystemExit("ddp_steps_test needs root (BPF)")
+    if not os.path.exists(STRATA):
+        raise SystemExit("missing " + STRATA + " (build strata)")
+    if subprocess.run([PYTHON, "-c", "import torch"], capture_output=True).returncode != 0:
+        raise SystemExit(PYTHON + " cannot import torch: install python3-torch (scripts/install-deps.sh)")
+    with tempfile.TemporaryDirectory(prefix="strata-ddp-steps-") as tmp:
+        db = os.path.join(tmp, "ddp.db")
+        log = os.path.join(tmp, "record.log")
+        with open(log, "w") as out:
+            rc = subprocess.run([STRATA, "record", "--window", "5", "--layers", "comm", "-o", db, "--",
+                                 PYTHON, WORKLOAD, "--ranks", "2", "--steps", str(STEPS), "--model", "large"],
+                                stdout=out, stderr=subprocess.STDOUT, timeout=900).returncode
+        text = open(log).read()
+        print(text[-1500:])
+        check(rc == 0, "strata record of the DDP job exits 0 (got %d)" % rc)
+        # The workload prints one line per rank once every rank ran its STEPS iterations.
+        ranks = {int(m.group(2)): int(m.group(1)) for m in re.finditer(r"^rank (\d+) pid (\d+) step_ms", text, re.M)}
+        check(len(ranks) == 2, "the workload reports its 2 ranks (%s)" % ranks)
+        con = sqlite3.connect(db)
+        steps = {pid: n for pid, n in con.execute("SELECT pid, count(*) FROM steps GROUP BY pid")}
+        calls = {pid: n for pid, n in con.execute("SELECT pid, count(*) FROM collectives GROUP BY pid")}
+        for pid, rank in sorted(ranks.items(), key=lambda kv: kv[1]):
+            print("rank %d pid %d: %d calls, %d steps" % (rank, pid, calls.get(pid, 0), steps.get(pid, 0)))
+            check(calls.get(pid, 0) >= BUCKETS * (STEPS - 1),
+                  "rank %d: its calls are recorded (%d >= %d)" % (rank, calls.get(pid, 0), BUCKETS * (STEPS - 1)))
+            check(abs(steps.get(pid, 0) - STEPS) <= EDGE_STEPS,
+                  "rank %d: %d steps for %d iterations (within %d)" % (rank, steps.get(pid, 0), STEPS, EDGE_STEPS))
+        counts = [steps.get(pid, 0) for pid in ranks]
+        check(len(counts) == 2 and counts[0] == counts[1], "both ranks have the same number of steps (%s)" % counts)
+    if failures:
+        print("FAILED: %d check(s)" % len(failures))
+        return 1
+    print("PASSED")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
