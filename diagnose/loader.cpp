@@ -324,13 +324,15 @@ size_t find_change_point(const std::vector<double>& s, double min_rise) {
 // iterations, give or take the one cut by either end of that time. The agent finds each process's
 // steps by itself, from its own collective pattern (agent/comm/step_detector.h); when every call of
 // an iteration looks alike (DDP's buckets on gloo, whose byte counts are not read), the cut is
-// chosen from the gaps between calls, and a rank whose first calls showed no clear gap can be cut at
-// a fraction of the iteration: PyTorch DDP/gloo with 3 buckets per iteration got 57 steps on one rank
-// and 38 on the other over the same 40 iterations. Per-step figures of ranks cut differently do not
-// compare (the fraction's "steps" look short and idle), so such a rank is re-cut at the boundaries
-// of the rank whose steps are longest: the detector takes the smallest multiple of the repeating
-// pattern that shows one dominant gap, and falls back to the pattern itself without one, so a wrong
-// cut is a fraction of the iteration, never a multiple.
+// chosen from the gaps between calls. An older detector settled on its first calls and cut at a
+// fraction of the iteration: PyTorch DDP/gloo with 3 buckets per iteration got 57 steps on one rank
+// and 38 on the other over the same 40 iterations. Today's detector judges 16 cycles of every
+// candidate and re-checks (39 and 39 on the same calls), but stores recorded by older agents, and
+// a rank whose gaps stay ambiguous, still hold such cuts. Per-step figures of ranks cut differently
+// do not compare (the fraction's "steps" look short and idle), so such a rank is re-cut at the
+// boundaries of the rank whose steps are longest. The detector prefers the largest step length that
+// shows one dominant gap in 80% of cycles, so a too-long cut (a multiple) needs boundaries that
+// alternate in strength for a whole run; it is not corrected here.
 // A rank is cut differently when it has more steps than the reference beyond both bounds:
 // the two ends of the common time can each add one step ...
 constexpr size_t kStepCutEdgeSteps = 2;
