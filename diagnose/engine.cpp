@@ -1855,7 +1855,7 @@ std::optional<Finding> find_hang(const JobWindow& job, const Options& opt) {
   else
     f.evidence.push_back(fmt("no collective completed for %.1f s", stalled_s) + ": " + std::to_string(stalled_then_gone) +
                          " of " + std::to_string(n) + " rank processes ran on for " + fmt("%.0f s", opt.hang_s) +
-                         " or more inside a collective, then exited");
+                         " or more without progress, then exited" + inside_part);
   if (by_device) {
     std::vector<double> others;
     for (size_t i = 0; i < n; ++i) {
