@@ -9,7 +9,7 @@
 #include <linux/types.h>
 #endif
 
-#define STRATA_GPU_COMM_ABI_VERSION 3
+#define STRATA_GPU_COMM_ABI_VERSION 4
 #define STRATA_API_ARGS 8          /* rdi rsi rdx rcx r8 r9, then the first two stack words */
 #define STRATA_NCCL_ID_BYTES 128   /* sizeof(ncclUniqueId) */
 #define STRATA_API_STACK_DEPTH 64  /* user frames kept with a sampled launch */
@@ -98,5 +98,17 @@ struct strata_api_event {
 };
 
 #define STRATA_EV_API 16
+
+/* A call in flight (the `calls` map's value, keyed by (tid << 8) | api): saved at entry, deleted
+ * at return. The agent reads the map at each window's end: a collective still in it has been
+ * entered and has not returned (gloo blocks until the collective is done; a hung one never
+ * returns), the evidence of a rank stuck inside a call that the return events never show. */
+struct strata_api_call {
+  __u64 enter_ns; /* CLOCK_MONOTONIC */
+  __u64 args[STRATA_API_ARGS];
+  __u32 flags;
+  __u32 tgid;     /* the calling process: the key has only the thread */
+  __u8 nccl_id[STRATA_NCCL_ID_BYTES];
+};
 
 #endif /* STRATA_ABI_GPU_COMM_H */

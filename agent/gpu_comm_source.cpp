@@ -73,6 +73,30 @@ struct CommState {
 // The most ncclCommInitAll handles an event carries (its 128 id bytes, unused by that call).
 constexpr size_t kMaxInitAllHandles = STRATA_NCCL_ID_BYTES / sizeof(uint64_t);
 
+// A call still inside after this long at a window's end is reported as in flight (a metric row):
+// a healthy collective or synchronize returns in milliseconds to a few hundred, so a second is
+// well past them, and far below the diagnosis's hang bound (diagnose Options::hang_s, 10 s).
+constexpr double kInFlightReportS = 1.0;
+
+// The ncclComm_t argument of an NCCL collective, per the NCCL 2.28 signatures (nccl.h), as the
+// return's decoding reads it (handle()).
+uint64_t nccl_comm_arg(uint32_t api, const __u64* a) {
+  switch (api) {
+    case STRATA_API_NCCL_ALLREDUCE:      // (send, recv, count, dtype, op, comm, stream)
+    case STRATA_API_NCCL_REDUCESCATTER:
+    case STRATA_API_NCCL_BROADCAST:      // (send, recv, count, dtype, root, comm, stream)
+      return a[5];
+    case STRATA_API_NCCL_ALLGATHER:      // (send, recv, sendcount, dtype, comm, stream)
+    case STRATA_API_NCCL_SEND:           // (buf, count, dtype, peer, comm, stream)
+    case STRATA_API_NCCL_RECV:
+      return a[4];
+    case STRATA_API_NCCL_REDUCE:         // (send, recv, count, dtype, op, root, comm, stream)
+      return a[6];
+    default:
+      return 0;
+  }
+}
+
 struct PendingCollective {
   store::CollectiveRecord rec;  // times still CLOCK_MONOTONIC here
   uint64_t sync_done_ns = 0;
@@ -82,6 +106,8 @@ struct PendingCollective {
 struct ProcState {
   uint32_t pid = 0;
   bool alive = true;
+  uint64_t exit_mono = 0;          // when its exit was seen (0: alive)
+  bool exit_in_flight_done = false;  // the calls it died inside were reported (in_flight_calls)
   uint64_t watch_start_mono = 0;
   std::map<uint64_t, CommState> comms;           // by ncclComm_t handle
   std::map<uint32_t, uint64_t> gloo_seq;         // per API (gloo has no handle we read)
@@ -357,6 +383,7 @@ class GpuCommSource final : public Source {
     auto it = procs_.find(pid);
     if (it == procs_.end()) return;
     it->second.alive = false;
+    it->second.exit_mono = tape().mono_ns();
     // Take its device records now, then remove its file: nobody reads it after its last reader,
     // and left there every GPU process ever run would keep its ring in /run (memory).
     read_timeline(it->second, tape().mono_ns(), /*force=*/true);
@@ -453,6 +480,9 @@ class GpuCommSource final : public Source {
     for (auto& [pid, st] : procs_) {
       if (st.device >= 0) metrics.push_back({pid, "gpu.device", "", static_cast<double>(st.device)});
     }
+    // Measured to the window's end (the row's end_ns is that instant), so that the entry time a
+    // reader derives (end_ns - value) is the call's own, not shifted by how late the flush runs.
+    in_flight_calls(w.mono_end_ns ? w.mono_end_ns : now, metrics);
     if (auto s = store.put_metrics(w.recording, w.start_ns, w.end_ns, metrics); !s) return s;
 
     // Sampled launches with their CPU stacks.
@@ -529,6 +559,73 @@ class GpuCommSource final : public Source {
     uint64_t s = 0;
     for (auto v : values) s += v;
     return s;
+  }
+
+  // The calls the watched processes are inside now (entered, not returned), read from the probes'
+  // `calls` map: a metric row each (store::kInFlightMetric), the evidence of a rank stuck inside a
+  // collective that its return events never show (a gloo call blocks until the collective is done;
+  // a host waits for a hung NCCL collective in a stream synchronize). Costs nothing per call: one
+  // walk of the map per window. Only calls inside for kInFlightReportS or more at `now` (the
+  // window's end) are reported; one entered after it is the next window's.
+  void in_flight_calls(uint64_t now, std::vector<store::Metric>& metrics) {
+    if (!skel_) return;  // replay: no map to read
+    const bpf_map* map = skel_->maps.calls;
+    uint64_t key = 0, next = 0;
+    const uint64_t* prev = nullptr;
+    // A walk restarts from the first key when the one it stands on is deleted (a call returned):
+    // each call is reported once, and the bound (the map's size) keeps the walk finite.
+    std::set<uint64_t> walked;
+    for (uint32_t steps = 0; steps < bpf_map__max_entries(map) &&
+                             bpf_map__get_next_key(map, prev, &next, sizeof(next)) == 0;
+         ++steps) {
+      key = next;
+      prev = &key;
+      if (!walked.insert(key).second) continue;
+      strata_api_call c{};
+      if (bpf_map__lookup_elem(map, &key, sizeof(key), &c, sizeof(c), 0) != 0) continue;
+      const auto api = static_cast<uint32_t>(key & 0xff);
+      const auto tid = static_cast<uint32_t>(key >> 8);
+      const bool sync = api == STRATA_API_CUDA_STREAM_SYNCHRONIZE || api == STRATA_API_CUDA_DEVICE_SYNCHRONIZE ||
+                        api == STRATA_API_CUDA_EVENT_SYNCHRONIZE;
+      if (!(api_is_collective(api) || sync) || c.enter_ns == 0) continue;
+      auto it = procs_.find(c.tgid);
+      if (it == procs_.end()) continue;
+      ProcState& st = it->second;
+      // A process that exited since the last window: the calls it died inside (their entries
+      // stay, no return ever deletes them), once. Later windows do not have it.
+      if (!st.alive && (st.exit_in_flight_done || st.exit_mono == 0)) continue;
+      if (now < c.enter_ns) continue;
+      const double inside_s = static_cast<double>(now - c.enter_ns) / 1e9;
+      if (inside_s < kInFlightReportS) continue;
+      if (st.alive) {
+        // A thread that died inside the call leaves its entry behind (LRU): not a call in flight.
+        struct stat sb;
+        const std::string task = "/proc/" + std::to_string(c.tgid) + "/task/" + std::to_string(tid);
+        if (::stat(task.c_str(), &sb) != 0) continue;
+      }
+      store::InFlightCall call;
+      if (sync) {
+        call.library = "cuda";
+        call.op = api_name(api);
+      } else if (api >= STRATA_API_GLOO_ALLREDUCE) {
+        call.library = "gloo";
+        call.op = api_collective_op(api);
+        auto g = st.gloo_seq.find(api);
+        call.seq = (g == st.gloo_seq.end() ? 0 : g->second) + 1;  // the number its return will get
+      } else {
+        call.library = "nccl";
+        call.op = api_collective_op(api);
+        auto comm = st.comms.find(nccl_comm_arg(api, c.args));
+        if (comm != st.comms.end()) {
+          call.comm_id = comm->second.id;
+          call.seq = comm->second.seq + 1;
+        }
+      }
+      metrics.push_back({c.tgid, store::kInFlightMetric, store::in_flight_label(call), inside_s});
+    }
+    for (auto& [pid, st] : procs_) {
+      if (!st.alive) st.exit_in_flight_done = true;
+    }
   }
 
   uint64_t to_unix(uint64_t mono) const {

@@ -40,19 +40,14 @@ struct {
   __type(value, __u64);
 } gc_counters SEC(".maps");
 
-/* A call in flight, per (thread, api). LRU: threads that die mid-call do not leak entries. */
-struct call {
-  __u64 enter_ns;
-  __u64 args[STRATA_API_ARGS];
-  __u32 flags;
-  __u8 nccl_id[STRATA_NCCL_ID_BYTES];
-};
+/* A call in flight, per (thread, api) (abi/gpu_comm.h: the agent reads it for calls that have
+ * not returned). LRU: threads that die mid-call do not leak entries. */
 
 struct {
   __uint(type, BPF_MAP_TYPE_LRU_HASH);
   __uint(max_entries, 16384);
   __type(key, __u64);
-  __type(value, struct call);
+  __type(value, struct strata_api_call);
 } calls SEC(".maps");
 
 struct event_buf {
@@ -72,7 +67,7 @@ struct {
   __uint(type, BPF_MAP_TYPE_PERCPU_ARRAY);
   __uint(max_entries, 1);
   __type(key, __u32);
-  __type(value, struct call);
+  __type(value, struct strata_api_call);
 } call_scratch SEC(".maps");
 
 static __always_inline void bump(__u32 counter) {
@@ -118,10 +113,11 @@ int api_enter(struct pt_regs* ctx) {
   __u32 api = (__u32)bpf_get_attach_cookie(ctx);
 
   __u32 zero = 0;
-  struct call* c = bpf_map_lookup_elem(&call_scratch, &zero);
+  struct strata_api_call* c = bpf_map_lookup_elem(&call_scratch, &zero);
   if (!c) return 0;
   __builtin_memset(c, 0, sizeof(*c));
   c->enter_ns = bpf_ktime_get_ns();
+  c->tgid = tgid;
   c->args[0] = PT_REGS_PARM1(ctx);
   c->args[1] = PT_REGS_PARM2(ctx);
   c->args[2] = PT_REGS_PARM3(ctx);
@@ -148,7 +144,7 @@ int api_exit(struct pt_regs* ctx) {
   if (!bpf_map_lookup_elem(&targets, &tgid)) return 0;
   __u32 api = (__u32)bpf_get_attach_cookie(ctx);
   __u64 key = call_key((__u32)id, api);
-  struct call* c = bpf_map_lookup_elem(&calls, &key);
+  struct strata_api_call* c = bpf_map_lookup_elem(&calls, &key);
   if (!c) {
     bump(STRATA_GC_UNMATCHED_RETURN);
     return 0;

@@ -1620,14 +1620,41 @@ std::optional<StuckCall> stuck_call(const JobWindow& job, const std::string& com
   return s;
 }
 
-// Whether a rank's latest call was entered and never completed where completion is observable
-// (the rank's earlier calls were seen completing): the job stopped inside a collective.
-bool stuck_in_collective(const JobWindow& job) {
-  for (const auto& r : job.ranks) {
-    const CommProgress* p = latest_call(r);
-    if (p && !p->last_completed && p->completed > 0) return true;
+// Whether a rank is inside a collective now, and since when (its entry, unix ns; 0: not inside).
+// Inside means entered and not completed, as far as the store can show it:
+// - the agent saw the call in flight at the rank's latest window's end (CommProgress::in_flight):
+//   the host is in the call (gloo blocks there until the collective is done);
+// - or its completion is observable (the rank's earlier calls were seen completing, on the device
+//   for NCCL) and was never seen for this call;
+// - or, where completion is not observable (NCCL without a device timeline), the host has waited
+//   in a CUDA synchronize since after it entered the call: it waits for the collective's stream;
+// - or, with no collective recorded at all (the communication probes did not attach), the host
+//   waits in a CUDA synchronize: for device work, a collective's or a kernel's, that has not
+//   finished (since that synchronize's entry).
+// A rank whose calls all completed is outside every collective, however long ago its last one:
+// a checkpoint, an evaluation pass, a teardown, a stalled data loader look like that, and none
+// is a hang by itself.
+uint64_t inside_collective_since(const RankWindow& r) {
+  const CommProgress* p = latest_call(r);
+  if (!p) {
+    uint64_t since = 0;
+    for (const auto& f : r.in_flight) {
+      if (f.library == "cuda" && f.entered_ns > 0 && (since == 0 || f.entered_ns < since)) since = f.entered_ns;
+    }
+    return since;
   }
-  return false;
+  if (p->last_completed || p->last_enter_ns == 0) return 0;
+  if (p->in_flight || p->completed > 0) return p->last_enter_ns;
+  for (const auto& f : r.in_flight) {
+    if (f.library == "cuda" && f.entered_ns >= p->last_enter_ns) return p->last_enter_ns;
+  }
+  return 0;
+}
+
+// How long the rank has been inside its collective by the latest data (0: not inside).
+double inside_s(const JobWindow& job, const RankWindow& r) {
+  uint64_t since = inside_collective_since(r);
+  return since > 0 && job.observed_until_ns > since ? static_cast<double>(job.observed_until_ns - since) / 1e9 : 0;
 }
 
 void hang_collective_evidence(const JobWindow& job, const RankWindow& r, std::vector<std::string>& evidence) {
@@ -1637,9 +1664,19 @@ void hang_collective_evidence(const JobWindow& job, const RankWindow& r, std::ve
     return;
   }
   std::string call = mine->last_op + (mine->last_seq > 0 ? " #" + std::to_string(mine->last_seq) : "");
+  std::string state = mine->last_completed ? "completed"
+                     : mine->in_flight    ? "entered and never completed: still inside it at the latest window (the agent saw it in flight)"
+                                          : "entered and never completed";
   evidence.push_back(rank_name(r) + "'s last collective: " + call + " on " + comm_name(mine->comm) + " (" +
-                     std::to_string(mine->calls) + " calls on it recorded), " +
-                     (mine->last_completed ? "completed" : "entered and never completed"));
+                     std::to_string(mine->calls) + " calls on it recorded), " + state);
+  // Its host waiting for the device (a synchronize the agent saw in flight), when it does.
+  for (const auto& f : r.in_flight) {
+    if (f.library != "cuda" || f.seen_ns <= f.entered_ns) continue;
+    evidence.push_back(rank_name(r) + "'s host waits in " + f.op + ", entered " +
+                       fmt("%.1f s", static_cast<double>(f.seen_ns - f.entered_ns) / 1e9) +
+                       " before its latest window ended (seen in flight)");
+    break;
+  }
   auto s = stuck_call(job, mine->comm);
   if (!s) return;
   std::string stuck = s->op + " #" + std::to_string(s->seq) + " on " + comm_name(s->comm);
@@ -1698,8 +1735,38 @@ void hang_stack_evidence(const JobWindow& job, const RankWindow& r, double stall
   if (!off && !on) evidence.push_back("no stacks of " + rank_name(r) + " were recorded in the stall");
 }
 
-// A hang: no collective progress for opt.hang_s while rank processes are alive. Hangs have no step
-// time, so they come first.
+// A job whose ranks are all outside every collective and alive, with no collective progress for
+// this long, gets a note (never a finding, never a hang): such a stall is the job's own code (a
+// checkpoint, an evaluation pass, a teardown, a data loader that stopped) and routine ones take
+// seconds to minutes on large models; 10 minutes is the time PyTorch's NCCL watchdog gives a
+// collective by default, so a stall past it is one an on-call engineer wants to look at.
+constexpr double kStalledOutsideNoteS = 600;
+
+// Ranks by whether they are inside a collective now (in_s[i] > 0, the seconds since they entered).
+void inside_evidence(const JobWindow& job, const std::vector<double>& in_s, std::vector<std::string>& evidence) {
+  std::vector<int> in, out;
+  double longest = 0;
+  std::string op;
+  for (size_t i = 0; i < job.ranks.size(); ++i) {
+    if (in_s[i] > 0) {
+      in.push_back(job.ranks[i].rank);
+      if (in_s[i] > longest) {
+        longest = in_s[i];
+        if (const CommProgress* p = latest_call(job.ranks[i])) op = p->last_op + (p->last_seq > 0 ? " #" + std::to_string(p->last_seq) : "");
+      }
+    } else {
+      out.push_back(job.ranks[i].rank);
+    }
+  }
+  if (in.empty()) return;
+  evidence.push_back("ranks " + rank_list(in) + " are inside a collective (the longest: " + op + ", for " + fmt("%.1f s", longest) +
+                     ")" + (out.empty() ? "" : "; ranks " + rank_list(out) + " are inside none: they never entered it"));
+}
+
+// A hang: a rank stuck inside a collective (entered, not completed) for opt.hang_s or more, with no
+// collective progress for as long, while rank processes are alive (or were, until a watchdog ended
+// them). No progress with every rank outside every collective is no hang (inside_collective_since).
+// Hangs have no step time, so they come first.
 std::optional<Finding> find_hang(const JobWindow& job, const Options& opt) {
   const size_t n = job.ranks.size();
   uint64_t last = 0;
@@ -1708,11 +1775,20 @@ std::optional<Finding> find_hang(const JobWindow& job, const Options& opt) {
     last = std::max(last, r.last_progress_ns);
     alive += r.alive ? 1 : 0;
   }
+  std::vector<double> in_s(n, 0);
+  double longest = 0;
+  size_t inside = 0;
+  for (size_t i = 0; i < n; ++i) {
+    in_s[i] = inside_s(job, job.ranks[i]);
+    longest = std::max(longest, in_s[i]);
+    inside += in_s[i] > 0 ? 1 : 0;
+  }
+  if (longest < opt.hang_s) return std::nullopt;  // nobody stuck inside a collective
   // Ranks that are gone now but ran on, without progress, for hang_s after the job's last progress
   // while stuck inside a collective: a hang that a watchdog ended (NCCL's watchdog aborts after its
   // timeout, a launcher kills a job that stopped). A job that ends normally has completed its calls.
   size_t stalled_then_gone = 0;
-  if (alive == 0 && last > 0 && stuck_in_collective(job)) {
+  if (alive == 0 && last > 0) {
     for (const auto& r : job.ranks) {
       stalled_then_gone += r.last_seen_ns >= last + static_cast<uint64_t>(opt.hang_s * 1e9) ? 1 : 0;
     }
@@ -1733,7 +1809,7 @@ std::optional<Finding> find_hang(const JobWindow& job, const Options& opt) {
   // communicator, the culprit is among them. (With a device timeline the GPU that stopped first
   // says more: an asynchronous launch lets a hung GPU's host run ahead of its peers.)
   std::vector<bool> candidate(n, true);
-  bool by_calls = false;
+  bool by_calls = false, by_inside = false;
   if (!by_device) {
     std::string comm = job.communicator;
     if (comm.empty()) {
@@ -1745,8 +1821,17 @@ std::optional<Finding> find_hang(const JobWindow& job, const Options& opt) {
         if (std::find(s->missing.begin(), s->missing.end(), job.ranks[i].rank) != s->missing.end()) candidate[i] = true;
       }
       by_calls = true;
-      c = static_cast<size_t>(std::find(candidate.begin(), candidate.end(), true) - candidate.begin());
+    } else {
+      // Calls that do not pair up across ranks (no communicator id: gloo): the ranks inside no
+      // collective, when they are fewer than those inside one, never entered it (alive, or gone:
+      // a rank that died holds its peers as well).
+      const size_t outside = n - inside;
+      if (outside > 0 && outside < inside) {
+        for (size_t i = 0; i < n; ++i) candidate[i] = in_s[i] == 0;
+        by_inside = true;
+      }
     }
+    if (by_calls || by_inside) c = static_cast<size_t>(std::find(candidate.begin(), candidate.end(), true) - candidate.begin());
   }
   for (size_t i = 1; i < n; ++i) {
     if (!candidate[i]) continue;
@@ -1762,13 +1847,15 @@ std::optional<Finding> find_hang(const JobWindow& job, const Options& opt) {
   f.layer = by_device ? "gpu" : "comm";
   f.culprit = by_device ? "GPU " + std::to_string(r.gpu.index >= 0 ? r.gpu.index : r.rank) : rank_name(r);
   f.lost_ms_per_step = stalled_s * 1000;
+  const std::string inside_part = "; " + std::to_string(inside) + " of " + std::to_string(n) +
+                                  " ranks are inside a collective, the longest for " + fmt("%.1f s", longest);
   if (alive > 0)
     f.evidence.push_back(fmt("no collective completed for %.1f s", stalled_s) + " while " + std::to_string(alive) + " of " +
-                         std::to_string(n) + " rank processes are alive");
+                         std::to_string(n) + " rank processes are alive" + inside_part);
   else
     f.evidence.push_back(fmt("no collective completed for %.1f s", stalled_s) + ": " + std::to_string(stalled_then_gone) +
                          " of " + std::to_string(n) + " rank processes ran on for " + fmt("%.0f s", opt.hang_s) +
-                         " or more inside a collective, then exited");
+                         " or more without progress, then exited" + inside_part);
   if (by_device) {
     std::vector<double> others;
     for (size_t i = 0; i < n; ++i) {
@@ -1779,13 +1866,47 @@ std::optional<Finding> find_hang(const JobWindow& job, const Options& opt) {
                          " before its peers' (median): its peers wait for it in the collective");
     f.confidence = gap > 0 ? 0.9 : 0.5;
   } else {
-    // A rank its peers wait for in a numbered call is as direct as a GPU that stopped first.
-    f.confidence = by_calls ? 0.8 : 0.5;
+    // A rank its peers wait for in a numbered call is as direct as a GPU that stopped first; one
+    // that is merely inside no collective while they are inside one, a little less (its calls do
+    // not pair up with theirs).
+    f.confidence = by_calls ? 0.8 : by_inside ? 0.7 : 0.5;
   }
   hang_collective_evidence(job, r, f.evidence);
+  if (!by_calls) inside_evidence(job, in_s, f.evidence);
   hang_stack_evidence(job, r, stalled_s, f.evidence);
   f.advice = "dump the stacks of " + rank_name(r) + " (py-spy dump / cuda-gdb); check the GPU with nvidia-smi and dmesg (Xid)";
   return f;
+}
+
+// A job stalled outside every collective for kStalledOutsideNoteS or more, its ranks alive: a note
+// with where the ranks' threads are (no finding: nothing says it is stuck). "" otherwise.
+std::string stalled_outside_note(const JobWindow& job) {
+  uint64_t last = 0;
+  size_t alive = 0;
+  for (const auto& r : job.ranks) {
+    last = std::max(last, r.last_progress_ns);
+    alive += r.alive ? 1 : 0;
+    if (inside_collective_since(r) > 0) return "";
+  }
+  if (alive == 0 || last == 0 || job.observed_until_ns <= last) return "";
+  double stalled_s = static_cast<double>(job.observed_until_ns - last) / 1e9;
+  if (stalled_s < kStalledOutsideNoteS) return "";
+  std::string note = "no collective for " + fmt("%.0f s", stalled_s) + " while " + std::to_string(alive) + " of " +
+                     std::to_string(job.ranks.size()) +
+                     " rank processes are alive, none inside a collective: the job is stalled in its own code (a "
+                     "checkpoint, an evaluation, a data loader), not hung in a collective";
+  // Where the threads are: the heaviest stall path of the first alive rank with stacks.
+  for (const auto& r : job.ranks) {
+    const Values& v = !r.stall_oncpu.empty() ? r.stall_oncpu : r.stall_offcpu;
+    if (!r.alive || v.empty()) continue;
+    const Value* top = &v.front();
+    for (const auto& x : v) {
+      if (x.ms_per_step > top->ms_per_step) top = &x;
+    }
+    note += "; " + rank_name(r) + (&v == &r.stall_oncpu ? " runs " : " waits in ") + path_tail(job.names.name(top->name));
+    break;
+  }
+  return note;
 }
 
 // A slow link: everyone waits longer in the collectives and nobody computes longer. Its end is the
@@ -2151,6 +2272,9 @@ Diagnosis diagnose(const JobWindow& job, const Options& opt) {
   std::stable_sort(dx.findings.begin(), dx.findings.end(),
                    [](const Finding& a, const Finding& b) { return a.lost_ms_per_step > b.lost_ms_per_step; });
 
+  if (dx.findings.empty()) {
+    if (std::string stall = stalled_outside_note(job); !stall.empty()) dx.note += (dx.note.empty() ? "" : "; ") + stall;
+  }
   compare_opinions(dx);
   return dx;
 }

@@ -753,6 +753,7 @@ Result<JobWindow> load_job_window(store::Store& s, const LoadOptions& opt) {
   std::vector<NeighbourTime> neighbour_time;
   ByProc<std::pair<uint64_t, std::string>> neighbour_name;  // (seen at, name)
   uint64_t latest_window_start = 0;  // of any process: the latest window an agent closed
+  ByProc<std::vector<const store::Store::MetricRow*>> in_flight_rows;  // store::kInFlightMetric rows
   for (const auto& row : *rows) {
     const auto& m = row.metric;
     job.observed_until_ns = std::max(job.observed_until_ns, row.end_ns);
@@ -788,6 +789,11 @@ Result<JobWindow> load_job_window(store::Store& s, const LoadOptions& opt) {
     last_seen_end[proc] = std::max(last_seen_end[proc], row.end_ns);
     RankWindow& r = *it->second;
     if (m.name == "gpu.device") r.gpu.index = static_cast<int>(m.value);
+    if (m.name == store::kInFlightMetric) {
+      // Kept apart: only the rank's latest window says what it is inside now (below).
+      in_flight_rows[proc].push_back(&row);
+      continue;
+    }
     // Before the analysis window: the job's healthy past (after a change point), kept apart.
     bool before = row.end_ns < job.start_ns;
     if (before && (cp == 0 || row.start_ns < past_from_ns)) continue;  // no past, or warm-up
@@ -961,6 +967,44 @@ Result<JobWindow> load_job_window(store::Store& s, const LoadOptions& opt) {
     baseline.absorb(healthy);
     for (auto& r : job.ranks) r.past = RankPast{};
     baseline.apply(job);
+  }
+  // The calls each rank was inside at the end of its latest window (a call that returned since has
+  // no row in a later window): the collective it is stuck in, when it is stuck, even where the
+  // call is recorded only when it returns (gloo). The rank's progress on that communicator then
+  // ends in this call, entered and not completed. (A process that died inside a call has it in
+  // the window of its exit, its last: the agent reports the calls it died inside.)
+  for (auto& [proc, rows_of] : in_flight_rows) {
+    RankWindow& r = *by_proc[proc];
+    const uint64_t latest = last_seen[proc];
+    for (const auto* row : rows_of) {
+      if (row->start_ns != latest) continue;
+      auto call = store::parse_in_flight_label(row->metric.label);
+      if (!call || !(row->metric.value >= 0)) continue;  // not a label this loader knows: ignored
+      InFlight f{call->library, call->op, call->comm_id, call->seq, 0, row->end_ns};
+      const double inside_ns = row->metric.value * 1e9;
+      f.entered_ns = inside_ns < static_cast<double>(row->end_ns) ? row->end_ns - static_cast<uint64_t>(inside_ns) : 0;
+      r.in_flight.push_back(f);
+      if (f.library == "cuda") continue;  // a synchronize: no call of a communicator
+      auto cp_it = std::find_if(r.comms.begin(), r.comms.end(), [&](const CommProgress& p) { return p.comm == f.comm; });
+      if (cp_it == r.comms.end()) {
+        r.comms.push_back({});
+        cp_it = r.comms.end() - 1;
+        cp_it->comm = f.comm;
+      }
+      CommProgress& p = *cp_it;
+      // Later than every call that returned: by number where the two are numbered alike (per
+      // communicator; gloo per op), else by entry. The same number returned: the call did.
+      const bool numbered = f.seq > 0 && p.last_seq > 0 && (f.library != "gloo" || p.last_op == f.op);
+      const bool later = numbered ? f.seq > p.last_seq : f.entered_ns >= p.last_enter_ns;
+      if (p.calls > 0 && !later) continue;
+      ++p.calls;
+      p.last_seq = f.seq;
+      p.last_op = f.op;
+      p.last_bytes = 0;  // not read at entry
+      p.last_enter_ns = f.entered_ns;
+      p.last_completed = false;
+      p.in_flight = true;
+    }
   }
   for (const auto& r : job.ranks) job.observed_until_ns = std::max(job.observed_until_ns, r.last_progress_ns);
   // A job that made no progress for a while: where each rank's threads were since its last

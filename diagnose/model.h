@@ -125,6 +125,22 @@ struct CommProgress {
   bool last_completed = false;  // its completion was seen (on the device; the host's return for gloo)
   uint64_t completed = 0;       // calls whose completion was seen (0: completion not observable here)
   uint64_t last_enter_ns = 0;
+  // The latest call was seen entered and not returned at the end of the rank's latest recording
+  // window (the agent's calls in flight, InFlight below): the rank is inside it, whether or not its
+  // completion is observable otherwise (a gloo call is recorded only when it returns).
+  bool in_flight = false;
+};
+
+// A call a rank was inside at the end of its latest recording window (store::InFlightCall): a
+// collective (gloo blocks in it until the collective is done) or a CUDA synchronize (a host
+// waiting for its stream, where an NCCL collective's device work runs).
+struct InFlight {
+  std::string library;  // nccl | gloo | cuda
+  std::string op;       // allreduce, ...; the API's name for a synchronize
+  std::string comm;     // empty: not known
+  uint64_t seq = 0;     // 0: not numbered
+  uint64_t entered_ns = 0;  // unix ns
+  uint64_t seen_ns = 0;     // still inside then (the end of that window)
 };
 
 // One TCP connection of a rank in the analysis window, seen from the rank's side. "local" and
@@ -201,6 +217,7 @@ struct RankWindow {
   uint64_t last_progress_ns = 0;  // last collective completion or step end (unix ns)
   uint64_t last_device_ns = 0;    // end of the last device work seen; 0: unknown
   std::vector<CommProgress> comms;  // per communicator the rank called (empty: no collectives recorded)
+  std::vector<InFlight> in_flight;  // calls it was inside at its latest window's end (empty: none seen)
   // Where the rank's threads were after the job's last progress, when the job made none for a
   // while (the loader reads them only then): ms by call path over that stall, not per step. Off-CPU
   // holds every wait here (futex, sleep, poll), unlike `offcpu`: in a hang, what a rank waits on

@@ -152,4 +152,22 @@ Result<std::vector<std::pair<int64_t, int64_t>>> Store::recent_agent_ids(const s
   return std::move(*all);
 }
 
+std::string in_flight_label(const InFlightCall& c) {
+  return c.library + "|" + c.op + "|" + c.comm_id + "|" + std::to_string(c.seq);
+}
+
+std::optional<InFlightCall> parse_in_flight_label(const std::string& label) {
+  std::vector<std::string> parts;
+  size_t from = 0;
+  for (size_t bar; (bar = label.find('|', from)) != std::string::npos; from = bar + 1) parts.push_back(label.substr(from, bar - from));
+  parts.push_back(label.substr(from));
+  if (parts.size() != 4 || parts[0].empty() || parts[1].empty() || parts[3].empty()) return std::nullopt;
+  InFlightCall c{parts[0], parts[1], parts[2], 0};
+  for (char ch : parts[3]) {
+    if (ch < '0' || ch > '9' || c.seq > (UINT64_MAX - 9) / 10) return std::nullopt;
+    c.seq = c.seq * 10 + static_cast<uint64_t>(ch - '0');
+  }
+  return c;
+}
+
 }  // namespace strata::store

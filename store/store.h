@@ -135,6 +135,23 @@ struct CommunicatorRecord {
   std::string node;      // read back: the recording's node
 };
 
+// A call a process was inside at the end of a recording window: entered, not returned (the
+// agent reads the probes' calls in flight). Stored as a metric row of that window, name
+// kInFlightMetric, label in_flight_label(), value: seconds since the call was entered, at the
+// window's end. Collectives (gloo blocks until the collective is done, so a hung one never
+// returns and never gets a CollectiveRecord) and the CUDA synchronize calls a host waits for its
+// stream in. A later window without the row: the call returned (or the process is gone).
+inline constexpr const char* kInFlightMetric = "comm.in_flight_s";
+struct InFlightCall {
+  std::string library;  // nccl | gloo | cuda (a synchronize)
+  std::string op;       // allreduce, ... (collectives); the API's name for a synchronize
+  std::string comm_id;  // empty when unknown (gloo: no communicator id is read)
+  uint64_t seq = 0;     // the number the call gets when it returns (per communicator; gloo: per op); 0: none
+};
+// "library|op|comm_id|seq"; parse_in_flight_label returns nullopt for anything else.
+std::string in_flight_label(const InFlightCall& c);
+std::optional<InFlightCall> parse_in_flight_label(const std::string& label);
+
 // One collective or p2p call. Times are unix ns. `completion` says how the end on the device is
 // known: "device" (GPU timing source), "sync" (the stream's next synchronization returned), or
 // "none" (only the host call is known).

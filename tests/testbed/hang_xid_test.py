@@ -89,6 +89,16 @@ def main():
           "hang: rank 2's last collective (op, communicator, sequence number) in the evidence")
     check(evidence_with(f, "entered allreduce #") is not None or evidence_with(f, "never entered allreduce #") is not None,
           "hang: which ranks entered the call the job stopped in")
+    # The calls the ranks were inside at their windows' ends (the agent's calls in flight): every
+    # rank's host waits in cudaStreamSynchronize for the collective's stream, the stand-in GPU of
+    # rank 2 having stopped.
+    pids = dict(rows(db, "SELECT pid, rank FROM processes WHERE rank >= 0"))
+    inflight = rows(db, "SELECT pid, label, MAX(value) FROM metrics WHERE name = 'comm.in_flight_s' GROUP BY pid, label")
+    waiting = {pid for pid, label, v in inflight if label.startswith("cuda|cudaStreamSynchronize|") and v >= 10}
+    check(len({pids[p] for p in waiting & set(pids)}) == RANKS,
+          f"hang: the store holds ranks' cudaStreamSynchronize in flight for 10 s or more ({inflight}, ranks {pids})")
+    check(evidence_with(f, "rank 2's host waits in cudaStreamSynchronize", "seen in flight") is not None,
+          "hang: rank 2's host waiting in cudaStreamSynchronize (in flight) in the evidence")
     check(evidence_with(f, "rank 2 off-CPU", "since the job's last progress") is not None or
           evidence_with(f, "rank 2 on-CPU", "since the job's last progress") is not None,
           "hang: rank 2's stacks in the stall")

@@ -131,5 +131,189 @@ TEST(DiagnoseHangStore, HealthyJobReadsNoStallStacks) {
   EXPECT_TRUE(dx.findings.empty()) << dump(dx);
 }
 
+// A gloo job (PyTorch DDP on the CPU) written as the agent writes it: one all-reduce per step,
+// recorded when it returns (no communicator id, numbered per op), metric windows of 5 s while the
+// processes live, and the calls each rank is inside at a window's end (store::kInFlightMetric).
+struct GlooJob {
+  static constexpr int kRanks = 4;
+  static constexpr uint64_t kT0 = 1'700'000'000'000'000'000ull;
+  static constexpr uint64_t kStep = 500'000'000;     // 0.5 s
+  static constexpr uint64_t kWindow = 5'000'000'000;  // 5 s
+  int steps = 30;        // steps every rank completes
+  int hung = -1;         // this rank never enters the next all-reduce; the others wait inside it
+  double tail_s = 20;    // how long the processes run on after the last step, alive
+  // A long all-reduce that returned: the rank was inside it at this window's end (an older row).
+  int returned_in_window = -1;
+  // The latest window reports the last all-reduce in flight, which returned and was recorded too
+  // (it returned between the window's end and the agent's read of the calls in flight).
+  bool returned_in_last_window = false;
+
+  uint64_t pid(int rank) const { return 4000 + static_cast<uint64_t>(rank); }
+  uint64_t step_end(int k) const { return kT0 + static_cast<uint64_t>(k) * kStep; }  // step k: 1..
+
+  void write(store::Store& s) const {
+    auto rec = s.begin_recording({"n0", "strata record -- torchrun train.py", kT0, 99, 5});
+    ASSERT_TRUE(rec) << rec.error().message;
+    for (int r = 0; r < kRanks; ++r) {
+      store::ProcessInfo p;
+      p.pid = static_cast<uint32_t>(pid(r));
+      p.ppid = 1;
+      p.start_ns = kT0 - 10'000'000'000ull;
+      p.node = "n0";
+      p.comm = "python3";
+      p.command = "python3 train.py";
+      p.job = "ddp";
+      p.rank = r;
+      p.local_rank = r;
+      p.world_size = kRanks;
+      ASSERT_TRUE(s.put_process(*rec, p));
+    }
+    std::vector<store::StepRecord> steps_out;
+    std::vector<store::CollectiveRecord> colls;
+    for (int r = 0; r < kRanks; ++r) {
+      for (int k = 1; k <= steps; ++k) {
+        store::StepRecord st;
+        st.pid = static_cast<uint32_t>(pid(r));
+        st.step = static_cast<uint64_t>(k);
+        st.start_ns = step_end(k - 1);
+        st.end_ns = step_end(k);
+        st.collective_ns = 100'000'000;
+        steps_out.push_back(st);
+        store::CollectiveRecord c;
+        c.pid = st.pid;
+        c.tid = st.pid + 100;
+        c.library = "gloo";
+        c.op = "allreduce";
+        c.seq = static_cast<uint64_t>(k);
+        c.enter_ns = st.end_ns - 100'000'000;
+        c.exit_ns = st.end_ns;
+        c.completion = "host";
+        colls.push_back(c);
+      }
+    }
+    ASSERT_TRUE(s.put_steps(*rec, steps_out));
+    ASSERT_TRUE(s.put_collectives(*rec, colls));
+    const uint64_t until = step_end(steps) + static_cast<uint64_t>(tail_s * 1e9);
+    int wi = 0;
+    for (uint64_t w = kT0; w < until; w += kWindow, ++wi) {
+      std::vector<store::Metric> m;
+      for (int r = 0; r < kRanks; ++r) {
+        const uint32_t p = static_cast<uint32_t>(pid(r));
+        m.push_back({p, "os.cpu_time_us", "", 2e6});
+        const uint64_t entered = step_end(steps) + 1'000'000;  // the next all-reduce, entered
+        if (hung >= 0 && r != hung && w + kWindow > entered) {
+          m.push_back({p, store::kInFlightMetric,
+                       store::in_flight_label({"gloo", "allreduce", "", static_cast<uint64_t>(steps + 1)}),
+                       static_cast<double>(w + kWindow - entered) / 1e9});
+        }
+        if (wi == returned_in_window)
+          m.push_back({p, store::kInFlightMetric, store::in_flight_label({"gloo", "allreduce", "", 3}), 1.5});
+        if (returned_in_last_window && w + kWindow >= until)
+          m.push_back({p, store::kInFlightMetric, store::in_flight_label({"gloo", "allreduce", "", static_cast<uint64_t>(steps)}),
+                       static_cast<double>(w + kWindow - (step_end(steps) - 100'000'000)) / 1e9});
+      }
+      ASSERT_TRUE(s.put_metrics(*rec, w, w + kWindow, m));
+    }
+    ASSERT_TRUE(s.end_recording(*rec, until));
+  }
+};
+
+Result<JobWindow> load_gloo(const GlooJob& g, test::TempDir& dir, const std::string& name) {
+  auto st = store::Store::open_sqlite(dir.file(name), store::Store::Mode::kCreateOrAppend);
+  if (!st) return st.error();
+  g.write(**st);
+  return load_job_window(**st);
+}
+
+// The measured false hang, through the store: a gloo job that completed its 30 steps (every rank's
+// last call, allreduce #30, returned) and whose processes run on for 20 s (teardown), no call in
+// flight. Its ranks are outside every collective: no hang, no finding.
+TEST(DiagnoseHangStore, GlooTeardownAfterTheLastCallIsNoHang) {
+  test::TempDir dir;
+  GlooJob g;
+  auto jw = load_gloo(g, dir, "teardown.db");
+  ASSERT_TRUE(jw) << jw.error().message;
+  ASSERT_EQ(jw->ranks.size(), 4u);
+  for (const auto& r : jw->ranks) {
+    EXPECT_TRUE(r.alive) << "rank " << r.rank;
+    ASSERT_EQ(r.comms.size(), 1u);
+    EXPECT_EQ(r.comms[0].last_seq, 30u);
+    EXPECT_TRUE(r.comms[0].last_completed);
+    EXPECT_FALSE(r.comms[0].in_flight);
+    EXPECT_TRUE(r.in_flight.empty());
+  }
+  ASSERT_GE(jw->observed_until_ns - g.step_end(30), 15'000'000'000u);  // 15+ s without a collective
+  auto dx = diagnose(*jw);
+  EXPECT_TRUE(dx.findings.empty()) << dump(dx);
+}
+
+// A call in flight in an older window, absent from the latest one, returned: not in flight now.
+TEST(DiagnoseHangStore, OnlyTheLatestWindowSaysWhatARankIsInside) {
+  test::TempDir dir;
+  GlooJob g;
+  g.returned_in_window = 1;
+  auto jw = load_gloo(g, dir, "returned.db");
+  ASSERT_TRUE(jw) << jw.error().message;
+  for (const auto& r : jw->ranks) {
+    EXPECT_TRUE(r.in_flight.empty()) << "rank " << r.rank;
+    ASSERT_EQ(r.comms.size(), 1u) << "rank " << r.rank;
+    EXPECT_FALSE(r.comms[0].in_flight) << "rank " << r.rank;
+  }
+  EXPECT_TRUE(diagnose(*jw).findings.empty());
+
+  // ... and a call in flight at the latest window that was also recorded returning (the same
+  // number, #30) returned: the rank is outside every collective.
+  GlooJob late;
+  late.returned_in_last_window = true;
+  auto jl = load_gloo(late, dir, "returned-late.db");
+  ASSERT_TRUE(jl) << jl.error().message;
+  for (const auto& r : jl->ranks) {
+    EXPECT_EQ(r.in_flight.size(), 1u) << "rank " << r.rank;
+    ASSERT_EQ(r.comms.size(), 1u) << "rank " << r.rank;
+    EXPECT_FALSE(r.comms[0].in_flight) << "rank " << r.rank;
+    EXPECT_TRUE(r.comms[0].last_completed) << "rank " << r.rank;
+  }
+  EXPECT_TRUE(diagnose(*jl).findings.empty()) << dump(diagnose(*jl));
+}
+
+// A gloo hang: rank 2 never enters allreduce #31; ranks 0, 1, 3 entered it and are inside it at
+// every window's end since (in flight). The loader gives them #31 entered, not completed, in flight;
+// the hang names rank 2, alive and inside no collective.
+TEST(DiagnoseHangStore, GlooHangSeenInFlightThroughTheLoader) {
+  test::TempDir dir;
+  GlooJob g;
+  g.hung = 2;
+  auto jw = load_gloo(g, dir, "hang.db");
+  ASSERT_TRUE(jw) << jw.error().message;
+  for (const auto& r : jw->ranks) {
+    ASSERT_EQ(r.comms.size(), 1u) << "rank " << r.rank;
+    const CommProgress& p = r.comms[0];
+    EXPECT_EQ(p.comm, "");
+    EXPECT_EQ(p.last_seq, r.rank == 2 ? 30u : 31u) << "rank " << r.rank;
+    EXPECT_EQ(p.last_completed, r.rank == 2) << "rank " << r.rank;
+    EXPECT_EQ(p.in_flight, r.rank != 2) << "rank " << r.rank;
+    if (r.rank != 2) {
+      ASSERT_EQ(r.in_flight.size(), 1u);
+      EXPECT_EQ(r.in_flight[0].library, "gloo");
+      EXPECT_EQ(r.in_flight[0].op, "allreduce");
+      EXPECT_EQ(r.in_flight[0].seq, 31u);
+      // Entered 1 ms after the last step's end, as written (within the seconds' rounding).
+      const int64_t off = static_cast<int64_t>(r.in_flight[0].entered_ns) - static_cast<int64_t>(g.step_end(30) + 1'000'000);
+      EXPECT_LT(std::llabs(off), 1000) << off;
+    }
+  }
+  auto dx = diagnose(*jw);
+  const Finding* f = nullptr;
+  for (const auto& x : dx.findings) {
+    if (std::string(cause_name(x.cause)) == "hang") f = &x;
+  }
+  ASSERT_NE(f, nullptr) << dump(dx);
+  EXPECT_EQ(f->rank, 2) << dump(dx);
+  EXPECT_TRUE(has_evidence(*f, {"3 of 4 ranks are inside a collective"})) << dump(dx);
+  EXPECT_TRUE(has_evidence(*f, {"ranks [0,1,3] are inside a collective (the longest: allreduce #31",
+                                "ranks [2] are inside none: they never entered it"}))
+      << dump(dx);
+}
+
 }  // namespace
 }  // namespace strata::diagnose
