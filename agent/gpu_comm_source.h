@@ -27,6 +27,9 @@ struct GpuCommOptions {
   // their hits x cost pass this share of one CPU, they join the launch bursts (sampled) instead.
   double memory_budget_cpu = 0.002;
   double memory_rate_period_s = 2;  // the rate is judged over this long
+  // Past the budget, memory probes run in bursts this long (whole steps: see drive_memory_bursts),
+  // as often as the budget allows at the rate they saw.
+  double memory_burst_s = 1;
   size_t max_device_records_per_window = 20000;  // per process; beyond: summarized, counted
 };
 
