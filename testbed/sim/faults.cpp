@@ -176,7 +176,10 @@ FaultInjector::FaultInjector(const Options& opts, std::string run_dir, strata_gp
     case FaultKind::kGpuSlow: culprit_ = "GPU " + std::to_string(f.rank); break;
     case FaultKind::kHang: culprit_ = "GPU " + std::to_string(f.rank); break;
     case FaultKind::kNetworkSlow: culprit_ = "link of rank " + std::to_string(f.rank); break;
-    case FaultKind::kWorkloadImbalance: culprit_ = "load_batch"; break;
+    // The input, not a function: every function of the step does more of the same work (load_batch
+    // reads more, preprocess and the kernels run longer); the diagnosis says "larger batches
+    // (more work in F)", F the function whose time grew most, which unwinding decides.
+    case FaultKind::kWorkloadImbalance: culprit_ = "larger batches"; break;
     case FaultKind::kKernelRegression: culprit_ = f.kernel; break;
     case FaultKind::kGpuEcc:
     case FaultKind::kGpuXid:
