@@ -734,20 +734,25 @@ class GpuCommSource final : public Source {
   // per step read from them would swing by the step's shape, not by the program.
   void drive_memory_bursts(uint64_t now) {
     if (!memory_sampled_ || !opts_.gpu) return;
+    // The probes count from when they are all attached until they are all gone: attaching and
+    // detaching take tens of ms per file here, a share of a short burst that must not count as
+    // probed (it would scale the counts down by as much).
     if (memory_burst_on_) {
       if (now < memory_burst_end_) return;
       for (auto& [key, f] : files_) f.memory.destroy();
-      memory_probed_ns_ += now - memory_on_since_;
+      const uint64_t off = tape().mono_ns();
+      memory_probed_ns_ += off - memory_on_since_;
       memory_burst_on_ = false;
-      const double secs = static_cast<double>(now - memory_on_since_burst_) / 1e9;
-      next_memory_burst_ = now + memory_gap_ns(secs > 0 ? static_cast<double>(memory_burst_hits_) / secs : 0);
+      const double secs = static_cast<double>(off - memory_on_since_burst_) / 1e9;
+      next_memory_burst_ = off + memory_gap_ns(secs > 0 ? static_cast<double>(memory_burst_hits_) / secs : 0);
       return;
     }
     if (now < next_memory_burst_) return;
     for (auto& [key, f] : files_) f.memory = attach_probes(file_paths_[key], probes_of(f, ProbeClass::kMemory));
+    const uint64_t on = tape().mono_ns();
     memory_burst_on_ = true;
-    memory_on_since_ = memory_on_since_burst_ = now;
-    memory_burst_end_ = now + static_cast<uint64_t>(opts_.memory_burst_s * 1e9);
+    memory_on_since_ = memory_on_since_burst_ = on;
+    memory_burst_end_ = on + static_cast<uint64_t>(opts_.memory_burst_s * 1e9);
     memory_burst_hits_ = 0;
   }
 
