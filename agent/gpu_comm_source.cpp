@@ -306,6 +306,7 @@ class GpuCommSource final : public Source {
     uint64_t unix_ns = tape().unix_ns();
     mono_to_unix_ = static_cast<int64_t>(unix_ns) - static_cast<int64_t>(tape().mono_ns());
     next_burst_ = tape().mono_ns();
+    memory_window_start_ = memory_on_since_ = tape().mono_ns();
   }
 
   // Takes the API ring buffer's records (taped: the kernel's raw records, one drain per record).
@@ -407,6 +408,7 @@ class GpuCommSource final : public Source {
     if (!tape().replaying()) {
       check_memory_rate(now);
       drive_bursts(now);
+      drive_memory_bursts(now);
     }
     return {};
   }
@@ -477,6 +479,17 @@ class GpuCommSource final : public Source {
       metrics.push_back({key.first, "api.bytes", api_name(key.second), static_cast<double>(bytes)});
     }
     api_bytes_.clear();
+    // Once memory calls are sampled, the share of this window their probes were on: their sums
+    // cover that share of it, and the diagnosis scales them by it (diagnose/loader.cpp).
+    if (memory_sampled_ && now > memory_window_start_) {
+      const bool on = memory_burst_on_;
+      const double share = static_cast<double>(memory_probed_ns_ + (on ? now - memory_on_since_ : 0)) /
+                           static_cast<double>(now - memory_window_start_);
+      for (const auto& [pid, st] : procs_) metrics.push_back({pid, "api.memory_coverage", "", std::min(1.0, share)});
+    }
+    memory_window_start_ = now;
+    memory_probed_ns_ = 0;
+    if (!memory_sampled_ || memory_burst_on_) memory_on_since_ = now;
     for (auto& [pid, st] : procs_) {
       if (st.device >= 0) metrics.push_back({pid, "gpu.device", "", static_cast<double>(st.device)});
     }
@@ -776,9 +789,10 @@ class GpuCommSource final : public Source {
   }
 
   // Memory-call probes stay on while their hits x cost fit opts_.memory_budget_cpu; past it they are
-  // detached and join the launch bursts for good (their counts are samples from then on, which the
-  // stats say: gpu_comm.memory_probes_sampled). A period's allowance spent early trips it at once:
-  // a storm of calls costs at most one allowance plus a poll's worth of hits before it stops.
+  // detached and run in bursts of their own for good (their counts are samples from then on, which
+  // the stats say: gpu_comm.memory_probes_sampled, and api.memory_coverage per window). A period's
+  // allowance spent early trips it at once: a storm of calls costs at most one allowance plus a
+  // poll's worth of hits before it stops.
   void check_memory_rate(uint64_t now) {
     if (memory_sampled_ || !opts_.gpu) return;
     if (memory_rate_since_ == 0) {
@@ -795,8 +809,48 @@ class GpuCommSource final : public Source {
       }
       return;
     }
+    memory_probed_ns_ += now - memory_on_since_;  // on until now; off until the next burst
     memory_sampled_ = true;
     for (auto& [key, f] : files_) f.memory.destroy();
+    const double secs = static_cast<double>(now - memory_rate_since_) / 1e9;
+    next_memory_burst_ = now + memory_gap_ns(secs > 0 ? hits / secs : 0);
+  }
+
+  // Off-time after a memory burst, so that hits x cost stays inside opts_.memory_budget_cpu at the
+  // rate the calls came at.
+  uint64_t memory_gap_ns(double rate) const {
+    const double allowed = opts_.memory_budget_cpu / (opts_.uprobe_cost_us / 1e6);  // hits per second
+    const double duty = rate > allowed ? allowed / rate : 1.0;
+    const double period = std::clamp(opts_.memory_burst_s / duty, opts_.memory_burst_s, opts_.max_burst_period_s);
+    return static_cast<uint64_t>((period - opts_.memory_burst_s) * 1e9);
+  }
+
+  // Sampled memory probes run in bursts of their own, of opts_.memory_burst_s: long enough to span
+  // whole steps, since a program often makes its memory calls in one phase of the step (reads back
+  // at the end of it): the launch bursts (0.2 s) would see that phase or miss it, and the counts
+  // per step read from them would swing by the step's shape, not by the program.
+  void drive_memory_bursts(uint64_t now) {
+    if (!memory_sampled_ || !opts_.gpu) return;
+    // The probes count from when they are all attached until they are all gone: attaching and
+    // detaching take tens of ms per file here, a share of a short burst that must not count as
+    // probed (it would scale the counts down by as much).
+    if (memory_burst_on_) {
+      if (now < memory_burst_end_) return;
+      for (auto& [key, f] : files_) f.memory.destroy();
+      const uint64_t off = tape().mono_ns();
+      memory_probed_ns_ += off - memory_on_since_;
+      memory_burst_on_ = false;
+      const double secs = static_cast<double>(off - memory_on_since_burst_) / 1e9;
+      next_memory_burst_ = off + memory_gap_ns(secs > 0 ? static_cast<double>(memory_burst_hits_) / secs : 0);
+      return;
+    }
+    if (now < next_memory_burst_) return;
+    for (auto& [key, f] : files_) f.memory = attach_probes(file_paths_[key], probes_of(f, ProbeClass::kMemory));
+    const uint64_t on = tape().mono_ns();
+    memory_burst_on_ = true;
+    memory_on_since_ = memory_on_since_burst_ = on;
+    memory_burst_end_ = on + static_cast<uint64_t>(opts_.memory_burst_s * 1e9);
+    memory_burst_hits_ = 0;
   }
 
   void set_memory_stacks(bool on) {
@@ -827,10 +881,7 @@ class GpuCommSource final : public Source {
     if (!opts_.gpu) return;
     if (in_burst_) {
       if (now < burst_end_) return;
-      for (auto& [key, f] : files_) {
-        f.hot.destroy();
-        if (memory_sampled_) f.memory.destroy();
-      }
+      for (auto& [key, f] : files_) f.hot.destroy();
       set_memory_stacks(false);
       in_burst_ = false;
       double secs = static_cast<double>(now - burst_start_) / 1e9;
@@ -845,8 +896,7 @@ class GpuCommSource final : public Source {
     bool any = false;
     for (auto& [key, f] : files_) {
       f.hot = attach_probes(file_paths_[key], probes_of(f, ProbeClass::kHot));
-      if (memory_sampled_) f.memory = attach_probes(file_paths_[key], probes_of(f, ProbeClass::kMemory));
-      any = any || !f.hot.empty() || (memory_sampled_ && !f.memory.empty());
+      any = any || !f.hot.empty();
     }
     if (!any) {
       next_burst_ = now + static_cast<uint64_t>(opts_.min_burst_period_s * 1e9);
@@ -1332,7 +1382,7 @@ class GpuCommSource final : public Source {
   // when the probe took one (during a burst).
   void on_memory(const strata_api_event& e, const uint8_t* stack) {
     ++memory_hits_;
-    if (memory_sampled_) ++burst_hits_;  // sampled with the launches: their hits size the bursts too
+    if (memory_sampled_) ++memory_burst_hits_;  // its own bursts' rate sizes their gaps
     const __u64* a = e.args;
     uint64_t bytes = 0;
     switch (e.api) {
@@ -1400,6 +1450,11 @@ class GpuCommSource final : public Source {
   uint64_t memory_hits_ = 0, memory_stacks_ = 0;
   bool memory_sampled_ = false;  // memory probes past their budget: burst-only from then on
   uint64_t memory_rate_since_ = 0, memory_hits_at_ = 0;
+  // The memory probes' on-time in the current window (api.memory_coverage): since when they are on
+  // (always before they are sampled, during bursts after), and the time they were on before that.
+  uint64_t memory_window_start_ = 0, memory_on_since_ = 0, memory_probed_ns_ = 0;
+  bool memory_burst_on_ = false;  // sampled memory probes attached now
+  uint64_t next_memory_burst_ = 0, memory_burst_end_ = 0, memory_on_since_burst_ = 0, memory_burst_hits_ = 0;
   uint64_t timeline_lost_ = 0, device_records_summarized_ = 0;
   uint64_t timelines_removed_ = 0;  // files of exited processes removed after their last read
   uint64_t timelines_refused_ = 0;  // processes whose timeline file was refused (abi/gpu_timeline.h)

@@ -27,6 +27,12 @@ struct GpuCommOptions {
   // their hits x cost pass this share of one CPU, they join the launch bursts (sampled) instead.
   double memory_budget_cpu = 0.002;
   double memory_rate_period_s = 2;  // the rate is judged over this long
+  // Past the budget, memory probes run in bursts this long (whole steps: see drive_memory_bursts),
+  // as often as the budget allows at the rate they saw. Half a second: a storm ten times the
+  // budget (1.3k calls/s: 256 reads a step) still gets two bursts per 10 s window, so a window is
+  // seldom left unprobed (with 1 s bursts, 2 of 4 sync-copy runs of the accuracy bench, 10 s
+  // windows, had no memory-call evidence in the window diagnosed).
+  double memory_burst_s = 0.5;
   size_t max_device_records_per_window = 20000;  // per process; beyond: summarized, counted
 };
 

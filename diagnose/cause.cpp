@@ -27,6 +27,10 @@ constexpr CauseName kCauses[] = {
     {Cause::kGpuLost, "gpu-lost", "gpu"},
     {Cause::kPcieDegraded, "pcie-degraded", "gpu"},
     {Cause::kNvlinkDegraded, "nvlink-degraded", "gpu"},
+    // The host's layer, as launch-bound: the time goes to the host thread's calls while the GPU
+    // waits for it, and the fix is in the program (its allocator, its copies).
+    {Cause::kMemoryAllocChurn, "memory-alloc-churn", "cpu"},
+    {Cause::kSyncMemcpy, "sync-memcpy", "cpu"},
 };
 static_assert(sizeof kCauses / sizeof kCauses[0] == kCauseCount, "one name per cause");
 

@@ -26,6 +26,10 @@ enum class Cause : int {
   kGpuLost,
   kPcieDegraded,
   kNvlinkDegraded,
+  // The host thread waits in device-memory calls (issue 18): allocation and release every step
+  // (the caching allocator off, or fragmented so that it frees and retries), or synchronous copies.
+  kMemoryAllocChurn,
+  kSyncMemcpy,
   kCount,
 };
 inline constexpr size_t kCauseCount = static_cast<size_t>(Cause::kCount);

@@ -585,6 +585,7 @@ struct RankCase {
   // part of what the work costs (never contention: it is set apart from `runq` before the rules).
   double own_queue_ms = 0;
   double rec = 0, io = 0, irq = 0, pf = 0, launch = 0;
+  double alloc = 0, sync_copy = 0;       // host time in memory calls beyond the peers'
   std::optional<PathDiff> hot;           // the differential on-CPU profile's top path
   double rest_mine = 0, rest_peers = 0;  // on-CPU time outside `hot`'s function
   std::string idle_ev;                   // the GPU idled waiting for the CPU (evidence for host causes)
@@ -626,6 +627,20 @@ constexpr double kUsualWorkShare = 0.5;
 constexpr double kLaunchShareOfHost = 0.5;
 // A major fault without measured block I/O latency costs about an SSD read (0.5 ms).
 constexpr double kDefaultFaultMs = 0.5;
+// Device-memory calls (memory-alloc-churn, sync-memcpy) name the cause only when the program makes
+// more of them than its reference (peers, or its own healthy past) by this factor: the program
+// changed (the caching allocator off or fragmented, a copy made synchronous), not the same calls
+// running slower, which a slower device, link or host explains under its own cause. A per-step rate
+// read over windows of steps (and burst-sampled past the agent's budget) varies by 10-20% between
+// peers; churn multiplies the calls by the tensors of a step (tens).
+constexpr double kMoreMemoryCalls = 1.5;
+// ... and by at least one call per step: 0.2 calls per step against 0.1 is no new behaviour.
+constexpr double kMinExtraMemoryCalls = 1.0;
+// A synchronous copy that moves this factor more bytes per step also changed (a larger tensor read
+// back every step), with as many calls; the same reason as kMoreMemoryCalls.
+constexpr double kMoreCopiedBytes = 1.5;
+// Memory calls explain the host's extra time when they are half of it, as launches do.
+constexpr double kMemoryShareOfHost = 0.5;
 
 // Whether a call path was sampled in one of the rank's worker processes.
 bool in_worker(const std::string& path) { return std::string_view(path).substr(0, kWorkerFrame.size()) == kWorkerFrame; }
@@ -848,6 +863,142 @@ std::optional<Hypothesis> launch_bound(const RankCase& k) {
   return h;
 }
 
+// Where a rank's host thread calls a memory API from: on its on-CPU and off-CPU stacks, the frame
+// that calls the API's own frame, by the time under it (a real cudaMemcpy or cudaFree spins or
+// blocks there). Empty when no stack passes through the API (a call that sleeps is in neither).
+std::string memory_call_site(const JobWindow& job, const RankWindow& r, const std::string& api) {
+  std::map<std::string, double> by_caller;
+  for (const Values* profile : {&r.oncpu, &r.offcpu}) {
+    for (const auto& v : *profile) {
+      auto frames = split_path(job.names.name(v.name));
+      for (size_t i = 1; i < frames.size(); ++i) {
+        if (short_function(frames[i]) != api) continue;
+        for (size_t j = i; j-- > 0;) {
+          if (unresolved_frame(frames[j]) || frames[j] == kWorkerFrame) continue;
+          // A lambda's operator() names no code a person searches for: its enclosing function does.
+          std::string_view f = frames[j];
+          auto lambda = f.find("::{lambda");
+          by_caller[lambda == std::string_view::npos ? short_function(f) : "a lambda in " + short_function(f.substr(0, lambda))] +=
+              v.ms_per_step;
+          break;
+        }
+        break;
+      }
+    }
+  }
+  std::string best;
+  double most = 0;
+  for (const auto& [caller, t] : by_caller) {
+    if (t > most) best = caller, most = t;
+  }
+  return best;
+}
+
+// The memory calls of one kind on rank c against its peers and its own healthy past: whether the
+// program makes more of them (the rule's gate), and the evidence lines that say so.
+struct MemoryCallDiff {
+  bool more = false;           // more calls (or bytes) per step than the peers, by the named factors
+  bool more_than_past = false; // ... and than its own healthy past (false also when it has none)
+  bool has_past = false;
+  std::string top_api;         // the API whose time grew most ("cudaFree")
+  std::string apis;            // the APIs whose time grew, most first ("cudaFree + cudaMalloc")
+  std::vector<std::string> evidence;
+};
+
+MemoryCallDiff memory_call_diff(const RankCase& k, Os time, Os calls, Os mb, bool (*kind)(std::string_view)) {
+  const RankWindow& r = k.r;
+  MemoryCallDiff d;
+  const double calls_mine = r.get(calls);
+  const double calls_peers = peer_median(k.job, k.peers, [calls](const RankWindow& x) { return x.get(calls); });
+  if (!known(calls_mine) || !known(calls_peers)) return d;
+  auto more = [](double mine, double ref, double factor, double min_extra) {
+    return mine >= factor * ref && mine - ref >= min_extra;
+  };
+  bool more_calls = more(calls_mine, calls_peers, kMoreMemoryCalls, kMinExtraMemoryCalls);
+  double mb_mine = known(r.get(mb)) ? r.get(mb) : 0;
+  double mb_peers = peer_median(k.job, k.peers, [mb](const RankWindow& x) { return x.get(mb); });
+  bool more_bytes = mb == Os::kSyncCopyMb && known(mb_peers) && calls_mine >= kMinExtraMemoryCalls &&
+                    mb_mine > 0 && mb_mine >= kMoreCopiedBytes * mb_peers;
+  d.more = more_calls || more_bytes;
+  const double time_mine = r.get(time);
+  const double time_peers = peer_median(k.job, k.peers, [time](const RankWindow& x) { return x.get(time); });
+  auto per_call = [](double t, double n) { return n > 0 ? " (" + ms(t / n) + " per call)" : std::string(); };
+  d.evidence.push_back(k.who + fmt(" makes %.1f", calls_mine) + " of these calls per step vs " + fmt("%.1f", calls_peers) +
+                       " on its peers, and its host thread spends " + ms(time_mine) + " per step in them" +
+                       per_call(time_mine, calls_mine) + " vs " + ms(time_peers) + per_call(time_peers, calls_peers));
+  if (mb == Os::kSyncCopyMb && (mb_mine > 0 || (known(mb_peers) && mb_peers > 0)))
+    d.evidence.push_back(fmt("they copy %.1f MB", mb_mine) + " per step vs " + fmt("%.1f MB", known(mb_peers) ? mb_peers : 0.0) + " on its peers");
+  // Its own healthy past, when the job has one.
+  if (r.past.windows > 0 && known(r.past.get(calls))) {
+    d.has_past = true;
+    const double calls_past = r.past.get(calls);
+    d.more_than_past = more(calls_mine, calls_past, kMoreMemoryCalls, kMinExtraMemoryCalls);
+    d.evidence.push_back(fmt("in its own healthy past it made %.1f", calls_past) + " per step, " + ms(r.past.get(time)) + " in them" +
+                         (d.more_than_past ? ": the calls are new" : ": as many as now"));
+  }
+  // Which API grew, by its time.
+  struct Grew {
+    double ms;
+    NameId api;
+  };
+  std::vector<Grew> grew;
+  for (const auto& v : r.memory_api_ms) {
+    if (!kind(k.job.names.name(v.name))) continue;
+    double p = peer_median(k.job, k.peers, [&](const RankWindow& x) { return value_of(x.memory_api_ms, v.name); });
+    if (v.ms_per_step - p > 0) grew.push_back({v.ms_per_step - p, v.name});
+  }
+  std::sort(grew.begin(), grew.end(), [](const Grew& a, const Grew& b) { return a.ms > b.ms; });
+  std::string by_api;
+  for (const auto& g : grew) {
+    const std::string& api = k.job.names.name(g.api);
+    d.apis += (d.apis.empty() ? "" : " + ") + api;
+    by_api += (by_api.empty() ? "" : "; ") + api + " +" + ms(g.ms) + fmt(" (%.1f calls)", value_of(r.memory_api_calls, g.api));
+  }
+  if (!grew.empty()) {
+    d.top_api = k.job.names.name(grew.front().api);
+    d.evidence.push_back("by API, per step vs peers: " + by_api);
+  }
+  return d;
+}
+
+bool is_alloc_api(std::string_view api) { return api != "cudaMemcpy"; }
+bool is_copy_api(std::string_view api) { return api == "cudaMemcpy"; }
+
+// The share of the rank's loss a memory rule explains, said in its evidence.
+std::string memory_share(const RankCase& k, double explained) {
+  double share = k.extra > 0 ? std::min(1.0, explained / k.extra) : 0;
+  return "the extra time in these calls, " + ms(explained) + " per step, is " + fmt("%.0f%%", 100 * share) + " of the " +
+         ms(k.extra) + " per step " + k.who + " is busier than its peers (its extra busy time)";
+}
+
+std::optional<Hypothesis> memory_calls_hypothesis(const RankCase& k, Cause cause, double excess, Os time, Os calls, Os mb,
+                                                  bool (*kind)(std::string_view)) {
+  if (!(excess > 0 && excess >= kMemoryShareOfHost * k.host)) return std::nullopt;
+  MemoryCallDiff d = memory_call_diff(k, time, calls, mb, kind);
+  if (!d.more) return std::nullopt;  // the same calls, slower: not the program's doing
+  Hypothesis h;
+  h.cause = cause;
+  h.explained_ms = excess;
+  const std::string api = d.top_api.empty() ? std::string(cause == Cause::kSyncMemcpy ? "cudaMemcpy" : "cudaMalloc/cudaFree") : d.top_api;
+  std::string site = memory_call_site(k.job, k.r, api);
+  h.culprit = (d.apis.empty() ? api : d.apis) + (site.empty() ? "" : " (called from " + site + ")");
+  h.evidence = std::move(d.evidence);
+  h.evidence.push_back(memory_share(k, std::min(excess, k.extra)));
+  if (!site.empty()) h.evidence.push_back("its stacks inside " + api + " are called from " + site);
+  // As many calls in its own past: it always did this, and something else may be why it slowed.
+  constexpr double kAlwaysDidThis = 0.7;
+  if (d.has_past && !d.more_than_past) h.certainty = kAlwaysDidThis;
+  return h;
+}
+
+std::optional<Hypothesis> memory_alloc_churn(const RankCase& k) {
+  return memory_calls_hypothesis(k, Cause::kMemoryAllocChurn, k.alloc, Os::kAllocApi, Os::kAllocCalls, Os::kAllocCalls, is_alloc_api);
+}
+
+std::optional<Hypothesis> sync_memcpy(const RankCase& k) {
+  return memory_calls_hypothesis(k, Cause::kSyncMemcpy, k.sync_copy, Os::kSyncCopyApi, Os::kSyncCopyCalls, Os::kSyncCopyMb, is_copy_api);
+}
+
 // A CPU-only job (no device timeline: DDP on gloo) whose on-CPU time grew outside the top path too:
 // every step function does more of the same work, as with more data per step. A hotspot leaves the
 // rest as it was.
@@ -929,6 +1080,12 @@ constexpr CauseRule kRules[] = {
     {Cause::kIrqSoftirq, irq_softirq, true, 0.7, "move IRQ affinity (NIC queues) away from the training CPUs"},
     {Cause::kPageFaults, page_faults, true, 0.6, "keep the working set in memory (mlock, larger memory limit, no swap)"},
     {Cause::kLaunchBound, launch_bound, true, 0.6, "batch small kernels (CUDA graphs, fused ops)"},
+    {Cause::kMemoryAllocChurn, memory_alloc_churn, true, 0.8,
+     "keep PyTorch's caching allocator on (unset PYTORCH_NO_CUDA_MEMORY_CACHING) and cut fragmentation "
+     "(PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True, fewer shape changes); allocate {rank}'s buffers once, outside the step"},
+    {Cause::kSyncMemcpy, sync_memcpy, true, 0.8,
+     "copy asynchronously from pinned memory (non_blocking=True, pin_memory) and read values back (.item(), .cpu()) "
+     "once per step or less on {rank}"},
     {Cause::kWorkloadImbalance, imbalance_on_cpu, true, 0.85,
      "balance the work across ranks: check the sampler / sharding and batch sizes of {rank}"},
     {Cause::kHostHotspot, host_hotspot, true, 0.85,
@@ -991,6 +1148,8 @@ void measure(RankCase& k) {
   k.irq = os_excess(job, k.c, peers, Os::kIrq);
   k.pf = os_excess(job, k.c, peers, Os::kMajorFaults);
   k.launch = os_excess(job, k.c, peers, Os::kLaunchApi);
+  k.alloc = os_excess(job, k.c, peers, Os::kAllocApi);
+  k.sync_copy = os_excess(job, k.c, peers, Os::kSyncCopyApi);
   if (k.cpu > 0) {
     k.hot = differential_profile(job, k.c, peers, &RankWindow::oncpu);
     if (k.hot) {
@@ -1319,6 +1478,49 @@ std::vector<JobCandidate> job_layers(const JobWindow& job, double lost) {
     c.confidence = 0.6;
     c.evidence.push_back("every rank's CPUs spend " + ms(irq) + " more per step in IRQ/softirq than in the job's healthy past");
     c.advice = "move IRQ affinity (NIC queues) away from the training CPUs";
+    out.push_back(std::move(c));
+  }
+  // -- memory calls: every rank's host thread waits in more device-memory calls than in its own
+  // past (the caching allocator turned off for the whole job, a synchronous copy added to the loop).
+  struct MemoryKind {
+    Cause cause;
+    Os time, calls;
+    const char* what;
+    const char* advice;
+  };
+  for (const MemoryKind& m : {MemoryKind{Cause::kMemoryAllocChurn, Os::kAllocApi, Os::kAllocCalls, "device-memory allocation and release",
+                                         "keep PyTorch's caching allocator on (unset PYTORCH_NO_CUDA_MEMORY_CACHING) and allocate buffers once, outside the step"},
+                              MemoryKind{Cause::kSyncMemcpy, Os::kSyncCopyApi, Os::kSyncCopyCalls, "synchronous copies",
+                                         "copy asynchronously from pinned memory (non_blocking=True) and read values back once per step or less"}}) {
+    double grew = os_growth(m.time);
+    double calls_now = median(column(job, [&](const RankWindow& r) { return r.past.windows > 0 ? r.get(m.calls) : kUnknown; }));
+    double calls_past = median(column(job, [&](const RankWindow& r) { return r.past.windows > 0 ? r.past.get(m.calls) : kUnknown; }));
+    if (!(known(grew) && grew > 0 && known(calls_now) && known(calls_past) && calls_now >= kMoreMemoryCalls * calls_past &&
+          calls_now - calls_past >= kMinExtraMemoryCalls))
+      continue;
+    // The API with the most time per step on the median rank now.
+    std::map<std::string, std::vector<double>> by_api;
+    for (const auto& r : job.ranks) {
+      for (const auto& v : r.memory_api_ms) {
+        const std::string& api = job.names.name(v.name);
+        if ((m.cause == Cause::kSyncMemcpy) == (api == "cudaMemcpy")) by_api[api].push_back(v.ms_per_step);
+      }
+    }
+    std::string top;
+    double top_ms = 0;
+    for (auto& [api, v] : by_api) {
+      double t = median(std::move(v));
+      if (t > top_ms) top = api, top_ms = t;
+    }
+    JobCandidate c;
+    c.cause = m.cause;
+    c.culprit = (top.empty() ? std::string(m.what) : top) + " on every rank";
+    c.explained_ms = grew;
+    c.confidence = 0.7;
+    c.evidence.push_back("every rank's host thread spends " + ms(grew) + " more per step in " + m.what + " than in the job's healthy past");
+    c.evidence.push_back(fmt("the median rank makes %.1f", calls_now) + fmt(" of these calls per step vs %.1f before", calls_past) +
+                         (top.empty() ? "" : "; most of the time in " + top + " (" + ms(top_ms) + " per step)"));
+    c.advice = m.advice;
     out.push_back(std::move(c));
   }
   // -- CPU: one function costs more on every rank (a regression in the host code or its input).

@@ -266,7 +266,67 @@ struct Acc {
   int bio_lat_n = 0;
   double agent_ms = 0;  // the agent's own run time on the rank's CPUs
   bool agent_seen = false;
+  // Device-memory calls by window, then API name: host ms, calls, MB, as recorded.
+  std::map<std::pair<uint64_t, uint64_t>, std::map<std::string, std::array<double, 3>>> memory;
+  // The share of each window the agent probed memory calls in (api.memory_coverage; absent: all of
+  // it): past its budget it probes them in bursts only, and its sums cover that share.
+  std::map<std::pair<uint64_t, uint64_t>, double> memory_coverage;
+  bool gpu_seen = false;  // the GPU probes watched the process: no memory call recorded is none made
 };
+
+// The device-memory calls a rank's host thread waits in (agent/runtimes/runtimes.cpp's api_name
+// spells them): allocation and release, and synchronous copies. cudaMemcpyAsync is not one: it
+// returns at once.
+enum class MemoryCall { kNone, kAlloc, kSyncCopy };
+MemoryCall memory_call(const std::string& api) {
+  for (const char* a : {"cudaMalloc", "cudaFree", "cuMemAlloc_v2", "cuMemFree_v2", "cuMemAlloc", "cuMemFree"}) {
+    if (api == a) return MemoryCall::kAlloc;
+  }
+  return api == "cudaMemcpy" ? MemoryCall::kSyncCopy : MemoryCall::kNone;
+}
+
+// Memory calls per step of one process: what its windows recorded over the time they were probed,
+// times its step time. kUnknown where the GPU probes never watched it. Windows that began before
+// `from` (the analysis window's start: they straddle the change) are left out when later ones were
+// probed: their healthy stretch, probed throughout before the calls passed the agent's budget,
+// would outweigh the short bursts after it and pull the estimate back to the healthy rate.
+void fill_memory(const Acc& a, double step_ms, uint64_t from, std::array<double, kOsCount>& os, Values* by_ms,
+                 Values* by_calls, Values* by_mb, Names& names) {
+  if (!a.gpu_seen || !known(step_ms)) return;
+  auto probed = [&](const std::pair<uint64_t, uint64_t>& w) {
+    auto c = a.memory_coverage.find(w);
+    return ms_of(w.second - w.first) * (c == a.memory_coverage.end() ? 1.0 : std::clamp(c->second, 0.0, 1.0));
+  };
+  double inside_ms = 0;
+  for (const auto& w : a.windows) inside_ms += w.first >= from ? probed(w) : 0;
+  const bool inside_only = inside_ms > 0;
+  double probed_ms = 0;
+  std::map<std::string, std::array<double, 3>> sums;
+  for (const auto& w : a.windows) {
+    if (inside_only && w.first < from) continue;
+    probed_ms += probed(w);
+    auto m = a.memory.find(w);
+    if (m == a.memory.end()) continue;
+    for (const auto& [api, v] : m->second) {
+      for (size_t i = 0; i < v.size(); ++i) sums[api][i] += v[i];
+    }
+  }
+  if (probed_ms <= 0) return;  // never probed in these windows: unknown, not none
+  const double per_step = step_ms / probed_ms;
+  for (Os m : {Os::kAllocApi, Os::kAllocCalls, Os::kSyncCopyApi, Os::kSyncCopyCalls, Os::kSyncCopyMb}) os[static_cast<size_t>(m)] = 0;
+  for (const auto& [api, v] : sums) {
+    const bool alloc = memory_call(api) == MemoryCall::kAlloc;
+    os[static_cast<size_t>(alloc ? Os::kAllocApi : Os::kSyncCopyApi)] += v[0] * per_step;
+    os[static_cast<size_t>(alloc ? Os::kAllocCalls : Os::kSyncCopyCalls)] += v[1] * per_step;
+    if (!alloc) os[static_cast<size_t>(Os::kSyncCopyMb)] += v[2] * per_step;
+    if (by_ms) by_ms->push_back({names.id(api), v[0] * per_step});
+    if (by_calls) by_calls->push_back({names.id(api), v[1] * per_step});
+    if (by_mb) by_mb->push_back({names.id(api), v[2] * per_step});
+  }
+  for (Values* v : {by_ms, by_calls, by_mb}) {
+    if (v) normalize(*v);
+  }
+}
 
 // One OS metric of a process into its rank's sums; false when `name` is not one of these.
 bool add_os(Acc& a, const std::string& n, const std::string& label, double value) {
@@ -800,10 +860,18 @@ Result<JobWindow> load_job_window(store::Store& s, const LoadOptions& opt) {
     Acc& a = (before ? past_acc : acc)[proc];
     a.windows.insert({row.start_ns, row.end_ns});
     const std::string& n = m.name;
+    if (n == "gpu.device" || n.rfind("api.", 0) == 0) a.gpu_seen = true;
     if (add_os(a, n, m.label, m.value)) {
     } else if (n == "api.time_us" && m.label.find("LaunchKernel") != std::string::npos) {
       a.sum[static_cast<size_t>(Os::kLaunchApi)] += m.value / 1e3;
       a.seen[static_cast<size_t>(Os::kLaunchApi)] = true;
+    } else if (n == "api.memory_coverage") {
+      a.memory_coverage[{row.start_ns, row.end_ns}] = m.value;
+    } else if ((n == "api.time_us" || n == "api.calls" || n == "api.bytes") && memory_call(m.label) != MemoryCall::kNone) {
+      auto& v = a.memory[{row.start_ns, row.end_ns}][m.label];
+      if (n == "api.time_us") v[0] += m.value / 1e3;
+      else if (n == "api.calls") v[1] += m.value;
+      else v[2] += m.value / 1e6;
     }
     else if (n == "os.neighbour_run_us") {
       // "comm:pid"; the job's own processes are not neighbours (job_pids above). Named below by
@@ -876,6 +944,7 @@ Result<JobWindow> load_job_window(store::Store& s, const LoadOptions& opt) {
       fill(a, per_step, r.os, r.neighbours, r.kernels);
       if (a.bio_lat_n > 0) r.set(Os::kBioLatency, a.bio_lat_sum / a.bio_lat_n);
       if (a.agent_seen) r.agent_ms = a.agent_ms * per_step;
+      fill_memory(a, r.now.step_ms, job.start_ns, r.os, &r.memory_api_ms, &r.memory_api_calls, &r.memory_api_mb, job.names);
       for (auto& [label, l] : a.links) r.links.push_back(std::move(l));
     }
     size_t index = static_cast<size_t>(&r - job.ranks.data());
@@ -887,7 +956,10 @@ Result<JobWindow> load_job_window(store::Store& s, const LoadOptions& opt) {
     };
     per_kernel(kernels_now[index], r.now.steps, r.kernels);
     auto pt = past_acc.find(proc);
-    if (pt != past_acc.end() && known(r.base.step_ms)) fill(pt->second, per_step_of(pt->second, r.base.step_ms), r.past.os, r.past.neighbours, r.past.kernels);
+    if (pt != past_acc.end() && known(r.base.step_ms)) {
+      fill(pt->second, per_step_of(pt->second, r.base.step_ms), r.past.os, r.past.neighbours, r.past.kernels);
+      fill_memory(pt->second, r.base.step_ms, 0, r.past.os, nullptr, nullptr, nullptr, job.names);
+    }
     per_kernel(kernels_past[index], cp > 0 ? r.base.steps : 0, r.past.kernels);
     if (r.gpu.index >= 0) {
       auto g = gpus.find({r.node, "gpu" + std::to_string(r.gpu.index)});

@@ -34,9 +34,26 @@ const char* os_name(Os m) {
     case Os::kMajorFaults: return "major faults";
     case Os::kBioLatency: return "block I/O latency";
     case Os::kLaunchApi: return "kernel-launch API time";
+    case Os::kAllocApi: return "device-memory allocation API time";
+    case Os::kAllocCalls: return "device-memory allocation calls";
+    case Os::kSyncCopyApi: return "synchronous-copy API time";
+    case Os::kSyncCopyCalls: return "synchronous copies";
+    case Os::kSyncCopyMb: return "synchronously copied MB";
     case Os::kCount: break;
   }
   return "?";
+}
+
+bool os_is_time(Os m) {
+  switch (m) {
+    case Os::kMajorFaults:
+    case Os::kBioLatency:
+    case Os::kAllocCalls:
+    case Os::kSyncCopyCalls:
+    case Os::kSyncCopyMb:
+    case Os::kCount: return false;
+    default: return true;
+  }
 }
 
 }  // namespace strata::diagnose

@@ -81,10 +81,19 @@ enum class Os : int {
   kMajorFaults,   // count per step
   kBioLatency,    // mean block I/O latency, ms (not per step)
   kLaunchApi,     // host time in kernel-launch calls
+  // Device-memory calls (agent/gpu_comm_source.cpp's api.* metrics, every call while they fit the
+  // agent's budget, then sampled in bursts and scaled by the share of the window probed):
+  kAllocApi,      // host time in allocation and release calls (cudaMalloc/cudaFree, cuMemAlloc/cuMemFree)
+  kAllocCalls,    // those calls, count per step
+  kSyncCopyApi,   // host time in synchronous copies (cudaMemcpy: the host waits for the copy)
+  kSyncCopyCalls, // those copies, count per step
+  kSyncCopyMb,    // bytes they moved, MB per step
   kCount,
 };
 inline constexpr size_t kOsCount = static_cast<size_t>(Os::kCount);
 const char* os_name(Os m);
+// Whether a measurement is time per step (ms), which ranks compare as time; counts and sizes are not.
+bool os_is_time(Os m);
 
 // The GPU a rank drives, as NVML saw it in the window.
 struct GpuState {
@@ -204,6 +213,11 @@ struct RankWindow {
   // call, from on-CPU stacks (unwound with CFI through libc). A thread blocked in I/O often has
   // no usable user stack off-CPU; the same call seen on-CPU says where the rank blocks.
   Values syscall_callers;
+  // Device-memory calls by API name ("cudaFree", "cudaMemcpy", ...): host time (ms), calls and MB
+  // per step, for the evidence of which call grew (the Os sums above compare ranks).
+  Values memory_api_ms;
+  Values memory_api_calls;
+  Values memory_api_mb;
   std::vector<TcpLink> links;  // TCP connections that moved data (empty: not recorded)
   std::string process;  // the rank's process name (comm)
   // The agent's own run time on the rank's CPUs per step (kUnknown: not seen): its budgeted cost,

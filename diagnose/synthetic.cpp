@@ -27,6 +27,8 @@ std::string planted_culprit(const PlantedFault& f) {
   if (f.cause == "workload-imbalance") return "larger batches";
   if (f.cause == "page-faults") return "major page faults";
   if (f.cause == "launch-bound") return "kernel launches";
+  if (f.cause == "memory-alloc-churn") return "cudaFree";
+  if (f.cause == "sync-memcpy") return "cudaMemcpy";
   if (f.cause == "irq-softirq") return "interrupts on rank " + std::to_string(f.rank);
   return "";
 }
@@ -94,6 +96,9 @@ JobWindow make_synthetic_job(const SyntheticSpec& spec) {
   const NameId k_elem = job.names.id("vectorized_elementwise_kernel");
   const NameId n_hog = job.names.id("logrotate");
   const NameId n_kworker = job.names.id("kworker/0:1");
+  const NameId a_malloc = job.names.id("cudaMalloc");
+  const NameId a_free = job.names.id("cudaFree");
+  const NameId a_copy = job.names.id("cudaMemcpy");
   // Each step's gradient all-reduce buckets on the job's one communicator, numbered from 1 over the
   // baseline's 300 steps and the window's 100.
   constexpr uint64_t kCallsPerStep = 3;
@@ -128,6 +133,19 @@ JobWindow make_synthetic_job(const SyntheticSpec& spec) {
     r.set(Os::kIrq, noisy(0.005 * s));
     r.set(Os::kMajorFaults, 0);
     r.set(Os::kLaunchApi, noisy(0.005 * s));
+    // A step's few memory calls: a temporary allocated and freed, the loss read back (.item()).
+    // Without noise: the jitter's generator draws as before, so every other value stays as it was.
+    r.memory_api_ms = {{a_malloc, 0.0005 * s}, {a_free, 0.0002 * s}, {a_copy, 0.0004 * s}};
+    r.memory_api_calls = {{a_malloc, 1}, {a_free, 1}, {a_copy, 1}};
+    r.memory_api_mb = {{a_malloc, 1}, {a_free, 0}, {a_copy, 0.004}};
+    normalize(r.memory_api_ms);
+    normalize(r.memory_api_calls);
+    normalize(r.memory_api_mb);
+    r.set(Os::kAllocApi, value_of(r.memory_api_ms, a_malloc) + value_of(r.memory_api_ms, a_free));
+    r.set(Os::kAllocCalls, 2);
+    r.set(Os::kSyncCopyApi, value_of(r.memory_api_ms, a_copy));
+    r.set(Os::kSyncCopyCalls, 1);
+    r.set(Os::kSyncCopyMb, 0.004);
     r.kernels = {{k_gemm, r.now.device_compute_ms * 0.8}, {k_elem, r.now.device_compute_ms * 0.2}};
     r.oncpu = {{p_fwd, 0.1 * s}, {p_load, 0.05 * s}, {p_pre, 0.1 * s}};
     // Off-CPU summaries hold blocking in I/O and D state only (see loader.cpp).
@@ -225,6 +243,28 @@ JobWindow make_synthetic_job(const SyntheticSpec& spec) {
       // The host spends the time launching kernels (many small ones): the GPU waits for launches.
       host(f.ms);
       r.set(Os::kLaunchApi, r.get(Os::kLaunchApi) + f.ms);
+    } else if (f.cause == "memory-alloc-churn") {
+      // Every layer's temporaries through cudaMalloc/cudaFree (the caching allocator off): 200 more
+      // calls per step; cudaFree's device sync makes it the larger share.
+      host(f.ms);
+      auto add_api = [&](NameId api, double ms, double calls) {
+        addv(r.memory_api_ms, api, ms);
+        addv(r.memory_api_calls, api, calls);
+      };
+      add_api(a_free, 0.7 * f.ms, 100);
+      add_api(a_malloc, 0.3 * f.ms, 100);
+      r.set(Os::kAllocApi, r.get(Os::kAllocApi) + f.ms);
+      r.set(Os::kAllocCalls, r.get(Os::kAllocCalls) + 200);
+    } else if (f.cause == "sync-memcpy") {
+      // Activations read back synchronously every layer (.cpu() in the loop): 24 more copies of
+      // 2 MB per step.
+      host(f.ms);
+      addv(r.memory_api_ms, a_copy, f.ms);
+      addv(r.memory_api_calls, a_copy, 24);
+      addv(r.memory_api_mb, a_copy, 48);
+      r.set(Os::kSyncCopyApi, r.get(Os::kSyncCopyApi) + f.ms);
+      r.set(Os::kSyncCopyCalls, r.get(Os::kSyncCopyCalls) + 24);
+      r.set(Os::kSyncCopyMb, r.get(Os::kSyncCopyMb) + 48);
     } else if (f.cause == "kernel-regression") {
       // One kernel slower; the GPU and everything else as before.
       r.now.device_compute_ms += f.ms;

@@ -54,12 +54,20 @@ SIM_KINDS = [
     ("gpu-xid/74", "gpu-xid", "code=74"),
     ("pcie-degraded", "pcie-degraded", ""),
     ("nvlink-errors", "nvlink-errors", ""),
+    # Device-memory calls (issue 18): the culprit's host waits in cudaMalloc/cudaFree or synchronous
+    # cudaMemcpy; run with --memory-calls (SIM_FLAGS), so every rank makes a few such calls per step.
+    ("alloc-churn", "alloc-churn", ""),
+    ("sync-copy", "sync-copy", ""),
 ]
+# strata-sim flags of a kind's runs (C++ rank only), and the healthy runs made with them too.
+SIM_FLAGS = {"alloc-churn": ["--memory-calls"], "sync-copy": ["--memory-calls"]}
+MEMORY_CALLS_HEALTHY = ["--memory-calls"]
 # Faults of the hardware's counters: found whether or not the job is slower yet (an ECC error costs
 # nothing until it does), so "did it slow the job" does not gate their score.
 HARDWARE = {"gpu-ecc", "gpu-xid", "pcie-degraded", "nvlink-errors"}
-# Python ranks: the kinds strata-sim's rank.py runs (no data-loader worker there).
-PY_SKIP = {"io-stall/worker"}
+# Python ranks: the kinds strata-sim's rank.py runs (no data-loader worker there, no device-memory
+# calls of its own).
+PY_SKIP = {"io-stall/worker", "alloc-churn", "sync-copy"}
 
 # PyTorch DDP (gloo, CPU): the faults that apply to a CPU job, each sized to stand out on a shared
 # 2-core machine.
@@ -249,6 +257,7 @@ def one_run(args, case, workdir, log):
                "--fault", spec, "--seed", str(case.seed), "--truth", truth_path, "--hang-timeout", "25", "--quiet"]
         if case.family == "py":
             sim.append("--python")
+        sim += case.flags
     env = dict(os.environ)
     env["STRATA_NVML_LIBRARY"] = os.path.join(args.build, "testbed", "lib", "libnvidia-ml.so.1")
     # A stand-in GPU state of the run's own: another strata-sim on this machine (a test, a second
@@ -448,7 +457,11 @@ def build_matrix(args):
             for n in ranks:
                 for label, kind, opts in SIM_KINDS + [("none", "none", "")]:
                     if want(label) and not (fam == "py" and label in PY_SKIP):
-                        m.append(Case(fam, label, kind, opts, n, seed))
+                        flags = SIM_FLAGS.get(label, [])
+                        m.append(Case(fam, label, kind, opts, n, seed, "memory-calls" if flags else None, flags))
+                # A healthy job that makes memory calls every step: no finding either.
+                if fam == "cpp" and want("none"):
+                    m.append(Case(fam, "none", "none", "", n, seed, "memory-calls", MEMORY_CALLS_HEALTHY))
         for fam, variants in (("ddp", DDP_SEEN), ("ddp-heldout", DDP_HELDOUT)):
             if fam not in families:
                 continue

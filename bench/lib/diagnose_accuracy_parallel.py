@@ -15,6 +15,7 @@ import json
 import os
 import random
 import shutil
+import subprocess
 import sys
 import tempfile
 import time
@@ -45,17 +46,32 @@ def one_run(args, kind, layout, seed, workdir, log):
            "--hang-timeout", "25", "--quiet"]
     env = dict(os.environ)
     env["STRATA_NVML_LIBRARY"] = os.path.join(args.build, "testbed", "lib", "libnvidia-ml.so.1")
+    # A stand-in GPU state of the run's own (as diagnose_accuracy.py): another strata-sim on this
+    # machine maps the shared default, and its injected faults would show in this run.
+    testbed_dir = os.path.join(workdir, "testbed-" + name)
+    os.makedirs(testbed_dir, exist_ok=True)
+    env["STRATA_TESTBED_DIR"] = testbed_dir
     t0 = time.time()
-    r = acc.run([args.strata, "record", "--window", "10", "-o", db, "--"] + sim, env=env, timeout=900)
+    try:
+        r = acc.run([args.strata, "record", "--window", "10", "-o", db, "--"] + sim, env=env, timeout=900)
+    except subprocess.TimeoutExpired:
+        log.write(f"{name}: {spec}; did not finish in 900 s (load average {os.getloadavg()[0]:.1f}): left out\n")
+        log.flush()
+        shutil.rmtree(testbed_dir, ignore_errors=True)
+        return None
     wall = time.time() - t0
+    shutil.rmtree(testbed_dir, ignore_errors=True)
     if not os.path.exists(truth_path):
         log.write(f"{name}: no truth (record rc={r.returncode}): {r.stderr[-300:]}\n")
         return None
     truth = json.load(open(truth_path))
     dx = acc.diagnose(args.strata, db)
-    res = {"name": name, "kind": kind, "ranks": ranks, "pp": pp, "tp": tp, "python": False, "seed": seed,
-           "wall_s": wall, "findings": dx.get("findings", []), "error": dx.get("error"), "truth": truth["fault"],
-           "manifest": acc.manifest(truth) if kind != "none" else None, "latency_s": None}
+    # Scored by diagnose_accuracy.py's summarize, which reads its own records' keys: these runs are
+    # its "cpp" family (strata-sim's C++ rank).
+    res = {"name": name, "family": "cpp", "kind": kind, "variant": f"pp{pp}tp{tp}", "ranks": ranks, "pp": pp, "tp": tp,
+           "python": False, "seed": seed, "spec": spec, "wall_s": wall, "findings": dx.get("findings", []),
+           "error": dx.get("error"), "truth": truth["fault"],
+           "manifest": acc.manifest(truth, kind) if kind != "none" else None, "latency_s": None}
     if kind != "none":
         res["latency_s"] = acc.first_correct_latency(args.strata, db, truth, workdir)
     top = res["findings"][0] if res["findings"] else None

@@ -176,12 +176,18 @@ FaultInjector::FaultInjector(const Options& opts, std::string run_dir, strata_gp
     case FaultKind::kGpuSlow: culprit_ = "GPU " + std::to_string(f.rank); break;
     case FaultKind::kHang: culprit_ = "GPU " + std::to_string(f.rank); break;
     case FaultKind::kNetworkSlow: culprit_ = "link of rank " + std::to_string(f.rank); break;
-    case FaultKind::kWorkloadImbalance: culprit_ = "load_batch"; break;
+    // The input, not a function: every function of the step does more of the same work (load_batch
+    // reads more, preprocess and the kernels run longer); the diagnosis says "larger batches
+    // (more work in F)", F the function whose time grew most, which unwinding decides.
+    case FaultKind::kWorkloadImbalance: culprit_ = "larger batches"; break;
     case FaultKind::kKernelRegression: culprit_ = f.kernel; break;
     case FaultKind::kGpuEcc:
     case FaultKind::kGpuXid:
     case FaultKind::kPcieDegraded:
     case FaultKind::kNvlinkErrors: culprit_ = "GPU " + std::to_string(f.rank); break;
+    // The calls that churn: every layer's cudaMalloc (and the cudaFree that syncs after it).
+    case FaultKind::kAllocChurn: culprit_ = "cudaMalloc"; break;
+    case FaultKind::kSyncCopy: culprit_ = "cudaMemcpy"; break;
     case FaultKind::kNone: break;
   }
   // Every rank alike: the culprit is what they share.
@@ -340,6 +346,8 @@ Status FaultInjector::prepare() {
     case FaultKind::kNvlinkErrors: mechanism_ = "NVML stand-in: NVLink errors climb; stand-in GPU slowdown"; return {};
     case FaultKind::kHostHotspot: mechanism_ = "extra CPU work in slow_augment()"; return {};
     case FaultKind::kWorkloadImbalance: mechanism_ = "larger batches on the rank"; return {};
+    case FaultKind::kAllocChurn: mechanism_ = "cudaMalloc/cudaFree of every layer's temporaries (libcudart stand-in)"; return {};
+    case FaultKind::kSyncCopy: mechanism_ = "synchronous cudaMemcpy reads after every layer (libcudart stand-in)"; return {};
     case FaultKind::kNone: return {};
   }
   return {};
@@ -359,7 +367,8 @@ RankSetup FaultInjector::rank_setup(int rank) const {
   if (!culprit) return s;
   for (const auto& [ctrl, dir] : cgroups_) s.cgroup_procs.push_back(dir + "/cgroup.procs");
   if (!netns_.empty()) s.netns = netns_;
-  if (f.kind == FaultKind::kHostHotspot || f.kind == FaultKind::kWorkloadImbalance) {
+  if (f.kind == FaultKind::kHostHotspot || f.kind == FaultKind::kWorkloadImbalance || f.kind == FaultKind::kAllocChurn ||
+      f.kind == FaultKind::kSyncCopy) {
     std::string spec = f.name + ":start_step=" + std::to_string(f.start_step);
     for (const auto& [k, v] : f.params) spec += "," + k + "=" + std::to_string(v);
     s.env["STRATA_SIM_FAULT"] = spec;
@@ -506,6 +515,8 @@ Status FaultInjector::activate(pid_t culprit_pid) {
     }
     case FaultKind::kHostHotspot:
     case FaultKind::kWorkloadImbalance:
+    case FaultKind::kAllocChurn:
+    case FaultKind::kSyncCopy:
     case FaultKind::kNone:
       return {};  // in-process, from the rank's own start_step
   }

@@ -122,6 +122,9 @@ struct Fault {
   int start_step = 1 << 30;
   double ms = 0;      // host-hotspot
   double factor = 1;  // workload-imbalance
+  int tensors = 0;    // alloc-churn
+  int copies = 0;     // sync-copy: copies per layer
+  double kb = 0;      // sync-copy: KiB per copy
 };
 
 Fault parse_fault_env() {
@@ -142,6 +145,9 @@ Fault parse_fault_env() {
     if (key == "start_step") f.start_step = static_cast<int>(v);
     if (key == "ms") f.ms = v;
     if (key == "factor") f.factor = v;
+    if (key == "tensors") f.tensors = static_cast<int>(v);
+    if (key == "copies") f.copies = static_cast<int>(v);
+    if (key == "kb") f.kb = v;
   }
   return f;
 }
@@ -577,8 +583,12 @@ int main() {
   void* d_batch = nullptr;
   dev_malloc(&d_batch, kBatchBytes * 4);
   constexpr size_t kTempBytes = 1 << 20;       // --memory-calls: a step's temporary buffer
+  constexpr size_t kChurnBytes = 256 << 10;    // alloc-churn: one temporary (an activation's size here)
   constexpr size_t kReadbackBytes = 1 << 20;   // and the bytes it copies back (~40 us at 25 GB/s)
   std::vector<unsigned char> readback(kReadbackBytes);
+  void* copy_src = nullptr;  // sync-copy: the device buffer read back, and where to
+  size_t copy_bytes = 0;
+  std::vector<unsigned char> copy_dst;
 
   // Model parallel: per micro-batch and direction a receive, a send and a TP all-reduce per layer.
   const int kMaxComm = mp ? 2 * kMicroBatches * (kStageLayers + 2) + 2 : 2 * kLayers + kBuckets;
@@ -613,6 +623,36 @@ int main() {
       sink = sink + slow_augment(batch, static_cast<long>(fault.ms * units_per_ms));
     }
     double load_ms = now_ms() - t0;
+    // sync-copy: after the step, activations and statistics read back to the host one by one,
+    // synchronously (cudaMemcpy), as a loop that logs them with .cpu(): the host waits for every
+    // copy before the next step can start.
+    const bool copying = faulty && fault.kind == "sync-copy" && fault.copies > 0 && fault.kb > 0;
+    if (copying && copy_src == nullptr) {
+      copy_bytes = static_cast<size_t>(fault.kb * 1024);
+      dev_malloc(&copy_src, copy_bytes);
+      copy_dst.resize(copy_bytes);
+    }
+    auto sync_copies = [&] {
+      for (int i = 0; copying && i < fault.copies; ++i) {
+        CUDA_CHECK(cudaMemcpy(copy_dst.data(), copy_src, copy_bytes, cudaMemcpyDeviceToHost));
+        ++g_calls["cudaMemcpy"];
+        g_calls["bytes:cudaMemcpy"] += static_cast<long>(copy_bytes);
+      }
+    };
+    // alloc-churn: a layer's temporaries allocated before its kernels and freed after them, through
+    // the runtime, as PyTorch without its caching allocator does. Each cudaFree synchronizes the
+    // device first (its documented behaviour): the host waits for the layer's kernels, then the GPU
+    // waits for the host's next allocations.
+    std::vector<void*> temporaries;
+    const size_t churn_tensors = faulty && fault.kind == "alloc-churn" ? static_cast<size_t>(std::max(0, fault.tensors)) : 0;
+    auto churn_alloc = [&] {
+      temporaries.resize(churn_tensors);
+      for (auto& p : temporaries) dev_malloc(&p, kChurnBytes);
+    };
+    auto churn_free = [&] {
+      for (void* p : temporaries) dev_free(p);
+      temporaries.clear();
+    };
 
     CUDA_CHECK(cudaMemcpyAsync(d_batch, batch.data(), batch.size(), cudaMemcpyHostToDevice, compute));
     CUDA_CHECK(cudaEventRecord(c0, compute));
@@ -639,6 +679,7 @@ int main() {
           if (from >= 0 && from < lay.pp)
             on_comm([&] { NCCL_CHECK(ncclRecv(act[1], ne, ncclFloat, from, mpc.pp, comm_stream)); });
           for (int l = 0; l < kStageLayers; ++l) {
+            churn_alloc();
             if (fwd) {
               layer_norm(300 * w, compute);
               launch(k.gemm_fwd, 5000 * w, compute);
@@ -648,6 +689,7 @@ int main() {
               launch(k.gemm_bwd_weight, 5000 * w, compute);
               launch(k.add, 200 * w, compute);
             }
+            churn_free();
             if (lay.tp > 1)
               on_comm([&] { NCCL_CHECK(ncclAllReduce(tp_buf, tp_buf, nt, ncclFloat, ncclSum, mpc.tp, comm_stream)); });
           }
@@ -673,9 +715,11 @@ int main() {
         CUDA_CHECK(cudaStreamWaitEvent(compute, ce[ncomm], 0));
         ++ncomm;
       }
+      churn_alloc();
       layer_norm(300 * scale * batch_scale, compute);
       launch(k.gemm_fwd, fwd_us * batch_scale, compute);
       relu(200 * scale * batch_scale, compute);
+      churn_free();
     }
     if (!mp) {
       launch(k.softmax, 300 * scale * batch_scale, compute);
@@ -683,9 +727,11 @@ int main() {
     }
     // backward: gradients leave in buckets as their layers finish (DDP), or per layer (FSDP)
     for (int l = kLayers - 1; l >= 0 && !mp; --l) {
+      churn_alloc();
       launch(k.gemm_bwd_data, bwd_us / 2 * batch_scale, compute);
       launch(k.gemm_bwd_weight, bwd_us / 2 * batch_scale, compute);
       launch(k.add, 200 * scale * batch_scale, compute);
+      churn_free();
       bool bucket_full = !fsdp && (l % (kLayers / kBuckets) == 0);
       if (fsdp || bucket_full) {
         CUDA_CHECK(cudaEventRecord(grad_ready, compute));
@@ -707,6 +753,7 @@ int main() {
     CUDA_CHECK(cudaStreamWaitEvent(compute, comm_done, 0));
     launch(k.adam, opt_us, compute);
     CUDA_CHECK(cudaStreamSynchronize(compute));
+    sync_copies();
     if (memory_calls) {
       // A temporary buffer and the loss read back, as `.item()` does: synchronous, blocking for
       // kReadbackBytes / PCIe bandwidth of modeled device time.

@@ -53,6 +53,14 @@ const std::vector<KindInfo>& kinds() {
       {"pcie-degraded", FaultKind::kPcieDegraded, "gpu", "pcie-degraded", {{"factor", 1.5}}},
       // factor: device slowdown from NVLink replays and CRC errors on one link
       {"nvlink-errors", FaultKind::kNvlinkErrors, "gpu", "nvlink-degraded", {{"factor", 1.3}}},
+      // tensors: temporary buffers each layer of the forward and the backward allocates before its
+      // kernels and frees after them through cudaMalloc / cudaFree, as PyTorch does with its caching
+      // allocator off (PYTORCH_NO_CUDA_MEMORY_CACHING=1): every free synchronizes the device first
+      {"alloc-churn", FaultKind::kAllocChurn, "cpu", "memory-alloc-churn", {{"tensors", 16}}},
+      // copies: synchronous device-to-host reads (cudaMemcpy) per step after its optimizer, kb KiB
+      // each, as a loop that logs activations with .cpu() / .item(): the host waits for every copy
+      // (kb / PCIe bandwidth of modeled device time, plus the stand-in's copy and round trip)
+      {"sync-copy", FaultKind::kSyncCopy, "cpu", "sync-memcpy", {{"copies", 256}, {"kb", 64}}},
   };
   return k;
 }
@@ -204,6 +212,7 @@ void add_run_options(CLI::App& app, RunArgs& a) {
                  "memory-reclaim[headroom_mb] io-stall[rate_mbps] host-hotspot[ms] gpu-slow[factor] "
                  "network-slow[rate_mbit] hang workload-imbalance[factor] kernel-regression[kernel,factor] (every rank); "
                  "NVML: gpu-ecc gpu-xid[code=79|48|74] pcie-degraded[factor] nvlink-errors[factor]; "
+                 "CUDA memory calls: alloc-churn[tensors] sync-copy[copies,kb] (C++ rank only); "
                  "rank=all: gpu-slow, io-stall and network-slow on every rank alike; io-stall where=worker: "
                  "through a data-loader worker process")
       ->type_name("KIND[:rank=R,start_step=K,key=value...]");
@@ -272,6 +281,8 @@ Result<Options> finish_run(const RunArgs& a) {
   if (o.python && (a.driver_api || a.memory_calls))
     return Error{"--driver-api/--memory-calls: only the C++ rank makes these calls (drop --python)"};
   o.driver_api = a.driver_api;
+  if (o.python && (a.fault.rfind("alloc-churn", 0) == 0 || a.fault.rfind("sync-copy", 0) == 0))
+    return Error{"--fault " + a.fault.substr(0, a.fault.find(':')) + ": only the C++ rank makes device-memory calls (drop --python)"};
   o.memory_calls = a.memory_calls;
   if (model_parallel && !a.mode.empty() && a.mode != "ddp") return Error{"--pp/--tp: the replicas of a stage are ddp; drop --mode"};
   o.python_exe = a.python_exe;

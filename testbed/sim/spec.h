@@ -28,6 +28,9 @@ enum class FaultKind {
   kGpuXid,
   kPcieDegraded,
   kNvlinkErrors,
+  // The rank's host thread in device-memory calls (through the libcudart stand-in, real ABI).
+  kAllocChurn,
+  kSyncCopy,
 };
 
 struct FaultSpec {

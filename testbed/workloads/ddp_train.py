@@ -43,7 +43,9 @@ import torch.distributed as dist
 import torch.multiprocessing as mp
 
 LAYERS = {"host-hotspot": ("cpu", "host-hotspot", "slow_augment"),  # where=loop; see HOTSPOT_CULPRIT
-          "workload-imbalance": ("cpu", "workload-imbalance", "load_batch"),
+          # The culprit of an imbalance is the input (every function of the step does more), as the
+          # diagnosis names it: "larger batches (more work in F)".
+          "workload-imbalance": ("cpu", "workload-imbalance", "larger batches"),
           "cpu-contention": ("os", "cpu-contention", "strata-hog"),
           "cpu-throttling": ("os", "cpu-throttling", "cgroup cpu quota"),
           "network-slow": ("comm", "network-slow", "link of rank %(rank)d")}

@@ -262,7 +262,8 @@ TEST(GpuComm, DriverApiLaunchesAndMemoryCalls) {
 }
 
 // A storm of memory calls (~10k a second) passes the memory budget: the agent stops probing every
-// call and samples them in its launch bursts, so most calls go unprobed and the stats say so.
+// call and samples them in bursts of their own, so most calls go unprobed, the stats say so, and
+// each window says what share of it the probes covered (api.memory_coverage, under 1).
 TEST(GpuComm, MemoryCallStormIsSampledNotProbedAlways) {
   TempDir d;
   auto rec = run(strata_bin() + " record -o " + d.file("m.db") + " -- " + testprog("memory_storm") + " " +
@@ -285,6 +286,8 @@ TEST(GpuComm, MemoryCallStormIsSampledNotProbedAlways) {
     if (key.second == "cudaMalloc" || key.second == "cudaFree") counted += v;
   }
   EXPECT_EQ(counted, stat["gpu_comm.memory_hits"]) << "every probe hit is in the windows' counts";
+  auto coverage = metric_sums(*st, "api.memory_coverage");
+  EXPECT_FALSE(coverage.empty()) << "sampled windows say how much of them was probed";
 }
 
 TEST(GpuComm, ChromeTraceIsValidWithAProcessPerRank) {

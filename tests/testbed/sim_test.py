@@ -314,6 +314,46 @@ def test_driver_api_and_memory_calls_truth():
         assert set(r["calls"]) == {"cudaMalloc", "bytes:cudaMalloc"}, r  # set-up only: no driver, no per-step calls
 
 
+def test_alloc_churn():
+    # Every layer's temporaries through cudaMalloc/cudaFree on the culprit (16 per layer of the
+    # forward and the backward: 6 + 6 layers): each cudaFree syncs the device, so its stream's span
+    # from the first kernel to the last grows, and it waits least in the collectives.
+    steps, start = 25, 5
+    t = ok_run(["--ranks", "4", "--steps", str(steps), "--fault", "alloc-churn:rank=2,start_step=%d" % start])
+    straggler_pattern(t, 2, "compute_ms")
+    f = t["fault"]
+    assert (f["layer"], f["cause"], f["culprit"]) == ("cpu", "memory-alloc-churn", "cudaMalloc"), f
+    churned = 16 * 12 * (steps - start)
+    for r in t["per_rank"]:
+        c = r["calls"]
+        if r["rank"] == 2:
+            assert c["cudaFree"] == churned, c
+            assert c["cudaMalloc"] > churned, c  # and the set-up buffers
+        else:
+            assert "cudaFree" not in c, c
+
+
+def test_sync_copy():
+    # 256 synchronous 64 KiB reads (cudaMemcpy) after each step's optimizer on the culprit: its host
+    # is busy longer, so it waits least in the collectives and its peers wait for it.
+    steps, start = 25, 5
+    t = ok_run(["--ranks", "4", "--steps", str(steps), "--fault", "sync-copy:rank=1,start_step=%d" % start])
+    f = t["fault"]
+    assert (f["layer"], f["cause"], f["culprit"]) == ("cpu", "sync-memcpy", "cudaMemcpy"), f
+    comm, comm_base = medians(t, "comm_ms"), medians(t, "comm_ms", baseline=True)
+    others = peers(t, 1)
+    assert comm[1] < min(comm[r] for r in others), (comm, window(t))
+    for r in others:
+        assert comm[r] > comm_base[r] + 5, (r, comm[r], comm_base[r], window(t))
+    for r in t["per_rank"]:
+        c = r["calls"]
+        if r["rank"] == 1:
+            assert c["cudaMemcpy"] == 256 * (steps - start), c
+            assert c["bytes:cudaMemcpy"] == 256 * (steps - start) * 64 * 1024, c
+        else:
+            assert "cudaMemcpy" not in c, c
+
+
 def test_teardown_after_runs():
     for fault in ("cpu-contention:rank=1", "network-slow:rank=2", "cpu-throttling:rank=0",
                   "io-stall:rank=3", "memory-reclaim:rank=1"):
@@ -363,6 +403,8 @@ def test_bad_specs_exit_1():
                  ["--fault", "gpu-slow:rank=1,where=worker"], ["--fault", "gpu-xid:rank=1,code=13"],
                  ["--fault", "pcie-degraded:rank=all"], ["--fault", "nvlink-errors:rank=1,factor=0.5"], ["--fault", "gpu-ecc"],
                  ["--python", "--driver-api"], ["--python", "--memory-calls"],
+                 ["--python", "--fault", "alloc-churn:rank=1"], ["--python", "--fault", "sync-copy:rank=1"],
+                 ["--fault", "alloc-churn:rank=1,tensors=0"], ["--fault", "sync-copy:rank=1,kb=-1"],
                  ["--bogus"]):
         p = subprocess.run([SIM, "run", "--ranks", "4", "--steps", "10"] + args, capture_output=True, text=True,
                            timeout=30)

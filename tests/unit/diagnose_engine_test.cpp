@@ -74,6 +74,7 @@ INSTANTIATE_TEST_SUITE_P(AllCauses, PlantedCause,
                                            Case{"io-stall", "os"}, Case{"memory-reclaim", "os"},
                                            Case{"irq-softirq", "os"}, Case{"workload-imbalance", "cpu"},
                                            Case{"page-faults", "os"}, Case{"launch-bound", "cpu"},
+                                           Case{"memory-alloc-churn", "cpu"}, Case{"sync-memcpy", "cpu"},
                                            Case{"network-slow", "comm"}, Case{"hang", "gpu"}),
                          [](const auto& info) {
                            std::string n = info.param.cause;
@@ -130,6 +131,73 @@ INSTANTIATE_TEST_SUITE_P(Nvml, HardwareCause,
                            }
                            return n;
                          });
+
+// Memory calls name the cause only when the program makes more of them: the same calls, slower
+// (a slower device or host stretches cudaFree's sync), are not the program's churn.
+TEST(DiagnoseEngine, SameMemoryCallsSlowerAreNoChurn) {
+  SyntheticSpec spec;
+  spec.faults = {{3, "memory-alloc-churn", 40}};
+  JobWindow job = make_synthetic_job(spec);
+  RankWindow& r = job.ranks[3];
+  r.set(Os::kAllocCalls, job.ranks[0].get(Os::kAllocCalls));
+  r.memory_api_calls = job.ranks[0].memory_api_calls;
+  auto dx = diagnose(job);
+  ASSERT_FALSE(dx.findings.empty()) << dump(dx);  // still the straggler
+  EXPECT_EQ(dx.findings[0].rank, 3) << dump(dx);
+  EXPECT_NE(dx.findings[0].cause, Cause::kMemoryAllocChurn) << dump(dx);
+}
+
+// The evidence of a memory-call cause: the calls per step against the peers and the rank's own
+// healthy past, the API that grew, and the share of the loss its time explains.
+TEST(DiagnoseEngine, MemoryCallEvidenceNamesPeersPastApiAndShare) {
+  SyntheticSpec spec;
+  spec.past = true;
+  spec.faults = {{3, "memory-alloc-churn", 40}};
+  auto dx = diagnose(make_synthetic_job(spec));
+  ASSERT_FALSE(dx.findings.empty()) << dump(dx);
+  const Finding& f = dx.findings[0];
+  EXPECT_EQ(f.cause, Cause::kMemoryAllocChurn) << dump(dx);
+  std::string all;
+  for (const auto& e : f.evidence) all += e + "\n";
+  EXPECT_NE(all.find("of these calls per step vs"), std::string::npos) << all;
+  EXPECT_NE(all.find("in its own healthy past it made 2.0 per step"), std::string::npos) << all;
+  EXPECT_NE(all.find("the calls are new"), std::string::npos) << all;
+  EXPECT_NE(all.find("by API, per step vs peers: cudaFree"), std::string::npos) << all;
+  EXPECT_NE(all.find("% of the"), std::string::npos) << all;
+}
+
+// Churn on every rank alike (the caching allocator off for the whole job): no peer differs, the
+// job's own past says what grew.
+TEST(DiagnoseEngine, ChurnOnEveryRankIsAJobFinding) {
+  SyntheticSpec spec;
+  spec.past = true;
+  spec.faults = {{kAllRanks, "memory-alloc-churn", 40}};
+  auto dx = diagnose(make_synthetic_job(spec));
+  ASSERT_FALSE(dx.findings.empty()) << dump(dx);
+  EXPECT_EQ(dx.findings[0].scope, Scope::kJob) << dump(dx);
+  EXPECT_EQ(dx.findings[0].cause, Cause::kMemoryAllocChurn) << dump(dx);
+  EXPECT_NE(dx.findings[0].culprit.find("cudaFree"), std::string::npos) << dump(dx);
+}
+
+// A synchronous copy that moves more bytes per step with as many calls (a larger tensor read back)
+// is the program's too.
+TEST(DiagnoseEngine, LargerSynchronousCopiesAreSyncMemcpy) {
+  SyntheticSpec spec;
+  spec.faults = {{3, "sync-memcpy", 40}};
+  JobWindow job = make_synthetic_job(spec);
+  RankWindow& r = job.ranks[3];
+  r.set(Os::kSyncCopyCalls, job.ranks[0].get(Os::kSyncCopyCalls));
+  r.memory_api_calls = job.ranks[0].memory_api_calls;
+  auto dx = diagnose(job);
+  ASSERT_FALSE(dx.findings.empty()) << dump(dx);
+  EXPECT_EQ(dx.findings[0].cause, Cause::kSyncMemcpy) << dump(dx);
+  EXPECT_NE(dx.findings[0].culprit.find("cudaMemcpy"), std::string::npos) << dump(dx);
+  // ... and the same copies of the same size, slower, are not.
+  r.set(Os::kSyncCopyMb, job.ranks[0].get(Os::kSyncCopyMb));
+  dx = diagnose(job);
+  ASSERT_FALSE(dx.findings.empty()) << dump(dx);
+  EXPECT_NE(dx.findings[0].cause, Cause::kSyncMemcpy) << dump(dx);
+}
 
 // A link that trained at a lower generation than its peers' is degraded; the same generation on
 // every rank (however low) is the machine's, not a fault.
