@@ -505,7 +505,7 @@ class Server {
     count_request("profile");
     auto f = filter_of(req);
     if (!f) return reply_error(res, 400, f.error().message);
-    Result<report::Profile> p = Error{""};
+    Result<Profile> p = Error{""};
     {
       std::lock_guard lock(store_mu_);
       p = store_->load_profile(*f);

@@ -790,8 +790,8 @@ class ClickHouseStore final : public Store {
   }
 
   // -- reading
-  Result<report::Profile> load_profile(const ProfileFilter& f) override {
-    report::Profile p;
+  Result<Profile> load_profile(const ProfileFilter& f) override {
+    Profile p;
     p.kind = f.kind == CountKind::kOnCpu ? "oncpu" : "offcpu";
     p.value_unit = f.kind == CountKind::kOnCpu ? "count" : "microseconds";
     std::string rw = f.recording ? " WHERE id = " + std::to_string(*f.recording) : "";
@@ -846,7 +846,7 @@ class ClickHouseStore final : public Store {
     std::vector<int64_t> stack_ids;
     std::map<std::tuple<std::string, uint32_t, uint32_t, std::string, int64_t, uint64_t>, size_t> merged;
     for (const auto& r : *rows) {
-      report::ProfileSample s;
+      ProfileSample s;
       s.pid = static_cast<uint32_t>(u64(r[0]));
       s.tid = static_cast<uint32_t>(u64(r[1]));
       s.comm = r[2];

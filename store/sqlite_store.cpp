@@ -924,8 +924,8 @@ class SqliteStore final : public Store {
     return out;
   }
 
-  Result<report::Profile> load_profile(const ProfileFilter& f) override {
-    report::Profile p;
+  Result<Profile> load_profile(const ProfileFilter& f) override {
+    Profile p;
     p.kind = f.kind == CountKind::kOnCpu ? "oncpu" : "offcpu";
     p.value_unit = f.kind == CountKind::kOnCpu ? "count" : "microseconds";
     {
@@ -943,7 +943,7 @@ class SqliteStore final : public Store {
     // Samples per (node, pid, thread, stack): pids repeat across nodes, so the node (the recording's)
     // is part of a sample's identity.
     // ... and per window rate (WindowFidelity): counts at different rates are samples of different
-    // periods, weighed by their own (report::Profile::weighted).
+    // periods, weighed by their own (Profile::weighted).
     std::string sql =
         "SELECT sc.pid, sc.tid, sc.thread_comm, sc.stack_id, SUM(sc.value), r.node, " + window_hz() +
         " FROM stack_counts sc JOIN recordings r ON r.id = sc.recording_id JOIN windows w ON w.id = sc.window_id"
@@ -984,7 +984,7 @@ class SqliteStore final : public Store {
     std::vector<int64_t> stack_ids;
     int rc;
     while ((rc = s.step()) == SQLITE_ROW) {
-      report::ProfileSample smp;
+      ProfileSample smp;
       smp.pid = static_cast<uint32_t>(s.i64(0));
       smp.tid = static_cast<uint32_t>(s.i64(1));
       smp.comm = s.text(2);

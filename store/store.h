@@ -10,7 +10,7 @@
 
 #include "common/frame.h"
 #include "common/result.h"
-#include "report/profile.h"
+#include "common/profile.h"
 
 namespace strata::store {
 
@@ -401,7 +401,7 @@ class Store {
   }
 
   // -- reading
-  virtual Result<report::Profile> load_profile(const ProfileFilter& filter) = 0;
+  virtual Result<Profile> load_profile(const ProfileFilter& filter) = 0;
   virtual Result<std::vector<ProcessInfo>> processes(std::optional<int64_t> recording = std::nullopt) = 0;
   virtual Result<std::vector<std::pair<std::string, double>>> stats(int64_t recording) = 0;
   virtual Result<std::optional<int64_t>> latest_recording() = 0;

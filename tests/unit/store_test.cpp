@@ -55,7 +55,7 @@ void check_time_range(Store& s) {
     f.rank = 3;
     auto prof = s.load_profile(f);
     EXPECT_TRUE(prof) << prof.error().message;
-    return prof ? *prof : report::Profile{};
+    return prof ? *prof : Profile{};
   };
   EXPECT_EQ(load({}, {}).total(), 15u) << "no range: the whole recording";
   auto first = load(0, 1500);
