@@ -2,6 +2,8 @@
 
 #include <algorithm>
 
+#include "store/catalog.h"
+
 namespace strata::server {
 namespace {
 
@@ -311,19 +313,8 @@ Status IngestApplier::apply_records(const ingest::Batch& b, AgentMaps& m, AgentM
         auto rec = recording(b, m, added, x.recording(), o);
         if (!rec) return rec.error();
         std::vector<store::StepRecord> rows;
-        for (const auto& p : x.rows()) {
-          store::StepRecord s;
-          s.pid = p.pid();
-          s.step = p.step();
-          s.start_ns = p.start_ns();
-          s.end_ns = p.end_ns();
-          s.collective_ns = p.collective_ns();
-          s.device_collective_ns = p.device_collective_ns();
-          s.device_compute_ns = p.device_compute_ns();
-          s.gpu_idle_ns = p.gpu_idle_ns();
-          s.device_known = p.device_known();
-          rows.push_back(s);
-        }
+        rows.reserve(static_cast<size_t>(x.rows_size()));
+        for (const auto& p : x.rows()) rows.push_back(store::catalog::from_message(store::catalog::kSteps, p));
         if (auto st = rows_.put_steps(*rec, rows); !st) return st;
         o.rows["steps"] += rows.size();
         break;
