@@ -222,7 +222,7 @@ Status load_profile(store::Store& s, const store::RowQuery& span, JobWindow& job
   // On-CPU counts are samples of their windows' period each (the cost budget lowers the rate in
   // some windows: a 24 Hz sample is ~41 ms of CPU, a 99 Hz one ~10 ms); off-CPU counts are microseconds.
   const double default_unit_ms = kind == store::CountKind::kOnCpu ? 1000.0 / 99 : 1e-3;
-  auto unit_ms = [&](const report::ProfileSample& smp) {
+  auto unit_ms = [&](const ProfileSample& smp) {
     if (kind != store::CountKind::kOnCpu) return default_unit_ms;
     const uint64_t period = prof->period_of(smp);
     return period > 0 ? static_cast<double>(period) / kNsPerMs : default_unit_ms;

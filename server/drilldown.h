@@ -56,7 +56,7 @@ class AgentPeers {
 };
 
 struct DrilldownContext {
-  store::Store& store;
+  store::Ledger& store;  // the agents and their drill-down addresses
   std::mutex& store_mu;
   AgentPeers& peers;
   std::vector<std::string> allow;  // hosts a drilldown_url may name besides the agent's own address

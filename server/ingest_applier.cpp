@@ -2,6 +2,8 @@
 
 #include <algorithm>
 
+#include "store/catalog.h"
+
 namespace strata::server {
 namespace {
 
@@ -75,9 +77,9 @@ Result<IngestApplier::AgentMaps*> IngestApplier::maps_for(const std::string& age
   }
   AgentMaps m;
   const size_t half = std::max<size_t>(1, max_per_agent_ / 2);
-  auto recs = store_.recent_agent_ids(agent, store::AgentIdKind::kRecording, half);
+  auto recs = ledger_.recent_agent_ids(agent, store::AgentIdKind::kRecording, half);
   if (!recs) return recs.error();
-  auto stacks = store_.recent_agent_ids(agent, store::AgentIdKind::kStack, half);
+  auto stacks = ledger_.recent_agent_ids(agent, store::AgentIdKind::kStack, half);
   if (!stacks) return stacks.error();
   for (auto [l, s] : *recs) m.recordings[l] = s;
   for (auto [l, s] : *stacks) m.stacks[l] = s;
@@ -108,7 +110,7 @@ Result<std::optional<int64_t>> IngestApplier::lookup(const std::string& agent, s
   auto& cache = rec ? m.recordings : m.stacks;
   if (auto it = cache.find(local); it != cache.end()) return std::optional<int64_t>{it->second};
   // Older than what is cached: the store has every mapping.
-  auto id = store_.agent_id(agent, kind, local);
+  auto id = ledger_.agent_id(agent, kind, local);
   if (!id) return id.error();
   if (*id) fresh[local] = **id;  // cached with the batch's own once it commits
   return *id;
@@ -136,9 +138,9 @@ Result<int64_t> IngestApplier::recording(const ingest::Batch& b, AgentMaps& m, A
   store::RecordingInfo info;
   info.node = b.node();
   info.command = "[recording start lost by agent " + b.agent_id() + "]";
-  auto id = store_.begin_recording(info);
+  auto id = rows_.begin_recording(info);
   if (!id) return id.error();
-  if (auto st = store_.put_agent_id(b.agent_id(), store::AgentIdKind::kRecording, local, *id); !st) return st.error();
+  if (auto st = ledger_.put_agent_id(b.agent_id(), store::AgentIdKind::kRecording, local, *id); !st) return st.error();
   added.recordings[local] = *id;
   return *id;
 }
@@ -152,9 +154,9 @@ Result<int64_t> IngestApplier::stack(const ingest::Batch& b, AgentMaps& m, Agent
   Frame f;
   f.module = "[unknown]";
   f.function = "[stack lost by agent]";
-  auto id = store_.intern_stack(Stack{f}, store::UnwindMethod::kFramePointer);
+  auto id = rows_.intern_stack(Stack{f}, store::UnwindMethod::kFramePointer);
   if (!id) return id.error();
-  if (auto st = store_.put_agent_id(b.agent_id(), store::AgentIdKind::kStack, local, *id); !st) return st.error();
+  if (auto st = ledger_.put_agent_id(b.agent_id(), store::AgentIdKind::kStack, local, *id); !st) return st.error();
   added.stacks[local] = *id;
   return *id;
 }
@@ -173,9 +175,9 @@ Status IngestApplier::apply_records(const ingest::Batch& b, AgentMaps& m, AgentM
         info.started_ns = p.started_ns();
         info.sample_hz = p.sample_hz();
         info.window_s = p.window_s();
-        auto id = store_.begin_recording(info);
+        auto id = rows_.begin_recording(info);
         if (!id) return id.error();
-        if (auto st = store_.put_agent_id(agent, store::AgentIdKind::kRecording, p.local_id(), *id); !st) return st;
+        if (auto st = ledger_.put_agent_id(agent, store::AgentIdKind::kRecording, p.local_id(), *id); !st) return st;
         added.recordings[p.local_id()] = *id;
         o.rows["recordings"]++;
         break;
@@ -183,7 +185,7 @@ Status IngestApplier::apply_records(const ingest::Batch& b, AgentMaps& m, AgentM
       case ingest::Record::kRecordingEnd: {
         auto rec = recording(b, m, added, r.recording_end().recording(), o);
         if (!rec) return rec.error();
-        if (auto st = store_.end_recording(*rec, r.recording_end().ended_ns()); !st) return st;
+        if (auto st = rows_.end_recording(*rec, r.recording_end().ended_ns()); !st) return st;
         o.rows["recording_ends"]++;
         break;
       }
@@ -192,7 +194,7 @@ Status IngestApplier::apply_records(const ingest::Batch& b, AgentMaps& m, AgentM
         if (!rec) return rec.error();
         store::ProcessInfo proc = from_proto(r.process());
         proc.node = b.node();  // as the recording's (above)
-        if (auto st = store_.put_process(*rec, proc); !st) return st;
+        if (auto st = rows_.put_process(*rec, proc); !st) return st;
         o.rows["processes"]++;
         break;
       }
@@ -200,9 +202,9 @@ Status IngestApplier::apply_records(const ingest::Batch& b, AgentMaps& m, AgentM
         Stack s;
         s.reserve(static_cast<size_t>(r.stack().frames_size()));
         for (const auto& f : r.stack().frames()) s.push_back(from_proto(f));
-        auto id = store_.intern_stack(s, static_cast<store::UnwindMethod>(r.stack().method()));
+        auto id = rows_.intern_stack(s, static_cast<store::UnwindMethod>(r.stack().method()));
         if (!id) return id.error();
-        if (auto st = store_.put_agent_id(agent, store::AgentIdKind::kStack, r.stack().local_id(), *id); !st) return st;
+        if (auto st = ledger_.put_agent_id(agent, store::AgentIdKind::kStack, r.stack().local_id(), *id); !st) return st;
         added.stacks[r.stack().local_id()] = *id;
         o.rows["stacks"]++;
         break;
@@ -220,7 +222,7 @@ Status IngestApplier::apply_records(const ingest::Batch& b, AgentMaps& m, AgentM
         }
         // An older agent says nothing of the window's fidelity: 0 / "" (the recording's rate).
         const store::WindowFidelity fidelity{w.sample_hz(), w.unwinding()};
-        if (auto st = store_.put_window(*rec, w.start_ns(), w.end_ns(), static_cast<store::CountKind>(w.kind()), counts,
+        if (auto st = rows_.put_window(*rec, w.start_ns(), w.end_ns(), static_cast<store::CountKind>(w.kind()), counts,
                                         fidelity);
             !st)
           return st;
@@ -234,7 +236,7 @@ Status IngestApplier::apply_records(const ingest::Batch& b, AgentMaps& m, AgentM
         std::vector<store::Metric> rows;
         rows.reserve(static_cast<size_t>(x.metrics_size()));
         for (const auto& p : x.metrics()) rows.push_back({p.pid(), p.name(), p.label(), p.value()});
-        if (auto st = store_.put_metrics(*rec, x.start_ns(), x.end_ns(), rows); !st) return st;
+        if (auto st = rows_.put_metrics(*rec, x.start_ns(), x.end_ns(), rows); !st) return st;
         o.rows["metrics"] += rows.size();
         break;
       }
@@ -244,7 +246,7 @@ Status IngestApplier::apply_records(const ingest::Batch& b, AgentMaps& m, AgentM
         if (!rec) return rec.error();
         std::vector<store::CommunicatorRecord> rows;
         for (const auto& p : x.rows()) rows.push_back({p.pid(), p.handle(), p.comm_id(), p.rank(), p.nranks(), p.init_ns()});
-        if (auto st = store_.put_communicators(*rec, rows); !st) return st;
+        if (auto st = rows_.put_communicators(*rec, rows); !st) return st;
         o.rows["communicators"] += rows.size();
         break;
       }
@@ -277,7 +279,7 @@ Status IngestApplier::apply_records(const ingest::Batch& b, AgentMaps& m, AgentM
           c.ret = p.ret();
           rows.push_back(std::move(c));
         }
-        if (auto st = store_.put_collectives(*rec, rows); !st) return st;
+        if (auto st = rows_.put_collectives(*rec, rows); !st) return st;
         o.rows["collectives"] += rows.size();
         break;
       }
@@ -302,7 +304,7 @@ Status IngestApplier::apply_records(const ingest::Batch& b, AgentMaps& m, AgentM
           d.bytes = p.bytes();
           rows.push_back(std::move(d));
         }
-        if (auto st = store_.put_device_activity(*rec, rows); !st) return st;
+        if (auto st = rows_.put_device_activity(*rec, rows); !st) return st;
         o.rows["device_activity"] += rows.size();
         break;
       }
@@ -311,20 +313,9 @@ Status IngestApplier::apply_records(const ingest::Batch& b, AgentMaps& m, AgentM
         auto rec = recording(b, m, added, x.recording(), o);
         if (!rec) return rec.error();
         std::vector<store::StepRecord> rows;
-        for (const auto& p : x.rows()) {
-          store::StepRecord s;
-          s.pid = p.pid();
-          s.step = p.step();
-          s.start_ns = p.start_ns();
-          s.end_ns = p.end_ns();
-          s.collective_ns = p.collective_ns();
-          s.device_collective_ns = p.device_collective_ns();
-          s.device_compute_ns = p.device_compute_ns();
-          s.gpu_idle_ns = p.gpu_idle_ns();
-          s.device_known = p.device_known();
-          rows.push_back(s);
-        }
-        if (auto st = store_.put_steps(*rec, rows); !st) return st;
+        rows.reserve(static_cast<size_t>(x.rows_size()));
+        for (const auto& p : x.rows()) rows.push_back(store::catalog::from_message(store::catalog::kSteps, p));
+        if (auto st = rows_.put_steps(*rec, rows); !st) return st;
         o.rows["steps"] += rows.size();
         break;
       }
@@ -338,14 +329,14 @@ Status IngestApplier::apply_records(const ingest::Batch& b, AgentMaps& m, AgentM
           if (!sid) return sid.error();
           rows.push_back({p.pid(), p.tid(), p.kernel(), *sid, p.count()});
         }
-        if (auto st = store_.put_launch_samples(*rec, x.start_ns(), x.end_ns(), rows); !st) return st;
+        if (auto st = rows_.put_launch_samples(*rec, x.start_ns(), x.end_ns(), rows); !st) return st;
         o.rows["launch_samples"] += rows.size();
         break;
       }
       case ingest::Record::kStat: {
         auto rec = recording(b, m, added, r.stat().recording(), o);
         if (!rec) return rec.error();
-        if (auto st = store_.put_stat(*rec, r.stat().key(), r.stat().value()); !st) return st;
+        if (auto st = rows_.put_stat(*rec, r.stat().key(), r.stat().value()); !st) return st;
         o.rows["stats"]++;
         break;
       }
@@ -360,20 +351,20 @@ Result<ApplyOutcome> IngestApplier::apply(const ingest::Batch& b, const std::str
   auto maps = maps_for(b.agent_id());
   if (!maps) return maps.error();
   ApplyOutcome o;
-  if (auto st = store_.begin(); !st) return st.error();
+  if (auto st = rows_.begin(); !st) return st.error();
   auto fail = [&](const Error& e) -> Result<ApplyOutcome> {
-    (void)store_.rollback();
+    (void)rows_.rollback();
     return e;
   };
-  auto seen = store_.batch_applied(b.agent_id(), b.batch_id());
+  auto seen = ledger_.batch_applied(b.agent_id(), b.batch_id());
   if (!seen) return fail(seen.error());
   AgentMaps added;  // merged into the cache only once the transaction commits
   if (*seen) {
     o.duplicate = true;
   } else {
-    if (auto st = store_.begin_batch(b.agent_id(), b.batch_id()); !st) return fail(st.error());
+    if (auto st = ledger_.begin_batch(b.agent_id(), b.batch_id()); !st) return fail(st.error());
     if (auto st = apply_records(b, **maps, added, o); !st) return fail(st.error());
-    if (auto st = store_.mark_batch_applied(b.agent_id(), b.batch_id(), now_ns); !st) return fail(st.error());
+    if (auto st = ledger_.mark_batch_applied(b.agent_id(), b.batch_id(), now_ns); !st) return fail(st.error());
   }
   store::AgentStatus a;
   a.agent_id = b.agent_id();
@@ -382,8 +373,8 @@ Result<ApplyOutcome> IngestApplier::apply(const ingest::Batch& b, const std::str
   a.last_batch = b.batch_id();
   a.interval_s = b.health().interval_s();
   a.health_json = health_json;
-  if (auto st = store_.put_agent_status(a); !st) return fail(st.error());
-  if (auto st = store_.commit(); !st) return fail(st.error());
+  if (auto st = ledger_.put_agent_status(a); !st) return fail(st.error());
+  if (auto st = rows_.commit(); !st) return fail(st.error());
   remember(**maps, added);
   evict_to_budget(b.agent_id());
   return o;

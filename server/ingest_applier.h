@@ -32,9 +32,14 @@ inline constexpr size_t kMaxCachedIdsPerAgent = 400'000;
 
 class IngestApplier {
  public:
+  // `rows` takes the batches' rows, `ledger` what was applied and the agents' id mappings; both
+  // are one store (a batch's rows and its mark land in one transaction where the store has them).
+  IngestApplier(store::Writer& rows, store::Ledger& ledger, size_t max_cached_ids = kMaxCachedAgentIds,
+                size_t max_per_agent = kMaxCachedIdsPerAgent)
+      : rows_(rows), ledger_(ledger), max_cached_(max_cached_ids), max_per_agent_(max_per_agent) {}
   explicit IngestApplier(store::Store& store, size_t max_cached_ids = kMaxCachedAgentIds,
                          size_t max_per_agent = kMaxCachedIdsPerAgent)
-      : store_(store), max_cached_(max_cached_ids), max_per_agent_(max_per_agent) {}
+      : IngestApplier(store, store, max_cached_ids, max_per_agent) {}
   // Not thread safe: the server serializes calls.
   Result<ApplyOutcome> apply(const ingest::Batch& b, const std::string& health_json, uint64_t now_ns);
   // Mappings cached now, all agents together (bounded by max_cached_ids).
@@ -58,7 +63,8 @@ class IngestApplier {
   Result<int64_t> stack(const ingest::Batch& b, AgentMaps& m, AgentMaps& added, int64_t local, ApplyOutcome& o);
   Status apply_records(const ingest::Batch& b, AgentMaps& m, AgentMaps& added, ApplyOutcome& o);
 
-  store::Store& store_;
+  store::Writer& rows_;
+  store::Ledger& ledger_;
   // The newest mappings of each agent seen lately, loaded from the store on its first batch after a
   // start; bounded (max_cached_, max_per_agent_): the agent used least lately is forgotten first.
   std::unordered_map<std::string, AgentMaps> agents_;

@@ -32,7 +32,7 @@ constexpr size_t kMaxNotedJobs = 100'000;
 
 }  // namespace
 
-JobSharing::JobSharing(store::Store& store, std::mutex& store_mu, std::string self, std::ostream& log)
+JobSharing::JobSharing(store::Ledger& store, std::mutex& store_mu, std::string self, std::ostream& log)
     : store_(store), store_mu_(store_mu), self_(std::move(self)), log_(log) {}
 
 std::string JobSharing::owner(const std::string& job, const std::vector<std::string>& live) {

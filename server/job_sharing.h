@@ -20,7 +20,7 @@ namespace strata::server {
 
 class JobSharing {
  public:
-  JobSharing(store::Store& store, std::mutex& store_mu, std::string self, std::ostream& log);
+  JobSharing(store::Ledger& store, std::mutex& store_mu, std::string self, std::ostream& log);
 
   // From the jobs this collector got new data for: the ones it diagnoses now, with those other
   // collectors noted for it. Call once per round (it is also the heartbeat).
@@ -40,7 +40,7 @@ class JobSharing {
   static constexpr uint64_t kTtlNs = 30'000'000'000ull;
 
  private:
-  store::Store& store_;
+  store::Ledger& store_;
   std::mutex& store_mu_;
   std::string self_;
   std::ostream& log_;

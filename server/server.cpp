@@ -32,6 +32,7 @@
 #include "server/json.h"
 #include "server/prometheus.h"
 #include "server/web_api.h"
+#include "store/catalog.h"
 #include "strata_version.h"
 
 namespace strata::server {
@@ -505,7 +506,7 @@ class Server {
     count_request("profile");
     auto f = filter_of(req);
     if (!f) return reply_error(res, 400, f.error().message);
-    Result<report::Profile> p = Error{""};
+    Result<Profile> p = Error{""};
     {
       std::lock_guard lock(store_mu_);
       p = store_->load_profile(*f);
@@ -684,10 +685,7 @@ class Server {
     for (const auto& s : *rows) {
       o += first ? "" : ",";
       first = false;
-      o += "{\"node\":" + json_str(s.node) + ",\"pid\":" + json_num(s.pid) + ",\"step\":" + json_num(s.step) + ",\"start_ns\":" + json_num(s.start_ns) +
-           ",\"end_ns\":" + json_num(s.end_ns) + ",\"collective_ns\":" + json_num(s.collective_ns) +
-           ",\"device_compute_ns\":" + json_num(s.device_compute_ns) + ",\"gpu_idle_ns\":" + json_num(s.gpu_idle_ns) +
-           ",\"device_known\":" + (s.device_known ? "true" : "false") + "}";
+      o += "{\"node\":" + json_str(s.node) + store::catalog::json_members(store::catalog::kSteps, s) + "}";
     }
     res.set_content(o + "]" + page_end(*q, rows->size()) + "}\n", "application/json");
   }

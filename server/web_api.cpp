@@ -319,7 +319,7 @@ class WebApi {
     else if (kind != "oncpu") return reply_error(res, 400, "kind: expected oncpu or offcpu");
     if (auto st = time_range_of(req, f); !st) return reply_error(res, 400, st.error().message);
     std::vector<store::ProcessInfo> procs;
-    Result<report::Profile> profile = Error{""};
+    Result<Profile> profile = Error{""};
     {
       std::lock_guard lock(ctx_.store_mu);
       auto p = ctx_.store.processes();

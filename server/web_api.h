@@ -24,7 +24,7 @@ struct Request;
 namespace strata::server {
 
 struct WebApiContext {
-  store::Store& store;
+  store::Reader& store;
   std::mutex& store_mu;  // held around every store call, as the collector's own routes do
   std::function<void(const std::string&)> count_request;
   Diagnoser* diagnoser = nullptr;  // the kept findings; null: none kept

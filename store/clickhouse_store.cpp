@@ -31,13 +31,33 @@
 #include <vector>
 
 #include "common/clock.h"
+#include "store/catalog.h"
 #include "store/store.h"
 
 namespace strata::store {
 namespace {
 
+// -- the catalog's kinds (store/catalog.h) in ClickHouse. A kind's table is recording_id, node
+// (the recording's: rows are sharded and read by it), its columns, and the ingest batch that wrote
+// the row.
+template <typename Row, typename Msg, size_t N>
+std::string table_columns(const catalog::Column<Row, Msg> (&columns)[N]) {
+  std::string s = "recording_id Int64, node String";
+  for (const auto& c : columns) s += std::string(", ") + c.name + " " + catalog::clickhouse_type(c);
+  return s + ", ingest_agent String, ingest_batch UInt64";
+}
+
+// The columns an insert into a kind's table names, in the order of its RowBinary rows: a column
+// added to an older database is appended after ingest_batch, so the rows cannot rely on its order.
+template <typename Row, typename Msg, size_t N>
+std::string insert_columns(const catalog::Column<Row, Msg> (&columns)[N]) {
+  std::string s = "recording_id, node";
+  for (const auto& c : columns) s += std::string(", ") + c.name;
+  return s + ", ingest_agent, ingest_batch";
+}
+
 // Tables, 18.16 syntax. PARTITION BY day of the row's time; ORDER BY what readers filter on.
-const char* kTables[] = {
+const std::string kTables[] = {
     R"(recordings (id Int64, node String, command String, started_ns UInt64, ended_ns UInt64, sample_hz UInt32,
        window_s Float64, version UInt64, ingest_agent String, ingest_batch UInt64) ENGINE = ReplacingMergeTree(version)
        PARTITION BY toYYYYMM(toDateTime(intDiv(started_ns, 1000000000))) ORDER BY id)",
@@ -68,9 +88,7 @@ const char* kTables[] = {
        stream UInt64, start_ns UInt64, end_ns UInt64, api_ns UInt64, api_tid UInt32, correlation UInt64,
        bytes UInt64, ingest_agent String, ingest_batch UInt64) ENGINE = MergeTree()
        PARTITION BY toYYYYMMDD(toDateTime(intDiv(start_ns, 1000000000))) ORDER BY (recording_id, pid, start_ns))",
-    R"(steps (recording_id Int64, node String, pid UInt32, step UInt64, start_ns UInt64, end_ns UInt64,
-       collective_ns UInt64, device_collective_ns UInt64, device_compute_ns UInt64, gpu_idle_ns UInt64,
-       device_known UInt8, ingest_agent String, ingest_batch UInt64) ENGINE = MergeTree()
+    "steps (" + table_columns(catalog::kSteps) + R"() ENGINE = MergeTree()
        PARTITION BY toYYYYMMDD(toDateTime(intDiv(start_ns, 1000000000))) ORDER BY (recording_id, pid, step))",
     R"(launch_samples (recording_id Int64, node String, start_ns UInt64, end_ns UInt64, pid UInt32, tid UInt32,
        kernel String, stack_id Int64, count UInt64, ingest_agent String, ingest_batch UInt64) ENGINE = MergeTree()
@@ -129,8 +147,7 @@ std::string shard_key(const std::string& table) {
 }
 
 // A table's name and the rest of its definition, from a kTables entry.
-std::pair<std::string, std::string> split_table(const char* t) {
-  std::string def = t;
+std::pair<std::string, std::string> split_table(const std::string& def) {
   auto sp = def.find(' ');
   return {def.substr(0, sp), def.substr(sp)};
 }
@@ -249,6 +266,50 @@ uint64_t u64(const std::string& s) { return std::strtoull(s.c_str(), nullptr, 10
 int64_t i64(const std::string& s) { return std::strtoll(s.c_str(), nullptr, 10); }
 double dbl(const std::string& s) { return std::strtod(s.c_str(), nullptr); }
 
+// "pid, step, ...": the columns of a read (select() adds the node).
+template <typename Row, typename Msg, size_t N>
+std::string select_columns(const catalog::Column<Row, Msg> (&columns)[N]) {
+  std::string s;
+  for (const auto& c : columns) s += std::string(s.empty() ? "" : ", ") + c.name;
+  return s;
+}
+
+// A row's columns in RowBinary, each as its ClickHouse type (clickhouse_type).
+template <typename Row, typename Msg, size_t N>
+void put_row(RowBinary& b, const catalog::Column<Row, Msg> (&columns)[N], const Row& r) {
+  for (const auto& c : columns) {
+    std::visit(
+        [&](auto m) {
+          using T = catalog::MemberType<Row, decltype(m)>;
+          if constexpr (std::is_same_v<T, std::string>) b.str(r.*m);
+          else if constexpr (std::is_same_v<T, bool>) b.num(static_cast<uint8_t>(r.*m ? 1 : 0));
+          else if constexpr (std::is_same_v<T, int>) b.num(static_cast<int32_t>(r.*m));
+          else b.num(r.*m);
+        },
+        c.member);
+  }
+}
+
+// Reads a row's columns from TabSeparated field `first` on; returns the next field.
+template <typename Row, typename Msg, size_t N>
+size_t read_row(const std::vector<std::string>& f, size_t first, const catalog::Column<Row, Msg> (&columns)[N], Row& r) {
+  size_t i = first;
+  for (const auto& c : columns) {
+    std::visit(
+        [&](auto m) {
+          using T = catalog::MemberType<Row, decltype(m)>;
+          if constexpr (std::is_same_v<T, std::string>) r.*m = f[i];
+          else if constexpr (std::is_same_v<T, double>) r.*m = dbl(f[i]);
+          else if constexpr (std::is_same_v<T, bool>) r.*m = u64(f[i]) != 0;
+          else if constexpr (std::is_signed_v<T>) r.*m = static_cast<T>(i64(f[i]));
+          else r.*m = static_cast<T>(u64(f[i]));
+        },
+        c.member);
+    ++i;
+  }
+  return i;
+}
+
 class ClickHouseStore final : public Store {
  public:
   ClickHouseStore(std::string host, int port, std::string db, std::string cluster)
@@ -277,7 +338,7 @@ class ClickHouseStore final : public Store {
       if (!t) return Error{"clickhouse " + db_ + ": not a strata database (" + t.error().message + ")"};
     } else if (cluster_.empty()) {
       if (auto st = exec("CREATE DATABASE IF NOT EXISTS " + db_); !st) return st;
-      for (const char* t : kTables) {
+      for (const std::string& t : kTables) {
         if (auto st = exec(std::string("CREATE TABLE IF NOT EXISTS ") + db_ + "." + t); !st) return st;
       }
     } else {
@@ -347,7 +408,7 @@ class ClickHouseStore final : public Store {
   // every server, so the collector may write through any of them).
   Status create_on_shards() {
     if (auto st = exec_on_shards("CREATE DATABASE IF NOT EXISTS " + db_); !st) return st;
-    for (const char* t : kTables) {
+    for (const std::string& t : kTables) {
       auto [name, def] = split_table(t);
       if (name == "meta") {
         if (auto st = exec_on_shards("CREATE TABLE IF NOT EXISTS " + db_ + "." + t); !st) return st;
@@ -580,10 +641,11 @@ class ClickHouseStore final : public Store {
 
   Status put_steps(int64_t rec, const std::vector<StepRecord>& rows) override {
     auto& b = buf("steps");
-    for (const auto& r : rows)
-      b.num(rec).str(node_of(rec)).num(r.pid).num(r.step).num(r.start_ns).num(r.end_ns).num(r.collective_ns)
-          .num(r.device_collective_ns).num(r.device_compute_ns).num(r.gpu_idle_ns)
-          .num(static_cast<uint8_t>(r.device_known ? 1 : 0)).str(batch_agent_).num(batch_id_);
+    for (const auto& r : rows) {
+      b.num(rec).str(node_of(rec));
+      put_row(b, catalog::kSteps, r);
+      b.str(batch_agent_).num(batch_id_);
+    }
     return {};
   }
 
@@ -790,8 +852,8 @@ class ClickHouseStore final : public Store {
   }
 
   // -- reading
-  Result<report::Profile> load_profile(const ProfileFilter& f) override {
-    report::Profile p;
+  Result<Profile> load_profile(const ProfileFilter& f) override {
+    Profile p;
     p.kind = f.kind == CountKind::kOnCpu ? "oncpu" : "offcpu";
     p.value_unit = f.kind == CountKind::kOnCpu ? "count" : "microseconds";
     std::string rw = f.recording ? " WHERE id = " + std::to_string(*f.recording) : "";
@@ -846,7 +908,7 @@ class ClickHouseStore final : public Store {
     std::vector<int64_t> stack_ids;
     std::map<std::tuple<std::string, uint32_t, uint32_t, std::string, int64_t, uint64_t>, size_t> merged;
     for (const auto& r : *rows) {
-      report::ProfileSample s;
+      ProfileSample s;
       s.pid = static_cast<uint32_t>(u64(r[0]));
       s.tid = static_cast<uint32_t>(u64(r[1]));
       s.comm = r[2];
@@ -1096,23 +1158,12 @@ class ClickHouseStore final : public Store {
   }
   Result<std::vector<StepRecord>> query_steps(const RowQuery& q) override { return read_steps(q, "start_ns, node, pid"); }
   Result<std::vector<StepRecord>> read_steps(const RowQuery& q, const char* order) {
-    auto rows = query(select(q, "steps", "start_ns", "end_ns", order,
-                             "pid, step, start_ns, end_ns, collective_ns, device_collective_ns, device_compute_ns,"
-                             " gpu_idle_ns, device_known"));
+    auto rows = query(select(q, "steps", "start_ns", "end_ns", order, select_columns(catalog::kSteps)));
     if (!rows) return rows.error();
     std::vector<StepRecord> out;
     for (const auto& r : *rows) {
       StepRecord s;
-      s.pid = static_cast<uint32_t>(u64(r[0]));
-      s.step = u64(r[1]);
-      s.start_ns = u64(r[2]);
-      s.end_ns = u64(r[3]);
-      s.collective_ns = u64(r[4]);
-      s.device_collective_ns = u64(r[5]);
-      s.device_compute_ns = u64(r[6]);
-      s.gpu_idle_ns = u64(r[7]);
-      s.device_known = u64(r[8]) != 0;
-      s.node = r[9];
+      s.node = r[read_row(r, 0, catalog::kSteps, s)];
       out.push_back(s);
     }
     return out;
@@ -1295,7 +1346,12 @@ class ClickHouseStore final : public Store {
   }
 
   Status insert(const std::string& table, const std::string& rows) {
-    std::string path = "/?query=" + httplib::detail::encode_query_param("INSERT INTO " + db_ + "." + table + " FORMAT RowBinary");
+    // The catalog's kinds name their columns (insert_columns).
+    static const std::map<std::string, std::string> named = {{"steps", " (" + insert_columns(catalog::kSteps) + ")"}};
+    auto cols = named.find(table);
+    std::string path = "/?query=" + httplib::detail::encode_query_param("INSERT INTO " + db_ + "." + table +
+                                                                        (cols == named.end() ? "" : cols->second) +
+                                                                        " FORMAT RowBinary");
     if (!cluster_.empty()) path += "&" + std::string(kClusterSettings);
     auto res = cli_.Post(path, rows, "application/octet-stream");
     if (!res || res->status != 200) return err("inserting into " + table, res);

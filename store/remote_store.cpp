@@ -43,11 +43,11 @@ class RemoteStore final : public Store {
   Status commit() override { return read_only(); }
 
   // -- reading
-  Result<report::Profile> load_profile(const ProfileFilter& f) override {
+  Result<Profile> load_profile(const ProfileFilter& f) override {
     auto fetched = fetch(f);
     if (!fetched) return fetched.error();
     const ingest::Export* e = *fetched;
-    report::Profile p;
+    Profile p;
     p.kind = e->profile_kind();
     p.value_unit = e->value_unit();
     p.period_ns = e->period_ns();
@@ -68,7 +68,7 @@ class RemoteStore final : public Store {
       }
     }
     for (const auto& s : e->samples()) {
-      report::ProfileSample smp;
+      ProfileSample smp;
       smp.pid = s.pid();
       smp.tid = s.tid();
       smp.comm = s.thread_comm();

@@ -11,6 +11,7 @@
 #include <set>
 #include <unordered_map>
 
+#include "store/catalog.h"
 #include "store/store.h"
 
 namespace strata::store {
@@ -67,10 +68,6 @@ CREATE TABLE device_activity(
   name TEXT NOT NULL, stream INTEGER NOT NULL, start_ns INTEGER NOT NULL, end_ns INTEGER NOT NULL,
   api_ns INTEGER NOT NULL, api_tid INTEGER NOT NULL, correlation INTEGER NOT NULL, bytes INTEGER NOT NULL);
 CREATE INDEX device_activity_by_pid ON device_activity(recording_id, pid, start_ns);
-CREATE TABLE steps(
-  recording_id INTEGER NOT NULL, pid INTEGER NOT NULL, step INTEGER NOT NULL, start_ns INTEGER NOT NULL,
-  end_ns INTEGER NOT NULL, collective_ns INTEGER NOT NULL, device_collective_ns INTEGER NOT NULL,
-  device_compute_ns INTEGER NOT NULL, gpu_idle_ns INTEGER NOT NULL, device_known INTEGER NOT NULL);
 CREATE TABLE launch_samples(
   recording_id INTEGER NOT NULL, start_ns INTEGER NOT NULL, end_ns INTEGER NOT NULL, pid INTEGER NOT NULL,
   tid INTEGER NOT NULL, kernel TEXT NOT NULL, stack_id INTEGER NOT NULL, count INTEGER NOT NULL);
@@ -176,6 +173,72 @@ int64_t i64(uint64_t v) { return static_cast<int64_t>(v); }
 int64_t i64(uint32_t v) { return v; }
 int64_t i64(int v) { return v; }
 
+// -- the catalog's kinds (store/catalog.h) in SQLite. A kind's table is recording_id and then its
+// columns; rows read back add the recording's node.
+template <typename Row, typename Msg, size_t N>
+std::string create_table(const char* table, const catalog::Column<Row, Msg> (&columns)[N]) {
+  std::string s = std::string("CREATE TABLE ") + table + "(recording_id INTEGER NOT NULL";
+  for (const auto& c : columns) s += std::string(", ") + c.name + " " + catalog::sqlite_type(c) + " NOT NULL";
+  return s + ");";
+}
+
+template <typename Row, typename Msg, size_t N>
+std::string insert_sql(const char* table, const catalog::Column<Row, Msg> (&columns)[N]) {
+  std::string names = "recording_id", params = "?";
+  for (const auto& c : columns) {
+    names += std::string(",") + c.name;
+    params += ",?";
+  }
+  return std::string("INSERT INTO ") + table + "(" + names + ") VALUES(" + params + ")";
+}
+
+// "x.pid,x.step,...": the columns of a read (Select::sql adds the node).
+template <typename Row, typename Msg, size_t N>
+std::string select_columns(const catalog::Column<Row, Msg> (&columns)[N]) {
+  std::string s;
+  for (const auto& c : columns) s += std::string(s.empty() ? "" : ",") + "x." + c.name;
+  return s;
+}
+
+// Binds a row's columns from parameter `first` on; integers as SQLite's 64-bit ones.
+template <typename Row, typename Msg, size_t N>
+void bind_row(Stmt& s, int first, const catalog::Column<Row, Msg> (&columns)[N], const Row& r) {
+  int i = first;
+  for (const auto& c : columns) {
+    std::visit(
+        [&](auto m) {
+          using T = catalog::MemberType<Row, decltype(m)>;
+          if constexpr (std::is_same_v<T, std::string> || std::is_same_v<T, double>) s.bind(i, r.*m);
+          else if constexpr (std::is_same_v<T, bool>) s.bind(i, int64_t{r.*m ? 1 : 0});
+          else s.bind(i, static_cast<int64_t>(r.*m));
+        },
+        c.member);
+    ++i;
+  }
+}
+
+// Reads a row's columns from result column `first` on; returns the next result column.
+template <typename Row, typename Msg, size_t N>
+int read_row(Stmt& s, int first, const catalog::Column<Row, Msg> (&columns)[N], Row& r) {
+  int i = first;
+  for (const auto& c : columns) {
+    std::visit(
+        [&](auto m) {
+          using T = catalog::MemberType<Row, decltype(m)>;
+          if constexpr (std::is_same_v<T, std::string>) r.*m = s.text(i);
+          else if constexpr (std::is_same_v<T, double>) r.*m = s.dbl(i);
+          else if constexpr (std::is_same_v<T, bool>) r.*m = s.i64(i) != 0;
+          else r.*m = static_cast<T>(s.i64(i));
+        },
+        c.member);
+    ++i;
+  }
+  return i;
+}
+
+// The tables of the catalog's kinds, created with the rest of the schema (kSchema).
+std::string catalog_schema() { return create_table("steps", catalog::kSteps); }
+
 uint64_t hash_bytes(const void* data, size_t n) {  // FNV-1a, 64 bit
   uint64_t h = 1469598103934665603ull;
   auto* p = static_cast<const uint8_t*>(data);
@@ -213,6 +276,7 @@ class SqliteStore final : public Store {
     if (auto s = configure(); !s) return s;
     if (auto s = exec("BEGIN"); !s) return s;
     if (auto s = exec(kSchema); !s) return s;
+    if (auto s = exec(catalog_schema().c_str()); !s) return s;
     if (auto s = exec(kCollectorSchema); !s) return s;
     if (auto s = exec(kDiagnosisSchema); !s) return s;
     if (auto s = exec(kTimeIndexes); !s) return s;
@@ -477,12 +541,12 @@ class SqliteStore final : public Store {
   }
 
   Status put_steps(int64_t rec, const std::vector<StepRecord>& rows) override {
-    Stmt s(db_, "INSERT INTO steps VALUES(?,?,?,?,?,?,?,?,?,?)");
+    static const std::string sql = insert_sql("steps", catalog::kSteps);
+    Stmt s(db_, sql.c_str());
     for (const auto& r : rows) {
       s.reset();
-      s.bind(1, rec).bind(2, i64(r.pid)).bind(3, i64(r.step)).bind(4, i64(r.start_ns)).bind(5, i64(r.end_ns))
-          .bind(6, i64(r.collective_ns)).bind(7, i64(r.device_collective_ns)).bind(8, i64(r.device_compute_ns))
-          .bind(9, i64(r.gpu_idle_ns)).bind(10, i64(r.device_known ? 1 : 0));
+      s.bind(1, rec);
+      bind_row(s, 2, catalog::kSteps, r);
       if (s.step() != SQLITE_DONE) return err("adding steps");
     }
     return {};
@@ -654,23 +718,13 @@ class SqliteStore final : public Store {
 
   Result<std::vector<StepRecord>> read_steps(const RowQuery& q, const char* order) {
     Select sel(q, "steps", "x.start_ns", "x.end_ns", order);
-    Stmt s(db_, sel.sql("x.pid,x.step,x.start_ns,x.end_ns,x.collective_ns,x.device_collective_ns,x.device_compute_ns,"
-                        "x.gpu_idle_ns,x.device_known").c_str());
+    Stmt s(db_, sel.sql(select_columns(catalog::kSteps)).c_str());
     sel.bind(s);
     std::vector<StepRecord> out;
     int rc;
     while ((rc = s.step()) == SQLITE_ROW) {
       StepRecord r;
-      r.pid = static_cast<uint32_t>(s.i64(0));
-      r.step = static_cast<uint64_t>(s.i64(1));
-      r.start_ns = static_cast<uint64_t>(s.i64(2));
-      r.end_ns = static_cast<uint64_t>(s.i64(3));
-      r.collective_ns = static_cast<uint64_t>(s.i64(4));
-      r.device_collective_ns = static_cast<uint64_t>(s.i64(5));
-      r.device_compute_ns = static_cast<uint64_t>(s.i64(6));
-      r.gpu_idle_ns = static_cast<uint64_t>(s.i64(7));
-      r.device_known = s.i64(8) != 0;
-      r.node = s.text(9);
+      r.node = s.text(read_row(s, 0, catalog::kSteps, r));
       out.push_back(std::move(r));
     }
     if (rc != SQLITE_DONE) return err("reading steps");
@@ -924,8 +978,8 @@ class SqliteStore final : public Store {
     return out;
   }
 
-  Result<report::Profile> load_profile(const ProfileFilter& f) override {
-    report::Profile p;
+  Result<Profile> load_profile(const ProfileFilter& f) override {
+    Profile p;
     p.kind = f.kind == CountKind::kOnCpu ? "oncpu" : "offcpu";
     p.value_unit = f.kind == CountKind::kOnCpu ? "count" : "microseconds";
     {
@@ -943,7 +997,7 @@ class SqliteStore final : public Store {
     // Samples per (node, pid, thread, stack): pids repeat across nodes, so the node (the recording's)
     // is part of a sample's identity.
     // ... and per window rate (WindowFidelity): counts at different rates are samples of different
-    // periods, weighed by their own (report::Profile::weighted).
+    // periods, weighed by their own (Profile::weighted).
     std::string sql =
         "SELECT sc.pid, sc.tid, sc.thread_comm, sc.stack_id, SUM(sc.value), r.node, " + window_hz() +
         " FROM stack_counts sc JOIN recordings r ON r.id = sc.recording_id JOIN windows w ON w.id = sc.window_id"
@@ -984,7 +1038,7 @@ class SqliteStore final : public Store {
     std::vector<int64_t> stack_ids;
     int rc;
     while ((rc = s.step()) == SQLITE_ROW) {
-      report::ProfileSample smp;
+      ProfileSample smp;
       smp.pid = static_cast<uint32_t>(s.i64(0));
       smp.tid = static_cast<uint32_t>(s.i64(1));
       smp.comm = s.text(2);

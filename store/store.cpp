@@ -99,25 +99,25 @@ std::string describe_reduced_fidelity(const ReducedFidelity& r, const std::vecto
   return out + what;
 }
 
-Result<std::vector<StepRecord>> Store::query_steps(const RowQuery& q) {
+Result<std::vector<StepRecord>> Reader::query_steps(const RowQuery& q) {
   auto rows = steps(q.recording, q.pid);
   if (!rows) return rows.error();
   return keep(std::move(*rows), q, [](const StepRecord& r) { return std::pair{r.start_ns, r.end_ns}; });
 }
 
-Result<std::vector<CollectiveRecord>> Store::query_collectives(const RowQuery& q) {
+Result<std::vector<CollectiveRecord>> Reader::query_collectives(const RowQuery& q) {
   auto rows = collectives(q.recording, q.pid);
   if (!rows) return rows.error();
   return keep(std::move(*rows), q, [](const CollectiveRecord& r) { return std::pair{r.enter_ns, std::max(r.exit_ns, r.enter_ns + 1)}; });
 }
 
-Result<std::vector<DeviceActivity>> Store::query_device_activity(const RowQuery& q) {
+Result<std::vector<DeviceActivity>> Reader::query_device_activity(const RowQuery& q) {
   auto rows = device_activity(q.recording, q.pid);
   if (!rows) return rows.error();
   return keep(std::move(*rows), q, [](const DeviceActivity& r) { return std::pair{r.start_ns, r.end_ns}; });
 }
 
-Result<std::vector<Store::MetricRow>> Store::query_metrics(const RowQuery& q) {
+Result<std::vector<Reader::MetricRow>> Reader::query_metrics(const RowQuery& q) {
   auto rows = metrics(q.prefix, q.recording);
   if (!rows) return rows.error();
   if (q.pid) {
@@ -126,7 +126,7 @@ Result<std::vector<Store::MetricRow>> Store::query_metrics(const RowQuery& q) {
   return keep(std::move(*rows), q, [](const MetricRow& r) { return std::pair{r.start_ns, r.end_ns}; });
 }
 
-Result<std::optional<uint64_t>> Store::latest_step_ns(std::optional<int64_t> recording) {
+Result<std::optional<uint64_t>> Reader::latest_step_ns(std::optional<int64_t> recording) {
   auto rows = steps(recording, std::nullopt);
   if (!rows) return rows.error();
   std::optional<uint64_t> latest;
@@ -134,7 +134,7 @@ Result<std::optional<uint64_t>> Store::latest_step_ns(std::optional<int64_t> rec
   return latest;
 }
 
-Result<std::optional<int64_t>> Store::agent_id(const std::string& agent, AgentIdKind kind, int64_t local_id) {
+Result<std::optional<int64_t>> Ledger::agent_id(const std::string& agent, AgentIdKind kind, int64_t local_id) {
   auto all = agent_ids(agent, kind);
   if (!all) return all.error();
   for (const auto& [l, s] : *all) {
@@ -143,7 +143,7 @@ Result<std::optional<int64_t>> Store::agent_id(const std::string& agent, AgentId
   return std::optional<int64_t>{};
 }
 
-Result<std::vector<std::pair<int64_t, int64_t>>> Store::recent_agent_ids(const std::string& agent, AgentIdKind kind,
+Result<std::vector<std::pair<int64_t, int64_t>>> Ledger::recent_agent_ids(const std::string& agent, AgentIdKind kind,
                                                                         size_t limit) {
   auto all = agent_ids(agent, kind);
   if (!all) return all.error();

@@ -10,7 +10,7 @@
 
 #include "common/frame.h"
 #include "common/result.h"
-#include "report/profile.h"
+#include "common/profile.h"
 
 namespace strata::store {
 
@@ -302,23 +302,15 @@ struct FrameRow {
   Frame frame;
 };
 
-class Store {
+// The store's interfaces, split by who uses them (issue 16 item 8):
+//   Writer  what a recording writes: the agent's pipeline, `strata record`, the collector's applier;
+//   Reader  what reports, the diagnosis and the query API read;
+//   Ledger  what only a collector keeps of its own: applied batches, agents' id mappings and
+//           heartbeats, collectors sharing the store, its kept diagnoses, retention.
+// Store is all three (the SQLite and ClickHouse backends); a user takes the narrowest it needs.
+class Writer {
  public:
-  enum class Mode {
-    kCreateOrAppend,  // create a new store, or append to an existing strata store
-    kReadOnly,        // an existing strata store; never written
-  };
-  // A file that is not a strata store (corrupt, foreign, newer schema) is refused with the reason,
-  // and left untouched.
-  static Result<std::unique_ptr<Store>> open_sqlite(const std::string& path, Mode mode);
-  // ClickHouse through its HTTP interface: clickhouse://HOST:PORT/DB (PORT: the HTTP port, 8123).
-  // The database and tables are created when missing (kCreateOrAppend).
-  static Result<std::unique_ptr<Store>> open_clickhouse(const std::string& url, Mode mode);
-  // A collector's data through its REST API (read only): http://HOST:PORT, with a bearer token.
-  static Result<std::unique_ptr<Store>> open_remote(const std::string& url, const std::string& token);
-  virtual ~Store() = default;
-
-  // -- writing
+  virtual ~Writer() = default;
   virtual Result<int64_t> begin_recording(const RecordingInfo& info) = 0;
   virtual Status end_recording(int64_t recording, uint64_t ended_ns) = 0;
   virtual Status put_process(int64_t recording, const ProcessInfo& p) = 0;
@@ -346,7 +338,64 @@ class Store {
   virtual Status commit() = 0;
   // Abandons the writes since begin() (and any id caches they filled).
   virtual Status rollback() { return Error{"this store cannot roll back"}; }
+};
 
+class Reader {
+ public:
+  virtual ~Reader() = default;
+  virtual Result<Profile> load_profile(const ProfileFilter& filter) = 0;
+  virtual Result<std::vector<ProcessInfo>> processes(std::optional<int64_t> recording = std::nullopt) = 0;
+  virtual Result<std::vector<std::pair<std::string, double>>> stats(int64_t recording) = 0;
+  virtual Result<std::optional<int64_t>> latest_recording() = 0;
+  struct MetricRow {
+    uint64_t start_ns = 0, end_ns = 0;
+    Metric metric;
+    std::string node;  // the recording's node (metric.pid == 0: this node's own series)
+  };
+  virtual Result<std::vector<CommunicatorRecord>> communicators(std::optional<int64_t> recording = std::nullopt) = 0;
+  virtual Result<std::vector<CollectiveRecord>> collectives(std::optional<int64_t> recording = std::nullopt,
+                                                            std::optional<uint32_t> pid = std::nullopt) = 0;
+  virtual Result<std::vector<DeviceActivity>> device_activity(std::optional<int64_t> recording = std::nullopt,
+                                                              std::optional<uint32_t> pid = std::nullopt) = 0;
+  virtual Result<std::vector<StepRecord>> steps(std::optional<int64_t> recording = std::nullopt,
+                                                std::optional<uint32_t> pid = std::nullopt) = 0;
+  struct ThreadWindow {
+    uint64_t start_ns = 0, end_ns = 0;
+    uint32_t pid = 0, tid = 0;
+    std::string comm;
+    uint64_t samples = 0;
+    std::string node;
+    unsigned sample_hz = 0;  // the window's rate (WindowFidelity); 0: the recording's
+  };
+  // The end of the latest step the store holds (of one recording), or none: where "the latest
+  // stretch" of a job ends. The default reads every step; the stores answer from an index.
+  virtual Result<std::optional<uint64_t>> latest_step_ns(std::optional<int64_t> recording = std::nullopt);
+  // Work this connection did to answer reads, in a store's own unit (SQLite: thousands of virtual
+  // machine instructions), for tests and benches that check a read's cost does not grow with what
+  // the store holds; 0 where the store cannot say.
+  virtual uint64_t read_work() const { return 0; }
+  // The bounded reads (RowQuery). A store answers them in its query language; the defaults here
+  // read through the unbounded calls above and filter, for stores whose data is small anyway.
+  virtual Result<std::vector<StepRecord>> query_steps(const RowQuery& q);
+  virtual Result<std::vector<CollectiveRecord>> query_collectives(const RowQuery& q);
+  virtual Result<std::vector<DeviceActivity>> query_device_activity(const RowQuery& q);
+  virtual Result<std::vector<MetricRow>> query_metrics(const RowQuery& q);
+  // On-CPU samples per window and thread (the CPU thread tracks of a timeline).
+  virtual Result<std::vector<ThreadWindow>> thread_windows(std::optional<int64_t> recording = std::nullopt) = 0;
+  virtual Result<unsigned> sample_hz(std::optional<int64_t> recording = std::nullopt) = 0;
+  // Where fidelity was reduced (WindowFidelity): runs of on-CPU windows below their recording's
+  // configured rate or unwinding, in time order (then node). Stores that do not keep it say none.
+  virtual Result<std::vector<ReducedFidelity>> reduced_fidelity(std::optional<int64_t> /*recording*/ = std::nullopt) {
+    return std::vector<ReducedFidelity>{};
+  }
+  // Metrics whose name starts with `prefix` ("" for all), in time order.
+  virtual Result<std::vector<MetricRow>> metrics(const std::string& prefix,
+                                                 std::optional<int64_t> recording = std::nullopt) = 0;
+};
+
+class Ledger {
+ public:
+  virtual ~Ledger() = default;
   // -- the collector's bookkeeping (`strata serve`): which agent batches were applied (exactly
   // once, in the same transaction as their rows), how agents' local ids map to this store's, and
   // each agent's last heartbeat. Stores that are not a collector's leave them unsupported.
@@ -417,38 +466,6 @@ class Store {
     return std::vector<FindingHistory>{};
   }
 
-  // -- reading
-  virtual Result<report::Profile> load_profile(const ProfileFilter& filter) = 0;
-  virtual Result<std::vector<ProcessInfo>> processes(std::optional<int64_t> recording = std::nullopt) = 0;
-  virtual Result<std::vector<std::pair<std::string, double>>> stats(int64_t recording) = 0;
-  virtual Result<std::optional<int64_t>> latest_recording() = 0;
-  struct MetricRow {
-    uint64_t start_ns = 0, end_ns = 0;
-    Metric metric;
-    std::string node;  // the recording's node (metric.pid == 0: this node's own series)
-  };
-  virtual Result<std::vector<CommunicatorRecord>> communicators(std::optional<int64_t> recording = std::nullopt) = 0;
-  virtual Result<std::vector<CollectiveRecord>> collectives(std::optional<int64_t> recording = std::nullopt,
-                                                            std::optional<uint32_t> pid = std::nullopt) = 0;
-  virtual Result<std::vector<DeviceActivity>> device_activity(std::optional<int64_t> recording = std::nullopt,
-                                                              std::optional<uint32_t> pid = std::nullopt) = 0;
-  virtual Result<std::vector<StepRecord>> steps(std::optional<int64_t> recording = std::nullopt,
-                                                std::optional<uint32_t> pid = std::nullopt) = 0;
-  struct ThreadWindow {
-    uint64_t start_ns = 0, end_ns = 0;
-    uint32_t pid = 0, tid = 0;
-    std::string comm;
-    uint64_t samples = 0;
-    std::string node;
-    unsigned sample_hz = 0;  // the window's rate (WindowFidelity); 0: the recording's
-  };
-  // The end of the latest step the store holds (of one recording), or none: where "the latest
-  // stretch" of a job ends. The default reads every step; the stores answer from an index.
-  virtual Result<std::optional<uint64_t>> latest_step_ns(std::optional<int64_t> recording = std::nullopt);
-  // Work this connection did to answer reads, in a store's own unit (SQLite: thousands of virtual
-  // machine instructions), for tests and benches that check a read's cost does not grow with what
-  // the store holds; 0 where the store cannot say.
-  virtual uint64_t read_work() const { return 0; }
   // Retention: deletes at most `max_rows` rows of each time table (steps, collectives, device
   // activity, metrics, stack windows, launch samples, kept findings, the ingest ledger) that
   // ended before `cutoff_ns`, in one short transaction; returns how many it deleted, so a caller
@@ -457,23 +474,23 @@ class Store {
   virtual Result<uint64_t> delete_before(uint64_t /*cutoff_ns*/, uint64_t /*max_rows*/) {
     return Error{"this store has no retention by deletion"};
   }
-  // The bounded reads (RowQuery). A store answers them in its query language; the defaults here
-  // read through the unbounded calls above and filter, for stores whose data is small anyway.
-  virtual Result<std::vector<StepRecord>> query_steps(const RowQuery& q);
-  virtual Result<std::vector<CollectiveRecord>> query_collectives(const RowQuery& q);
-  virtual Result<std::vector<DeviceActivity>> query_device_activity(const RowQuery& q);
-  virtual Result<std::vector<MetricRow>> query_metrics(const RowQuery& q);
-  // On-CPU samples per window and thread (the CPU thread tracks of a timeline).
-  virtual Result<std::vector<ThreadWindow>> thread_windows(std::optional<int64_t> recording = std::nullopt) = 0;
-  virtual Result<unsigned> sample_hz(std::optional<int64_t> recording = std::nullopt) = 0;
-  // Where fidelity was reduced (WindowFidelity): runs of on-CPU windows below their recording's
-  // configured rate or unwinding, in time order (then node). Stores that do not keep it say none.
-  virtual Result<std::vector<ReducedFidelity>> reduced_fidelity(std::optional<int64_t> /*recording*/ = std::nullopt) {
-    return std::vector<ReducedFidelity>{};
-  }
-  // Metrics whose name starts with `prefix` ("" for all), in time order.
-  virtual Result<std::vector<MetricRow>> metrics(const std::string& prefix,
-                                                 std::optional<int64_t> recording = std::nullopt) = 0;
+};
+
+class Store : public Writer, public Reader, public Ledger {
+ public:
+  enum class Mode {
+    kCreateOrAppend,  // create a new store, or append to an existing strata store
+    kReadOnly,        // an existing strata store; never written
+  };
+  // A file that is not a strata store (corrupt, foreign, newer schema) is refused with the reason,
+  // and left untouched.
+  static Result<std::unique_ptr<Store>> open_sqlite(const std::string& path, Mode mode);
+  // ClickHouse through its HTTP interface: clickhouse://HOST:PORT/DB (PORT: the HTTP port, 8123).
+  // The database and tables are created when missing (kCreateOrAppend).
+  static Result<std::unique_ptr<Store>> open_clickhouse(const std::string& url, Mode mode);
+  // A collector's data through its REST API (read only): http://HOST:PORT, with a bearer token.
+  static Result<std::unique_ptr<Store>> open_remote(const std::string& url, const std::string& token);
+  ~Store() override = default;
 };
 
 }  // namespace strata::store

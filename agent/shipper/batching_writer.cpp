@@ -12,6 +12,7 @@
 
 #include "proto/ingest_codec.h"
 #include "server/prometheus.h"
+#include "store/catalog.h"
 
 namespace strata::agent::shipper {
 namespace {
@@ -319,17 +320,7 @@ Status BatchingWriter::put_steps(int64_t recording, const std::vector<store::Ste
     auto* m = add("steps", b - a).mutable_steps();
     m->set_recording(recording);
     for (size_t i = a; i < b; ++i) {
-      const auto& r = rows[i];
-      auto* p = m->add_rows();
-      p->set_pid(r.pid);
-      p->set_step(r.step);
-      p->set_start_ns(r.start_ns);
-      p->set_end_ns(r.end_ns);
-      p->set_collective_ns(r.collective_ns);
-      p->set_device_collective_ns(r.device_collective_ns);
-      p->set_device_compute_ns(r.device_compute_ns);
-      p->set_gpu_idle_ns(r.gpu_idle_ns);
-      p->set_device_known(r.device_known);
+      store::catalog::to_message(store::catalog::kSteps, rows[i], *m->add_rows());
     }
     return maybe_seal();
   });

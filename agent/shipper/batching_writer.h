@@ -97,7 +97,7 @@ class BatchingWriter final : public store::Store {
   Status commit() override { return seal(); }
 
   // -- store::Store, reading: not here
-  Result<report::Profile> load_profile(const store::ProfileFilter&) override { return no_reads(); }
+  Result<Profile> load_profile(const store::ProfileFilter&) override { return no_reads(); }
   Result<std::vector<store::ProcessInfo>> processes(std::optional<int64_t>) override { return no_reads(); }
   Result<std::vector<std::pair<std::string, double>>> stats(int64_t) override { return no_reads(); }
   Result<std::optional<int64_t>> latest_recording() override { return no_reads(); }

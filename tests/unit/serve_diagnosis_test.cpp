@@ -63,7 +63,7 @@ struct Recorded {
   std::vector<store::CommunicatorRecord> comms;
   std::vector<store::DeviceActivity> device;
   std::vector<store::Store::MetricRow> metrics;
-  std::vector<std::pair<store::CountKind, report::Profile>> profiles;
+  std::vector<std::pair<store::CountKind, Profile>> profiles;
   uint64_t start_ns = UINT64_MAX, end_ns = 0;
 };
 

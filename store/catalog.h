@@ -1,0 +1,126 @@
+// One catalog of record kinds (issue 16 item 8). A kind's columns are described once, here: a
+// name, the field of the store's row struct (store.h) and of the ingest message (proto/ingest.proto,
+// the same name), in table order. The rest is derived from that description: both stores' table
+// columns, inserts and reads, the agent's encoding of the kind into a batch, the collector's
+// decoding, and the query API's JSON.
+//
+// Adding a field to a kind described here: the struct in store.h, the message in proto/ingest.proto
+// (same name; an older agent's rows then read it as 0 / ""), the kind's table below, and the column
+// added to stores made before, which the catalog does not derive yet (SQLite: an ALTER TABLE in
+// sqlite_store.cpp's open, and a read-only older file reading it as its default, as
+// identity_columns does; ClickHouse: a kAddedColumns line). Inserts name their columns, so a
+// column's place in an older store's table does not matter.
+//
+// Kinds described so far: steps. The others are still spelled out in each store, the applier, the
+// agent's writer and the server; move one here when touching it.
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <type_traits>
+#include <variant>
+
+#include "common/json.h"
+#include "ingest.pb.h"
+#include "store/store.h"
+
+namespace strata::store::catalog {
+
+// A column: `member` says its type and where a row keeps it; the two functions copy it between the
+// row and its ingest message (generated accessors cannot be named generically, so the macro below
+// writes them from the one name).
+template <typename Row, typename Msg>
+struct Column {
+  using Member = std::variant<uint32_t Row::*, uint64_t Row::*, int Row::*, bool Row::*, double Row::*,
+                              std::string Row::*>;
+  const char* name;
+  Member member;
+  void (*to_message)(const Row&, Msg&);
+  void (*from_message)(const Msg&, Row&);
+};
+
+#define STRATA_COLUMN(Row, Msg, field)                                         \
+  ::strata::store::catalog::Column<Row, Msg> {                                 \
+    #field, &Row::field, [](const Row& r, Msg& m) { m.set_##field(r.field); }, \
+        [](const Msg& m, Row& r) { r.field = m.field(); }                      \
+  }
+
+// A column's C++ type, by visiting its member: the stores map it to theirs.
+template <typename Row, typename T>
+using MemberType = std::remove_cvref_t<decltype(std::declval<Row&>().*std::declval<T>())>;
+
+// SQLite's declared type (its affinity) and ClickHouse's type of a column.
+template <typename Row, typename Msg>
+const char* sqlite_type(const Column<Row, Msg>& c) {
+  return std::visit(
+      [](auto m) -> const char* {
+        using T = MemberType<Row, decltype(m)>;
+        if constexpr (std::is_same_v<T, std::string>) return "TEXT";
+        else if constexpr (std::is_same_v<T, double>) return "REAL";
+        else return "INTEGER";
+      },
+      c.member);
+}
+
+template <typename Row, typename Msg>
+const char* clickhouse_type(const Column<Row, Msg>& c) {
+  return std::visit(
+      [](auto m) -> const char* {
+        using T = MemberType<Row, decltype(m)>;
+        if constexpr (std::is_same_v<T, std::string>) return "String";
+        else if constexpr (std::is_same_v<T, double>) return "Float64";
+        else if constexpr (std::is_same_v<T, bool>) return "UInt8";
+        else if constexpr (std::is_same_v<T, int>) return "Int32";
+        else if constexpr (std::is_same_v<T, uint32_t>) return "UInt32";
+        else return "UInt64";
+      },
+      c.member);
+}
+
+// The ingest message of a row, and the row of a message.
+template <typename Row, typename Msg, size_t N>
+void to_message(const Column<Row, Msg> (&columns)[N], const Row& r, Msg& m) {
+  for (const auto& c : columns) c.to_message(r, m);
+}
+template <typename Row, typename Msg, size_t N>
+Row from_message(const Column<Row, Msg> (&columns)[N], const Msg& m) {
+  Row r;
+  for (const auto& c : columns) c.from_message(m, r);
+  return r;
+}
+
+// A row's columns as JSON members, `,"name":value` each (the query API's rows).
+template <typename Row, typename Msg, size_t N>
+std::string json_members(const Column<Row, Msg> (&columns)[N], const Row& r) {
+  std::string o;
+  for (const auto& c : columns) {
+    o += ",\"" + std::string(c.name) + "\":";
+    std::visit(
+        [&](auto m) {
+          using T = MemberType<Row, decltype(m)>;
+          if constexpr (std::is_same_v<T, std::string>) o += json_str(r.*m);
+          else if constexpr (std::is_same_v<T, bool>) o += r.*m ? "true" : "false";
+          else o += json_num(r.*m);
+        },
+        c.member);
+  }
+  return o;
+}
+
+// -- the kinds
+
+// One training iteration of one process (StepRecord; ingest Step). Rows read back also carry the
+// recording's node, which is not a column of the kind: a row's node is its recording's.
+inline constexpr Column<StepRecord, ingest::Step> kSteps[] = {
+    STRATA_COLUMN(StepRecord, ingest::Step, pid),
+    STRATA_COLUMN(StepRecord, ingest::Step, step),
+    STRATA_COLUMN(StepRecord, ingest::Step, start_ns),
+    STRATA_COLUMN(StepRecord, ingest::Step, end_ns),
+    STRATA_COLUMN(StepRecord, ingest::Step, collective_ns),
+    STRATA_COLUMN(StepRecord, ingest::Step, device_collective_ns),
+    STRATA_COLUMN(StepRecord, ingest::Step, device_compute_ns),
+    STRATA_COLUMN(StepRecord, ingest::Step, gpu_idle_ns),
+    STRATA_COLUMN(StepRecord, ingest::Step, device_known),
+};
+
+}  // namespace strata::store::catalog
