@@ -305,8 +305,9 @@ class GpuCommSource final : public Source {
   void init_clock() {
     uint64_t unix_ns = tape().unix_ns();
     mono_to_unix_ = static_cast<int64_t>(unix_ns) - static_cast<int64_t>(tape().mono_ns());
-    next_burst_ = tape().mono_ns();
-    memory_window_start_ = memory_on_since_ = tape().mono_ns();
+    // One clock read for all three: each read is taped, and a replayed capture holds the reads its
+    // pipeline made (tests/data/replay/sim.cap).
+    next_burst_ = memory_window_start_ = memory_on_since_ = tape().mono_ns();
   }
 
   // Takes the API ring buffer's records (taped: the kernel's raw records, one drain per record).
@@ -384,10 +385,11 @@ class GpuCommSource final : public Source {
     auto it = procs_.find(pid);
     if (it == procs_.end()) return;
     it->second.alive = false;
-    it->second.exit_mono = tape().mono_ns();
+    const uint64_t now = tape().mono_ns();  // one taped read for both
+    it->second.exit_mono = now;
     // Take its device records now, then remove its file: nobody reads it after its last reader,
     // and left there every GPU process ever run would keep its ring in /run (memory).
-    read_timeline(it->second, tape().mono_ns(), /*force=*/true);
+    read_timeline(it->second, now, /*force=*/true);
     if (it->second.timeline && it->second.timeline->remove_file()) ++timelines_removed_;
     release_files(it->second);
   }
