@@ -16,10 +16,12 @@ import argparse
 import datetime
 import os
 import signal
-import socket
 import subprocess
 import sys
 import time
+
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "support"))
+from harness import free_port  # noqa: E402
 
 
 def rank_main(a):
@@ -46,12 +48,6 @@ def rank_main(a):
     time.sleep(a.teardown_s)
     dist.destroy_process_group()
     os._exit(0)
-
-
-def free_port():
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 def main():
