@@ -3,7 +3,7 @@
 
 A sample's stack is whole when
 - no native frame repeats the same address more than MAX_REPEAT times in a row (a frame-pointer
-  walk through code that keeps data in rbp loops on one heap address),
+  walk through code that keeps data in rbp loops on one heap address; recursion repeats less),
 - no native frame without a module ([unknown], [anon]) lies between two frames with one (a walk
   that went through garbage and came back by chance),
 - its user part ends at a thread's or process's root (ROOTS): the walk reached the outermost frame.
@@ -18,9 +18,12 @@ import sqlite3
 import struct
 import sys
 
-# A recursive native function can call itself a few times in a row (a qsort, a tree walk); a walk
-# looping on one frame record repeats it up to the depth limit (127). Eight is far from both.
-MAX_REPEAT = 8
+# A recursive native function calls itself from one call site many times in a row: std::map's
+# destructor (_Rb_tree::_M_erase) recurses once per tree level, and a red-black tree of n nodes is up
+# to 2*log2(n+1) deep (CI saw 9+ in a DICOM dictionary's teardown under torch's imports). 64 covers
+# any tree that fits in memory (2^32 nodes); a walk looping on one frame record repeats it until the
+# depth limit (127 native frames) cuts it.
+MAX_REPEAT = 64
 # Where user stacks begin: the executable's entry, a thread's start (glibc), a clone'd child.
 ROOTS = {"_start", "__libc_start_main", "__libc_start_call_main", "start_thread", "clone", "clone3", "__clone",
          "__clone3", "__GI___clone", "__GI___clone3", "__clone_internal"}
