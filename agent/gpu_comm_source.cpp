@@ -431,7 +431,9 @@ class GpuCommSource final : public Source {
     std::vector<store::Metric> metrics;
     for (auto& [pid, st] : procs_) {
       finalize_collectives(st, now, !st.alive, colls);
-      for (const auto& s : st.steps.take_steps(!st.alive)) {
+      // A rank still running when the run stops: its steps so far are written as at its exit (a
+      // gloo job stopped by --duration before the detector's first decision kept none).
+      for (const auto& s : st.steps.take_steps(!st.alive || w.last)) {
         store::StepRecord r;
         r.pid = pid;
         r.step = s.step;

@@ -287,7 +287,7 @@ Status NodePipeline::step(int timeout_ms) {
   return {};
 }
 
-Status NodePipeline::close_window() {
+Status NodePipeline::close_window(bool last) {
   uint64_t end_unix = tape_.unix_ns();
   // Windows stay on the run's timeline (process_info.h); a step is said once, and counted.
   if (clock_watch_.look())
@@ -317,6 +317,7 @@ Status NodePipeline::close_window() {
   ctx.end_ns = end_unix;
   ctx.mono_start_ns = window_start_mono_;
   ctx.mono_end_ns = tape_.mono_ns();
+  ctx.last = last;
   for (auto& src : sources_) {
     if (auto st = src->flush(*sink_, ctx); !st) return st.error().context(src->name());
   }
@@ -436,7 +437,7 @@ Result<PipelineTotals> NodePipeline::finish(const std::vector<std::pair<std::str
   t.wall_s = elapsed_s();
   t.target_cpu_s = static_cast<double>(target_cpu_ns()) / 1e9;
   t.sources_kernel_s = static_cast<double>(sources_kernel_cost_ns()) / 1e9;
-  if (auto st = close_window(); !st) return st.error();
+  if (auto st = close_window(/*last=*/true); !st) return st.error();
   if (auto st = sink_->begin(); !st) return st.error();
   if (opts_.symbolize) {
     if (auto st = symbolize_new_frames(); !st) return st.error();

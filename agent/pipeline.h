@@ -149,7 +149,7 @@ class NodePipeline final : public EventSink {
   void start_clock();
   void refresh_watched();
   uint64_t target_cpu_ns() const;
-  Status close_window();
+  Status close_window(bool last = false);
   void apply_budget(const WindowContext& ctx, double one_time_s);
   Status symbolize_new_frames();
   std::vector<std::pair<std::string, double>> run_stats(const PipelineTotals& t) const;

@@ -19,6 +19,10 @@ struct WindowContext {
   uint64_t end_ns = 0;
   uint64_t mono_start_ns = 0;  // CLOCK_MONOTONIC, as BPF timestamps are
   uint64_t mono_end_ns = 0;
+  // The run's last window (record's end, the agent's shutdown): what a source holds back until more
+  // data confirms it (a step pattern seen for fewer cycles than a decision needs) is written now,
+  // as for a process that exited, since no later window will take it.
+  bool last = false;
 };
 
 class Source {

@@ -12,10 +12,14 @@ says where an iteration starts (agent/comm/step_detector.h). Checked on the stor
   other every 3: 57 and 38 steps for the same 40 iterations).
 STEPS iterations give more calls than the detector's first decision looks at (128 for p = 1), so
 the decision made while the job runs is tested, not only the one at its end.
+A second recording stops (--duration) while the job still runs, before the ranks made 128 calls (a
+hotspot on rank 1 slows every iteration): the steps each rank ran so far are stored all the same, as
+at a process's exit (they used to be held back for a decision that never came).
 Usage: ddp_steps_test.py BUILD_DIR
 """
 import os
 import re
+import signal
 import sqlite3
 import subprocess
 import sys
@@ -35,6 +39,59 @@ BUCKETS = 3  # the large model's gradient buckets per iteration (bucket_cap_mb=1
 # Iterations a rank may have more or fewer steps than it ran: DDP's first iteration (start-up to the
 # detector: its buckets are rebuilt after it), and one cut by the end of the recording.
 EDGE_STEPS = 2
+# The cut recording: rank 1 burns CUT_HOTSPOT_MS per iteration from its first, so CUT_DURATION_S
+# holds at most CUT_DURATION_S / 0.6 s = 33 iterations (~100 calls, under the 128 of a first
+# decision) and, after torch's start-up, some ten or more (the final decision needs three cycles
+# of the longest candidate: 8 iterations).
+CUT_DURATION_S = 20
+CUT_HOTSPOT_MS = 600
+FIRST_DECISION_CALLS = 128
+
+
+def kill_job(marker):
+    """SIGKILLs every process whose environment holds STRATA_JOB=marker (the spawned ranks inherit it)."""
+    needle = ("STRATA_JOB=" + marker).encode()
+    for d in os.listdir("/proc"):
+        if not d.isdigit():
+            continue
+        try:
+            with open("/proc/%s/environ" % d, "rb") as f:
+                if needle in f.read().split(b"\0"):
+                    os.kill(int(d), signal.SIGKILL)
+        except OSError:
+            pass
+
+
+def cut_recording(tmp):
+    db = os.path.join(tmp, "cut.db")
+    marker = "strata-ddp-steps-cut-%d" % os.getpid()
+    env = dict(os.environ, STRATA_JOB=marker)
+    log = os.path.join(tmp, "cut.log")
+    try:
+        # Output to a file: the job outlives the recording and keeps a pipe open.
+        with open(log, "w") as out:
+            rc = subprocess.run([STRATA, "record", "--window", "5", "--layers", "comm", "--duration",
+                                 str(CUT_DURATION_S), "-o", db, "--", PYTHON, WORKLOAD, "--ranks", "2", "--steps",
+                                 "100000", "--model", "large",
+                                 "--fault", "host-hotspot:rank=1,start_step=1,ms=%d" % CUT_HOTSPOT_MS],
+                                stdout=out, stderr=subprocess.STDOUT, env=env, timeout=300).returncode
+    finally:
+        kill_job(marker)
+    print(open(log).read()[-800:])
+    check(rc == 0, "cut recording: strata record --duration exits 0 (got %d)" % rc)
+    con = sqlite3.connect(db)
+    ranks = [pid for (pid,) in con.execute("SELECT DISTINCT pid FROM processes WHERE rank >= 0 ORDER BY rank")]
+    check(len(ranks) == 2, "cut recording: 2 rank processes recorded (%s)" % ranks)
+    steps = {pid: n for pid, n in con.execute("SELECT pid, count(*) FROM steps GROUP BY pid")}
+    calls = {pid: n for pid, n in con.execute("SELECT pid, count(*) FROM collectives GROUP BY pid")}
+    for pid in ranks:
+        c, n = calls.get(pid, 0), steps.get(pid, 0)
+        print("cut recording: pid %d: %d calls, %d steps" % (pid, c, n))
+        check(c < FIRST_DECISION_CALLS, "cut recording: pid %d stopped before a first decision (%d calls < %d)"
+              % (pid, c, FIRST_DECISION_CALLS))
+        # Every iteration but DDP's first and the one the recording cut is a step.
+        want = c // BUCKETS - EDGE_STEPS
+        check(n >= want, "cut recording: pid %d: %d steps stored for ~%d iterations (>= %d)" % (pid, n, c // BUCKETS, want))
 
 
 def main():
@@ -68,6 +125,7 @@ def main():
                   "rank %d: %d steps for %d iterations (within %d)" % (rank, steps.get(pid, 0), STEPS, EDGE_STEPS))
         counts = [steps.get(pid, 0) for pid in ranks]
         check(len(counts) == 2 and counts[0] == counts[1], "both ranks have the same number of steps (%s)" % counts)
+        cut_recording(tmp)
     if failures:
         print("FAILED: %d check(s)" % len(failures))
         return 1
