@@ -124,10 +124,15 @@ TEST(Record, WatchesARunningProcessByPid) {
                  dir.file("rec.db") + " -p $P; R=$?; wait $P; exit $R");
   ASSERT_EQ(rec.exit_code, 0) << describe(rec);
   auto rep = run(strata_bin() + " report " + dir.file("rec.db") + " --format folded");
-  uint64_t leaf = 0;
-  for (const auto& l : parse_folded(rep.out))
+  // How many samples a second gives depends on the CPU the process got (CI saw 19 at 99 Hz on a
+  // loaded machine): what -p must show is the process's own work, most of its samples.
+  uint64_t leaf = 0, total = 0;
+  for (const auto& l : parse_folded(rep.out)) {
+    total += l.count;
     if (l.stack.ends_with(";chain_leaf")) leaf += l.count;
-  EXPECT_GT(leaf, 40u) << rep.out;
+  }
+  ASSERT_GT(total, 10u) << rep.out;
+  EXPECT_GE(static_cast<double>(leaf) / static_cast<double>(total), 0.8) << leaf << " of " << total << "\n" << rep.out;
 }
 
 TEST(Record, PprofDecodesWithProtocAndMatchesTheFoldedTotal) {
