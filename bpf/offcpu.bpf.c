@@ -6,8 +6,9 @@
  *     sched_info.run_delay, so no sched_wakeup program is needed), voluntary/involuntary switches,
  *     migrations, blocked time by reason (the "os" layer);
  *   - the processes that ran on CPUs where a watched process ran recently (neighbours).
- * Stacks are captured at switch-out (only then is the thread current), kept in task storage, and sent
- * at switch-in if the thread was off CPU for at least min_block_ns. Capturing on every switch would
+ * User stacks are captured at switch-out (only then is the thread current), kept in task storage, and
+ * sent at switch-in if the thread was off CPU for at least min_block_ns, with the kernel stack walked
+ * then (a blocked thread's kernel stack does not change until it runs). Capturing on every switch would
  * cost O(switches), so a capture is wanted only for threads that blocked long lately (within their last
  * eight blocks: threads that alternate short and long waits, like a stream worker, stay covered), plus a
  * small per-CPU exploration budget. A capture (two stack walks and a 16 KB copy) is most of what this
@@ -44,7 +45,9 @@ const volatile __u64 min_block_ns = 1000000; /* a block shorter than this is cou
 const volatile __u32 max_events_per_sec = 1000;   /* per CPU: long blocks sent */
 const volatile __u32 max_captures_per_sec = 1000; /* per CPU: stack captures at switch-out, a hard cap */
 const volatile __u32 explore_per_sec = 50;        /* per CPU: captures for threads not known to block long */
-const volatile __u32 kstack_skip = 2;              /* frames of the BPF glue above __schedule */
+/* Frames of the BPF glue above __schedule: kept for the agent's loader, which sets it; kernel stacks
+ * are now read with bpf_get_task_stack at switch-in, which has no glue to skip. */
+const volatile __u32 kstack_skip = 2;
 const volatile __u64 neighbour_horizon_ns = 2000000000ull; /* count neighbours this long after a watched thread ran */
 const volatile __u32 snapshot_pages = 4;          /* user stack copy: rest of rsp's page + up to this many; 0: none */
 const volatile __u32 max_snapshots_per_sec = 500; /* per CPU: stack copies at switch-out */
@@ -205,17 +208,15 @@ static __always_inline __u8 reason_of(struct task_struct* prev, bool preempt, un
   return STRATA_OFFCPU_OTHER;
 }
 
+/* The user stack can only be walked now, while the thread is current; its kernel stack stays as it
+ * is until the thread runs again, so it is walked at switch-in, only for the blocks that are sent
+ * (most captures are of blocks that turn out short, and the kernel walk is half a capture). */
 static __always_inline void capture(void* ctx, struct task_state* ts, struct cpu_state* cs) {
   struct offcpu_buf* b = &ts->buf;
-  /* Skip this program and its tracepoint glue (bpf_prog_*, bpf_trace_run4): the stack starts at __schedule. */
-  long kbytes = bpf_get_stack(ctx, b->frames, KSTACK_BYTES, kstack_skip & BPF_F_SKIP_FIELD_MASK);
-  if (kbytes < 0) kbytes = 0;
-  if (kbytes > KSTACK_BYTES) kbytes = KSTACK_BYTES;
-  kbytes &= ~7L;
-  long ubytes = bpf_get_stack(ctx, b->frames + kbytes, USTACK_BYTES, BPF_F_USER_STACK);
+  long ubytes = bpf_get_stack(ctx, b->frames, USTACK_BYTES, BPF_F_USER_STACK);
   if (ubytes < 0) ubytes = 0;
   if (ubytes > USTACK_BYTES) ubytes = USTACK_BYTES;
-  b->hdr.kstack_len = kbytes / sizeof(__u64);
+  b->hdr.kstack_len = 0;
   b->hdr.ustack_len = ubytes / sizeof(__u64);
   ts->has_stack = 1;
   bump(cs, STRATA_OFFCPU_CNT_CAPTURES);
@@ -345,11 +346,18 @@ static __always_inline void emit(struct task_struct* next, struct task_state* ts
   b->hdr.uret_len = 0;
   b->hdr._pad3 = 0;
   if (ts->has_stack) {
-    fbytes = ((__u64)ts->buf.hdr.kstack_len + ts->buf.hdr.ustack_len) * sizeof(__u64);
-    if (fbytes > KSTACK_BYTES + USTACK_BYTES) fbytes = KSTACK_BYTES + USTACK_BYTES;
-    if (fbytes) bpf_probe_read_kernel(b->frames, fbytes, ts->buf.frames);
-    b->hdr.kstack_len = ts->buf.hdr.kstack_len;
-    b->hdr.ustack_len = ts->buf.hdr.ustack_len;
+    /* The kernel stack the thread blocked in (not running yet: it is as it was at switch-out),
+     * then the user stack captured then. */
+    long kbytes = bpf_get_task_stack(next, b->frames, KSTACK_BYTES, 0);
+    if (kbytes < 0) kbytes = 0;
+    if (kbytes > KSTACK_BYTES) kbytes = KSTACK_BYTES;
+    kbytes &= ~7L;
+    __u64 ubytes = (__u64)ts->buf.hdr.ustack_len * sizeof(__u64);
+    if (ubytes > USTACK_BYTES) ubytes = USTACK_BYTES;
+    if (ubytes && bpf_probe_read_kernel(b->frames + kbytes, ubytes, ts->buf.frames) != 0) ubytes = 0;
+    fbytes = kbytes + ubytes;
+    b->hdr.kstack_len = kbytes / sizeof(__u64);
+    b->hdr.ustack_len = ubytes / sizeof(__u64);
     b->hdr.flags = STRATA_OFFCPU_F_USER_STACK;
   } else {
     long kbytes = bpf_get_task_stack(next, b->frames, KSTACK_BYTES, 0);

@@ -30,7 +30,7 @@ struct OsLayerOptions {
   uint32_t max_events_per_sec = 1000;
   uint32_t max_captures_per_sec = 1000;
   // Above this many wanted captures per CPU per second, one in 2^k is taken and weighted 2^k
-  // (bpf/offcpu.bpf.c). 400: a capture costs ~6 us here (two stack walks and a 16 KB copy), so the
+  // (bpf/offcpu.bpf.c). 400: a capture costs ~6 us here (a user stack walk and a 16 KB copy), so the
   // captures of one CPU stay under ~0.25% of it at full budget, while a 10 s window still gets
   // thousands of blocked stacks per CPU; the sleeper test's ~300 blocks a second stay unsampled.
   uint32_t capture_target_per_sec = 400;
