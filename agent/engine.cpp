@@ -220,7 +220,7 @@ std::unique_ptr<OnCpuSampler> capturing_sampler(std::unique_ptr<OnCpuSampler> li
 
 std::unique_ptr<OnCpuSampler> replay_sampler(Tape& tape) { return std::make_unique<ReplaySampler>(tape); }
 
-Result<ReplaySummary> replay_capture(const std::string& path, store::Store& sink, std::ostream& log) {
+Result<ReplaySummary> replay_capture(const std::string& path, store::Writer& sink, std::ostream& log) {
   auto capture = read_capture(path);
   if (!capture) return capture.error();
   Tape tape(std::move(*capture));

@@ -415,7 +415,7 @@ class GpuCommSource final : public Source {
     return {};
   }
 
-  Status flush(store::Store& store, const WindowContext& w) override {
+  Status flush(store::Writer& store, const WindowContext& w) override {
     uint64_t now = tape().mono_ns();
     // Take the last events first, so calls and their device records meet in this window.
     (void)drain_api();

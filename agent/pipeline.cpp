@@ -93,7 +93,7 @@ void NodePipeline::drop_privileges_and_start_threads() {
   for (auto& src : sources_) src->start_threads();
 }
 
-Status NodePipeline::begin(store::Store& sink, const std::string& command) {
+Status NodePipeline::begin(store::Writer& sink, const std::string& command) {
   ByteWriter args;
   args.str(command);
   control(CaptureControl::kBegin, args);

@@ -1,7 +1,7 @@
 // The node pipeline that `strata record` and `strata agent` both run (DESIGN §2): the on-CPU
 // sampler and the layers' sources, process tracking (identity, CPU, exits), the window clock,
 // normalization and symbolization of stacks, the cost budget and (for the agent) the flight
-// recorder. Each closed window goes to one sink: the write half of store::Store, which is the
+// recorder. Each closed window goes to one sink, a store::Writer: the
 // SQLite store (`strata record`, `strata agent -o`) or the shipper's BatchingWriter (`strata agent
 // --server`). The shells around it only choose what to watch and where the windows go:
 //   record = pipeline + SQLite sink + the command it starts (or -p pids)
@@ -96,7 +96,7 @@ class NodePipeline final : public EventSink {
   // Where the windows go; begins the recording (this node, rate and window; `command` names what
   // is watched). The run's clock (its duration, the first window, the agent's CPU) starts with the
   // first step(), once the shell's start-up is over.
-  Status begin(store::Store& sink, const std::string& command);
+  Status begin(store::Writer& sink, const std::string& command);
 
   // Watches a process from now on (its children follow in the kernel). `preexisting`: it ran
   // before the watch began, so only its CPU from now on is the run's.
@@ -164,7 +164,7 @@ class NodePipeline final : public EventSink {
   FlightRecorder flight_;  // before the sources: they hold a pointer to it
   std::vector<std::unique_ptr<Source>> sources_;
   WindowProfile profile_{normalizer_};  // after normalizer_
-  store::Store* sink_ = nullptr;
+  store::Writer* sink_ = nullptr;
   int64_t recording_ = 0;
 
   // The window clock.

@@ -42,7 +42,7 @@ class Source {
   // buffer filling up); -1 when a few polls a second are enough.
   virtual int wake_fd() const { return -1; }
   // Writes the window's aggregates; called inside the store's transaction.
-  virtual Status flush(store::Store& store, const WindowContext& w) = 0;
+  virtual Status flush(store::Writer& store, const WindowContext& w) = 0;
   // Its own counters for the closing summary and /metrics: drops, probe hits, ...
   virtual void stats(std::vector<std::pair<std::string, double>>& /*out*/) const {}
   // What its kernel side has cost so far: the run time of its BPF programs (kernel BPF stats) plus

@@ -24,7 +24,7 @@ void WindowProfile::add(const SampleEvent& e) {
   counts_[Key{e.pid, e.tid, index, e.comm}] += 1;
 }
 
-Result<WindowProfile::Written> WindowProfile::write(store::Store& store, int64_t recording, uint64_t start_ns,
+Result<WindowProfile::Written> WindowProfile::write(store::Writer& store, int64_t recording, uint64_t start_ns,
                                                     uint64_t end_ns, const store::WindowFidelity& fidelity) {
   Written w;
   w.stack_ids.resize(stacks_.size());

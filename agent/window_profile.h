@@ -31,7 +31,7 @@ class WindowProfile {
   // Interns the window's stacks and writes its counts as [start_ns, end_ns) (nothing when empty),
   // inside the caller's transaction, with how they were taken (rate, unwinding); then starts the
   // next window.
-  Result<Written> write(store::Store& store, int64_t recording, uint64_t start_ns, uint64_t end_ns,
+  Result<Written> write(store::Writer& store, int64_t recording, uint64_t start_ns, uint64_t end_ns,
                         const store::WindowFidelity& fidelity = {});
 
  private:

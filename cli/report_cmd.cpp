@@ -36,7 +36,7 @@ const char* kReportFooter = "Exit codes: 0 ok, 1 bad input (no such store, a fil
                             "(collector unreachable).\n";
 
 // The OS layer's metrics per process (rank), after the profile (report/os_table.h).
-void print_os_metrics(store::Store& st, const std::vector<store::ProcessInfo>& procs, std::ostream& out) {
+void print_os_metrics(store::Reader& st, const std::vector<store::ProcessInfo>& procs, std::ostream& out) {
   auto rows = st.metrics("os.");
   if (!rows || rows->empty()) return;
   std::vector<report::OsProcess> ps;
@@ -60,7 +60,7 @@ constexpr size_t kMaxFidelityLines = 20;
 // unwinding off), on the nodes of `procs` (the processes the filters keep): said wherever a profile
 // is shown, so nobody reads a 24 Hz stretch or cut-short stacks as the job's behaviour. `prefix`
 // starts each line ("" in the text report, "strata: " on stderr beside an exported file).
-void print_fidelity(store::Store& st, const std::vector<store::ProcessInfo>& procs, const std::string& prefix,
+void print_fidelity(store::Reader& st, const std::vector<store::ProcessInfo>& procs, const std::string& prefix,
                     std::ostream& out) {
   auto runs = st.reduced_fidelity();
   if (!runs || runs->empty()) return;
@@ -80,7 +80,7 @@ void print_fidelity(store::Store& st, const std::vector<store::ProcessInfo>& pro
 }
 
 // `procs`: the processes the filters keep (all without filters).
-void print_text(store::Store& st, const report::Profile& p, const std::vector<store::ProcessInfo>& procs,
+void print_text(store::Reader& st, const report::Profile& p, const std::vector<store::ProcessInfo>& procs,
                 std::ostream& out) {
   auto rec = st.latest_recording();
   if (!procs.empty()) {
@@ -113,7 +113,7 @@ void print_text(store::Store& st, const report::Profile& p, const std::vector<st
 
 // The processes that --rank and --pid keep, or an error when they keep none: an empty report
 // would read as "nothing happened" when the filter was wrong.
-Result<std::vector<store::ProcessInfo>> filtered_processes(store::Store& st, const store::ProfileFilter& f,
+Result<std::vector<store::ProcessInfo>> filtered_processes(store::Reader& st, const store::ProfileFilter& f,
                                                            const std::string& where) {
   auto procs = st.processes();
   if (!procs) return procs.error();
@@ -137,7 +137,7 @@ Result<std::vector<store::ProcessInfo>> filtered_processes(store::Store& st, con
   return Error{"report: no " + what + " in " + where + known};
 }
 
-Result<report::TimelineData> load_timeline(store::Store& st, const store::ProfileFilter& f) {
+Result<report::TimelineData> load_timeline(store::Reader& st, const store::ProfileFilter& f) {
   report::TimelineData d;
   auto procs = st.processes();
   if (!procs) return procs.error();

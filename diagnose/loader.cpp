@@ -191,7 +191,7 @@ enum class ProfileUse { kAll, kTimes, kCallers };
 // that reaches past it holds the window being diagnosed too, and is no past.
 // `pid`: the rank's, or one of its workers' on the rank's node (then every path is rooted at
 // kWorkerFrame).
-Status load_profile(store::Store& s, const store::RowQuery& span, JobWindow& job, RankWindow& r, store::CountKind kind,
+Status load_profile(store::Reader& s, const store::RowQuery& span, JobWindow& job, RankWindow& r, store::CountKind kind,
                     double steps, const std::vector<store::StepRecord>& rank_steps, Stats* stats,
                     std::optional<uint64_t> before_ns = std::nullopt, RankPast* past = nullptr, uint32_t pid = 0,
                     ProfileUse use = ProfileUse::kAll) {
@@ -507,7 +507,7 @@ constexpr size_t kStallStacks = 5;
 // A rank's stacks of one kind from `from_ns` on, as ms by call path (every off-CPU wait, not only
 // I/O), its heaviest kStallStacks paths. `pid`: the rank's, or one of its workers' (its paths then
 // rooted at kWorkerFrame: a data loader worker that stopped is where a rank's hang often is).
-Status load_stall_stacks(store::Store& s, const store::RowQuery& span, uint64_t from_ns, JobWindow& job, RankWindow& r,
+Status load_stall_stacks(store::Reader& s, const store::RowQuery& span, uint64_t from_ns, JobWindow& job, RankWindow& r,
                          store::CountKind kind, Stats* stats, uint32_t pid) {
   const std::string root = pid != r.pid ? std::string(kWorkerFrame) + ";" : std::string();
   store::ProfileFilter f;
@@ -545,7 +545,7 @@ Status load_stall_stacks(store::Store& s, const store::RowQuery& span, uint64_t 
 
 }  // namespace
 
-Result<JobWindow> load_job_window(store::Store& s, const LoadOptions& opt) {
+Result<JobWindow> load_job_window(store::Reader& s, const LoadOptions& opt) {
   auto rec_r = s.latest_recording();
   if (!rec_r) return rec_r.error();
   if (!*rec_r) return Error{"the store holds no recording"};
@@ -1103,7 +1103,7 @@ Result<JobWindow> load_job_window(store::Store& s, const LoadOptions& opt) {
   return job;
 }
 
-Result<JobWindow> load_latest_with_baseline(store::Store& s, LoadOptions opt, uint64_t latest_ns, uint64_t baseline_ns) {
+Result<JobWindow> load_latest_with_baseline(store::Reader& s, LoadOptions opt, uint64_t latest_ns, uint64_t baseline_ns) {
   auto rec = s.latest_recording();
   if (!rec) return rec.error();
   if (!*rec) return Error{"the store holds no recording"};

@@ -50,10 +50,10 @@ struct Stats {
 // `strata diagnose FILE.db` without a span: the latest stretch of `latest_ns`, against the
 // `baseline_ns` before it as the job's healthy past (JobBaseline) when that stretch diagnoses
 // healthy. Reads those two stretches, whatever else the store holds.
-Result<JobWindow> load_latest_with_baseline(store::Store& store, LoadOptions options, uint64_t latest_ns,
+Result<JobWindow> load_latest_with_baseline(store::Reader& store, LoadOptions options, uint64_t latest_ns,
                                             uint64_t baseline_ns);
 
-Result<JobWindow> load_job_window(store::Store& store, const LoadOptions& options = {});
+Result<JobWindow> load_job_window(store::Reader& store, const LoadOptions& options = {});
 
 // Where the job's step time series (one value per step) rose: the index of the first slow step,
 // or 0 when no rise stands out from the noise before it. Exposed for tests.

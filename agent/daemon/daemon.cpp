@@ -510,7 +510,7 @@ class Daemon {
   AgentOptions opts_;
   std::ostream& log_;
   std::string node_;
-  std::unique_ptr<store::Store> store_;  // the sink (declared before the pipeline: it outlives it)
+  std::unique_ptr<store::Writer> store_;  // the sink (declared before the pipeline: it outlives it)
   shipper::BatchingWriter* writer_ = nullptr;  // store_, when shipping
   NodePipeline pipeline_;
 

@@ -265,7 +265,7 @@ class NvmlSource final : public Source {
     return {};
   }
 
-  Status flush(store::Store& store, const WindowContext& w) override {
+  Status flush(store::Writer& store, const WindowContext& w) override {
     std::vector<store::Metric> out;
     {
       std::lock_guard lock(m_);

@@ -40,7 +40,7 @@ void OffCpuAggregator::add(const OffCpuEvent& e) {
   blocks_++;
 }
 
-Status OffCpuAggregator::flush(store::Store& store, int64_t recording, uint64_t start_ns, uint64_t end_ns) {
+Status OffCpuAggregator::flush(store::Writer& store, int64_t recording, uint64_t start_ns, uint64_t end_ns) {
   if (!ns_.empty()) {
     std::vector<int64_t> ids(stacks_.size());
     for (size_t i = 0; i < stacks_.size(); ++i) {

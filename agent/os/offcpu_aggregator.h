@@ -32,7 +32,7 @@ class OffCpuAggregator {
   explicit OffCpuAggregator(Normalizer& normalizer) : normalizer_(normalizer) {}
   void add(const OffCpuEvent& e);
   // Writes the window's counts (interning its stacks) and starts a new window.
-  Status flush(store::Store& store, int64_t recording, uint64_t start_ns, uint64_t end_ns);
+  Status flush(store::Writer& store, int64_t recording, uint64_t start_ns, uint64_t end_ns);
   uint64_t blocks() const { return blocks_; }           // events added, ever
   uint64_t stored_us() const { return stored_us_; }     // microseconds written, ever
 

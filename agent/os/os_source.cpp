@@ -190,7 +190,7 @@ class OsLayerSource final : public Source {
     }
   }
 
-  Status flush(store::Store& store, const WindowContext& w) override {
+  Status flush(store::Writer& store, const WindowContext& w) override {
     if (auto st = poll(); !st) return st;
     if (opts_.offcpu) {
       if (auto st = agg_.flush(store, w.recording, w.start_ns, w.end_ns); !st) return st;

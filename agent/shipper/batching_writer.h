@@ -55,7 +55,7 @@ struct ShipperCounters {
   KindCounts records_dropped;     // rows of batches the full spool dropped (this run's)
 };
 
-class BatchingWriter final : public store::Store {
+class BatchingWriter final : public store::Writer {
  public:
   using HealthFn = std::function<void(ingest::AgentHealth&)>;
   // Opens the spool (resending what a previous run left) and starts the shipping thread.
@@ -74,7 +74,7 @@ class BatchingWriter final : public store::Store {
   // held and set-aside batches, quarantined), in Prometheus text.
   void write_metrics(std::ostream& o) const;
 
-  // -- store::Store, writing
+  // -- store::Writer (a shipping store is written only: reads go to the collector)
   Result<int64_t> begin_recording(const store::RecordingInfo& info) override;
   Status end_recording(int64_t recording, uint64_t ended_ns) override;
   Status put_process(int64_t recording, const store::ProcessInfo& p) override;
@@ -96,30 +96,9 @@ class BatchingWriter final : public store::Store {
   Status begin() override { return {}; }
   Status commit() override { return seal(); }
 
-  // -- store::Store, reading: not here
-  Result<Profile> load_profile(const store::ProfileFilter&) override { return no_reads(); }
-  Result<std::vector<store::ProcessInfo>> processes(std::optional<int64_t>) override { return no_reads(); }
-  Result<std::vector<std::pair<std::string, double>>> stats(int64_t) override { return no_reads(); }
-  Result<std::optional<int64_t>> latest_recording() override { return no_reads(); }
-  Result<std::vector<store::CommunicatorRecord>> communicators(std::optional<int64_t>) override { return no_reads(); }
-  Result<std::vector<store::CollectiveRecord>> collectives(std::optional<int64_t>, std::optional<uint32_t>) override {
-    return no_reads();
-  }
-  Result<std::vector<store::DeviceActivity>> device_activity(std::optional<int64_t>,
-                                                             std::optional<uint32_t>) override {
-    return no_reads();
-  }
-  Result<std::vector<store::StepRecord>> steps(std::optional<int64_t>, std::optional<uint32_t>) override {
-    return no_reads();
-  }
-  Result<std::vector<ThreadWindow>> thread_windows(std::optional<int64_t>) override { return no_reads(); }
-  Result<unsigned> sample_hz(std::optional<int64_t>) override { return no_reads(); }
-  Result<std::vector<MetricRow>> metrics(const std::string&, std::optional<int64_t>) override { return no_reads(); }
-
  private:
   BatchingWriter(const ShipperOptions& opts, Spool spool, std::unique_ptr<symbolize::Symbolizer> symbolizer,
                  HealthFn health);
-  static Error no_reads() { return Error{"the agent's shipping store cannot be read: query the server"}; }
   ingest::Record& add(const char* kind, size_t rows);
   Status maybe_seal();
   void ship_loop();

@@ -80,7 +80,7 @@ class Job {
   // What one node's agent writes. Each writer keeps its own stack ids (NodeWriter).
   class NodeWriter {
    public:
-    NodeWriter(const Job& job, store::Store& out, int node) : job_(job), out_(out), node_(node) {}
+    NodeWriter(const Job& job, store::Writer& out, int node) : job_(job), out_(out), node_(node) {}
     // The recording, its processes and communicators.
     Status begin(uint64_t started_ns);
     // Window w's rows (steps, collectives, device activity, metrics, stacks); no commit.
@@ -91,7 +91,7 @@ class Job {
    private:
     Status intern();
     const Job& job_;
-    store::Store& out_;
+    store::Writer& out_;
     int node_;
     int64_t rec_ = -1;
     std::vector<int64_t> stacks_;  // ids of the job's stacks in `out_`, once interned
