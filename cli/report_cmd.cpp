@@ -221,8 +221,12 @@ int report_main(std::vector<std::string> argv) {
   if (format != "text" && format != "folded" && format != "pprof" && format != "chrome-trace")
     return fail("report: unknown format '" + format + "' (text, folded, pprof, chrome-trace)", 1);
 
-  auto st = server.empty() ? store::Store::open_sqlite(file, store::Store::Mode::kReadOnly)
-                           : store::Store::open_remote(server, token);
+  auto st = [&]() -> Result<std::unique_ptr<store::Reader>> {
+    if (!server.empty()) return store::Store::open_remote(server, token);
+    auto s = store::Store::open_sqlite(file, store::Store::Mode::kReadOnly);
+    if (!s) return s.error();
+    return std::unique_ptr<store::Reader>(std::move(*s));
+  }();
   if (!st) return fail(st.error().message, st.error().exit_code);
   const std::string where = server.empty() ? file : server;
   if (format == "chrome-trace") {

@@ -9,7 +9,7 @@
 namespace strata::store {
 namespace {
 
-class RemoteStore final : public Store {
+class RemoteStore final : public Reader {
  public:
   RemoteStore(std::string url, std::string token) : url_(std::move(url)), token_(std::move(token)) {}
 
@@ -18,29 +18,6 @@ class RemoteStore final : public Store {
     if (!e) return e.error();
     return {};
   }
-
-  // -- writing: not through here
-  Result<int64_t> begin_recording(const RecordingInfo&) override { return read_only(); }
-  Status end_recording(int64_t, uint64_t) override { return read_only(); }
-  Status put_process(int64_t, const ProcessInfo&) override { return read_only(); }
-  Result<int64_t> intern_stack(const Stack&, UnwindMethod) override { return read_only(); }
-  Status put_window(int64_t, uint64_t, uint64_t, CountKind, const std::vector<StackCount>&,
-                    const WindowFidelity&) override {
-    return read_only();
-  }
-  Status put_stat(int64_t, const std::string&, double) override { return read_only(); }
-  Status put_metrics(int64_t, uint64_t, uint64_t, const std::vector<Metric>&) override { return read_only(); }
-  Status put_communicators(int64_t, const std::vector<CommunicatorRecord>&) override { return read_only(); }
-  Status put_collectives(int64_t, const std::vector<CollectiveRecord>&) override { return read_only(); }
-  Status put_device_activity(int64_t, const std::vector<DeviceActivity>&) override { return read_only(); }
-  Status put_steps(int64_t, const std::vector<StepRecord>&) override { return read_only(); }
-  Status put_launch_samples(int64_t, uint64_t, uint64_t, const std::vector<LaunchSample>&) override {
-    return read_only();
-  }
-  Result<std::vector<FrameRow>> unsymbolized_frames() override { return std::vector<FrameRow>{}; }
-  Status update_frame_symbols(const std::vector<FrameRow>&) override { return read_only(); }
-  Status begin() override { return read_only(); }
-  Status commit() override { return read_only(); }
 
   // -- reading
   Result<Profile> load_profile(const ProfileFilter& f) override {
@@ -165,7 +142,6 @@ class RemoteStore final : public Store {
   Result<std::vector<ThreadWindow>> thread_windows(std::optional<int64_t>) override { return not_yet(); }
 
  private:
-  static Error read_only() { return Error{"a collector is read through its API here, never written"}; }
   static Error not_yet() {
     return Error{"this report needs the timeline, which the server's export does not carry yet: use a store file"};
   }
@@ -208,13 +184,13 @@ class RemoteStore final : public Store {
 
 }  // namespace
 
-Result<std::unique_ptr<Store>> Store::open_remote(const std::string& url, const std::string& token) {
+Result<std::unique_ptr<Reader>> Store::open_remote(const std::string& url, const std::string& token) {
   if (url.rfind("http://", 0) != 0) return Error{"--server " + url + ": expected http://HOST:PORT"};
   std::string u = url;
   while (!u.empty() && u.back() == '/') u.pop_back();
   auto s = std::make_unique<RemoteStore>(u, token);
   if (auto st = s->check(); !st) return st.error();
-  return std::unique_ptr<Store>(std::move(s));
+  return std::unique_ptr<Reader>(std::move(s));
 }
 
 }  // namespace strata::store

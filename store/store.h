@@ -489,7 +489,7 @@ class Store : public Writer, public Reader, public Ledger {
   // The database and tables are created when missing (kCreateOrAppend).
   static Result<std::unique_ptr<Store>> open_clickhouse(const std::string& url, Mode mode);
   // A collector's data through its REST API (read only): http://HOST:PORT, with a bearer token.
-  static Result<std::unique_ptr<Store>> open_remote(const std::string& url, const std::string& token);
+  static Result<std::unique_ptr<Reader>> open_remote(const std::string& url, const std::string& token);
   ~Store() override = default;
 };
 
