@@ -1070,7 +1070,8 @@ std::optional<Hypothesis> memory_calls_hypothesis(const RankCase& k, Cause cause
     h.evidence.push_back("its stacks inside " + api + " are called from " + site);
   }
   if (hot_in_calls)
-    h.evidence.push_back("the differential on-CPU profile's top path, " + k.hot->function + " (" + ms(k.hot->culprit_ms) + " per step vs " +
+    h.evidence.push_back("the differential on-CPU profile's top path, " + caller_name(split_path(k.hot->path).back()) + " (" +
+                         ms(k.hot->culprit_ms) + " per step vs " +
                          ms(k.hot->peers_ms) + " on peers), is in these calls: its CPU time with its wait for a CPU, " + ms(hot_ms) +
                          " per step, is theirs, not a cause of its own");
   // As many calls in its own past: it always did this, and something else may be why it slowed.
