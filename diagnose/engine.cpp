@@ -641,6 +641,9 @@ constexpr double kMinExtraMemoryCalls = 1.0;
 constexpr double kMoreCopiedBytes = 1.5;
 // Memory calls explain the host's extra time when they are half of it, as launches do.
 constexpr double kMemoryShareOfHost = 0.5;
+// A CPU profile's path is in the memory calls when most of its time is under one of their APIs;
+// the rest is the loop that makes them.
+constexpr double kHotPathInCallsShare = 0.5;
 
 // Whether a call path was sampled in one of the rank's worker processes.
 bool in_worker(const std::string& path) { return std::string_view(path).substr(0, kWorkerFrame.size()) == kWorkerFrame; }
@@ -866,6 +869,13 @@ std::optional<Hypothesis> launch_bound(const RankCase& k) {
 // Where a rank's host thread calls a memory API from: on its on-CPU and off-CPU stacks, the frame
 // that calls the API's own frame, by the time under it (a real cudaMemcpy or cudaFree spins or
 // blocks there). Empty when no stack passes through the API (a call that sleeps is in neither).
+// A caller's name as the evidence says it: a lambda's operator() names no code a person searches
+// for, its enclosing function does.
+std::string caller_name(std::string_view f) {
+  auto lambda = f.find("::{lambda");
+  return lambda == std::string_view::npos ? short_function(f) : "a lambda in " + short_function(f.substr(0, lambda));
+}
+
 std::string memory_call_site(const JobWindow& job, const RankWindow& r, const std::string& api) {
   std::map<std::string, double> by_caller;
   for (const Values* profile : {&r.oncpu, &r.offcpu}) {
@@ -875,11 +885,7 @@ std::string memory_call_site(const JobWindow& job, const RankWindow& r, const st
         if (short_function(frames[i]) != api) continue;
         for (size_t j = i; j-- > 0;) {
           if (unresolved_frame(frames[j]) || frames[j] == kWorkerFrame) continue;
-          // A lambda's operator() names no code a person searches for: its enclosing function does.
-          std::string_view f = frames[j];
-          auto lambda = f.find("::{lambda");
-          by_caller[lambda == std::string_view::npos ? short_function(f) : "a lambda in " + short_function(f.substr(0, lambda))] +=
-              v.ms_per_step;
+          by_caller[caller_name(frames[j])] += v.ms_per_step;
           break;
         }
         break;
@@ -892,6 +898,37 @@ std::string memory_call_site(const JobWindow& job, const RankWindow& r, const st
     if (t > most) best = caller, most = t;
   }
   return best;
+}
+
+// Where the rank makes its memory calls of one kind, from the calls sampled with their stacks
+// (RankWindow::memory_call_sites): the call site most of them come from, its share, and how many
+// were sampled. Empty when none was sampled with a resolved frame.
+struct SampledSite {
+  std::string site;
+  double calls = 0, total = 0;
+};
+struct SampledSites {
+  std::map<std::string, double> by_site;
+  void add(const JobWindow& job, const RankWindow& r, bool (*kind)(std::string_view)) {
+    for (const auto& v : r.memory_call_sites) {
+      std::string_view key = job.names.name(v.name);
+      auto bar = key.find('|');
+      if (bar != std::string_view::npos && kind(key.substr(0, bar))) by_site[caller_name(key.substr(bar + 1))] += v.ms_per_step;
+    }
+  }
+  SampledSite top() const {
+    SampledSite best;
+    for (const auto& [site, n] : by_site) {
+      best.total += n;
+      if (n > best.calls) best.site = site, best.calls = n;
+    }
+    return best;
+  }
+};
+SampledSite sampled_call_site(const JobWindow& job, const RankWindow& r, bool (*kind)(std::string_view)) {
+  SampledSites s;
+  s.add(job, r, kind);
+  return s.top();
 }
 
 // The memory calls of one kind on rank c against its peers and its own healthy past: whether the
@@ -971,20 +1008,72 @@ std::string memory_share(const RankCase& k, double explained) {
          ms(k.extra) + " per step " + k.who + " is busier than its peers (its extra busy time)";
 }
 
+// Whether the CPU profile's top path is in the rank's memory calls of one kind: most of its time is
+// inside one of the APIs (a real runtime spins on the CPU in a synchronous copy or in a cudaFree's
+// device sync), or its function is where most of the calls sampled with their stacks are made (the
+// loop around them: the probes' traps on each call, the bookkeeping per call).
+bool hot_path_in_memory_calls(const RankCase& k, bool (*kind)(std::string_view)) {
+  if (!k.hot) return false;
+  const std::string& hot = k.hot->path;
+  double all = 0, inside = 0;
+  for (const auto& v : k.r.oncpu) {
+    const std::string& path = k.job.names.name(v.name);
+    if (path != hot && path.rfind(hot + ";", 0) != 0) continue;
+    all += v.ms_per_step;
+    auto below = split_path(std::string_view(path).substr(std::min(path.size(), hot.size() + 1)));
+    bool in_api = false;
+    for (auto f : below) {
+      for (const auto& a : k.r.memory_api_ms) {
+        const std::string& api = k.job.names.name(a.name);
+        in_api = in_api || (kind(api) && short_function(f) == api);
+      }
+    }
+    if (in_api) inside += v.ms_per_step;
+  }
+  if (all > 0 && inside >= kHotPathInCallsShare * all) return true;
+  auto frames = split_path(hot);
+  const SampledSite site = sampled_call_site(k.job, k.r, kind);
+  return !frames.empty() && !site.site.empty() && caller_name(frames.back()) == site.site;
+}
+
+Hypothesis cpu_hypothesis(const RankCase& k);
+bool more_of_everything(const RankCase& k);
+
 std::optional<Hypothesis> memory_calls_hypothesis(const RankCase& k, Cause cause, double excess, Os time, Os calls, Os mb,
                                                   bool (*kind)(std::string_view)) {
-  if (!(excess > 0 && excess >= kMemoryShareOfHost * k.host)) return std::nullopt;
+  // A CPU hotspot in these calls is their cost measured a second way: the calls' time on the host
+  // thread holds their CPU work and its wait for a CPU, the hot path's estimate holds that work, the
+  // loop around the calls and their share of the run-queue wait. One cause: the larger of the two.
+  const bool hot_in_calls = k.cpu > 0 && k.hot && !more_of_everything(k) && hot_path_in_memory_calls(k, kind);
+  const double hot_ms = hot_in_calls ? cpu_hypothesis(k).explained_ms : 0;
+  const double cost = std::max(excess, hot_ms);
+  if (!(excess > 0 && cost >= kMemoryShareOfHost * k.host)) return std::nullopt;
   MemoryCallDiff d = memory_call_diff(k, time, calls, mb, kind);
   if (!d.more) return std::nullopt;  // the same calls, slower: not the program's doing
   Hypothesis h;
   h.cause = cause;
-  h.explained_ms = excess;
+  h.explained_ms = cost;
   const std::string api = d.top_api.empty() ? std::string(cause == Cause::kSyncMemcpy ? "cudaMemcpy" : "cudaMalloc/cudaFree") : d.top_api;
-  std::string site = memory_call_site(k.job, k.r, api);
+  // The call site: from the calls the probes sampled with their stacks, else from the CPU profiles'
+  // stacks that pass through the API (a call that spins or blocks in it).
+  SampledSite sampled = sampled_call_site(k.job, k.r, kind);
+  std::string site = !sampled.site.empty() ? sampled.site : memory_call_site(k.job, k.r, api);
   h.culprit = (d.apis.empty() ? api : d.apis) + (site.empty() ? "" : " (called from " + site + ")");
   h.evidence = std::move(d.evidence);
   h.evidence.push_back(memory_share(k, std::min(excess, k.extra)));
-  if (!site.empty()) h.evidence.push_back("its stacks inside " + api + " are called from " + site);
+  if (!sampled.site.empty()) {
+    h.evidence.push_back(fmt("%.0f%%", 100 * sampled.calls / sampled.total) + " of " + k.who + "'s " +
+                         (cause == Cause::kSyncMemcpy ? "synchronous copies" : "allocation and release calls") +
+                         " sampled with their stacks are made from " + site + fmt(" (%.0f", sampled.calls) +
+                         fmt(" of %.0f calls in the window)", sampled.total));
+  } else if (!site.empty()) {
+    h.evidence.push_back("its stacks inside " + api + " are called from " + site);
+  }
+  if (hot_in_calls)
+    h.evidence.push_back("the differential on-CPU profile's top path, " + caller_name(split_path(k.hot->path).back()) + " (" +
+                         ms(k.hot->culprit_ms) + " per step vs " +
+                         ms(k.hot->peers_ms) + " on peers), is in these calls: its CPU time with its wait for a CPU, " + ms(hot_ms) +
+                         " per step, is theirs, not a cause of its own");
   // As many calls in its own past: it always did this, and something else may be why it slowed.
   constexpr double kAlwaysDidThis = 0.7;
   if (d.has_past && !d.more_than_past) h.certainty = kAlwaysDidThis;
@@ -1169,6 +1258,10 @@ void measure(RankCase& k) {
   }
 }
 
+// A host hotspot in the memory calls a memory rule found grown is their cost, which that rule
+// counts (memory_calls_hypothesis): the hotspot's own hypothesis goes.
+void fold_hotspot_into_memory_calls(const RankCase& k, std::vector<Ranked>& hs);
+
 // Descends the layers on rank c, whose busy time exceeds its peers' by `extra` ms per step: every
 // rule of the table that finds its evidence, most explained first.
 std::vector<Ranked> descend(const JobWindow& job, size_t c, double extra, bool job_wide) {
@@ -1183,10 +1276,25 @@ std::vector<Ranked> descend(const JobWindow& job, size_t c, double extra, bool j
     if (rule.host && !k.idle_ev.empty()) h->evidence.push_back(k.idle_ev);
     hs.push_back({std::move(*h), &rule});
   }
+  fold_hotspot_into_memory_calls(k, hs);
   // Nothing explains more than the time there is to explain.
   for (auto& x : hs) x.h.explained_ms = std::min(x.h.explained_ms, extra);
   std::stable_sort(hs.begin(), hs.end(), [](const Ranked& a, const Ranked& b) { return a.h.explained_ms > b.h.explained_ms; });
   return hs;
+}
+
+void fold_hotspot_into_memory_calls(const RankCase& k, std::vector<Ranked>& hs) {
+  auto hotspot = std::find_if(hs.begin(), hs.end(), [](const Ranked& x) { return x.rule->cause == Cause::kHostHotspot; });
+  if (hotspot == hs.end()) return;
+  for (const auto& x : hs) {
+    bool (*kind)(std::string_view) = x.rule->cause == Cause::kSyncMemcpy        ? is_copy_api
+                                     : x.rule->cause == Cause::kMemoryAllocChurn ? is_alloc_api
+                                                                                  : nullptr;
+    if (kind && hot_path_in_memory_calls(k, kind)) {
+      hs.erase(hotspot);
+      return;
+    }
+  }
 }
 
 // The agent's own run time on the rank's CPUs: its budgeted cost, said apart, never a neighbour.
@@ -1512,14 +1620,21 @@ std::vector<JobCandidate> job_layers(const JobWindow& job, double lost) {
       double t = median(std::move(v));
       if (t > top_ms) top = api, top_ms = t;
     }
+    // Where the program makes them, from every rank's calls sampled with their stacks.
+    SampledSites sites;
+    for (const auto& r : job.ranks) sites.add(job, r, m.cause == Cause::kSyncMemcpy ? is_copy_api : is_alloc_api);
+    const SampledSite site = sites.top();
     JobCandidate c;
     c.cause = m.cause;
-    c.culprit = (top.empty() ? std::string(m.what) : top) + " on every rank";
+    c.culprit = (top.empty() ? std::string(m.what) : top) + " on every rank" + (site.site.empty() ? "" : " (called from " + site.site + ")");
     c.explained_ms = grew;
     c.confidence = 0.7;
     c.evidence.push_back("every rank's host thread spends " + ms(grew) + " more per step in " + m.what + " than in the job's healthy past");
     c.evidence.push_back(fmt("the median rank makes %.1f", calls_now) + fmt(" of these calls per step vs %.1f before", calls_past) +
                          (top.empty() ? "" : "; most of the time in " + top + " (" + ms(top_ms) + " per step)"));
+    if (!site.site.empty())
+      c.evidence.push_back(fmt("%.0f%%", 100 * site.calls / site.total) + " of the " + m.what + " sampled with their stacks on every rank are made from " +
+                           site.site + fmt(" (%.0f", site.calls) + fmt(" of %.0f calls in the window)", site.total));
     c.advice = m.advice;
     out.push_back(std::move(c));
   }

@@ -328,6 +328,76 @@ void fill_memory(const Acc& a, double step_ms, uint64_t from, std::array<double,
   }
 }
 
+// The CUDA runtime's own libraries (runtime and driver API, by file name): a memory call's frames
+// inside them are the call itself, not where the program makes it.
+bool cuda_runtime_module(std::string_view module) {
+  auto slash = module.rfind('/');
+  std::string_view base = module.substr(slash == std::string_view::npos ? 0 : slash + 1);
+  for (std::string_view lib : {"libcudart.so", "libcuda.so"}) {
+    if (base.substr(0, lib.size()) == lib) return true;
+  }
+  return false;
+}
+
+// Where a sampled memory call was made (its stack leaf first): the innermost Python function when
+// the stack has one (the interpreter's C frames are not where the program calls), else the
+// innermost resolved native frame outside the CUDA runtime, libc and strata's uprobe trampoline.
+// Empty when none is resolved: a raw address names nothing a person can search for.
+std::string memory_call_site_of(const Stack& stack) {
+  for (const Frame& f : stack) {
+    if (f.kind != FrameKind::kPython || f.function.empty()) continue;
+    std::string name = python_key(f);
+    if (!unresolved_frame(name)) return name;
+  }
+  for (const Frame& f : stack) {
+    if (f.kind != FrameKind::kNative || f.function.empty() || f.module.rfind("[uprobes", 0) == 0) continue;
+    if (cuda_runtime_module(f.module)) continue;
+    const bool libc = f.module.find("/libc.so") != std::string::npos || f.module.find("/libc-") != std::string::npos;
+    if (libc) continue;
+    std::string name = f.display_name();
+    if (!unresolved_frame(name)) return name;
+  }
+  return {};
+}
+
+// The sampled memory calls of the job's ranks (store launch rows named "[API]"), by API and call
+// site (RankWindow::memory_call_sites), in the windows that overlap the analysis window from
+// `from_ns` on; as fill_memory does, a process's windows that began before `from_ns` (they
+// straddle the change) are left out when later ones hold sampled calls.
+Status load_memory_call_sites(store::Store& s, const store::RowQuery& span, uint64_t from_ns, JobWindow& job,
+                              const ByProc<RankWindow*>& by_proc, Stats* stats) {
+  store::RowQuery q = span;
+  q.from_ns = std::max(span.from_ns.value_or(0), from_ns);
+  q.prefix = "[";  // memory calls' rows; launches are named by their kernel
+  auto samples = s.query_launch_samples(q);
+  if (!samples) return samples.error();
+  if (stats) stats->samples += samples->rows.size();
+  ByProc<bool> inside;  // the process has sampled calls in windows that began at or after from_ns
+  auto api_of = [](const std::string& name) { return name.size() > 2 ? name.substr(1, name.size() - 2) : std::string(); };
+  for (const auto& row : samples->rows) {
+    if (row.start_ns >= from_ns && memory_call(api_of(row.sample.kernel)) != MemoryCall::kNone)
+      inside[{row.node, row.sample.pid}] = true;
+  }
+  std::vector<std::string> site_of(samples->stacks.size());
+  std::vector<bool> resolved(samples->stacks.size(), false);
+  for (const auto& row : samples->rows) {
+    auto it = by_proc.find({row.node, row.sample.pid});
+    if (it == by_proc.end() || row.stack_index >= samples->stacks.size()) continue;
+    const std::string api = api_of(row.sample.kernel);
+    if (memory_call(api) == MemoryCall::kNone) continue;
+    if (inside.count({row.node, row.sample.pid}) && row.start_ns < from_ns) continue;
+    if (!resolved[row.stack_index]) {
+      site_of[row.stack_index] = memory_call_site_of(samples->stacks[row.stack_index]);
+      resolved[row.stack_index] = true;
+    }
+    const std::string& site = site_of[row.stack_index];
+    if (site.empty()) continue;
+    it->second->memory_call_sites.push_back({job.names.id(api + "|" + site), static_cast<double>(row.sample.count)});
+  }
+  for (auto& r : job.ranks) normalize(r.memory_call_sites);
+  return {};
+}
+
 // One OS metric of a process into its rank's sums; false when `name` is not one of these.
 bool add_os(Acc& a, const std::string& n, const std::string& label, double value) {
   auto add = [&](Os o, double v) {
@@ -913,6 +983,8 @@ Result<JobWindow> load_job_window(store::Reader& s, const LoadOptions& opt) {
       a.neighbours[name] += t.ms;
     }
   }
+
+  if (auto st = load_memory_call_sites(s, span, job.start_ns, job, by_proc, stats); !st) return st.error();
 
   for (auto& r : job.ranks) {
     // Still there after its last progress: a metric window that began later has it.

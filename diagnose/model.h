@@ -218,6 +218,11 @@ struct RankWindow {
   Values memory_api_ms;
   Values memory_api_calls;
   Values memory_api_mb;
+  // Where the program makes those calls: the calls whose probe took a stack (the agent's sampled
+  // launch rows), counted by "API|call site" ("cudaMemcpy|a lambda in main"), the call site being
+  // the innermost resolved frame outside the CUDA runtime (loader.cpp's memory_call_site_of). A
+  // count of sampled calls in the window, not per step: only their shares say anything.
+  Values memory_call_sites;
   std::vector<TcpLink> links;  // TCP connections that moved data (empty: not recorded)
   std::string process;  // the rank's process name (comm)
   // The agent's own run time on the rank's CPUs per step (kUnknown: not seen): its budgeted cost,

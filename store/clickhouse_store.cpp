@@ -933,7 +933,17 @@ class ClickHouseStore final : public Store {
     if (stack_ids.empty()) return p;
     // The stacks and frames the samples name, by subquery: a list of ids in the SQL text grows past
     // the server's query size limit (256 KiB: ~13k stacks) on a large job.
-    const std::string sample_stacks = "SELECT DISTINCT stack_id FROM " + db_ + ".stack_counts" + filter;
+    if (auto st = read_stacks("SELECT DISTINCT stack_id FROM " + db_ + ".stack_counts" + filter, stack_ids, p.stacks); !st)
+      return st.error();
+    return p;
+  }
+
+  // The stacks of `stack_ids`, in their order (leaf first, inlined functions expanded);
+  // `id_query` selects (at least) those ids.
+  Status read_stacks(const std::string& id_query, const std::vector<int64_t>& stack_ids, std::vector<Stack>& stacks) {
+    stacks.assign(stack_ids.size(), Stack{});
+    if (stack_ids.empty()) return {};
+    const std::string& sample_stacks = id_query;
     auto st = query("SELECT id, any(frame_ids) FROM " + db_ + ".stacks WHERE id IN (" + sample_stacks + ") GROUP BY id");
     if (!st) return st.error();
     std::map<int64_t, std::vector<int64_t>> frames_of;
@@ -973,11 +983,11 @@ class ClickHouseStore final : public Store {
     for (size_t i = 0; i < stack_ids.size(); ++i) {
       for (int64_t fid : frames_of[stack_ids[i]]) {
         auto it = frames.find(fid);
-        if (it != frames.end()) p.stacks[i].push_back(it->second);
+        if (it != frames.end()) stacks[i].push_back(it->second);
       }
-      expand_inlined(p.stacks[i]);
+      expand_inlined(stacks[i]);
     }
-    return p;
+    return {};
   }
 
   Result<std::vector<ProcessInfo>> processes(std::optional<int64_t> rec) override {
@@ -1259,6 +1269,39 @@ class ClickHouseStore final : public Store {
       m.node = r[6];
       out.push_back(std::move(m));
     }
+    return out;
+  }
+
+  Result<LaunchSamples> query_launch_samples(const RowQuery& q) override {
+    const std::string by_prefix = " AND substring(kernel, 1, " + std::to_string(q.prefix.size()) + ") = " + quote(q.prefix);
+    auto rows = query(select(q, "launch_samples", "start_ns", "end_ns", "start_ns, node, pid, tid, kernel, stack_id",
+                             "start_ns, end_ns, pid, tid, kernel, stack_id, count", by_prefix));
+    if (!rows) return rows.error();
+    LaunchSamples out;
+    std::map<int64_t, uint32_t> index;
+    std::vector<int64_t> stack_ids;
+    for (const auto& r : *rows) {
+      LaunchSampleRow x;
+      x.start_ns = u64(r[0]);
+      x.end_ns = u64(r[1]);
+      x.sample.pid = static_cast<uint32_t>(u64(r[2]));
+      x.sample.tid = static_cast<uint32_t>(u64(r[3]));
+      x.sample.kernel = r[4];
+      x.sample.stack_id = i64(r[5]);
+      x.sample.count = u64(r[6]);
+      x.node = r[7];
+      auto [it, inserted] = index.emplace(x.sample.stack_id, static_cast<uint32_t>(stack_ids.size()));
+      if (inserted) stack_ids.push_back(x.sample.stack_id);
+      x.stack_index = it->second;
+      out.rows.push_back(std::move(x));
+    }
+    // The rows' stacks by the same filter, unpaged (a page's stacks are among them): a list of ids
+    // in the SQL text could pass the server's query size limit.
+    RowQuery all = q;
+    all.limit = all.offset = 0;
+    std::string ids = select(all, "launch_samples", "start_ns", "end_ns", "stack_id", "stack_id", by_prefix);
+    ids = "SELECT stack_id FROM (" + ids + ")";
+    if (auto st = read_stacks(ids, stack_ids, out.stacks); !st) return st.error();
     return out;
   }
 

@@ -564,6 +564,36 @@ class SqliteStore final : public Store {
     return {};
   }
 
+  Result<LaunchSamples> query_launch_samples(const RowQuery& q) override {
+    Select sel(q, "launch_samples", "x.start_ns", "x.end_ns", "x.start_ns, r.node, x.pid, x.tid, x.kernel, x.stack_id");
+    sel.where += " AND substr(x.kernel,1,?)=?";
+    Stmt s(db_, sel.sql("x.start_ns,x.end_ns,x.pid,x.tid,x.kernel,x.stack_id,x.count").c_str());
+    int n = sel.bind(s);
+    s.bind(n + 1, static_cast<int64_t>(q.prefix.size())).bind(n + 2, q.prefix);
+    LaunchSamples out;
+    std::unordered_map<int64_t, uint32_t> stack_index;
+    std::vector<int64_t> stack_ids;
+    int rc;
+    while ((rc = s.step()) == SQLITE_ROW) {
+      LaunchSampleRow r;
+      r.start_ns = static_cast<uint64_t>(s.i64(0));
+      r.end_ns = static_cast<uint64_t>(s.i64(1));
+      r.sample.pid = static_cast<uint32_t>(s.i64(2));
+      r.sample.tid = static_cast<uint32_t>(s.i64(3));
+      r.sample.kernel = s.text(4);
+      r.sample.stack_id = s.i64(5);
+      r.sample.count = static_cast<uint64_t>(s.i64(6));
+      r.node = s.text(7);
+      auto [it, inserted] = stack_index.emplace(r.sample.stack_id, static_cast<uint32_t>(stack_ids.size()));
+      if (inserted) stack_ids.push_back(r.sample.stack_id);
+      r.stack_index = it->second;
+      out.rows.push_back(std::move(r));
+    }
+    if (rc != SQLITE_DONE) return err("reading launch samples");
+    if (auto st = read_stacks(stack_ids, out.stacks); !st) return st.error();
+    return out;
+  }
+
   Result<std::vector<CommunicatorRecord>> communicators(std::optional<int64_t> rec) override {
     RowQuery q;
     q.recording = rec;
@@ -1053,10 +1083,16 @@ class SqliteStore final : public Store {
       p.samples.push_back(std::move(smp));
     }
     if (rc != SQLITE_DONE) return err("reading stack counts");
+    if (auto st = read_stacks(stack_ids, p.stacks); !st) return st.error();
+    return p;
+  }
+
+  // The stacks of these ids, in their order: leaf first, inlined functions expanded.
+  Status read_stacks(const std::vector<int64_t>& stack_ids, std::vector<Stack>& stacks) {
     std::unordered_map<int64_t, Frame> frames;
     Stmt fs(db_, "SELECT kind,build_id,module,offset,function,file,line FROM frames WHERE id=?");
     Stmt ss(db_, "SELECT frames FROM stacks WHERE id=?");
-    p.stacks.resize(stack_ids.size());
+    stacks.assign(stack_ids.size(), Stack{});
     for (size_t i = 0; i < stack_ids.size(); ++i) {
       ss.reset();
       ss.bind(1, stack_ids[i]);
@@ -1081,11 +1117,11 @@ class SqliteStore final : public Store {
           fr.line = static_cast<int>(fs.i64(6));
           it = frames.emplace(fid, std::move(fr)).first;
         }
-        p.stacks[i].push_back(it->second);
+        stacks[i].push_back(it->second);
       }
-      expand_inlined(p.stacks[i]);
+      expand_inlined(stacks[i]);
     }
-    return p;
+    return {};
   }
 
   Result<std::vector<ProcessInfo>> processes(std::optional<int64_t> recording) override {

@@ -214,6 +214,21 @@ struct LaunchSample {
   uint64_t count = 0;
 };
 
+// Sampled launch rows as read back: a LaunchSample of one window, its node, and its stack as an
+// index into LaunchSamples::stacks (each stack the rows name, read once: leaf first, inlined
+// functions expanded, as a Profile's). Memory calls are among them, named "[cudaMemcpy]" etc.
+// (agent/gpu_comm_source.cpp), when their probe took a stack.
+struct LaunchSampleRow {
+  uint64_t start_ns = 0, end_ns = 0;  // the window the calls were counted in (unix ns)
+  LaunchSample sample;                // stack_id: the store's id
+  uint32_t stack_index = 0;           // into LaunchSamples::stacks
+  std::string node;                   // the recording's node
+};
+struct LaunchSamples {
+  std::vector<LaunchSampleRow> rows;
+  std::vector<Stack> stacks;
+};
+
 struct ProfileFilter {
   std::optional<uint32_t> pid;
   std::optional<uint32_t> tid;
@@ -292,7 +307,7 @@ struct RowQuery {
   std::optional<uint32_t> pid;      // with node: one process
   std::optional<uint64_t> from_ns;  // rows whose time span ends after from_ns...
   std::optional<uint64_t> to_ns;    // ...and starts before to_ns
-  std::string prefix;               // metrics: names that start with it
+  std::string prefix;               // metrics, launch samples: names that start with it
   uint64_t offset = 0;
   uint64_t limit = 0;               // 0: no limit
 };
@@ -380,6 +395,10 @@ class Reader {
   virtual Result<std::vector<CollectiveRecord>> query_collectives(const RowQuery& q);
   virtual Result<std::vector<DeviceActivity>> query_device_activity(const RowQuery& q);
   virtual Result<std::vector<MetricRow>> query_metrics(const RowQuery& q);
+  // Sampled launches and memory calls (RowQuery; `prefix`: kernel or call names that start with
+  // it, "[" for the memory calls), in time order (then node, pid, tid, name, stack). Stores that do
+  // not keep them (a collector's REST reader) say none.
+  virtual Result<LaunchSamples> query_launch_samples(const RowQuery& /*q*/) { return LaunchSamples{}; }
   // On-CPU samples per window and thread (the CPU thread tracks of a timeline).
   virtual Result<std::vector<ThreadWindow>> thread_windows(std::optional<int64_t> recording = std::nullopt) = 0;
   virtual Result<unsigned> sample_hz(std::optional<int64_t> recording = std::nullopt) = 0;

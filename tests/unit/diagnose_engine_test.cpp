@@ -179,6 +179,50 @@ TEST(DiagnoseEngine, ChurnOnEveryRankIsAJobFinding) {
   EXPECT_NE(dx.findings[0].culprit.find("cudaFree"), std::string::npos) << dump(dx);
 }
 
+// A copy loop whose CPU time the on-CPU profile sees as its top path (a runtime that spins in the
+// copy; the probes' traps and the bookkeeping around each call), on a busy node where that path's
+// queueing makes it look larger than the time measured inside the calls: the hotspot is in the
+// calls, and the calls are the cause. A hotspot elsewhere stays one.
+JobWindow copy_loop_with_hot_path(const std::string& path, bool sampled_site) {
+  SyntheticSpec spec;
+  spec.faults = {{3, "sync-memcpy", 40}, {3, "host-hotspot", 70}};
+  JobWindow job = make_synthetic_job(spec);
+  RankWindow& r = job.ranks[3];
+  for (auto& v : r.oncpu) {
+    if (job.names.name(v.name).find("slow_augment") != std::string::npos) v.name = job.names.id(path);
+  }
+  normalize(r.oncpu);
+  if (sampled_site) {
+    r.memory_call_sites = {{job.names.id("cudaMemcpy|main::{lambda()#3}::operator()() const"), 200}};
+  }
+  return job;
+}
+
+TEST(DiagnoseEngine, HotspotInsideTheCopiesIsSyncMemcpy) {
+  const std::string in_api = "main;train;main::{lambda()#3}::operator()() const;cudaMemcpy;stream_sync";
+  const std::string at_site = "main;train;main::{lambda()#3}::operator()() const";
+  for (const auto& [path, sampled] : {std::pair{in_api, false}, std::pair{at_site, true}}) {
+    SCOPED_TRACE(path);
+    auto dx = diagnose(copy_loop_with_hot_path(path, sampled));
+    ASSERT_FALSE(dx.findings.empty()) << dump(dx);
+    const Finding& f = dx.findings[0];
+    EXPECT_EQ(f.rank, 3) << dump(dx);
+    EXPECT_EQ(f.cause, Cause::kSyncMemcpy) << dump(dx);
+    bool said = false;
+    for (const auto& e : f.evidence) said |= e.find("is in these calls: its CPU time with its wait for a CPU") != std::string::npos;
+    EXPECT_TRUE(said) << dump(dx);
+  }
+  // The same path ending at the loop, with no sampled stack saying the copies are made there: the
+  // hotspot's own.
+  auto dx = diagnose(copy_loop_with_hot_path(at_site, false));
+  ASSERT_FALSE(dx.findings.empty()) << dump(dx);
+  EXPECT_EQ(dx.findings[0].cause, Cause::kHostHotspot) << dump(dx);
+  // A hotspot away from the calls stays the cause it explains more than the copies.
+  dx = diagnose(copy_loop_with_hot_path("main;train;slow_augment;cpu_work", true));
+  ASSERT_FALSE(dx.findings.empty()) << dump(dx);
+  EXPECT_EQ(dx.findings[0].cause, Cause::kHostHotspot) << dump(dx);
+}
+
 // A synchronous copy that moves more bytes per step with as many calls (a larger tensor read back)
 // is the program's too.
 TEST(DiagnoseEngine, LargerSynchronousCopiesAreSyncMemcpy) {

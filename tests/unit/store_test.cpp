@@ -83,6 +83,92 @@ void check_time_range(Store& s) {
   EXPECT_EQ(load(0, 2000).total() + load(2000, 3000).total(), load({}, {}).total());
 }
 
+// Sampled launches and memory calls read back (query_launch_samples): by the time span (the rows of
+// the windows that overlap it), by name prefix, node and page, each with its window, node and its
+// stack resolved leaf first. The same checks run on every backend.
+void check_launch_samples(Store& s) {
+  ASSERT_TRUE(s.begin());
+  auto r1 = s.begin_recording({"node-1", "app", 1000, 99, 10});
+  auto r2 = s.begin_recording({"node-2", "app", 1000, 99, 10});
+  ASSERT_TRUE(r1 && r2);
+  Frame runtime = native("cudaMemcpy", 0x99);
+  runtime.module = "/usr/lib/libcudart.so.13";
+  auto copy = s.intern_stack({runtime, native("copy_loop", 0x10), native("main", 0x20)});
+  auto gemm = s.intern_stack({native("launch_gemm", 0x30), native("main", 0x20)});
+  ASSERT_TRUE(copy && gemm);
+  ASSERT_TRUE(s.put_launch_samples(*r1, 1000, 2000, {{42, 42, "[cudaMemcpy]", *copy, 5}, {42, 42, "gemm", *gemm, 3}}));
+  ASSERT_TRUE(s.put_launch_samples(*r1, 2000, 3000, {{42, 43, "[cudaMalloc]", *gemm, 2}}));
+  ASSERT_TRUE(s.put_launch_samples(*r2, 2000, 3000, {{42, 42, "[cudaMemcpy]", *copy, 7}}));
+  ASSERT_TRUE(s.end_recording(*r1, 3000));
+  ASSERT_TRUE(s.end_recording(*r2, 3000));
+  auto committed = s.commit();
+  ASSERT_TRUE(committed) << committed.error().message;
+
+  auto read = [&](RowQuery q) {
+    auto r = s.query_launch_samples(q);
+    EXPECT_TRUE(r) << r.error().message;
+    return r ? *r : LaunchSamples{};
+  };
+  auto counts = [](const LaunchSamples& l) {
+    std::string o;
+    for (const auto& r : l.rows) o += r.node + ":" + r.sample.kernel + "=" + std::to_string(r.sample.count) + " ";
+    return o;
+  };
+  const LaunchSamples all = read({});
+  EXPECT_EQ(counts(all), "node-1:[cudaMemcpy]=5 node-1:gemm=3 node-1:[cudaMalloc]=2 node-2:[cudaMemcpy]=7 ")
+      << "in time order, then node, pid, tid, name";
+  ASSERT_EQ(all.stacks.size(), 2u) << "each stack the rows name, once";
+  for (const auto& r : all.rows) {
+    ASSERT_LT(r.stack_index, all.stacks.size());
+    const Stack& st = all.stacks[r.stack_index];
+    ASSERT_FALSE(st.empty());
+    EXPECT_EQ(st.back().function, "main") << "leaf first, root last";
+    if (r.sample.kernel == "[cudaMemcpy]") {
+      ASSERT_EQ(st.size(), 3u);
+      EXPECT_EQ(st[0].function, "cudaMemcpy");
+      EXPECT_EQ(st[0].module, "/usr/lib/libcudart.so.13");
+      EXPECT_EQ(st[1].function, "copy_loop");
+    }
+  }
+  EXPECT_EQ(all.rows[0].start_ns, 1000u);
+  EXPECT_EQ(all.rows[0].end_ns, 2000u);
+  EXPECT_EQ(all.rows[2].sample.tid, 43u);
+  EXPECT_EQ(all.rows[0].sample.stack_id, *copy);
+
+  RowQuery memory;
+  memory.prefix = "[";
+  EXPECT_EQ(counts(read(memory)), "node-1:[cudaMemcpy]=5 node-1:[cudaMalloc]=2 node-2:[cudaMemcpy]=7 ")
+      << "the prefix keeps the memory calls";
+  RowQuery later;
+  later.from_ns = 2000;
+  EXPECT_EQ(counts(read(later)), "node-1:[cudaMalloc]=2 node-2:[cudaMemcpy]=7 ")
+      << "windows are half-open: [1000, 2000) ends where 2000 starts";
+  RowQuery earlier;
+  earlier.to_ns = 2000;
+  EXPECT_EQ(counts(read(earlier)), "node-1:[cudaMemcpy]=5 node-1:gemm=3 ");
+  RowQuery inside;
+  inside.from_ns = 1500;
+  inside.to_ns = 1600;
+  EXPECT_EQ(counts(read(inside)), "node-1:[cudaMemcpy]=5 node-1:gemm=3 ") << "a span inside a window keeps the window";
+  RowQuery node;
+  node.node = "node-2";
+  node.pid = 42;
+  EXPECT_EQ(counts(read(node)), "node-2:[cudaMemcpy]=7 ") << "pids repeat across nodes: the node picks one";
+  RowQuery page;
+  page.prefix = "[";
+  page.offset = 1;
+  page.limit = 1;
+  const LaunchSamples one = read(page);
+  EXPECT_EQ(counts(one), "node-1:[cudaMalloc]=2 ");
+  ASSERT_EQ(one.rows.size(), 1u);
+  ASSERT_LT(one.rows[0].stack_index, one.stacks.size());
+  EXPECT_EQ(one.stacks[one.rows[0].stack_index].front().function, "launch_gemm") << "a page's rows keep their stacks";
+  RowQuery none;
+  none.from_ns = 5000;
+  const LaunchSamples empty = read(none);
+  EXPECT_TRUE(empty.rows.empty() && empty.stacks.empty());
+}
+
 // Identity: pids repeat across nodes. Two nodes' processes with the same pid keep their own rows
 // (steps, collectives, device activity, metrics, samples), each read back with its node, and a
 // node filter picks one.
@@ -520,6 +606,19 @@ TEST(Store, WindowFidelityOnClickHouse) {
   auto st = clickhouse_or_skip("fidelity");
   if (!st) GTEST_SKIP() << "set STRATA_TEST_CLICKHOUSE=clickhouse://HOST:PORT to run against ClickHouse";
   check_fidelity(*st);
+}
+
+TEST(Store, LaunchSamplesReadBack) {
+  TempDir d;
+  auto st = Store::open_sqlite(d.file("s.db"), Store::Mode::kCreateOrAppend);
+  ASSERT_TRUE(st) << st.error().message;
+  check_launch_samples(**st);
+}
+
+TEST(Store, LaunchSamplesOnClickHouse) {
+  auto st = clickhouse_or_skip("launches");
+  if (!st) GTEST_SKIP() << "set STRATA_TEST_CLICKHOUSE=clickhouse://HOST:PORT to run against ClickHouse";
+  check_launch_samples(*st);
 }
 
 TEST(Store, TimeRangeKeepsTheOverlappingWindows) {

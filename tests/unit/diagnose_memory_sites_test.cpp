@@ -1,0 +1,216 @@
+// Where a rank makes its device-memory calls: the agent's sampled launch rows of the memory calls
+// ("[cudaMemcpy]" with the call's stack) read back through the store, summarized by the loader per
+// rank as API and call site (the innermost resolved frame outside the CUDA runtime), and named by the
+// memory-call causes' culprit and evidence with the site's share of the sampled calls.
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <sstream>
+
+#include "diagnose/engine.h"
+#include "diagnose/loader.h"
+#include "diagnose/render.h"
+#include "diagnose/synthetic.h"
+#include "store/store.h"
+#include "tests/support/run.h"
+
+namespace strata::diagnose {
+namespace {
+
+std::string dump(const Diagnosis& dx) {
+  std::ostringstream o;
+  write_text(dx, o);
+  return o.str();
+}
+
+Frame native(const std::string& fn, const std::string& module = "/opt/job/bin/train") {
+  Frame f;
+  f.kind = FrameKind::kNative;
+  f.build_id = "ab12";
+  f.module = module;
+  f.offset = 0x100 + fn.size();
+  f.function = fn;
+  return f;
+}
+
+Frame python(const std::string& fn, const std::string& file) {
+  Frame f;
+  f.kind = FrameKind::kPython;
+  f.function = fn;
+  f.file = file;
+  f.line = 7;
+  return f;
+}
+
+// The calls a rank's sampled memory calls name, "API|site=count ..." sorted by name.
+std::string sites(const JobWindow& job, const RankWindow& r) {
+  std::vector<std::string> all;
+  for (const auto& v : r.memory_call_sites) all.push_back(job.names.name(v.name) + "=" + std::to_string(static_cast<int>(v.ms_per_step)));
+  std::sort(all.begin(), all.end());
+  std::string o;
+  for (const auto& s : all) o += s + " ";
+  return o;
+}
+
+constexpr uint64_t kT0 = 1'700'000'000'000'000'000ull;
+constexpr uint64_t kMs = 1'000'000;
+
+// A 4-rank job on one node, 60 steps of 100 ms on every rank, metric and launch windows of 1 s from
+// the first step on. The window diagnosed starts after the 2 warm-up steps (0.2 s in), so the first
+// window straddles its start. Rank 1 makes synchronous copies from `copy_stacks` in the windows after
+// it; every rank makes one readback per window from `main`.
+struct MemoryJob {
+  test::TempDir dir;
+  std::unique_ptr<store::Store> st;
+
+  explicit MemoryJob(const std::vector<Stack>& copy_stacks) {
+    auto s = store::Store::open_sqlite(dir.file("s.db"), store::Store::Mode::kCreateOrAppend);
+    EXPECT_TRUE(s) << s.error().message;
+    st = std::move(*s);
+    store::Store& w = *st;
+    EXPECT_TRUE(w.begin());
+    auto rec = w.begin_recording({"node-1", "train", kT0, 99, 1});
+    EXPECT_TRUE(rec);
+    Frame runtime = native("cudaMemcpy", "/usr/local/cuda/lib64/libcudart.so.13");
+    auto readback = w.intern_stack({runtime, native("main"), native("__libc_start_call_main", "/usr/lib/x86_64-linux-gnu/libc.so.6")});
+    EXPECT_TRUE(readback);
+    std::vector<int64_t> copy_ids;
+    for (const auto& stack : copy_stacks) {
+      auto id = w.intern_stack(stack);
+      EXPECT_TRUE(id);
+      copy_ids.push_back(*id);
+    }
+    for (int rank = 0; rank < 4; ++rank) {
+      store::ProcessInfo p;
+      p.pid = 100 + static_cast<uint32_t>(rank);
+      p.node = "node-1";
+      p.comm = "train";
+      p.job = "memjob";
+      p.rank = rank;
+      p.world_size = 4;
+      p.start_ns = kT0;
+      EXPECT_TRUE(w.put_process(*rec, p));
+      std::vector<store::StepRecord> steps;
+      uint64_t t = kT0;
+      for (uint64_t i = 1; i <= 60; ++i) {
+        store::StepRecord s;
+        s.pid = p.pid;
+        s.step = i;
+        s.start_ns = t;
+        t += 100 * kMs;
+        s.end_ns = t;
+        s.collective_ns = 10 * kMs;
+        steps.push_back(s);
+      }
+      EXPECT_TRUE(w.put_steps(*rec, steps));
+    }
+    const uint64_t end = kT0 + 6000 * kMs;
+    for (uint64_t ws = kT0; ws < end; ws += 1000 * kMs) {
+      const uint64_t we = ws + 1000 * kMs;
+      std::vector<store::Metric> metrics;
+      std::vector<store::LaunchSample> launches;
+      for (int rank = 0; rank < 4; ++rank) {
+        const uint32_t pid = 100 + static_cast<uint32_t>(rank);
+        metrics.push_back({pid, "api.calls", "cudaMemcpy", 10});
+        metrics.push_back({pid, "api.time_us", "cudaMemcpy", 500});
+        launches.push_back({pid, pid, "[cudaMemcpy]", *readback, 1});
+        launches.push_back({pid, pid, "gemm_kernel", *readback, 50});  // a launch, not a memory call
+        if (rank != 1) continue;
+        // The straddling window's copies are of a site of their own (so that counting them shows);
+        // the later windows' `copy_stacks`, 30 of the first, 10 of each other.
+        if (ws == kT0) {
+          auto before = w.intern_stack({runtime, native("warmup_check"), native("main")});
+          launches.push_back({pid, pid, "[cudaMemcpy]", *before, 40});
+        } else {
+          for (size_t i = 0; i < copy_ids.size(); ++i) launches.push_back({pid, pid, "[cudaMemcpy]", copy_ids[i], i == 0 ? 30u : 10u});
+          launches.push_back({pid, pid, "[cudaMalloc]", *readback, 2});
+        }
+      }
+      EXPECT_TRUE(w.put_metrics(*rec, ws, we, metrics));
+      EXPECT_TRUE(w.put_launch_samples(*rec, ws, we, launches));
+    }
+    EXPECT_TRUE(w.end_recording(*rec, end));
+    EXPECT_TRUE(w.commit());
+  }
+};
+
+// The loader: the sampled memory calls of the window diagnosed, by API and call site; the runtime's
+// own frames, libc, launches of kernels, the stretch before the change and unresolved frames never
+// name a site.
+TEST(MemoryCallSites, LoaderNamesTheCallSitesOfTheWindow) {
+  const Frame runtime = native("cudaMemcpy", "/usr/local/cuda/lib64/libcudart.so.13");
+  Frame unresolved = native("");
+  unresolved.function.clear();
+  MemoryJob j({
+      // The copy loop, called through an unresolved frame of the runtime's and one of the program's.
+      {runtime, native("", "/usr/local/cuda/lib64/libcudart.so.13"), native("main::{lambda()#3}::operator()() const"),
+       native("main")},
+      // Only unresolved frames outside the runtime: no site, never an address.
+      {runtime, unresolved},
+      // A Python program: its innermost Python function, not the interpreter's C frames.
+      {runtime, native("THPVariable_item", "/usr/lib/libtorch_python.so"), native("_PyEval_EvalFrameDefault", "/usr/bin/python3.11"),
+       python("log_stats", "/srv/train.py"), python("main", "/srv/train.py")},
+  });
+  auto jw = load_job_window(*j.st);
+  ASSERT_TRUE(jw) << jw.error().message;
+  ASSERT_EQ(jw->ranks.size(), 4u);
+  EXPECT_EQ(sites(*jw, jw->ranks[1]),
+            "cudaMalloc|main=10 cudaMemcpy|main::{lambda()#3}::operator()() const=150 cudaMemcpy|main=5 "
+            "cudaMemcpy|train.py:log_stats=50 ")
+      << "the 5 windows after the window's start (the one straddling it left out: later ones were sampled)";
+  EXPECT_EQ(sites(*jw, jw->ranks[0]), "cudaMemcpy|main=5 ");
+  for (const auto& r : jw->ranks) {
+    for (const auto& v : r.memory_call_sites) {
+      const std::string& key = jw->names.name(v.name);
+      EXPECT_EQ(key.find("+0x"), std::string::npos) << key;
+      EXPECT_EQ(key.find("gemm"), std::string::npos) << key;
+    }
+  }
+}
+
+// The rule: the finding names the site most sampled calls come from, with its share, where the CPU
+// profiles pass through no memory call (a copy that sleeps in the driver is on no on-CPU stack).
+TEST(MemoryCallSites, SyncMemcpyFindingNamesTheSampledCallSite) {
+  SyntheticSpec spec;
+  spec.faults = {{3, "sync-memcpy", 40}};
+  JobWindow job = make_synthetic_job(spec);
+  RankWindow& r = job.ranks[3];
+  r.memory_call_sites = {{job.names.id("cudaMemcpy|main::{lambda()#3}::operator()() const"), 90},
+                         {job.names.id("cudaMemcpy|main"), 10},
+                         {job.names.id("cudaFree|allocate_step"), 500}};  // another kind's: not counted
+  normalize(r.memory_call_sites);
+  auto dx = diagnose(job);
+  ASSERT_FALSE(dx.findings.empty()) << dump(dx);
+  const Finding& f = dx.findings[0];
+  ASSERT_EQ(f.cause, Cause::kSyncMemcpy) << dump(dx);
+  EXPECT_EQ(f.culprit, "cudaMemcpy (called from a lambda in main)") << dump(dx);
+  bool said = false;
+  for (const auto& e : f.evidence) said |= e.find("90% of rank 3's synchronous copies sampled with their stacks are made from "
+                                                   "a lambda in main (90 of 100 calls in the window)") != std::string::npos;
+  EXPECT_TRUE(said) << dump(dx);
+}
+
+// Through the store and the loader to the finding: a copy site the CPU profiles never saw.
+TEST(MemoryCallSites, ThroughTheStoreToTheFinding) {
+  const Frame runtime = native("cudaMemcpy", "/usr/local/cuda/lib64/libcudart.so.13");
+  MemoryJob j({{runtime, native("log_activations"), native("main")}});
+  auto jw = load_job_window(*j.st);
+  ASSERT_TRUE(jw) << jw.error().message;
+  // The store holds no profile: make rank 1 the copying straggler its sampled calls say it is.
+  SyntheticSpec spec;
+  spec.ranks = jw->ranks.size();
+  spec.faults = {{1, "sync-memcpy", 40}};
+  JobWindow job = make_synthetic_job(spec);
+  ASSERT_EQ(job.ranks.size(), jw->ranks.size());
+  for (size_t i = 0; i < job.ranks.size(); ++i) {
+    for (const auto& v : jw->ranks[i].memory_call_sites) job.ranks[i].memory_call_sites.push_back({job.names.id(jw->names.name(v.name)), v.ms_per_step});
+    normalize(job.ranks[i].memory_call_sites);
+  }
+  auto dx = diagnose(job);
+  ASSERT_FALSE(dx.findings.empty()) << dump(dx);
+  EXPECT_EQ(dx.findings[0].cause, Cause::kSyncMemcpy) << dump(dx);
+  EXPECT_EQ(dx.findings[0].culprit, "cudaMemcpy (called from log_activations)") << dump(dx);
+}
+
+}  // namespace
+}  // namespace strata::diagnose
