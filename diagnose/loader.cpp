@@ -364,7 +364,7 @@ std::string memory_call_site_of(const Stack& stack) {
 // site (RankWindow::memory_call_sites), in the windows that overlap the analysis window from
 // `from_ns` on; as fill_memory does, a process's windows that began before `from_ns` (they
 // straddle the change) are left out when later ones hold sampled calls.
-Status load_memory_call_sites(store::Store& s, const store::RowQuery& span, uint64_t from_ns, JobWindow& job,
+Status load_memory_call_sites(store::Reader& s, const store::RowQuery& span, uint64_t from_ns, JobWindow& job,
                               const ByProc<RankWindow*>& by_proc, Stats* stats) {
   store::RowQuery q = span;
   q.from_ns = std::max(span.from_ns.value_or(0), from_ns);
