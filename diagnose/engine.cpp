@@ -2201,6 +2201,11 @@ struct SharedCpuHog {
   size_t beside = 0;         // the other ranks on its node
 };
 
+// Ranks whose CPU stands out are measured exactly against their peers, at most this many of them
+// (the most above their group's median first): one rank's own work is the case this rule is for,
+// and the exact comparison reads every peer (100k ranks).
+constexpr size_t kMaxSharedCpuCandidates = 16;
+
 // The rank whose own CPU work stands out most; with `past`, against the job's healthy past per
 // layer (every rank has one), else against its peers now.
 std::optional<SharedCpuHog> find_shared_cpu_hog(const JobWindow& job, bool past) {
@@ -2208,8 +2213,26 @@ std::optional<SharedCpuHog> find_shared_cpu_hog(const JobWindow& job, bool past)
     return r.past.windows > 0 && known(r.get(m)) && known(r.past.get(m)) ? r.get(m) - r.past.get(m) : kUnknown;
   };
   auto cpu = [&](const RankWindow& x) { return past ? growth(x, Os::kCpu) : x.get(Os::kCpu); };
+  // Candidates: above their peer group's median, the furthest first.
+  const size_t n = job.ranks.size();
+  const bool grouped = job.peer_group.size() == n;
+  std::map<int, std::vector<double>> by_group;
+  std::map<std::string, std::vector<size_t>> by_node;
+  for (size_t i = 0; i < n; ++i) {
+    by_group[grouped ? job.peer_group[i] : 0].push_back(cpu(job.ranks[i]));
+    by_node[job.ranks[i].node].push_back(i);
+  }
+  std::map<int, double> group_med;
+  for (auto& [g, v] : by_group) group_med[g] = median(std::move(v));
+  std::vector<std::pair<double, size_t>> cands;
+  for (size_t i = 0; i < n; ++i) {
+    double d = cpu(job.ranks[i]) - group_med[grouped ? job.peer_group[i] : 0];
+    if (known(d) && d > 0) cands.push_back({d, i});
+  }
+  std::sort(cands.begin(), cands.end(), [](const auto& x, const auto& y) { return x.first > y.first; });
+  if (cands.size() > kMaxSharedCpuCandidates) cands.resize(kMaxSharedCpuCandidates);
   std::optional<SharedCpuHog> best;
-  for (size_t c = 0; c < job.ranks.size(); ++c) {
+  for (const auto& [unused, c] : cands) {
     const RankWindow& r = job.ranks[c];
     auto peers = peers_of(job, c);
     const double mine = cpu(r);
@@ -2221,9 +2244,8 @@ std::optional<SharedCpuHog> find_shared_cpu_hog(const JobWindow& job, bool past)
     if (extra < kOwnCpuShare * scale || (best && extra <= best->extra_cpu)) continue;
     // Whom it can slow: the other ranks on its node, through the CPUs they share.
     std::vector<double> runq;
-    for (size_t i = 0; i < job.ranks.size(); ++i) {
-      const RankWindow& x = job.ranks[i];
-      if (i != c && x.node == r.node) runq.push_back(past ? growth(x, Os::kRunqWait) : x.get(Os::kRunqWait));
+    for (size_t i : by_node[r.node]) {
+      if (i != c) runq.push_back(past ? growth(job.ranks[i], Os::kRunqWait) : job.ranks[i].get(Os::kRunqWait));
     }
     const double wait = median(runq);
     if (runq.empty() || !known(wait) || wait <= 0) continue;
