@@ -2288,14 +2288,163 @@ void find_slow_link(const JobWindow& job, Diagnosis& dx, double lost, double wai
   }
 }
 
+// ---------------------------------------------------------------------------------------------
+// One rank's own CPU work slows every rank through the CPUs they share: a rank's DataLoader workers
+// burning the node's CPUs in an augmentation (prefetched, so its own loop never waits for them), a
+// rank compressing a checkpoint beside the step. Its step is as long as its peers' (they all wait
+// for a CPU alike), so no straggler stands out and every rank slowed alike; its processes are the
+// job's own, so they are no neighbour of the others either. What sets it apart: its processes (its
+// workers counted) run on the CPU much more per step than its peers', more than they did in the
+// job's healthy past, and the ranks beside it on its node wait longer for a CPU.
+
+// A rank's CPU time per step exceeds its peers' by at least this share of theirs (against the past:
+// grew beyond their growth by this share of their past CPU time): ranks that do the same work
+// differ by ~10% in CPU per step (see kImbalanceCpuGrowth), and a whole job that drifts grows
+// alike; a quarter more is the rank's own work.
+constexpr double kOwnCpuShare = 0.25;
+// How sure the finding is of its rank: located by its CPU time against its peers' (and its own
+// past), not by a step longer than theirs, which it is not; as sure as a job-wide finding measured
+// on one rank (kJobWideLocate).
+constexpr double kSharedCpuLocate = kJobWideLocate;
+
+struct SharedCpuHog {
+  size_t c = 0;
+  bool past = false;         // measured against the job's healthy past (else against peers only)
+  double extra_cpu = 0;      // its CPU per step beyond its peers' (growth beyond their growth)
+  double cpu_ref = 0;        // its CPU per step in its past, or its peers' now
+  double runq = 0;           // the run-queue wait per step of the other ranks on its node (its growth, with a past)
+  size_t beside = 0;         // the other ranks on its node
+};
+
+// Ranks whose CPU stands out are measured exactly against their peers, at most this many of them
+// (the most above their group's median first): one rank's own work is the case this rule is for,
+// and the exact comparison reads every peer (100k ranks).
+constexpr size_t kMaxSharedCpuCandidates = 16;
+
+// The rank whose own CPU work stands out most; with `past`, against the job's healthy past per
+// layer (every rank has one), else against its peers now.
+std::optional<SharedCpuHog> find_shared_cpu_hog(const JobWindow& job, bool past) {
+  auto growth = [](const RankWindow& r, Os m) {
+    return r.past.windows > 0 && known(r.get(m)) && known(r.past.get(m)) ? r.get(m) - r.past.get(m) : kUnknown;
+  };
+  auto cpu = [&](const RankWindow& x) { return past ? growth(x, Os::kCpu) : x.get(Os::kCpu); };
+  // Candidates: above their peer group's median, the furthest first.
+  const size_t n = job.ranks.size();
+  const bool grouped = job.peer_group.size() == n;
+  std::map<int, std::vector<double>> by_group;
+  std::map<std::string, std::vector<size_t>> by_node;
+  for (size_t i = 0; i < n; ++i) {
+    by_group[grouped ? job.peer_group[i] : 0].push_back(cpu(job.ranks[i]));
+    by_node[job.ranks[i].node].push_back(i);
+  }
+  std::map<int, double> group_med;
+  for (auto& [g, v] : by_group) group_med[g] = median(std::move(v));
+  std::vector<std::pair<double, size_t>> cands;
+  for (size_t i = 0; i < n; ++i) {
+    double d = cpu(job.ranks[i]) - group_med[grouped ? job.peer_group[i] : 0];
+    if (known(d) && d > 0) cands.push_back({d, i});
+  }
+  std::sort(cands.begin(), cands.end(), [](const auto& x, const auto& y) { return x.first > y.first; });
+  if (cands.size() > kMaxSharedCpuCandidates) cands.resize(kMaxSharedCpuCandidates);
+  std::optional<SharedCpuHog> best;
+  for (const auto& [unused, c] : cands) {
+    const RankWindow& r = job.ranks[c];
+    auto peers = peers_of(job, c);
+    const double mine = cpu(r);
+    const double theirs = peer_median(job, peers, cpu);
+    const double scale = past ? peer_median(job, peers, [](const RankWindow& x) { return x.past.windows > 0 ? x.past.get(Os::kCpu) : kUnknown; })
+                              : theirs;
+    if (!known(mine) || !known(theirs) || !known(scale) || scale <= 0) continue;
+    const double extra = mine - (past ? std::max(0.0, theirs) : theirs);
+    if (extra < kOwnCpuShare * scale || (best && extra <= best->extra_cpu)) continue;
+    // Whom it can slow: the other ranks on its node, through the CPUs they share.
+    std::vector<double> runq;
+    for (size_t i : by_node[r.node]) {
+      if (i != c) runq.push_back(past ? growth(job.ranks[i], Os::kRunqWait) : job.ranks[i].get(Os::kRunqWait));
+    }
+    const double wait = median(runq);
+    if (runq.empty() || !known(wait) || wait <= 0) continue;
+    best = SharedCpuHog{c, past, extra, past ? r.past.get(Os::kCpu) : theirs, wait, runq.size()};
+  }
+  return best;
+}
+
+// Whether every rank has the job's healthy past of its OS layer (a change point with a whole
+// metrics window before it).
+bool os_past(const JobWindow& job) {
+  for (const auto& r : job.ranks) {
+    if (r.past.windows == 0 || !known(r.past.get(Os::kCpu)) || !known(r.past.get(Os::kRunqWait))) return false;
+  }
+  return !job.ranks.empty();
+}
+
+// The rank-scope finding for a rank whose own CPU work slowed every rank beside it, and what it
+// explains; none when no rank stands out or it explains under kMinExplainedShare of the loss.
+// Without the job's past per layer, only when the job slowed by kJobWideSlowdown (beyond a loaded
+// machine's drift: nothing says the rank's extra work is new).
+std::optional<Finding> shared_cpu_finding(const JobWindow& job, double lost, double baseline_ms, std::vector<std::string> head,
+                                          double* explained) {
+  *explained = 0;
+  const bool past = os_past(job);
+  if (!past && !(lost >= kJobWideSlowdown * baseline_ms)) return std::nullopt;
+  auto hog = find_shared_cpu_hog(job, past);
+  if (!hog) return std::nullopt;
+  const RankWindow& r = job.ranks[hog->c];
+  const std::string who = rank_name(r);
+  Hypothesis h;
+  h.cause = Cause::kHostHotspot;
+  // Named for what it explains, as a neighbour is: at most its own extra run time on the CPUs the
+  // others wait for, and never more than they wait.
+  h.explained_ms = std::min({hog->extra_cpu, hog->runq, lost});
+  // Under kMinExplainedShare of the loss it is no cause, and the rank is no straggler either: the
+  // other rules have their say.
+  if (!(h.explained_ms >= kMinExplainedShare * lost)) return std::nullopt;
+  auto d = differential_profile(job, hog->c, peers_of(job, hog->c), &RankWindow::oncpu);
+  h.culprit = d ? d->function : "CPU work";
+  const std::string others = "the " + std::to_string(hog->beside) + (hog->beside == 1 ? " other rank" : " other ranks") + " on " + who +
+                             "'s node";
+  if (hog->past) {
+    h.evidence.push_back(others + " wait " + ms(hog->runq) + " more per step for a CPU than in the job's healthy past");
+    h.evidence.push_back(who + "'s processes run on the CPU " + ms(r.get(Os::kCpu)) + " per step vs " + ms(hog->cpu_ref) +
+                         " in its past, " + ms(hog->extra_cpu) + " more than its peers' growth: its own work takes the CPUs they need");
+  } else {
+    h.evidence.push_back(others + " wait " + ms(hog->runq) + " per step for a CPU (no past of the job's OS layer to compare with)");
+    h.evidence.push_back(who + "'s processes run on the CPU " + ms(r.get(Os::kCpu)) + " per step vs " + ms(hog->cpu_ref) +
+                         " on its peers (+" + ms(hog->extra_cpu) + "): its own work takes the CPUs they need");
+  }
+  if (d) {
+    h.evidence.push_back("differential on-CPU profile: " + d->function + (d->caller.empty() ? "" : " (called from " + d->caller + ")") +
+                         " " + ms(d->culprit_ms) + " per step vs " + ms(d->peers_ms) + " on peers");
+    if (d->in_worker) {
+      std::string pids;
+      for (uint32_t p : r.workers) pids += (pids.empty() ? "" : ", ") + std::to_string(p);
+      h.evidence.push_back("it runs in a worker process of " + who + " (a DataLoader worker" + (pids.empty() ? "" : ": pid " + pids) +
+                           "), counted for the rank: prefetching hides it from " + who + "'s own loop, not from the CPUs");
+    }
+  }
+  *explained = h.explained_ms;
+  const CauseRule* rule = nullptr;
+  for (const auto& x : kRules) {
+    if (x.cause == Cause::kHostHotspot) rule = &x;
+  }
+  return to_finding(job, hog->c, lost, {Ranked{std::move(h), rule}}, std::move(head), kSharedCpuLocate, Scope::kRank);
+}
+
 // Every rank got slower by itself (no straggler, collective waits did not grow).
 void find_slowed_alike(const JobWindow& job, Diagnosis& dx, double lost, const std::vector<double>& busy) {
   const size_t n = job.ranks.size();
+  std::vector<std::string> head{"job step time " + ms(dx.step_ms) + " vs its baseline " + ms(dx.baseline_step_ms) +
+                                "; all ranks slowed alike (no straggler, collective waits did not grow)"};
+  // One rank whose own CPU work takes the CPUs the others share: reported when it explains at
+  // least as much as the job-wide layers do.
+  double hog_ms = 0;
+  auto hog = shared_cpu_finding(job, lost, dx.baseline_step_ms, head, &hog_ms);
   if (has_past(job)) {
     // Every rank got slower by itself: each layer against the job's own past names the layer.
-    std::vector<std::string> head{"job step time " + ms(dx.step_ms) + " vs its baseline " + ms(dx.baseline_step_ms) +
-                                  "; all ranks slowed alike (no straggler, collective waits did not grow)"};
-    if (auto f = job_past_finding(job, lost, dx.baseline_step_ms, std::move(head))) dx.findings.push_back(std::move(*f));
+    auto layers = job_layers(job, lost);
+    if (hog && (layers.empty() || layers.front().explained_ms <= hog_ms)) dx.findings.push_back(std::move(*hog));
+    else if (auto f = job_past_finding(job, lost, dx.baseline_step_ms, std::move(head))) dx.findings.push_back(std::move(*f));
+    else if (hog) dx.findings.push_back(std::move(*hog));
     else dx.note = unexplained(dx);
   } else if (lost >= kJobWideSlowdown * dx.baseline_step_ms) {
     // No past per layer: look for the layer that explains it on the rank that suffers most,
@@ -2313,10 +2462,13 @@ void find_slowed_alike(const JobWindow& job, Diagnosis& dx, double lost, const s
         c = i;
       }
     }
-    std::vector<std::string> head{"job step time " + ms(dx.step_ms) + " vs its baseline " + ms(dx.baseline_step_ms) +
-                                  "; all ranks slowed alike (no straggler, collective waits did not grow)"};
+    auto hs = descend(job, c, lost, true);
+    if (hog && (hs.empty() || hs.front().h.explained_ms <= hog_ms)) {
+      dx.findings.push_back(std::move(*hog));
+      return;
+    }
     head.push_back("measured on " + rank_name(job.ranks[c]) + ", the rank whose CPUs other processes use most");
-    if (auto f = to_finding(job, c, lost, descend(job, c, lost, true), std::move(head), kJobWideLocate, Scope::kJob))
+    if (auto f = to_finding(job, c, lost, std::move(hs), std::move(head), kJobWideLocate, Scope::kJob))
       dx.findings.push_back(std::move(*f));
     else dx.note = unexplained(dx);
   } else {

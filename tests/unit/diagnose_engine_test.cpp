@@ -646,6 +646,86 @@ TEST(DiagnoseEngine, AWorkersTimeCountsForItsRankAndIsNamedAsSuch) {
 }
 
 
+// --- issue 17, held-out DDP run r4-w2: one rank's DataLoader workers burn the CPUs every rank shares.
+
+// Four ranks on one node, every rank's step 40% longer alike (no straggler: they all wait for a
+// CPU) and 30 ms more run-queue wait each; rank 2's worker runs augment_sample, 30 ms of CPU per
+// step, which its peers' workers never run. `past`: with the job's past per layer (else steps only).
+JobWindow shared_cpu_job(bool past) {
+  SyntheticSpec spec;
+  spec.ranks = 4;
+  spec.past = past;
+  JobWindow job = make_synthetic_job(spec);
+  const std::string worker = std::string(kWorkerFrame) + ";_worker_loop;Batches.__getitem__;";
+  for (auto& r : job.ranks) {
+    r.now.step_ms *= 1.4;
+    r.set(Os::kRunqWait, r.get(Os::kRunqWait) + 30);
+    // Every rank loads its batches in a worker of its own.
+    r.workers = {20000 + r.pid % 100};
+    r.oncpu.push_back({job.names.id(worker + "load_batch"), 1});
+    normalize(r.oncpu);
+  }
+  RankWindow& h = job.ranks[2];
+  h.set(Os::kCpu, h.get(Os::kCpu) + 30);
+  h.oncpu.push_back({job.names.id(worker + "augment_sample"), 30});
+  normalize(h.oncpu);
+  return job;
+}
+
+TEST(DiagnoseEngine, ARanksWorkersThatTakeTheSharedCpusAreItsHotspot) {
+  for (bool past : {true, false}) {
+    auto dx = diagnose(shared_cpu_job(past));
+    ASSERT_EQ(dx.findings.size(), 1u) << "past " << past << "\n" << dump(dx);
+    const Finding& f = dx.findings[0];
+    EXPECT_EQ(f.scope, Scope::kRank) << dump(dx);
+    EXPECT_EQ(f.rank, 2) << dump(dx);
+    EXPECT_EQ(std::string(cause_name(f.cause)), "host-hotspot") << dump(dx);
+    EXPECT_EQ(f.culprit, "augment_sample") << dump(dx);
+    std::string all;
+    for (const auto& e : f.evidence) all += e + "\n";
+    EXPECT_NE(all.find("worker process of rank 2 (a DataLoader worker: pid 20002)"), std::string::npos) << all;
+    EXPECT_NE(all.find("wait"), std::string::npos) << all;
+  }
+}
+
+// The same slowdown where rank 2 always ran that much more CPU (its past says so): its work did not
+// change, so it is not why the job slowed.
+TEST(DiagnoseEngine, ARankThatAlwaysRanMoreCpuIsNotBlamedForASlowdown) {
+  JobWindow job = shared_cpu_job(true);
+  RankWindow& h = job.ranks[2];
+  h.past.os[static_cast<size_t>(Os::kCpu)] += 30;
+  auto dx = diagnose(job);
+  EXPECT_TRUE(dx.findings.empty()) << dump(dx);
+}
+
+// Every rank's CPU grew alike (a drifting machine): no one rank stands out.
+TEST(DiagnoseEngine, CpuThatGrewOnEveryRankAlikeBlamesNoRank) {
+  for (bool past : {true, false}) {
+    JobWindow job = shared_cpu_job(past);
+    for (auto& r : job.ranks) {
+      if (r.rank != 2) r.set(Os::kCpu, r.get(Os::kCpu) + 30);
+    }
+    auto dx = diagnose(job);
+    for (const auto& f : dx.findings) EXPECT_NE(f.scope, Scope::kRank) << "past " << past << "\n" << dump(dx);
+  }
+}
+
+// A job 10% slower whose rank 2 runs 4 ms (16%) more CPU per step than before, its peers' as before:
+// within the spread of ranks that do the same work, no cause, though it would explain 40% of the loss.
+TEST(DiagnoseEngine, ARanksCpuWithinThePeersSpreadIsNoCause) {
+  SyntheticSpec spec;
+  spec.ranks = 4;
+  spec.past = true;
+  JobWindow job = make_synthetic_job(spec);
+  for (auto& r : job.ranks) {
+    r.now.step_ms *= 1.1;
+    r.set(Os::kRunqWait, r.get(Os::kRunqWait) + 10);
+  }
+  job.ranks[2].set(Os::kCpu, job.ranks[2].get(Os::kCpu) + 4);
+  auto dx = diagnose(job);
+  for (const auto& f : dx.findings) EXPECT_NE(f.scope, Scope::kRank) << dump(dx);
+}
+
 // --- issue 17, held-out DDP runs: steps cut differently per rank; a job-wide slow network.
 
 // Steps of one rank: `n` steps of `len_ms` from t0, `coll_ms` of collective time in each.
