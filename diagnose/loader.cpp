@@ -144,6 +144,12 @@ std::string call_path(const Stack& stack, bool keep_syscall, std::unordered_set<
   return path.empty() ? "[kernel]" : path;
 }
 
+// glibc's shared object ("/lib/x86_64-linux-gnu/libc.so.6", or an older "libc-2.31.so"): its
+// frames are the call's wrapper, not where the program makes the call.
+bool libc_module(std::string_view module) {
+  return module.find("/libc.so") != std::string_view::npos || module.find("/libc-") != std::string_view::npos;
+}
+
 // For an on-CPU stack inside a system call: "pread64()|main;load_batch", the call and the user
 // frames (root first) down to the function that made it, else empty. The caller is the deepest
 // Python frame when the stack has one (the interpreter's own C frames are not where the program
@@ -163,9 +169,7 @@ std::string syscall_caller(const Stack& stack) {
       continue;
     }
     if (native != stack.size() || f.kind == FrameKind::kKernel || f.module.rfind("[uprobes", 0) == 0) continue;
-    bool libc = f.module.find("/libc.so") != std::string::npos || f.module.find("/libc-") != std::string::npos ||
-                f.function.rfind("__", 0) == 0;
-    if (!libc) native = k;
+    if (!libc_module(f.module) && f.function.rfind("__", 0) != 0) native = k;
   }
   size_t caller = python != stack.size() ? python : native;
   if (caller == stack.size()) return {};
@@ -351,9 +355,7 @@ std::string memory_call_site_of(const Stack& stack) {
   }
   for (const Frame& f : stack) {
     if (f.kind != FrameKind::kNative || f.function.empty() || f.module.rfind("[uprobes", 0) == 0) continue;
-    if (cuda_runtime_module(f.module)) continue;
-    const bool libc = f.module.find("/libc.so") != std::string::npos || f.module.find("/libc-") != std::string::npos;
-    if (libc) continue;
+    if (cuda_runtime_module(f.module) || libc_module(f.module)) continue;
     std::string name = f.display_name();
     if (!unresolved_frame(name)) return name;
   }
