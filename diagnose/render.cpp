@@ -1,5 +1,7 @@
 #include "diagnose/render.h"
 
+#include <sstream>
+
 #include <cmath>
 #include <cstdio>
 #include <string>
@@ -56,6 +58,12 @@ void write_json(const Diagnosis& dx, std::ostream& out) {
   out << "],\"job_wide\":" << (ot.job_wide ? "true" : "false") << ",\"notes\":[";
   for (size_t i = 0; i < ot.notes.size(); ++i) out << (i ? "," : "") << json_string(ot.notes[i]);
   out << "],\"summary\":" << json_string(ot.summary) << "}}}\n";
+}
+
+std::string text_of(const Diagnosis& dx) {
+  std::ostringstream o;
+  write_text(dx, o);
+  return o.str();
 }
 
 void write_text(const Diagnosis& dx, std::ostream& out) {

@@ -5,12 +5,15 @@
 #pragma once
 
 #include <ostream>
+#include <string>
 
 #include "diagnose/engine.h"
 
 namespace strata::diagnose {
 
 void write_text(const Diagnosis& dx, std::ostream& out);
+// write_text into a string (tests, logs).
+std::string text_of(const Diagnosis& dx);
 void write_json(const Diagnosis& dx, std::ostream& out);
 
 }  // namespace strata::diagnose

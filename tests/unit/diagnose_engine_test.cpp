@@ -20,17 +20,11 @@ Diagnosis run(std::vector<PlantedFault> faults, size_t ranks = 8, unsigned seed 
   return diagnose(make_synthetic_job(spec));
 }
 
-std::string dump(const Diagnosis& dx) {
-  std::ostringstream o;
-  write_text(dx, o);
-  return o.str();
-}
-
 TEST(DiagnoseEngine, HealthyJobHasNoFinding) {
   for (unsigned seed = 1; seed <= 20; ++seed) {
     auto dx = run({}, 8, seed);
-    EXPECT_TRUE(dx.findings.empty()) << dump(dx);
-    EXPECT_TRUE(dx.second.outlier_ranks.empty()) << dump(dx);
+    EXPECT_TRUE(dx.findings.empty()) << text_of(dx);
+    EXPECT_TRUE(dx.second.outlier_ranks.empty()) << text_of(dx);
     EXPECT_FALSE(dx.second.disagrees);
   }
 }
@@ -39,7 +33,7 @@ TEST(DiagnoseEngine, HealthyJobWithoutBaselineHasNoFinding) {
   SyntheticSpec spec;
   spec.baseline = false;
   auto dx = diagnose(make_synthetic_job(spec));
-  EXPECT_TRUE(dx.findings.empty()) << dump(dx);
+  EXPECT_TRUE(dx.findings.empty()) << text_of(dx);
 }
 
 struct Case {
@@ -53,18 +47,18 @@ TEST_P(PlantedCause, FoundOnItsRankWithItsCauseAndCulprit) {
   const Case& c = GetParam();
   PlantedFault f{3, c.cause, 40};
   auto dx = run({f});
-  ASSERT_EQ(dx.findings.size(), 1u) << dump(dx);
+  ASSERT_EQ(dx.findings.size(), 1u) << text_of(dx);
   const Finding& got = dx.findings[0];
-  EXPECT_EQ(got.rank, 3) << dump(dx);
-  EXPECT_EQ(std::string(cause_name(got.cause)), c.cause) << dump(dx);
-  EXPECT_EQ(got.layer, c.layer) << dump(dx);
-  EXPECT_NE(got.culprit.find(planted_culprit(f)), std::string::npos) << dump(dx);
+  EXPECT_EQ(got.rank, 3) << text_of(dx);
+  EXPECT_EQ(std::string(cause_name(got.cause)), c.cause) << text_of(dx);
+  EXPECT_EQ(got.layer, c.layer) << text_of(dx);
+  EXPECT_NE(got.culprit.find(planted_culprit(f)), std::string::npos) << text_of(dx);
   EXPECT_GT(got.lost_ms_per_step, 0);
   EXPECT_GT(got.confidence, 0.3);
   EXPECT_FALSE(got.evidence.empty());
   if (c.cause != "network-slow" && c.cause != "hang") {
-    EXPECT_NEAR(got.lost_ms_per_step, 40, 8) << dump(dx);
-    EXPECT_FALSE(dx.second.disagrees) << dump(dx);
+    EXPECT_NEAR(got.lost_ms_per_step, 40, 8) << text_of(dx);
+    EXPECT_FALSE(dx.second.disagrees) << text_of(dx);
   }
 }
 
@@ -97,26 +91,26 @@ TEST_P(HardwareCause, FoundOnItsRankNamingTheGpuAndTheCounter) {
   const HwCase& c = GetParam();
   PlantedFault f{3, c.cause, 40};
   auto dx = run({f});
-  ASSERT_EQ(dx.findings.size(), 1u) << dump(dx);
+  ASSERT_EQ(dx.findings.size(), 1u) << text_of(dx);
   const Finding& got = dx.findings[0];
-  EXPECT_EQ(got.rank, 3) << dump(dx);
-  EXPECT_EQ(std::string(cause_name(got.cause)), c.cause) << dump(dx);
-  EXPECT_EQ(got.layer, "gpu") << dump(dx);
-  EXPECT_NE(got.culprit.find("GPU 3"), std::string::npos) << dump(dx);
-  EXPECT_GT(got.confidence, 0.5) << dump(dx);
+  EXPECT_EQ(got.rank, 3) << text_of(dx);
+  EXPECT_EQ(std::string(cause_name(got.cause)), c.cause) << text_of(dx);
+  EXPECT_EQ(got.layer, "gpu") << text_of(dx);
+  EXPECT_NE(got.culprit.find("GPU 3"), std::string::npos) << text_of(dx);
+  EXPECT_GT(got.confidence, 0.5) << text_of(dx);
   bool names_counter = false;
   for (const auto& e : got.evidence) {
     if (e.find(c.counter) != std::string::npos && e.find("rank 3") != std::string::npos && e.find("GPU 3") != std::string::npos)
       names_counter = true;
   }
-  EXPECT_TRUE(names_counter) << dump(dx);
+  EXPECT_TRUE(names_counter) << text_of(dx);
   if (c.slows) {
-    EXPECT_GT(got.lost_ms_per_step, 0) << dump(dx);
+    EXPECT_GT(got.lost_ms_per_step, 0) << text_of(dx);
   } else {
-    EXPECT_EQ(got.lost_ms_per_step, 0) << dump(dx);
+    EXPECT_EQ(got.lost_ms_per_step, 0) << text_of(dx);
   }
   // A fault the per-rank timings cannot show (no cost yet, or a stopped GPU) is no disagreement.
-  EXPECT_FALSE(dx.second.disagrees) << dump(dx);
+  EXPECT_FALSE(dx.second.disagrees) << text_of(dx);
 }
 
 INSTANTIATE_TEST_SUITE_P(Nvml, HardwareCause,
@@ -142,9 +136,9 @@ TEST(DiagnoseEngine, SameMemoryCallsSlowerAreNoChurn) {
   r.set(Os::kAllocCalls, job.ranks[0].get(Os::kAllocCalls));
   r.memory_api_calls = job.ranks[0].memory_api_calls;
   auto dx = diagnose(job);
-  ASSERT_FALSE(dx.findings.empty()) << dump(dx);  // still the straggler
-  EXPECT_EQ(dx.findings[0].rank, 3) << dump(dx);
-  EXPECT_NE(dx.findings[0].cause, Cause::kMemoryAllocChurn) << dump(dx);
+  ASSERT_FALSE(dx.findings.empty()) << text_of(dx);  // still the straggler
+  EXPECT_EQ(dx.findings[0].rank, 3) << text_of(dx);
+  EXPECT_NE(dx.findings[0].cause, Cause::kMemoryAllocChurn) << text_of(dx);
 }
 
 // The evidence of a memory-call cause: the calls per step against the peers and the rank's own
@@ -154,9 +148,9 @@ TEST(DiagnoseEngine, MemoryCallEvidenceNamesPeersPastApiAndShare) {
   spec.past = true;
   spec.faults = {{3, "memory-alloc-churn", 40}};
   auto dx = diagnose(make_synthetic_job(spec));
-  ASSERT_FALSE(dx.findings.empty()) << dump(dx);
+  ASSERT_FALSE(dx.findings.empty()) << text_of(dx);
   const Finding& f = dx.findings[0];
-  EXPECT_EQ(f.cause, Cause::kMemoryAllocChurn) << dump(dx);
+  EXPECT_EQ(f.cause, Cause::kMemoryAllocChurn) << text_of(dx);
   std::string all;
   for (const auto& e : f.evidence) all += e + "\n";
   EXPECT_NE(all.find("of these calls per step vs"), std::string::npos) << all;
@@ -173,10 +167,10 @@ TEST(DiagnoseEngine, ChurnOnEveryRankIsAJobFinding) {
   spec.past = true;
   spec.faults = {{kAllRanks, "memory-alloc-churn", 40}};
   auto dx = diagnose(make_synthetic_job(spec));
-  ASSERT_FALSE(dx.findings.empty()) << dump(dx);
-  EXPECT_EQ(dx.findings[0].scope, Scope::kJob) << dump(dx);
-  EXPECT_EQ(dx.findings[0].cause, Cause::kMemoryAllocChurn) << dump(dx);
-  EXPECT_NE(dx.findings[0].culprit.find("cudaFree"), std::string::npos) << dump(dx);
+  ASSERT_FALSE(dx.findings.empty()) << text_of(dx);
+  EXPECT_EQ(dx.findings[0].scope, Scope::kJob) << text_of(dx);
+  EXPECT_EQ(dx.findings[0].cause, Cause::kMemoryAllocChurn) << text_of(dx);
+  EXPECT_NE(dx.findings[0].culprit.find("cudaFree"), std::string::npos) << text_of(dx);
 }
 
 // A copy loop whose CPU time the on-CPU profile sees as its top path (a runtime that spins in the
@@ -204,23 +198,23 @@ TEST(DiagnoseEngine, HotspotInsideTheCopiesIsSyncMemcpy) {
   for (const auto& [path, sampled] : {std::pair{in_api, false}, std::pair{at_site, true}}) {
     SCOPED_TRACE(path);
     auto dx = diagnose(copy_loop_with_hot_path(path, sampled));
-    ASSERT_FALSE(dx.findings.empty()) << dump(dx);
+    ASSERT_FALSE(dx.findings.empty()) << text_of(dx);
     const Finding& f = dx.findings[0];
-    EXPECT_EQ(f.rank, 3) << dump(dx);
-    EXPECT_EQ(f.cause, Cause::kSyncMemcpy) << dump(dx);
+    EXPECT_EQ(f.rank, 3) << text_of(dx);
+    EXPECT_EQ(f.cause, Cause::kSyncMemcpy) << text_of(dx);
     bool said = false;
     for (const auto& e : f.evidence) said |= e.find("is in these calls: its CPU time with its wait for a CPU") != std::string::npos;
-    EXPECT_TRUE(said) << dump(dx);
+    EXPECT_TRUE(said) << text_of(dx);
   }
   // The same path ending at the loop, with no sampled stack saying the copies are made there: the
   // hotspot's own.
   auto dx = diagnose(copy_loop_with_hot_path(at_site, false));
-  ASSERT_FALSE(dx.findings.empty()) << dump(dx);
-  EXPECT_EQ(dx.findings[0].cause, Cause::kHostHotspot) << dump(dx);
+  ASSERT_FALSE(dx.findings.empty()) << text_of(dx);
+  EXPECT_EQ(dx.findings[0].cause, Cause::kHostHotspot) << text_of(dx);
   // A hotspot away from the calls stays the cause it explains more than the copies.
   dx = diagnose(copy_loop_with_hot_path("main;train;slow_augment;cpu_work", true));
-  ASSERT_FALSE(dx.findings.empty()) << dump(dx);
-  EXPECT_EQ(dx.findings[0].cause, Cause::kHostHotspot) << dump(dx);
+  ASSERT_FALSE(dx.findings.empty()) << text_of(dx);
+  EXPECT_EQ(dx.findings[0].cause, Cause::kHostHotspot) << text_of(dx);
 }
 
 // A synchronous copy that moves more bytes per step with as many calls (a larger tensor read back)
@@ -233,14 +227,14 @@ TEST(DiagnoseEngine, LargerSynchronousCopiesAreSyncMemcpy) {
   r.set(Os::kSyncCopyCalls, job.ranks[0].get(Os::kSyncCopyCalls));
   r.memory_api_calls = job.ranks[0].memory_api_calls;
   auto dx = diagnose(job);
-  ASSERT_FALSE(dx.findings.empty()) << dump(dx);
-  EXPECT_EQ(dx.findings[0].cause, Cause::kSyncMemcpy) << dump(dx);
-  EXPECT_NE(dx.findings[0].culprit.find("cudaMemcpy"), std::string::npos) << dump(dx);
+  ASSERT_FALSE(dx.findings.empty()) << text_of(dx);
+  EXPECT_EQ(dx.findings[0].cause, Cause::kSyncMemcpy) << text_of(dx);
+  EXPECT_NE(dx.findings[0].culprit.find("cudaMemcpy"), std::string::npos) << text_of(dx);
   // ... and the same copies of the same size, slower, are not.
   r.set(Os::kSyncCopyMb, job.ranks[0].get(Os::kSyncCopyMb));
   dx = diagnose(job);
-  ASSERT_FALSE(dx.findings.empty()) << dump(dx);
-  EXPECT_NE(dx.findings[0].cause, Cause::kSyncMemcpy) << dump(dx);
+  ASSERT_FALSE(dx.findings.empty()) << text_of(dx);
+  EXPECT_NE(dx.findings[0].cause, Cause::kSyncMemcpy) << text_of(dx);
 }
 
 // A link that trained at a lower generation than its peers' is degraded; the same generation on
@@ -249,13 +243,13 @@ TEST(DiagnoseEngine, PcieGenerationIsComparedWithThePeers) {
   SyntheticSpec spec;
   JobWindow job = make_synthetic_job(spec);
   for (auto& r : job.ranks) r.gpu.pcie_gen = 3;
-  EXPECT_TRUE(diagnose(job).findings.empty()) << dump(diagnose(job));
+  EXPECT_TRUE(diagnose(job).findings.empty()) << text_of(diagnose(job));
   job.ranks[5].gpu.pcie_gen = 1;
   auto dx = diagnose(job);
-  ASSERT_EQ(dx.findings.size(), 1u) << dump(dx);
+  ASSERT_EQ(dx.findings.size(), 1u) << text_of(dx);
   EXPECT_EQ(dx.findings[0].rank, 5);
   EXPECT_EQ(std::string(cause_name(dx.findings[0].cause)), std::string("pcie-degraded"));
-  EXPECT_NE(dx.findings[0].evidence.front().find("gpu.pcie_link_gen"), std::string::npos) << dump(dx);
+  EXPECT_NE(dx.findings[0].evidence.front().find("gpu.pcie_link_gen"), std::string::npos) << text_of(dx);
 }
 
 // A few replays or NVLink errors in a window are below the rates that mean a degraded link.
@@ -264,7 +258,7 @@ TEST(DiagnoseEngine, AFewLinkErrorsAreNoFinding) {
   JobWindow job = make_synthetic_job(spec);  // a 10 s window
   job.ranks[2].gpu.pcie_replays = 1;
   job.ranks[4].gpu.nvlink_errors = 1;
-  EXPECT_TRUE(diagnose(job).findings.empty()) << dump(diagnose(job));
+  EXPECT_TRUE(diagnose(job).findings.empty()) << text_of(diagnose(job));
 }
 
 // A hot rank on a busy node also waits longer for a CPU than its peers. With its cgroup measured
@@ -278,10 +272,10 @@ TEST(DiagnoseEngine, HotRankQueuingOnABusyNodeIsAHotspotNotAQuota) {
   r.set(Os::kRunqWait, r.get(Os::kRunqWait) + 60);  // more than the hotspot's own CPU time
   ASSERT_EQ(r.get(Os::kThrottled), 0);
   auto dx = diagnose(job);
-  ASSERT_FALSE(dx.findings.empty()) << dump(dx);
-  EXPECT_EQ(dx.findings[0].rank, 3) << dump(dx);
-  EXPECT_EQ(std::string(cause_name(dx.findings[0].cause)), "host-hotspot") << dump(dx);
-  for (const auto& f : dx.findings) EXPECT_NE(std::string(cause_name(f.cause)), "cpu-throttling") << dump(dx);
+  ASSERT_FALSE(dx.findings.empty()) << text_of(dx);
+  EXPECT_EQ(dx.findings[0].rank, 3) << text_of(dx);
+  EXPECT_EQ(std::string(cause_name(dx.findings[0].cause)), "host-hotspot") << text_of(dx);
+  for (const auto& f : dx.findings) EXPECT_NE(std::string(cause_name(f.cause)), "cpu-throttling") << text_of(dx);
 }
 
 // A slow link with the ranks' TCP connections recorded: the rank on both slow connections of the
@@ -304,11 +298,11 @@ TEST(DiagnoseEngine, SlowLinkEndIsTheRankOnEverySlowConnection) {
     job.ranks[next].links.push_back(recv);
   }
   auto dx = diagnose(job);
-  ASSERT_FALSE(dx.findings.empty()) << dump(dx);
+  ASSERT_FALSE(dx.findings.empty()) << text_of(dx);
   const Finding& f = dx.findings[0];
-  EXPECT_EQ(std::string(cause_name(f.cause)), "network-slow") << dump(dx);
-  EXPECT_EQ(f.rank, static_cast<int>(culprit)) << dump(dx);
-  EXPECT_GE(f.confidence, 0.9) << dump(dx);
+  EXPECT_EQ(std::string(cause_name(f.cause)), "network-slow") << text_of(dx);
+  EXPECT_EQ(f.rank, static_cast<int>(culprit)) << text_of(dx);
+  EXPECT_GE(f.confidence, 0.9) << text_of(dx);
   std::string all;
   for (const auto& e : f.evidence) all += e + "\n";
   EXPECT_NE(all.find("(with rank 4 and rank 6) is slow"), std::string::npos) << all;
@@ -320,9 +314,9 @@ TEST(DiagnoseEngine, SlowLinkEndIsTheRankOnEverySlowConnection) {
     }
   }
   auto flat = diagnose(job);
-  ASSERT_FALSE(flat.findings.empty()) << dump(flat);
+  ASSERT_FALSE(flat.findings.empty()) << text_of(flat);
   EXPECT_EQ(std::string(cause_name(flat.findings[0].cause)), "network-slow");
-  EXPECT_EQ(flat.findings[0].rank, 3) << dump(flat);
+  EXPECT_EQ(flat.findings[0].rank, 3) << text_of(flat);
 }
 
 // Under a tight memory limit the rank's page cache is reclaimed and its data reads go to disk: more
@@ -334,14 +328,14 @@ TEST(DiagnoseEngine, ReclaimThatSendsReadsToDiskIsMemoryReclaimNotAnIoStall) {
   RankWindow& r = job.ranks[3];
   r.set(Os::kBlockedIo, r.get(Os::kBlockedIo) + 60);
   auto dx = diagnose(job);
-  ASSERT_FALSE(dx.findings.empty()) << dump(dx);
-  EXPECT_EQ(dx.findings[0].rank, 3) << dump(dx);
-  EXPECT_EQ(std::string(cause_name(dx.findings[0].cause)), "memory-reclaim") << dump(dx);
+  ASSERT_FALSE(dx.findings.empty()) << text_of(dx);
+  EXPECT_EQ(dx.findings[0].rank, 3) << text_of(dx);
+  EXPECT_EQ(std::string(cause_name(dx.findings[0].cause)), "memory-reclaim") << text_of(dx);
 }
 
 TEST(DiagnoseEngine, TwoFaultsOnDifferentRanksAreBothReportedByCost) {
   auto dx = run({{5, "io-stall", 25}, {2, "host-hotspot", 60}});
-  ASSERT_EQ(dx.findings.size(), 2u) << dump(dx);
+  ASSERT_EQ(dx.findings.size(), 2u) << text_of(dx);
   EXPECT_EQ(dx.findings[0].rank, 2);
   EXPECT_EQ(std::string(cause_name(dx.findings[0].cause)), "host-hotspot");
   EXPECT_EQ(dx.findings[0].culprit, "slow_augment");
@@ -353,7 +347,7 @@ TEST(DiagnoseEngine, TwoFaultsOnDifferentRanksAreBothReportedByCost) {
 
 TEST(DiagnoseEngine, ThousandRanksFindThePlantedCulprits) {
   auto dx = run({{17, "gpu-slow", 50}, {523, "cpu-contention", 30}, {911, "host-hotspot", 20}}, 1000);
-  ASSERT_EQ(dx.findings.size(), 3u) << dump(dx);
+  ASSERT_EQ(dx.findings.size(), 3u) << text_of(dx);
   EXPECT_EQ(dx.findings[0].rank, 17);
   EXPECT_EQ(std::string(cause_name(dx.findings[0].cause)), "gpu-slow");
   EXPECT_EQ(dx.findings[1].rank, 523);
@@ -361,7 +355,7 @@ TEST(DiagnoseEngine, ThousandRanksFindThePlantedCulprits) {
   EXPECT_EQ(dx.findings[1].culprit, "logrotate");
   EXPECT_EQ(dx.findings[2].rank, 911);
   EXPECT_EQ(std::string(cause_name(dx.findings[2].cause)), "host-hotspot");
-  EXPECT_EQ(dx.second.outlier_ranks.size(), 3u) << dump(dx);
+  EXPECT_EQ(dx.second.outlier_ranks.size(), 3u) << text_of(dx);
 }
 
 TEST(DiagnoseEngine, SecondOpinionSaysWhenItDisagrees) {
@@ -393,7 +387,7 @@ TEST(DiagnoseEngine, SecondOpinionComparesEachFunctionAcrossRanks) {
   odd.oncpu.push_back({job.names.id("main;train;tokenize;PyUnicode_Join"), 12});
   normalize(odd.oncpu);
   auto dx = diagnose(job);
-  ASSERT_EQ(dx.second.outlier_ranks.size(), 1u) << dump(dx);
+  ASSERT_EQ(dx.second.outlier_ranks.size(), 1u) << text_of(dx);
   EXPECT_EQ(dx.second.outlier_ranks[0], 6);
   ASSERT_EQ(dx.second.notes.size(), 1u);
   EXPECT_NE(dx.second.notes[0].find("tokenize on-CPU z=+"), std::string::npos) << dx.second.notes[0];
@@ -461,8 +455,8 @@ TEST(DiagnoseEngine, TheAgentIsNeverACulpritAndADriftIsNoFinding) {
   for (bool past : {false, true}) {
     auto dx = diagnose(drifted_cpu_job(past));
     EXPECT_GT(dx.step_ms, 1.2 * dx.baseline_step_ms) << "the job did slow down";
-    for (const auto& f : dx.findings) EXPECT_NE(f.culprit, "strata") << dump(dx);
-    EXPECT_TRUE(dx.findings.empty()) << (past ? "with" : "without") << " a past per layer\n" << dump(dx);
+    for (const auto& f : dx.findings) EXPECT_NE(f.culprit, "strata") << text_of(dx);
+    EXPECT_TRUE(dx.findings.empty()) << (past ? "with" : "without") << " a past per layer\n" << text_of(dx);
   }
 }
 
@@ -479,9 +473,9 @@ TEST(DiagnoseEngine, TheAgentsCostIsReportedApart) {
   r.set(Os::kRunqWait, r.get(Os::kRunqWait) + 60);
   r.agent_ms = 0.3;
   auto dx = diagnose(job);
-  ASSERT_EQ(dx.findings.size(), 1u) << dump(dx);
+  ASSERT_EQ(dx.findings.size(), 1u) << text_of(dx);
   EXPECT_EQ(dx.findings[0].rank, 3);
-  EXPECT_NE(dx.findings[0].culprit, "strata") << dump(dx);
+  EXPECT_NE(dx.findings[0].culprit, "strata") << text_of(dx);
   std::string all;
   for (const auto& e : dx.findings[0].evidence) all += e + "\n";
   EXPECT_NE(all.find("strata's own run time on rank 3's CPUs: 0.30 ms per step"), std::string::npos) << all;
@@ -497,9 +491,9 @@ TEST(DiagnoseEngine, AHypothesisThatExplainsAFewPercentIsNotACause) {
   RankWindow& r = job.ranks[3];
   r.set(Os::kIrq, job.ranks[2].get(Os::kIrq) + 6);  // 6 of its 40 ms: 15% (the old bar was a tenth)
   auto dx = diagnose(job);
-  ASSERT_EQ(dx.findings.size(), 1u) << dump(dx);
+  ASSERT_EQ(dx.findings.size(), 1u) << text_of(dx);
   EXPECT_EQ(dx.findings[0].rank, 3);
-  EXPECT_EQ(dx.findings[0].culprit, "unknown") << dump(dx);
+  EXPECT_EQ(dx.findings[0].culprit, "unknown") << text_of(dx);
   std::string all;
   for (const auto& e : dx.findings[0].evidence) all += e + "\n";
   EXPECT_NE(all.find("not a cause: irq-softirq"), std::string::npos) << all;
@@ -533,18 +527,18 @@ TEST(DiagnoseEngine, AnUnresolvedFrameIsNeverTheCulprit) {
   hot.oncpu.push_back({path("[anon]+0x7f3a2c01c000;train.py:train_loop;train.py:hot_loss"), 40 * sample});
   normalize(hot.oncpu);
   auto dx = diagnose(job);
-  ASSERT_EQ(dx.findings.size(), 1u) << dump(dx);
+  ASSERT_EQ(dx.findings.size(), 1u) << text_of(dx);
   const Finding& f = dx.findings[0];
   EXPECT_EQ(f.rank, 1);
-  EXPECT_EQ(std::string(cause_name(f.cause)), "host-hotspot") << dump(dx);
-  EXPECT_EQ(f.culprit, "train.py:hot_loss") << dump(dx);
+  EXPECT_EQ(std::string(cause_name(f.cause)), "host-hotspot") << text_of(dx);
+  EXPECT_EQ(f.culprit, "train.py:hot_loss") << text_of(dx);
   std::string all;
   for (const auto& e : f.evidence) all += e + "\n";
   EXPECT_NE(all.find("broken stacks"), std::string::npos) << all;
   // Two ranks are too few for the statistical opinion: its silence is not a disagreement.
   EXPECT_FALSE(dx.second.compared);
-  EXPECT_FALSE(dx.second.disagrees) << dump(dx);
-  EXPECT_EQ(dump(dx).find("flags rank(s) []"), std::string::npos) << dump(dx);
+  EXPECT_FALSE(dx.second.disagrees) << text_of(dx);
+  EXPECT_EQ(text_of(dx).find("flags rank(s) []"), std::string::npos) << text_of(dx);
 }
 
 TEST(DiagnoseEngine, UnresolvedFramesAreRecognized) {
@@ -575,14 +569,14 @@ class JobWideCause : public ::testing::TestWithParam<JobCase> {};
 TEST_P(JobWideCause, IsAJobScopeFindingNamingTheLayerAndCulprit) {
   const auto& c = GetParam();
   auto dx = run_all(c.cause);
-  ASSERT_EQ(dx.findings.size(), 1u) << dump(dx);
+  ASSERT_EQ(dx.findings.size(), 1u) << text_of(dx);
   const Finding& f = dx.findings[0];
-  EXPECT_EQ(f.scope, Scope::kJob) << dump(dx);
+  EXPECT_EQ(f.scope, Scope::kJob) << text_of(dx);
   EXPECT_EQ(f.rank, -1);
-  EXPECT_EQ(std::string(cause_name(f.cause)), c.cause) << dump(dx);
+  EXPECT_EQ(std::string(cause_name(f.cause)), c.cause) << text_of(dx);
   EXPECT_EQ(f.layer, c.layer);
-  EXPECT_NE(f.culprit.find(planted_culprit({kAllRanks, c.cause, 30})), std::string::npos) << dump(dx);
-  EXPECT_NEAR(f.lost_ms_per_step, 30, 6) << dump(dx);
+  EXPECT_NE(f.culprit.find(planted_culprit({kAllRanks, c.cause, 30})), std::string::npos) << text_of(dx);
+  EXPECT_NEAR(f.lost_ms_per_step, 30, 6) << text_of(dx);
   std::ostringstream o;
   write_json(dx, o);
   EXPECT_NE(o.str().find("{\"scope\":\"job\",\"rank\":-1,"), std::string::npos) << o.str();
@@ -607,8 +601,8 @@ TEST(DiagnoseEngine, ASlowdownNoLayerExplainsIsNoFinding) {
   for (auto& r : job.ranks) r.now.step_ms *= 1.3;  // slower, and no layer says why
   auto dx = diagnose(job);
   EXPECT_GT(dx.step_ms, 1.2 * dx.baseline_step_ms);
-  EXPECT_TRUE(dx.findings.empty()) << dump(dx);
-  EXPECT_NE(dump(dx).find("the job slowed on every rank alike"), std::string::npos) << dump(dx);
+  EXPECT_TRUE(dx.findings.empty()) << text_of(dx);
+  EXPECT_NE(text_of(dx).find("the job slowed on every rank alike"), std::string::npos) << text_of(dx);
   std::ostringstream o;
   write_json(dx, o);
   EXPECT_NE(o.str().find("\"healthy\":false,\"note\":"), std::string::npos) << o.str();
@@ -634,11 +628,11 @@ TEST(DiagnoseEngine, AWorkersTimeCountsForItsRankAndIsNamedAsSuch) {
     }
     normalize(paths);
     auto dx = diagnose(job);
-    ASSERT_EQ(dx.findings.size(), 1u) << dump(dx);
+    ASSERT_EQ(dx.findings.size(), 1u) << text_of(dx);
     const Finding& f = dx.findings[0];
     EXPECT_EQ(f.rank, 3);
-    EXPECT_EQ(std::string(cause_name(f.cause)), std::string(cause)) << dump(dx);
-    EXPECT_EQ(f.culprit, std::string(cause) == "host-hotspot" ? "slow_augment" : "load_batch") << dump(dx);
+    EXPECT_EQ(std::string(cause_name(f.cause)), std::string(cause)) << text_of(dx);
+    EXPECT_EQ(f.culprit, std::string(cause) == "host-hotspot" ? "slow_augment" : "load_batch") << text_of(dx);
     std::string all;
     for (const auto& e : f.evidence) all += e + "\n";
     EXPECT_NE(all.find("worker process of rank 3 (a DataLoader worker: pid 20003)"), std::string::npos) << all;
@@ -675,12 +669,12 @@ JobWindow shared_cpu_job(bool past) {
 TEST(DiagnoseEngine, ARanksWorkersThatTakeTheSharedCpusAreItsHotspot) {
   for (bool past : {true, false}) {
     auto dx = diagnose(shared_cpu_job(past));
-    ASSERT_EQ(dx.findings.size(), 1u) << "past " << past << "\n" << dump(dx);
+    ASSERT_EQ(dx.findings.size(), 1u) << "past " << past << "\n" << text_of(dx);
     const Finding& f = dx.findings[0];
-    EXPECT_EQ(f.scope, Scope::kRank) << dump(dx);
-    EXPECT_EQ(f.rank, 2) << dump(dx);
-    EXPECT_EQ(std::string(cause_name(f.cause)), "host-hotspot") << dump(dx);
-    EXPECT_EQ(f.culprit, "augment_sample") << dump(dx);
+    EXPECT_EQ(f.scope, Scope::kRank) << text_of(dx);
+    EXPECT_EQ(f.rank, 2) << text_of(dx);
+    EXPECT_EQ(std::string(cause_name(f.cause)), "host-hotspot") << text_of(dx);
+    EXPECT_EQ(f.culprit, "augment_sample") << text_of(dx);
     std::string all;
     for (const auto& e : f.evidence) all += e + "\n";
     EXPECT_NE(all.find("worker process of rank 2 (a DataLoader worker: pid 20002)"), std::string::npos) << all;
@@ -695,7 +689,7 @@ TEST(DiagnoseEngine, ARankThatAlwaysRanMoreCpuIsNotBlamedForASlowdown) {
   RankWindow& h = job.ranks[2];
   h.past.os[static_cast<size_t>(Os::kCpu)] += 30;
   auto dx = diagnose(job);
-  EXPECT_TRUE(dx.findings.empty()) << dump(dx);
+  EXPECT_TRUE(dx.findings.empty()) << text_of(dx);
 }
 
 // Every rank's CPU grew alike (a drifting machine): no one rank stands out.
@@ -706,7 +700,7 @@ TEST(DiagnoseEngine, CpuThatGrewOnEveryRankAlikeBlamesNoRank) {
       if (r.rank != 2) r.set(Os::kCpu, r.get(Os::kCpu) + 30);
     }
     auto dx = diagnose(job);
-    for (const auto& f : dx.findings) EXPECT_NE(f.scope, Scope::kRank) << "past " << past << "\n" << dump(dx);
+    for (const auto& f : dx.findings) EXPECT_NE(f.scope, Scope::kRank) << "past " << past << "\n" << text_of(dx);
   }
 }
 
@@ -723,7 +717,7 @@ TEST(DiagnoseEngine, ARanksCpuWithinThePeersSpreadIsNoCause) {
   }
   job.ranks[2].set(Os::kCpu, job.ranks[2].get(Os::kCpu) + 4);
   auto dx = diagnose(job);
-  for (const auto& f : dx.findings) EXPECT_NE(f.scope, Scope::kRank) << dump(dx);
+  for (const auto& f : dx.findings) EXPECT_NE(f.scope, Scope::kRank) << text_of(dx);
 }
 
 // --- issue 17, held-out DDP runs: steps cut differently per rank; a job-wide slow network.
@@ -793,7 +787,7 @@ TEST(DiagnoseEngine, ARankThatWaitsLongerThanItsPeersIsNotTheStraggler) {
   job.ranks[1].now.step_ms = 412;
   job.ranks[1].now.wait_ms = 173;
   auto dx = diagnose(job);
-  for (const auto& f : dx.findings) EXPECT_FALSE(f.scope == Scope::kRank && f.rank == 1) << dump(dx);
+  for (const auto& f : dx.findings) EXPECT_FALSE(f.scope == Scope::kRank && f.rank == 1) << text_of(dx);
 }
 
 // A healthy 4-rank CPU-only job whose every host got slower (a VM's drift, 8 processes pinned on 2
@@ -826,11 +820,11 @@ JobWindow hosts_slowed_job(bool hosts_slower) {
 TEST(DiagnoseEngine, LongerCollectivesOnHostsThatSlowedAreNotASlowNetwork) {
   auto dx = diagnose(hosts_slowed_job(true));
   EXPECT_GT(dx.step_ms, 1.2 * dx.baseline_step_ms) << "the job did slow down";
-  for (const auto& f : dx.findings) EXPECT_NE(f.cause, Cause::kNetworkSlow) << dump(dx);
+  for (const auto& f : dx.findings) EXPECT_NE(f.cause, Cause::kNetworkSlow) << text_of(dx);
   // The collectives alone grew, on hosts as fast as before: the network it is.
   auto net = diagnose(hosts_slowed_job(false));
-  ASSERT_FALSE(net.findings.empty()) << dump(net);
-  EXPECT_EQ(net.findings[0].cause, Cause::kNetworkSlow) << dump(net);
+  ASSERT_FALSE(net.findings.empty()) << text_of(net);
+  EXPECT_EQ(net.findings[0].cause, Cause::kNetworkSlow) << text_of(net);
 }
 
 }  // namespace

@@ -18,12 +18,6 @@
 namespace strata::diagnose {
 namespace {
 
-std::string dump(const Diagnosis& dx) {
-  std::ostringstream o;
-  write_text(dx, o);
-  return o.str();
-}
-
 bool has_evidence(const Finding& f, std::initializer_list<std::string> parts) {
   for (const auto& e : f.evidence) {
     bool all = true;
@@ -84,19 +78,19 @@ TEST(DiagnoseHangStore, HungRankAndItsEvidenceThroughTheLoader) {
     for (const auto& x : dx.findings) {
       if (std::string(cause_name(x.cause)) == "hang") f = &x;
     }
-    ASSERT_NE(f, nullptr) << dump(dx);
+    ASSERT_NE(f, nullptr) << text_of(dx);
     const std::string me = "rank " + std::to_string(hung);
-    EXPECT_EQ(f->rank, hung) << dump(dx);
+    EXPECT_EQ(f->rank, hung) << text_of(dx);
     EXPECT_TRUE(has_evidence(*f, {me + "'s last collective: allreduce #20 on communicator synth-hang-job", "completed"}))
-        << dump(dx);
+        << text_of(dx);
     std::string others;
     for (int i = 0; i < 8; ++i) {
       if (i != hung) others += (others.empty() ? "" : ",") + std::to_string(i);
     }
     EXPECT_TRUE(has_evidence(*f, {me + " never entered allreduce #21 on communicator synth-hang-job",
                                   "ranks [" + others + "] entered and wait in"}))
-        << dump(dx);
-    EXPECT_TRUE(has_evidence(*f, {me + " on-CPU since the job's last progress"})) << dump(dx);
+        << text_of(dx);
+    EXPECT_TRUE(has_evidence(*f, {me + " on-CPU since the job's last progress"})) << text_of(dx);
   }
 }
 
@@ -128,7 +122,7 @@ TEST(DiagnoseHangStore, HealthyJobReadsNoStallStacks) {
     EXPECT_TRUE(r.comms[0].last_completed);
   }
   auto dx = diagnose(*jw);
-  EXPECT_TRUE(dx.findings.empty()) << dump(dx);
+  EXPECT_TRUE(dx.findings.empty()) << text_of(dx);
 }
 
 // A gloo job (PyTorch DDP on the CPU) written as the agent writes it: one all-reduce per step,
@@ -244,7 +238,7 @@ TEST(DiagnoseHangStore, GlooTeardownAfterTheLastCallIsNoHang) {
   }
   ASSERT_GE(jw->observed_until_ns - g.step_end(30), 15'000'000'000u);  // 15+ s without a collective
   auto dx = diagnose(*jw);
-  EXPECT_TRUE(dx.findings.empty()) << dump(dx);
+  EXPECT_TRUE(dx.findings.empty()) << text_of(dx);
 }
 
 // A call in flight in an older window, absent from the latest one, returned: not in flight now.
@@ -273,7 +267,7 @@ TEST(DiagnoseHangStore, OnlyTheLatestWindowSaysWhatARankIsInside) {
     EXPECT_FALSE(r.comms[0].in_flight) << "rank " << r.rank;
     EXPECT_TRUE(r.comms[0].last_completed) << "rank " << r.rank;
   }
-  EXPECT_TRUE(diagnose(*jl).findings.empty()) << dump(diagnose(*jl));
+  EXPECT_TRUE(diagnose(*jl).findings.empty()) << text_of(diagnose(*jl));
 }
 
 // A gloo hang: rank 2 never enters allreduce #31; ranks 0, 1, 3 entered it and are inside it at
@@ -307,12 +301,12 @@ TEST(DiagnoseHangStore, GlooHangSeenInFlightThroughTheLoader) {
   for (const auto& x : dx.findings) {
     if (std::string(cause_name(x.cause)) == "hang") f = &x;
   }
-  ASSERT_NE(f, nullptr) << dump(dx);
-  EXPECT_EQ(f->rank, 2) << dump(dx);
-  EXPECT_TRUE(has_evidence(*f, {"3 of 4 ranks are inside a collective"})) << dump(dx);
+  ASSERT_NE(f, nullptr) << text_of(dx);
+  EXPECT_EQ(f->rank, 2) << text_of(dx);
+  EXPECT_TRUE(has_evidence(*f, {"3 of 4 ranks are inside a collective"})) << text_of(dx);
   EXPECT_TRUE(has_evidence(*f, {"ranks [0,1,3] are inside a collective (the longest: allreduce #31",
                                 "ranks [2] are inside none: they never entered it"}))
-      << dump(dx);
+      << text_of(dx);
 }
 
 }  // namespace

@@ -13,12 +13,6 @@
 namespace strata::diagnose {
 namespace {
 
-std::string dump(const Diagnosis& dx) {
-  std::ostringstream o;
-  write_text(dx, o);
-  return o.str();
-}
-
 // The piece of evidence that contains every one of `parts`, or "" when none does.
 std::string evidence_with(const Finding& f, std::initializer_list<std::string> parts) {
   for (const auto& e : f.evidence) {
@@ -63,20 +57,20 @@ TEST(DiagnoseHang, GpuHangCarriesTheLastCollectiveAndTheStacks) {
     spec.faults = {{sh.hung, "hang", 40}};
     auto dx = diagnose(make_synthetic_job(spec));
     const Finding* f = hang_of(dx);
-    ASSERT_NE(f, nullptr) << dump(dx);
+    ASSERT_NE(f, nullptr) << text_of(dx);
     const std::string me = "rank " + std::to_string(sh.hung);
-    EXPECT_EQ(f->rank, sh.hung) << dump(dx);
-    EXPECT_EQ(f->layer, "gpu") << dump(dx);
+    EXPECT_EQ(f->rank, sh.hung) << text_of(dx);
+    EXPECT_EQ(f->layer, "gpu") << text_of(dx);
     EXPECT_NE(evidence_with(*f, {me + "'s last collective: allreduce #1201 on communicator synthetic-comm",
                                  "entered and never completed"}),
               "")
-        << dump(dx);
+        << text_of(dx);
     EXPECT_NE(evidence_with(*f, {"all " + std::to_string(sh.ranks) + " ranks of communicator synthetic-comm entered allreduce #1201",
                                  "none completed it"}),
               "")
-        << dump(dx);
-    EXPECT_NE(evidence_with(*f, {me + " off-CPU", "cudaStreamSynchronize;futex()", "30.0 s"}), "") << dump(dx);
-    EXPECT_NE(evidence_with(*f, {me + " ran no sampled on-CPU code"}), "") << dump(dx);
+        << text_of(dx);
+    EXPECT_NE(evidence_with(*f, {me + " off-CPU", "cudaStreamSynchronize;futex()", "30.0 s"}), "") << text_of(dx);
+    EXPECT_NE(evidence_with(*f, {me + " ran no sampled on-CPU code"}), "") << text_of(dx);
   }
 }
 
@@ -94,13 +88,13 @@ TEST(DiagnoseHang, HostHangNamesTheRankThatNeverEnteredTheCollective) {
     spec.faults = {pf};
     auto dx = diagnose(make_synthetic_job(spec));
     const Finding* f = hang_of(dx);
-    ASSERT_NE(f, nullptr) << dump(dx);
+    ASSERT_NE(f, nullptr) << text_of(dx);
     const std::string me = "rank " + std::to_string(sh.hung);
-    EXPECT_EQ(f->rank, sh.hung) << dump(dx);
-    EXPECT_EQ(f->layer, "comm") << dump(dx);
-    EXPECT_GE(f->confidence, 0.8) << dump(dx);
+    EXPECT_EQ(f->rank, sh.hung) << text_of(dx);
+    EXPECT_EQ(f->layer, "comm") << text_of(dx);
+    EXPECT_GE(f->confidence, 0.8) << text_of(dx);
     EXPECT_NE(evidence_with(*f, {me + "'s last collective: allreduce #1200 on communicator synthetic-comm", "completed"}), "")
-        << dump(dx);
+        << text_of(dx);
     std::vector<int> others;
     for (int i = 0; i < static_cast<int>(sh.ranks); ++i) {
       if (i != sh.hung) others.push_back(i);
@@ -110,9 +104,9 @@ TEST(DiagnoseHang, HostHangNamesTheRankThatNeverEnteredTheCollective) {
     EXPECT_NE(evidence_with(*f, {me + " never entered allreduce #1201 on communicator synthetic-comm",
                                  "its last call there is #1200", "ranks [" + list + "] entered and wait in"}),
               "")
-        << dump(dx);
-    EXPECT_NE(evidence_with(*f, {me + " on-CPU", "load_batch;decode_sample", "24.0 s"}), "") << dump(dx);
-    EXPECT_NE(evidence_with(*f, {me + " off-CPU", "queue_get;futex()"}), "") << dump(dx);
+        << text_of(dx);
+    EXPECT_NE(evidence_with(*f, {me + " on-CPU", "load_batch;decode_sample", "24.0 s"}), "") << text_of(dx);
+    EXPECT_NE(evidence_with(*f, {me + " off-CPU", "queue_get;futex()"}), "") << text_of(dx);
   }
 }
 
@@ -126,13 +120,13 @@ TEST(DiagnoseHang, EveryRankThatNeverEnteredIsListed) {
   job.ranks[2].comms.front() = job.ranks[5].comms.front();  // rank 2 stopped at the same call
   auto dx = diagnose(job);
   const Finding* f = hang_of(dx);
-  ASSERT_NE(f, nullptr) << dump(dx);
-  ASSERT_TRUE(f->rank == 2 || f->rank == 5) << dump(dx);
+  ASSERT_NE(f, nullptr) << text_of(dx);
+  ASSERT_TRUE(f->rank == 2 || f->rank == 5) << text_of(dx);
   int other = f->rank == 2 ? 5 : 2;
   EXPECT_NE(evidence_with(*f, {"never entered allreduce #1201", "ranks [0,1,3,4,6,7] entered and wait in",
                                "ranks [" + std::to_string(other) + "] never entered it either"}),
             "")
-      << dump(dx);
+      << text_of(dx);
 }
 
 // Without collective records nothing shows a rank inside a collective, and a job without progress
@@ -150,15 +144,15 @@ TEST(DiagnoseHang, WithoutCollectivesTheFindingSaysSo) {
     r.stall_offcpu.clear();
   }
   auto dx = diagnose(job);
-  EXPECT_EQ(hang_of(dx), nullptr) << dump(dx);
+  EXPECT_EQ(hang_of(dx), nullptr) << text_of(dx);
   for (auto& r : job.ranks)
     r.in_flight.push_back({"cuda", "cudaStreamSynchronize", "", 0, job.end_ns + 20'000'000, job.observed_until_ns});
   dx = diagnose(job);
   const Finding* f = hang_of(dx);
-  ASSERT_NE(f, nullptr) << dump(dx);
-  EXPECT_EQ(f->rank, 3) << dump(dx);
-  EXPECT_NE(evidence_with(*f, {"no collective call of rank 3 was recorded"}), "") << dump(dx);
-  EXPECT_NE(evidence_with(*f, {"no stacks of rank 3 were recorded in the stall"}), "") << dump(dx);
+  ASSERT_NE(f, nullptr) << text_of(dx);
+  EXPECT_EQ(f->rank, 3) << text_of(dx);
+  EXPECT_NE(evidence_with(*f, {"no collective call of rank 3 was recorded"}), "") << text_of(dx);
+  EXPECT_NE(evidence_with(*f, {"no stacks of rank 3 were recorded in the stall"}), "") << text_of(dx);
 }
 
 // A finished job's teardown (the measured false hang: a DDP job's 150 steps done, every rank
@@ -182,9 +176,9 @@ TEST(DiagnoseHang, TeardownAfterTheLastCallIsNoHang) {
     if (gloo) job.communicator.clear();
     ASSERT_GE(job.observed_until_ns - job.end_ns, 15'000'000'000u);
     auto dx = diagnose(job);
-    EXPECT_EQ(hang_of(dx), nullptr) << dump(dx);
-    EXPECT_TRUE(dx.findings.empty()) << dump(dx);
-    EXPECT_EQ(dx.note, "") << dump(dx);
+    EXPECT_EQ(hang_of(dx), nullptr) << text_of(dx);
+    EXPECT_TRUE(dx.findings.empty()) << text_of(dx);
+    EXPECT_EQ(dx.note, "") << text_of(dx);
   }
 }
 
@@ -201,19 +195,19 @@ TEST(DiagnoseHang, CheckpointStallMidJobIsNoHang) {
   }
   job.observed_until_ns = job.end_ns + 60'000'000'000;  // a minute without a collective
   auto dx = diagnose(job);
-  EXPECT_EQ(hang_of(dx), nullptr) << dump(dx);
-  EXPECT_TRUE(dx.findings.empty()) << dump(dx);
-  EXPECT_EQ(dx.note, "") << dump(dx);
+  EXPECT_EQ(hang_of(dx), nullptr) << text_of(dx);
+  EXPECT_TRUE(dx.findings.empty()) << text_of(dx);
+  EXPECT_EQ(dx.note, "") << text_of(dx);
 
   job.observed_until_ns = job.end_ns + 700'000'000'000;  // past 10 min: worth a note
   dx = diagnose(job);
-  EXPECT_EQ(hang_of(dx), nullptr) << dump(dx);
-  EXPECT_TRUE(dx.findings.empty()) << dump(dx);
+  EXPECT_EQ(hang_of(dx), nullptr) << text_of(dx);
+  EXPECT_TRUE(dx.findings.empty()) << text_of(dx);
   EXPECT_NE(dx.note.find("no collective for 700 s while 8 of 8 rank processes are alive, none inside a collective"),
             std::string::npos)
-      << dump(dx);
-  EXPECT_NE(dx.note.find("not hung in a collective"), std::string::npos) << dump(dx);
-  EXPECT_NE(dx.note.find("rank 0 runs ...;save_checkpoint;torch.save;_write;write"), std::string::npos) << dump(dx);
+      << text_of(dx);
+  EXPECT_NE(dx.note.find("not hung in a collective"), std::string::npos) << text_of(dx);
+  EXPECT_NE(dx.note.find("rank 0 runs ...;save_checkpoint;torch.save;_write;write"), std::string::npos) << text_of(dx);
 
   // The same minute with the ranks waiting inside the next all-reduce: that is a hang.
   job.observed_until_ns = job.end_ns + 60'000'000'000;
@@ -225,8 +219,8 @@ TEST(DiagnoseHang, CheckpointStallMidJobIsNoHang) {
     p.last_enter_ns = job.end_ns + 1'000'000;
   }
   dx = diagnose(job);
-  ASSERT_NE(hang_of(dx), nullptr) << dump(dx);
-  EXPECT_EQ(dx.note, "") << dump(dx);
+  ASSERT_NE(hang_of(dx), nullptr) << text_of(dx);
+  EXPECT_EQ(dx.note, "") << text_of(dx);
 }
 
 // gloo: calls are recorded when they return and carry no communicator id. The ranks that entered
@@ -251,20 +245,20 @@ TEST(DiagnoseHang, GlooHangSeenInFlightNamesTheRankOutside) {
     }
     auto dx = diagnose(job);
     const Finding* f = hang_of(dx);
-    ASSERT_NE(f, nullptr) << dump(dx);
+    ASSERT_NE(f, nullptr) << text_of(dx);
     const std::string me = "rank " + std::to_string(hung);
-    EXPECT_EQ(f->rank, hung) << dump(dx);
-    EXPECT_EQ(f->layer, "comm") << dump(dx);
-    EXPECT_GE(f->confidence, 0.7) << dump(dx);
+    EXPECT_EQ(f->rank, hung) << text_of(dx);
+    EXPECT_EQ(f->layer, "comm") << text_of(dx);
+    EXPECT_GE(f->confidence, 0.7) << text_of(dx);
     EXPECT_NE(evidence_with(*f, {"no collective completed for 30.0 s", "7 of 8 ranks are inside a collective, the longest for 30.0 s"}), "")
-        << dump(dx);
+        << text_of(dx);
     EXPECT_NE(evidence_with(*f, {"(the longest: allreduce #1201", "ranks [" + std::to_string(hung) +
                                  "] are inside none: they never entered it"}),
               "")
-        << dump(dx);
-    EXPECT_NE(evidence_with(*f, {me + " on-CPU", "load_batch;decode_sample"}), "") << dump(dx);
+        << text_of(dx);
+    EXPECT_NE(evidence_with(*f, {me + " on-CPU", "load_batch;decode_sample"}), "") << text_of(dx);
     // Its own last call completed; a peer's is the one still inside.
-    EXPECT_NE(evidence_with(*f, {me + "'s last collective: allreduce #1200", "completed"}), "") << dump(dx);
+    EXPECT_NE(evidence_with(*f, {me + "'s last collective: allreduce #1200", "completed"}), "") << text_of(dx);
   }
 }
 
@@ -280,13 +274,13 @@ TEST(DiagnoseHang, WithoutCompletionTheHostWaitingInASynchronizeIsTheEvidence) {
     r.last_device_ns = 0;
   }
   auto dx = diagnose(job);
-  EXPECT_EQ(hang_of(dx), nullptr) << dump(dx);
+  EXPECT_EQ(hang_of(dx), nullptr) << text_of(dx);
   for (auto& r : job.ranks) {
     r.in_flight.push_back({"cuda", "cudaStreamSynchronize", "", 0, r.comms.front().last_enter_ns + 2'000'000, job.observed_until_ns});
   }
   dx = diagnose(job);
-  ASSERT_NE(hang_of(dx), nullptr) << dump(dx);
-  EXPECT_NE(evidence_with(*hang_of(dx), {"8 of 8 ranks are inside a collective"}), "") << dump(dx);
+  ASSERT_NE(hang_of(dx), nullptr) << text_of(dx);
+  EXPECT_NE(evidence_with(*hang_of(dx), {"8 of 8 ranks are inside a collective"}), "") << text_of(dx);
 }
 
 // A hang that a watchdog ended: every rank ran on inside the collective for longer than the hang
@@ -301,12 +295,12 @@ TEST(DiagnoseHang, HangEndedByAWatchdogIsStillAHang) {
   }
   auto dx = diagnose(job);
   const Finding* f = hang_of(dx);
-  ASSERT_NE(f, nullptr) << dump(dx);
-  EXPECT_EQ(f->rank, 4) << dump(dx);
+  ASSERT_NE(f, nullptr) << text_of(dx);
+  EXPECT_EQ(f->rank, 4) << text_of(dx);
   EXPECT_NE(evidence_with(*f, {"8 of 8 rank processes ran on for 10 s or more without progress, then exited",
                                "8 of 8 ranks are inside a collective, the longest for 30.0 s"}),
             "")
-      << dump(dx);
+      << text_of(dx);
 }
 
 // ... but a job that ended normally (every call completed) and whose ranks took long to exit (a
@@ -320,7 +314,7 @@ TEST(DiagnoseHang, ExitedRanksWithoutAStuckCollectiveAreNoHang) {
       r.last_seen_ns = job.end_ns + 20'000'000'000;
     }
     auto dx = diagnose(job);
-    EXPECT_EQ(hang_of(dx), nullptr) << dump(dx);
+    EXPECT_EQ(hang_of(dx), nullptr) << text_of(dx);
   }
   {
     SyntheticSpec spec;
@@ -332,7 +326,7 @@ TEST(DiagnoseHang, ExitedRanksWithoutAStuckCollectiveAreNoHang) {
       r.comms.front().completed = 0;  // no device timeline for NCCL: completion is never seen
     }
     auto dx = diagnose(job);
-    EXPECT_EQ(hang_of(dx), nullptr) << dump(dx);
+    EXPECT_EQ(hang_of(dx), nullptr) << text_of(dx);
   }
   {
     // Gone before the threshold: they exited, they were not stuck for hang_s.
@@ -344,7 +338,7 @@ TEST(DiagnoseHang, ExitedRanksWithoutAStuckCollectiveAreNoHang) {
       r.last_seen_ns = job.end_ns + 5'000'000'000;
     }
     auto dx = diagnose(job);
-    EXPECT_EQ(hang_of(dx), nullptr) << dump(dx);
+    EXPECT_EQ(hang_of(dx), nullptr) << text_of(dx);
   }
 }
 
@@ -354,7 +348,7 @@ TEST(DiagnoseHang, HealthyJobWithCollectivesHasNoFinding) {
     SyntheticSpec spec;
     spec.seed = seed;
     auto dx = diagnose(make_synthetic_job(spec));
-    EXPECT_TRUE(dx.findings.empty()) << dump(dx);
+    EXPECT_TRUE(dx.findings.empty()) << text_of(dx);
   }
 }
 
@@ -365,21 +359,21 @@ TEST(DiagnoseHang, HardwareFindingsCiteTheXid) {
     SyntheticSpec spec;
     spec.faults = {{3, "gpu-lost", 40}};
     auto dx = diagnose(make_synthetic_job(spec));
-    ASSERT_EQ(dx.findings.size(), 1u) << dump(dx);
+    ASSERT_EQ(dx.findings.size(), 1u) << text_of(dx);
     const Finding& f = dx.findings[0];
-    EXPECT_EQ(std::string(cause_name(f.cause)), "gpu-lost") << dump(dx);
+    EXPECT_EQ(std::string(cause_name(f.cause)), "gpu-lost") << text_of(dx);
     EXPECT_EQ(f.rank, 3);
-    EXPECT_NE(evidence_with(f, {"Xid 79", "rank 3's GPU 3", "gpu.xid"}), "") << dump(dx);
+    EXPECT_NE(evidence_with(f, {"Xid 79", "rank 3's GPU 3", "gpu.xid"}), "") << text_of(dx);
     // The hang it causes brings its collective and stacks along.
-    EXPECT_NE(evidence_with(f, {"the job hangs"}), "") << dump(dx);
-    EXPECT_NE(evidence_with(f, {"rank 3's last collective: allreduce #1201"}), "") << dump(dx);
+    EXPECT_NE(evidence_with(f, {"the job hangs"}), "") << text_of(dx);
+    EXPECT_NE(evidence_with(f, {"rank 3's last collective: allreduce #1201"}), "") << text_of(dx);
   }
   {
     SyntheticSpec spec;
     spec.faults = {{2, "gpu-memory-errors", 40}};
     auto dx = diagnose(make_synthetic_job(spec));
-    ASSERT_EQ(dx.findings.size(), 1u) << dump(dx);
-    EXPECT_NE(evidence_with(dx.findings[0], {"Xid 48", "double-bit ECC", "rank 2's GPU 2", "gpu.xid"}), "") << dump(dx);
+    ASSERT_EQ(dx.findings.size(), 1u) << text_of(dx);
+    EXPECT_NE(evidence_with(dx.findings[0], {"Xid 48", "double-bit ECC", "rank 2's GPU 2", "gpu.xid"}), "") << text_of(dx);
   }
   struct Alone {
     unsigned xid;
@@ -391,16 +385,16 @@ TEST(DiagnoseHang, HardwareFindingsCiteTheXid) {
     JobWindow job = make_synthetic_job(SyntheticSpec{});
     job.ranks[6].gpu.xids = {a.xid};
     auto dx = diagnose(job);
-    ASSERT_EQ(dx.findings.size(), 1u) << dump(dx);
-    EXPECT_EQ(dx.findings[0].rank, 6) << dump(dx);
-    EXPECT_EQ(std::string(cause_name(dx.findings[0].cause)), a.cause) << dump(dx);
-    EXPECT_NE(evidence_with(dx.findings[0], {"Xid " + std::to_string(a.xid), "gpu.xid"}), "") << dump(dx);
+    ASSERT_EQ(dx.findings.size(), 1u) << text_of(dx);
+    EXPECT_EQ(dx.findings[0].rank, 6) << text_of(dx);
+    EXPECT_EQ(std::string(cause_name(dx.findings[0].cause)), a.cause) << text_of(dx);
+    EXPECT_NE(evidence_with(dx.findings[0], {"Xid " + std::to_string(a.xid), "gpu.xid"}), "") << text_of(dx);
   }
   // An Xid no rule knows (13: a graphics engine exception, the application's) is no hardware finding.
   JobWindow job = make_synthetic_job(SyntheticSpec{});
   job.ranks[6].gpu.xids = {13};
   auto dx = diagnose(job);
-  EXPECT_TRUE(dx.findings.empty()) << dump(dx);
+  EXPECT_TRUE(dx.findings.empty()) << text_of(dx);
 }
 
 }  // namespace

@@ -17,12 +17,6 @@
 namespace strata::diagnose {
 namespace {
 
-std::string dump(const Diagnosis& dx) {
-  std::ostringstream o;
-  write_text(dx, o);
-  return o.str();
-}
-
 Frame native(const std::string& fn, const std::string& module = "/opt/job/bin/train") {
   Frame f;
   f.kind = FrameKind::kNative;
@@ -180,14 +174,14 @@ TEST(MemoryCallSites, SyncMemcpyFindingNamesTheSampledCallSite) {
                          {job.names.id("cudaFree|allocate_step"), 500}};  // another kind's: not counted
   normalize(r.memory_call_sites);
   auto dx = diagnose(job);
-  ASSERT_FALSE(dx.findings.empty()) << dump(dx);
+  ASSERT_FALSE(dx.findings.empty()) << text_of(dx);
   const Finding& f = dx.findings[0];
-  ASSERT_EQ(f.cause, Cause::kSyncMemcpy) << dump(dx);
-  EXPECT_EQ(f.culprit, "cudaMemcpy (called from a lambda in main)") << dump(dx);
+  ASSERT_EQ(f.cause, Cause::kSyncMemcpy) << text_of(dx);
+  EXPECT_EQ(f.culprit, "cudaMemcpy (called from a lambda in main)") << text_of(dx);
   bool said = false;
   for (const auto& e : f.evidence) said |= e.find("90% of rank 3's synchronous copies sampled with their stacks are made from "
                                                    "a lambda in main (90 of 100 calls in the window)") != std::string::npos;
-  EXPECT_TRUE(said) << dump(dx);
+  EXPECT_TRUE(said) << text_of(dx);
 }
 
 // Through the store and the loader to the finding: a copy site the CPU profiles never saw.
@@ -207,9 +201,9 @@ TEST(MemoryCallSites, ThroughTheStoreToTheFinding) {
     normalize(job.ranks[i].memory_call_sites);
   }
   auto dx = diagnose(job);
-  ASSERT_FALSE(dx.findings.empty()) << dump(dx);
-  EXPECT_EQ(dx.findings[0].cause, Cause::kSyncMemcpy) << dump(dx);
-  EXPECT_EQ(dx.findings[0].culprit, "cudaMemcpy (called from log_activations)") << dump(dx);
+  ASSERT_FALSE(dx.findings.empty()) << text_of(dx);
+  EXPECT_EQ(dx.findings[0].cause, Cause::kSyncMemcpy) << text_of(dx);
+  EXPECT_EQ(dx.findings[0].culprit, "cudaMemcpy (called from log_activations)") << text_of(dx);
 }
 
 }  // namespace

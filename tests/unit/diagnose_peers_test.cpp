@@ -152,17 +152,11 @@ JobWindow pipeline_job(std::vector<PlantedFault> faults, unsigned seed, bool gro
   return job;
 }
 
-std::string dump(const Diagnosis& dx) {
-  std::ostringstream o;
-  write_text(dx, o);
-  return o.str();
-}
-
 TEST(DiagnosePeers, HealthyPipelineHasNoFindingWhenStagesAreComparedApart) {
   size_t flagged_without_roles = 0;
   for (unsigned seed = 1; seed <= 20; ++seed) {
     auto dx = diagnose(pipeline_job({}, seed, true));
-    EXPECT_TRUE(dx.findings.empty()) << "seed " << seed << "\n" << dump(dx);
+    EXPECT_TRUE(dx.findings.empty()) << "seed " << seed << "\n" << text_of(dx);
     flagged_without_roles += diagnose(pipeline_job({}, seed, false)).findings.empty() ? 0 : 1;
   }
   // The same jobs compared rank against every rank blame stage 1's design: what the groups fix.
@@ -173,10 +167,10 @@ TEST(DiagnosePeers, FaultOnOneRankOfOneStageIsFound) {
   for (size_t culprit : {0u, 3u}) {
     for (unsigned seed = 1; seed <= 10; ++seed) {
       auto dx = diagnose(pipeline_job({{static_cast<int>(culprit), "gpu-slow", 40}}, seed, true));
-      ASSERT_FALSE(dx.findings.empty()) << "seed " << seed << "\n" << dump(dx);
-      EXPECT_EQ(dx.findings.front().rank, static_cast<int>(culprit)) << dump(dx);
-      EXPECT_EQ(std::string(cause_name(dx.findings.front().cause)), "gpu-slow") << dump(dx);
-      EXPECT_EQ(dx.findings.size(), 1u) << dump(dx);
+      ASSERT_FALSE(dx.findings.empty()) << "seed " << seed << "\n" << text_of(dx);
+      EXPECT_EQ(dx.findings.front().rank, static_cast<int>(culprit)) << text_of(dx);
+      EXPECT_EQ(std::string(cause_name(dx.findings.front().cause)), "gpu-slow") << text_of(dx);
+      EXPECT_EQ(dx.findings.size(), 1u) << text_of(dx);
     }
   }
 }
@@ -186,12 +180,12 @@ TEST(DiagnosePeers, LargeStagesUseTheirOwnMedian) {
   // GPU in either stage is found alone.
   for (unsigned seed = 1; seed <= 5; ++seed) {
     auto healthy = diagnose(pipeline_job({}, seed, true, 200));
-    EXPECT_TRUE(healthy.findings.empty()) << dump(healthy);
+    EXPECT_TRUE(healthy.findings.empty()) << text_of(healthy);
     for (int culprit : {7, 150}) {
       auto dx = diagnose(pipeline_job({{culprit, "gpu-slow", 40}}, seed, true, 200));
-      ASSERT_FALSE(dx.findings.empty()) << dump(dx);
-      EXPECT_EQ(dx.findings.front().rank, culprit) << dump(dx);
-      EXPECT_EQ(dx.findings.size(), 1u) << dump(dx);
+      ASSERT_FALSE(dx.findings.empty()) << text_of(dx);
+      EXPECT_EQ(dx.findings.front().rank, culprit) << text_of(dx);
+      EXPECT_EQ(dx.findings.size(), 1u) << text_of(dx);
     }
   }
 }
