@@ -45,9 +45,6 @@ const volatile __u64 min_block_ns = 1000000; /* a block shorter than this is cou
 const volatile __u32 max_events_per_sec = 1000;   /* per CPU: long blocks sent */
 const volatile __u32 max_captures_per_sec = 1000; /* per CPU: stack captures at switch-out, a hard cap */
 const volatile __u32 explore_per_sec = 50;        /* per CPU: captures for threads not known to block long */
-/* Frames of the BPF glue above __schedule: kept for the agent's loader, which sets it; kernel stacks
- * are now read with bpf_get_task_stack at switch-in, which has no glue to skip. */
-const volatile __u32 kstack_skip = 2;
 const volatile __u64 neighbour_horizon_ns = 2000000000ull; /* count neighbours this long after a watched thread ran */
 const volatile __u32 snapshot_pages = 4;          /* user stack copy: rest of rsp's page + up to this many; 0: none */
 const volatile __u32 max_snapshots_per_sec = 500; /* per CPU: stack copies at switch-out */

@@ -88,7 +88,6 @@ class OsLayerSource final : public Source {
     sched_->data->capture_target_per_sec = std::max<uint32_t>(1, opts_.capture_target_per_sec);
     sched_->rodata->explore_per_sec = opts_.explore_per_sec;
     schedule_ = schedule_text_range();
-    if (schedule_.first) sched_->rodata->kstack_skip = 0;  // cut at __schedule on the node instead
     sched_->rodata->snapshot_pages = opts_.snapshot_pages;
     sched_->rodata->max_snapshots_per_sec = opts_.max_snapshots_per_sec;
     uint32_t slots = 1;  // a power of two
