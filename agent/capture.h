@@ -11,12 +11,15 @@
 //   - each drain of the GPU/comm API ring buffer, as the kernel's raw records (abi/gpu_comm.h);
 //   - /proc reads: process identity, CPU time, existence, maps (with the mapped files' build ids);
 //   - the GPU device timeline: whether a process has one, and each batch of records read from it;
-//   - the names of kernels symbolized from the target's binaries.
-// Not taped (replay does not run these sources, or leaves them out): the off-CPU and OS layers
-// (their own ring buffers and /proc reads), NVML, the agent's own CPU time (the cost budget: off in
-// replay), Python frame detection and CFI unwinding of stack copies (both read the target's
-// binaries: a capture is made with frame pointers only), and symbolization (replay stores frames as
-// build id + offset; symbols would come from the capturing machine's files).
+//   - the names of kernels symbolized from the target's binaries;
+//   - each drain of the off-CPU ring buffer (the kernel's raw block records), and each read of the
+//     OS layer: its BPF maps (scheduler, IRQ, retransmit counters), /proc and cgroup files, TCP
+//     connections, and where __schedule lies in the kernel text.
+// Not taped (replay does not run these sources, or leaves them out): NVML, the agent's own CPU
+// time (the cost budget: off in replay), Python frame detection and CFI unwinding of stack copies
+// (both read the target's binaries: a capture is made with frame pointers only), and
+// symbolization (replay stores frames as build id + offset; symbols would come from the capturing
+// machine's files).
 //
 // The file: "STRATAEV" (8 bytes), u32 version, u32 header length, the header; then one zstd
 // stream of records, each u32 kind, u32 length, payload. Integers are little-endian (the agent
@@ -66,7 +69,9 @@ enum class CaptureKind : uint32_t {
   kTimelineOpen = 11, // whether a process's device timeline opened
   kTimelineRead = 12, // records read from a device timeline
   kKernelName = 13,   // a kernel's name from the target's binary
-  kLast = 13,
+  kOffCpuPoll = 14,   // one drain of the off-CPU ring buffer: raw records (abi/offcpu.h)
+  kOsRead = 15,       // one read of the OS layer: a BPF map, a /proc or cgroup file (os_source.cpp)
+  kLast = 15,
 };
 
 enum class CaptureControl : uint8_t {

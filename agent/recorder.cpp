@@ -59,11 +59,6 @@ class Recorder {
     for (uint32_t pid : opts_.pids) {
       if (!process_exists(pid)) return Error{"no such process: " + std::to_string(pid)};
     }
-    // A capture holds what replay can run again (capture.h): the off-CPU and OS layers share the
-    // stack normalizer with the sampler but their own reads are not taped, so replay would not line up.
-    if (!opts_.save_events.empty() && (opts_.layers.count("offcpu") || opts_.layers.count("os")))
-      return Error{"--save-events captures the cpu, gpu and comm layers only (the off-CPU and OS layers are not "
-                   "replayed): add --layers cpu,gpu,comm"};
     if (auto st = check_bpf_permissions(); !st) return st.error().environment();
 
     auto store = store::Store::open_sqlite(opts_.output, store::Store::Mode::kCreateOrAppend);

@@ -62,8 +62,11 @@ Sources make_sources(const std::set<std::string>& layers, const SourceEnv& env) 
 
 Sources make_replay_sources(const std::set<std::string>& layers, const SourceEnv& env) {
   Sources s;
-  if (layers.count("offcpu") || layers.count("os"))
-    s.warnings.push_back("the off-CPU and OS layers are not replayed (a capture does not keep their reads)");
+  if (layers.count("offcpu") || layers.count("os")) {
+    auto src = os::replay_os_layer(os::options_from_env(layers.count("offcpu") > 0, layers.count("os") > 0), env);
+    if (src) s.sources.push_back(std::move(*src));
+    else s.warnings.push_back("off-CPU/OS layers are off: " + src.error().message);
+  }
   if (layers.count("gpu") || layers.count("comm")) {
     GpuCommOptions o;
     o.gpu = layers.count("gpu") > 0;

@@ -45,8 +45,9 @@ struct Sources {
 // start on this machine is skipped with a warning; the others still run.
 Sources make_sources(const std::set<std::string>& layers, const SourceEnv& env);
 // The sources a replay runs (env.tape replaying): the GPU/comm layer's decoding, collective
-// matching, step detection and device records. The off-CPU, OS and NVML sources read the machine
-// in ways a capture does not keep: they are left out, said in `warnings`.
+// matching, step detection and device records; the off-CPU and OS layers' decoding, aggregation
+// and metrics. NVML reads the machine in ways a capture does not keep: it is left out, said in
+// `warnings`.
 Sources make_replay_sources(const std::set<std::string>& layers, const SourceEnv& env);
 
 }  // namespace strata::agent

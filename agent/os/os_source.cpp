@@ -16,6 +16,7 @@
 #include "abi/offcpu.h"
 #include "abi/os.h"
 #include "agent/bpf_stats.h"
+#include "agent/capture.h"
 #include "agent/cost_budget.h"
 #include "agent/libbpf_log.h"
 #include "agent/normalizer.h"
@@ -65,9 +66,151 @@ std::pair<uint64_t, uint64_t> schedule_text_range() {
 
 bool process_alive(uint32_t pid) { return ::kill(static_cast<pid_t>(pid), 0) == 0 || errno == EPERM; }
 
+// What the OS layer reads of the machine besides its ring buffer, through the tape
+// (agent/capture.h): live it is read (and written to a capture); in replay it comes from the
+// capture, in the order the live run read it. Each read is one kOsRead record: the read's kind, the
+// pid it is about (0: the node), then its answer.
+enum class OsRead : uint8_t {
+  kScheduleRange = 1, kFaults = 2, kCgroup = 3, kCgroupOf = 4, kSockets = 5, kTcpLinks = 6, kAlive = 7,
+  kIrqNames = 8, kNodeMaps = 9, kProcMaps = 10,
+};
+
+// A process's cpu.stat and the cgroup it belongs to (read_cgroup).
+struct CgroupReading {
+  std::optional<CpuStat> stat;
+  std::string cgroup;
+};
+
+// The whole node's maps of one window: IRQ time by process, CPU neighbours and retransmits.
+struct NodeMaps {
+  std::map<uint32_t, std::map<std::pair<uint16_t, uint16_t>, uint64_t>> irq;
+  std::vector<Neighbour> neighbours;
+  std::map<uint64_t, uint64_t> retrans;  // socket inode -> segments
+};
+
+// A process's kernel-side counters.
+struct ProcMaps {
+  std::optional<strata_sched_stats> sched;
+  std::optional<strata_os_stats> os;
+};
+
+// A kernel struct as its bytes: the capture is read by the same build that the ABI headers made.
+template <typename T>
+void put_pod(ByteWriter& w, const std::optional<T>& v) {
+  w.u8(v ? 1 : 0);
+  if (v) w.str(std::string_view(reinterpret_cast<const char*>(&*v), sizeof(T)));
+}
+template <typename T>
+void get_pod(ByteReader& r, std::optional<T>& v) {
+  if (!r.u8()) return;
+  std::string b = r.str();
+  if (b.size() != sizeof(T)) {
+    (void)r.bytes(r.left() + 1);  // a size this build does not know: the record is corrupt
+    return;
+  }
+  T t;
+  std::memcpy(&t, b.data(), sizeof(T));
+  v = t;
+}
+
+void put(ByteWriter& w, const std::pair<uint64_t, uint64_t>& v) { w.u64(v.first), w.u64(v.second); }
+void get(ByteReader& r, std::pair<uint64_t, uint64_t>& v) { v.first = r.u64(), v.second = r.u64(); }
+void put(ByteWriter& w, const std::optional<Faults>& v) {
+  w.u8(v ? 1 : 0);
+  if (v) w.u64(v->minor), w.u64(v->major);
+}
+void get(ByteReader& r, std::optional<Faults>& v) {
+  if (r.u8()) v = Faults{r.u64(), r.u64()};
+}
+void put(ByteWriter& w, const CgroupReading& v) {
+  w.u8(v.stat ? 1 : 0);
+  if (v.stat) w.u64(v.stat->nr_periods), w.u64(v.stat->nr_throttled), w.u64(v.stat->throttled_us), w.u8(v.stat->has_throttling);
+  w.str(v.cgroup);
+}
+void get(ByteReader& r, CgroupReading& v) {
+  if (r.u8()) {
+    CpuStat c;
+    c.nr_periods = r.u64(), c.nr_throttled = r.u64(), c.throttled_us = r.u64(), c.has_throttling = r.u8() != 0;
+    v.stat = c;
+  }
+  v.cgroup = r.str();
+}
+void put(ByteWriter& w, const std::string& v) { w.str(v); }
+void get(ByteReader& r, std::string& v) { v = r.str(); }
+void put(ByteWriter& w, bool v) { w.u8(v ? 1 : 0); }
+void get(ByteReader& r, bool& v) { v = r.u8() != 0; }
+void put(ByteWriter& w, const std::map<int, uint64_t>& v) {
+  w.u32(static_cast<uint32_t>(v.size()));
+  for (const auto& [fd, ino] : v) w.u32(static_cast<uint32_t>(fd)), w.u64(ino);
+}
+void get(ByteReader& r, std::map<int, uint64_t>& v) {
+  for (uint32_t n = r.u32(); r.ok() && n > 0; --n) {
+    int fd = static_cast<int>(r.u32());
+    v[fd] = r.u64();
+  }
+}
+void put(ByteWriter& w, const std::vector<TcpLink>& v) {
+  w.u32(static_cast<uint32_t>(v.size()));
+  for (const auto& l : v) w.str(l.local), w.str(l.remote), w.u64(l.srtt_us), w.u64(l.bytes_acked), w.u64(l.bytes_received);
+}
+void get(ByteReader& r, std::vector<TcpLink>& v) {
+  for (uint32_t n = r.u32(); r.ok() && n > 0; --n) {
+    TcpLink l;
+    l.local = r.str(), l.remote = r.str();
+    l.srtt_us = r.u64(), l.bytes_acked = r.u64(), l.bytes_received = r.u64();
+    v.push_back(std::move(l));
+  }
+}
+void put(ByteWriter& w, const std::map<unsigned, std::string>& v) {
+  w.u32(static_cast<uint32_t>(v.size()));
+  for (const auto& [irq, name] : v) w.u32(irq), w.str(name);
+}
+void get(ByteReader& r, std::map<unsigned, std::string>& v) {
+  for (uint32_t n = r.u32(); r.ok() && n > 0; --n) {
+    unsigned irq = r.u32();
+    v[irq] = r.str();
+  }
+}
+void put(ByteWriter& w, const NodeMaps& v) {
+  w.u32(static_cast<uint32_t>(v.irq.size()));
+  for (const auto& [tgid, by] : v.irq) {
+    w.u32(tgid), w.u32(static_cast<uint32_t>(by.size()));
+    for (const auto& [kv, ns] : by) w.u32(kv.first), w.u32(kv.second), w.u64(ns);
+  }
+  w.u32(static_cast<uint32_t>(v.neighbours.size()));
+  for (const auto& n : v.neighbours) w.u32(n.cpu), w.u32(n.tgid), w.str(n.comm), w.u64(n.run_ns);
+  w.u32(static_cast<uint32_t>(v.retrans.size()));
+  for (const auto& [ino, segs] : v.retrans) w.u64(ino), w.u64(segs);
+}
+void get(ByteReader& r, NodeMaps& v) {
+  for (uint32_t n = r.u32(); r.ok() && n > 0; --n) {
+    auto& by = v.irq[r.u32()];
+    for (uint32_t m = r.u32(); r.ok() && m > 0; --m) {
+      auto kind = static_cast<uint16_t>(r.u32());
+      auto vec = static_cast<uint16_t>(r.u32());
+      by[{kind, vec}] = r.u64();
+    }
+  }
+  for (uint32_t n = r.u32(); r.ok() && n > 0; --n) {
+    Neighbour nb;
+    nb.cpu = r.u32(), nb.tgid = r.u32(), nb.comm = r.str(), nb.run_ns = r.u64();
+    v.neighbours.push_back(std::move(nb));
+  }
+  for (uint32_t n = r.u32(); r.ok() && n > 0; --n) {
+    uint64_t ino = r.u64();
+    v.retrans[ino] = r.u64();
+  }
+}
+void put(ByteWriter& w, const ProcMaps& v) { put_pod(w, v.sched), put_pod(w, v.os); }
+void get(ByteReader& r, ProcMaps& v) { get_pod(r, v.sched), get_pod(r, v.os); }
+
 class OsLayerSource final : public Source {
  public:
-  OsLayerSource(const OsLayerOptions& opts, Normalizer& normalizer) : opts_(opts), agg_(normalizer) {}
+  OsLayerSource(const OsLayerOptions& opts, Normalizer& normalizer, Tape& tape)
+      : opts_(opts), tape_(tape), agg_(normalizer) {}
+
+  // Replay (agent/capture.h): no BPF; the ring buffer's drains and every read come from the tape.
+  void init_replay() { schedule_ = taped(OsRead::kScheduleRange, 0, schedule_text_range); }
 
   ~OsLayerSource() override {
     ring_buffer__free(ring_);
@@ -87,7 +230,7 @@ class OsLayerSource final : public Source {
     sched_->rodata->max_captures_per_sec = opts_.max_captures_per_sec;
     sched_->data->capture_target_per_sec = std::max<uint32_t>(1, opts_.capture_target_per_sec);
     sched_->rodata->explore_per_sec = opts_.explore_per_sec;
-    schedule_ = schedule_text_range();
+    schedule_ = taped(OsRead::kScheduleRange, 0, schedule_text_range);
     sched_->rodata->snapshot_pages = opts_.snapshot_pages;
     sched_->rodata->max_snapshots_per_sec = opts_.max_snapshots_per_sec;
     uint32_t slots = 1;  // a power of two
@@ -143,7 +286,7 @@ class OsLayerSource final : public Source {
     if (!opts_.os || last_.count(p.pid)) return;
     // /proc and cgroup counters count from here; the kernel maps count from zero anyway.
     ProcSnapshot& s = last_[p.pid];
-    s.faults = read_faults(p.pid);
+    s.faults = faults(p.pid);
     read_cgroup(p.pid, s);
   }
 
@@ -156,8 +299,23 @@ class OsLayerSource final : public Source {
       follow_cgroup_moves();
       follow_tcp_links();
     }
+    if (!opts_.offcpu) return {};
+    if (tape_.replaying()) {
+      auto rec = tape_.next(CaptureKind::kOffCpuPoll);
+      if (!rec) return {};
+      ByteReader r(*rec);
+      while (r.ok() && r.left() > 0) {
+        std::string raw = r.str();
+        if (!r.ok()) break;
+        decode(reinterpret_cast<const uint8_t*>(raw.data()), raw.size());
+      }
+      if (!r.ok()) tape_.fail("corrupt off-CPU record");
+      return {};
+    }
     if (!ring_) return {};
     int n = ring_buffer__consume(ring_);
+    if (tape_.capturing()) tape_.put(CaptureKind::kOffCpuPoll, drained_.take());
+    drained_ = ByteWriter();
     if (n < 0 && n != -EINTR) return Error::from_errno("reading the off-CPU ring buffer", -n);
     return {};
   }
@@ -166,12 +324,12 @@ class OsLayerSource final : public Source {
   // faults) is rebased on its new cgroup's counters within a second, so the window it moved in
   // counts the throttling after the move (comparing counters of two cgroups would give nothing).
   void follow_cgroup_moves() {
-    auto now = std::chrono::steady_clock::now();
-    if (now - last_cgroup_check_ < std::chrono::seconds(1)) return;
-    last_cgroup_check_ = now;
+    uint64_t now = tape_.mono_ns();
+    if (now - last_cgroup_check_ns_ < kCgroupCheckNs) return;
+    last_cgroup_check_ns_ = now;
     for (auto& [pid, snap] : last_) {
       if (exited_.count(pid)) continue;
-      std::string cg = cgroups_.cgroup_of(pid);
+      std::string cg = taped(OsRead::kCgroupOf, pid, [&] { return cgroups_.cgroup_of(pid); });
       if (!cg.empty() && cg != snap.cgroup) read_cgroup(pid, snap);
     }
   }
@@ -179,12 +337,12 @@ class OsLayerSource final : public Source {
   // Each watched process's TCP connections, every 2 s: a rank that exits before its window closes
   // (the end of a job) still has the connections it last had.
   void follow_tcp_links() {
-    auto now = std::chrono::steady_clock::now();
-    if (now - last_tcp_check_ < std::chrono::seconds(2)) return;
-    last_tcp_check_ = now;
+    uint64_t now = tape_.mono_ns();
+    if (now - last_tcp_check_ns_ < kTcpCheckNs) return;
+    last_tcp_check_ns_ = now;
     for (uint32_t pid : pids_) {
       if (exited_.count(pid)) continue;
-      auto links = read_tcp_links(pid, socket_fds(pid));
+      auto links = tcp_links(pid, sockets(pid));
       if (!links.empty()) tcp_latest_[pid] = std::move(links);
     }
   }
@@ -209,7 +367,7 @@ class OsLayerSource final : public Source {
     int ncpus = libbpf_num_possible_cpus();
     std::vector<strata_offcpu_cpu_state> per_cpu(ncpus > 0 ? ncpus : 1);
     uint32_t zero = 0;
-    if (bpf_map__lookup_elem(sched_->maps.cpu_states, &zero, sizeof(zero), per_cpu.data(),
+    if (sched_ && bpf_map__lookup_elem(sched_->maps.cpu_states, &zero, sizeof(zero), per_cpu.data(),
                              per_cpu.size() * sizeof(per_cpu[0]), 0) == 0) {
       for (const auto& s : per_cpu)
         for (int i = 0; i < STRATA_OFFCPU_CNT__COUNT; ++i) c[i] += s.counters[i];
@@ -267,8 +425,49 @@ class OsLayerSource final : public Source {
   }
 
   static int on_event(void* ctx, void* data, size_t size) {
-    static_cast<OsLayerSource*>(ctx)->decode(static_cast<const uint8_t*>(data), size);
+    auto* self = static_cast<OsLayerSource*>(ctx);
+    if (self->tape_.capturing()) self->drained_.str(std::string_view(static_cast<const char*>(data), size));
+    self->decode(static_cast<const uint8_t*>(data), size);
     return 0;
+  }
+
+  // One read of the machine, through the tape (OsRead above).
+  template <typename Live>
+  auto taped(OsRead what, uint32_t pid, Live live) -> std::remove_cvref_t<decltype(live())> {
+    using T = std::remove_cvref_t<decltype(live())>;
+    if (tape_.replaying()) {
+      T v{};
+      auto rec = tape_.next(CaptureKind::kOsRead);
+      if (!rec) return v;  // the tape says what ran out
+      ByteReader r(*rec);
+      if (r.u8() != static_cast<uint8_t>(what) || r.u32() != pid) {
+        tape_.fail("the capture's next OS-layer read is another than read " + std::to_string(static_cast<int>(what)) +
+                   " of pid " + std::to_string(pid) + " (this pipeline reads differently from the one that made it)");
+        return v;
+      }
+      get(r, v);
+      if (!r.at_end()) tape_.fail("corrupt OS-layer read");
+      return v;
+    }
+    T v = live();
+    if (tape_.capturing()) {
+      ByteWriter w;
+      w.u8(static_cast<uint8_t>(what));
+      w.u32(pid);
+      put(w, v);
+      tape_.put(CaptureKind::kOsRead, w.data());
+    }
+    return v;
+  }
+
+  std::optional<Faults> faults(uint32_t pid) {
+    return taped(OsRead::kFaults, pid, [&] { return read_faults(pid); });
+  }
+  std::map<int, uint64_t> sockets(uint32_t pid) {
+    return taped(OsRead::kSockets, pid, [&] { return socket_fds(pid); });
+  }
+  std::vector<TcpLink> tcp_links(uint32_t pid, const std::map<int, uint64_t>& sockets) {
+    return taped(OsRead::kTcpLinks, pid, [&] { return read_tcp_links(pid, sockets); });
   }
 
   void decode(const uint8_t* data, size_t size) {
@@ -317,17 +516,24 @@ class OsLayerSource final : public Source {
   }
 
   void read_cgroup(uint32_t pid, ProcSnapshot& s) {
-    auto file = cgroups_.cpu_stat_file(pid);
-    if (!file) return;
-    auto stat = cgroups_.read(*file);
-    if (!stat) return;
-    s.cpu_stat = *stat;
-    s.cgroup = cgroups_.cgroup_of(pid);
+    CgroupReading c = taped(OsRead::kCgroup, pid, [&] {
+      CgroupReading out;
+      auto file = cgroups_.cpu_stat_file(pid);
+      if (!file) return out;
+      auto stat = cgroups_.read(*file);
+      if (!stat) return out;
+      out.stat = *stat;
+      out.cgroup = cgroups_.cgroup_of(pid);
+      return out;
+    });
+    if (!c.stat) return;
+    s.cpu_stat = c.stat;
+    s.cgroup = std::move(c.cgroup);
   }
 
-  std::vector<store::Metric> collect_metrics() {
-    // Whole-node maps first: IRQ time by process, neighbours and retransmits of this window.
-    std::map<uint32_t, std::map<std::pair<uint16_t, uint16_t>, uint64_t>> irq;
+  // The whole node's maps of this window; neighbours and retransmits are taken (deleted) as read.
+  NodeMaps read_node_maps() {
+    NodeMaps m;
     {
       strata_irq_key k{}, next{};
       const void* prev = nullptr;
@@ -336,10 +542,9 @@ class OsLayerSource final : public Source {
         prev = &k;
         uint64_t ns = 0;
         if (bpf_map__lookup_elem(os_->maps.irq_time, &k, sizeof(k), &ns, sizeof(ns), 0) == 0)
-          irq[k.tgid][{k.kind, k.vector}] = ns;
+          m.irq[k.tgid][{k.kind, k.vector}] = ns;
       }
     }
-    MetricInputs in;
     {
       std::vector<strata_neighbour_key> keys;
       strata_neighbour_key k{}, next{};
@@ -352,10 +557,9 @@ class OsLayerSource final : public Source {
       for (const auto& key : keys) {
         strata_neighbour_value v{};
         if (bpf_map__lookup_and_delete_elem(sched_->maps.neighbours, &key, sizeof(key), &v, sizeof(v), 0) != 0) continue;
-        in.neighbours.push_back(Neighbour{key.cpu, key.tgid, std::string(v.comm, strnlen(v.comm, sizeof(v.comm))), v.run_ns});
+        m.neighbours.push_back(Neighbour{key.cpu, key.tgid, std::string(v.comm, strnlen(v.comm, sizeof(v.comm))), v.run_ns});
       }
     }
-    std::map<uint64_t, uint64_t> retrans;  // inode -> segments
     {
       std::vector<uint64_t> keys;
       uint64_t k = 0, next = 0;
@@ -368,33 +572,46 @@ class OsLayerSource final : public Source {
       for (uint64_t key : keys) {
         uint64_t n = 0;
         if (bpf_map__lookup_and_delete_elem(os_->maps.retransmits, &key, sizeof(key), &n, sizeof(n), 0) == 0)
-          retrans[key] += n;
+          m.retrans[key] += n;
       }
     }
-    auto irq_names = read_irq_names();
+    return m;
+  }
+
+  ProcMaps read_proc_maps(uint32_t pid) {
+    ProcMaps m;
+    strata_sched_stats ss;
+    if (bpf_map__lookup_elem(sched_->maps.sched_stats, &pid, sizeof(pid), &ss, sizeof(ss), 0) == 0) m.sched = ss;
+    strata_os_stats os;
+    if (bpf_map__lookup_elem(os_->maps.os_stats, &pid, sizeof(pid), &os, sizeof(os), 0) == 0) m.os = os;
+    return m;
+  }
+
+  std::vector<store::Metric> collect_metrics() {
+    NodeMaps maps = taped(OsRead::kNodeMaps, 0, [&] { return read_node_maps(); });
+    auto& irq = maps.irq;
+    auto& retrans = maps.retrans;
+    MetricInputs in;
+    in.neighbours = std::move(maps.neighbours);
+    auto irq_names = taped(OsRead::kIrqNames, 0, read_irq_names);
     in.irq_names = &irq_names;
 
     std::vector<store::Metric> out;
     for (uint32_t pid : pids_) {
       ProcSnapshot now;
-      strata_sched_stats ss;
-      if (bpf_map__lookup_elem(sched_->maps.sched_stats, &pid, sizeof(pid), &ss, sizeof(ss), 0) == 0) now.sched = ss;
-      strata_os_stats os;
-      if (bpf_map__lookup_elem(os_->maps.os_stats, &pid, sizeof(pid), &os, sizeof(os), 0) == 0) {
-        now.os = os;
-      } else {
-        now.os = strata_os_stats{};  // nothing happened yet: zeros, so peers compare
-      }
+      ProcMaps kernel = taped(OsRead::kProcMaps, pid, [&] { return read_proc_maps(pid); });
+      now.sched = kernel.sched;
+      now.os = kernel.os ? *kernel.os : strata_os_stats{};  // nothing happened yet: zeros, so peers compare
       auto it = irq.find(pid);
       if (it != irq.end()) now.irq_ns = it->second;
-      bool alive = !exited_.count(pid) && process_alive(pid);
+      bool alive = !exited_.count(pid) && taped(OsRead::kAlive, pid, [&] { return process_alive(pid); });
       ProcSnapshot& before = last_[pid];
-      std::map<int, uint64_t> sockets;  // fd -> inode, read once while it lives
+      std::map<int, uint64_t> fds;  // fd -> inode, read once while it lives
       if (alive) {
-        now.faults = read_faults(pid);
+        now.faults = faults(pid);
         read_cgroup(pid, now);
-        sockets = socket_fds(pid);  // one scan of /proc/PID/fd for connections and retransmits
-        now.tcp = read_tcp_links(pid, sockets);
+        fds = sockets(pid);  // one scan of /proc/PID/fd for connections and retransmits
+        now.tcp = tcp_links(pid, fds);
       }
       if (!now.faults) now.faults = before.faults;  // gone: its last reading, a zero delta
       if (now.tcp.empty()) {
@@ -408,7 +625,7 @@ class OsLayerSource final : public Source {
       }
       in.tcp_retransmits = 0;
       if (!retrans.empty() && alive) {
-        for (const auto& [fd, ino] : sockets) {
+        for (const auto& [fd, ino] : fds) {
           auto r = retrans.find(ino);
           if (r != retrans.end()) in.tcp_retransmits += r->second;
         }
@@ -443,7 +660,14 @@ class OsLayerSource final : public Source {
     exited_.clear();
   }
 
+  // How often a watched process's cgroup and TCP connections are looked at between windows: a
+  // move or a connection made mid-window is seen within this, at one /proc read per process.
+  static constexpr uint64_t kCgroupCheckNs = 1'000'000'000;
+  static constexpr uint64_t kTcpCheckNs = 2'000'000'000;
+
   OsLayerOptions opts_;
+  Tape& tape_;
+  ByteWriter drained_;  // this drain's raw records, when capturing
   offcpu_bpf* sched_ = nullptr;
   std::pair<uint64_t, uint64_t> schedule_{0, 0};  // __schedule's text, where off-CPU kernel stacks start
   os_bpf* os_ = nullptr;
@@ -452,8 +676,8 @@ class OsLayerSource final : public Source {
   OffCpuAggregator agg_;
   OffCpuEvent event_;  // reused: no allocation per event once warm
   CgroupReader cgroups_;
-  std::chrono::steady_clock::time_point last_cgroup_check_{};
-  std::chrono::steady_clock::time_point last_tcp_check_{};
+  uint64_t last_cgroup_check_ns_ = 0;
+  uint64_t last_tcp_check_ns_ = 0;
   std::map<uint32_t, std::vector<TcpLink>> tcp_latest_;  // the latest reading of each process
   std::set<uint32_t> pids_;
   std::set<uint32_t> exited_;
@@ -481,8 +705,16 @@ OsLayerOptions options_from_env(bool offcpu, bool os) {
 
 Result<std::unique_ptr<Source>> start_os_layer(const OsLayerOptions& opts, const SourceEnv& env) {
   if (!env.normalizer) return Error{"the OS layer needs the recorder's normalizer"};
-  auto src = std::make_unique<OsLayerSource>(opts, *env.normalizer);
+  auto src = std::make_unique<OsLayerSource>(opts, *env.normalizer, env.tape ? *env.tape : live_tape());
   if (auto st = src->init(env.target_bits_fd); !st) return st.error().environment();
+  return std::unique_ptr<Source>(std::move(src));
+}
+
+Result<std::unique_ptr<Source>> replay_os_layer(const OsLayerOptions& opts, const SourceEnv& env) {
+  if (!env.normalizer) return Error{"the OS layer needs the recorder's normalizer"};
+  if (!env.tape || !env.tape->replaying()) return Error{"the OS layer's replay needs a replaying tape"};
+  auto src = std::make_unique<OsLayerSource>(opts, *env.normalizer, *env.tape);
+  src->init_replay();
   return std::unique_ptr<Source>(std::move(src));
 }
 

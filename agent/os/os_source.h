@@ -46,6 +46,9 @@ struct OsLayerOptions {
 OsLayerOptions options_from_env(bool offcpu, bool os);
 
 // Loads and attaches the programs; fails with what is missing (kernel feature, permission).
+// With a capturing env.tape, every drain of the ring buffer and every read is also taped.
 Result<std::unique_ptr<Source>> start_os_layer(const OsLayerOptions& opts, const SourceEnv& env);
+// The same source fed by a replaying env.tape (agent/capture.h): no BPF, no /proc.
+Result<std::unique_ptr<Source>> replay_os_layer(const OsLayerOptions& opts, const SourceEnv& env);
 
 }  // namespace strata::agent::os

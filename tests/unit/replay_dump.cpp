@@ -11,8 +11,11 @@
 namespace strata::test {
 namespace {
 
-// The GPU/comm source's per-window metrics (agent/gpu_comm_source.cpp): the ones replay makes.
-const char* kReplayedMetrics = "('gpu.kernel_count','gpu.kernel_us','api.calls','api.time_us','gpu.device')";
+// The metrics replay makes: the GPU/comm source's (agent/gpu_comm_source.cpp) and the OS layer's
+// (agent/os/os_metrics.h: os.* and net.*). NVML's gpu.* and the agent's own agent.* are not replayed.
+const char* kReplayedMetrics =
+    "(name IN ('gpu.kernel_count','gpu.kernel_us','api.calls','api.time_us','gpu.device') OR name LIKE 'os.%' OR "
+    "name LIKE 'net.%')";
 
 struct Db {
   sqlite3* db = nullptr;
@@ -112,7 +115,7 @@ Result<std::string> replay_dump(const std::string& db_path) {
   Status st = d.section("recording", "SELECT node, command, started_ns, ended_ns, sample_hz, printf('%.3f', window_s) FROM recordings");
   if (st) st = d.section("process", "SELECT pid, ppid, start_ns, comm, command, job, rank, local_rank, world_size FROM processes");
   if (st) st = d.section("window", "SELECT start_ns, end_ns FROM windows");
-  if (st) st = d.section("stack_count", "SELECT window_id, kind, pid, tid, thread_comm, stack_id, value FROM stack_counts WHERE kind = 0", {5}, {0});
+  if (st) st = d.section("stack_count", "SELECT window_id, kind, pid, tid, thread_comm, stack_id, value FROM stack_counts", {5}, {0});
   if (st) st = d.section("communicator", "SELECT pid, handle, comm_id, rank, nranks, init_ns FROM communicators");
   if (st) st = d.section("collective",
                          "SELECT pid, tid, library, op, comm_id, comm_handle, seq, count, dtype, bytes, redop, peer, stream, "
@@ -125,7 +128,7 @@ Result<std::string> replay_dump(const std::string& db_path) {
                          "FROM device_activity");
   if (st) st = d.section("launch", "SELECT start_ns, end_ns, pid, tid, kernel, stack_id, count FROM launch_samples", {5});
   if (st) st = d.section("metric",
-                         std::string("SELECT start_ns, end_ns, pid, name, label, printf('%.3f', value) FROM metrics WHERE name IN ") +
+                         std::string("SELECT start_ns, end_ns, pid, name, label, printf('%.3f', value) FROM metrics WHERE ") +
                              kReplayedMetrics);
   if (!st) return st.error();
   return d.text();

@@ -4,7 +4,8 @@
 // (tests/data/replay/sim.expected.txt, dumped from the live store by strata-replay-dump):
 // windows (window closing), on-CPU stacks per window (normalization, as build id + offset),
 // communicators and collectives with their sequence numbers (the API records' decoding), steps
-// (step detection), device activity (the device timeline) and the GPU/comm metrics.
+// (step detection), device activity (the device timeline), off-CPU stacks (the off-CPU program's
+// records), and the GPU/comm and OS layers' metrics (the OS layer's map and /proc reads).
 // The capture's clocks and /proc reads are taped, so the result does not depend on this
 // machine, its binaries or the time: the comparison is exact.
 #include <gtest/gtest.h>
@@ -19,6 +20,7 @@
 #include <sstream>
 
 #include "abi/gpu_comm.h"
+#include "abi/offcpu.h"
 #include "agent/capture.h"
 #include "agent/engine.h"
 #include "store/store.h"
@@ -137,6 +139,74 @@ TEST(Replay, TheExpectationCoversEveryLayerReplayed) {
     std::sort(v.begin(), v.end());
     for (size_t i = 0; i < v.size(); ++i) ASSERT_EQ(v[i].second, i + 1) << key << ": sequence numbers in call order";
   }
+  // The off-CPU layer (stack_count|window|kind 1|...) and the OS layer's metrics of both ranks.
+  size_t offcpu = 0;
+  for (const auto& line : section(want, "stack_count")) offcpu += split(line, '|').at(2) == "1";
+  EXPECT_GE(offcpu, 10u) << "off-CPU stacks";
+  std::map<std::string, std::set<std::string>> os_pids;  // metric -> pids
+  for (const auto& line : section(want, "metric")) {
+    auto f = split(line, '|');
+    ASSERT_GE(f.size(), 7u) << line;
+    if (f[4].rfind("os.", 0) == 0) os_pids[f[4]].insert(f[3]);
+  }
+  for (const char* m : {"os.cpu_time_us", "os.runq_wait_us", "os.voluntary_switches", "os.blocked_us"})
+    EXPECT_GE(os_pids[m].size(), 2u) << m << " of both ranks";
+}
+
+// Off-CPU decoding: one block record's blocked time changed changes the off-CPU stack counts and
+// nothing else; an OS-layer read changed (a process's page faults) changes only the metrics.
+TEST(Replay, AChangedOffCpuRecordOrOsReadIsSeen) {
+  TempDir dir;
+  auto c = read_capture(kCapture);
+  ASSERT_TRUE(c) << c.error().message;
+  bool block_changed = false;
+  for (auto& r : c->records) {
+    if (r.kind != CaptureKind::kOffCpuPoll || block_changed) continue;
+    ByteReader in(r.payload);
+    ByteWriter out;
+    while (in.left() > 0) {
+      std::string raw = in.str();
+      ASSERT_TRUE(in.ok());
+      strata_offcpu_event e;
+      if (!block_changed && raw.size() >= sizeof e) {
+        std::memcpy(&e, raw.data(), sizeof e);
+        if (e.type == STRATA_OFFCPU_EV_BLOCK) {
+          e.blocked_ns += 7'000'000;  // 7 ms more: a whole number of stored microseconds
+          std::memcpy(raw.data(), &e, sizeof e);
+          block_changed = true;
+        }
+      }
+      out.str(raw);
+    }
+    r.payload = out.take();
+  }
+  ASSERT_TRUE(block_changed) << "the capture has an off-CPU block";
+  write_capture(*c, dir / "block.cap");
+  std::string log;
+  auto got = replay_to_dump(dir / "block.cap", dir, log);
+  ASSERT_TRUE(got) << got.error().message << "\n" << log;
+  std::string want = slurp(kExpected);
+  EXPECT_NE(section(*got, "stack_count"), section(want, "stack_count"));
+  EXPECT_EQ(section(*got, "metric"), section(want, "metric"));
+  EXPECT_EQ(section(*got, "window"), section(want, "window"));
+
+  // kOsRead records: u8 read kind, u32 pid, then the answer; kind 2 is a process's page faults
+  // (os_source.cpp's OsRead::kFaults): u8 present, u64 minor, u64 major.
+  c = read_capture(kCapture);
+  ASSERT_TRUE(c) << c.error().message;
+  size_t faults_seen = 0;
+  for (auto& r : c->records) {
+    if (r.kind != CaptureKind::kOsRead || r.payload.size() != 1 + 4 + 1 + 16 || r.payload[0] != 2 || r.payload[5] != 1)
+      continue;
+    // The second reading (the first is where counting starts): a window's delta changes.
+    if (++faults_seen == 2) r.payload[6] = static_cast<char>(r.payload[6] + 1);
+  }
+  ASSERT_GE(faults_seen, 2u) << "the capture reads page faults";
+  write_capture(*c, dir / "faults.cap");
+  got = replay_to_dump(dir / "faults.cap", dir, log);
+  ASSERT_TRUE(got) << got.error().message << "\n" << log;
+  EXPECT_NE(section(*got, "metric"), section(want, "metric"));
+  EXPECT_EQ(section(*got, "stack_count"), section(want, "stack_count"));
 }
 
 // Windowing: the same events with another window length close other windows, and the replay no

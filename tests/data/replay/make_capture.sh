@@ -4,7 +4,8 @@
 #   sim.expected.txt   what that live run stored, dumped by strata-replay-dump (tests/unit/replay_dump.h)
 # The capture is made with frame-pointer stacks only (STRATA_USER_STACK_MODE=0: replay does not
 # read the targets' binaries, so it cannot unwind stack copies), 1 s windows, no cost budget (the
-# agent's own CPU is not taped) and the layers replay runs (cpu, gpu, comm).
+# agent's own CPU is not taped) and every layer (NVML, which replay leaves out, is absent here and
+# not dumped).
 # Usage: tests/data/replay/make_capture.sh [BUILD_DIR]   (BUILD_DIR defaults to ./build; it needs
 # the targets strata, strata-sim and strata-replay-dump)
 set -eu
@@ -15,7 +16,7 @@ TMP=$(mktemp -d /tmp/strata-capture-XXXXXX)
 trap 'rm -rf "$TMP"' EXIT
 [ "$(id -u)" = 0 ] || { echo "make_capture.sh: run as root (strata record loads BPF programs)" >&2; exit 2; }
 STRATA_USER_STACK_MODE=0 "$B/bin/strata" record -o "$TMP/live.db" --save-events "$TMP/sim.cap" \
-  --window 1 --budget 0 --layers cpu,gpu,comm --node replay-node -- \
+  --window 1 --budget 0 --layers cpu,offcpu,os,gpu,comm --node replay-node -- \
   "$B/bin/strata-sim" run --ranks 2 --steps "$STEPS" --seed 7 --quiet
 "$B/tests/strata-replay-dump" "$TMP/live.db" > "$TMP/sim.expected.txt"
 cp "$TMP/sim.cap" "$TMP/sim.expected.txt" "$HERE/"
