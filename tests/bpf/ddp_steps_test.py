@@ -14,7 +14,8 @@ STEPS iterations give more calls than the detector's first decision looks at (12
 the decision made while the job runs is tested, not only the one at its end.
 A second recording stops (--duration) while the job still runs, before the ranks made 128 calls (a
 hotspot on rank 1 slows every iteration): the steps each rank ran so far are stored all the same, as
-at a process's exit (they used to be held back for a decision that never came).
+at a process's exit (they used to be held back for a decision that never came). The same holds for
+the always-on `strata agent -o --duration`, which finds the job by its environment.
 Usage: ddp_steps_test.py BUILD_DIR
 """
 import os
@@ -24,6 +25,7 @@ import sqlite3
 import subprocess
 import sys
 import tempfile
+import time
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, os.path.join(os.path.dirname(HERE), "support"))
@@ -46,6 +48,12 @@ EDGE_STEPS = 2
 CUT_DURATION_S = 20
 CUT_HOTSPOT_MS = 600
 FIRST_DECISION_CALLS = 128
+# The cut run must see some ten iterations to judge its steps (the final decision needs three cycles
+# of the longest candidate, 8 iterations): fewer calls mean the job or the watch did not start.
+MIN_CUT_CALLS = 10 * BUCKETS
+# The agent loads its probes before the job it is to find starts (a few seconds on a loaded machine;
+# a job started earlier is found too, by the agent's scan, but its first calls would be missed).
+AGENT_START_S = 3
 
 
 def kill_job(marker):
@@ -62,36 +70,49 @@ def kill_job(marker):
             pass
 
 
-def cut_recording(tmp):
-    db = os.path.join(tmp, "cut.db")
-    marker = "strata-ddp-steps-cut-%d" % os.getpid()
+def cut_run(tmp, shell):
+    """The job watched by `strata record --duration` (shell "record") or by the always-on `strata agent
+    -o --duration` that finds it by its environment (shell "agent"): both stop while the job runs."""
+    db = os.path.join(tmp, "cut-%s.db" % shell)
+    marker = "strata-ddp-steps-cut-%s-%d" % (shell, os.getpid())
     env = dict(os.environ, STRATA_JOB=marker)
-    log = os.path.join(tmp, "cut.log")
+    log = os.path.join(tmp, "cut-%s.log" % shell)
+    job = [PYTHON, WORKLOAD, "--ranks", "2", "--steps", "100000", "--model", "large",
+           "--fault", "host-hotspot:rank=1,start_step=1,ms=%d" % CUT_HOTSPOT_MS]
+    what = "cut %s" % shell
     try:
         # Output to a file: the job outlives the recording and keeps a pipe open.
         with open(log, "w") as out:
-            rc = subprocess.run([STRATA, "record", "--window", "5", "--layers", "comm", "--duration",
-                                 str(CUT_DURATION_S), "-o", db, "--", PYTHON, WORKLOAD, "--ranks", "2", "--steps",
-                                 "100000", "--model", "large",
-                                 "--fault", "host-hotspot:rank=1,start_step=1,ms=%d" % CUT_HOTSPOT_MS],
-                                stdout=out, stderr=subprocess.STDOUT, env=env, timeout=300).returncode
+            if shell == "record":
+                rc = subprocess.run([STRATA, "record", "--window", "5", "--layers", "comm", "--duration",
+                                     str(CUT_DURATION_S), "-o", db, "--"] + job,
+                                    stdout=out, stderr=subprocess.STDOUT, env=env, timeout=300).returncode
+            else:
+                agent = subprocess.Popen([STRATA, "agent", "-o", db, "--window", "5", "--layers", "comm",
+                                          "--select", "STRATA_JOB=" + marker, "--listen-metrics", "off",
+                                          "--duration", str(CUT_DURATION_S)],
+                                         stdout=out, stderr=subprocess.STDOUT)
+                time.sleep(AGENT_START_S)  # its probes in place before the job starts
+                subprocess.Popen(job, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, env=env)
+                rc = agent.wait(timeout=300)
     finally:
         kill_job(marker)
     print(open(log).read()[-800:])
-    check(rc == 0, "cut recording: strata record --duration exits 0 (got %d)" % rc)
+    check(rc == 0, "%s: strata %s --duration exits 0 (got %d)" % (what, shell, rc))
     con = sqlite3.connect(db)
     ranks = [pid for (pid,) in con.execute("SELECT DISTINCT pid FROM processes WHERE rank >= 0 ORDER BY rank")]
-    check(len(ranks) == 2, "cut recording: 2 rank processes recorded (%s)" % ranks)
+    check(len(ranks) == 2, "%s: 2 rank processes recorded (%s)" % (what, ranks))
     steps = {pid: n for pid, n in con.execute("SELECT pid, count(*) FROM steps GROUP BY pid")}
     calls = {pid: n for pid, n in con.execute("SELECT pid, count(*) FROM collectives GROUP BY pid")}
     for pid in ranks:
         c, n = calls.get(pid, 0), steps.get(pid, 0)
-        print("cut recording: pid %d: %d calls, %d steps" % (pid, c, n))
-        check(c < FIRST_DECISION_CALLS, "cut recording: pid %d stopped before a first decision (%d calls < %d)"
-              % (pid, c, FIRST_DECISION_CALLS))
+        print("%s: pid %d: %d calls, %d steps" % (what, pid, c, n))
+        check(c < FIRST_DECISION_CALLS, "%s: pid %d stopped before a first decision (%d calls < %d)"
+              % (what, pid, c, FIRST_DECISION_CALLS))
+        check(c >= MIN_CUT_CALLS, "%s: pid %d: its calls are recorded (%d >= %d)" % (what, pid, c, MIN_CUT_CALLS))
         # Every iteration but DDP's first and the one the recording cut is a step.
         want = c // BUCKETS - EDGE_STEPS
-        check(n >= want, "cut recording: pid %d: %d steps stored for ~%d iterations (>= %d)" % (pid, n, c // BUCKETS, want))
+        check(n >= want, "%s: pid %d: %d steps stored for ~%d iterations (>= %d)" % (what, pid, n, c // BUCKETS, want))
 
 
 def main():
@@ -125,7 +146,8 @@ def main():
                   "rank %d: %d steps for %d iterations (within %d)" % (rank, steps.get(pid, 0), STEPS, EDGE_STEPS))
         counts = [steps.get(pid, 0) for pid in ranks]
         check(len(counts) == 2 and counts[0] == counts[1], "both ranks have the same number of steps (%s)" % counts)
-        cut_recording(tmp)
+        cut_run(tmp, "record")
+        cut_run(tmp, "agent")
     if failures:
         print("FAILED: %d check(s)" % len(failures))
         return 1
