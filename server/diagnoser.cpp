@@ -94,15 +94,36 @@ void Diagnoser::set_reader(std::unique_ptr<store::Store> reader) {
   reader_cv_.notify_one();
 }
 
+void Diagnoser::reader_gap(const std::function<void()>& f) {
+  {
+    std::unique_lock lock(reader_mu_);
+    reader_cv_.wait(lock, [this] { return !gap_wanted_; });  // one gap at a time
+    gap_wanted_ = true;
+    reader_cv_.wait(lock, [this] { return reading_ == 0; });
+  }
+  f();
+  {
+    std::lock_guard lock(reader_mu_);
+    gap_wanted_ = false;
+  }
+  reader_cv_.notify_all();
+}
+
+bool Diagnoser::gap_pending() {
+  std::lock_guard lock(reader_mu_);
+  return gap_wanted_;
+}
+
 template <typename F>
 auto Diagnoser::read(F f) {
   std::unique_ptr<store::Store> reader;
   {
     std::unique_lock lock(reader_mu_);
     if (readers_ > 0) {
-      reader_cv_.wait(lock, [this] { return !free_readers_.empty(); });
+      reader_cv_.wait(lock, [this] { return !free_readers_.empty() && !gap_wanted_; });
       reader = std::move(free_readers_.back());
       free_readers_.pop_back();
+      ++reading_;
     }
   }
   if (reader) {
@@ -110,12 +131,20 @@ auto Diagnoser::read(F f) {
     {
       std::lock_guard lock(reader_mu_);
       free_readers_.push_back(std::move(reader));
+      --reading_;
     }
-    reader_cv_.notify_one();
+    reader_cv_.notify_all();  // a waiting read, or a gap waiting for the last one
     return out;
   }
   std::lock_guard lock(store_mu_);
   return f(store_);
+}
+
+void Diagnoser::with_reader(const std::function<void(store::Store&)>& f) {
+  read([&](store::Store& s) {
+    f(s);
+    return 0;
+  });
 }
 
 void Diagnoser::start() {

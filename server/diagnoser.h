@@ -13,9 +13,10 @@
 #include <condition_variable>
 #include <cstdint>
 #include <mutex>
-#include <ostream>
-#include <memory>
+#include <functional>
 #include <map>
+#include <memory>
+#include <ostream>
 #include <set>
 #include <string>
 #include <thread>
@@ -62,6 +63,16 @@ class Diagnoser {
   // ingest never waits for it. Without one, rounds read the shared store under the mutex. Each call
   // adds one to a pool: jobs diagnosed at once read through one each (kRoundThreads is enough).
   void set_reader(std::unique_ptr<store::Store> reader);
+
+  // Runs `f` at a moment when no round reads through its own connections: reads that began finish
+  // first, reads that would begin wait until `f` returns. SQLite can truncate its write-ahead log
+  // only then (Store::truncate_log): rounds that overlap without a gap keep it growing.
+  void reader_gap(const std::function<void()>& f);
+  // Whether a reader_gap waits for reads to finish (new reads wait behind it).
+  bool gap_pending();
+  // One read through the rounds' connections (the shared store under the mutex without them), as a
+  // round makes it; it waits behind a pending gap.
+  void with_reader(const std::function<void(store::Store&)>& f);
 
   // Jobs diagnosed at once within a round. Each reads (SQLite readers run side by side under WAL)
   // and computes on its own; four keep a round of many jobs short while leaving most of a small
@@ -125,6 +136,8 @@ class Diagnoser {
   // store_ under store_mu_.
   std::vector<std::unique_ptr<store::Store>> free_readers_;
   size_t readers_ = 0;
+  size_t reading_ = 0;       // readers in use
+  bool gap_wanted_ = false;  // reader_gap waits for reading_ == 0; new reads wait for it
   std::mutex reader_mu_;
   std::condition_variable reader_cv_;
   template <typename F>

@@ -59,6 +59,9 @@ struct ServerCounters {
   double apply_seconds = 0;
   uint64_t unauthorized = 0;
   uint64_t retention_deleted = 0;  // rows past the SQLite store's retention_days, deleted
+  uint64_t wal_truncations = 0;         // the SQLite write-ahead log truncated (keep_wal_short)
+  uint64_t wal_truncated_bytes = 0;     // ... and what it held then
+  uint64_t wal_truncation_failures = 0; // a reader stayed in it: tried again kWalCheckEveryS later
   std::map<std::string, uint64_t> requests;  // by route
   std::map<std::string, prom::Histogram> request_seconds;  // by route
 };
@@ -148,6 +151,19 @@ class Server {
         } while (!retention_cv.wait_for(lock, std::chrono::seconds(kRetentionEveryS), [&] { return retention_stop; }));
       });
     }
+    // The write-ahead log kept short (kDefaultWalMaxMb): truncated in a gap of the rounds' reads.
+    std::thread wal_keeper;
+    if (auto spec = parse_sqlite_spec(opts_.store); spec && opts_.store.rfind("clickhouse://", 0) != 0) {
+      const uint64_t max_bytes = uint64_t{spec->wal_max_mb ? spec->wal_max_mb : kDefaultWalMaxMb} << 20;
+      wal_keeper = std::thread([&, max_bytes] {
+        std::unique_lock lock(retention_mu);
+        while (!retention_cv.wait_for(lock, std::chrono::seconds(kWalCheckEveryS), [&] { return retention_stop; })) {
+          lock.unlock();
+          keep_wal_short(max_bytes);
+          lock.lock();
+        }
+      });
+    }
     std::atomic<bool> finished{false};
     std::thread watcher([&] {
       while (!stop && !finished) std::this_thread::sleep_for(std::chrono::milliseconds(100));
@@ -162,12 +178,37 @@ class Server {
     }
     retention_cv.notify_all();
     if (retention.joinable()) retention.join();
+    if (wal_keeper.joinable()) wal_keeper.join();
     diagnoser_.stop();
     if (!ok && !stop) return Error{"server stopped unexpectedly"};
     return {};
   }
 
  private:
+  // Truncates the SQLite store's write-ahead log once it holds more than max_bytes, in a gap of the
+  // rounds' reads (Diagnoser::reader_gap) and under the store lock (ingest waits for the copy).
+  void keep_wal_short(uint64_t max_bytes) {
+    uint64_t before = 0;
+    {
+      std::lock_guard lock(store_mu_);
+      before = store_->log_bytes();
+    }
+    if (before <= max_bytes) return;
+    Status st;
+    diagnoser_.reader_gap([&] {
+      std::lock_guard lock(store_mu_);
+      st = store_->truncate_log();
+    });
+    std::lock_guard lock(counters_.mu);
+    if (st) {
+      ++counters_.wal_truncations;
+      counters_.wal_truncated_bytes += before;
+    } else {
+      ++counters_.wal_truncation_failures;
+      log_ << "strata: serve: " << st.error().message << "\n";
+    }
+  }
+
   // Deletes the rows older than `days` days, kRetentionBatchRows per table at a time, taking the
   // store's lock for one batch only: ingest waits for one batch at most.
   void apply_sqlite_retention(unsigned days) {
@@ -714,8 +755,10 @@ class Server {
   void prometheus(httplib::Response& res) {
     std::ostringstream o;
     std::vector<store::AgentStatus> agents;
+    uint64_t wal_bytes = 0;
     {
       std::lock_guard lock(store_mu_);
+      wal_bytes = store_->log_bytes();
       if (auto a = store_->agents()) agents = std::move(*a);
     }
     uint64_t now = wall_clock_ns();
@@ -769,6 +812,17 @@ class Server {
     prom::family(o, "strata_serve_retention_deleted_rows_total", "counter",
                  "Rows older than the SQLite store's retention_days deleted.");
     o << "strata_serve_retention_deleted_rows_total " << counters_.retention_deleted << "\n";
+    prom::family(o, "strata_serve_wal_truncations_total", "counter",
+                 "Times the SQLite store's write-ahead log was truncated after it passed wal_max_mb.");
+    o << "strata_serve_wal_truncations_total " << counters_.wal_truncations << "\n";
+    prom::family(o, "strata_serve_wal_truncated_bytes_total", "counter",
+                 "Bytes the SQLite write-ahead log held when it was truncated.");
+    o << "strata_serve_wal_truncated_bytes_total " << counters_.wal_truncated_bytes << "\n";
+    prom::family(o, "strata_serve_wal_truncation_failures_total", "counter",
+                 "Truncations of the SQLite write-ahead log that a reader prevented (tried again).");
+    o << "strata_serve_wal_truncation_failures_total " << counters_.wal_truncation_failures << "\n";
+    prom::family(o, "strata_serve_wal_bytes", "gauge", "Size of the SQLite store's write-ahead log (0 for ClickHouse).");
+    o << "strata_serve_wal_bytes " << wal_bytes << "\n";
     prom::family(o, "strata_serve_diagnosis_duration_seconds", "histogram",
                  "One job's diagnosis (load, diagnose, keep the findings), each round.");
     dc.job_seconds.write(o, "strata_serve_diagnosis_duration_seconds", "");
@@ -863,20 +917,32 @@ Result<SqliteSpec> parse_sqlite_spec(const std::string& spec) {
   if (spec.rfind("clickhouse://", 0) == 0) return Error{"--store " + spec + ": not an SQLite store"};
   SqliteSpec out;
   out.path = spec.rfind("sqlite:", 0) == 0 ? spec.substr(7) : spec;
-  const std::string key = "?retention_days=";
-  if (auto q = out.path.find(key); q != std::string::npos) {
-    const std::string value = out.path.substr(q + key.size());
+  if (auto q = out.path.find('?'); q != std::string::npos) {
+    std::string options = out.path.substr(q + 1);
     out.path.resize(q);
-    const bool digits = !value.empty() && value.size() <= 5 &&
-                        value.find_first_not_of("0123456789") == std::string::npos;
-    const unsigned long days = digits ? std::stoul(value) : 0;
-    if (days < 1 || days > kMaxRetentionDays)
-      return Error{"--store " + spec + ": retention_days must be a whole number of days from 1 to " +
-                       std::to_string(kMaxRetentionDays),
-                   2};
-    out.retention_days = static_cast<unsigned>(days);
-  } else if (out.path.find('?') != std::string::npos) {
-    return Error{"--store " + spec + ": the only option of an SQLite store is ?retention_days=N", 2};
+    std::stringstream ss(options);
+    std::string option;
+    while (std::getline(ss, option, '&')) {
+      const size_t eq = option.find('=');
+      const std::string key = option.substr(0, eq), value = eq == std::string::npos ? "" : option.substr(eq + 1);
+      const bool digits = !value.empty() && value.size() <= 7 && value.find_first_not_of("0123456789") == std::string::npos;
+      const unsigned long n = digits ? std::stoul(value) : 0;
+      if (key == "retention_days") {
+        if (n < 1 || n > kMaxRetentionDays)
+          return Error{"--store " + spec + ": retention_days must be a whole number of days from 1 to " +
+                           std::to_string(kMaxRetentionDays),
+                       2};
+        out.retention_days = static_cast<unsigned>(n);
+      } else if (key == "wal_max_mb") {
+        if (n < 1 || n > kMaxWalMaxMb)
+          return Error{"--store " + spec + ": wal_max_mb must be a whole number of MB from 1 to " +
+                           std::to_string(kMaxWalMaxMb),
+                       2};
+        out.wal_max_mb = static_cast<unsigned>(n);
+      } else {
+        return Error{"--store " + spec + ": an SQLite store's options are ?retention_days=N and &wal_max_mb=M", 2};
+      }
+    }
   }
   if (out.path.empty()) return Error{"--store sqlite:FILE.db: no file given"};
   return out;

@@ -1175,6 +1175,25 @@ class SqliteStore final : public Store {
 
   uint64_t read_work() const override { return work_; }
 
+  uint64_t log_bytes() const override {
+    struct stat st;
+    return ::stat((path_ + "-wal").c_str(), &st) == 0 ? static_cast<uint64_t>(st.st_size) : 0;
+  }
+
+  // Copies the whole write-ahead log into the database and truncates it to zero bytes. SQLite's
+  // own checkpoints after each commit copy what they can but cannot restart the log while a reader
+  // holds a snapshot in it: with overlapping readers it grows without bound (SQLite's "checkpoint
+  // starvation"). This one waits for those readers (the busy timeout) and says when one stayed.
+  Status truncate_log() override {
+    Stmt s(db_, "PRAGMA wal_checkpoint(TRUNCATE)");
+    int rc = s.ok() ? s.step() : SQLITE_ERROR;
+    if (rc != SQLITE_ROW) return err("checkpointing the write-ahead log");
+    if (s.i64(0) != 0)
+      return Error{path_ + ": the write-ahead log could not be truncated: a reader stayed in it (" +
+                   std::to_string(s.i64(1)) + " pages in the log, " + std::to_string(s.i64(2)) + " copied)"};
+    return {};
+  }
+
   Result<uint64_t> delete_before(uint64_t cutoff_ns, uint64_t max_rows) override {
     if (auto s = exec("BEGIN IMMEDIATE"); !s) return s.error();
     uint64_t deleted = 0;

@@ -4,14 +4,19 @@
 // whatever the age (rows counted, never timed), a straggler that began recently is named with its
 // function at any age, `--last` is checked, and the SQLite store's retention deletes old rows only.
 #include <gtest/gtest.h>
+#include <sqlite3.h>
 
 #include <cmath>
+#include <condition_variable>
+#include <mutex>
 #include <iostream>
 #include <fstream>
 #include <map>
 #include <algorithm>
 #include <sstream>
 #include <string>
+#include <thread>
+#include <vector>
 
 #include "diagnose/engine.h"
 #include "diagnose/loader.h"
@@ -339,6 +344,108 @@ TEST(DiagnoseRounds, ARetentionThatIsNotANumberOfDaysIsRefused) {
   EXPECT_EQ(std::count(r.err.begin(), r.err.end(), '\n'), 1) << r.err;
   EXPECT_NE(r.err.find("retention_days"), std::string::npos) << r.err;
   EXPECT_FALSE(std::ifstream(tmp.file("s.db")).good()) << "a refused store spec left a file";
+}
+
+// Issue 16 at 1,000 nodes: the collector's SQLite write-ahead log grew to 18.5 GB in 7 minutes.
+// SQLite's own checkpoints cannot restart the log while a reader holds a snapshot in it, and the
+// rounds' readers overlap. Store::truncate_log empties it when no reader stays, and says so when
+// one does; Diagnoser::reader_gap gives it that moment: reads that began finish first, reads that
+// would begin wait.
+TEST(DiagnoseRounds, TheWriteAheadLogIsTruncatedInAGapOfTheReads) {
+  TempDir tmp;
+  const std::string db = tmp.file("wal.db");
+  make_store(db, 300, 0);
+  auto st = store::Store::open_sqlite(db, store::Store::Mode::kCreateOrAppend);
+  ASSERT_TRUE(st) << st.error().message;
+  auto& w = **st;
+  auto write_more = [&](int n) {
+    auto rec = w.latest_recording();
+    ASSERT_TRUE(rec && *rec);
+    for (int i = 0; i < n; ++i) ASSERT_TRUE(w.put_stat(**rec, "wal_test." + std::to_string(i), i));
+  };
+  auto stats_of = [&](store::Store& s) {
+    auto rec = s.latest_recording();
+    return rec && *rec ? s.stats(**rec)->size() : size_t{0};
+  };
+  write_more(200);  // each put a transaction: the log grows
+  EXPECT_GT(w.log_bytes(), 0u);
+
+  // A reader in the middle of a read (a snapshot held) while the writer goes on: no truncation.
+  sqlite3* r = nullptr;
+  ASSERT_EQ(sqlite3_open_v2(db.c_str(), &r, SQLITE_OPEN_READONLY, nullptr), SQLITE_OK);
+  ASSERT_EQ(sqlite3_exec(r, "BEGIN; SELECT count(*) FROM steps;", nullptr, nullptr, nullptr), SQLITE_OK);
+  write_more(50);
+  auto busy = w.truncate_log();
+  ASSERT_FALSE(busy);
+  EXPECT_NE(busy.error().message.find("a reader stayed"), std::string::npos) << busy.error().message;
+  EXPECT_GT(w.log_bytes(), 0u);
+  ASSERT_EQ(sqlite3_exec(r, "COMMIT", nullptr, nullptr, nullptr), SQLITE_OK);
+  sqlite3_close(r);
+  const size_t stats_before = stats_of(w);
+  ASSERT_TRUE(w.truncate_log());
+  EXPECT_EQ(w.log_bytes(), 0u);
+  EXPECT_EQ(stats_of(w), stats_before) << "nothing lost";
+
+  // The gap: a read in progress finishes before it, a read asked for meanwhile runs after it.
+  std::mutex mu;
+  std::ostringstream log;
+  server::Diagnoser d(w, mu, server::DiagnoserOptions{0}, log);
+  auto reader = store::Store::open_sqlite(db, store::Store::Mode::kReadOnly);
+  ASSERT_TRUE(reader);
+  d.set_reader(std::move(*reader));
+  std::mutex ev_mu;
+  std::condition_variable ev_cv;
+  std::vector<std::string> events;
+  bool release = false;
+  auto event = [&](const std::string& e) {
+    std::lock_guard lock(ev_mu);
+    events.push_back(e);
+    ev_cv.notify_all();
+  };
+  std::thread a([&] {
+    d.with_reader([&](store::Store& s) {
+      event("read A begins");
+      std::unique_lock lock(ev_mu);
+      ev_cv.wait(lock, [&] { return release; });
+      lock.unlock();
+      event(stats_of(s) == stats_before ? "read A ends" : "read A saw other rows");
+    });
+  });
+  {
+    std::unique_lock lock(ev_mu);
+    ev_cv.wait(lock, [&] { return !events.empty(); });
+  }
+  std::thread gap([&] { d.reader_gap([&] { event("gap"); }); });
+  auto gap_ran = [&] {
+    std::lock_guard lock(ev_mu);
+    return std::find(events.begin(), events.end(), "gap") != events.end();
+  };
+  while (!d.gap_pending() && !gap_ran()) std::this_thread::yield();
+  std::thread c([&] { d.with_reader([&](store::Store&) { event("read C"); }); });
+  {
+    std::lock_guard lock(ev_mu);
+    EXPECT_EQ(events.size(), 1u) << "the gap ran while a read was in progress";
+    release = true;
+  }
+  ev_cv.notify_all();
+  a.join();
+  gap.join();
+  c.join();
+  EXPECT_EQ(events, (std::vector<std::string>{"read A begins", "read A ends", "gap", "read C"}));
+}
+
+TEST(DiagnoseRounds, TheWalLimitIsAWholeNumberOfMegabytes) {
+  auto good = server::parse_sqlite_spec("sqlite:/tmp/x.db?retention_days=7&wal_max_mb=64");
+  ASSERT_TRUE(good) << good.error().message;
+  EXPECT_EQ(good->path, "/tmp/x.db");
+  EXPECT_EQ(good->retention_days, 7u);
+  EXPECT_EQ(good->wal_max_mb, 64u);
+  for (const char* bad : {"0", "abc", "", "1.5", "-3", "99999999"}) {
+    auto s = server::parse_sqlite_spec(std::string("sqlite:x.db?wal_max_mb=") + bad);
+    ASSERT_FALSE(s) << bad;
+    EXPECT_EQ(s.error().exit_code, 2);
+    EXPECT_NE(s.error().message.find("wal_max_mb"), std::string::npos) << s.error().message;
+  }
 }
 
 }  // namespace
