@@ -256,29 +256,7 @@ Status IngestApplier::apply_records(const ingest::Batch& b, AgentMaps& m, AgentM
         if (!rec) return rec.error();
         std::vector<store::CollectiveRecord> rows;
         rows.reserve(static_cast<size_t>(x.rows_size()));
-        for (const auto& p : x.rows()) {
-          store::CollectiveRecord c;
-          c.pid = p.pid();
-          c.tid = p.tid();
-          c.library = p.library();
-          c.op = p.op();
-          c.comm_id = p.comm_id();
-          c.comm_handle = p.comm_handle();
-          c.seq = p.seq();
-          c.count = p.count();
-          c.dtype = p.dtype();
-          c.bytes = p.bytes();
-          c.redop = p.redop();
-          c.peer = p.peer();
-          c.stream = p.stream();
-          c.enter_ns = p.enter_ns();
-          c.exit_ns = p.exit_ns();
-          c.device_start_ns = p.device_start_ns();
-          c.device_end_ns = p.device_end_ns();
-          c.completion = p.completion();
-          c.ret = p.ret();
-          rows.push_back(std::move(c));
-        }
+        for (const auto& p : x.rows()) rows.push_back(store::catalog::from_message(store::catalog::kCollectives, p));
         if (auto st = rows_.put_collectives(*rec, rows); !st) return st;
         o.rows["collectives"] += rows.size();
         break;

@@ -704,9 +704,7 @@ class Server {
     uint64_t n = 0;
     for (const auto& c : *rows) {
       o += n++ ? "," : "";
-      o += "{\"node\":" + json_str(c.node) + ",\"pid\":" + json_num(c.pid) + ",\"library\":" + json_str(c.library) + ",\"op\":" + json_str(c.op) +
-           ",\"comm_id\":" + json_str(c.comm_id) + ",\"seq\":" + json_num(c.seq) + ",\"bytes\":" + json_num(c.bytes) +
-           ",\"enter_ns\":" + json_num(c.enter_ns) + ",\"exit_ns\":" + json_num(c.exit_ns) + "}";
+      o += "{\"node\":" + json_str(c.node) + store::catalog::json_members(store::catalog::kCollectives, c) + "}";
     }
     res.set_content(o + "]" + page_end(*q, rows->size()) + "}\n", "application/json");
   }

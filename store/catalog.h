@@ -31,8 +31,8 @@ namespace strata::store::catalog {
 // writes them from the one name).
 template <typename Row, typename Msg>
 struct Column {
-  using Member = std::variant<uint32_t Row::*, uint64_t Row::*, int Row::*, bool Row::*, double Row::*,
-                              std::string Row::*>;
+  using Member = std::variant<uint32_t Row::*, uint64_t Row::*, int Row::*, int64_t Row::*, bool Row::*,
+                              double Row::*, std::string Row::*>;
   const char* name;
   Member member;
   void (*to_message)(const Row&, Msg&);
@@ -43,6 +43,14 @@ struct Column {
   ::strata::store::catalog::Column<Row, Msg> {                                 \
     #field, &Row::field, [](const Row& r, Msg& m) { m.set_##field(r.field); }, \
         [](const Msg& m, Row& r) { r.field = m.field(); }                      \
+  }
+
+// The same for a column whose ingest field has another name (a launch sample's `stack_id` travels
+// as `stack`, the agent-local StackDef id that the collector maps to its own).
+#define STRATA_COLUMN_AS(Row, Msg, field, msg_field)                                     \
+  ::strata::store::catalog::Column<Row, Msg> {                                           \
+    #field, &Row::field, [](const Row& r, Msg& m) { m.set_##msg_field(r.field); },       \
+        [](const Msg& m, Row& r) { r.field = m.msg_field(); }                            \
   }
 
 // A column's C++ type, by visiting its member: the stores map it to theirs.
@@ -72,6 +80,7 @@ const char* clickhouse_type(const Column<Row, Msg>& c) {
         else if constexpr (std::is_same_v<T, bool>) return "UInt8";
         else if constexpr (std::is_same_v<T, int>) return "Int32";
         else if constexpr (std::is_same_v<T, uint32_t>) return "UInt32";
+        else if constexpr (std::is_same_v<T, int64_t>) return "Int64";
         else return "UInt64";
       },
       c.member);
@@ -121,6 +130,30 @@ inline constexpr Column<StepRecord, ingest::Step> kSteps[] = {
     STRATA_COLUMN(StepRecord, ingest::Step, device_compute_ns),
     STRATA_COLUMN(StepRecord, ingest::Step, gpu_idle_ns),
     STRATA_COLUMN(StepRecord, ingest::Step, device_known),
+};
+
+// One collective or p2p call (CollectiveRecord; ingest Collective). Rows read back carry their
+// recording's node.
+inline constexpr Column<CollectiveRecord, ingest::Collective> kCollectives[] = {
+    STRATA_COLUMN(CollectiveRecord, ingest::Collective, pid),
+    STRATA_COLUMN(CollectiveRecord, ingest::Collective, tid),
+    STRATA_COLUMN(CollectiveRecord, ingest::Collective, library),
+    STRATA_COLUMN(CollectiveRecord, ingest::Collective, op),
+    STRATA_COLUMN(CollectiveRecord, ingest::Collective, comm_id),
+    STRATA_COLUMN(CollectiveRecord, ingest::Collective, comm_handle),
+    STRATA_COLUMN(CollectiveRecord, ingest::Collective, seq),
+    STRATA_COLUMN(CollectiveRecord, ingest::Collective, count),
+    STRATA_COLUMN(CollectiveRecord, ingest::Collective, dtype),
+    STRATA_COLUMN(CollectiveRecord, ingest::Collective, bytes),
+    STRATA_COLUMN(CollectiveRecord, ingest::Collective, redop),
+    STRATA_COLUMN(CollectiveRecord, ingest::Collective, peer),
+    STRATA_COLUMN(CollectiveRecord, ingest::Collective, stream),
+    STRATA_COLUMN(CollectiveRecord, ingest::Collective, enter_ns),
+    STRATA_COLUMN(CollectiveRecord, ingest::Collective, exit_ns),
+    STRATA_COLUMN(CollectiveRecord, ingest::Collective, device_start_ns),
+    STRATA_COLUMN(CollectiveRecord, ingest::Collective, device_end_ns),
+    STRATA_COLUMN(CollectiveRecord, ingest::Collective, completion),
+    STRATA_COLUMN(CollectiveRecord, ingest::Collective, ret),
 };
 
 }  // namespace strata::store::catalog

@@ -79,10 +79,7 @@ const std::string kTables[] = {
     R"(communicators (recording_id Int64, node String, pid UInt32, handle UInt64, comm_id String, rank Int32,
        nranks Int32, init_ns UInt64, ingest_agent String, ingest_batch UInt64) ENGINE = MergeTree()
        PARTITION BY toYYYYMMDD(toDateTime(intDiv(init_ns, 1000000000))) ORDER BY (recording_id, pid, init_ns))",
-    R"(collectives (recording_id Int64, node String, pid UInt32, tid UInt32, library String, op String,
-       comm_id String, comm_handle UInt64, seq UInt64, count UInt64, dtype Int32, bytes UInt64, redop Int32,
-       peer Int32, stream UInt64, enter_ns UInt64, exit_ns UInt64, device_start_ns UInt64, device_end_ns UInt64,
-       completion String, ret Int32, ingest_agent String, ingest_batch UInt64) ENGINE = MergeTree()
+    "collectives (" + table_columns(catalog::kCollectives) + R"() ENGINE = MergeTree()
        PARTITION BY toYYYYMMDD(toDateTime(intDiv(enter_ns, 1000000000))) ORDER BY (recording_id, pid, enter_ns))",
     R"(device_activity (recording_id Int64, node String, pid UInt32, device Int32, kind String, name String,
        stream UInt64, start_ns UInt64, end_ns UInt64, api_ns UInt64, api_tid UInt32, correlation UInt64,
@@ -619,14 +616,7 @@ class ClickHouseStore final : public Store {
   }
 
   Status put_collectives(int64_t rec, const std::vector<CollectiveRecord>& rows) override {
-    auto& b = buf("collectives");
-    const std::string& node = node_of(rec);
-    for (const auto& r : rows)
-      b.num(rec).str(node).num(r.pid).num(r.tid).str(r.library).str(r.op).str(r.comm_id).num(r.comm_handle).num(r.seq)
-          .num(r.count).num(static_cast<int32_t>(r.dtype)).num(r.bytes).num(static_cast<int32_t>(r.redop))
-          .num(static_cast<int32_t>(r.peer)).num(r.stream).num(r.enter_ns).num(r.exit_ns).num(r.device_start_ns)
-          .num(r.device_end_ns).str(r.completion).num(static_cast<int32_t>(r.ret)).str(batch_agent_).num(batch_id_);
-    return {};
+    return put_rows("collectives", catalog::kCollectives, rec, rows);
   }
 
   Status put_device_activity(int64_t rec, const std::vector<DeviceActivity>& rows) override {
@@ -640,11 +630,19 @@ class ClickHouseStore final : public Store {
   }
 
   Status put_steps(int64_t rec, const std::vector<StepRecord>& rows) override {
-    auto& b = buf("steps");
+    return put_rows("steps", catalog::kSteps, rec, rows);
+  }
+
+  // Adds rows of a catalog kind (store/catalog.h) to its table's buffer.
+  template <typename Row, typename Msg, size_t N>
+  Status put_rows(const char* table, const catalog::Column<Row, Msg> (&columns)[N], int64_t rec,
+                  const std::vector<Row>& rows) {
+    auto& b = buf(table);
+    const std::string& node = node_of(rec);
     for (const auto& r : rows) {
-      b.num(rec).str(node_of(rec));
-      put_row(b, catalog::kSteps, r);
-      b.str(batch_agent_).num(batch_id_);
+      b.num(rec).str(node);
+      put_row(b, columns, r);
+      tag(b);
     }
     return {};
   }
@@ -1095,36 +1093,7 @@ class ClickHouseStore final : public Store {
     return read_collectives(q, "enter_ns, node, pid");
   }
   Result<std::vector<CollectiveRecord>> read_collectives(const RowQuery& q, const char* order) {
-    auto rows = query(select(q, "collectives", "enter_ns", "greatest(exit_ns, enter_ns + 1)", order,
-                             "pid, tid, library, op, comm_id, comm_handle, seq, count, dtype, bytes, redop, peer,"
-                             " stream, enter_ns, exit_ns, device_start_ns, device_end_ns, completion, ret"));
-    if (!rows) return rows.error();
-    std::vector<CollectiveRecord> out;
-    for (const auto& r : *rows) {
-      CollectiveRecord c;
-      c.pid = static_cast<uint32_t>(u64(r[0]));
-      c.tid = static_cast<uint32_t>(u64(r[1]));
-      c.library = r[2];
-      c.op = r[3];
-      c.comm_id = r[4];
-      c.comm_handle = u64(r[5]);
-      c.seq = u64(r[6]);
-      c.count = u64(r[7]);
-      c.dtype = static_cast<int>(i64(r[8]));
-      c.bytes = u64(r[9]);
-      c.redop = static_cast<int>(i64(r[10]));
-      c.peer = static_cast<int>(i64(r[11]));
-      c.stream = u64(r[12]);
-      c.enter_ns = u64(r[13]);
-      c.exit_ns = u64(r[14]);
-      c.device_start_ns = u64(r[15]);
-      c.device_end_ns = u64(r[16]);
-      c.completion = r[17];
-      c.ret = static_cast<int>(i64(r[18]));
-      c.node = r[19];
-      out.push_back(std::move(c));
-    }
-    return out;
+    return read_rows(q, "collectives", "enter_ns", "greatest(exit_ns, enter_ns + 1)", order, catalog::kCollectives);
   }
 
   Result<std::vector<DeviceActivity>> device_activity(std::optional<int64_t> rec, std::optional<uint32_t> pid) override {
@@ -1168,13 +1137,21 @@ class ClickHouseStore final : public Store {
   }
   Result<std::vector<StepRecord>> query_steps(const RowQuery& q) override { return read_steps(q, "start_ns, node, pid"); }
   Result<std::vector<StepRecord>> read_steps(const RowQuery& q, const char* order) {
-    auto rows = query(select(q, "steps", "start_ns", "end_ns", order, select_columns(catalog::kSteps)));
+    return read_rows(q, "steps", "start_ns", "end_ns", order, catalog::kSteps);
+  }
+
+  // A bounded read (select) of a catalog kind's rows; each carries its recording's node.
+  template <typename Row, typename Msg, size_t N>
+  Result<std::vector<Row>> read_rows(const RowQuery& q, const std::string& table, const std::string& start,
+                                     const std::string& end, const char* order,
+                                     const catalog::Column<Row, Msg> (&columns)[N]) {
+    auto rows = query(select(q, table, start, end, order, select_columns(columns)));
     if (!rows) return rows.error();
-    std::vector<StepRecord> out;
+    std::vector<Row> out;
     for (const auto& r : *rows) {
-      StepRecord s;
-      s.node = r[read_row(r, 0, catalog::kSteps, s)];
-      out.push_back(s);
+      Row x;
+      x.node = r[read_row(r, 0, columns, x)];
+      out.push_back(std::move(x));
     }
     return out;
   }
@@ -1390,7 +1367,10 @@ class ClickHouseStore final : public Store {
 
   Status insert(const std::string& table, const std::string& rows) {
     // The catalog's kinds name their columns (insert_columns).
-    static const std::map<std::string, std::string> named = {{"steps", " (" + insert_columns(catalog::kSteps) + ")"}};
+    static const std::map<std::string, std::string> named = {
+        {"steps", " (" + insert_columns(catalog::kSteps) + ")"},
+        {"collectives", " (" + insert_columns(catalog::kCollectives) + ")"},
+    };
     auto cols = named.find(table);
     std::string path = "/?query=" + httplib::detail::encode_query_param("INSERT INTO " + db_ + "." + table +
                                                                         (cols == named.end() ? "" : cols->second) +

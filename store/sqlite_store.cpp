@@ -55,14 +55,6 @@ CREATE INDEX metrics_by_name ON metrics(name, recording_id);
 CREATE TABLE communicators(
   recording_id INTEGER NOT NULL, pid INTEGER NOT NULL, handle INTEGER NOT NULL, comm_id TEXT NOT NULL,
   rank INTEGER NOT NULL, nranks INTEGER NOT NULL, init_ns INTEGER NOT NULL);
-CREATE TABLE collectives(
-  recording_id INTEGER NOT NULL, pid INTEGER NOT NULL, tid INTEGER NOT NULL, library TEXT NOT NULL,
-  op TEXT NOT NULL, comm_id TEXT NOT NULL, comm_handle INTEGER NOT NULL, seq INTEGER NOT NULL,
-  count INTEGER NOT NULL, dtype INTEGER NOT NULL, bytes INTEGER NOT NULL, redop INTEGER NOT NULL,
-  peer INTEGER NOT NULL, stream INTEGER NOT NULL, enter_ns INTEGER NOT NULL, exit_ns INTEGER NOT NULL,
-  device_start_ns INTEGER NOT NULL, device_end_ns INTEGER NOT NULL, completion TEXT NOT NULL,
-  ret INTEGER NOT NULL);
-CREATE INDEX collectives_by_pid ON collectives(recording_id, pid, enter_ns);
 CREATE TABLE device_activity(
   recording_id INTEGER NOT NULL, pid INTEGER NOT NULL, device INTEGER NOT NULL, kind TEXT NOT NULL,
   name TEXT NOT NULL, stream INTEGER NOT NULL, start_ns INTEGER NOT NULL, end_ns INTEGER NOT NULL,
@@ -173,18 +165,24 @@ int64_t i64(uint64_t v) { return static_cast<int64_t>(v); }
 int64_t i64(uint32_t v) { return v; }
 int64_t i64(int v) { return v; }
 
-// -- the catalog's kinds (store/catalog.h) in SQLite. A kind's table is recording_id and then its
-// columns; rows read back add the recording's node.
+// -- the catalog's kinds (store/catalog.h) in SQLite. A kind's table is recording_id, the window's
+// start_ns and end_ns for kinds counted per window (metrics, launch samples: `of_window`), and then
+// its columns; rows read back add the recording's node.
 template <typename Row, typename Msg, size_t N>
-std::string create_table(const char* table, const catalog::Column<Row, Msg> (&columns)[N]) {
+std::string create_table(const char* table, const catalog::Column<Row, Msg> (&columns)[N], bool of_window = false) {
   std::string s = std::string("CREATE TABLE ") + table + "(recording_id INTEGER NOT NULL";
+  if (of_window) s += ", start_ns INTEGER NOT NULL, end_ns INTEGER NOT NULL";
   for (const auto& c : columns) s += std::string(", ") + c.name + " " + catalog::sqlite_type(c) + " NOT NULL";
-  return s + ");";
+  return s + ");\n";
 }
 
 template <typename Row, typename Msg, size_t N>
-std::string insert_sql(const char* table, const catalog::Column<Row, Msg> (&columns)[N]) {
+std::string insert_sql(const char* table, const catalog::Column<Row, Msg> (&columns)[N], bool of_window = false) {
   std::string names = "recording_id", params = "?";
+  if (of_window) {
+    names += ",start_ns,end_ns";
+    params += ",?,?";
+  }
   for (const auto& c : columns) {
     names += std::string(",") + c.name;
     params += ",?";
@@ -236,8 +234,12 @@ int read_row(Stmt& s, int first, const catalog::Column<Row, Msg> (&columns)[N], 
   return i;
 }
 
-// The tables of the catalog's kinds, created with the rest of the schema (kSchema).
-std::string catalog_schema() { return create_table("steps", catalog::kSteps); }
+// The tables of the catalog's kinds and their indexes, created after the rest of the schema (kSchema).
+std::string catalog_schema() {
+  return create_table("steps", catalog::kSteps) +
+         create_table("collectives", catalog::kCollectives) +
+         "CREATE INDEX collectives_by_pid ON collectives(recording_id, pid, enter_ns);\n";
+}
 
 uint64_t hash_bytes(const void* data, size_t n) {  // FNV-1a, 64 bit
   uint64_t h = 1469598103934665603ull;
@@ -515,17 +517,7 @@ class SqliteStore final : public Store {
   }
 
   Status put_collectives(int64_t rec, const std::vector<CollectiveRecord>& rows) override {
-    Stmt s(db_, "INSERT INTO collectives VALUES(?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?)");
-    for (const auto& r : rows) {
-      s.reset();
-      s.bind(1, rec).bind(2, i64(r.pid)).bind(3, i64(r.tid)).bind(4, r.library).bind(5, r.op).bind(6, r.comm_id)
-          .bind(7, i64(r.comm_handle)).bind(8, i64(r.seq)).bind(9, i64(r.count)).bind(10, i64(r.dtype))
-          .bind(11, i64(r.bytes)).bind(12, i64(r.redop)).bind(13, i64(r.peer)).bind(14, i64(r.stream))
-          .bind(15, i64(r.enter_ns)).bind(16, i64(r.exit_ns)).bind(17, i64(r.device_start_ns))
-          .bind(18, i64(r.device_end_ns)).bind(19, r.completion).bind(20, i64(r.ret));
-      if (s.step() != SQLITE_DONE) return err("adding collectives");
-    }
-    return {};
+    return put_rows("collectives", catalog::kCollectives, rec, rows);
   }
 
   Status put_device_activity(int64_t rec, const std::vector<DeviceActivity>& rows) override {
@@ -541,13 +533,19 @@ class SqliteStore final : public Store {
   }
 
   Status put_steps(int64_t rec, const std::vector<StepRecord>& rows) override {
-    static const std::string sql = insert_sql("steps", catalog::kSteps);
-    Stmt s(db_, sql.c_str());
+    return put_rows("steps", catalog::kSteps, rec, rows);
+  }
+
+  // Adds rows of a catalog kind (store/catalog.h) to its table.
+  template <typename Row, typename Msg, size_t N>
+  Status put_rows(const char* table, const catalog::Column<Row, Msg> (&columns)[N], int64_t rec,
+                  const std::vector<Row>& rows) {
+    Stmt s(db_, insert_sql(table, columns).c_str());
     for (const auto& r : rows) {
       s.reset();
       s.bind(1, rec);
-      bind_row(s, 2, catalog::kSteps, r);
-      if (s.step() != SQLITE_DONE) return err("adding steps");
+      bind_row(s, 2, columns, r);
+      if (s.step() != SQLITE_DONE) return err(std::string("adding ") + table);
     }
     return {};
   }
@@ -663,38 +661,7 @@ class SqliteStore final : public Store {
   }
 
   Result<std::vector<CollectiveRecord>> read_collectives(const RowQuery& q, const char* order) {
-    Select sel(q, "collectives", "x.enter_ns", "MAX(x.exit_ns, x.enter_ns + 1)", order);
-    Stmt s(db_, sel.sql("x.pid,x.tid,x.library,x.op,x.comm_id,x.comm_handle,x.seq,x.count,x.dtype,x.bytes,x.redop,"
-                        "x.peer,x.stream,x.enter_ns,x.exit_ns,x.device_start_ns,x.device_end_ns,x.completion,x.ret").c_str());
-    sel.bind(s);
-    std::vector<CollectiveRecord> out;
-    int rc;
-    while ((rc = s.step()) == SQLITE_ROW) {
-      CollectiveRecord r;
-      r.pid = static_cast<uint32_t>(s.i64(0));
-      r.tid = static_cast<uint32_t>(s.i64(1));
-      r.library = s.text(2);
-      r.op = s.text(3);
-      r.comm_id = s.text(4);
-      r.comm_handle = static_cast<uint64_t>(s.i64(5));
-      r.seq = static_cast<uint64_t>(s.i64(6));
-      r.count = static_cast<uint64_t>(s.i64(7));
-      r.dtype = static_cast<int>(s.i64(8));
-      r.bytes = static_cast<uint64_t>(s.i64(9));
-      r.redop = static_cast<int>(s.i64(10));
-      r.peer = static_cast<int>(s.i64(11));
-      r.stream = static_cast<uint64_t>(s.i64(12));
-      r.enter_ns = static_cast<uint64_t>(s.i64(13));
-      r.exit_ns = static_cast<uint64_t>(s.i64(14));
-      r.device_start_ns = static_cast<uint64_t>(s.i64(15));
-      r.device_end_ns = static_cast<uint64_t>(s.i64(16));
-      r.completion = s.text(17);
-      r.ret = static_cast<int>(s.i64(18));
-      r.node = s.text(19);
-      out.push_back(std::move(r));
-    }
-    if (rc != SQLITE_DONE) return err("reading collectives");
-    return out;
+    return read_rows(Select(q, "collectives", "x.enter_ns", "MAX(x.exit_ns, x.enter_ns + 1)", order), catalog::kCollectives);
   }
 
   Result<std::vector<DeviceActivity>> device_activity(std::optional<int64_t> rec, std::optional<uint32_t> pid) override {
@@ -747,17 +714,22 @@ class SqliteStore final : public Store {
   }
 
   Result<std::vector<StepRecord>> read_steps(const RowQuery& q, const char* order) {
-    Select sel(q, "steps", "x.start_ns", "x.end_ns", order);
-    Stmt s(db_, sel.sql(select_columns(catalog::kSteps)).c_str());
+    return read_rows(Select(q, "steps", "x.start_ns", "x.end_ns", order), catalog::kSteps);
+  }
+
+  // Reads the rows of a catalog kind that `sel` selects; each carries its recording's node.
+  template <typename Row, typename Msg, size_t N>
+  Result<std::vector<Row>> read_rows(const Select& sel, const catalog::Column<Row, Msg> (&columns)[N]) {
+    Stmt s(db_, sel.sql(select_columns(columns)).c_str());
     sel.bind(s);
-    std::vector<StepRecord> out;
+    std::vector<Row> out;
     int rc;
     while ((rc = s.step()) == SQLITE_ROW) {
-      StepRecord r;
-      r.node = s.text(read_row(s, 0, catalog::kSteps, r));
+      Row r;
+      r.node = s.text(read_row(s, 0, columns, r));
       out.push_back(std::move(r));
     }
-    if (rc != SQLITE_DONE) return err("reading steps");
+    if (rc != SQLITE_DONE) return err("reading " + sel.table);
     return out;
   }
 

@@ -265,29 +265,7 @@ Status BatchingWriter::put_collectives(int64_t recording, const std::vector<stor
   return chunked(rows, [&](size_t a, size_t b) {
     auto* m = add("collectives", b - a).mutable_collectives();
     m->set_recording(recording);
-    for (size_t i = a; i < b; ++i) {
-      const auto& r = rows[i];
-      auto* p = m->add_rows();
-      p->set_pid(r.pid);
-      p->set_tid(r.tid);
-      p->set_library(r.library);
-      p->set_op(r.op);
-      p->set_comm_id(r.comm_id);
-      p->set_comm_handle(r.comm_handle);
-      p->set_seq(r.seq);
-      p->set_count(r.count);
-      p->set_dtype(r.dtype);
-      p->set_bytes(r.bytes);
-      p->set_redop(r.redop);
-      p->set_peer(r.peer);
-      p->set_stream(r.stream);
-      p->set_enter_ns(r.enter_ns);
-      p->set_exit_ns(r.exit_ns);
-      p->set_device_start_ns(r.device_start_ns);
-      p->set_device_end_ns(r.device_end_ns);
-      p->set_completion(r.completion);
-      p->set_ret(r.ret);
-    }
+    for (size_t i = a; i < b; ++i) store::catalog::to_message(store::catalog::kCollectives, rows[i], *m->add_rows());
     return maybe_seal();
   });
 }

@@ -5,6 +5,7 @@
 #include <unistd.h>
 
 #include <cstdlib>
+#include <functional>
 #include <map>
 #include <memory>
 #include <string>
@@ -500,68 +501,114 @@ void expect_same_columns(const catalog::Column<Row, Msg> (&columns)[N], const Ro
     std::visit([&](auto m) { EXPECT_EQ(want.*m, got.*m) << how << ": column " << c.name; }, c.member);
 }
 
-void check_catalog_round_trip(Store& s) {
-  const StepRecord step = distinct_row(catalog::kSteps);
+// Writes `want` with `put` into a new recording of node-7 and reads it back with each of `reads`
+// (every column, and the recording's node).
+template <typename Row, typename Msg, size_t N>
+void check_kind_round_trip(Store& s, const catalog::Column<Row, Msg> (&columns)[N], const Row& want,
+                           const std::function<Status(Store&, int64_t)>& put,
+                           const std::map<std::string, std::function<Result<std::vector<Row>>(Store&)>>& reads) {
   ASSERT_TRUE(s.begin());
   auto rec = s.begin_recording({"node-7", "app", 1000, 99, 10});
   ASSERT_TRUE(rec) << rec.error().message;
-  ASSERT_TRUE(s.put_steps(*rec, {step}));
+  auto st = put(s, *rec);
+  ASSERT_TRUE(st) << st.error().message;
   auto committed = s.commit();
   ASSERT_TRUE(committed) << committed.error().message;
-  auto all = s.steps();
-  ASSERT_TRUE(all) << all.error().message;
-  ASSERT_EQ(all->size(), 1u);
-  expect_same_columns(catalog::kSteps, step, all->front(), "steps()");
-  EXPECT_EQ(all->front().node, "node-7") << "a row's node is its recording's";
-  auto bounded = s.query_steps({});
-  ASSERT_TRUE(bounded) << bounded.error().message;
-  ASSERT_EQ(bounded->size(), 1u);
-  expect_same_columns(catalog::kSteps, step, bounded->front(), "query_steps()");
+  for (const auto& [how, read] : reads) {
+    auto got = read(s);
+    ASSERT_TRUE(got) << how << ": " << got.error().message;
+    ASSERT_EQ(got->size(), 1u) << how;
+    expect_same_columns(columns, want, got->front(), how);
+  }
 }
 
-TEST(Catalog, EveryStepColumnTravelsThroughTheIngestMessage) {
+template <typename Row>
+auto all_of(Result<std::vector<Row>> (Reader::*read)(std::optional<int64_t>, std::optional<uint32_t>)) {
+  return [read](Store& s) { return (s.*read)(std::nullopt, std::nullopt); };
+}
+template <typename Row>
+auto bounded(Result<std::vector<Row>> (Reader::*read)(const RowQuery&)) {
+  return [read](Store& s) { return (s.*read)(RowQuery{}); };
+}
+
+void check_catalog_round_trip(Store& s) {
   const StepRecord step = distinct_row(catalog::kSteps);
-  ingest::Step m;
-  catalog::to_message(catalog::kSteps, step, m);
-  ingest::Step wire;
-  ASSERT_TRUE(wire.ParseFromString(m.SerializeAsString()));
-  expect_same_columns(catalog::kSteps, step, catalog::from_message<StepRecord>(catalog::kSteps, wire), "ingest Step");
-  const std::string json = "{" + catalog::json_members(catalog::kSteps, step).substr(1) + "}";
-  for (const auto& c : catalog::kSteps)
-    EXPECT_NE(json.find("\"" + std::string(c.name) + "\":"), std::string::npos) << "the JSON row lacks " << c.name;
-  EXPECT_NE(json.find("\"device_known\":true"), std::string::npos) << json;
+  check_kind_round_trip<StepRecord>(
+      s, catalog::kSteps, step, [&](Store& st, int64_t rec) { return st.put_steps(rec, {step}); },
+      {{"steps()", all_of(&Reader::steps)}, {"query_steps()", bounded(&Reader::query_steps)}});
+  auto nodes = s.query_steps({});
+  ASSERT_TRUE(nodes && !nodes->empty());
+  EXPECT_EQ(nodes->front().node, "node-7") << "a row's node is its recording's";
+
+  const CollectiveRecord coll = distinct_row(catalog::kCollectives);
+  check_kind_round_trip<CollectiveRecord>(
+      s, catalog::kCollectives, coll, [&](Store& st, int64_t rec) { return st.put_collectives(rec, {coll}); },
+      {{"collectives()", all_of(&Reader::collectives)}, {"query_collectives()", bounded(&Reader::query_collectives)}});
 }
 
-TEST(Catalog, EveryStepColumnRoundTripsThroughSqlite) {
+// Every column of a kind survives the ingest message (agent -> collector) and shows in its JSON.
+template <typename Msg, typename Row, size_t N>
+void check_message_round_trip(const catalog::Column<Row, Msg> (&columns)[N]) {
+  const Row row = distinct_row(columns);
+  Msg m;
+  catalog::to_message(columns, row, m);
+  Msg wire;
+  ASSERT_TRUE(wire.ParseFromString(m.SerializeAsString()));
+  expect_same_columns(columns, row, catalog::from_message<Row>(columns, wire), "ingest " + std::string(Msg::descriptor()->name()));
+  const std::string json = "{" + catalog::json_members(columns, row).substr(1) + "}";
+  for (const auto& c : columns)
+    EXPECT_NE(json.find("\"" + std::string(c.name) + "\":"), std::string::npos) << "the JSON row lacks " << c.name;
+}
+
+TEST(Catalog, EveryColumnTravelsThroughTheIngestMessage) {
+  check_message_round_trip(catalog::kSteps);
+  check_message_round_trip(catalog::kCollectives);
+  const StepRecord step = distinct_row(catalog::kSteps);
+  EXPECT_NE(catalog::json_members(catalog::kSteps, step).find("\"device_known\":true"), std::string::npos);
+}
+
+TEST(Catalog, EveryColumnRoundTripsThroughSqlite) {
   TempDir d;
   auto st = Store::open_sqlite(d.file("s.db"), Store::Mode::kCreateOrAppend);
   ASSERT_TRUE(st) << st.error().message;
   check_catalog_round_trip(**st);
 }
 
-// Files written before the catalog keep being read: the steps table the catalog creates has the
-// columns, types and order the hand-written schema had (a renamed or reordered catalog line fails here).
-TEST(Catalog, TheStepsTableKeepsItsColumns) {
-  TempDir d;
-  {
-    auto st = Store::open_sqlite(d.file("s.db"), Store::Mode::kCreateOrAppend);
-    ASSERT_TRUE(st) << st.error().message;
-  }
+// "name TYPE NOT NULL, ..." of a table of a new file.
+std::string sqlite_columns(const std::string& path, const std::string& table) {
   sqlite3* db = nullptr;
-  ASSERT_EQ(sqlite3_open_v2(d.file("s.db").c_str(), &db, SQLITE_OPEN_READONLY, nullptr), SQLITE_OK);
+  EXPECT_EQ(sqlite3_open_v2(path.c_str(), &db, SQLITE_OPEN_READONLY, nullptr), SQLITE_OK);
   sqlite3_stmt* q = nullptr;
-  ASSERT_EQ(sqlite3_prepare_v2(db, "SELECT name, type, \"notnull\" FROM pragma_table_info('steps')", -1, &q, nullptr),
-            SQLITE_OK);
+  const std::string sql = "SELECT name, type, \"notnull\" FROM pragma_table_info('" + table + "')";
+  EXPECT_EQ(sqlite3_prepare_v2(db, sql.c_str(), -1, &q, nullptr), SQLITE_OK);
   std::string got;
   while (sqlite3_step(q) == SQLITE_ROW)
     got += std::string(reinterpret_cast<const char*>(sqlite3_column_text(q, 0))) + " " +
            reinterpret_cast<const char*>(sqlite3_column_text(q, 1)) + (sqlite3_column_int(q, 2) ? " NOT NULL" : "") + ", ";
   sqlite3_finalize(q);
   sqlite3_close(db);
-  EXPECT_EQ(got,
+  return got;
+}
+
+// Files written before the catalog keep being read: the tables the catalog creates have the
+// columns, types and order the hand-written schema had (a renamed or reordered catalog line fails here).
+TEST(Catalog, TheTablesKeepTheirColumns) {
+  TempDir d;
+  {
+    auto st = Store::open_sqlite(d.file("s.db"), Store::Mode::kCreateOrAppend);
+    ASSERT_TRUE(st) << st.error().message;
+  }
+  EXPECT_EQ(sqlite_columns(d.file("s.db"), "steps"),
             "recording_id INTEGER NOT NULL, pid INTEGER NOT NULL, step INTEGER NOT NULL, start_ns INTEGER NOT NULL, "
             "end_ns INTEGER NOT NULL, collective_ns INTEGER NOT NULL, device_collective_ns INTEGER NOT NULL, "
             "device_compute_ns INTEGER NOT NULL, gpu_idle_ns INTEGER NOT NULL, device_known INTEGER NOT NULL, ");
+  EXPECT_EQ(sqlite_columns(d.file("s.db"), "collectives"),
+            "recording_id INTEGER NOT NULL, pid INTEGER NOT NULL, tid INTEGER NOT NULL, library TEXT NOT NULL, "
+            "op TEXT NOT NULL, comm_id TEXT NOT NULL, comm_handle INTEGER NOT NULL, seq INTEGER NOT NULL, "
+            "count INTEGER NOT NULL, dtype INTEGER NOT NULL, bytes INTEGER NOT NULL, redop INTEGER NOT NULL, "
+            "peer INTEGER NOT NULL, stream INTEGER NOT NULL, enter_ns INTEGER NOT NULL, exit_ns INTEGER NOT NULL, "
+            "device_start_ns INTEGER NOT NULL, device_end_ns INTEGER NOT NULL, completion TEXT NOT NULL, "
+            "ret INTEGER NOT NULL, ");
 }
 
 TEST(Store, ManyStacks) {
