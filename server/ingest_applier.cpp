@@ -267,21 +267,7 @@ Status IngestApplier::apply_records(const ingest::Batch& b, AgentMaps& m, AgentM
         if (!rec) return rec.error();
         std::vector<store::DeviceActivity> rows;
         rows.reserve(static_cast<size_t>(x.rows_size()));
-        for (const auto& p : x.rows()) {
-          store::DeviceActivity d;
-          d.pid = p.pid();
-          d.device = p.device();
-          d.kind = p.kind();
-          d.name = p.name();
-          d.stream = p.stream();
-          d.start_ns = p.start_ns();
-          d.end_ns = p.end_ns();
-          d.api_ns = p.api_ns();
-          d.api_tid = p.api_tid();
-          d.correlation = p.correlation();
-          d.bytes = p.bytes();
-          rows.push_back(std::move(d));
-        }
+        for (const auto& p : x.rows()) rows.push_back(store::catalog::from_message(store::catalog::kDeviceActivity, p));
         if (auto st = rows_.put_device_activity(*rec, rows); !st) return st;
         o.rows["device_activity"] += rows.size();
         break;

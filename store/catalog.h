@@ -156,4 +156,20 @@ inline constexpr Column<CollectiveRecord, ingest::Collective> kCollectives[] = {
     STRATA_COLUMN(CollectiveRecord, ingest::Collective, ret),
 };
 
+// Work on a GPU, or a sampled launch's host call (DeviceActivity; ingest DeviceActivity). Rows read
+// back carry their recording's node.
+inline constexpr Column<DeviceActivity, ingest::DeviceActivity> kDeviceActivity[] = {
+    STRATA_COLUMN(DeviceActivity, ingest::DeviceActivity, pid),
+    STRATA_COLUMN(DeviceActivity, ingest::DeviceActivity, device),
+    STRATA_COLUMN(DeviceActivity, ingest::DeviceActivity, kind),
+    STRATA_COLUMN(DeviceActivity, ingest::DeviceActivity, name),
+    STRATA_COLUMN(DeviceActivity, ingest::DeviceActivity, stream),
+    STRATA_COLUMN(DeviceActivity, ingest::DeviceActivity, start_ns),
+    STRATA_COLUMN(DeviceActivity, ingest::DeviceActivity, end_ns),
+    STRATA_COLUMN(DeviceActivity, ingest::DeviceActivity, api_ns),
+    STRATA_COLUMN(DeviceActivity, ingest::DeviceActivity, api_tid),
+    STRATA_COLUMN(DeviceActivity, ingest::DeviceActivity, correlation),
+    STRATA_COLUMN(DeviceActivity, ingest::DeviceActivity, bytes),
+};
+
 }  // namespace strata::store::catalog

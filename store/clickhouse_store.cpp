@@ -81,9 +81,7 @@ const std::string kTables[] = {
        PARTITION BY toYYYYMMDD(toDateTime(intDiv(init_ns, 1000000000))) ORDER BY (recording_id, pid, init_ns))",
     "collectives (" + table_columns(catalog::kCollectives) + R"() ENGINE = MergeTree()
        PARTITION BY toYYYYMMDD(toDateTime(intDiv(enter_ns, 1000000000))) ORDER BY (recording_id, pid, enter_ns))",
-    R"(device_activity (recording_id Int64, node String, pid UInt32, device Int32, kind String, name String,
-       stream UInt64, start_ns UInt64, end_ns UInt64, api_ns UInt64, api_tid UInt32, correlation UInt64,
-       bytes UInt64, ingest_agent String, ingest_batch UInt64) ENGINE = MergeTree()
+    "device_activity (" + table_columns(catalog::kDeviceActivity) + R"() ENGINE = MergeTree()
        PARTITION BY toYYYYMMDD(toDateTime(intDiv(start_ns, 1000000000))) ORDER BY (recording_id, pid, start_ns))",
     "steps (" + table_columns(catalog::kSteps) + R"() ENGINE = MergeTree()
        PARTITION BY toYYYYMMDD(toDateTime(intDiv(start_ns, 1000000000))) ORDER BY (recording_id, pid, step))",
@@ -620,13 +618,7 @@ class ClickHouseStore final : public Store {
   }
 
   Status put_device_activity(int64_t rec, const std::vector<DeviceActivity>& rows) override {
-    auto& b = buf("device_activity");
-    const std::string& node = node_of(rec);
-    for (const auto& r : rows)
-      b.num(rec).str(node).num(r.pid).num(static_cast<int32_t>(r.device)).str(r.kind).str(r.name).num(r.stream)
-          .num(r.start_ns).num(r.end_ns).num(r.api_ns).num(r.api_tid).num(r.correlation).num(r.bytes)
-          .str(batch_agent_).num(batch_id_);
-    return {};
+    return put_rows("device_activity", catalog::kDeviceActivity, rec, rows);
   }
 
   Status put_steps(int64_t rec, const std::vector<StepRecord>& rows) override {
@@ -1106,27 +1098,7 @@ class ClickHouseStore final : public Store {
     return read_device_activity(q, "start_ns, node, pid");
   }
   Result<std::vector<DeviceActivity>> read_device_activity(const RowQuery& q, const char* order) {
-    auto rows = query(select(q, "device_activity", "start_ns", "end_ns", order,
-                             "pid, device, kind, name, stream, start_ns, end_ns, api_ns, api_tid, correlation, bytes"));
-    if (!rows) return rows.error();
-    std::vector<DeviceActivity> out;
-    for (const auto& r : *rows) {
-      DeviceActivity d;
-      d.pid = static_cast<uint32_t>(u64(r[0]));
-      d.device = static_cast<int>(i64(r[1]));
-      d.kind = r[2];
-      d.name = r[3];
-      d.stream = u64(r[4]);
-      d.start_ns = u64(r[5]);
-      d.end_ns = u64(r[6]);
-      d.api_ns = u64(r[7]);
-      d.api_tid = static_cast<uint32_t>(u64(r[8]));
-      d.correlation = u64(r[9]);
-      d.bytes = u64(r[10]);
-      d.node = r[11];
-      out.push_back(std::move(d));
-    }
-    return out;
+    return read_rows(q, "device_activity", "start_ns", "end_ns", order, catalog::kDeviceActivity);
   }
 
   Result<std::vector<StepRecord>> steps(std::optional<int64_t> rec, std::optional<uint32_t> pid) override {
@@ -1370,6 +1342,7 @@ class ClickHouseStore final : public Store {
     static const std::map<std::string, std::string> named = {
         {"steps", " (" + insert_columns(catalog::kSteps) + ")"},
         {"collectives", " (" + insert_columns(catalog::kCollectives) + ")"},
+        {"device_activity", " (" + insert_columns(catalog::kDeviceActivity) + ")"},
     };
     auto cols = named.find(table);
     std::string path = "/?query=" + httplib::detail::encode_query_param("INSERT INTO " + db_ + "." + table +

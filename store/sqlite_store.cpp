@@ -55,11 +55,6 @@ CREATE INDEX metrics_by_name ON metrics(name, recording_id);
 CREATE TABLE communicators(
   recording_id INTEGER NOT NULL, pid INTEGER NOT NULL, handle INTEGER NOT NULL, comm_id TEXT NOT NULL,
   rank INTEGER NOT NULL, nranks INTEGER NOT NULL, init_ns INTEGER NOT NULL);
-CREATE TABLE device_activity(
-  recording_id INTEGER NOT NULL, pid INTEGER NOT NULL, device INTEGER NOT NULL, kind TEXT NOT NULL,
-  name TEXT NOT NULL, stream INTEGER NOT NULL, start_ns INTEGER NOT NULL, end_ns INTEGER NOT NULL,
-  api_ns INTEGER NOT NULL, api_tid INTEGER NOT NULL, correlation INTEGER NOT NULL, bytes INTEGER NOT NULL);
-CREATE INDEX device_activity_by_pid ON device_activity(recording_id, pid, start_ns);
 CREATE TABLE launch_samples(
   recording_id INTEGER NOT NULL, start_ns INTEGER NOT NULL, end_ns INTEGER NOT NULL, pid INTEGER NOT NULL,
   tid INTEGER NOT NULL, kernel TEXT NOT NULL, stack_id INTEGER NOT NULL, count INTEGER NOT NULL);
@@ -238,7 +233,9 @@ int read_row(Stmt& s, int first, const catalog::Column<Row, Msg> (&columns)[N], 
 std::string catalog_schema() {
   return create_table("steps", catalog::kSteps) +
          create_table("collectives", catalog::kCollectives) +
-         "CREATE INDEX collectives_by_pid ON collectives(recording_id, pid, enter_ns);\n";
+         "CREATE INDEX collectives_by_pid ON collectives(recording_id, pid, enter_ns);\n" +
+         create_table("device_activity", catalog::kDeviceActivity) +
+         "CREATE INDEX device_activity_by_pid ON device_activity(recording_id, pid, start_ns);\n";
 }
 
 uint64_t hash_bytes(const void* data, size_t n) {  // FNV-1a, 64 bit
@@ -521,15 +518,7 @@ class SqliteStore final : public Store {
   }
 
   Status put_device_activity(int64_t rec, const std::vector<DeviceActivity>& rows) override {
-    Stmt s(db_, "INSERT INTO device_activity VALUES(?,?,?,?,?,?,?,?,?,?,?,?)");
-    for (const auto& r : rows) {
-      s.reset();
-      s.bind(1, rec).bind(2, i64(r.pid)).bind(3, i64(r.device)).bind(4, r.kind).bind(5, r.name)
-          .bind(6, i64(r.stream)).bind(7, i64(r.start_ns)).bind(8, i64(r.end_ns)).bind(9, i64(r.api_ns))
-          .bind(10, i64(r.api_tid)).bind(11, i64(r.correlation)).bind(12, i64(r.bytes));
-      if (s.step() != SQLITE_DONE) return err("adding device activity");
-    }
-    return {};
+    return put_rows("device_activity", catalog::kDeviceActivity, rec, rows);
   }
 
   Status put_steps(int64_t rec, const std::vector<StepRecord>& rows) override {
@@ -676,30 +665,7 @@ class SqliteStore final : public Store {
   }
 
   Result<std::vector<DeviceActivity>> read_device_activity(const RowQuery& q, const char* order) {
-    Select sel(q, "device_activity", "x.start_ns", "x.end_ns", order);
-    Stmt s(db_, sel.sql("x.pid,x.device,x.kind,x.name,x.stream,x.start_ns,x.end_ns,x.api_ns,x.api_tid,x.correlation,"
-                        "x.bytes").c_str());
-    sel.bind(s);
-    std::vector<DeviceActivity> out;
-    int rc;
-    while ((rc = s.step()) == SQLITE_ROW) {
-      DeviceActivity r;
-      r.pid = static_cast<uint32_t>(s.i64(0));
-      r.device = static_cast<int>(s.i64(1));
-      r.kind = s.text(2);
-      r.name = s.text(3);
-      r.stream = static_cast<uint64_t>(s.i64(4));
-      r.start_ns = static_cast<uint64_t>(s.i64(5));
-      r.end_ns = static_cast<uint64_t>(s.i64(6));
-      r.api_ns = static_cast<uint64_t>(s.i64(7));
-      r.api_tid = static_cast<uint32_t>(s.i64(8));
-      r.correlation = static_cast<uint64_t>(s.i64(9));
-      r.bytes = static_cast<uint64_t>(s.i64(10));
-      r.node = s.text(11);
-      out.push_back(std::move(r));
-    }
-    if (rc != SQLITE_DONE) return err("reading device activity");
-    return out;
+    return read_rows(Select(q, "device_activity", "x.start_ns", "x.end_ns", order), catalog::kDeviceActivity);
   }
 
   Result<std::vector<StepRecord>> steps(std::optional<int64_t> rec, std::optional<uint32_t> pid) override {

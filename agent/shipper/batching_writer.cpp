@@ -274,21 +274,7 @@ Status BatchingWriter::put_device_activity(int64_t recording, const std::vector<
   return chunked(rows, [&](size_t a, size_t b) {
     auto* m = add("device_activity", b - a).mutable_device_activity();
     m->set_recording(recording);
-    for (size_t i = a; i < b; ++i) {
-      const auto& r = rows[i];
-      auto* p = m->add_rows();
-      p->set_pid(r.pid);
-      p->set_device(r.device);
-      p->set_kind(r.kind);
-      p->set_name(r.name);
-      p->set_stream(r.stream);
-      p->set_start_ns(r.start_ns);
-      p->set_end_ns(r.end_ns);
-      p->set_api_ns(r.api_ns);
-      p->set_api_tid(r.api_tid);
-      p->set_correlation(r.correlation);
-      p->set_bytes(r.bytes);
-    }
+    for (size_t i = a; i < b; ++i) store::catalog::to_message(store::catalog::kDeviceActivity, rows[i], *m->add_rows());
     return maybe_seal();
   });
 }

@@ -544,6 +544,12 @@ void check_catalog_round_trip(Store& s) {
   check_kind_round_trip<CollectiveRecord>(
       s, catalog::kCollectives, coll, [&](Store& st, int64_t rec) { return st.put_collectives(rec, {coll}); },
       {{"collectives()", all_of(&Reader::collectives)}, {"query_collectives()", bounded(&Reader::query_collectives)}});
+
+  const DeviceActivity dev = distinct_row(catalog::kDeviceActivity);
+  check_kind_round_trip<DeviceActivity>(
+      s, catalog::kDeviceActivity, dev, [&](Store& st, int64_t rec) { return st.put_device_activity(rec, {dev}); },
+      {{"device_activity()", all_of(&Reader::device_activity)},
+       {"query_device_activity()", bounded(&Reader::query_device_activity)}});
 }
 
 // Every column of a kind survives the ingest message (agent -> collector) and shows in its JSON.
@@ -563,6 +569,7 @@ void check_message_round_trip(const catalog::Column<Row, Msg> (&columns)[N]) {
 TEST(Catalog, EveryColumnTravelsThroughTheIngestMessage) {
   check_message_round_trip(catalog::kSteps);
   check_message_round_trip(catalog::kCollectives);
+  check_message_round_trip(catalog::kDeviceActivity);
   const StepRecord step = distinct_row(catalog::kSteps);
   EXPECT_NE(catalog::json_members(catalog::kSteps, step).find("\"device_known\":true"), std::string::npos);
 }
@@ -609,6 +616,10 @@ TEST(Catalog, TheTablesKeepTheirColumns) {
             "peer INTEGER NOT NULL, stream INTEGER NOT NULL, enter_ns INTEGER NOT NULL, exit_ns INTEGER NOT NULL, "
             "device_start_ns INTEGER NOT NULL, device_end_ns INTEGER NOT NULL, completion TEXT NOT NULL, "
             "ret INTEGER NOT NULL, ");
+  EXPECT_EQ(sqlite_columns(d.file("s.db"), "device_activity"),
+            "recording_id INTEGER NOT NULL, pid INTEGER NOT NULL, device INTEGER NOT NULL, kind TEXT NOT NULL, "
+            "name TEXT NOT NULL, stream INTEGER NOT NULL, start_ns INTEGER NOT NULL, end_ns INTEGER NOT NULL, "
+            "api_ns INTEGER NOT NULL, api_tid INTEGER NOT NULL, correlation INTEGER NOT NULL, bytes INTEGER NOT NULL, ");
 }
 
 TEST(Store, ManyStacks) {
