@@ -245,7 +245,7 @@ Status IngestApplier::apply_records(const ingest::Batch& b, AgentMaps& m, AgentM
         auto rec = recording(b, m, added, x.recording(), o);
         if (!rec) return rec.error();
         std::vector<store::CommunicatorRecord> rows;
-        for (const auto& p : x.rows()) rows.push_back({p.pid(), p.handle(), p.comm_id(), p.rank(), p.nranks(), p.init_ns()});
+        for (const auto& p : x.rows()) rows.push_back(store::catalog::from_message(store::catalog::kCommunicators, p));
         if (auto st = rows_.put_communicators(*rec, rows); !st) return st;
         o.rows["communicators"] += rows.size();
         break;

@@ -172,4 +172,15 @@ inline constexpr Column<DeviceActivity, ingest::DeviceActivity> kDeviceActivity[
     STRATA_COLUMN(DeviceActivity, ingest::DeviceActivity, bytes),
 };
 
+// A communicator a process created (CommunicatorRecord; ingest Communicator). Rows read back carry
+// their recording's node.
+inline constexpr Column<CommunicatorRecord, ingest::Communicator> kCommunicators[] = {
+    STRATA_COLUMN(CommunicatorRecord, ingest::Communicator, pid),
+    STRATA_COLUMN(CommunicatorRecord, ingest::Communicator, handle),
+    STRATA_COLUMN(CommunicatorRecord, ingest::Communicator, comm_id),
+    STRATA_COLUMN(CommunicatorRecord, ingest::Communicator, rank),
+    STRATA_COLUMN(CommunicatorRecord, ingest::Communicator, nranks),
+    STRATA_COLUMN(CommunicatorRecord, ingest::Communicator, init_ns),
+};
+
 }  // namespace strata::store::catalog

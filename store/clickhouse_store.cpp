@@ -76,8 +76,7 @@ const std::string kTables[] = {
     R"(metrics (recording_id Int64, node String, start_ns UInt64, end_ns UInt64, pid UInt32, name String,
        label String, value Float64, ingest_agent String, ingest_batch UInt64) ENGINE = MergeTree()
        PARTITION BY toYYYYMMDD(toDateTime(intDiv(start_ns, 1000000000))) ORDER BY (name, recording_id, pid, start_ns))",
-    R"(communicators (recording_id Int64, node String, pid UInt32, handle UInt64, comm_id String, rank Int32,
-       nranks Int32, init_ns UInt64, ingest_agent String, ingest_batch UInt64) ENGINE = MergeTree()
+    "communicators (" + table_columns(catalog::kCommunicators) + R"() ENGINE = MergeTree()
        PARTITION BY toYYYYMMDD(toDateTime(intDiv(init_ns, 1000000000))) ORDER BY (recording_id, pid, init_ns))",
     "collectives (" + table_columns(catalog::kCollectives) + R"() ENGINE = MergeTree()
        PARTITION BY toYYYYMMDD(toDateTime(intDiv(enter_ns, 1000000000))) ORDER BY (recording_id, pid, enter_ns))",
@@ -606,11 +605,7 @@ class ClickHouseStore final : public Store {
   }
 
   Status put_communicators(int64_t rec, const std::vector<CommunicatorRecord>& rows) override {
-    auto& b = buf("communicators");
-    for (const auto& r : rows)
-      b.num(rec).str(node_of(rec)).num(r.pid).num(r.handle).str(r.comm_id).num(static_cast<int32_t>(r.rank))
-          .num(static_cast<int32_t>(r.nranks)).num(r.init_ns).str(batch_agent_).num(batch_id_);
-    return {};
+    return put_rows("communicators", catalog::kCommunicators, rec, rows);
   }
 
   Status put_collectives(int64_t rec, const std::vector<CollectiveRecord>& rows) override {
@@ -1065,14 +1060,9 @@ class ClickHouseStore final : public Store {
   }
 
   Result<std::vector<CommunicatorRecord>> communicators(std::optional<int64_t> rec) override {
-    auto rows = query("SELECT pid, handle, comm_id, rank, nranks, init_ns, node FROM " + db_ + ".communicators" +
-                      where(rec, std::nullopt) + " ORDER BY init_ns");
-    if (!rows) return rows.error();
-    std::vector<CommunicatorRecord> out;
-    for (const auto& r : *rows)
-      out.push_back({static_cast<uint32_t>(u64(r[0])), u64(r[1]), r[2], static_cast<int>(i64(r[3])),
-                     static_cast<int>(i64(r[4])), u64(r[5]), r[6]});
-    return out;
+    RowQuery q;
+    q.recording = rec;
+    return read_rows(q, "communicators", "init_ns", "init_ns", "init_ns", catalog::kCommunicators);
   }
 
   Result<std::vector<CollectiveRecord>> collectives(std::optional<int64_t> rec, std::optional<uint32_t> pid) override {
@@ -1341,6 +1331,7 @@ class ClickHouseStore final : public Store {
     // The catalog's kinds name their columns (insert_columns).
     static const std::map<std::string, std::string> named = {
         {"steps", " (" + insert_columns(catalog::kSteps) + ")"},
+        {"communicators", " (" + insert_columns(catalog::kCommunicators) + ")"},
         {"collectives", " (" + insert_columns(catalog::kCollectives) + ")"},
         {"device_activity", " (" + insert_columns(catalog::kDeviceActivity) + ")"},
     };

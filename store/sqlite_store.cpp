@@ -52,9 +52,6 @@ CREATE TABLE metrics(
   recording_id INTEGER NOT NULL, start_ns INTEGER NOT NULL, end_ns INTEGER NOT NULL, pid INTEGER NOT NULL,
   name TEXT NOT NULL, label TEXT NOT NULL, value REAL NOT NULL);
 CREATE INDEX metrics_by_name ON metrics(name, recording_id);
-CREATE TABLE communicators(
-  recording_id INTEGER NOT NULL, pid INTEGER NOT NULL, handle INTEGER NOT NULL, comm_id TEXT NOT NULL,
-  rank INTEGER NOT NULL, nranks INTEGER NOT NULL, init_ns INTEGER NOT NULL);
 CREATE TABLE launch_samples(
   recording_id INTEGER NOT NULL, start_ns INTEGER NOT NULL, end_ns INTEGER NOT NULL, pid INTEGER NOT NULL,
   tid INTEGER NOT NULL, kernel TEXT NOT NULL, stack_id INTEGER NOT NULL, count INTEGER NOT NULL);
@@ -231,7 +228,7 @@ int read_row(Stmt& s, int first, const catalog::Column<Row, Msg> (&columns)[N], 
 
 // The tables of the catalog's kinds and their indexes, created after the rest of the schema (kSchema).
 std::string catalog_schema() {
-  return create_table("steps", catalog::kSteps) +
+  return create_table("communicators", catalog::kCommunicators) + create_table("steps", catalog::kSteps) +
          create_table("collectives", catalog::kCollectives) +
          "CREATE INDEX collectives_by_pid ON collectives(recording_id, pid, enter_ns);\n" +
          create_table("device_activity", catalog::kDeviceActivity) +
@@ -503,14 +500,7 @@ class SqliteStore final : public Store {
   }
 
   Status put_communicators(int64_t rec, const std::vector<CommunicatorRecord>& rows) override {
-    Stmt s(db_, "INSERT INTO communicators VALUES(?,?,?,?,?,?,?)");
-    for (const auto& r : rows) {
-      s.reset();
-      s.bind(1, rec).bind(2, i64(r.pid)).bind(3, i64(r.handle)).bind(4, r.comm_id).bind(5, i64(r.rank))
-          .bind(6, i64(r.nranks)).bind(7, i64(r.init_ns));
-      if (s.step() != SQLITE_DONE) return err("adding communicators");
-    }
-    return {};
+    return put_rows("communicators", catalog::kCommunicators, rec, rows);
   }
 
   Status put_collectives(int64_t rec, const std::vector<CollectiveRecord>& rows) override {
@@ -584,24 +574,7 @@ class SqliteStore final : public Store {
   Result<std::vector<CommunicatorRecord>> communicators(std::optional<int64_t> rec) override {
     RowQuery q;
     q.recording = rec;
-    Select sel(q, "communicators", "x.init_ns", "x.init_ns", "x.init_ns");
-    Stmt s(db_, sel.sql("x.pid,x.handle,x.comm_id,x.rank,x.nranks,x.init_ns").c_str());
-    sel.bind(s);
-    std::vector<CommunicatorRecord> out;
-    int rc;
-    while ((rc = s.step()) == SQLITE_ROW) {
-      CommunicatorRecord r;
-      r.pid = static_cast<uint32_t>(s.i64(0));
-      r.handle = static_cast<uint64_t>(s.i64(1));
-      r.comm_id = s.text(2);
-      r.rank = static_cast<int>(s.i64(3));
-      r.nranks = static_cast<int>(s.i64(4));
-      r.init_ns = static_cast<uint64_t>(s.i64(5));
-      r.node = s.text(6);
-      out.push_back(std::move(r));
-    }
-    if (rc != SQLITE_DONE) return err("reading communicators");
-    return out;
+    return read_rows(Select(q, "communicators", "x.init_ns", "x.init_ns", "x.init_ns"), catalog::kCommunicators);
   }
 
   // One bounded read of a table whose rows belong to a recording: the row's node is its

@@ -247,16 +247,7 @@ Status BatchingWriter::put_communicators(int64_t recording, const std::vector<st
   return chunked(rows, [&](size_t a, size_t b) {
     auto* m = add("communicators", b - a).mutable_communicators();
     m->set_recording(recording);
-    for (size_t i = a; i < b; ++i) {
-      const auto& r = rows[i];
-      auto* p = m->add_rows();
-      p->set_pid(r.pid);
-      p->set_handle(r.handle);
-      p->set_comm_id(r.comm_id);
-      p->set_rank(r.rank);
-      p->set_nranks(r.nranks);
-      p->set_init_ns(r.init_ns);
-    }
+    for (size_t i = a; i < b; ++i) store::catalog::to_message(store::catalog::kCommunicators, rows[i], *m->add_rows());
     return maybe_seal();
   });
 }

@@ -550,6 +550,11 @@ void check_catalog_round_trip(Store& s) {
       s, catalog::kDeviceActivity, dev, [&](Store& st, int64_t rec) { return st.put_device_activity(rec, {dev}); },
       {{"device_activity()", all_of(&Reader::device_activity)},
        {"query_device_activity()", bounded(&Reader::query_device_activity)}});
+
+  const CommunicatorRecord comm = distinct_row(catalog::kCommunicators);
+  check_kind_round_trip<CommunicatorRecord>(
+      s, catalog::kCommunicators, comm, [&](Store& st, int64_t rec) { return st.put_communicators(rec, {comm}); },
+      {{"communicators()", [](Store& st) { return st.communicators(); }}});
 }
 
 // Every column of a kind survives the ingest message (agent -> collector) and shows in its JSON.
@@ -570,6 +575,7 @@ TEST(Catalog, EveryColumnTravelsThroughTheIngestMessage) {
   check_message_round_trip(catalog::kSteps);
   check_message_round_trip(catalog::kCollectives);
   check_message_round_trip(catalog::kDeviceActivity);
+  check_message_round_trip(catalog::kCommunicators);
   const StepRecord step = distinct_row(catalog::kSteps);
   EXPECT_NE(catalog::json_members(catalog::kSteps, step).find("\"device_known\":true"), std::string::npos);
 }
@@ -620,6 +626,9 @@ TEST(Catalog, TheTablesKeepTheirColumns) {
             "recording_id INTEGER NOT NULL, pid INTEGER NOT NULL, device INTEGER NOT NULL, kind TEXT NOT NULL, "
             "name TEXT NOT NULL, stream INTEGER NOT NULL, start_ns INTEGER NOT NULL, end_ns INTEGER NOT NULL, "
             "api_ns INTEGER NOT NULL, api_tid INTEGER NOT NULL, correlation INTEGER NOT NULL, bytes INTEGER NOT NULL, ");
+  EXPECT_EQ(sqlite_columns(d.file("s.db"), "communicators"),
+            "recording_id INTEGER NOT NULL, pid INTEGER NOT NULL, handle INTEGER NOT NULL, comm_id TEXT NOT NULL, "
+            "rank INTEGER NOT NULL, nranks INTEGER NOT NULL, init_ns INTEGER NOT NULL, ");
 }
 
 TEST(Store, ManyStacks) {
