@@ -235,7 +235,7 @@ Status IngestApplier::apply_records(const ingest::Batch& b, AgentMaps& m, AgentM
         if (!rec) return rec.error();
         std::vector<store::Metric> rows;
         rows.reserve(static_cast<size_t>(x.metrics_size()));
-        for (const auto& p : x.metrics()) rows.push_back({p.pid(), p.name(), p.label(), p.value()});
+        for (const auto& p : x.metrics()) rows.push_back(store::catalog::from_message(store::catalog::kMetrics, p));
         if (auto st = rows_.put_metrics(*rec, x.start_ns(), x.end_ns(), rows); !st) return st;
         o.rows["metrics"] += rows.size();
         break;

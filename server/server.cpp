@@ -623,11 +623,7 @@ class Server {
         auto* x = e.add_metrics();
         x->set_start_ns(m.start_ns);
         x->set_end_ns(m.end_ns);
-        auto* y = x->add_metrics();
-        y->set_pid(m.metric.pid);
-        y->set_name(m.metric.name);
-        y->set_label(m.metric.label);
-        y->set_value(m.metric.value);
+        store::catalog::to_message(store::catalog::kMetrics, m.metric, *x->add_metrics());
       }
       if (*latest) {
         e.set_latest_recording(**latest);
@@ -664,8 +660,7 @@ class Server {
       o += first ? "" : ",";
       first = false;
       o += "{\"start_ns\":" + json_num(r.start_ns) + ",\"end_ns\":" + json_num(r.end_ns) + ",\"node\":" +
-           json_str(r.node) + ",\"pid\":" + json_num(r.metric.pid) + ",\"name\":" + json_str(r.metric.name) +
-           ",\"label\":" + json_str(r.metric.label) + ",\"value\":" + json_num(r.metric.value) + "}";
+           json_str(r.node) + store::catalog::json_members(store::catalog::kMetrics, r.metric) + "}";
     }
     res.set_content(o + "]" + page_end(*q, rows->size()) + "}\n", "application/json");
   }

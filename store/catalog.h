@@ -183,4 +183,14 @@ inline constexpr Column<CommunicatorRecord, ingest::Communicator> kCommunicators
     STRATA_COLUMN(CommunicatorRecord, ingest::Communicator, init_ns),
 };
 
+// A per-window measurement (Metric; ingest Metric). Counted per window: a row's table also has
+// the window's start_ns and end_ns (ingest: its Metrics message's), and rows read back carry them
+// and their recording's node (Reader::MetricRow).
+inline constexpr Column<Metric, ingest::Metric> kMetrics[] = {
+    STRATA_COLUMN(Metric, ingest::Metric, pid),
+    STRATA_COLUMN(Metric, ingest::Metric, name),
+    STRATA_COLUMN(Metric, ingest::Metric, label),
+    STRATA_COLUMN(Metric, ingest::Metric, value),
+};
+
 }  // namespace strata::store::catalog

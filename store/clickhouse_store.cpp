@@ -39,10 +39,12 @@ namespace {
 
 // -- the catalog's kinds (store/catalog.h) in ClickHouse. A kind's table is recording_id, node
 // (the recording's: rows are sharded and read by it), its columns, and the ingest batch that wrote
-// the row.
+// the row. Kinds counted per window (`of_window`: metrics, launch samples) have the window's
+// start_ns and end_ns before their columns.
 template <typename Row, typename Msg, size_t N>
-std::string table_columns(const catalog::Column<Row, Msg> (&columns)[N]) {
+std::string table_columns(const catalog::Column<Row, Msg> (&columns)[N], bool of_window = false) {
   std::string s = "recording_id Int64, node String";
+  if (of_window) s += ", start_ns UInt64, end_ns UInt64";
   for (const auto& c : columns) s += std::string(", ") + c.name + " " + catalog::clickhouse_type(c);
   return s + ", ingest_agent String, ingest_batch UInt64";
 }
@@ -50,8 +52,8 @@ std::string table_columns(const catalog::Column<Row, Msg> (&columns)[N]) {
 // The columns an insert into a kind's table names, in the order of its RowBinary rows: a column
 // added to an older database is appended after ingest_batch, so the rows cannot rely on its order.
 template <typename Row, typename Msg, size_t N>
-std::string insert_columns(const catalog::Column<Row, Msg> (&columns)[N]) {
-  std::string s = "recording_id, node";
+std::string insert_columns(const catalog::Column<Row, Msg> (&columns)[N], bool of_window = false) {
+  std::string s = of_window ? "recording_id, node, start_ns, end_ns" : "recording_id, node";
   for (const auto& c : columns) s += std::string(", ") + c.name;
   return s + ", ingest_agent, ingest_batch";
 }
@@ -73,8 +75,7 @@ const std::string kTables[] = {
        tid UInt32, thread_comm String, stack_id Int64, value UInt64, ingest_agent String, ingest_batch UInt64,
        sample_hz UInt32, unwinding String) ENGINE = MergeTree()
        PARTITION BY toYYYYMMDD(toDateTime(intDiv(start_ns, 1000000000))) ORDER BY (kind, recording_id, pid, start_ns))",
-    R"(metrics (recording_id Int64, node String, start_ns UInt64, end_ns UInt64, pid UInt32, name String,
-       label String, value Float64, ingest_agent String, ingest_batch UInt64) ENGINE = MergeTree()
+    "metrics (" + table_columns(catalog::kMetrics, /*of_window=*/true) + R"() ENGINE = MergeTree()
        PARTITION BY toYYYYMMDD(toDateTime(intDiv(start_ns, 1000000000))) ORDER BY (name, recording_id, pid, start_ns))",
     "communicators (" + table_columns(catalog::kCommunicators) + R"() ENGINE = MergeTree()
        PARTITION BY toYYYYMMDD(toDateTime(intDiv(init_ns, 1000000000))) ORDER BY (recording_id, pid, init_ns))",
@@ -599,8 +600,11 @@ class ClickHouseStore final : public Store {
   Status put_metrics(int64_t rec, uint64_t start_ns, uint64_t end_ns, const std::vector<Metric>& metrics) override {
     auto& b = buf("metrics");
     const std::string& node = node_of(rec);
-    for (const auto& m : metrics)
-      tag(b.num(rec).str(node).num(start_ns).num(end_ns).num(m.pid).str(m.name).str(m.label).num(m.value));
+    for (const auto& m : metrics) {
+      b.num(rec).str(node).num(start_ns).num(end_ns);
+      put_row(b, catalog::kMetrics, m);
+      tag(b);
+    }
     return {};
   }
 
@@ -1196,7 +1200,7 @@ class ClickHouseStore final : public Store {
     return read_metrics(q, "start_ns, node, pid, name, label");
   }
   Result<std::vector<MetricRow>> read_metrics(const RowQuery& q, const char* order) {
-    auto rows = query(select(q, "metrics", "start_ns", "end_ns", order, "start_ns, end_ns, pid, name, label, value",
+    auto rows = query(select(q, "metrics", "start_ns", "end_ns", order, "start_ns, end_ns, " + select_columns(catalog::kMetrics),
                              " AND substring(name, 1, " + std::to_string(q.prefix.size()) + ") = " + quote(q.prefix)));
     if (!rows) return rows.error();
     std::vector<MetricRow> out;
@@ -1204,8 +1208,7 @@ class ClickHouseStore final : public Store {
       MetricRow m;
       m.start_ns = u64(r[0]);
       m.end_ns = u64(r[1]);
-      m.metric = {static_cast<uint32_t>(u64(r[2])), r[3], r[4], dbl(r[5])};
-      m.node = r[6];
+      m.node = r[read_row(r, 2, catalog::kMetrics, m.metric)];
       out.push_back(std::move(m));
     }
     return out;
@@ -1331,6 +1334,7 @@ class ClickHouseStore final : public Store {
     // The catalog's kinds name their columns (insert_columns).
     static const std::map<std::string, std::string> named = {
         {"steps", " (" + insert_columns(catalog::kSteps) + ")"},
+        {"metrics", " (" + insert_columns(catalog::kMetrics, /*of_window=*/true) + ")"},
         {"communicators", " (" + insert_columns(catalog::kCommunicators) + ")"},
         {"collectives", " (" + insert_columns(catalog::kCollectives) + ")"},
         {"device_activity", " (" + insert_columns(catalog::kDeviceActivity) + ")"},

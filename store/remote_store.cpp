@@ -4,6 +4,7 @@
 
 #include "common/http_error.h"
 #include "ingest.pb.h"
+#include "store/catalog.h"
 #include "store/store.h"
 
 namespace strata::store {
@@ -123,7 +124,7 @@ class RemoteStore final : public Reader {
         MetricRow r;
         r.start_ns = m.start_ns();
         r.end_ns = m.end_ns();
-        r.metric = {x.pid(), x.name(), x.label(), x.value()};
+        r.metric = catalog::from_message(catalog::kMetrics, x);
         out.push_back(std::move(r));
       }
     }

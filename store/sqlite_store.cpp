@@ -48,10 +48,6 @@ CREATE TABLE stack_counts(
   pid INTEGER NOT NULL, tid INTEGER NOT NULL, thread_comm TEXT NOT NULL,
   stack_id INTEGER NOT NULL REFERENCES stacks(id), value INTEGER NOT NULL);
 CREATE INDEX stack_counts_by_pid ON stack_counts(recording_id, pid);
-CREATE TABLE metrics(
-  recording_id INTEGER NOT NULL, start_ns INTEGER NOT NULL, end_ns INTEGER NOT NULL, pid INTEGER NOT NULL,
-  name TEXT NOT NULL, label TEXT NOT NULL, value REAL NOT NULL);
-CREATE INDEX metrics_by_name ON metrics(name, recording_id);
 CREATE TABLE launch_samples(
   recording_id INTEGER NOT NULL, start_ns INTEGER NOT NULL, end_ns INTEGER NOT NULL, pid INTEGER NOT NULL,
   tid INTEGER NOT NULL, kernel TEXT NOT NULL, stack_id INTEGER NOT NULL, count INTEGER NOT NULL);
@@ -228,7 +224,9 @@ int read_row(Stmt& s, int first, const catalog::Column<Row, Msg> (&columns)[N], 
 
 // The tables of the catalog's kinds and their indexes, created after the rest of the schema (kSchema).
 std::string catalog_schema() {
-  return create_table("communicators", catalog::kCommunicators) + create_table("steps", catalog::kSteps) +
+  return create_table("metrics", catalog::kMetrics, /*of_window=*/true) +
+         "CREATE INDEX metrics_by_name ON metrics(name, recording_id);\n" +
+         create_table("communicators", catalog::kCommunicators) + create_table("steps", catalog::kSteps) +
          create_table("collectives", catalog::kCollectives) +
          "CREATE INDEX collectives_by_pid ON collectives(recording_id, pid, enter_ns);\n" +
          create_table("device_activity", catalog::kDeviceActivity) +
@@ -455,14 +453,7 @@ class SqliteStore final : public Store {
 
   Status put_metrics(int64_t recording, uint64_t start_ns, uint64_t end_ns,
                      const std::vector<Metric>& metrics) override {
-    Stmt s(db_, "INSERT INTO metrics(recording_id,start_ns,end_ns,pid,name,label,value) VALUES(?,?,?,?,?,?,?)");
-    for (const auto& m : metrics) {
-      s.reset();
-      s.bind(1, recording).bind(2, static_cast<int64_t>(start_ns)).bind(3, static_cast<int64_t>(end_ns))
-          .bind(4, static_cast<int64_t>(m.pid)).bind(5, m.name).bind(6, m.label).bind(7, m.value);
-      if (s.step() != SQLITE_DONE) return err("adding metrics");
-    }
-    return {};
+    return put_window_rows("metrics", catalog::kMetrics, recording, start_ns, end_ns, metrics);
   }
 
   Result<std::vector<MetricRow>> metrics(const std::string& prefix, std::optional<int64_t> recording) override {
@@ -479,7 +470,7 @@ class SqliteStore final : public Store {
   Result<std::vector<MetricRow>> read_metrics(const RowQuery& q, const char* order) {
     Select sel(q, "metrics", "x.start_ns", "x.end_ns", order);
     sel.where += " AND substr(x.name,1,?)=?";
-    Stmt s(db_, sel.sql("x.start_ns,x.end_ns,x.pid,x.name,x.label,x.value").c_str());
+    Stmt s(db_, sel.sql("x.start_ns,x.end_ns," + select_columns(catalog::kMetrics)).c_str());
     int n = sel.bind(s);
     s.bind(n + 1, static_cast<int64_t>(q.prefix.size())).bind(n + 2, q.prefix);
     std::vector<MetricRow> out;
@@ -488,11 +479,7 @@ class SqliteStore final : public Store {
       MetricRow r;
       r.start_ns = static_cast<uint64_t>(s.i64(0));
       r.end_ns = static_cast<uint64_t>(s.i64(1));
-      r.metric.pid = static_cast<uint32_t>(s.i64(2));
-      r.metric.name = s.text(3);
-      r.metric.label = s.text(4);
-      r.metric.value = s.dbl(5);
-      r.node = s.text(6);
+      r.node = s.text(read_row(s, 2, catalog::kMetrics, r.metric));
       out.push_back(std::move(r));
     }
     if (rc != SQLITE_DONE) return err("reading metrics");
@@ -654,6 +641,20 @@ class SqliteStore final : public Store {
 
   Result<std::vector<StepRecord>> read_steps(const RowQuery& q, const char* order) {
     return read_rows(Select(q, "steps", "x.start_ns", "x.end_ns", order), catalog::kSteps);
+  }
+
+  // Adds rows of a catalog kind counted per window (`of_window`) to its table.
+  template <typename Row, typename Msg, size_t N>
+  Status put_window_rows(const char* table, const catalog::Column<Row, Msg> (&columns)[N], int64_t rec,
+                         uint64_t start_ns, uint64_t end_ns, const std::vector<Row>& rows) {
+    Stmt s(db_, insert_sql(table, columns, /*of_window=*/true).c_str());
+    for (const auto& r : rows) {
+      s.reset();
+      s.bind(1, rec).bind(2, i64(start_ns)).bind(3, i64(end_ns));
+      bind_row(s, 4, columns, r);
+      if (s.step() != SQLITE_DONE) return err(std::string("adding ") + table);
+    }
+    return {};
   }
 
   // Reads the rows of a catalog kind that `sel` selects; each carries its recording's node.

@@ -232,13 +232,7 @@ Status BatchingWriter::put_metrics(int64_t recording, uint64_t start_ns, uint64_
     m->set_recording(recording);
     m->set_start_ns(start_ns);
     m->set_end_ns(end_ns);
-    for (size_t i = a; i < b; ++i) {
-      auto* p = m->add_metrics();
-      p->set_pid(metrics[i].pid);
-      p->set_name(metrics[i].name);
-      p->set_label(metrics[i].label);
-      p->set_value(metrics[i].value);
-    }
+    for (size_t i = a; i < b; ++i) store::catalog::to_message(store::catalog::kMetrics, metrics[i], *m->add_metrics());
     return maybe_seal();
   });
 }

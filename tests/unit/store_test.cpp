@@ -555,6 +555,24 @@ void check_catalog_round_trip(Store& s) {
   check_kind_round_trip<CommunicatorRecord>(
       s, catalog::kCommunicators, comm, [&](Store& st, int64_t rec) { return st.put_communicators(rec, {comm}); },
       {{"communicators()", [](Store& st) { return st.communicators(); }}});
+
+  // Metrics are counted per window: the row read back also carries the window.
+  const Metric metric = distinct_row(catalog::kMetrics);
+  auto metric_rows = [](Result<std::vector<Reader::MetricRow>> r) -> Result<std::vector<Metric>> {
+    if (!r) return r.error();
+    std::vector<Metric> out;
+    for (const auto& m : *r) {
+      EXPECT_EQ(m.start_ns, 5000u);
+      EXPECT_EQ(m.end_ns, 6000u);
+      EXPECT_EQ(m.node, "node-7");
+      out.push_back(m.metric);
+    }
+    return out;
+  };
+  check_kind_round_trip<Metric>(
+      s, catalog::kMetrics, metric, [&](Store& st, int64_t rec) { return st.put_metrics(rec, 5000, 6000, {metric}); },
+      {{"metrics()", [&](Store& st) { return metric_rows(st.metrics("")); }},
+       {"query_metrics()", [&](Store& st) { return metric_rows(st.query_metrics({})); }}});
 }
 
 // Every column of a kind survives the ingest message (agent -> collector) and shows in its JSON.
@@ -576,6 +594,7 @@ TEST(Catalog, EveryColumnTravelsThroughTheIngestMessage) {
   check_message_round_trip(catalog::kCollectives);
   check_message_round_trip(catalog::kDeviceActivity);
   check_message_round_trip(catalog::kCommunicators);
+  check_message_round_trip(catalog::kMetrics);
   const StepRecord step = distinct_row(catalog::kSteps);
   EXPECT_NE(catalog::json_members(catalog::kSteps, step).find("\"device_known\":true"), std::string::npos);
 }
@@ -629,6 +648,9 @@ TEST(Catalog, TheTablesKeepTheirColumns) {
   EXPECT_EQ(sqlite_columns(d.file("s.db"), "communicators"),
             "recording_id INTEGER NOT NULL, pid INTEGER NOT NULL, handle INTEGER NOT NULL, comm_id TEXT NOT NULL, "
             "rank INTEGER NOT NULL, nranks INTEGER NOT NULL, init_ns INTEGER NOT NULL, ");
+  EXPECT_EQ(sqlite_columns(d.file("s.db"), "metrics"),
+            "recording_id INTEGER NOT NULL, start_ns INTEGER NOT NULL, end_ns INTEGER NOT NULL, pid INTEGER NOT NULL, "
+            "name TEXT NOT NULL, label TEXT NOT NULL, value REAL NOT NULL, ");
 }
 
 TEST(Store, ManyStacks) {
