@@ -291,7 +291,8 @@ Status IngestApplier::apply_records(const ingest::Batch& b, AgentMaps& m, AgentM
         for (const auto& p : x.rows()) {
           auto sid = stack(b, m, added, p.stack(), o);
           if (!sid) return sid.error();
-          rows.push_back({p.pid(), p.tid(), p.kernel(), *sid, p.count()});
+          rows.push_back(store::catalog::from_message(store::catalog::kLaunchSamples, p));
+          rows.back().stack_id = *sid;  // the agent's StackDef id, as this store's
         }
         if (auto st = rows_.put_launch_samples(*rec, x.start_ns(), x.end_ns(), rows); !st) return st;
         o.rows["launch_samples"] += rows.size();

@@ -193,4 +193,15 @@ inline constexpr Column<Metric, ingest::Metric> kMetrics[] = {
     STRATA_COLUMN(Metric, ingest::Metric, value),
 };
 
+// A sampled kernel launch or memory call (LaunchSample; ingest LaunchSample), counted per window as
+// metrics are. `stack_id` is the store's stack; its ingest field `stack` is the agent's StackDef id,
+// which the collector maps to the store's after decoding.
+inline constexpr Column<LaunchSample, ingest::LaunchSample> kLaunchSamples[] = {
+    STRATA_COLUMN(LaunchSample, ingest::LaunchSample, pid),
+    STRATA_COLUMN(LaunchSample, ingest::LaunchSample, tid),
+    STRATA_COLUMN(LaunchSample, ingest::LaunchSample, kernel),
+    STRATA_COLUMN_AS(LaunchSample, ingest::LaunchSample, stack_id, stack),
+    STRATA_COLUMN(LaunchSample, ingest::LaunchSample, count),
+};
+
 }  // namespace strata::store::catalog

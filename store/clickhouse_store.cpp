@@ -85,8 +85,7 @@ const std::string kTables[] = {
        PARTITION BY toYYYYMMDD(toDateTime(intDiv(start_ns, 1000000000))) ORDER BY (recording_id, pid, start_ns))",
     "steps (" + table_columns(catalog::kSteps) + R"() ENGINE = MergeTree()
        PARTITION BY toYYYYMMDD(toDateTime(intDiv(start_ns, 1000000000))) ORDER BY (recording_id, pid, step))",
-    R"(launch_samples (recording_id Int64, node String, start_ns UInt64, end_ns UInt64, pid UInt32, tid UInt32,
-       kernel String, stack_id Int64, count UInt64, ingest_agent String, ingest_batch UInt64) ENGINE = MergeTree()
+    "launch_samples (" + table_columns(catalog::kLaunchSamples, /*of_window=*/true) + R"() ENGINE = MergeTree()
        PARTITION BY toYYYYMMDD(toDateTime(intDiv(start_ns, 1000000000))) ORDER BY (recording_id, pid, start_ns))",
     R"(agent_stats (recording_id Int64, node String, key String, value Float64, version UInt64, ingest_agent String, ingest_batch UInt64)
        ENGINE = ReplacingMergeTree(version) ORDER BY (recording_id, key))",
@@ -598,14 +597,7 @@ class ClickHouseStore final : public Store {
   }
 
   Status put_metrics(int64_t rec, uint64_t start_ns, uint64_t end_ns, const std::vector<Metric>& metrics) override {
-    auto& b = buf("metrics");
-    const std::string& node = node_of(rec);
-    for (const auto& m : metrics) {
-      b.num(rec).str(node).num(start_ns).num(end_ns);
-      put_row(b, catalog::kMetrics, m);
-      tag(b);
-    }
-    return {};
+    return put_window_rows("metrics", catalog::kMetrics, rec, start_ns, end_ns, metrics);
   }
 
   Status put_communicators(int64_t rec, const std::vector<CommunicatorRecord>& rows) override {
@@ -624,6 +616,20 @@ class ClickHouseStore final : public Store {
     return put_rows("steps", catalog::kSteps, rec, rows);
   }
 
+  // Adds rows of a catalog kind counted per window (`of_window`) to its table's buffer.
+  template <typename Row, typename Msg, size_t N>
+  Status put_window_rows(const char* table, const catalog::Column<Row, Msg> (&columns)[N], int64_t rec,
+                         uint64_t start_ns, uint64_t end_ns, const std::vector<Row>& rows) {
+    auto& b = buf(table);
+    const std::string& node = node_of(rec);
+    for (const auto& r : rows) {
+      b.num(rec).str(node).num(start_ns).num(end_ns);
+      put_row(b, columns, r);
+      tag(b);
+    }
+    return {};
+  }
+
   // Adds rows of a catalog kind (store/catalog.h) to its table's buffer.
   template <typename Row, typename Msg, size_t N>
   Status put_rows(const char* table, const catalog::Column<Row, Msg> (&columns)[N], int64_t rec,
@@ -640,11 +646,7 @@ class ClickHouseStore final : public Store {
 
   Status put_launch_samples(int64_t rec, uint64_t start_ns, uint64_t end_ns,
                             const std::vector<LaunchSample>& rows) override {
-    auto& b = buf("launch_samples");
-    for (const auto& r : rows)
-      b.num(rec).str(node_of(rec)).num(start_ns).num(end_ns).num(r.pid).num(r.tid).str(r.kernel).num(r.stack_id)
-          .num(r.count).str(batch_agent_).num(batch_id_);
-    return {};
+    return put_window_rows("launch_samples", catalog::kLaunchSamples, rec, start_ns, end_ns, rows);
   }
 
   // Frames arrive symbolized from the agents; nothing to do here.
@@ -1217,7 +1219,7 @@ class ClickHouseStore final : public Store {
   Result<LaunchSamples> query_launch_samples(const RowQuery& q) override {
     const std::string by_prefix = " AND substring(kernel, 1, " + std::to_string(q.prefix.size()) + ") = " + quote(q.prefix);
     auto rows = query(select(q, "launch_samples", "start_ns", "end_ns", "start_ns, node, pid, tid, kernel, stack_id",
-                             "start_ns, end_ns, pid, tid, kernel, stack_id, count", by_prefix));
+                             "start_ns, end_ns, " + select_columns(catalog::kLaunchSamples), by_prefix));
     if (!rows) return rows.error();
     LaunchSamples out;
     std::map<int64_t, uint32_t> index;
@@ -1226,12 +1228,7 @@ class ClickHouseStore final : public Store {
       LaunchSampleRow x;
       x.start_ns = u64(r[0]);
       x.end_ns = u64(r[1]);
-      x.sample.pid = static_cast<uint32_t>(u64(r[2]));
-      x.sample.tid = static_cast<uint32_t>(u64(r[3]));
-      x.sample.kernel = r[4];
-      x.sample.stack_id = i64(r[5]);
-      x.sample.count = u64(r[6]);
-      x.node = r[7];
+      x.node = r[read_row(r, 2, catalog::kLaunchSamples, x.sample)];
       auto [it, inserted] = index.emplace(x.sample.stack_id, static_cast<uint32_t>(stack_ids.size()));
       if (inserted) stack_ids.push_back(x.sample.stack_id);
       x.stack_index = it->second;
@@ -1335,6 +1332,7 @@ class ClickHouseStore final : public Store {
     static const std::map<std::string, std::string> named = {
         {"steps", " (" + insert_columns(catalog::kSteps) + ")"},
         {"metrics", " (" + insert_columns(catalog::kMetrics, /*of_window=*/true) + ")"},
+        {"launch_samples", " (" + insert_columns(catalog::kLaunchSamples, /*of_window=*/true) + ")"},
         {"communicators", " (" + insert_columns(catalog::kCommunicators) + ")"},
         {"collectives", " (" + insert_columns(catalog::kCollectives) + ")"},
         {"device_activity", " (" + insert_columns(catalog::kDeviceActivity) + ")"},

@@ -48,9 +48,6 @@ CREATE TABLE stack_counts(
   pid INTEGER NOT NULL, tid INTEGER NOT NULL, thread_comm TEXT NOT NULL,
   stack_id INTEGER NOT NULL REFERENCES stacks(id), value INTEGER NOT NULL);
 CREATE INDEX stack_counts_by_pid ON stack_counts(recording_id, pid);
-CREATE TABLE launch_samples(
-  recording_id INTEGER NOT NULL, start_ns INTEGER NOT NULL, end_ns INTEGER NOT NULL, pid INTEGER NOT NULL,
-  tid INTEGER NOT NULL, kernel TEXT NOT NULL, stack_id INTEGER NOT NULL, count INTEGER NOT NULL);
 CREATE TABLE agent_stats(
   recording_id INTEGER NOT NULL, key TEXT NOT NULL, value REAL NOT NULL, PRIMARY KEY(recording_id, key));
 )sql";
@@ -230,7 +227,8 @@ std::string catalog_schema() {
          create_table("collectives", catalog::kCollectives) +
          "CREATE INDEX collectives_by_pid ON collectives(recording_id, pid, enter_ns);\n" +
          create_table("device_activity", catalog::kDeviceActivity) +
-         "CREATE INDEX device_activity_by_pid ON device_activity(recording_id, pid, start_ns);\n";
+         "CREATE INDEX device_activity_by_pid ON device_activity(recording_id, pid, start_ns);\n" +
+         create_table("launch_samples", catalog::kLaunchSamples, /*of_window=*/true);
 }
 
 uint64_t hash_bytes(const void* data, size_t n) {  // FNV-1a, 64 bit
@@ -518,20 +516,13 @@ class SqliteStore final : public Store {
 
   Status put_launch_samples(int64_t rec, uint64_t start_ns, uint64_t end_ns,
                             const std::vector<LaunchSample>& rows) override {
-    Stmt s(db_, "INSERT INTO launch_samples VALUES(?,?,?,?,?,?,?,?)");
-    for (const auto& r : rows) {
-      s.reset();
-      s.bind(1, rec).bind(2, i64(start_ns)).bind(3, i64(end_ns)).bind(4, i64(r.pid)).bind(5, i64(r.tid))
-          .bind(6, r.kernel).bind(7, r.stack_id).bind(8, i64(r.count));
-      if (s.step() != SQLITE_DONE) return err("adding launch samples");
-    }
-    return {};
+    return put_window_rows("launch_samples", catalog::kLaunchSamples, rec, start_ns, end_ns, rows);
   }
 
   Result<LaunchSamples> query_launch_samples(const RowQuery& q) override {
     Select sel(q, "launch_samples", "x.start_ns", "x.end_ns", "x.start_ns, r.node, x.pid, x.tid, x.kernel, x.stack_id");
     sel.where += " AND substr(x.kernel,1,?)=?";
-    Stmt s(db_, sel.sql("x.start_ns,x.end_ns,x.pid,x.tid,x.kernel,x.stack_id,x.count").c_str());
+    Stmt s(db_, sel.sql("x.start_ns,x.end_ns," + select_columns(catalog::kLaunchSamples)).c_str());
     int n = sel.bind(s);
     s.bind(n + 1, static_cast<int64_t>(q.prefix.size())).bind(n + 2, q.prefix);
     LaunchSamples out;
@@ -542,12 +533,7 @@ class SqliteStore final : public Store {
       LaunchSampleRow r;
       r.start_ns = static_cast<uint64_t>(s.i64(0));
       r.end_ns = static_cast<uint64_t>(s.i64(1));
-      r.sample.pid = static_cast<uint32_t>(s.i64(2));
-      r.sample.tid = static_cast<uint32_t>(s.i64(3));
-      r.sample.kernel = s.text(4);
-      r.sample.stack_id = s.i64(5);
-      r.sample.count = static_cast<uint64_t>(s.i64(6));
-      r.node = s.text(7);
+      r.node = s.text(read_row(s, 2, catalog::kLaunchSamples, r.sample));
       auto [it, inserted] = stack_index.emplace(r.sample.stack_id, static_cast<uint32_t>(stack_ids.size()));
       if (inserted) stack_ids.push_back(r.sample.stack_id);
       r.stack_index = it->second;

@@ -282,15 +282,7 @@ Status BatchingWriter::put_launch_samples(int64_t recording, uint64_t start_ns, 
     m->set_recording(recording);
     m->set_start_ns(start_ns);
     m->set_end_ns(end_ns);
-    for (size_t i = a; i < b; ++i) {
-      const auto& r = rows[i];
-      auto* p = m->add_rows();
-      p->set_pid(r.pid);
-      p->set_tid(r.tid);
-      p->set_kernel(r.kernel);
-      p->set_stack(r.stack_id);
-      p->set_count(r.count);
-    }
+    for (size_t i = a; i < b; ++i) store::catalog::to_message(store::catalog::kLaunchSamples, rows[i], *m->add_rows());
     return maybe_seal();
   });
 }

@@ -573,6 +573,33 @@ void check_catalog_round_trip(Store& s) {
       s, catalog::kMetrics, metric, [&](Store& st, int64_t rec) { return st.put_metrics(rec, 5000, 6000, {metric}); },
       {{"metrics()", [&](Store& st) { return metric_rows(st.metrics("")); }},
        {"query_metrics()", [&](Store& st) { return metric_rows(st.query_metrics({})); }}});
+
+  // Launch samples too; their stack_id names a stack the store has (put sets it before the rows are
+  // compared: `want` is this very row).
+  LaunchSample launch = distinct_row(catalog::kLaunchSamples);
+  check_kind_round_trip<LaunchSample>(
+      s, catalog::kLaunchSamples, launch,
+      [&](Store& st, int64_t rec) -> Status {
+        auto id = st.intern_stack({native("launch_site", 0x40)});
+        if (!id) return id.error();
+        launch.stack_id = *id;
+        return st.put_launch_samples(rec, 5000, 6000, {launch});
+      },
+      {{"query_launch_samples()", [](Store& st) -> Result<std::vector<LaunchSample>> {
+          auto r = st.query_launch_samples({});
+          if (!r) return r.error();
+          std::vector<LaunchSample> out;
+          for (const auto& x : r->rows) {
+            EXPECT_EQ(x.start_ns, 5000u);
+            EXPECT_EQ(x.node, "node-7");
+            EXPECT_LT(x.stack_index, r->stacks.size());
+            if (x.stack_index < r->stacks.size()) {
+              EXPECT_EQ(r->stacks[x.stack_index].front().function, "launch_site");
+            }
+            out.push_back(x.sample);
+          }
+          return out;
+        }}});
 }
 
 // Every column of a kind survives the ingest message (agent -> collector) and shows in its JSON.
@@ -595,6 +622,7 @@ TEST(Catalog, EveryColumnTravelsThroughTheIngestMessage) {
   check_message_round_trip(catalog::kDeviceActivity);
   check_message_round_trip(catalog::kCommunicators);
   check_message_round_trip(catalog::kMetrics);
+  check_message_round_trip(catalog::kLaunchSamples);
   const StepRecord step = distinct_row(catalog::kSteps);
   EXPECT_NE(catalog::json_members(catalog::kSteps, step).find("\"device_known\":true"), std::string::npos);
 }
@@ -651,6 +679,9 @@ TEST(Catalog, TheTablesKeepTheirColumns) {
   EXPECT_EQ(sqlite_columns(d.file("s.db"), "metrics"),
             "recording_id INTEGER NOT NULL, start_ns INTEGER NOT NULL, end_ns INTEGER NOT NULL, pid INTEGER NOT NULL, "
             "name TEXT NOT NULL, label TEXT NOT NULL, value REAL NOT NULL, ");
+  EXPECT_EQ(sqlite_columns(d.file("s.db"), "launch_samples"),
+            "recording_id INTEGER NOT NULL, start_ns INTEGER NOT NULL, end_ns INTEGER NOT NULL, pid INTEGER NOT NULL, "
+            "tid INTEGER NOT NULL, kernel TEXT NOT NULL, stack_id INTEGER NOT NULL, count INTEGER NOT NULL, ");
 }
 
 TEST(Store, ManyStacks) {
