@@ -1,18 +1,23 @@
 // One catalog of record kinds (issue 16 item 8). A kind's columns are described once, here: a
 // name, the field of the store's row struct (store.h) and of the ingest message (proto/ingest.proto,
-// the same name), in table order. The rest is derived from that description: both stores' table
-// columns, inserts and reads, the agent's encoding of the kind into a batch, the collector's
-// decoding, and the query API's JSON.
+// the same name unless STRATA_COLUMN_AS says another), in table order. The rest is derived from that
+// description: both stores' table columns, inserts and reads, the columns an older store lacks (added
+// when it is opened for writing, read as their default when it is opened read only), the agent's
+// encoding of the kind into a batch, the collector's decoding, and the query API's JSON (steps,
+// collectives, metrics, launch samples) and the remote reader's (metrics, launch samples).
 //
 // Adding a field to a kind described here: the struct in store.h, the message in proto/ingest.proto
-// (same name; an older agent's rows then read it as 0 / ""), the kind's table below, and the column
-// added to stores made before, which the catalog does not derive yet (SQLite: an ALTER TABLE in
-// sqlite_store.cpp's open, and a read-only older file reading it as its default, as
-// identity_columns does; ClickHouse: a kAddedColumns line). Inserts name their columns, so a
-// column's place in an older store's table does not matter.
+// (an older agent's rows then read it as 0 / ""), and the kind's table below, at its end (a table
+// made before gets the column appended; inserts and reads name their columns, so its place in an
+// older table does not matter). store_test's Catalog tests then check it each way a row travels.
+// Not derived: a table's indexes and ClickHouse ORDER BY / PARTITION BY (the stores' DDL around
+// the columns), and what reads filter on (RowQuery).
 //
-// Kinds described so far: steps. The others are still spelled out in each store, the applier, the
-// agent's writer and the server; move one here when touching it.
+// Kinds described: communicators, collectives, device activity, steps, metrics, launch samples.
+// Still written by hand in each place: processes (an `id` key and a version column in the middle of
+// its tables, its identity columns checked apart), recordings, stacks and frames (nested: a stack is
+// a list of frames, interned by content), stack counts (windows with a fidelity, and stack ids
+// mapped), stats, and the collector's own tables (ledger, diagnoses).
 #pragma once
 
 #include <cstdint>
@@ -203,5 +208,29 @@ inline constexpr Column<LaunchSample, ingest::LaunchSample> kLaunchSamples[] = {
     STRATA_COLUMN_AS(LaunchSample, ingest::LaunchSample, stack_id, stack),
     STRATA_COLUMN(LaunchSample, ingest::LaunchSample, count),
 };
+
+// Every kind above and its table: stores walk them to give an older store the columns it lacks.
+template <typename F>
+void for_each_kind(F&& f) {
+  f("communicators", kCommunicators);
+  f("collectives", kCollectives);
+  f("device_activity", kDeviceActivity);
+  f("steps", kSteps);
+  f("metrics", kMetrics);
+  f("launch_samples", kLaunchSamples);
+}
+
+// What an older store without a column reads in its place (the row struct's default for the
+// columns added so far: 0, "").
+template <typename Row, typename Msg>
+const char* default_literal(const Column<Row, Msg>& c) {
+  return std::visit(
+      [](auto m) -> const char* {
+        using T = MemberType<Row, decltype(m)>;
+        if constexpr (std::is_same_v<T, std::string>) return "''";
+        else return "0";
+      },
+      c.member);
+}
 
 }  // namespace strata::store::catalog

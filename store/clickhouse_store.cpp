@@ -260,14 +260,6 @@ uint64_t u64(const std::string& s) { return std::strtoull(s.c_str(), nullptr, 10
 int64_t i64(const std::string& s) { return std::strtoll(s.c_str(), nullptr, 10); }
 double dbl(const std::string& s) { return std::strtod(s.c_str(), nullptr); }
 
-// "pid, step, ...": the columns of a read (select() adds the node).
-template <typename Row, typename Msg, size_t N>
-std::string select_columns(const catalog::Column<Row, Msg> (&columns)[N]) {
-  std::string s;
-  for (const auto& c : columns) s += std::string(s.empty() ? "" : ", ") + c.name;
-  return s;
-}
-
 // A row's columns in RowBinary, each as its ClickHouse type (clickhouse_type).
 template <typename Row, typename Msg, size_t N>
 void put_row(RowBinary& b, const catalog::Column<Row, Msg> (&columns)[N], const Row& r) {
@@ -427,7 +419,13 @@ class ClickHouseStore final : public Store {
     auto cols = query("SELECT table, name FROM system.columns WHERE database = " + quote(db_));
     if (!cols) return cols.error();
     for (const auto& r : *cols) columns_.insert({r[0], r[1]});
-    for (const auto& c : kAddedColumns) {
+    // The hand-listed ones, then the catalog's kinds' (store/catalog.h): any column of a kind that
+    // an older database's table lacks.
+    std::vector<AddedColumn> to_add(std::begin(kAddedColumns), std::end(kAddedColumns));
+    catalog::for_each_kind([&](const char* table, const auto& columns) {
+      for (const auto& c : columns) to_add.push_back({table, c.name, catalog::clickhouse_type(c)});
+    });
+    for (const auto& c : to_add) {
       if (columns_.count({c.table, c.name}) || !add) continue;
       const std::string add = std::string(" ADD COLUMN ") + c.name + " " + c.type;
       if (cluster_.empty()) {
@@ -440,6 +438,18 @@ class ClickHouseStore final : public Store {
       columns_.insert({c.table, c.name});
     }
     return {};
+  }
+
+  // "pid, step, ...": the columns of a read of `table` (select() adds the node); a column a
+  // read-only look at an older database lacks reads as its default.
+  template <typename Row, typename Msg, size_t N>
+  std::string select_columns(const std::string& table, const catalog::Column<Row, Msg> (&columns)[N]) const {
+    std::string s;
+    for (const auto& c : columns) {
+      s += s.empty() ? "" : ", ";
+      s += columns_.count({table, c.name}) ? std::string(c.name) : catalog::default_literal(c);
+    }
+    return s;
   }
 
   // A column's name for a SELECT, or an empty string literal when this database lacks it.
@@ -1113,7 +1123,7 @@ class ClickHouseStore final : public Store {
   Result<std::vector<Row>> read_rows(const RowQuery& q, const std::string& table, const std::string& start,
                                      const std::string& end, const char* order,
                                      const catalog::Column<Row, Msg> (&columns)[N]) {
-    auto rows = query(select(q, table, start, end, order, select_columns(columns)));
+    auto rows = query(select(q, table, start, end, order, select_columns(table, columns)));
     if (!rows) return rows.error();
     std::vector<Row> out;
     for (const auto& r : *rows) {
@@ -1202,7 +1212,7 @@ class ClickHouseStore final : public Store {
     return read_metrics(q, "start_ns, node, pid, name, label");
   }
   Result<std::vector<MetricRow>> read_metrics(const RowQuery& q, const char* order) {
-    auto rows = query(select(q, "metrics", "start_ns", "end_ns", order, "start_ns, end_ns, " + select_columns(catalog::kMetrics),
+    auto rows = query(select(q, "metrics", "start_ns", "end_ns", order, "start_ns, end_ns, " + select_columns("metrics", catalog::kMetrics),
                              " AND substring(name, 1, " + std::to_string(q.prefix.size()) + ") = " + quote(q.prefix)));
     if (!rows) return rows.error();
     std::vector<MetricRow> out;
@@ -1219,7 +1229,7 @@ class ClickHouseStore final : public Store {
   Result<LaunchSamples> query_launch_samples(const RowQuery& q) override {
     const std::string by_prefix = " AND substring(kernel, 1, " + std::to_string(q.prefix.size()) + ") = " + quote(q.prefix);
     auto rows = query(select(q, "launch_samples", "start_ns", "end_ns", "start_ns, node, pid, tid, kernel, stack_id",
-                             "start_ns, end_ns, " + select_columns(catalog::kLaunchSamples), by_prefix));
+                             "start_ns, end_ns, " + select_columns("launch_samples", catalog::kLaunchSamples), by_prefix));
     if (!rows) return rows.error();
     LaunchSamples out;
     std::map<int64_t, uint32_t> index;

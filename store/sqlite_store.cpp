@@ -175,11 +175,16 @@ std::string insert_sql(const char* table, const catalog::Column<Row, Msg> (&colu
   return std::string("INSERT INTO ") + table + "(" + names + ") VALUES(" + params + ")";
 }
 
-// "x.pid,x.step,...": the columns of a read (Select::sql adds the node).
+// "x.pid,x.step,...": the columns of a read of `table` (Select::sql adds the node); a column an
+// older read-only file lacks (`missing`: "table.column") reads as its default.
 template <typename Row, typename Msg, size_t N>
-std::string select_columns(const catalog::Column<Row, Msg> (&columns)[N]) {
+std::string select_columns(const char* table, const catalog::Column<Row, Msg> (&columns)[N],
+                           const std::set<std::string>& missing) {
   std::string s;
-  for (const auto& c : columns) s += std::string(s.empty() ? "" : ",") + "x." + c.name;
+  for (const auto& c : columns) {
+    s += s.empty() ? "" : ",";
+    s += missing.count(std::string(table) + "." + c.name) ? catalog::default_literal(c) : "x." + std::string(c.name);
+  }
   return s;
 }
 
@@ -253,7 +258,7 @@ class SqliteStore final : public Store {
       // Check in read-only mode first: a foreign file is never written.
       if (auto s = open_db(SQLITE_OPEN_READONLY); !s) return s;
       if (auto s = check_meta(); !s) return s;
-      if (mode == Mode::kReadOnly) return identity_columns(/*add=*/false);
+      if (mode == Mode::kReadOnly) return added_columns(/*add=*/false);
       sqlite3_close_v2(db_);
       db_ = nullptr;
       if (auto s = open_db(SQLITE_OPEN_READWRITE); !s) return s;
@@ -261,7 +266,7 @@ class SqliteStore final : public Store {
       if (auto s = migrate(); !s) return s;
       if (auto s = exec(kTimeIndexes); !s) return s;
       if (auto s = exec(kCollectorTimeIndexes); !s) return s;
-      return identity_columns(/*add=*/true);
+      return added_columns(/*add=*/true);
     }
     if (mode == Mode::kReadOnly) return Error{path_ + " is empty: not a strata store"};
     if (auto s = open_db(SQLITE_OPEN_READWRITE | SQLITE_OPEN_CREATE); !s) return s;
@@ -278,7 +283,48 @@ class SqliteStore final : public Store {
     m.bind(1, std::to_string(kSchemaVersion));
     if (m.step() != SQLITE_DONE) return err("writing metadata");
     if (auto s = exec("COMMIT"); !s) return s;
-    return identity_columns(/*add=*/true);
+    return added_columns(/*add=*/true);
+  }
+
+  // Columns added to tables after their first release: added to an older file opened for writing
+  // (they only add to a table, so the schema version stays); a read-only older file reads them as
+  // their defaults.
+  Status added_columns(bool add) {
+    if (auto s = identity_columns(add); !s) return s;
+    return catalog_columns(add);
+  }
+
+  // The catalog's kinds (store/catalog.h): a column of a kind that an older file's table lacks is
+  // added as NOT NULL with its default (0 or '', as an older agent's message reads it).
+  Status catalog_columns(bool add) {
+    Status st;
+    catalog::for_each_kind([&](const char* table, const auto& columns) {
+      if (!st) return;
+      std::set<std::string> have;
+      {
+        Stmt s(db_, (std::string("SELECT name FROM pragma_table_info('") + table + "')").c_str());
+        int rc;
+        while ((rc = s.step()) == SQLITE_ROW) have.insert(s.text(0));
+        if (rc != SQLITE_DONE) {
+          st = err(std::string("reading the ") + table + " table's columns");
+          return;
+        }
+      }
+      for (const auto& c : columns) {
+        if (have.count(c.name)) continue;
+        if (!add) {
+          missing_.insert(std::string(table) + "." + c.name);
+          continue;
+        }
+        const std::string sql = std::string("ALTER TABLE ") + table + " ADD COLUMN " + c.name + " " +
+                                catalog::sqlite_type(c) + " NOT NULL DEFAULT " + catalog::default_literal(c);
+        if (auto s = exec(sql.c_str()); !s) {
+          st = s;
+          return;
+        }
+      }
+    });
+    return st;
   }
 
   // The processes' pod / container identity columns: added to a file that lacks them (they only
@@ -468,7 +514,7 @@ class SqliteStore final : public Store {
   Result<std::vector<MetricRow>> read_metrics(const RowQuery& q, const char* order) {
     Select sel(q, "metrics", "x.start_ns", "x.end_ns", order);
     sel.where += " AND substr(x.name,1,?)=?";
-    Stmt s(db_, sel.sql("x.start_ns,x.end_ns," + select_columns(catalog::kMetrics)).c_str());
+    Stmt s(db_, sel.sql("x.start_ns,x.end_ns," + select_columns("metrics", catalog::kMetrics, missing_)).c_str());
     int n = sel.bind(s);
     s.bind(n + 1, static_cast<int64_t>(q.prefix.size())).bind(n + 2, q.prefix);
     std::vector<MetricRow> out;
@@ -522,7 +568,7 @@ class SqliteStore final : public Store {
   Result<LaunchSamples> query_launch_samples(const RowQuery& q) override {
     Select sel(q, "launch_samples", "x.start_ns", "x.end_ns", "x.start_ns, r.node, x.pid, x.tid, x.kernel, x.stack_id");
     sel.where += " AND substr(x.kernel,1,?)=?";
-    Stmt s(db_, sel.sql("x.start_ns,x.end_ns," + select_columns(catalog::kLaunchSamples)).c_str());
+    Stmt s(db_, sel.sql("x.start_ns,x.end_ns," + select_columns("launch_samples", catalog::kLaunchSamples, missing_)).c_str());
     int n = sel.bind(s);
     s.bind(n + 1, static_cast<int64_t>(q.prefix.size())).bind(n + 2, q.prefix);
     LaunchSamples out;
@@ -646,7 +692,7 @@ class SqliteStore final : public Store {
   // Reads the rows of a catalog kind that `sel` selects; each carries its recording's node.
   template <typename Row, typename Msg, size_t N>
   Result<std::vector<Row>> read_rows(const Select& sel, const catalog::Column<Row, Msg> (&columns)[N]) {
-    Stmt s(db_, sel.sql(select_columns(columns)).c_str());
+    Stmt s(db_, sel.sql(select_columns(sel.table.c_str(), columns, missing_)).c_str());
     sel.bind(s);
     std::vector<Row> out;
     int rc;
@@ -1230,6 +1276,7 @@ class SqliteStore final : public Store {
   }
 
   bool has_identity_ = false;  // the processes table has the pod / container columns
+  std::set<std::string> missing_;  // "table.column" of catalog columns a read-only older file lacks
   bool has_fidelity_ = false;  // the windows table has sample_hz and unwinding
   std::unordered_map<std::string, int64_t> frame_ids_;
   std::unordered_map<std::string, int64_t> stack_ids_;
