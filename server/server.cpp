@@ -719,7 +719,8 @@ class Server {
         to_proto(got->stacks[i], static_cast<int64_t>(i), page.add_stacks());
       std::string body;
       page.SerializeToString(&body);
-      return res.set_content(body, "application/x-protobuf");
+      res.set_content(body, "application/x-protobuf");
+      return;
     }
     std::string o = "{\"launch_samples\":[";
     uint64_t n = 0;
