@@ -235,7 +235,7 @@ Status IngestApplier::apply_records(const ingest::Batch& b, AgentMaps& m, AgentM
         if (!rec) return rec.error();
         std::vector<store::Metric> rows;
         rows.reserve(static_cast<size_t>(x.metrics_size()));
-        for (const auto& p : x.metrics()) rows.push_back({p.pid(), p.name(), p.label(), p.value()});
+        for (const auto& p : x.metrics()) rows.push_back(store::catalog::from_message(store::catalog::kMetrics, p));
         if (auto st = rows_.put_metrics(*rec, x.start_ns(), x.end_ns(), rows); !st) return st;
         o.rows["metrics"] += rows.size();
         break;
@@ -245,7 +245,7 @@ Status IngestApplier::apply_records(const ingest::Batch& b, AgentMaps& m, AgentM
         auto rec = recording(b, m, added, x.recording(), o);
         if (!rec) return rec.error();
         std::vector<store::CommunicatorRecord> rows;
-        for (const auto& p : x.rows()) rows.push_back({p.pid(), p.handle(), p.comm_id(), p.rank(), p.nranks(), p.init_ns()});
+        for (const auto& p : x.rows()) rows.push_back(store::catalog::from_message(store::catalog::kCommunicators, p));
         if (auto st = rows_.put_communicators(*rec, rows); !st) return st;
         o.rows["communicators"] += rows.size();
         break;
@@ -256,29 +256,7 @@ Status IngestApplier::apply_records(const ingest::Batch& b, AgentMaps& m, AgentM
         if (!rec) return rec.error();
         std::vector<store::CollectiveRecord> rows;
         rows.reserve(static_cast<size_t>(x.rows_size()));
-        for (const auto& p : x.rows()) {
-          store::CollectiveRecord c;
-          c.pid = p.pid();
-          c.tid = p.tid();
-          c.library = p.library();
-          c.op = p.op();
-          c.comm_id = p.comm_id();
-          c.comm_handle = p.comm_handle();
-          c.seq = p.seq();
-          c.count = p.count();
-          c.dtype = p.dtype();
-          c.bytes = p.bytes();
-          c.redop = p.redop();
-          c.peer = p.peer();
-          c.stream = p.stream();
-          c.enter_ns = p.enter_ns();
-          c.exit_ns = p.exit_ns();
-          c.device_start_ns = p.device_start_ns();
-          c.device_end_ns = p.device_end_ns();
-          c.completion = p.completion();
-          c.ret = p.ret();
-          rows.push_back(std::move(c));
-        }
+        for (const auto& p : x.rows()) rows.push_back(store::catalog::from_message(store::catalog::kCollectives, p));
         if (auto st = rows_.put_collectives(*rec, rows); !st) return st;
         o.rows["collectives"] += rows.size();
         break;
@@ -289,21 +267,7 @@ Status IngestApplier::apply_records(const ingest::Batch& b, AgentMaps& m, AgentM
         if (!rec) return rec.error();
         std::vector<store::DeviceActivity> rows;
         rows.reserve(static_cast<size_t>(x.rows_size()));
-        for (const auto& p : x.rows()) {
-          store::DeviceActivity d;
-          d.pid = p.pid();
-          d.device = p.device();
-          d.kind = p.kind();
-          d.name = p.name();
-          d.stream = p.stream();
-          d.start_ns = p.start_ns();
-          d.end_ns = p.end_ns();
-          d.api_ns = p.api_ns();
-          d.api_tid = p.api_tid();
-          d.correlation = p.correlation();
-          d.bytes = p.bytes();
-          rows.push_back(std::move(d));
-        }
+        for (const auto& p : x.rows()) rows.push_back(store::catalog::from_message(store::catalog::kDeviceActivity, p));
         if (auto st = rows_.put_device_activity(*rec, rows); !st) return st;
         o.rows["device_activity"] += rows.size();
         break;
@@ -327,7 +291,8 @@ Status IngestApplier::apply_records(const ingest::Batch& b, AgentMaps& m, AgentM
         for (const auto& p : x.rows()) {
           auto sid = stack(b, m, added, p.stack(), o);
           if (!sid) return sid.error();
-          rows.push_back({p.pid(), p.tid(), p.kernel(), *sid, p.count()});
+          rows.push_back(store::catalog::from_message(store::catalog::kLaunchSamples, p));
+          rows.back().stack_id = *sid;  // the agent's StackDef id, as this store's
         }
         if (auto st = rows_.put_launch_samples(*rec, x.start_ns(), x.end_ns(), rows); !st) return st;
         o.rows["launch_samples"] += rows.size();

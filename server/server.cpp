@@ -297,6 +297,7 @@ class Server {
     svr_.Get("/api/v1/metrics", [this](const httplib::Request& req, httplib::Response& res) { metrics(req, res); });
     svr_.Get("/api/v1/steps", [this](const httplib::Request& req, httplib::Response& res) { steps(req, res); });
     svr_.Get("/api/v1/collectives", [this](const httplib::Request& req, httplib::Response& res) { collectives(req, res); });
+    svr_.Get("/api/v1/launch_samples", [this](const httplib::Request& req, httplib::Response& res) { launch_samples(req, res); });
     // The web UI's views: findings (the diagnosis), heatmap, diff, timeline, overhead (web_api.h).
     add_web_api(svr_, WebApiContext{*store_, store_mu_, [this](const std::string& r) { count_request(r); }, &diagnoser_});
     // A node agent's flight recorder, asked through the collector (drilldown.h).
@@ -592,6 +593,22 @@ class Server {
     r->set_pod_namespace(p.pod_namespace);
   }
 
+  // A stack (leaf first) as the export and the launch samples' page carry it: `local_id` is its
+  // index in the answer's list.
+  static void to_proto(const Stack& stack, int64_t local_id, ingest::StackDef* s) {
+    s->set_local_id(local_id);
+    for (const auto& fr : stack) {
+      auto* x = s->add_frames();
+      x->set_kind(static_cast<uint32_t>(fr.kind));
+      x->set_build_id(fr.build_id);
+      x->set_module(fr.module);
+      x->set_offset(fr.offset);
+      x->set_function(fr.function);
+      x->set_file(fr.file);
+      x->set_line(fr.line);
+    }
+  }
+
   // The remote reader's view (store/remote_store.cpp): a profile and its context, as protobuf.
   void export_(const httplib::Request& req, httplib::Response& res) {
     count_request("export");
@@ -624,20 +641,7 @@ class Server {
       e.set_period_ns(p->period_ns);
       e.set_start_ns(p->start_ns);
       e.set_duration_ns(p->duration_ns);
-      for (size_t i = 0; i < p->stacks.size(); ++i) {
-        auto* s = e.add_stacks();
-        s->set_local_id(static_cast<int64_t>(i));
-        for (const auto& fr : p->stacks[i]) {
-          auto* x = s->add_frames();
-          x->set_kind(static_cast<uint32_t>(fr.kind));
-          x->set_build_id(fr.build_id);
-          x->set_module(fr.module);
-          x->set_offset(fr.offset);
-          x->set_function(fr.function);
-          x->set_file(fr.file);
-          x->set_line(fr.line);
-        }
-      }
+      for (size_t i = 0; i < p->stacks.size(); ++i) to_proto(p->stacks[i], static_cast<int64_t>(i), e.add_stacks());
       for (const auto& smp : p->samples) {
         auto* c = e.add_samples();
         c->set_pid(smp.pid);
@@ -664,11 +668,7 @@ class Server {
         auto* x = e.add_metrics();
         x->set_start_ns(m.start_ns);
         x->set_end_ns(m.end_ns);
-        auto* y = x->add_metrics();
-        y->set_pid(m.metric.pid);
-        y->set_name(m.metric.name);
-        y->set_label(m.metric.label);
-        y->set_value(m.metric.value);
+        store::catalog::to_message(store::catalog::kMetrics, m.metric, *x->add_metrics());
       }
       if (*latest) {
         e.set_latest_recording(**latest);
@@ -705,8 +705,7 @@ class Server {
       o += first ? "" : ",";
       first = false;
       o += "{\"start_ns\":" + json_num(r.start_ns) + ",\"end_ns\":" + json_num(r.end_ns) + ",\"node\":" +
-           json_str(r.node) + ",\"pid\":" + json_num(r.metric.pid) + ",\"name\":" + json_str(r.metric.name) +
-           ",\"label\":" + json_str(r.metric.label) + ",\"value\":" + json_num(r.metric.value) + "}";
+           json_str(r.node) + store::catalog::json_members(store::catalog::kMetrics, r.metric) + "}";
     }
     res.set_content(o + "]" + page_end(*q, rows->size()) + "}\n", "application/json");
   }
@@ -731,6 +730,60 @@ class Server {
     res.set_content(o + "]" + page_end(*q, rows->size()) + "}\n", "application/json");
   }
 
+  // Sampled kernel launches and memory calls (Reader::query_launch_samples): a row query
+  // (row_query_of) and `prefix=` (names that start with it; "[" for the memory calls). JSON, or
+  // with format=proto an ingest.LaunchSamplePage (the remote reader's).
+  void launch_samples(const httplib::Request& req, httplib::Response& res) {
+    count_request("launch_samples");
+    auto q = row_query_of(req);
+    if (!q) return reply_error(res, 400, q.error().message);
+    q->prefix = req.has_param("prefix") ? req.get_param_value("prefix") : "";
+    const std::string format = req.has_param("format") ? req.get_param_value("format") : "json";
+    if (format != "json" && format != "proto") return reply_error(res, 400, "format: expected json or proto");
+    Result<store::LaunchSamples> got = Error{""};
+    {
+      std::lock_guard lock(store_mu_);
+      got = store_->query_launch_samples(*q);
+    }
+    if (!got) return reply_error(res, 503, got.error().message);
+    if (format == "proto") {
+      ingest::LaunchSamplePage page;
+      for (const auto& r : got->rows) {
+        auto* x = page.add_rows();
+        x->set_node(r.node);
+        x->set_start_ns(r.start_ns);
+        x->set_end_ns(r.end_ns);
+        store::catalog::to_message(store::catalog::kLaunchSamples, r.sample, *x->mutable_sample());
+        x->set_stack_index(r.stack_index);
+      }
+      for (size_t i = 0; i < got->stacks.size(); ++i)
+        to_proto(got->stacks[i], static_cast<int64_t>(i), page.add_stacks());
+      std::string body;
+      page.SerializeToString(&body);
+      res.set_content(body, "application/x-protobuf");
+      return;
+    }
+    std::string o = "{\"launch_samples\":[";
+    uint64_t n = 0;
+    for (const auto& r : got->rows) {
+      o += n++ ? "," : "";
+      o += "{\"node\":" + json_str(r.node) + ",\"start_ns\":" + json_num(r.start_ns) + ",\"end_ns\":" +
+           json_num(r.end_ns) + store::catalog::json_members(store::catalog::kLaunchSamples, r.sample) +
+           ",\"stack_index\":" + json_num(r.stack_index) + "}";
+    }
+    o += "],\"stacks\":[";
+    for (size_t i = 0; i < got->stacks.size(); ++i) {
+      o += i ? ",[" : "[";
+      for (size_t j = 0; j < got->stacks[i].size(); ++j) {
+        const Frame& f = got->stacks[i][j];
+        o += std::string(j ? "," : "") + "{\"function\":" + json_str(f.function) + ",\"module\":" + json_str(f.module) +
+             ",\"offset\":" + json_num(f.offset) + ",\"file\":" + json_str(f.file) + ",\"line\":" + json_num(f.line) + "}";
+      }
+      o += "]";
+    }
+    res.set_content(o + "]" + page_end(*q, got->rows.size()) + "}\n", "application/json");
+  }
+
   void collectives(const httplib::Request& req, httplib::Response& res) {
     count_request("collectives");
     auto q = row_query_of(req);
@@ -745,9 +798,7 @@ class Server {
     uint64_t n = 0;
     for (const auto& c : *rows) {
       o += n++ ? "," : "";
-      o += "{\"node\":" + json_str(c.node) + ",\"pid\":" + json_num(c.pid) + ",\"library\":" + json_str(c.library) + ",\"op\":" + json_str(c.op) +
-           ",\"comm_id\":" + json_str(c.comm_id) + ",\"seq\":" + json_num(c.seq) + ",\"bytes\":" + json_num(c.bytes) +
-           ",\"enter_ns\":" + json_num(c.enter_ns) + ",\"exit_ns\":" + json_num(c.exit_ns) + "}";
+      o += "{\"node\":" + json_str(c.node) + store::catalog::json_members(store::catalog::kCollectives, c) + "}";
     }
     res.set_content(o + "]" + page_end(*q, rows->size()) + "}\n", "application/json");
   }

@@ -565,6 +565,9 @@ Result<store::RowQuery> row_query_of(const httplib::Request& req) {
   auto pid = num("pid", 1u << 22);
   if (!pid) return pid.error();
   if (*pid) q.pid = static_cast<uint32_t>(**pid);
+  auto recording = num("recording", INT64_MAX);
+  if (!recording) return recording.error();
+  if (*recording) q.recording = static_cast<int64_t>(**recording);
   store::ProfileFilter range;
   if (auto st = time_range_of(req, range); !st) return st.error();
   q.from_ns = range.from_ns;

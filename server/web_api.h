@@ -43,9 +43,10 @@ inline constexpr uint64_t kDefaultPageRows = 10'000;
 // Node names are at most this long, as in an ingest batch.
 inline constexpr size_t kMaxNodeName = 256;
 
-// `node=N&pid=P&from=NS&to=NS&offset=K&limit=L` of a row query (/api/v1/steps, /collectives,
-// /metrics): a pid names a process only together with its node (pids repeat across nodes), so a
-// pid without node matches that pid on every node. An error names the bad parameter.
+// `node=N&pid=P&recording=R&from=NS&to=NS&offset=K&limit=L` of a row query (/api/v1/steps,
+// /collectives, /metrics, /launch_samples): a pid names a process only together with its node (pids
+// repeat across nodes), so a pid without node matches that pid on every node. An error names the
+// bad parameter.
 Result<store::RowQuery> row_query_of(const httplib::Request& req);
 // `node=N`: empty when absent; an error when too long.
 Result<std::optional<std::string>> node_of(const httplib::Request& req);

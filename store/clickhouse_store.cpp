@@ -39,10 +39,12 @@ namespace {
 
 // -- the catalog's kinds (store/catalog.h) in ClickHouse. A kind's table is recording_id, node
 // (the recording's: rows are sharded and read by it), its columns, and the ingest batch that wrote
-// the row.
+// the row. Kinds counted per window (`of_window`: metrics, launch samples) have the window's
+// start_ns and end_ns before their columns.
 template <typename Row, typename Msg, size_t N>
-std::string table_columns(const catalog::Column<Row, Msg> (&columns)[N]) {
+std::string table_columns(const catalog::Column<Row, Msg> (&columns)[N], bool of_window = false) {
   std::string s = "recording_id Int64, node String";
+  if (of_window) s += ", start_ns UInt64, end_ns UInt64";
   for (const auto& c : columns) s += std::string(", ") + c.name + " " + catalog::clickhouse_type(c);
   return s + ", ingest_agent String, ingest_batch UInt64";
 }
@@ -50,8 +52,8 @@ std::string table_columns(const catalog::Column<Row, Msg> (&columns)[N]) {
 // The columns an insert into a kind's table names, in the order of its RowBinary rows: a column
 // added to an older database is appended after ingest_batch, so the rows cannot rely on its order.
 template <typename Row, typename Msg, size_t N>
-std::string insert_columns(const catalog::Column<Row, Msg> (&columns)[N]) {
-  std::string s = "recording_id, node";
+std::string insert_columns(const catalog::Column<Row, Msg> (&columns)[N], bool of_window = false) {
+  std::string s = of_window ? "recording_id, node, start_ns, end_ns" : "recording_id, node";
   for (const auto& c : columns) s += std::string(", ") + c.name;
   return s + ", ingest_agent, ingest_batch";
 }
@@ -73,25 +75,17 @@ const std::string kTables[] = {
        tid UInt32, thread_comm String, stack_id Int64, value UInt64, ingest_agent String, ingest_batch UInt64,
        sample_hz UInt32, unwinding String) ENGINE = MergeTree()
        PARTITION BY toYYYYMMDD(toDateTime(intDiv(start_ns, 1000000000))) ORDER BY (kind, recording_id, pid, start_ns))",
-    R"(metrics (recording_id Int64, node String, start_ns UInt64, end_ns UInt64, pid UInt32, name String,
-       label String, value Float64, ingest_agent String, ingest_batch UInt64) ENGINE = MergeTree()
+    "metrics (" + table_columns(catalog::kMetrics, /*of_window=*/true) + R"() ENGINE = MergeTree()
        PARTITION BY toYYYYMMDD(toDateTime(intDiv(start_ns, 1000000000))) ORDER BY (name, recording_id, pid, start_ns))",
-    R"(communicators (recording_id Int64, node String, pid UInt32, handle UInt64, comm_id String, rank Int32,
-       nranks Int32, init_ns UInt64, ingest_agent String, ingest_batch UInt64) ENGINE = MergeTree()
+    "communicators (" + table_columns(catalog::kCommunicators) + R"() ENGINE = MergeTree()
        PARTITION BY toYYYYMMDD(toDateTime(intDiv(init_ns, 1000000000))) ORDER BY (recording_id, pid, init_ns))",
-    R"(collectives (recording_id Int64, node String, pid UInt32, tid UInt32, library String, op String,
-       comm_id String, comm_handle UInt64, seq UInt64, count UInt64, dtype Int32, bytes UInt64, redop Int32,
-       peer Int32, stream UInt64, enter_ns UInt64, exit_ns UInt64, device_start_ns UInt64, device_end_ns UInt64,
-       completion String, ret Int32, ingest_agent String, ingest_batch UInt64) ENGINE = MergeTree()
+    "collectives (" + table_columns(catalog::kCollectives) + R"() ENGINE = MergeTree()
        PARTITION BY toYYYYMMDD(toDateTime(intDiv(enter_ns, 1000000000))) ORDER BY (recording_id, pid, enter_ns))",
-    R"(device_activity (recording_id Int64, node String, pid UInt32, device Int32, kind String, name String,
-       stream UInt64, start_ns UInt64, end_ns UInt64, api_ns UInt64, api_tid UInt32, correlation UInt64,
-       bytes UInt64, ingest_agent String, ingest_batch UInt64) ENGINE = MergeTree()
+    "device_activity (" + table_columns(catalog::kDeviceActivity) + R"() ENGINE = MergeTree()
        PARTITION BY toYYYYMMDD(toDateTime(intDiv(start_ns, 1000000000))) ORDER BY (recording_id, pid, start_ns))",
     "steps (" + table_columns(catalog::kSteps) + R"() ENGINE = MergeTree()
        PARTITION BY toYYYYMMDD(toDateTime(intDiv(start_ns, 1000000000))) ORDER BY (recording_id, pid, step))",
-    R"(launch_samples (recording_id Int64, node String, start_ns UInt64, end_ns UInt64, pid UInt32, tid UInt32,
-       kernel String, stack_id Int64, count UInt64, ingest_agent String, ingest_batch UInt64) ENGINE = MergeTree()
+    "launch_samples (" + table_columns(catalog::kLaunchSamples, /*of_window=*/true) + R"() ENGINE = MergeTree()
        PARTITION BY toYYYYMMDD(toDateTime(intDiv(start_ns, 1000000000))) ORDER BY (recording_id, pid, start_ns))",
     R"(agent_stats (recording_id Int64, node String, key String, value Float64, version UInt64, ingest_agent String, ingest_batch UInt64)
        ENGINE = ReplacingMergeTree(version) ORDER BY (recording_id, key))",
@@ -266,14 +260,6 @@ uint64_t u64(const std::string& s) { return std::strtoull(s.c_str(), nullptr, 10
 int64_t i64(const std::string& s) { return std::strtoll(s.c_str(), nullptr, 10); }
 double dbl(const std::string& s) { return std::strtod(s.c_str(), nullptr); }
 
-// "pid, step, ...": the columns of a read (select() adds the node).
-template <typename Row, typename Msg, size_t N>
-std::string select_columns(const catalog::Column<Row, Msg> (&columns)[N]) {
-  std::string s;
-  for (const auto& c : columns) s += std::string(s.empty() ? "" : ", ") + c.name;
-  return s;
-}
-
 // A row's columns in RowBinary, each as its ClickHouse type (clickhouse_type).
 template <typename Row, typename Msg, size_t N>
 void put_row(RowBinary& b, const catalog::Column<Row, Msg> (&columns)[N], const Row& r) {
@@ -433,7 +419,13 @@ class ClickHouseStore final : public Store {
     auto cols = query("SELECT table, name FROM system.columns WHERE database = " + quote(db_));
     if (!cols) return cols.error();
     for (const auto& r : *cols) columns_.insert({r[0], r[1]});
-    for (const auto& c : kAddedColumns) {
+    // The hand-listed ones, then the catalog's kinds' (store/catalog.h): any column of a kind that
+    // an older database's table lacks.
+    std::vector<AddedColumn> to_add(std::begin(kAddedColumns), std::end(kAddedColumns));
+    catalog::for_each_kind([&](const char* table, const auto& columns) {
+      for (const auto& c : columns) to_add.push_back({table, c.name, catalog::clickhouse_type(c)});
+    });
+    for (const auto& c : to_add) {
       if (columns_.count({c.table, c.name}) || !add) continue;
       const std::string add = std::string(" ADD COLUMN ") + c.name + " " + c.type;
       if (cluster_.empty()) {
@@ -446,6 +438,18 @@ class ClickHouseStore final : public Store {
       columns_.insert({c.table, c.name});
     }
     return {};
+  }
+
+  // "pid, step, ...": the columns of a read of `table` (select() adds the node); a column a
+  // read-only look at an older database lacks reads as its default.
+  template <typename Row, typename Msg, size_t N>
+  std::string select_columns(const std::string& table, const catalog::Column<Row, Msg> (&columns)[N]) const {
+    std::string s;
+    for (const auto& c : columns) {
+      s += s.empty() ? "" : ", ";
+      s += columns_.count({table, c.name}) ? std::string(c.name) : catalog::default_literal(c);
+    }
+    return s;
   }
 
   // A column's name for a SELECT, or an empty string literal when this database lacks it.
@@ -603,59 +607,56 @@ class ClickHouseStore final : public Store {
   }
 
   Status put_metrics(int64_t rec, uint64_t start_ns, uint64_t end_ns, const std::vector<Metric>& metrics) override {
-    auto& b = buf("metrics");
-    const std::string& node = node_of(rec);
-    for (const auto& m : metrics)
-      tag(b.num(rec).str(node).num(start_ns).num(end_ns).num(m.pid).str(m.name).str(m.label).num(m.value));
-    return {};
+    return put_window_rows("metrics", catalog::kMetrics, rec, start_ns, end_ns, metrics);
   }
 
   Status put_communicators(int64_t rec, const std::vector<CommunicatorRecord>& rows) override {
-    auto& b = buf("communicators");
-    for (const auto& r : rows)
-      b.num(rec).str(node_of(rec)).num(r.pid).num(r.handle).str(r.comm_id).num(static_cast<int32_t>(r.rank))
-          .num(static_cast<int32_t>(r.nranks)).num(r.init_ns).str(batch_agent_).num(batch_id_);
-    return {};
+    return put_rows("communicators", catalog::kCommunicators, rec, rows);
   }
 
   Status put_collectives(int64_t rec, const std::vector<CollectiveRecord>& rows) override {
-    auto& b = buf("collectives");
-    const std::string& node = node_of(rec);
-    for (const auto& r : rows)
-      b.num(rec).str(node).num(r.pid).num(r.tid).str(r.library).str(r.op).str(r.comm_id).num(r.comm_handle).num(r.seq)
-          .num(r.count).num(static_cast<int32_t>(r.dtype)).num(r.bytes).num(static_cast<int32_t>(r.redop))
-          .num(static_cast<int32_t>(r.peer)).num(r.stream).num(r.enter_ns).num(r.exit_ns).num(r.device_start_ns)
-          .num(r.device_end_ns).str(r.completion).num(static_cast<int32_t>(r.ret)).str(batch_agent_).num(batch_id_);
-    return {};
+    return put_rows("collectives", catalog::kCollectives, rec, rows);
   }
 
   Status put_device_activity(int64_t rec, const std::vector<DeviceActivity>& rows) override {
-    auto& b = buf("device_activity");
-    const std::string& node = node_of(rec);
-    for (const auto& r : rows)
-      b.num(rec).str(node).num(r.pid).num(static_cast<int32_t>(r.device)).str(r.kind).str(r.name).num(r.stream)
-          .num(r.start_ns).num(r.end_ns).num(r.api_ns).num(r.api_tid).num(r.correlation).num(r.bytes)
-          .str(batch_agent_).num(batch_id_);
-    return {};
+    return put_rows("device_activity", catalog::kDeviceActivity, rec, rows);
   }
 
   Status put_steps(int64_t rec, const std::vector<StepRecord>& rows) override {
-    auto& b = buf("steps");
+    return put_rows("steps", catalog::kSteps, rec, rows);
+  }
+
+  // Adds rows of a catalog kind counted per window (`of_window`) to its table's buffer.
+  template <typename Row, typename Msg, size_t N>
+  Status put_window_rows(const char* table, const catalog::Column<Row, Msg> (&columns)[N], int64_t rec,
+                         uint64_t start_ns, uint64_t end_ns, const std::vector<Row>& rows) {
+    auto& b = buf(table);
+    const std::string& node = node_of(rec);
     for (const auto& r : rows) {
-      b.num(rec).str(node_of(rec));
-      put_row(b, catalog::kSteps, r);
-      b.str(batch_agent_).num(batch_id_);
+      b.num(rec).str(node).num(start_ns).num(end_ns);
+      put_row(b, columns, r);
+      tag(b);
+    }
+    return {};
+  }
+
+  // Adds rows of a catalog kind (store/catalog.h) to its table's buffer.
+  template <typename Row, typename Msg, size_t N>
+  Status put_rows(const char* table, const catalog::Column<Row, Msg> (&columns)[N], int64_t rec,
+                  const std::vector<Row>& rows) {
+    auto& b = buf(table);
+    const std::string& node = node_of(rec);
+    for (const auto& r : rows) {
+      b.num(rec).str(node);
+      put_row(b, columns, r);
+      tag(b);
     }
     return {};
   }
 
   Status put_launch_samples(int64_t rec, uint64_t start_ns, uint64_t end_ns,
                             const std::vector<LaunchSample>& rows) override {
-    auto& b = buf("launch_samples");
-    for (const auto& r : rows)
-      b.num(rec).str(node_of(rec)).num(start_ns).num(end_ns).num(r.pid).num(r.tid).str(r.kernel).num(r.stack_id)
-          .num(r.count).str(batch_agent_).num(batch_id_);
-    return {};
+    return put_window_rows("launch_samples", catalog::kLaunchSamples, rec, start_ns, end_ns, rows);
   }
 
   // Frames arrive symbolized from the agents; nothing to do here.
@@ -1075,14 +1076,9 @@ class ClickHouseStore final : public Store {
   }
 
   Result<std::vector<CommunicatorRecord>> communicators(std::optional<int64_t> rec) override {
-    auto rows = query("SELECT pid, handle, comm_id, rank, nranks, init_ns, node FROM " + db_ + ".communicators" +
-                      where(rec, std::nullopt) + " ORDER BY init_ns");
-    if (!rows) return rows.error();
-    std::vector<CommunicatorRecord> out;
-    for (const auto& r : *rows)
-      out.push_back({static_cast<uint32_t>(u64(r[0])), u64(r[1]), r[2], static_cast<int>(i64(r[3])),
-                     static_cast<int>(i64(r[4])), u64(r[5]), r[6]});
-    return out;
+    RowQuery q;
+    q.recording = rec;
+    return read_rows(q, "communicators", "init_ns", "init_ns", "init_ns", catalog::kCommunicators);
   }
 
   Result<std::vector<CollectiveRecord>> collectives(std::optional<int64_t> rec, std::optional<uint32_t> pid) override {
@@ -1095,36 +1091,7 @@ class ClickHouseStore final : public Store {
     return read_collectives(q, "enter_ns, node, pid");
   }
   Result<std::vector<CollectiveRecord>> read_collectives(const RowQuery& q, const char* order) {
-    auto rows = query(select(q, "collectives", "enter_ns", "greatest(exit_ns, enter_ns + 1)", order,
-                             "pid, tid, library, op, comm_id, comm_handle, seq, count, dtype, bytes, redop, peer,"
-                             " stream, enter_ns, exit_ns, device_start_ns, device_end_ns, completion, ret"));
-    if (!rows) return rows.error();
-    std::vector<CollectiveRecord> out;
-    for (const auto& r : *rows) {
-      CollectiveRecord c;
-      c.pid = static_cast<uint32_t>(u64(r[0]));
-      c.tid = static_cast<uint32_t>(u64(r[1]));
-      c.library = r[2];
-      c.op = r[3];
-      c.comm_id = r[4];
-      c.comm_handle = u64(r[5]);
-      c.seq = u64(r[6]);
-      c.count = u64(r[7]);
-      c.dtype = static_cast<int>(i64(r[8]));
-      c.bytes = u64(r[9]);
-      c.redop = static_cast<int>(i64(r[10]));
-      c.peer = static_cast<int>(i64(r[11]));
-      c.stream = u64(r[12]);
-      c.enter_ns = u64(r[13]);
-      c.exit_ns = u64(r[14]);
-      c.device_start_ns = u64(r[15]);
-      c.device_end_ns = u64(r[16]);
-      c.completion = r[17];
-      c.ret = static_cast<int>(i64(r[18]));
-      c.node = r[19];
-      out.push_back(std::move(c));
-    }
-    return out;
+    return read_rows(q, "collectives", "enter_ns", "greatest(exit_ns, enter_ns + 1)", order, catalog::kCollectives);
   }
 
   Result<std::vector<DeviceActivity>> device_activity(std::optional<int64_t> rec, std::optional<uint32_t> pid) override {
@@ -1137,27 +1104,7 @@ class ClickHouseStore final : public Store {
     return read_device_activity(q, "start_ns, node, pid");
   }
   Result<std::vector<DeviceActivity>> read_device_activity(const RowQuery& q, const char* order) {
-    auto rows = query(select(q, "device_activity", "start_ns", "end_ns", order,
-                             "pid, device, kind, name, stream, start_ns, end_ns, api_ns, api_tid, correlation, bytes"));
-    if (!rows) return rows.error();
-    std::vector<DeviceActivity> out;
-    for (const auto& r : *rows) {
-      DeviceActivity d;
-      d.pid = static_cast<uint32_t>(u64(r[0]));
-      d.device = static_cast<int>(i64(r[1]));
-      d.kind = r[2];
-      d.name = r[3];
-      d.stream = u64(r[4]);
-      d.start_ns = u64(r[5]);
-      d.end_ns = u64(r[6]);
-      d.api_ns = u64(r[7]);
-      d.api_tid = static_cast<uint32_t>(u64(r[8]));
-      d.correlation = u64(r[9]);
-      d.bytes = u64(r[10]);
-      d.node = r[11];
-      out.push_back(std::move(d));
-    }
-    return out;
+    return read_rows(q, "device_activity", "start_ns", "end_ns", order, catalog::kDeviceActivity);
   }
 
   Result<std::vector<StepRecord>> steps(std::optional<int64_t> rec, std::optional<uint32_t> pid) override {
@@ -1168,13 +1115,21 @@ class ClickHouseStore final : public Store {
   }
   Result<std::vector<StepRecord>> query_steps(const RowQuery& q) override { return read_steps(q, "start_ns, node, pid"); }
   Result<std::vector<StepRecord>> read_steps(const RowQuery& q, const char* order) {
-    auto rows = query(select(q, "steps", "start_ns", "end_ns", order, select_columns(catalog::kSteps)));
+    return read_rows(q, "steps", "start_ns", "end_ns", order, catalog::kSteps);
+  }
+
+  // A bounded read (select) of a catalog kind's rows; each carries its recording's node.
+  template <typename Row, typename Msg, size_t N>
+  Result<std::vector<Row>> read_rows(const RowQuery& q, const std::string& table, const std::string& start,
+                                     const std::string& end, const char* order,
+                                     const catalog::Column<Row, Msg> (&columns)[N]) {
+    auto rows = query(select(q, table, start, end, order, select_columns(table, columns)));
     if (!rows) return rows.error();
-    std::vector<StepRecord> out;
+    std::vector<Row> out;
     for (const auto& r : *rows) {
-      StepRecord s;
-      s.node = r[read_row(r, 0, catalog::kSteps, s)];
-      out.push_back(s);
+      Row x;
+      x.node = r[read_row(r, 0, columns, x)];
+      out.push_back(std::move(x));
     }
     return out;
   }
@@ -1257,7 +1212,7 @@ class ClickHouseStore final : public Store {
     return read_metrics(q, "start_ns, node, pid, name, label");
   }
   Result<std::vector<MetricRow>> read_metrics(const RowQuery& q, const char* order) {
-    auto rows = query(select(q, "metrics", "start_ns", "end_ns", order, "start_ns, end_ns, pid, name, label, value",
+    auto rows = query(select(q, "metrics", "start_ns", "end_ns", order, "start_ns, end_ns, " + select_columns("metrics", catalog::kMetrics),
                              " AND substring(name, 1, " + std::to_string(q.prefix.size()) + ") = " + quote(q.prefix)));
     if (!rows) return rows.error();
     std::vector<MetricRow> out;
@@ -1265,8 +1220,7 @@ class ClickHouseStore final : public Store {
       MetricRow m;
       m.start_ns = u64(r[0]);
       m.end_ns = u64(r[1]);
-      m.metric = {static_cast<uint32_t>(u64(r[2])), r[3], r[4], dbl(r[5])};
-      m.node = r[6];
+      m.node = r[read_row(r, 2, catalog::kMetrics, m.metric)];
       out.push_back(std::move(m));
     }
     return out;
@@ -1275,7 +1229,7 @@ class ClickHouseStore final : public Store {
   Result<LaunchSamples> query_launch_samples(const RowQuery& q) override {
     const std::string by_prefix = " AND substring(kernel, 1, " + std::to_string(q.prefix.size()) + ") = " + quote(q.prefix);
     auto rows = query(select(q, "launch_samples", "start_ns", "end_ns", "start_ns, node, pid, tid, kernel, stack_id",
-                             "start_ns, end_ns, pid, tid, kernel, stack_id, count", by_prefix));
+                             "start_ns, end_ns, " + select_columns("launch_samples", catalog::kLaunchSamples), by_prefix));
     if (!rows) return rows.error();
     LaunchSamples out;
     std::map<int64_t, uint32_t> index;
@@ -1284,12 +1238,7 @@ class ClickHouseStore final : public Store {
       LaunchSampleRow x;
       x.start_ns = u64(r[0]);
       x.end_ns = u64(r[1]);
-      x.sample.pid = static_cast<uint32_t>(u64(r[2]));
-      x.sample.tid = static_cast<uint32_t>(u64(r[3]));
-      x.sample.kernel = r[4];
-      x.sample.stack_id = i64(r[5]);
-      x.sample.count = u64(r[6]);
-      x.node = r[7];
+      x.node = r[read_row(r, 2, catalog::kLaunchSamples, x.sample)];
       auto [it, inserted] = index.emplace(x.sample.stack_id, static_cast<uint32_t>(stack_ids.size()));
       if (inserted) stack_ids.push_back(x.sample.stack_id);
       x.stack_index = it->second;
@@ -1390,7 +1339,14 @@ class ClickHouseStore final : public Store {
 
   Status insert(const std::string& table, const std::string& rows) {
     // The catalog's kinds name their columns (insert_columns).
-    static const std::map<std::string, std::string> named = {{"steps", " (" + insert_columns(catalog::kSteps) + ")"}};
+    static const std::map<std::string, std::string> named = {
+        {"steps", " (" + insert_columns(catalog::kSteps) + ")"},
+        {"metrics", " (" + insert_columns(catalog::kMetrics, /*of_window=*/true) + ")"},
+        {"launch_samples", " (" + insert_columns(catalog::kLaunchSamples, /*of_window=*/true) + ")"},
+        {"communicators", " (" + insert_columns(catalog::kCommunicators) + ")"},
+        {"collectives", " (" + insert_columns(catalog::kCollectives) + ")"},
+        {"device_activity", " (" + insert_columns(catalog::kDeviceActivity) + ")"},
+    };
     auto cols = named.find(table);
     std::string path = "/?query=" + httplib::detail::encode_query_param("INSERT INTO " + db_ + "." + table +
                                                                         (cols == named.end() ? "" : cols->second) +

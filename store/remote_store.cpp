@@ -1,9 +1,14 @@
-// A collector's data read through its REST API (GET /api/v1/export, protobuf): what `strata report
-// --server` (and `strata diagnose --server`) read in place of a file. Read only.
+// A collector's data read through its REST API (GET /api/v1/export and /api/v1/launch_samples,
+// protobuf): what `strata report --server` (and `strata diagnose --server`) read in place of a file.
+// Read only.
 #include <httplib.h>
+
+#include <algorithm>
+#include <map>
 
 #include "common/http_error.h"
 #include "ingest.pb.h"
+#include "store/catalog.h"
 #include "store/store.h"
 
 namespace strata::store {
@@ -30,20 +35,7 @@ class RemoteStore final : public Reader {
     p.period_ns = e->period_ns();
     p.start_ns = e->start_ns();
     p.duration_ns = e->duration_ns();
-    p.stacks.resize(static_cast<size_t>(e->stacks_size()));
-    for (int i = 0; i < e->stacks_size(); ++i) {
-      for (const auto& fr : e->stacks(i).frames()) {
-        Frame x;
-        x.kind = fr.kind() <= 3 ? static_cast<FrameKind>(fr.kind()) : FrameKind::kNative;
-        x.build_id = fr.build_id();
-        x.module = fr.module();
-        x.offset = fr.offset();
-        x.function = fr.function();
-        x.file = fr.file();
-        x.line = fr.line();
-        p.stacks[static_cast<size_t>(i)].push_back(std::move(x));
-      }
-    }
+    for (const auto& st : e->stacks()) p.stacks.push_back(stack_of(st));
     for (const auto& s : e->samples()) {
       ProfileSample smp;
       smp.pid = s.pid();
@@ -123,11 +115,55 @@ class RemoteStore final : public Reader {
         MetricRow r;
         r.start_ns = m.start_ns();
         r.end_ns = m.end_ns();
-        r.metric = {x.pid(), x.name(), x.label(), x.value()};
+        r.metric = catalog::from_message(catalog::kMetrics, x);
         out.push_back(std::move(r));
       }
     }
     return out;
+  }
+
+  // Through GET /api/v1/launch_samples?format=proto, a page (kPageRows) per request until the
+  // query's limit or the last row. Stacks are merged across pages by content, so each is listed once.
+  // Pages are read by offset: rows ingested meanwhile may shift a row from one page to the next.
+  Result<LaunchSamples> query_launch_samples(const RowQuery& q) override {
+    LaunchSamples out;
+    std::map<std::string, uint32_t> index_of;  // a StackDef's frames, serialized -> index in out.stacks
+    uint64_t offset = q.offset;
+    for (;;) {
+      const uint64_t want = q.limit ? std::min<uint64_t>(q.limit - out.rows.size(), kPageRows) : kPageRows;
+      std::string path = "/api/v1/launch_samples?format=proto&offset=" + std::to_string(offset) +
+                         "&limit=" + std::to_string(want) + "&prefix=" + httplib::detail::encode_query_param(q.prefix);
+      if (q.recording) path += "&recording=" + std::to_string(*q.recording);
+      if (q.node) path += "&node=" + httplib::detail::encode_query_param(*q.node);
+      if (q.pid) path += "&pid=" + std::to_string(*q.pid);
+      if (q.from_ns) path += "&from=" + std::to_string(*q.from_ns);
+      if (q.to_ns) path += "&to=" + std::to_string(*q.to_ns);
+      auto body = get(path);
+      if (!body) return body.error();
+      ingest::LaunchSamplePage page;
+      if (!page.ParseFromString(*body)) return Error{url_ + ": the answer is not a strata.ingest.LaunchSamplePage"};
+      std::vector<uint32_t> index(static_cast<size_t>(page.stacks_size()));
+      for (int i = 0; i < page.stacks_size(); ++i) {
+        ingest::StackDef frames_only = page.stacks(i);
+        frames_only.clear_local_id();
+        auto [it, added] = index_of.emplace(frames_only.SerializeAsString(), static_cast<uint32_t>(out.stacks.size()));
+        if (added) out.stacks.push_back(stack_of(page.stacks(i)));
+        index[static_cast<size_t>(i)] = it->second;
+      }
+      for (const auto& x : page.rows()) {
+        if (x.stack_index() >= index.size()) return Error{url_ + ": a launch sample names a stack the answer lacks"};
+        LaunchSampleRow r;
+        r.node = x.node();
+        r.start_ns = x.start_ns();
+        r.end_ns = x.end_ns();
+        r.sample = catalog::from_message(catalog::kLaunchSamples, x.sample());
+        r.stack_index = index[x.stack_index()];
+        out.rows.push_back(std::move(r));
+      }
+      const auto n = static_cast<uint64_t>(page.rows_size());
+      offset += n;
+      if (n < want || (q.limit && out.rows.size() >= q.limit)) return out;
+    }
   }
 
   // Not in the export yet (chrome-trace and diagnosis over --server need them): say so.
@@ -154,13 +190,28 @@ class RemoteStore final : public Reader {
     return &*export_;
   }
 
-  Result<const ingest::Export*> fetch(const ProfileFilter& f) {
-    std::string path = "/api/v1/export?kind=" + std::string(f.kind == CountKind::kOnCpu ? "oncpu" : "offcpu");
-    if (f.rank) path += "&rank=" + std::to_string(*f.rank);
-    if (f.pid) path += "&pid=" + std::to_string(*f.pid);
-    if (f.tid) path += "&tid=" + std::to_string(*f.tid);
-    if (f.from_ns) path += "&from=" + std::to_string(*f.from_ns);
-    if (f.to_ns) path += "&to=" + std::to_string(*f.to_ns);
+  // Rows per request of a paged read: the server's default page (server/web_api.h kDefaultPageRows),
+  // about a megabyte of launch samples.
+  static constexpr uint64_t kPageRows = 10'000;
+
+  static Stack stack_of(const ingest::StackDef& s) {
+    Stack out;
+    for (const auto& fr : s.frames()) {
+      Frame x;
+      x.kind = fr.kind() <= 3 ? static_cast<FrameKind>(fr.kind()) : FrameKind::kNative;
+      x.build_id = fr.build_id();
+      x.module = fr.module();
+      x.offset = fr.offset();
+      x.function = fr.function();
+      x.file = fr.file();
+      x.line = fr.line();
+      out.push_back(std::move(x));
+    }
+    return out;
+  }
+
+  // The body of a 200 answer to GET `path`; the reason otherwise.
+  Result<std::string> get(const std::string& path) {
     httplib::Client cli(url_);
     cli.set_connection_timeout(5, 0);
     cli.set_read_timeout(120, 0);
@@ -171,8 +222,20 @@ class RemoteStore final : public Reader {
     if (res->status == 401) return Error{url_ + ": 401 unauthorized (give the server's token with --token-file)"};
     if (res->status != 200)
       return Error{url_ + path + ": HTTP " + std::to_string(res->status) + ": " + res->body.substr(0, 200)};
+    return std::move(res->body);
+  }
+
+  Result<const ingest::Export*> fetch(const ProfileFilter& f) {
+    std::string path = "/api/v1/export?kind=" + std::string(f.kind == CountKind::kOnCpu ? "oncpu" : "offcpu");
+    if (f.rank) path += "&rank=" + std::to_string(*f.rank);
+    if (f.pid) path += "&pid=" + std::to_string(*f.pid);
+    if (f.tid) path += "&tid=" + std::to_string(*f.tid);
+    if (f.from_ns) path += "&from=" + std::to_string(*f.from_ns);
+    if (f.to_ns) path += "&to=" + std::to_string(*f.to_ns);
+    auto body = get(path);
+    if (!body) return body.error();
     ingest::Export e;
-    if (!e.ParseFromString(res->body)) return Error{url_ + ": the export is not a strata.ingest.Export"};
+    if (!e.ParseFromString(*body)) return Error{url_ + ": the export is not a strata.ingest.Export"};
     export_ = std::move(e);
     return &*export_;
   }

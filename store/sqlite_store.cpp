@@ -48,29 +48,6 @@ CREATE TABLE stack_counts(
   pid INTEGER NOT NULL, tid INTEGER NOT NULL, thread_comm TEXT NOT NULL,
   stack_id INTEGER NOT NULL REFERENCES stacks(id), value INTEGER NOT NULL);
 CREATE INDEX stack_counts_by_pid ON stack_counts(recording_id, pid);
-CREATE TABLE metrics(
-  recording_id INTEGER NOT NULL, start_ns INTEGER NOT NULL, end_ns INTEGER NOT NULL, pid INTEGER NOT NULL,
-  name TEXT NOT NULL, label TEXT NOT NULL, value REAL NOT NULL);
-CREATE INDEX metrics_by_name ON metrics(name, recording_id);
-CREATE TABLE communicators(
-  recording_id INTEGER NOT NULL, pid INTEGER NOT NULL, handle INTEGER NOT NULL, comm_id TEXT NOT NULL,
-  rank INTEGER NOT NULL, nranks INTEGER NOT NULL, init_ns INTEGER NOT NULL);
-CREATE TABLE collectives(
-  recording_id INTEGER NOT NULL, pid INTEGER NOT NULL, tid INTEGER NOT NULL, library TEXT NOT NULL,
-  op TEXT NOT NULL, comm_id TEXT NOT NULL, comm_handle INTEGER NOT NULL, seq INTEGER NOT NULL,
-  count INTEGER NOT NULL, dtype INTEGER NOT NULL, bytes INTEGER NOT NULL, redop INTEGER NOT NULL,
-  peer INTEGER NOT NULL, stream INTEGER NOT NULL, enter_ns INTEGER NOT NULL, exit_ns INTEGER NOT NULL,
-  device_start_ns INTEGER NOT NULL, device_end_ns INTEGER NOT NULL, completion TEXT NOT NULL,
-  ret INTEGER NOT NULL);
-CREATE INDEX collectives_by_pid ON collectives(recording_id, pid, enter_ns);
-CREATE TABLE device_activity(
-  recording_id INTEGER NOT NULL, pid INTEGER NOT NULL, device INTEGER NOT NULL, kind TEXT NOT NULL,
-  name TEXT NOT NULL, stream INTEGER NOT NULL, start_ns INTEGER NOT NULL, end_ns INTEGER NOT NULL,
-  api_ns INTEGER NOT NULL, api_tid INTEGER NOT NULL, correlation INTEGER NOT NULL, bytes INTEGER NOT NULL);
-CREATE INDEX device_activity_by_pid ON device_activity(recording_id, pid, start_ns);
-CREATE TABLE launch_samples(
-  recording_id INTEGER NOT NULL, start_ns INTEGER NOT NULL, end_ns INTEGER NOT NULL, pid INTEGER NOT NULL,
-  tid INTEGER NOT NULL, kernel TEXT NOT NULL, stack_id INTEGER NOT NULL, count INTEGER NOT NULL);
 CREATE TABLE agent_stats(
   recording_id INTEGER NOT NULL, key TEXT NOT NULL, value REAL NOT NULL, PRIMARY KEY(recording_id, key));
 )sql";
@@ -173,18 +150,24 @@ int64_t i64(uint64_t v) { return static_cast<int64_t>(v); }
 int64_t i64(uint32_t v) { return v; }
 int64_t i64(int v) { return v; }
 
-// -- the catalog's kinds (store/catalog.h) in SQLite. A kind's table is recording_id and then its
-// columns; rows read back add the recording's node.
+// -- the catalog's kinds (store/catalog.h) in SQLite. A kind's table is recording_id, the window's
+// start_ns and end_ns for kinds counted per window (metrics, launch samples: `of_window`), and then
+// its columns; rows read back add the recording's node.
 template <typename Row, typename Msg, size_t N>
-std::string create_table(const char* table, const catalog::Column<Row, Msg> (&columns)[N]) {
+std::string create_table(const char* table, const catalog::Column<Row, Msg> (&columns)[N], bool of_window = false) {
   std::string s = std::string("CREATE TABLE ") + table + "(recording_id INTEGER NOT NULL";
+  if (of_window) s += ", start_ns INTEGER NOT NULL, end_ns INTEGER NOT NULL";
   for (const auto& c : columns) s += std::string(", ") + c.name + " " + catalog::sqlite_type(c) + " NOT NULL";
-  return s + ");";
+  return s + ");\n";
 }
 
 template <typename Row, typename Msg, size_t N>
-std::string insert_sql(const char* table, const catalog::Column<Row, Msg> (&columns)[N]) {
+std::string insert_sql(const char* table, const catalog::Column<Row, Msg> (&columns)[N], bool of_window = false) {
   std::string names = "recording_id", params = "?";
+  if (of_window) {
+    names += ",start_ns,end_ns";
+    params += ",?,?";
+  }
   for (const auto& c : columns) {
     names += std::string(",") + c.name;
     params += ",?";
@@ -192,11 +175,16 @@ std::string insert_sql(const char* table, const catalog::Column<Row, Msg> (&colu
   return std::string("INSERT INTO ") + table + "(" + names + ") VALUES(" + params + ")";
 }
 
-// "x.pid,x.step,...": the columns of a read (Select::sql adds the node).
+// "x.pid,x.step,...": the columns of a read of `table` (Select::sql adds the node); a column an
+// older read-only file lacks (`missing`: "table.column") reads as its default.
 template <typename Row, typename Msg, size_t N>
-std::string select_columns(const catalog::Column<Row, Msg> (&columns)[N]) {
+std::string select_columns(const char* table, const catalog::Column<Row, Msg> (&columns)[N],
+                           const std::set<std::string>& missing) {
   std::string s;
-  for (const auto& c : columns) s += std::string(s.empty() ? "" : ",") + "x." + c.name;
+  for (const auto& c : columns) {
+    s += s.empty() ? "" : ",";
+    s += missing.count(std::string(table) + "." + c.name) ? catalog::default_literal(c) : "x." + std::string(c.name);
+  }
   return s;
 }
 
@@ -236,8 +224,17 @@ int read_row(Stmt& s, int first, const catalog::Column<Row, Msg> (&columns)[N], 
   return i;
 }
 
-// The tables of the catalog's kinds, created with the rest of the schema (kSchema).
-std::string catalog_schema() { return create_table("steps", catalog::kSteps); }
+// The tables of the catalog's kinds and their indexes, created after the rest of the schema (kSchema).
+std::string catalog_schema() {
+  return create_table("metrics", catalog::kMetrics, /*of_window=*/true) +
+         "CREATE INDEX metrics_by_name ON metrics(name, recording_id);\n" +
+         create_table("communicators", catalog::kCommunicators) + create_table("steps", catalog::kSteps) +
+         create_table("collectives", catalog::kCollectives) +
+         "CREATE INDEX collectives_by_pid ON collectives(recording_id, pid, enter_ns);\n" +
+         create_table("device_activity", catalog::kDeviceActivity) +
+         "CREATE INDEX device_activity_by_pid ON device_activity(recording_id, pid, start_ns);\n" +
+         create_table("launch_samples", catalog::kLaunchSamples, /*of_window=*/true);
+}
 
 uint64_t hash_bytes(const void* data, size_t n) {  // FNV-1a, 64 bit
   uint64_t h = 1469598103934665603ull;
@@ -261,7 +258,7 @@ class SqliteStore final : public Store {
       // Check in read-only mode first: a foreign file is never written.
       if (auto s = open_db(SQLITE_OPEN_READONLY); !s) return s;
       if (auto s = check_meta(); !s) return s;
-      if (mode == Mode::kReadOnly) return identity_columns(/*add=*/false);
+      if (mode == Mode::kReadOnly) return added_columns(/*add=*/false);
       sqlite3_close_v2(db_);
       db_ = nullptr;
       if (auto s = open_db(SQLITE_OPEN_READWRITE); !s) return s;
@@ -269,7 +266,7 @@ class SqliteStore final : public Store {
       if (auto s = migrate(); !s) return s;
       if (auto s = exec(kTimeIndexes); !s) return s;
       if (auto s = exec(kCollectorTimeIndexes); !s) return s;
-      return identity_columns(/*add=*/true);
+      return added_columns(/*add=*/true);
     }
     if (mode == Mode::kReadOnly) return Error{path_ + " is empty: not a strata store"};
     if (auto s = open_db(SQLITE_OPEN_READWRITE | SQLITE_OPEN_CREATE); !s) return s;
@@ -286,7 +283,48 @@ class SqliteStore final : public Store {
     m.bind(1, std::to_string(kSchemaVersion));
     if (m.step() != SQLITE_DONE) return err("writing metadata");
     if (auto s = exec("COMMIT"); !s) return s;
-    return identity_columns(/*add=*/true);
+    return added_columns(/*add=*/true);
+  }
+
+  // Columns added to tables after their first release: added to an older file opened for writing
+  // (they only add to a table, so the schema version stays); a read-only older file reads them as
+  // their defaults.
+  Status added_columns(bool add) {
+    if (auto s = identity_columns(add); !s) return s;
+    return catalog_columns(add);
+  }
+
+  // The catalog's kinds (store/catalog.h): a column of a kind that an older file's table lacks is
+  // added as NOT NULL with its default (0 or '', as an older agent's message reads it).
+  Status catalog_columns(bool add) {
+    Status st;
+    catalog::for_each_kind([&](const char* table, const auto& columns) {
+      if (!st) return;
+      std::set<std::string> have;
+      {
+        Stmt s(db_, (std::string("SELECT name FROM pragma_table_info('") + table + "')").c_str());
+        int rc;
+        while ((rc = s.step()) == SQLITE_ROW) have.insert(s.text(0));
+        if (rc != SQLITE_DONE) {
+          st = err(std::string("reading the ") + table + " table's columns");
+          return;
+        }
+      }
+      for (const auto& c : columns) {
+        if (have.count(c.name)) continue;
+        if (!add) {
+          missing_.insert(std::string(table) + "." + c.name);
+          continue;
+        }
+        const std::string sql = std::string("ALTER TABLE ") + table + " ADD COLUMN " + c.name + " " +
+                                catalog::sqlite_type(c) + " NOT NULL DEFAULT " + catalog::default_literal(c);
+        if (auto s = exec(sql.c_str()); !s) {
+          st = s;
+          return;
+        }
+      }
+    });
+    return st;
   }
 
   // The processes' pod / container identity columns: added to a file that lacks them (they only
@@ -459,14 +497,7 @@ class SqliteStore final : public Store {
 
   Status put_metrics(int64_t recording, uint64_t start_ns, uint64_t end_ns,
                      const std::vector<Metric>& metrics) override {
-    Stmt s(db_, "INSERT INTO metrics(recording_id,start_ns,end_ns,pid,name,label,value) VALUES(?,?,?,?,?,?,?)");
-    for (const auto& m : metrics) {
-      s.reset();
-      s.bind(1, recording).bind(2, static_cast<int64_t>(start_ns)).bind(3, static_cast<int64_t>(end_ns))
-          .bind(4, static_cast<int64_t>(m.pid)).bind(5, m.name).bind(6, m.label).bind(7, m.value);
-      if (s.step() != SQLITE_DONE) return err("adding metrics");
-    }
-    return {};
+    return put_window_rows("metrics", catalog::kMetrics, recording, start_ns, end_ns, metrics);
   }
 
   Result<std::vector<MetricRow>> metrics(const std::string& prefix, std::optional<int64_t> recording) override {
@@ -483,7 +514,7 @@ class SqliteStore final : public Store {
   Result<std::vector<MetricRow>> read_metrics(const RowQuery& q, const char* order) {
     Select sel(q, "metrics", "x.start_ns", "x.end_ns", order);
     sel.where += " AND substr(x.name,1,?)=?";
-    Stmt s(db_, sel.sql("x.start_ns,x.end_ns,x.pid,x.name,x.label,x.value").c_str());
+    Stmt s(db_, sel.sql("x.start_ns,x.end_ns," + select_columns("metrics", catalog::kMetrics, missing_)).c_str());
     int n = sel.bind(s);
     s.bind(n + 1, static_cast<int64_t>(q.prefix.size())).bind(n + 2, q.prefix);
     std::vector<MetricRow> out;
@@ -492,11 +523,7 @@ class SqliteStore final : public Store {
       MetricRow r;
       r.start_ns = static_cast<uint64_t>(s.i64(0));
       r.end_ns = static_cast<uint64_t>(s.i64(1));
-      r.metric.pid = static_cast<uint32_t>(s.i64(2));
-      r.metric.name = s.text(3);
-      r.metric.label = s.text(4);
-      r.metric.value = s.dbl(5);
-      r.node = s.text(6);
+      r.node = s.text(read_row(s, 2, catalog::kMetrics, r.metric));
       out.push_back(std::move(r));
     }
     if (rc != SQLITE_DONE) return err("reading metrics");
@@ -504,70 +531,44 @@ class SqliteStore final : public Store {
   }
 
   Status put_communicators(int64_t rec, const std::vector<CommunicatorRecord>& rows) override {
-    Stmt s(db_, "INSERT INTO communicators VALUES(?,?,?,?,?,?,?)");
-    for (const auto& r : rows) {
-      s.reset();
-      s.bind(1, rec).bind(2, i64(r.pid)).bind(3, i64(r.handle)).bind(4, r.comm_id).bind(5, i64(r.rank))
-          .bind(6, i64(r.nranks)).bind(7, i64(r.init_ns));
-      if (s.step() != SQLITE_DONE) return err("adding communicators");
-    }
-    return {};
+    return put_rows("communicators", catalog::kCommunicators, rec, rows);
   }
 
   Status put_collectives(int64_t rec, const std::vector<CollectiveRecord>& rows) override {
-    Stmt s(db_, "INSERT INTO collectives VALUES(?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?)");
-    for (const auto& r : rows) {
-      s.reset();
-      s.bind(1, rec).bind(2, i64(r.pid)).bind(3, i64(r.tid)).bind(4, r.library).bind(5, r.op).bind(6, r.comm_id)
-          .bind(7, i64(r.comm_handle)).bind(8, i64(r.seq)).bind(9, i64(r.count)).bind(10, i64(r.dtype))
-          .bind(11, i64(r.bytes)).bind(12, i64(r.redop)).bind(13, i64(r.peer)).bind(14, i64(r.stream))
-          .bind(15, i64(r.enter_ns)).bind(16, i64(r.exit_ns)).bind(17, i64(r.device_start_ns))
-          .bind(18, i64(r.device_end_ns)).bind(19, r.completion).bind(20, i64(r.ret));
-      if (s.step() != SQLITE_DONE) return err("adding collectives");
-    }
-    return {};
+    return put_rows("collectives", catalog::kCollectives, rec, rows);
   }
 
   Status put_device_activity(int64_t rec, const std::vector<DeviceActivity>& rows) override {
-    Stmt s(db_, "INSERT INTO device_activity VALUES(?,?,?,?,?,?,?,?,?,?,?,?)");
-    for (const auto& r : rows) {
-      s.reset();
-      s.bind(1, rec).bind(2, i64(r.pid)).bind(3, i64(r.device)).bind(4, r.kind).bind(5, r.name)
-          .bind(6, i64(r.stream)).bind(7, i64(r.start_ns)).bind(8, i64(r.end_ns)).bind(9, i64(r.api_ns))
-          .bind(10, i64(r.api_tid)).bind(11, i64(r.correlation)).bind(12, i64(r.bytes));
-      if (s.step() != SQLITE_DONE) return err("adding device activity");
-    }
-    return {};
+    return put_rows("device_activity", catalog::kDeviceActivity, rec, rows);
   }
 
   Status put_steps(int64_t rec, const std::vector<StepRecord>& rows) override {
-    static const std::string sql = insert_sql("steps", catalog::kSteps);
-    Stmt s(db_, sql.c_str());
+    return put_rows("steps", catalog::kSteps, rec, rows);
+  }
+
+  // Adds rows of a catalog kind (store/catalog.h) to its table.
+  template <typename Row, typename Msg, size_t N>
+  Status put_rows(const char* table, const catalog::Column<Row, Msg> (&columns)[N], int64_t rec,
+                  const std::vector<Row>& rows) {
+    Stmt s(db_, insert_sql(table, columns).c_str());
     for (const auto& r : rows) {
       s.reset();
       s.bind(1, rec);
-      bind_row(s, 2, catalog::kSteps, r);
-      if (s.step() != SQLITE_DONE) return err("adding steps");
+      bind_row(s, 2, columns, r);
+      if (s.step() != SQLITE_DONE) return err(std::string("adding ") + table);
     }
     return {};
   }
 
   Status put_launch_samples(int64_t rec, uint64_t start_ns, uint64_t end_ns,
                             const std::vector<LaunchSample>& rows) override {
-    Stmt s(db_, "INSERT INTO launch_samples VALUES(?,?,?,?,?,?,?,?)");
-    for (const auto& r : rows) {
-      s.reset();
-      s.bind(1, rec).bind(2, i64(start_ns)).bind(3, i64(end_ns)).bind(4, i64(r.pid)).bind(5, i64(r.tid))
-          .bind(6, r.kernel).bind(7, r.stack_id).bind(8, i64(r.count));
-      if (s.step() != SQLITE_DONE) return err("adding launch samples");
-    }
-    return {};
+    return put_window_rows("launch_samples", catalog::kLaunchSamples, rec, start_ns, end_ns, rows);
   }
 
   Result<LaunchSamples> query_launch_samples(const RowQuery& q) override {
     Select sel(q, "launch_samples", "x.start_ns", "x.end_ns", "x.start_ns, r.node, x.pid, x.tid, x.kernel, x.stack_id");
     sel.where += " AND substr(x.kernel,1,?)=?";
-    Stmt s(db_, sel.sql("x.start_ns,x.end_ns,x.pid,x.tid,x.kernel,x.stack_id,x.count").c_str());
+    Stmt s(db_, sel.sql("x.start_ns,x.end_ns," + select_columns("launch_samples", catalog::kLaunchSamples, missing_)).c_str());
     int n = sel.bind(s);
     s.bind(n + 1, static_cast<int64_t>(q.prefix.size())).bind(n + 2, q.prefix);
     LaunchSamples out;
@@ -578,12 +579,7 @@ class SqliteStore final : public Store {
       LaunchSampleRow r;
       r.start_ns = static_cast<uint64_t>(s.i64(0));
       r.end_ns = static_cast<uint64_t>(s.i64(1));
-      r.sample.pid = static_cast<uint32_t>(s.i64(2));
-      r.sample.tid = static_cast<uint32_t>(s.i64(3));
-      r.sample.kernel = s.text(4);
-      r.sample.stack_id = s.i64(5);
-      r.sample.count = static_cast<uint64_t>(s.i64(6));
-      r.node = s.text(7);
+      r.node = s.text(read_row(s, 2, catalog::kLaunchSamples, r.sample));
       auto [it, inserted] = stack_index.emplace(r.sample.stack_id, static_cast<uint32_t>(stack_ids.size()));
       if (inserted) stack_ids.push_back(r.sample.stack_id);
       r.stack_index = it->second;
@@ -597,24 +593,7 @@ class SqliteStore final : public Store {
   Result<std::vector<CommunicatorRecord>> communicators(std::optional<int64_t> rec) override {
     RowQuery q;
     q.recording = rec;
-    Select sel(q, "communicators", "x.init_ns", "x.init_ns", "x.init_ns");
-    Stmt s(db_, sel.sql("x.pid,x.handle,x.comm_id,x.rank,x.nranks,x.init_ns").c_str());
-    sel.bind(s);
-    std::vector<CommunicatorRecord> out;
-    int rc;
-    while ((rc = s.step()) == SQLITE_ROW) {
-      CommunicatorRecord r;
-      r.pid = static_cast<uint32_t>(s.i64(0));
-      r.handle = static_cast<uint64_t>(s.i64(1));
-      r.comm_id = s.text(2);
-      r.rank = static_cast<int>(s.i64(3));
-      r.nranks = static_cast<int>(s.i64(4));
-      r.init_ns = static_cast<uint64_t>(s.i64(5));
-      r.node = s.text(6);
-      out.push_back(std::move(r));
-    }
-    if (rc != SQLITE_DONE) return err("reading communicators");
-    return out;
+    return read_rows(Select(q, "communicators", "x.init_ns", "x.init_ns", "x.init_ns"), catalog::kCommunicators);
   }
 
   // One bounded read of a table whose rows belong to a recording: the row's node is its
@@ -663,38 +642,7 @@ class SqliteStore final : public Store {
   }
 
   Result<std::vector<CollectiveRecord>> read_collectives(const RowQuery& q, const char* order) {
-    Select sel(q, "collectives", "x.enter_ns", "MAX(x.exit_ns, x.enter_ns + 1)", order);
-    Stmt s(db_, sel.sql("x.pid,x.tid,x.library,x.op,x.comm_id,x.comm_handle,x.seq,x.count,x.dtype,x.bytes,x.redop,"
-                        "x.peer,x.stream,x.enter_ns,x.exit_ns,x.device_start_ns,x.device_end_ns,x.completion,x.ret").c_str());
-    sel.bind(s);
-    std::vector<CollectiveRecord> out;
-    int rc;
-    while ((rc = s.step()) == SQLITE_ROW) {
-      CollectiveRecord r;
-      r.pid = static_cast<uint32_t>(s.i64(0));
-      r.tid = static_cast<uint32_t>(s.i64(1));
-      r.library = s.text(2);
-      r.op = s.text(3);
-      r.comm_id = s.text(4);
-      r.comm_handle = static_cast<uint64_t>(s.i64(5));
-      r.seq = static_cast<uint64_t>(s.i64(6));
-      r.count = static_cast<uint64_t>(s.i64(7));
-      r.dtype = static_cast<int>(s.i64(8));
-      r.bytes = static_cast<uint64_t>(s.i64(9));
-      r.redop = static_cast<int>(s.i64(10));
-      r.peer = static_cast<int>(s.i64(11));
-      r.stream = static_cast<uint64_t>(s.i64(12));
-      r.enter_ns = static_cast<uint64_t>(s.i64(13));
-      r.exit_ns = static_cast<uint64_t>(s.i64(14));
-      r.device_start_ns = static_cast<uint64_t>(s.i64(15));
-      r.device_end_ns = static_cast<uint64_t>(s.i64(16));
-      r.completion = s.text(17);
-      r.ret = static_cast<int>(s.i64(18));
-      r.node = s.text(19);
-      out.push_back(std::move(r));
-    }
-    if (rc != SQLITE_DONE) return err("reading collectives");
-    return out;
+    return read_rows(Select(q, "collectives", "x.enter_ns", "MAX(x.exit_ns, x.enter_ns + 1)", order), catalog::kCollectives);
   }
 
   Result<std::vector<DeviceActivity>> device_activity(std::optional<int64_t> rec, std::optional<uint32_t> pid) override {
@@ -709,30 +657,7 @@ class SqliteStore final : public Store {
   }
 
   Result<std::vector<DeviceActivity>> read_device_activity(const RowQuery& q, const char* order) {
-    Select sel(q, "device_activity", "x.start_ns", "x.end_ns", order);
-    Stmt s(db_, sel.sql("x.pid,x.device,x.kind,x.name,x.stream,x.start_ns,x.end_ns,x.api_ns,x.api_tid,x.correlation,"
-                        "x.bytes").c_str());
-    sel.bind(s);
-    std::vector<DeviceActivity> out;
-    int rc;
-    while ((rc = s.step()) == SQLITE_ROW) {
-      DeviceActivity r;
-      r.pid = static_cast<uint32_t>(s.i64(0));
-      r.device = static_cast<int>(s.i64(1));
-      r.kind = s.text(2);
-      r.name = s.text(3);
-      r.stream = static_cast<uint64_t>(s.i64(4));
-      r.start_ns = static_cast<uint64_t>(s.i64(5));
-      r.end_ns = static_cast<uint64_t>(s.i64(6));
-      r.api_ns = static_cast<uint64_t>(s.i64(7));
-      r.api_tid = static_cast<uint32_t>(s.i64(8));
-      r.correlation = static_cast<uint64_t>(s.i64(9));
-      r.bytes = static_cast<uint64_t>(s.i64(10));
-      r.node = s.text(11);
-      out.push_back(std::move(r));
-    }
-    if (rc != SQLITE_DONE) return err("reading device activity");
-    return out;
+    return read_rows(Select(q, "device_activity", "x.start_ns", "x.end_ns", order), catalog::kDeviceActivity);
   }
 
   Result<std::vector<StepRecord>> steps(std::optional<int64_t> rec, std::optional<uint32_t> pid) override {
@@ -747,17 +672,36 @@ class SqliteStore final : public Store {
   }
 
   Result<std::vector<StepRecord>> read_steps(const RowQuery& q, const char* order) {
-    Select sel(q, "steps", "x.start_ns", "x.end_ns", order);
-    Stmt s(db_, sel.sql(select_columns(catalog::kSteps)).c_str());
+    return read_rows(Select(q, "steps", "x.start_ns", "x.end_ns", order), catalog::kSteps);
+  }
+
+  // Adds rows of a catalog kind counted per window (`of_window`) to its table.
+  template <typename Row, typename Msg, size_t N>
+  Status put_window_rows(const char* table, const catalog::Column<Row, Msg> (&columns)[N], int64_t rec,
+                         uint64_t start_ns, uint64_t end_ns, const std::vector<Row>& rows) {
+    Stmt s(db_, insert_sql(table, columns, /*of_window=*/true).c_str());
+    for (const auto& r : rows) {
+      s.reset();
+      s.bind(1, rec).bind(2, i64(start_ns)).bind(3, i64(end_ns));
+      bind_row(s, 4, columns, r);
+      if (s.step() != SQLITE_DONE) return err(std::string("adding ") + table);
+    }
+    return {};
+  }
+
+  // Reads the rows of a catalog kind that `sel` selects; each carries its recording's node.
+  template <typename Row, typename Msg, size_t N>
+  Result<std::vector<Row>> read_rows(const Select& sel, const catalog::Column<Row, Msg> (&columns)[N]) {
+    Stmt s(db_, sel.sql(select_columns(sel.table.c_str(), columns, missing_)).c_str());
     sel.bind(s);
-    std::vector<StepRecord> out;
+    std::vector<Row> out;
     int rc;
     while ((rc = s.step()) == SQLITE_ROW) {
-      StepRecord r;
-      r.node = s.text(read_row(s, 0, catalog::kSteps, r));
+      Row r;
+      r.node = s.text(read_row(s, 0, columns, r));
       out.push_back(std::move(r));
     }
-    if (rc != SQLITE_DONE) return err("reading steps");
+    if (rc != SQLITE_DONE) return err("reading " + sel.table);
     return out;
   }
 
@@ -1351,6 +1295,7 @@ class SqliteStore final : public Store {
   }
 
   bool has_identity_ = false;  // the processes table has the pod / container columns
+  std::set<std::string> missing_;  // "table.column" of catalog columns a read-only older file lacks
   bool has_fidelity_ = false;  // the windows table has sample_hz and unwinding
   std::unordered_map<std::string, int64_t> frame_ids_;
   std::unordered_map<std::string, int64_t> stack_ids_;

@@ -396,8 +396,8 @@ class Reader {
   virtual Result<std::vector<DeviceActivity>> query_device_activity(const RowQuery& q);
   virtual Result<std::vector<MetricRow>> query_metrics(const RowQuery& q);
   // Sampled launches and memory calls (RowQuery; `prefix`: kernel or call names that start with
-  // it, "[" for the memory calls), in time order (then node, pid, tid, name, stack). Stores that do
-  // not keep them (a collector's REST reader) say none.
+  // it, "[" for the memory calls), in time order (then node, pid, tid, name, stack). A collector's
+  // REST reader asks its /api/v1/launch_samples; a store that does not keep them says none.
   virtual Result<LaunchSamples> query_launch_samples(const RowQuery& /*q*/) { return LaunchSamples{}; }
   // On-CPU samples per window and thread (the CPU thread tracks of a timeline).
   virtual Result<std::vector<ThreadWindow>> thread_windows(std::optional<int64_t> recording = std::nullopt) = 0;

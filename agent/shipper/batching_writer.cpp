@@ -232,13 +232,7 @@ Status BatchingWriter::put_metrics(int64_t recording, uint64_t start_ns, uint64_
     m->set_recording(recording);
     m->set_start_ns(start_ns);
     m->set_end_ns(end_ns);
-    for (size_t i = a; i < b; ++i) {
-      auto* p = m->add_metrics();
-      p->set_pid(metrics[i].pid);
-      p->set_name(metrics[i].name);
-      p->set_label(metrics[i].label);
-      p->set_value(metrics[i].value);
-    }
+    for (size_t i = a; i < b; ++i) store::catalog::to_message(store::catalog::kMetrics, metrics[i], *m->add_metrics());
     return maybe_seal();
   });
 }
@@ -247,16 +241,7 @@ Status BatchingWriter::put_communicators(int64_t recording, const std::vector<st
   return chunked(rows, [&](size_t a, size_t b) {
     auto* m = add("communicators", b - a).mutable_communicators();
     m->set_recording(recording);
-    for (size_t i = a; i < b; ++i) {
-      const auto& r = rows[i];
-      auto* p = m->add_rows();
-      p->set_pid(r.pid);
-      p->set_handle(r.handle);
-      p->set_comm_id(r.comm_id);
-      p->set_rank(r.rank);
-      p->set_nranks(r.nranks);
-      p->set_init_ns(r.init_ns);
-    }
+    for (size_t i = a; i < b; ++i) store::catalog::to_message(store::catalog::kCommunicators, rows[i], *m->add_rows());
     return maybe_seal();
   });
 }
@@ -265,29 +250,7 @@ Status BatchingWriter::put_collectives(int64_t recording, const std::vector<stor
   return chunked(rows, [&](size_t a, size_t b) {
     auto* m = add("collectives", b - a).mutable_collectives();
     m->set_recording(recording);
-    for (size_t i = a; i < b; ++i) {
-      const auto& r = rows[i];
-      auto* p = m->add_rows();
-      p->set_pid(r.pid);
-      p->set_tid(r.tid);
-      p->set_library(r.library);
-      p->set_op(r.op);
-      p->set_comm_id(r.comm_id);
-      p->set_comm_handle(r.comm_handle);
-      p->set_seq(r.seq);
-      p->set_count(r.count);
-      p->set_dtype(r.dtype);
-      p->set_bytes(r.bytes);
-      p->set_redop(r.redop);
-      p->set_peer(r.peer);
-      p->set_stream(r.stream);
-      p->set_enter_ns(r.enter_ns);
-      p->set_exit_ns(r.exit_ns);
-      p->set_device_start_ns(r.device_start_ns);
-      p->set_device_end_ns(r.device_end_ns);
-      p->set_completion(r.completion);
-      p->set_ret(r.ret);
-    }
+    for (size_t i = a; i < b; ++i) store::catalog::to_message(store::catalog::kCollectives, rows[i], *m->add_rows());
     return maybe_seal();
   });
 }
@@ -296,21 +259,7 @@ Status BatchingWriter::put_device_activity(int64_t recording, const std::vector<
   return chunked(rows, [&](size_t a, size_t b) {
     auto* m = add("device_activity", b - a).mutable_device_activity();
     m->set_recording(recording);
-    for (size_t i = a; i < b; ++i) {
-      const auto& r = rows[i];
-      auto* p = m->add_rows();
-      p->set_pid(r.pid);
-      p->set_device(r.device);
-      p->set_kind(r.kind);
-      p->set_name(r.name);
-      p->set_stream(r.stream);
-      p->set_start_ns(r.start_ns);
-      p->set_end_ns(r.end_ns);
-      p->set_api_ns(r.api_ns);
-      p->set_api_tid(r.api_tid);
-      p->set_correlation(r.correlation);
-      p->set_bytes(r.bytes);
-    }
+    for (size_t i = a; i < b; ++i) store::catalog::to_message(store::catalog::kDeviceActivity, rows[i], *m->add_rows());
     return maybe_seal();
   });
 }
@@ -333,15 +282,7 @@ Status BatchingWriter::put_launch_samples(int64_t recording, uint64_t start_ns, 
     m->set_recording(recording);
     m->set_start_ns(start_ns);
     m->set_end_ns(end_ns);
-    for (size_t i = a; i < b; ++i) {
-      const auto& r = rows[i];
-      auto* p = m->add_rows();
-      p->set_pid(r.pid);
-      p->set_tid(r.tid);
-      p->set_kernel(r.kernel);
-      p->set_stack(r.stack_id);
-      p->set_count(r.count);
-    }
+    for (size_t i = a; i < b; ++i) store::catalog::to_message(store::catalog::kLaunchSamples, rows[i], *m->add_rows());
     return maybe_seal();
   });
 }

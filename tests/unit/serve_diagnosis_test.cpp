@@ -473,3 +473,120 @@ TEST(ServeFidelity, WindowRatesAndUnwindingReachTheApiAndTheRemoteReader) {
 
 }  // namespace
 }  // namespace strata
+
+namespace strata {
+namespace {
+
+// Sampled launches travel agent -> collector (ingest) -> store -> /api/v1/launch_samples -> the
+// remote reader (`store::Store::open_remote`), which reads them as a store file's reader does
+// (store_test's Store.LaunchSamplesReadBack): in time order, filtered by node, pid, span and name,
+// paged, each stack resolved and listed once, though two agents sent it.
+TEST(ServeLaunchSamples, TheRemoteReaderReadsThemBackThroughTheQueryApi) {
+  TempDir tmp;
+  Collector c(diagnosing(tmp.file("server.db")), free_port());
+  constexpr uint64_t kS = 1'000'000'000ull;
+  const uint64_t t0 = 1'700'000'000 * kS;
+  Frame copy_fn, copy_loop, gemm_fn, main_fn;
+  copy_fn.module = "/usr/lib/libcudart.so.13";
+  copy_fn.function = "cudaMemcpy";
+  copy_loop.module = gemm_fn.module = main_fn.module = "/usr/bin/app";
+  copy_loop.function = "copy_loop";
+  copy_loop.offset = 0x10;
+  gemm_fn.function = "launch_gemm";
+  gemm_fn.offset = 0x30;
+  main_fn.function = "main";
+  main_fn.offset = 0x20;
+  // Rows past one page of the remote reader's (10,000 rows a request): the reader asks again.
+  constexpr int kManyRows = 10'050;
+  for (const std::string node : {"node-a", "node-b"}) {
+    agent::shipper::ShipperOptions so;
+    so.server = c.url();
+    so.node = node;
+    so.agent_id = node + "-agent";
+    so.spool_dir = tmp.file("spool-" + node);
+    auto w = agent::shipper::BatchingWriter::open(so, nullptr, nullptr);
+    ASSERT_TRUE(w) << w.error().message;
+    auto rec = (*w)->begin_recording({node, "train.py", t0, 99, 10});
+    ASSERT_TRUE(rec);
+    auto copy = (*w)->intern_stack({copy_fn, copy_loop, main_fn}, store::UnwindMethod::kFramePointer);
+    auto gemm = (*w)->intern_stack({gemm_fn, main_fn}, store::UnwindMethod::kFramePointer);
+    ASSERT_TRUE(copy && gemm);
+    if (node == "node-a") {
+      ASSERT_TRUE((*w)->put_launch_samples(*rec, t0, t0 + 10 * kS, {{42, 42, "[cudaMemcpy]", *copy, 5}, {42, 42, "gemm", *gemm, 3}}));
+      ASSERT_TRUE((*w)->put_launch_samples(*rec, t0 + 10 * kS, t0 + 20 * kS, {{42, 43, "[cudaMalloc]", *gemm, 2}}));
+      std::vector<store::LaunchSample> many;
+      for (int i = 0; i < kManyRows; ++i) many.push_back({43, 43, "k" + std::to_string(100000 + i), *gemm, 1});
+      ASSERT_TRUE((*w)->put_launch_samples(*rec, t0 + 20 * kS, t0 + 30 * kS, many));
+    } else {
+      ASSERT_TRUE((*w)->put_launch_samples(*rec, t0 + 10 * kS, t0 + 20 * kS, {{42, 42, "[cudaMemcpy]", *copy, 7}}));
+    }
+    ASSERT_TRUE((*w)->commit());
+    ASSERT_TRUE((*w)->drain(30));
+  }
+
+  auto remote = store::Store::open_remote(c.url(), "");
+  ASSERT_TRUE(remote) << remote.error().message;
+  auto read = [&](store::RowQuery q) {
+    auto r = (*remote)->query_launch_samples(q);
+    EXPECT_TRUE(r) << r.error().message;
+    return r ? *r : store::LaunchSamples{};
+  };
+  auto counts = [](const store::LaunchSamples& l) {
+    std::string o;
+    for (const auto& r : l.rows) o += r.node + ":" + r.sample.kernel + "=" + std::to_string(r.sample.count) + " ";
+    return o;
+  };
+  store::RowQuery calls;
+  calls.prefix = "[";
+  const store::LaunchSamples mem = read(calls);
+  EXPECT_EQ(counts(mem), "node-a:[cudaMemcpy]=5 node-a:[cudaMalloc]=2 node-b:[cudaMemcpy]=7 ")
+      << "in time order, then node; only the names with the prefix";
+  ASSERT_EQ(mem.stacks.size(), 2u) << "each stack the rows name, once (both agents sent the copy stack)";
+  for (const auto& r : mem.rows) {
+    ASSERT_LT(r.stack_index, mem.stacks.size());
+    const Stack& st = mem.stacks[r.stack_index];
+    ASSERT_FALSE(st.empty());
+    EXPECT_EQ(st.back().function, "main") << "leaf first, root last";
+    EXPECT_EQ(st.front().function, r.sample.kernel == "[cudaMemcpy]" ? "cudaMemcpy" : "launch_gemm");
+    EXPECT_EQ(r.sample.pid, 42u);
+    EXPECT_EQ(r.sample.tid, r.sample.kernel == "[cudaMalloc]" ? 43u : 42u);
+  }
+  EXPECT_EQ(mem.rows[0].start_ns, t0);
+  EXPECT_EQ(mem.rows[0].end_ns, t0 + 10 * kS);
+
+  store::RowQuery one = calls;
+  one.node = "node-b";
+  one.pid = 42;
+  EXPECT_EQ(counts(read(one)), "node-b:[cudaMemcpy]=7 ") << "node and pid: one process";
+  store::RowQuery span = calls;
+  span.from_ns = t0 + 10 * kS;
+  span.to_ns = t0 + 20 * kS;
+  EXPECT_EQ(counts(read(span)), "node-a:[cudaMalloc]=2 node-b:[cudaMemcpy]=7 ") << "the windows that overlap the span";
+  store::RowQuery page = calls;
+  page.offset = 1;
+  page.limit = 1;
+  EXPECT_EQ(counts(read(page)), "node-a:[cudaMalloc]=2 ") << "offset and limit page through the rows";
+
+  // Past the server's page: every row, in order, and their one stack.
+  store::RowQuery all_k;
+  all_k.prefix = "k";
+  const store::LaunchSamples many = read(all_k);
+  ASSERT_EQ(many.rows.size(), static_cast<size_t>(kManyRows));
+  for (size_t i = 0; i < many.rows.size(); ++i)
+    ASSERT_EQ(many.rows[i].sample.kernel, "k" + std::to_string(100000 + i)) << "row " << i;
+  ASSERT_EQ(many.stacks.size(), 1u);
+  EXPECT_EQ(many.stacks[0].front().function, "launch_gemm");
+  all_k.offset = 10;
+  all_k.limit = kManyRows - 20;
+  EXPECT_EQ(read(all_k).rows.size(), static_cast<size_t>(kManyRows - 20)) << "a limit past one page";
+
+  // The query API's own answer (JSON) and its refusals.
+  const std::string json = c.get("/api/v1/launch_samples?prefix=%5B&node=node-b");
+  EXPECT_NE(json.find("\"kernel\":\"[cudaMemcpy]\""), std::string::npos) << json;
+  EXPECT_NE(json.find("\"function\":\"cudaMemcpy\""), std::string::npos) << json;
+  EXPECT_EQ(c.get("/api/v1/launch_samples?format=xml"), "") << "an unknown format is refused";
+  EXPECT_EQ(c.get("/api/v1/launch_samples?limit=100001"), "") << "a page past kMaxPageRows is refused";
+}
+
+}  // namespace
+}  // namespace strata

@@ -5,6 +5,7 @@
 #include <unistd.h>
 
 #include <cstdlib>
+#include <functional>
 #include <map>
 #include <memory>
 #include <string>
@@ -500,68 +501,257 @@ void expect_same_columns(const catalog::Column<Row, Msg> (&columns)[N], const Ro
     std::visit([&](auto m) { EXPECT_EQ(want.*m, got.*m) << how << ": column " << c.name; }, c.member);
 }
 
-void check_catalog_round_trip(Store& s) {
-  const StepRecord step = distinct_row(catalog::kSteps);
+// Writes `want` with `put` into a new recording of node-7 and reads it back with each of `reads`
+// (every column, and the recording's node).
+template <typename Row, typename Msg, size_t N>
+void check_kind_round_trip(Store& s, const catalog::Column<Row, Msg> (&columns)[N], const Row& want,
+                           const std::function<Status(Store&, int64_t)>& put,
+                           const std::map<std::string, std::function<Result<std::vector<Row>>(Store&)>>& reads) {
   ASSERT_TRUE(s.begin());
   auto rec = s.begin_recording({"node-7", "app", 1000, 99, 10});
   ASSERT_TRUE(rec) << rec.error().message;
-  ASSERT_TRUE(s.put_steps(*rec, {step}));
+  auto st = put(s, *rec);
+  ASSERT_TRUE(st) << st.error().message;
   auto committed = s.commit();
   ASSERT_TRUE(committed) << committed.error().message;
-  auto all = s.steps();
-  ASSERT_TRUE(all) << all.error().message;
-  ASSERT_EQ(all->size(), 1u);
-  expect_same_columns(catalog::kSteps, step, all->front(), "steps()");
-  EXPECT_EQ(all->front().node, "node-7") << "a row's node is its recording's";
-  auto bounded = s.query_steps({});
-  ASSERT_TRUE(bounded) << bounded.error().message;
-  ASSERT_EQ(bounded->size(), 1u);
-  expect_same_columns(catalog::kSteps, step, bounded->front(), "query_steps()");
+  for (const auto& [how, read] : reads) {
+    auto got = read(s);
+    ASSERT_TRUE(got) << how << ": " << got.error().message;
+    ASSERT_EQ(got->size(), 1u) << how;
+    expect_same_columns(columns, want, got->front(), how);
+  }
 }
 
-TEST(Catalog, EveryStepColumnTravelsThroughTheIngestMessage) {
+template <typename Row>
+auto all_of(Result<std::vector<Row>> (Reader::*read)(std::optional<int64_t>, std::optional<uint32_t>)) {
+  return [read](Store& s) { return (s.*read)(std::nullopt, std::nullopt); };
+}
+template <typename Row>
+auto bounded(Result<std::vector<Row>> (Reader::*read)(const RowQuery&)) {
+  return [read](Store& s) { return (s.*read)(RowQuery{}); };
+}
+
+void check_catalog_round_trip(Store& s) {
   const StepRecord step = distinct_row(catalog::kSteps);
-  ingest::Step m;
-  catalog::to_message(catalog::kSteps, step, m);
-  ingest::Step wire;
-  ASSERT_TRUE(wire.ParseFromString(m.SerializeAsString()));
-  expect_same_columns(catalog::kSteps, step, catalog::from_message<StepRecord>(catalog::kSteps, wire), "ingest Step");
-  const std::string json = "{" + catalog::json_members(catalog::kSteps, step).substr(1) + "}";
-  for (const auto& c : catalog::kSteps)
-    EXPECT_NE(json.find("\"" + std::string(c.name) + "\":"), std::string::npos) << "the JSON row lacks " << c.name;
-  EXPECT_NE(json.find("\"device_known\":true"), std::string::npos) << json;
+  check_kind_round_trip<StepRecord>(
+      s, catalog::kSteps, step, [&](Store& st, int64_t rec) { return st.put_steps(rec, {step}); },
+      {{"steps()", all_of(&Reader::steps)}, {"query_steps()", bounded(&Reader::query_steps)}});
+  auto nodes = s.query_steps({});
+  ASSERT_TRUE(nodes && !nodes->empty());
+  EXPECT_EQ(nodes->front().node, "node-7") << "a row's node is its recording's";
+
+  const CollectiveRecord coll = distinct_row(catalog::kCollectives);
+  check_kind_round_trip<CollectiveRecord>(
+      s, catalog::kCollectives, coll, [&](Store& st, int64_t rec) { return st.put_collectives(rec, {coll}); },
+      {{"collectives()", all_of(&Reader::collectives)}, {"query_collectives()", bounded(&Reader::query_collectives)}});
+
+  const DeviceActivity dev = distinct_row(catalog::kDeviceActivity);
+  check_kind_round_trip<DeviceActivity>(
+      s, catalog::kDeviceActivity, dev, [&](Store& st, int64_t rec) { return st.put_device_activity(rec, {dev}); },
+      {{"device_activity()", all_of(&Reader::device_activity)},
+       {"query_device_activity()", bounded(&Reader::query_device_activity)}});
+
+  const CommunicatorRecord comm = distinct_row(catalog::kCommunicators);
+  check_kind_round_trip<CommunicatorRecord>(
+      s, catalog::kCommunicators, comm, [&](Store& st, int64_t rec) { return st.put_communicators(rec, {comm}); },
+      {{"communicators()", [](Store& st) { return st.communicators(); }}});
+
+  // Metrics are counted per window: the row read back also carries the window.
+  const Metric metric = distinct_row(catalog::kMetrics);
+  auto metric_rows = [](Result<std::vector<Reader::MetricRow>> r) -> Result<std::vector<Metric>> {
+    if (!r) return r.error();
+    std::vector<Metric> out;
+    for (const auto& m : *r) {
+      EXPECT_EQ(m.start_ns, 5000u);
+      EXPECT_EQ(m.end_ns, 6000u);
+      EXPECT_EQ(m.node, "node-7");
+      out.push_back(m.metric);
+    }
+    return out;
+  };
+  check_kind_round_trip<Metric>(
+      s, catalog::kMetrics, metric, [&](Store& st, int64_t rec) { return st.put_metrics(rec, 5000, 6000, {metric}); },
+      {{"metrics()", [&](Store& st) { return metric_rows(st.metrics("")); }},
+       {"query_metrics()", [&](Store& st) { return metric_rows(st.query_metrics({})); }}});
+
+  // Launch samples too; their stack_id names a stack the store has (put sets it before the rows are
+  // compared: `want` is this very row).
+  LaunchSample launch = distinct_row(catalog::kLaunchSamples);
+  check_kind_round_trip<LaunchSample>(
+      s, catalog::kLaunchSamples, launch,
+      [&](Store& st, int64_t rec) -> Status {
+        auto id = st.intern_stack({native("launch_site", 0x40)});
+        if (!id) return id.error();
+        launch.stack_id = *id;
+        return st.put_launch_samples(rec, 5000, 6000, {launch});
+      },
+      {{"query_launch_samples()", [](Store& st) -> Result<std::vector<LaunchSample>> {
+          auto r = st.query_launch_samples({});
+          if (!r) return r.error();
+          std::vector<LaunchSample> out;
+          for (const auto& x : r->rows) {
+            EXPECT_EQ(x.start_ns, 5000u);
+            EXPECT_EQ(x.node, "node-7");
+            EXPECT_LT(x.stack_index, r->stacks.size());
+            if (x.stack_index < r->stacks.size()) {
+              EXPECT_EQ(r->stacks[x.stack_index].front().function, "launch_site");
+            }
+            out.push_back(x.sample);
+          }
+          return out;
+        }}});
 }
 
-TEST(Catalog, EveryStepColumnRoundTripsThroughSqlite) {
+// Every column of a kind survives the ingest message (agent -> collector) and shows in its JSON.
+template <typename Msg, typename Row, size_t N>
+void check_message_round_trip(const catalog::Column<Row, Msg> (&columns)[N]) {
+  const Row row = distinct_row(columns);
+  Msg m;
+  catalog::to_message(columns, row, m);
+  Msg wire;
+  ASSERT_TRUE(wire.ParseFromString(m.SerializeAsString()));
+  expect_same_columns(columns, row, catalog::from_message<Row>(columns, wire), "ingest " + std::string(Msg::descriptor()->name()));
+  const std::string json = "{" + catalog::json_members(columns, row).substr(1) + "}";
+  for (const auto& c : columns)
+    EXPECT_NE(json.find("\"" + std::string(c.name) + "\":"), std::string::npos) << "the JSON row lacks " << c.name;
+}
+
+TEST(Catalog, EveryColumnTravelsThroughTheIngestMessage) {
+  check_message_round_trip(catalog::kSteps);
+  check_message_round_trip(catalog::kCollectives);
+  check_message_round_trip(catalog::kDeviceActivity);
+  check_message_round_trip(catalog::kCommunicators);
+  check_message_round_trip(catalog::kMetrics);
+  check_message_round_trip(catalog::kLaunchSamples);
+  const StepRecord step = distinct_row(catalog::kSteps);
+  EXPECT_NE(catalog::json_members(catalog::kSteps, step).find("\"device_known\":true"), std::string::npos);
+}
+
+TEST(Catalog, EveryColumnRoundTripsThroughSqlite) {
   TempDir d;
   auto st = Store::open_sqlite(d.file("s.db"), Store::Mode::kCreateOrAppend);
   ASSERT_TRUE(st) << st.error().message;
   check_catalog_round_trip(**st);
 }
 
-// Files written before the catalog keep being read: the steps table the catalog creates has the
-// columns, types and order the hand-written schema had (a renamed or reordered catalog line fails here).
-TEST(Catalog, TheStepsTableKeepsItsColumns) {
-  TempDir d;
-  {
-    auto st = Store::open_sqlite(d.file("s.db"), Store::Mode::kCreateOrAppend);
-    ASSERT_TRUE(st) << st.error().message;
-  }
+// "name TYPE NOT NULL, ..." of a table of a new file.
+std::string sqlite_columns(const std::string& path, const std::string& table) {
   sqlite3* db = nullptr;
-  ASSERT_EQ(sqlite3_open_v2(d.file("s.db").c_str(), &db, SQLITE_OPEN_READONLY, nullptr), SQLITE_OK);
+  EXPECT_EQ(sqlite3_open_v2(path.c_str(), &db, SQLITE_OPEN_READONLY, nullptr), SQLITE_OK);
   sqlite3_stmt* q = nullptr;
-  ASSERT_EQ(sqlite3_prepare_v2(db, "SELECT name, type, \"notnull\" FROM pragma_table_info('steps')", -1, &q, nullptr),
-            SQLITE_OK);
+  const std::string sql = "SELECT name, type, \"notnull\" FROM pragma_table_info('" + table + "')";
+  EXPECT_EQ(sqlite3_prepare_v2(db, sql.c_str(), -1, &q, nullptr), SQLITE_OK);
   std::string got;
   while (sqlite3_step(q) == SQLITE_ROW)
     got += std::string(reinterpret_cast<const char*>(sqlite3_column_text(q, 0))) + " " +
            reinterpret_cast<const char*>(sqlite3_column_text(q, 1)) + (sqlite3_column_int(q, 2) ? " NOT NULL" : "") + ", ";
   sqlite3_finalize(q);
   sqlite3_close(db);
-  EXPECT_EQ(got,
+  return got;
+}
+
+// Files written before the catalog keep being read: the tables the catalog creates start with the
+// columns, types and order the hand-written schema had (a renamed or reordered catalog line fails here).
+TEST(Catalog, TheTablesKeepTheirColumns) {
+  TempDir d;
+  // The hand-written columns come first, in their order; a field added since comes after them.
+  auto expect_starts_with = [](const std::string& path, const std::string& table, const std::string& want) {
+    const std::string got = sqlite_columns(path, table);
+    EXPECT_EQ(got.substr(0, want.size()), want) << table;
+  };
+  {
+    auto st = Store::open_sqlite(d.file("s.db"), Store::Mode::kCreateOrAppend);
+    ASSERT_TRUE(st) << st.error().message;
+  }
+  expect_starts_with(d.file("s.db"), "steps",
             "recording_id INTEGER NOT NULL, pid INTEGER NOT NULL, step INTEGER NOT NULL, start_ns INTEGER NOT NULL, "
             "end_ns INTEGER NOT NULL, collective_ns INTEGER NOT NULL, device_collective_ns INTEGER NOT NULL, "
             "device_compute_ns INTEGER NOT NULL, gpu_idle_ns INTEGER NOT NULL, device_known INTEGER NOT NULL, ");
+  expect_starts_with(d.file("s.db"), "collectives",
+            "recording_id INTEGER NOT NULL, pid INTEGER NOT NULL, tid INTEGER NOT NULL, library TEXT NOT NULL, "
+            "op TEXT NOT NULL, comm_id TEXT NOT NULL, comm_handle INTEGER NOT NULL, seq INTEGER NOT NULL, "
+            "count INTEGER NOT NULL, dtype INTEGER NOT NULL, bytes INTEGER NOT NULL, redop INTEGER NOT NULL, "
+            "peer INTEGER NOT NULL, stream INTEGER NOT NULL, enter_ns INTEGER NOT NULL, exit_ns INTEGER NOT NULL, "
+            "device_start_ns INTEGER NOT NULL, device_end_ns INTEGER NOT NULL, completion TEXT NOT NULL, "
+            "ret INTEGER NOT NULL, ");
+  expect_starts_with(d.file("s.db"), "device_activity",
+            "recording_id INTEGER NOT NULL, pid INTEGER NOT NULL, device INTEGER NOT NULL, kind TEXT NOT NULL, "
+            "name TEXT NOT NULL, stream INTEGER NOT NULL, start_ns INTEGER NOT NULL, end_ns INTEGER NOT NULL, "
+            "api_ns INTEGER NOT NULL, api_tid INTEGER NOT NULL, correlation INTEGER NOT NULL, bytes INTEGER NOT NULL, ");
+  expect_starts_with(d.file("s.db"), "communicators",
+            "recording_id INTEGER NOT NULL, pid INTEGER NOT NULL, handle INTEGER NOT NULL, comm_id TEXT NOT NULL, "
+            "rank INTEGER NOT NULL, nranks INTEGER NOT NULL, init_ns INTEGER NOT NULL, ");
+  expect_starts_with(d.file("s.db"), "metrics",
+            "recording_id INTEGER NOT NULL, start_ns INTEGER NOT NULL, end_ns INTEGER NOT NULL, pid INTEGER NOT NULL, "
+            "name TEXT NOT NULL, label TEXT NOT NULL, value REAL NOT NULL, ");
+  expect_starts_with(d.file("s.db"), "launch_samples",
+            "recording_id INTEGER NOT NULL, start_ns INTEGER NOT NULL, end_ns INTEGER NOT NULL, pid INTEGER NOT NULL, "
+            "tid INTEGER NOT NULL, kernel TEXT NOT NULL, stack_id INTEGER NOT NULL, count INTEGER NOT NULL, ");
+}
+
+// A column added to a catalog kind reaches files written before it, with no line of its own in the
+// stores: such a file opened read only reads it as its default (0, ''); opened for writing it gets
+// the column. The file here loses two columns (DROP COLUMN), as a file older than them lacks them.
+TEST(Catalog, AnOlderFileWithoutAColumnReadsItsDefaultAndGetsTheColumn) {
+  TempDir d;
+  const std::string path = d.file("s.db");
+  const StepRecord step = distinct_row(catalog::kSteps);
+  const CollectiveRecord coll = distinct_row(catalog::kCollectives);
+  {
+    auto st = Store::open_sqlite(path, Store::Mode::kCreateOrAppend);
+    ASSERT_TRUE(st) << st.error().message;
+    ASSERT_TRUE((*st)->begin());
+    auto rec = (*st)->begin_recording({"node-7", "app", 1000, 99, 10});
+    ASSERT_TRUE(rec);
+    ASSERT_TRUE((*st)->put_steps(*rec, {step}));
+    ASSERT_TRUE((*st)->put_collectives(*rec, {coll}));
+    ASSERT_TRUE((*st)->commit());
+  }
+  {
+    sqlite3* db = nullptr;
+    ASSERT_EQ(sqlite3_open(path.c_str(), &db), SQLITE_OK);
+    char* why = nullptr;
+    EXPECT_EQ(sqlite3_exec(db, "ALTER TABLE steps DROP COLUMN gpu_idle_ns; ALTER TABLE collectives DROP COLUMN completion;",
+                           nullptr, nullptr, &why),
+              SQLITE_OK)
+        << (why ? why : "");
+    sqlite3_free(why);
+    sqlite3_close(db);
+  }
+  ASSERT_EQ(sqlite_columns(path, "steps").find("gpu_idle_ns"), std::string::npos);
+  {
+    auto st = Store::open_sqlite(path, Store::Mode::kReadOnly);
+    ASSERT_TRUE(st) << st.error().message;
+    auto steps = (*st)->steps();
+    ASSERT_TRUE(steps) << steps.error().message;
+    ASSERT_EQ(steps->size(), 1u);
+    EXPECT_EQ(steps->front().gpu_idle_ns, 0u) << "a column the file lacks reads as its default";
+    EXPECT_EQ(steps->front().device_compute_ns, step.device_compute_ns) << "the others as written";
+    auto colls = (*st)->query_collectives({});
+    ASSERT_TRUE(colls) << colls.error().message;
+    ASSERT_EQ(colls->size(), 1u);
+    EXPECT_EQ(colls->front().completion, "");
+    EXPECT_EQ(colls->front().comm_id, coll.comm_id);
+  }
+  EXPECT_EQ(sqlite_columns(path, "steps").find("gpu_idle_ns"), std::string::npos) << "read only: the file is not written";
+  {
+    auto st = Store::open_sqlite(path, Store::Mode::kCreateOrAppend);
+    ASSERT_TRUE(st) << st.error().message;
+    ASSERT_TRUE((*st)->begin());
+    auto rec = (*st)->begin_recording({"node-8", "app", 2000, 99, 10});
+    ASSERT_TRUE(rec);
+    StepRecord later = step;
+    later.step = 2;
+    later.gpu_idle_ns = 77;
+    ASSERT_TRUE((*st)->put_steps(*rec, {later}));
+    ASSERT_TRUE((*st)->commit());
+    auto steps = (*st)->steps();
+    ASSERT_TRUE(steps) << steps.error().message;
+    ASSERT_EQ(steps->size(), 2u);
+    for (const auto& x : *steps) EXPECT_EQ(x.gpu_idle_ns, x.step == 2 ? 77u : 0u) << "step " << x.step;
+  }
+  EXPECT_NE(sqlite_columns(path, "steps").find("gpu_idle_ns INTEGER NOT NULL"), std::string::npos);
+  EXPECT_NE(sqlite_columns(path, "collectives").find("completion TEXT NOT NULL"), std::string::npos);
 }
 
 TEST(Store, ManyStacks) {
