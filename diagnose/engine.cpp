@@ -2430,50 +2430,72 @@ std::optional<Finding> shared_cpu_finding(const JobWindow& job, double lost, dou
   return to_finding(job, hog->c, lost, {Ranked{std::move(h), rule}}, std::move(head), kSharedCpuLocate, Scope::kRank);
 }
 
-// Every rank got slower by itself (no straggler, collective waits did not grow).
+// No past per layer: the layer that explains the loss on the rank that suffers most, measured
+// with absolute numbers (another process on our CPUs is never normal); what its top hypothesis
+// explains goes to *explained. Only when the job slowed by kJobWideSlowdown (beyond a loaded
+// machine's drift: without a past nothing says what the numbers were before).
+std::optional<Finding> absolute_finding(const JobWindow& job, const Diagnosis& dx, double lost, const std::vector<double>& busy,
+                                        std::vector<std::string> head, double* explained) {
+  *explained = 0;
+  if (!(lost >= kJobWideSlowdown * dx.baseline_step_ms)) return std::nullopt;
+  size_t c = 0;
+  double best = -1;
+  for (size_t i = 0; i < job.ranks.size(); ++i) {
+    double v = 0;
+    for (const auto& nbv : job.ranks[i].neighbours) {
+      if (!is_agent(job.names.name(nbv.name))) v = std::max(v, nbv.ms_per_step);
+    }
+    v += known(busy[i]) ? busy[i] * 1e-3 : 0;  // tie-break by busy time
+    if (v > best) {
+      best = v;
+      c = i;
+    }
+  }
+  auto hs = descend(job, c, lost, true);
+  if (!hs.empty()) *explained = hs.front().h.explained_ms;
+  head.push_back("measured on " + rank_name(job.ranks[c]) + ", the rank whose CPUs other processes use most");
+  return to_finding(job, c, lost, std::move(hs), std::move(head), kJobWideLocate, Scope::kJob);
+}
+
+// Every rank got slower by itself (no straggler, collective waits did not grow). One rank whose own
+// CPU work takes the CPUs the others share (shared_cpu_finding) is reported when it explains at
+// least as much as the job-wide reading does. That reading is each layer against the job's own past
+// (job_layers) where the job has one; else, and also where that past names nothing while the OS
+// layer has no past on every rank, the layers' absolute numbers on the rank that suffers most
+// (absolute_finding). A step history alone (the healthy steps shared one metrics window with the
+// slowdown's start, so no metrics window lies wholly before it) says that the job slowed, not what
+// its OS layer measured before: job_layers cannot judge that layer, so its silence there is no
+// verdict. A layer the past does name wins over absolute numbers, which say what is there now,
+// not what changed.
 void find_slowed_alike(const JobWindow& job, Diagnosis& dx, double lost, const std::vector<double>& busy) {
-  const size_t n = job.ranks.size();
   std::vector<std::string> head{"job step time " + ms(dx.step_ms) + " vs its baseline " + ms(dx.baseline_step_ms) +
                                 "; all ranks slowed alike (no straggler, collective waits did not grow)"};
-  // One rank whose own CPU work takes the CPUs the others share: reported when it explains at
-  // least as much as the job-wide layers do.
   double hog_ms = 0;
   auto hog = shared_cpu_finding(job, lost, dx.baseline_step_ms, head, &hog_ms);
   if (has_past(job)) {
-    // Every rank got slower by itself: each layer against the job's own past names the layer.
     auto layers = job_layers(job, lost);
-    if (hog && (layers.empty() || layers.front().explained_ms <= hog_ms)) dx.findings.push_back(std::move(*hog));
-    else if (auto f = job_past_finding(job, lost, dx.baseline_step_ms, std::move(head))) dx.findings.push_back(std::move(*f));
-    else if (hog) dx.findings.push_back(std::move(*hog));
-    else dx.note = unexplained(dx);
-  } else if (lost >= kJobWideSlowdown * dx.baseline_step_ms) {
-    // No past per layer: look for the layer that explains it on the rank that suffers most,
-    // with absolute numbers (another process on our CPUs is never normal).
-    size_t c = 0;
-    double best = -1;
-    for (size_t i = 0; i < n; ++i) {
-      double v = 0;
-      for (const auto& nbv : job.ranks[i].neighbours) {
-        if (!is_agent(job.names.name(nbv.name))) v = std::max(v, nbv.ms_per_step);
-      }
-      v += known(busy[i]) ? busy[i] * 1e-3 : 0;  // tie-break by busy time
-      if (v > best) {
-        best = v;
-        c = i;
-      }
-    }
-    auto hs = descend(job, c, lost, true);
-    if (hog && (hs.empty() || hs.front().h.explained_ms <= hog_ms)) {
+    if (hog && (layers.empty() || layers.front().explained_ms <= hog_ms)) {
       dx.findings.push_back(std::move(*hog));
       return;
     }
-    head.push_back("measured on " + rank_name(job.ranks[c]) + ", the rank whose CPUs other processes use most");
-    if (auto f = to_finding(job, c, lost, std::move(hs), std::move(head), kJobWideLocate, Scope::kJob))
+    if (auto f = job_past_finding(job, lost, dx.baseline_step_ms, head)) {
       dx.findings.push_back(std::move(*f));
-    else dx.note = unexplained(dx);
-  } else {
-    dx.note = unexplained(dx);
+      return;
+    }
+    if (hog) {
+      dx.findings.push_back(std::move(*hog));
+      return;
+    }
+    if (os_past(job)) {
+      dx.note = unexplained(dx);
+      return;
+    }
   }
+  double abs_ms = 0;
+  auto f = absolute_finding(job, dx, lost, busy, std::move(head), &abs_ms);
+  if (hog && (!f || abs_ms <= hog_ms)) dx.findings.push_back(std::move(*hog));
+  else if (f) dx.findings.push_back(std::move(*f));
+  else dx.note = unexplained(dx);
 }
 
 std::string joined(const std::vector<int>& ranks) {
