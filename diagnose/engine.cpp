@@ -931,6 +931,60 @@ SampledSite sampled_call_site(const JobWindow& job, const RankWindow& r, bool (*
   return s.top();
 }
 
+// A call site that only wraps the memory call (a program's `dev_malloc` around cudaMalloc, which
+// adds a counter or an error check) names no place a person would change: where the calls are made
+// is its caller. A function is such a wrapper when at least this share of its on-CPU time is inside
+// the memory APIs it wraps: a wrapper does nothing but the call and a few instructions around it,
+// while a function that does work of its own around the calls (fills the buffers it allocates, a
+// loop over layers) spends more than a tenth of its time outside them.
+constexpr double kWrapperInsideShare = 0.9;
+
+// `site` (a caller_name, as SampledSite::site and memory_call_site give it) with its caller when the
+// on-CPU profiles of `ranks` show it is a wrapper of the memory calls of `kind`: "a lambda in main
+// through dev_malloc"; else `site` as it is (also when no profile passes through it: nothing then
+// says what else it does).
+std::string unwrapped_site(const JobWindow& job, const std::vector<const RankWindow*>& ranks, const std::string& site,
+                           bool (*kind)(std::string_view)) {
+  if (site.empty()) return site;
+  double all = 0, inside = 0;
+  std::map<std::string, double> callers;
+  for (const RankWindow* r : ranks) {
+    std::set<std::string> apis;  // the memory APIs of this kind the rank calls
+    for (const auto& a : r->memory_api_ms) {
+      const std::string& api = job.names.name(a.name);
+      if (kind(api)) apis.insert(api);
+    }
+    for (const auto& v : r->oncpu) {
+      auto frames = split_path(job.names.name(v.name));
+      size_t at = frames.size();  // the site's innermost frame on the path
+      for (size_t i = frames.size(); i-- > 0;) {
+        if (caller_name(frames[i]) == site) {
+          at = i;
+          break;
+        }
+      }
+      if (at == frames.size()) continue;
+      all += v.ms_per_step;
+      bool in_call = false;
+      for (size_t j = at + 1; j < frames.size() && !in_call; ++j) in_call = apis.count(short_function(frames[j])) > 0;
+      if (!in_call) continue;
+      inside += v.ms_per_step;
+      for (size_t j = at; j-- > 0;) {
+        if (unresolved_frame(frames[j]) || frames[j] == kWorkerFrame) continue;
+        callers[caller_name(frames[j])] += v.ms_per_step;
+        break;
+      }
+    }
+  }
+  if (!(all > 0 && inside >= kWrapperInsideShare * all)) return site;
+  std::string caller;
+  double most = 0;
+  for (const auto& [c, t] : callers) {
+    if (t > most && c != site) caller = c, most = t;
+  }
+  return caller.empty() ? site : caller + " through " + site;
+}
+
 // The memory calls of one kind on rank c against its peers and its own healthy past: whether the
 // program makes more of them (the rule's gate), and the evidence lines that say so.
 struct MemoryCallDiff {
@@ -1057,7 +1111,7 @@ std::optional<Hypothesis> memory_calls_hypothesis(const RankCase& k, Cause cause
   // The call site: from the calls the probes sampled with their stacks, else from the CPU profiles'
   // stacks that pass through the API (a call that spins or blocks in it).
   SampledSite sampled = sampled_call_site(k.job, k.r, kind);
-  std::string site = !sampled.site.empty() ? sampled.site : memory_call_site(k.job, k.r, api);
+  std::string site = unwrapped_site(k.job, {&k.r}, !sampled.site.empty() ? sampled.site : memory_call_site(k.job, k.r, api), kind);
   h.culprit = (d.apis.empty() ? api : d.apis) + (site.empty() ? "" : " (called from " + site + ")");
   h.evidence = std::move(d.evidence);
   h.evidence.push_back(memory_share(k, std::min(excess, k.extra)));
@@ -1624,9 +1678,12 @@ std::vector<JobCandidate> job_layers(const JobWindow& job, double lost) {
     SampledSites sites;
     for (const auto& r : job.ranks) sites.add(job, r, m.cause == Cause::kSyncMemcpy ? is_copy_api : is_alloc_api);
     const SampledSite site = sites.top();
+    std::vector<const RankWindow*> every;
+    for (const auto& r : job.ranks) every.push_back(&r);
+    const std::string where = unwrapped_site(job, every, site.site, m.cause == Cause::kSyncMemcpy ? is_copy_api : is_alloc_api);
     JobCandidate c;
     c.cause = m.cause;
-    c.culprit = (top.empty() ? std::string(m.what) : top) + " on every rank" + (site.site.empty() ? "" : " (called from " + site.site + ")");
+    c.culprit = (top.empty() ? std::string(m.what) : top) + " on every rank" + (where.empty() ? "" : " (called from " + where + ")");
     c.explained_ms = grew;
     c.confidence = 0.7;
     c.evidence.push_back("every rank's host thread spends " + ms(grew) + " more per step in " + m.what + " than in the job's healthy past");
@@ -1634,7 +1691,7 @@ std::vector<JobCandidate> job_layers(const JobWindow& job, double lost) {
                          (top.empty() ? "" : "; most of the time in " + top + " (" + ms(top_ms) + " per step)"));
     if (!site.site.empty())
       c.evidence.push_back(fmt("%.0f%%", 100 * site.calls / site.total) + " of the " + m.what + " sampled with their stacks on every rank are made from " +
-                           site.site + fmt(" (%.0f", site.calls) + fmt(" of %.0f calls in the window)", site.total));
+                           where + fmt(" (%.0f", site.calls) + fmt(" of %.0f calls in the window)", site.total));
     c.advice = m.advice;
     out.push_back(std::move(c));
   }
