@@ -2306,7 +2306,44 @@ void find_slow_link(const JobWindow& job, Diagnosis& dx, double lost, double wai
   // neighbours wait clearly longer than it does), every link got slower (a fabric, a switch):
   // the job's communicator, not a rank's link, if the job's past says its collectives grew.
   bool fabric = !links && (tcp_recorded(job) || !(best_score >= kRingEndShare * wait_up)) && has_past(job);
-  if (fabric) {
+  if (n == 2 && !links) {
+    // Two ranks have one link between them: a slow end of it (either rank's NIC or port) and a
+    // slower fabric stretch the same connections alike, in both directions, and each rank is the
+    // other's only ring neighbour; neither the waits nor the TCP connections can tell them apart.
+    // Named as the link it is, at job scope (no rank can be singled out). With the job's past, only
+    // when its layers say the collectives grew while the hosts did not (job_layers' network rule: a
+    // slower host stretches gloo's collectives too).
+    const std::string link = "the link between " + rank_name(job.ranks[0]) + " and " + rank_name(job.ranks[1]);
+    const std::string one_link = "a job of two ranks has one link: which end of it (or the fabric between) is slow cannot be told "
+                                 "from the waits or the TCP connections";
+    const std::string advice = "check both ends of " + link + " (ethtool -S, link speed, tc qdisc on each node) and the switch port between them";
+    if (has_past(job)) {
+      std::vector<std::string> head{"job step time " + ms(dx.step_ms) + " vs its baseline " + ms(dx.baseline_step_ms) +
+                                    "; both ranks wait longer in collectives, and " + one_link};
+      auto f = job_past_finding(job, lost, dx.baseline_step_ms, std::move(head));
+      if (f && f->cause == Cause::kNetworkSlow) {
+        f->culprit = link;
+        f->advice = advice;
+      }
+      if (f) dx.findings.push_back(std::move(*f));
+      else dx.note = unexplained(dx);
+      return;
+    }
+    Finding f;
+    f.scope = Scope::kJob;
+    f.rank = -1;
+    f.cause = Cause::kNetworkSlow;
+    f.layer = "comm";
+    f.culprit = link;
+    f.lost_ms_per_step = lost;
+    f.confidence = kJobWideLocate;
+    f.evidence.push_back("job step time " + ms(dx.step_ms) + " vs its baseline " + ms(dx.baseline_step_ms));
+    f.evidence.push_back("both ranks wait longer in collectives" + (job.communicator.empty() ? "" : " of communicator " + job.communicator) +
+                         ": " + ms(wait_med) + " per step vs " + ms(wait_base) + " before; neither computes longer than the other");
+    f.evidence.push_back(one_link);
+    f.advice = advice;
+    dx.findings.push_back(std::move(f));
+  } else if (fabric) {
     std::vector<std::string> head{"job step time " + ms(dx.step_ms) + " vs its baseline " + ms(dx.baseline_step_ms) +
                                   "; every rank waits longer in collectives and no one link is slower than the others"};
     if (auto f = job_past_finding(job, lost, dx.baseline_step_ms, std::move(head))) dx.findings.push_back(std::move(*f));

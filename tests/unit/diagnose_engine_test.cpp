@@ -675,6 +675,25 @@ TEST(DiagnoseEngine, AJobWithAnOsPastTakesThePastBranch) {
   EXPECT_EQ(all.find("the rank whose CPUs other processes use most"), std::string::npos) << all;
 }
 
+// A slow link in a job of two ranks: its one link, whichever end is slow, is named as that link (at
+// job scope: the waits and the TCP connections cannot tell its ends apart), not as the fabric.
+TEST(DiagnoseEngine, TwoRanksSlowLinkIsNamedAsTheirLink) {
+  for (bool past : {true, false}) {
+    SyntheticSpec spec;
+    spec.ranks = 2;
+    spec.past = past;
+    spec.faults = {PlantedFault{1, "network-slow", 40}};
+    auto dx = diagnose(make_synthetic_job(spec));
+    ASSERT_EQ(dx.findings.size(), 1u) << "past " << past << "\n" << text_of(dx);
+    const Finding& f = dx.findings[0];
+    EXPECT_EQ(f.cause, Cause::kNetworkSlow) << text_of(dx);
+    EXPECT_EQ(f.scope, Scope::kJob) << text_of(dx);
+    EXPECT_EQ(f.rank, -1);
+    EXPECT_EQ(f.culprit, "the link between rank 0 and rank 1") << text_of(dx);
+    EXPECT_NE(text_of(dx).find("a job of two ranks has one link"), std::string::npos) << text_of(dx);
+  }
+}
+
 // --- issue 17: a rank's worker processes count for the rank, named as such.
 
 // A DataLoader worker of rank 3 burns the rank's time in an augmentation (on-CPU) or blocks in its
