@@ -931,6 +931,60 @@ SampledSite sampled_call_site(const JobWindow& job, const RankWindow& r, bool (*
   return s.top();
 }
 
+// A call site that only wraps the memory call (a program's `dev_malloc` around cudaMalloc, which
+// adds a counter or an error check) names no place a person would change: where the calls are made
+// is its caller. A function is such a wrapper when at least this share of its on-CPU time is inside
+// the memory APIs it wraps: a wrapper does nothing but the call and a few instructions around it,
+// while a function that does work of its own around the calls (fills the buffers it allocates, a
+// loop over layers) spends more than a tenth of its time outside them.
+constexpr double kWrapperInsideShare = 0.9;
+
+// `site` (a caller_name, as SampledSite::site and memory_call_site give it) with its caller when the
+// on-CPU profiles of `ranks` show it is a wrapper of the memory calls of `kind`: "a lambda in main
+// through dev_malloc"; else `site` as it is (also when no profile passes through it: nothing then
+// says what else it does).
+std::string unwrapped_site(const JobWindow& job, const std::vector<const RankWindow*>& ranks, const std::string& site,
+                           bool (*kind)(std::string_view)) {
+  if (site.empty()) return site;
+  double all = 0, inside = 0;
+  std::map<std::string, double> callers;
+  for (const RankWindow* r : ranks) {
+    std::set<std::string> apis;  // the memory APIs of this kind the rank calls
+    for (const auto& a : r->memory_api_ms) {
+      const std::string& api = job.names.name(a.name);
+      if (kind(api)) apis.insert(api);
+    }
+    for (const auto& v : r->oncpu) {
+      auto frames = split_path(job.names.name(v.name));
+      size_t at = frames.size();  // the site's innermost frame on the path
+      for (size_t i = frames.size(); i-- > 0;) {
+        if (caller_name(frames[i]) == site) {
+          at = i;
+          break;
+        }
+      }
+      if (at == frames.size()) continue;
+      all += v.ms_per_step;
+      bool in_call = false;
+      for (size_t j = at + 1; j < frames.size() && !in_call; ++j) in_call = apis.count(short_function(frames[j])) > 0;
+      if (!in_call) continue;
+      inside += v.ms_per_step;
+      for (size_t j = at; j-- > 0;) {
+        if (unresolved_frame(frames[j]) || frames[j] == kWorkerFrame) continue;
+        callers[caller_name(frames[j])] += v.ms_per_step;
+        break;
+      }
+    }
+  }
+  if (!(all > 0 && inside >= kWrapperInsideShare * all)) return site;
+  std::string caller;
+  double most = 0;
+  for (const auto& [c, t] : callers) {
+    if (t > most && c != site) caller = c, most = t;
+  }
+  return caller.empty() ? site : caller + " through " + site;
+}
+
 // The memory calls of one kind on rank c against its peers and its own healthy past: whether the
 // program makes more of them (the rule's gate), and the evidence lines that say so.
 struct MemoryCallDiff {
@@ -1057,7 +1111,7 @@ std::optional<Hypothesis> memory_calls_hypothesis(const RankCase& k, Cause cause
   // The call site: from the calls the probes sampled with their stacks, else from the CPU profiles'
   // stacks that pass through the API (a call that spins or blocks in it).
   SampledSite sampled = sampled_call_site(k.job, k.r, kind);
-  std::string site = !sampled.site.empty() ? sampled.site : memory_call_site(k.job, k.r, api);
+  std::string site = unwrapped_site(k.job, {&k.r}, !sampled.site.empty() ? sampled.site : memory_call_site(k.job, k.r, api), kind);
   h.culprit = (d.apis.empty() ? api : d.apis) + (site.empty() ? "" : " (called from " + site + ")");
   h.evidence = std::move(d.evidence);
   h.evidence.push_back(memory_share(k, std::min(excess, k.extra)));
@@ -1624,9 +1678,12 @@ std::vector<JobCandidate> job_layers(const JobWindow& job, double lost) {
     SampledSites sites;
     for (const auto& r : job.ranks) sites.add(job, r, m.cause == Cause::kSyncMemcpy ? is_copy_api : is_alloc_api);
     const SampledSite site = sites.top();
+    std::vector<const RankWindow*> every;
+    for (const auto& r : job.ranks) every.push_back(&r);
+    const std::string where = unwrapped_site(job, every, site.site, m.cause == Cause::kSyncMemcpy ? is_copy_api : is_alloc_api);
     JobCandidate c;
     c.cause = m.cause;
-    c.culprit = (top.empty() ? std::string(m.what) : top) + " on every rank" + (site.site.empty() ? "" : " (called from " + site.site + ")");
+    c.culprit = (top.empty() ? std::string(m.what) : top) + " on every rank" + (where.empty() ? "" : " (called from " + where + ")");
     c.explained_ms = grew;
     c.confidence = 0.7;
     c.evidence.push_back("every rank's host thread spends " + ms(grew) + " more per step in " + m.what + " than in the job's healthy past");
@@ -1634,7 +1691,7 @@ std::vector<JobCandidate> job_layers(const JobWindow& job, double lost) {
                          (top.empty() ? "" : "; most of the time in " + top + " (" + ms(top_ms) + " per step)"));
     if (!site.site.empty())
       c.evidence.push_back(fmt("%.0f%%", 100 * site.calls / site.total) + " of the " + m.what + " sampled with their stacks on every rank are made from " +
-                           site.site + fmt(" (%.0f", site.calls) + fmt(" of %.0f calls in the window)", site.total));
+                           where + fmt(" (%.0f", site.calls) + fmt(" of %.0f calls in the window)", site.total));
     c.advice = m.advice;
     out.push_back(std::move(c));
   }
@@ -2249,7 +2306,44 @@ void find_slow_link(const JobWindow& job, Diagnosis& dx, double lost, double wai
   // neighbours wait clearly longer than it does), every link got slower (a fabric, a switch):
   // the job's communicator, not a rank's link, if the job's past says its collectives grew.
   bool fabric = !links && (tcp_recorded(job) || !(best_score >= kRingEndShare * wait_up)) && has_past(job);
-  if (fabric) {
+  if (n == 2 && !links) {
+    // Two ranks have one link between them: a slow end of it (either rank's NIC or port) and a
+    // slower fabric stretch the same connections alike, in both directions, and each rank is the
+    // other's only ring neighbour; neither the waits nor the TCP connections can tell them apart.
+    // Named as the link it is, at job scope (no rank can be singled out). With the job's past, only
+    // when its layers say the collectives grew while the hosts did not (job_layers' network rule: a
+    // slower host stretches gloo's collectives too).
+    const std::string link = "the link between " + rank_name(job.ranks[0]) + " and " + rank_name(job.ranks[1]);
+    const std::string one_link = "a job of two ranks has one link: which end of it (or the fabric between) is slow cannot be told "
+                                 "from the waits or the TCP connections";
+    const std::string advice = "check both ends of " + link + " (ethtool -S, link speed, tc qdisc on each node) and the switch port between them";
+    if (has_past(job)) {
+      std::vector<std::string> head{"job step time " + ms(dx.step_ms) + " vs its baseline " + ms(dx.baseline_step_ms) +
+                                    "; both ranks wait longer in collectives, and " + one_link};
+      auto f = job_past_finding(job, lost, dx.baseline_step_ms, std::move(head));
+      if (f && f->cause == Cause::kNetworkSlow) {
+        f->culprit = link;
+        f->advice = advice;
+      }
+      if (f) dx.findings.push_back(std::move(*f));
+      else dx.note = unexplained(dx);
+      return;
+    }
+    Finding f;
+    f.scope = Scope::kJob;
+    f.rank = -1;
+    f.cause = Cause::kNetworkSlow;
+    f.layer = "comm";
+    f.culprit = link;
+    f.lost_ms_per_step = lost;
+    f.confidence = kJobWideLocate;
+    f.evidence.push_back("job step time " + ms(dx.step_ms) + " vs its baseline " + ms(dx.baseline_step_ms));
+    f.evidence.push_back("both ranks wait longer in collectives" + (job.communicator.empty() ? "" : " of communicator " + job.communicator) +
+                         ": " + ms(wait_med) + " per step vs " + ms(wait_base) + " before; neither computes longer than the other");
+    f.evidence.push_back(one_link);
+    f.advice = advice;
+    dx.findings.push_back(std::move(f));
+  } else if (fabric) {
     std::vector<std::string> head{"job step time " + ms(dx.step_ms) + " vs its baseline " + ms(dx.baseline_step_ms) +
                                   "; every rank waits longer in collectives and no one link is slower than the others"};
     if (auto f = job_past_finding(job, lost, dx.baseline_step_ms, std::move(head))) dx.findings.push_back(std::move(*f));
@@ -2430,50 +2524,72 @@ std::optional<Finding> shared_cpu_finding(const JobWindow& job, double lost, dou
   return to_finding(job, hog->c, lost, {Ranked{std::move(h), rule}}, std::move(head), kSharedCpuLocate, Scope::kRank);
 }
 
-// Every rank got slower by itself (no straggler, collective waits did not grow).
+// No past per layer: the layer that explains the loss on the rank that suffers most, measured
+// with absolute numbers (another process on our CPUs is never normal); what its top hypothesis
+// explains goes to *explained. Only when the job slowed by kJobWideSlowdown (beyond a loaded
+// machine's drift: without a past nothing says what the numbers were before).
+std::optional<Finding> absolute_finding(const JobWindow& job, const Diagnosis& dx, double lost, const std::vector<double>& busy,
+                                        std::vector<std::string> head, double* explained) {
+  *explained = 0;
+  if (!(lost >= kJobWideSlowdown * dx.baseline_step_ms)) return std::nullopt;
+  size_t c = 0;
+  double best = -1;
+  for (size_t i = 0; i < job.ranks.size(); ++i) {
+    double v = 0;
+    for (const auto& nbv : job.ranks[i].neighbours) {
+      if (!is_agent(job.names.name(nbv.name))) v = std::max(v, nbv.ms_per_step);
+    }
+    v += known(busy[i]) ? busy[i] * 1e-3 : 0;  // tie-break by busy time
+    if (v > best) {
+      best = v;
+      c = i;
+    }
+  }
+  auto hs = descend(job, c, lost, true);
+  if (!hs.empty()) *explained = hs.front().h.explained_ms;
+  head.push_back("measured on " + rank_name(job.ranks[c]) + ", the rank whose CPUs other processes use most");
+  return to_finding(job, c, lost, std::move(hs), std::move(head), kJobWideLocate, Scope::kJob);
+}
+
+// Every rank got slower by itself (no straggler, collective waits did not grow). One rank whose own
+// CPU work takes the CPUs the others share (shared_cpu_finding) is reported when it explains at
+// least as much as the job-wide reading does. That reading is each layer against the job's own past
+// (job_layers) where the job has one; else, and also where that past names nothing while the OS
+// layer has no past on every rank, the layers' absolute numbers on the rank that suffers most
+// (absolute_finding). A step history alone (the healthy steps shared one metrics window with the
+// slowdown's start, so no metrics window lies wholly before it) says that the job slowed, not what
+// its OS layer measured before: job_layers cannot judge that layer, so its silence there is no
+// verdict. A layer the past does name wins over absolute numbers, which say what is there now,
+// not what changed.
 void find_slowed_alike(const JobWindow& job, Diagnosis& dx, double lost, const std::vector<double>& busy) {
-  const size_t n = job.ranks.size();
   std::vector<std::string> head{"job step time " + ms(dx.step_ms) + " vs its baseline " + ms(dx.baseline_step_ms) +
                                 "; all ranks slowed alike (no straggler, collective waits did not grow)"};
-  // One rank whose own CPU work takes the CPUs the others share: reported when it explains at
-  // least as much as the job-wide layers do.
   double hog_ms = 0;
   auto hog = shared_cpu_finding(job, lost, dx.baseline_step_ms, head, &hog_ms);
   if (has_past(job)) {
-    // Every rank got slower by itself: each layer against the job's own past names the layer.
     auto layers = job_layers(job, lost);
-    if (hog && (layers.empty() || layers.front().explained_ms <= hog_ms)) dx.findings.push_back(std::move(*hog));
-    else if (auto f = job_past_finding(job, lost, dx.baseline_step_ms, std::move(head))) dx.findings.push_back(std::move(*f));
-    else if (hog) dx.findings.push_back(std::move(*hog));
-    else dx.note = unexplained(dx);
-  } else if (lost >= kJobWideSlowdown * dx.baseline_step_ms) {
-    // No past per layer: look for the layer that explains it on the rank that suffers most,
-    // with absolute numbers (another process on our CPUs is never normal).
-    size_t c = 0;
-    double best = -1;
-    for (size_t i = 0; i < n; ++i) {
-      double v = 0;
-      for (const auto& nbv : job.ranks[i].neighbours) {
-        if (!is_agent(job.names.name(nbv.name))) v = std::max(v, nbv.ms_per_step);
-      }
-      v += known(busy[i]) ? busy[i] * 1e-3 : 0;  // tie-break by busy time
-      if (v > best) {
-        best = v;
-        c = i;
-      }
-    }
-    auto hs = descend(job, c, lost, true);
-    if (hog && (hs.empty() || hs.front().h.explained_ms <= hog_ms)) {
+    if (hog && (layers.empty() || layers.front().explained_ms <= hog_ms)) {
       dx.findings.push_back(std::move(*hog));
       return;
     }
-    head.push_back("measured on " + rank_name(job.ranks[c]) + ", the rank whose CPUs other processes use most");
-    if (auto f = to_finding(job, c, lost, std::move(hs), std::move(head), kJobWideLocate, Scope::kJob))
+    if (auto f = job_past_finding(job, lost, dx.baseline_step_ms, head)) {
       dx.findings.push_back(std::move(*f));
-    else dx.note = unexplained(dx);
-  } else {
-    dx.note = unexplained(dx);
+      return;
+    }
+    if (hog) {
+      dx.findings.push_back(std::move(*hog));
+      return;
+    }
+    if (os_past(job)) {
+      dx.note = unexplained(dx);
+      return;
+    }
   }
+  double abs_ms = 0;
+  auto f = absolute_finding(job, dx, lost, busy, std::move(head), &abs_ms);
+  if (hog && (!f || abs_ms <= hog_ms)) dx.findings.push_back(std::move(*hog));
+  else if (f) dx.findings.push_back(std::move(*f));
+  else dx.note = unexplained(dx);
 }
 
 std::string joined(const std::vector<int>& ranks) {

@@ -608,6 +608,92 @@ TEST(DiagnoseEngine, ASlowdownNoLayerExplainsIsNoFinding) {
   EXPECT_NE(o.str().find("\"healthy\":false,\"note\":"), std::string::npos) << o.str();
 }
 
+// --- issue 17: a step history without a past of the OS layer (the healthy steps shared one metrics
+// window with the slowdown's start, so the loader found no metrics window wholly before it).
+
+// A neighbour on every rank's CPUs slows the whole job 30%; the job's past holds its steps (and its
+// device timeline, read per event) but no OS metrics, neighbours or stacks.
+JobWindow contended_job_without_os_past() {
+  SyntheticSpec spec;
+  spec.past = true;
+  spec.faults = {PlantedFault{kAllRanks, "cpu-contention", 30}};
+  JobWindow job = make_synthetic_job(spec);
+  for (auto& r : job.ranks) {
+    r.past.os.fill(kUnknown);
+    r.past.neighbours.clear();
+    r.past.oncpu.clear();
+    r.past.offcpu.clear();
+  }
+  return job;
+}
+
+TEST(DiagnoseEngine, AStepHistoryWithoutAnOsPastStillNamesTheNeighbour) {
+  JobWindow job = contended_job_without_os_past();
+  ASSERT_GT(job.ranks[0].past.windows, 0u) << "the job has a step past";
+  auto dx = diagnose(job);
+  ASSERT_EQ(dx.findings.size(), 1u) << text_of(dx);
+  const Finding& f = dx.findings[0];
+  EXPECT_EQ(f.scope, Scope::kJob) << text_of(dx);
+  EXPECT_EQ(std::string(cause_name(f.cause)), "cpu-contention") << text_of(dx);
+  EXPECT_EQ(f.culprit, "logrotate") << text_of(dx);
+  std::string all;
+  for (const auto& e : f.evidence) all += e + "\n";
+  EXPECT_NE(all.find("the rank whose CPUs other processes use most"), std::string::npos) << all;
+}
+
+// The same slowdown where the OS layer has a past that already held the neighbour and the wait: the
+// job's past says they are as they always were, so the past branch decides (no layer explains the
+// slowdown), and the absolute numbers, which would name logrotate, are not asked.
+TEST(DiagnoseEngine, ANeighbourTheOsPastAlreadyHadIsNotBlamed) {
+  SyntheticSpec spec;
+  spec.past = true;
+  spec.faults = {PlantedFault{kAllRanks, "cpu-contention", 30}};
+  JobWindow job = make_synthetic_job(spec);
+  for (auto& r : job.ranks) {
+    r.past.os = r.os;
+    r.past.neighbours = r.neighbours;
+    r.past.oncpu = r.oncpu;
+    r.past.offcpu = r.offcpu;
+  }
+  auto dx = diagnose(job);
+  EXPECT_GT(dx.step_ms, 1.2 * dx.baseline_step_ms) << "the job did slow down";
+  EXPECT_TRUE(dx.findings.empty()) << text_of(dx);
+  EXPECT_NE(text_of(dx).find("no layer of its own past explains it"), std::string::npos) << text_of(dx);
+}
+
+// With the neighbour new in the OS past, the past branch names it (the evidence says "than in the
+// job's healthy past"), not the absolute numbers.
+TEST(DiagnoseEngine, AJobWithAnOsPastTakesThePastBranch) {
+  auto dx = run_all("cpu-contention");
+  ASSERT_EQ(dx.findings.size(), 1u) << text_of(dx);
+  const Finding& f = dx.findings[0];
+  EXPECT_EQ(f.scope, Scope::kJob) << text_of(dx);
+  EXPECT_EQ(f.culprit, "logrotate") << text_of(dx);
+  std::string all;
+  for (const auto& e : f.evidence) all += e + "\n";
+  EXPECT_NE(all.find("than in the job's healthy past"), std::string::npos) << all;
+  EXPECT_EQ(all.find("the rank whose CPUs other processes use most"), std::string::npos) << all;
+}
+
+// A slow link in a job of two ranks: its one link, whichever end is slow, is named as that link (at
+// job scope: the waits and the TCP connections cannot tell its ends apart), not as the fabric.
+TEST(DiagnoseEngine, TwoRanksSlowLinkIsNamedAsTheirLink) {
+  for (bool past : {true, false}) {
+    SyntheticSpec spec;
+    spec.ranks = 2;
+    spec.past = past;
+    spec.faults = {PlantedFault{1, "network-slow", 40}};
+    auto dx = diagnose(make_synthetic_job(spec));
+    ASSERT_EQ(dx.findings.size(), 1u) << "past " << past << "\n" << text_of(dx);
+    const Finding& f = dx.findings[0];
+    EXPECT_EQ(f.cause, Cause::kNetworkSlow) << text_of(dx);
+    EXPECT_EQ(f.scope, Scope::kJob) << text_of(dx);
+    EXPECT_EQ(f.rank, -1);
+    EXPECT_EQ(f.culprit, "the link between rank 0 and rank 1") << text_of(dx);
+    EXPECT_NE(text_of(dx).find("a job of two ranks has one link"), std::string::npos) << text_of(dx);
+  }
+}
+
 // --- issue 17: a rank's worker processes count for the rank, named as such.
 
 // A DataLoader worker of rank 3 burns the rank's time in an augmentation (on-CPU) or blocks in its

@@ -206,5 +206,43 @@ TEST(MemoryCallSites, ThroughTheStoreToTheFinding) {
   EXPECT_EQ(dx.findings[0].culprit, "cudaMemcpy (called from log_activations)") << text_of(dx);
 }
 
+// Issue 18: the program's thin wrappers (dev_malloc / dev_free around cudaMalloc / cudaFree) are
+// where the sampled calls' innermost program frame is, but not where the program makes them. Rank 3
+// churns allocations from churn_step through its wrappers; its on-CPU profile passes through
+// dev_free and dev_malloc only inside the calls they wrap. `own_work_ms`: on-CPU time dev_free spends
+// outside cudaFree (then it is no wrapper).
+Diagnosis churn_through_wrappers(double own_work_ms) {
+  SyntheticSpec spec;
+  spec.faults = {{3, "memory-alloc-churn", 40}};
+  JobWindow job = make_synthetic_job(spec);
+  RankWindow& r = job.ranks[3];
+  r.memory_call_sites = {{job.names.id("cudaFree|dev_free"), 60}, {job.names.id("cudaMalloc|dev_malloc"), 40}};
+  normalize(r.memory_call_sites);
+  r.oncpu.push_back({job.names.id("main;train;churn_step;dev_free;cudaFree;[uprobes]"), 2.0});
+  r.oncpu.push_back({job.names.id("main;train;churn_step;dev_malloc;cudaMalloc"), 1.0});
+  if (own_work_ms > 0) r.oncpu.push_back({job.names.id("main;train;churn_step;dev_free;poison_buffer"), own_work_ms});
+  normalize(r.oncpu);
+  return diagnose(job);
+}
+
+TEST(MemoryCallSites, AWrapperOfTheCallsIsNamedWithItsCaller) {
+  auto dx = churn_through_wrappers(0);
+  ASSERT_FALSE(dx.findings.empty()) << text_of(dx);
+  const Finding& f = dx.findings[0];
+  ASSERT_EQ(f.cause, Cause::kMemoryAllocChurn) << text_of(dx);
+  EXPECT_EQ(f.rank, 3);
+  EXPECT_NE(f.culprit.find("(called from churn_step through dev_free)"), std::string::npos) << text_of(dx);
+}
+
+// A function that does work of its own beside the calls (here 1 ms per step outside cudaFree, a
+// third of its time) is where the calls are made: named as it is.
+TEST(MemoryCallSites, ASiteWithWorkOfItsOwnIsNoWrapper) {
+  auto dx = churn_through_wrappers(1.0);
+  ASSERT_FALSE(dx.findings.empty()) << text_of(dx);
+  const Finding& f = dx.findings[0];
+  ASSERT_EQ(f.cause, Cause::kMemoryAllocChurn) << text_of(dx);
+  EXPECT_NE(f.culprit.find("(called from dev_free)"), std::string::npos) << text_of(dx);
+}
+
 }  // namespace
 }  // namespace strata::diagnose
