@@ -49,7 +49,9 @@ int serve_main(std::vector<std::string> argv) {
                  "sqlite:FILE.db (default sqlite:strata-server.db) or clickhouse://HOST:PORT/DB (ClickHouse's HTTP "
                  "port, usually 8123). Retention: sqlite:FILE.db?retention_days=N deletes rows older than N days "
                  "(at start, then every 10 minutes, 10,000 rows per table at a time so ingest waits little; "
-                 "processes, stacks and recordings stay); clickhouse://...?retention_days=N drops daily partitions; "
+                 "processes, stacks and recordings stay); &wal_max_mb=M truncates the SQLite write-ahead log "
+                 "FILE.db-wal when it passes M MB (default 256; checked every 5 s, in a gap of the diagnosis reads); "
+                 "clickhouse://...?retention_days=N drops daily partitions; "
                  "clickhouse://...?cluster=NAME shards the tables over ClickHouse cluster NAME, which several "
                  "collectors may share")
       ->type_name("S");
