@@ -420,13 +420,19 @@ class SqliteStore final : public Store {
     if (!f.function.empty()) ins.bind(5, f.function);
     if (!f.file.empty()) ins.bind(6, f.file);
     if (f.line) ins.bind(7, static_cast<int64_t>(f.line));
-    if (ins.step() != SQLITE_DONE) return err("adding a frame");
+    const int inserted = ins.step();
+    ins.reset();
+    if (inserted != SQLITE_DONE) return err("adding a frame");
     auto& sel = *select_frame_;
     sel.reset();
     sel.bind(1, static_cast<int64_t>(f.kind)).bind(2, f.build_id).bind(3, f.module)
         .bind(4, static_cast<int64_t>(f.offset));
-    if (sel.step() != SQLITE_ROW) return err("finding a frame");
-    int64_t id = sel.i64(0);
+    const int found = sel.step();
+    const int64_t id = found == SQLITE_ROW ? sel.i64(0) : 0;
+    // Reset at once: a kept statement left on its row holds a read transaction on the connection,
+    // which then can never checkpoint its write-ahead log ("database table is locked").
+    sel.reset();
+    if (found != SQLITE_ROW) return err("finding a frame");
     if (frame_ids_.size() >= kMaxCachedFrameIds) {
       frame_ids_.clear();
       cache_resets_++;
