@@ -485,8 +485,9 @@ class Ledger {
     return std::vector<FindingHistory>{};
   }
 
-  // The store's write-ahead log (SQLite: FILE-wal): its size, and a checkpoint that copies it into
-  // the store and truncates it. Stores without one: 0, and nothing to do.
+  // The store's write-ahead log (SQLite: FILE-wal): its size (a stat of the file, safe from any
+  // thread without the store's lock), and a checkpoint that copies it into the store and truncates
+  // it. Stores without one: 0, and nothing to do.
   virtual uint64_t log_bytes() const { return 0; }
   virtual Status truncate_log() { return {}; }
   // Retention: deletes at most `max_rows` rows of each time table (steps, collectives, device
