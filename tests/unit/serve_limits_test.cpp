@@ -327,15 +327,20 @@ TEST(ServeLimits, ConnectionsOverTheCapAreRefusedAtOnce) {
   Collector c(o);
   {
     SlowClients slow(c.port(), 16, std::chrono::milliseconds(1000));
+    ASSERT_EQ(slow.opened(), 16u) << "the slow sockets could not all connect";
     // Full once the server holds all 16: then any other connection is refused.
     httplib::Client probe("127.0.0.1", c.port());
     bool full = false;
+    std::string last;  // what the probe last got, for the message below
     for (int i = 0; i < 400 && !full; ++i) {
       auto r = probe.Get("/metrics");
       full = r && r->status == 503;
+      if (!r) last = "error " + httplib::to_string(r.error());
+      else if (!full) last = "HTTP " + std::to_string(r->status);
       if (!full) std::this_thread::sleep_for(std::chrono::milliseconds(50));
     }
-    ASSERT_TRUE(full) << "16 slow sockets never filled a cap of 16";
+    ASSERT_TRUE(full) << "16 slow sockets never filled a cap of 16 (the probe's last answer: " << last << "; "
+                      << slow.closed_by_server() << " slow sockets closed by the server)";
     httplib::Client agent("127.0.0.1", c.port());
     agent.set_read_timeout(30, 0);
     auto r = agent.Post("/api/v1/ingest", normal_batch("agent-1", "n1", 1), kBatchType);
