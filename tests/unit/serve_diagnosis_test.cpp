@@ -35,6 +35,17 @@ using test::TempDir;
 using test::free_port;
 using Collector = test::InProcessCollector;
 
+// An agent's shipper for `node`, sending to the collector at `url` and spooling in `spool`.
+Result<std::unique_ptr<agent::shipper::BatchingWriter>> node_writer(const std::string& url, const std::string& node,
+                                                                    const std::string& agent_id, const std::string& spool) {
+  agent::shipper::ShipperOptions so;
+  so.server = url;
+  so.node = node;
+  so.agent_id = agent_id;
+  so.spool_dir = spool;
+  return agent::shipper::BatchingWriter::open(so, nullptr, nullptr);
+}
+
 // A collector on SQLite FILE that diagnoses every 0.2 s.
 server::ServeOptions diagnosing(const std::string& db) {
   server::ServeOptions o;
@@ -138,12 +149,7 @@ TEST(ServeDiagnosis, KeepsFindingsAsWindowsArriveAndAfterARestart) {
   uint64_t first_seen = 0;
   {
     Collector c(diagnosing(db), port);
-    agent::shipper::ShipperOptions so;
-    so.server = c.url();
-    so.node = "vm";
-    so.agent_id = "replay-1";
-    so.spool_dir = tmp.file("spool");
-    auto w = agent::shipper::BatchingWriter::open(so, nullptr, nullptr);
+    auto w = node_writer(c.url(), "vm", "replay-1", tmp.file("spool"));
     ASSERT_TRUE(w) << w.error().message;
     store::RecordingInfo info;
     info.node = "vm";
@@ -333,12 +339,7 @@ TEST(ServeDiagnosis, TwoNodesWithTheSamePidsKeepTheirOwnRanks) {
 
   Collector c(diagnosing(db), free_port());
   for (const std::string node : {"node-a", "node-b"}) {
-    agent::shipper::ShipperOptions so;
-    so.server = c.url();
-    so.node = node;
-    so.agent_id = node + "-agent";
-    so.spool_dir = tmp.file("spool-" + node);
-    auto w = agent::shipper::BatchingWriter::open(so, nullptr, nullptr);
+    auto w = node_writer(c.url(), node, node + "-agent", tmp.file("spool-" + node));
     ASSERT_TRUE(w) << w.error().message;
     store::RecordingInfo info;
     info.node = node;
@@ -415,12 +416,7 @@ namespace {
 TEST(ServeFidelity, WindowRatesAndUnwindingReachTheApiAndTheRemoteReader) {
   TempDir tmp;
   Collector c(diagnosing(tmp.file("server.db")), free_port());
-  agent::shipper::ShipperOptions so;
-  so.server = c.url();
-  so.node = "node-a";
-  so.agent_id = "node-a-agent";
-  so.spool_dir = tmp.file("spool");
-  auto w = agent::shipper::BatchingWriter::open(so, nullptr, nullptr);
+  auto w = node_writer(c.url(), "node-a", "node-a-agent", tmp.file("spool"));
   ASSERT_TRUE(w) << w.error().message;
   constexpr uint64_t kS = 1'000'000'000ull;
   const uint64_t t0 = 1'700'000'000 * kS;
@@ -499,12 +495,7 @@ TEST(ServeLaunchSamples, TheRemoteReaderReadsThemBackThroughTheQueryApi) {
   // Rows past one page of the remote reader's (10,000 rows a request): the reader asks again.
   constexpr int kManyRows = 10'050;
   for (const std::string node : {"node-a", "node-b"}) {
-    agent::shipper::ShipperOptions so;
-    so.server = c.url();
-    so.node = node;
-    so.agent_id = node + "-agent";
-    so.spool_dir = tmp.file("spool-" + node);
-    auto w = agent::shipper::BatchingWriter::open(so, nullptr, nullptr);
+    auto w = node_writer(c.url(), node, node + "-agent", tmp.file("spool-" + node));
     ASSERT_TRUE(w) << w.error().message;
     auto rec = (*w)->begin_recording({node, "train.py", t0, 99, 10});
     ASSERT_TRUE(rec);
