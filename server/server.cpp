@@ -158,13 +158,13 @@ class Server {
     // SQLite's busy handler instead, a copy of what SQLite's own checkpoints left.
     std::thread wal_keeper;
     std::unique_ptr<store::Store> wal_store;
-    if (auto spec = parse_sqlite_spec(opts_.store); spec && opts_.store.rfind("clickhouse://", 0) != 0) {
+    uint64_t max_bytes = 0;
+    if (auto spec = parse_sqlite_spec(opts_.store)) {  // refuses clickhouse://: no log to keep
+      max_bytes = uint64_t{spec->wal_max_mb ? spec->wal_max_mb : kDefaultWalMaxMb} << 20;
       if (auto w = store::Store::open_sqlite(spec->path, store::Store::Mode::kCreateOrAppend)) wal_store = std::move(*w);
       else log_ << "strata: serve: the write-ahead log will not be kept short: " << w.error().message << "\n";
     }
     if (wal_store) {
-      auto spec = parse_sqlite_spec(opts_.store);
-      const uint64_t max_bytes = uint64_t{spec->wal_max_mb ? spec->wal_max_mb : kDefaultWalMaxMb} << 20;
       wal_keeper = std::thread([&, max_bytes] {
         std::unique_lock lock(retention_mu);
         while (!retention_cv.wait_for(lock, std::chrono::seconds(kWalCheckEveryS), [&] { return retention_stop; })) {
