@@ -1,7 +1,8 @@
 // Loads N distinct modules (libstrata_mod0.so .. libstrata_modN-1.so from DIR, see
-// unwind_module.c) and spins in each in turn, 5 ms at a time, for S seconds of CPU time (so a busy
-// machine gives as many samples, later): more unwind tables than a small --unwind-tables-mb holds,
-// each needed again and again.
+// unwind_module.c) and spins in each in turn, 3-8 ms at a time, for S seconds of CPU time (so a
+// busy machine gives as many samples, later): more unwind tables than a small --unwind-tables-mb
+// holds, each needed again and again. The spin varies from call to call: a fixed 5 ms is half of
+// a 99 Hz sampler's period, and the samples then locked onto every other module for a whole run.
 //   many_modules DIR N S
 #include <dlfcn.h>
 #include <stdio.h>
@@ -41,9 +42,13 @@ int main(int argc, char** argv) {
     }
   }
   long sum = 0;
+  unsigned rng = 12345;  // a fixed seed: the same sequence of spins in every run
   double end = cpu_s() + seconds;
   while (cpu_s() < end)
-    for (int i = 0; i < n; i++) sum += runs[i](5000000);
+    for (int i = 0; i < n; i++) {
+      rng = rng * 1103515245u + 12345u;
+      sum += runs[i](3000000 + (long)((rng >> 8) % 5000000));
+    }
   printf("%ld\n", sum & 1);
   return 0;
 }
