@@ -6,7 +6,9 @@
 #include <chrono>
 #include <cstddef>
 #include <cstring>
+#include <memory>
 #include <optional>
+#include <vector>
 
 #include "agent/capture.h"
 #include "symbolize/symbolizer.h"
@@ -609,10 +611,22 @@ void Normalizer::append_python(const SampleEvent& e, Stack& out) {
   auto it = python_.find(e.pid);
   if (it == python_.end()) return;
   PythonProcess& py = *it->second;
-  for (const auto& raw : e.pystack) {
+  // Each cached code object is checked against what its address holds now (freed and reused
+  // memory is another code object): all of the sample's in one read (a frame each, by pread, was
+  // the largest part of the agent's own CPU on a PyTorch job).
+  const size_t n = e.pystack.size();
+  std::vector<uint64_t> codes(n, 0), identities(n, 0);
+  std::unique_ptr<bool[]> read(new bool[n]());
+  for (size_t i = 0; i < n; ++i) {
+    auto c = py.codes.find(e.pystack[i].code);
+    if (c != py.codes.end() && c->second) codes[i] = e.pystack[i].code;
+  }
+  unwind::code_object_identities(*py.mem, py.minor, codes.data(), n, identities.data(), read.get());
+  for (size_t i = 0; i < n; ++i) {
+    const auto& raw = e.pystack[i];
     auto& slot = py.codes[raw.code];
-    uint64_t identity = 0;
-    if (slot && (!unwind::code_object_identity(*py.mem, py.minor, raw.code, identity) || identity != slot->identity))
+    // (A slot that was not there before this sample was read just now, by an earlier frame.)
+    if (slot && codes[i] && (!read[i] || identities[i] != slot->identity))
       slot.reset();  // the address now holds another code object
     if (!slot) {
       if (py.codes.size() > kMaxCodeObjectsPerProcess) py.codes.clear();

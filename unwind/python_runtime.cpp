@@ -3,11 +3,16 @@
 #include <fcntl.h>
 #include <gelf.h>
 #include <libelf.h>
+#include <sys/uio.h>
 #include <unistd.h>
 
+#include <algorithm>
+#include <array>
+#include <cerrno>
 #include <cstring>
 #include <memory>
 #include <regex>
+#include <vector>
 
 #include "common/parse.h"
 
@@ -91,7 +96,11 @@ std::optional<CodeLayout> code_layout(int minor) {
 
 }  // namespace
 
-ProcMemReader::ProcMemReader(uint32_t pid) {
+void MemoryReader::read_many(const Range* ranges, size_t count, bool* ok) {
+  for (size_t i = 0; i < count; ++i) ok[i] = read(ranges[i].addr, ranges[i].dst, ranges[i].n);
+}
+
+ProcMemReader::ProcMemReader(uint32_t pid) : pid_(pid) {
   fd_ = ::open(("/proc/" + std::to_string(pid) + "/mem").c_str(), O_RDONLY | O_CLOEXEC);
 }
 ProcMemReader::~ProcMemReader() {
@@ -100,6 +109,39 @@ ProcMemReader::~ProcMemReader() {
 bool ProcMemReader::read(uint64_t addr, void* dst, size_t n) {
   if (fd_ < 0 || addr > static_cast<uint64_t>(INT64_MAX)) return false;
   return ::pread(fd_, dst, n, static_cast<off_t>(addr)) == static_cast<ssize_t>(n);
+}
+
+void ProcMemReader::read_many(const Range* ranges, size_t count, bool* ok) {
+  constexpr size_t kBatch = 256;  // iovecs per call, well under IOV_MAX
+  size_t i = 0;
+  while (i < count && vectored_ && fd_ >= 0) {
+    const size_t n = std::min(kBatch, count - i);
+    iovec local[kBatch], remote[kBatch];
+    for (size_t k = 0; k < n; ++k) {
+      local[k] = {ranges[i + k].dst, ranges[i + k].n};
+      remote[k] = {reinterpret_cast<void*>(ranges[i + k].addr), ranges[i + k].n};
+    }
+    const ssize_t got = ::process_vm_readv(static_cast<pid_t>(pid_), local, n, remote, n, 0);
+    if (got < 0) {
+      // Refused as a whole (ESRCH: the process is gone, and pread fails too; EPERM/ENOSYS: not
+      // allowed here): the file takes all of it from now on.
+      if (errno != ESRCH) vectored_ = false;
+      break;
+    }
+    // A partial transfer stops at a range it could not read whole: the ones before it are done,
+    // that one is read alone (it fails or it straddles a page the call gave up on), then on.
+    size_t done = 0, left = static_cast<size_t>(got);
+    while (done < n && left >= ranges[i + done].n) {
+      left -= ranges[i + done].n;
+      ok[i + done++] = true;
+    }
+    i += done;
+    if (done < n) {
+      ok[i] = read(ranges[i].addr, ranges[i].dst, ranges[i].n);
+      ++i;
+    }
+  }
+  for (; i < count; ++i) ok[i] = read(ranges[i].addr, ranges[i].dst, ranges[i].n);
 }
 
 bool ImageMemReader::read(uint64_t addr, void* dst, size_t n) {
@@ -301,6 +343,40 @@ bool code_object_identity(MemoryReader& mem, int minor, uint64_t code, uint64_t&
   if (!read_value(mem, code + name_field, name) || !read_value(mem, code + layout->filename, file)) return false;
   out = name * 31 + file;
   return true;
+}
+
+void code_object_identities(MemoryReader& mem, int minor, const uint64_t* codes, size_t n, uint64_t* out, bool* ok) {
+  auto layout = code_layout(minor);
+  for (size_t i = 0; i < n; ++i) ok[i] = false;
+  if (!layout || n == 0) return;
+  const uint16_t name_field = layout->qualname != kNo ? layout->qualname : layout->name;
+  // One range per code object from the lower of the two fields to the end of the higher.
+  const uint16_t lo = std::min(name_field, layout->filename);
+  const uint16_t len = static_cast<uint16_t>(std::max(name_field, layout->filename) + sizeof(uint64_t) - lo);
+  constexpr size_t kSpan = 64;  // the two fields lie within 24 bytes in every layout above
+  if (len > kSpan) {
+    for (size_t i = 0; i < n; ++i) ok[i] = code_object_identity(mem, minor, codes[i], out[i]);
+    return;
+  }
+  std::vector<std::array<uint8_t, kSpan>> bufs(n);
+  std::vector<MemoryReader::Range> ranges;
+  std::vector<size_t> which;
+  for (size_t i = 0; i < n; ++i) {
+    if (!codes[i]) continue;
+    ranges.push_back({codes[i] + lo, bufs[i].data(), len});
+    which.push_back(i);
+  }
+  std::unique_ptr<bool[]> got(new bool[ranges.size()]());
+  mem.read_many(ranges.data(), ranges.size(), got.get());
+  for (size_t k = 0; k < ranges.size(); ++k) {
+    if (!got[k]) continue;
+    const size_t i = which[k];
+    uint64_t name = 0, file = 0;
+    std::memcpy(&name, bufs[i].data() + (name_field - lo), sizeof name);
+    std::memcpy(&file, bufs[i].data() + (layout->filename - lo), sizeof file);
+    out[i] = name * 31 + file;
+    ok[i] = true;
+  }
 }
 
 int code_line(const CodeInfo& code, int minor, uint32_t lasti) {

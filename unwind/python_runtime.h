@@ -20,6 +20,14 @@ class MemoryReader {
   virtual ~MemoryReader() = default;
   // Reads exactly n bytes at addr; false when any of them cannot be read.
   virtual bool read(uint64_t addr, void* dst, size_t n) = 0;
+  // Several reads at once: ok[i] says whether range i was read whole. The default reads them one
+  // by one; a live process's reader takes them in one system call.
+  struct Range {
+    uint64_t addr;
+    void* dst;
+    size_t n;
+  };
+  virtual void read_many(const Range* ranges, size_t count, bool* ok);
 };
 
 // A live process's memory, through /proc/PID/mem (pread: no ptrace stop of the target).
@@ -30,10 +38,15 @@ class ProcMemReader final : public MemoryReader {
   ProcMemReader(const ProcMemReader&) = delete;
   ProcMemReader& operator=(const ProcMemReader&) = delete;
   bool read(uint64_t addr, void* dst, size_t n) override;
+  // process_vm_readv: one system call for all the ranges (a sample's Python frames are checked
+  // together), the file's pread for what it could not take.
+  void read_many(const Range* ranges, size_t count, bool* ok) override;
   bool ok() const { return fd_ >= 0; }
 
  private:
   int fd_ = -1;
+  uint32_t pid_ = 0;
+  bool vectored_ = true;  // false once process_vm_readv is refused (seccomp, no ptrace right): pread only
 };
 
 // Saved memory: regions by start address (tests; a recorded sample's image).
@@ -76,6 +89,8 @@ Result<CodeInfo> read_code_object(MemoryReader& mem, int minor, uint64_t code, u
 // A cheap fingerprint of the code object at `code` (its name and file object pointers): a cached
 // CodeInfo whose identity no longer matches describes freed memory now reused by another object.
 bool code_object_identity(MemoryReader& mem, int minor, uint64_t code, uint64_t& out);
+// The same for n code objects in one read_many: ok[i] says whether out[i] was read.
+void code_object_identities(MemoryReader& mem, int minor, const uint64_t* codes, size_t n, uint64_t* out, bool* ok);
 // The source line of instruction `lasti` (code units), from the version's line table format.
 int code_line(const CodeInfo& code, int minor, uint32_t lasti);
 

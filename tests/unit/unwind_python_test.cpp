@@ -9,6 +9,7 @@
 
 #include <cstdio>
 #include <fstream>
+#include <memory>
 #include <sstream>
 
 #include "unwind/python_runtime.h"
@@ -128,6 +129,23 @@ void check_interpreter(const std::string& python) {
     names.push_back(code->name);
     lines.push_back(code_line(*code, minor, f.lasti));
   }
+  // The batched identity check (one process_vm_readv for the sample) agrees with one read per frame,
+  // and a code pointer that is no object (an address nothing maps) fails alone.
+  std::vector<uint64_t> codes;
+  for (const auto& f : *frames) codes.push_back(f.code);
+  codes.insert(codes.begin() + 2, 0x10);
+  std::vector<uint64_t> ids(codes.size(), 0);
+  std::unique_ptr<bool[]> ok(new bool[codes.size()]());
+  code_object_identities(mem, minor, codes.data(), codes.size(), ids.data(), ok.get());
+  for (size_t i = 0; i < codes.size(); ++i) {
+    uint64_t one = 0;
+    const bool single = code_object_identity(mem, minor, codes[i], one);
+    EXPECT_EQ(ok[i], single) << "code " << i;
+    if (single) {
+      EXPECT_EQ(ids[i], one) << "code " << i;
+    }
+  }
+  EXPECT_FALSE(ok[2]);
   const std::vector<std::string> want = {"leaf", "recurse", "recurse", "recurse", "recurse", "outer", "<module>"};
   EXPECT_EQ(names, want);
   const std::vector<int> want_lines = {3, 6, 8, 8, 8, 10, 11};
@@ -166,6 +184,34 @@ TEST(PythonRuntime, LineTable311) {
   EXPECT_EQ(code_line(code, 11, 4), 11);
 }
 
+// read_many on a live process: ranges before and after one that cannot be read are read whole, and
+// the bad one alone fails (process_vm_readv stops at it).
+TEST(PythonRuntime, ProcMemReadManyStopsOnlyAtTheBadRange) {
+  Child child;
+  child.pid = fork();
+  if (child.pid == 0) {
+    pause();
+    _exit(0);
+  }
+  static const uint64_t values[4] = {0x1111, 0x2222, 0x3333, 0x4444};  // the same address in the child
+  ProcMemReader mem(static_cast<uint32_t>(child.pid));
+  ASSERT_TRUE(mem.ok());
+  uint64_t got[5] = {};
+  const MemoryReader::Range ranges[5] = {{reinterpret_cast<uint64_t>(&values[0]), &got[0], 8},
+                                         {reinterpret_cast<uint64_t>(&values[1]), &got[1], 8},
+                                         {0x10, &got[2], 8},
+                                         {reinterpret_cast<uint64_t>(&values[2]), &got[3], 8},
+                                         {reinterpret_cast<uint64_t>(&values[3]), &got[4], 8}};
+  bool ok[5] = {};
+  mem.read_many(ranges, 5, ok);
+  EXPECT_TRUE(ok[0] && ok[1] && ok[3] && ok[4]);
+  EXPECT_FALSE(ok[2]);
+  EXPECT_EQ(got[0], 0x1111u);
+  EXPECT_EQ(got[1], 0x2222u);
+  EXPECT_EQ(got[3], 0x3333u);
+  EXPECT_EQ(got[4], 0x4444u);
+}
+
 TEST(PythonRuntime, HostileMemoryNeverCrashes) {
   ImageMemReader mem;
   std::vector<uint8_t> junk(4096);
@@ -177,6 +223,10 @@ TEST(PythonRuntime, HostileMemoryNeverCrashes) {
     o->runtime_addr = 0x1000;
     (void)walk_python_frames(mem, *o, 1);
     for (uint64_t a = 0x1000; a < 0x2000; a += 8) (void)read_code_object(mem, minor, a, 0);
+    std::vector<uint64_t> codes, ids(512);
+    for (uint64_t a = 0x1000; a < 0x2000; a += 8) codes.push_back(a);
+    std::unique_ptr<bool[]> ok(new bool[codes.size()]());
+    code_object_identities(mem, minor, codes.data(), codes.size(), ids.data(), ok.get());
   }
 }
 
