@@ -2560,8 +2560,8 @@ std::optional<Finding> absolute_finding(const JobWindow& job, const Diagnosis& d
 // slowdown's start, so no metrics window lies wholly before it) says that the job slowed, not what
 // its OS layer measured before: job_layers cannot judge that layer, so its silence there is no
 // verdict. A layer the past does name wins over absolute numbers, which say what is there now,
-// not what changed.
-void find_slowed_alike(const JobWindow& job, Diagnosis& dx, double lost, const std::vector<double>& busy) {
+// not what changed. Returns what the finding it makes explains (ms per step; 0: none made).
+double find_slowed_alike(const JobWindow& job, Diagnosis& dx, double lost, const std::vector<double>& busy) {
   std::vector<std::string> head{"job step time " + ms(dx.step_ms) + " vs its baseline " + ms(dx.baseline_step_ms) +
                                 "; all ranks slowed alike (no straggler, collective waits did not grow)"};
   double hog_ms = 0;
@@ -2570,26 +2570,72 @@ void find_slowed_alike(const JobWindow& job, Diagnosis& dx, double lost, const s
     auto layers = job_layers(job, lost);
     if (hog && (layers.empty() || layers.front().explained_ms <= hog_ms)) {
       dx.findings.push_back(std::move(*hog));
-      return;
+      return hog_ms;
     }
     if (auto f = job_past_finding(job, lost, dx.baseline_step_ms, head)) {
       dx.findings.push_back(std::move(*f));
-      return;
+      return layers.front().explained_ms;
     }
     if (hog) {
       dx.findings.push_back(std::move(*hog));
-      return;
+      return hog_ms;
     }
     if (os_past(job)) {
       dx.note = unexplained(dx);
-      return;
+      return 0;
     }
   }
   double abs_ms = 0;
   auto f = absolute_finding(job, dx, lost, busy, std::move(head), &abs_ms);
-  if (hog && (!f || abs_ms <= hog_ms)) dx.findings.push_back(std::move(*hog));
-  else if (f) dx.findings.push_back(std::move(*f));
-  else dx.note = unexplained(dx);
+  if (hog && (!f || abs_ms <= hog_ms)) {
+    dx.findings.push_back(std::move(*hog));
+    return hog_ms;
+  }
+  if (f) {
+    dx.findings.push_back(std::move(*f));
+    return abs_ms;
+  }
+  dx.note = unexplained(dx);
+  return 0;
+}
+
+// The collectives' growth names the link by itself when it is most of the job's loss (the other
+// layers are not asked).
+constexpr double kLinkMostOfTheLoss = 0.5;
+
+// Below that, a rank whose transport is measurably worse than every other rank's (find_slow_links:
+// every bulk TCP connection through it slow, the others' fast) and the busy hosts of a loaded node
+// are two causes of one slowdown: the one that explains the larger share of the loss wins. The
+// link explains the growth of the collective waits, which must be at least kMinExplainedShare of the
+// loss, as any cause's; the other reading (a neighbour, a layer of the job's past, a rank's own CPU
+// work) explains what find_slowed_alike says it does. So a busy neighbour that explains less than
+// the wire does not mask the link, and a link that explains less is said as "also".
+void link_or_slowed_alike(const JobWindow& job, Diagnosis& dx, double lost, const std::vector<double>& busy, double wait_med,
+                          double wait_base) {
+  Diagnosis alike;
+  alike.step_ms = dx.step_ms;
+  alike.baseline_step_ms = dx.baseline_step_ms;
+  const double alike_ms = find_slowed_alike(job, alike, lost, busy);
+  const double wait_up = wait_med - wait_base;
+  auto links = wait_up >= kMinExplainedShare * lost ? find_slow_links(job) : std::nullopt;
+  if (links && wait_up > alike_ms) {
+    find_slow_link(job, dx, lost, wait_med, wait_base);
+    if (!dx.findings.empty()) {
+      Finding& f = dx.findings.back();
+      f.evidence.push_back("the collectives grew " + ms(wait_up) + " per step, " + fmt("%.0f%%", 100 * wait_up / lost) + " of the loss");
+      if (!alike.findings.empty())
+        f.evidence.push_back(std::string("also: ") + cause_name(alike.findings.front().cause) + " (" + alike.findings.front().culprit +
+                             ") explains " + ms(alike_ms) + " per step, less than the collectives' growth");
+    }
+    return;
+  }
+  for (auto& f : alike.findings) {
+    if (links && wait_up > 0)
+      f.evidence.push_back("also: network-slow (link of " + rank_name(job.ranks[links->culprit]) + ", every bulk TCP connection slow) explains " +
+                           ms(wait_up) + " per step, less than this");
+    dx.findings.push_back(std::move(f));
+  }
+  if (dx.note.empty()) dx.note = alike.note;
 }
 
 std::string joined(const std::vector<int>& ranks) {
@@ -2841,10 +2887,10 @@ Diagnosis diagnose(const JobWindow& job, const Options& opt) {
     if (cands.empty() && slow) {
       double wait_base = median(column(job, [](const RankWindow& r) { return r.base.steps > 0 ? r.base.wait_ms : kUnknown; }));
       double wait_up = known(wait_base) ? wait_med - wait_base : 0;
-      if (wait_up >= 0.5 * lost) {
+      if (wait_up >= kLinkMostOfTheLoss * lost) {
         find_slow_link(job, dx, lost, wait_med, wait_base);
       } else {
-        find_slowed_alike(job, dx, lost, busy);
+        link_or_slowed_alike(job, dx, lost, busy, wait_med, wait_base);
       }
     }
   }
