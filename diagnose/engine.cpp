@@ -936,7 +936,10 @@ SampledSite sampled_call_site(const JobWindow& job, const RankWindow& r, bool (*
 // is its caller. A function is such a wrapper when at least this share of its on-CPU time is inside
 // the memory APIs it wraps: a wrapper does nothing but the call and a few instructions around it,
 // while a function that does work of its own around the calls (fills the buffers it allocates, a
-// loop over layers) spends more than a tenth of its time outside them.
+// loop over layers) spends more than a tenth of its time outside them. "Inside" is under a frame
+// named as the API or under any frame of the CUDA runtime's libraries (JobWindow::
+// cuda_runtime_frames, by module): the API's own frame is often not on the stack (a stripped
+// libcudart's internals, a tail call into the runtime's helpers).
 constexpr double kWrapperInsideShare = 0.9;
 
 // `site` (a caller_name, as SampledSite::site and memory_call_site give it) with its caller when the
@@ -966,7 +969,8 @@ std::string unwrapped_site(const JobWindow& job, const std::vector<const RankWin
       if (at == frames.size()) continue;
       all += v.ms_per_step;
       bool in_call = false;
-      for (size_t j = at + 1; j < frames.size() && !in_call; ++j) in_call = apis.count(short_function(frames[j])) > 0;
+      for (size_t j = at + 1; j < frames.size() && !in_call; ++j)
+        in_call = apis.count(short_function(frames[j])) > 0 || job.cuda_runtime_frames.count(std::string(frames[j])) > 0;
       if (!in_call) continue;
       inside += v.ms_per_step;
       for (size_t j = at; j-- > 0;) {
