@@ -2642,6 +2642,41 @@ void link_or_slowed_alike(const JobWindow& job, Diagnosis& dx, double lost, cons
   if (dx.note.empty()) dx.note = alike.note;
 }
 
+// A straggler arrives last at each collective, so what it waits there is the collective's own time
+// (the transfer), not a wait for a peer; what every rank, the straggler included, waits more than
+// in the job's baseline is how much longer the collectives themselves take. When that growth is
+// at least kMinExplainedShare of the loss and more than the straggler's extra busy time, the
+// collectives explain the larger share, and the link is named (as find_slow_link names it: the
+// rank on every slow TCP connection, the link of a two-rank job), with the straggler as "also".
+// Only when the link's own evidence names it (a rank whose connections are all slow, or the two
+// ranks' one link with the job's layers saying the hosts did not slow); else the straggler stands.
+// True when the link's finding was made.
+bool collectives_over_straggler(const JobWindow& job, Diagnosis& dx, double lost, double straggler_ms, size_t straggler,
+                                double wait_med) {
+  double floor_up = kUnknown;
+  for (const auto& r : job.ranks) {
+    if (r.base.steps == 0 || !known(r.base.wait_ms) || !known(r.now.wait_ms)) return false;
+    double up = r.now.wait_ms - r.base.wait_ms;
+    floor_up = known(floor_up) ? std::min(floor_up, up) : up;
+  }
+  if (!(known(floor_up) && floor_up >= kMinExplainedShare * lost && floor_up > straggler_ms)) return false;
+  if (job.ranks.size() > 2 && !find_slow_links(job)) return false;
+  double wait_base = median(column(job, [](const RankWindow& r) { return r.base.steps > 0 ? r.base.wait_ms : kUnknown; }));
+  Diagnosis link;
+  link.step_ms = dx.step_ms;
+  link.baseline_step_ms = dx.baseline_step_ms;
+  find_slow_link(job, link, lost, wait_med, wait_base);
+  if (link.findings.empty() || link.findings.front().cause != Cause::kNetworkSlow) return false;
+  Finding f = std::move(link.findings.front());
+  const RankWindow& s = job.ranks[straggler];
+  f.evidence.push_back("every rank, " + rank_name(s) + " that arrives last included, waits at least " + ms(floor_up) +
+                       " more per step in the collectives than in the baseline: the collectives themselves take longer");
+  f.evidence.push_back("also: " + rank_name(s) + " is busier than its peers by " + ms(straggler_ms) +
+                       " per step, less than the collectives' growth");
+  dx.findings.push_back(std::move(f));
+  return true;
+}
+
 std::string joined(const std::vector<int>& ranks) {
   std::string s;
   for (int x : ranks) s += (s.empty() ? "" : ",") + std::to_string(x);
@@ -2851,6 +2886,14 @@ Diagnosis diagnose(const JobWindow& job, const Options& opt) {
       cands = std::move(kept);
     }
 
+    // A straggler that explains less of the loss than the collectives' own growth is not why the
+    // job slowed: the link is (collectives_over_straggler).
+    bool link_named = false;
+    if (slow && !cands.empty() && collectives_over_straggler(job, dx, lost, std::min(cands.front().extra, lost), cands.front().i, wait_med)) {
+      cands.clear();
+      link_named = true;
+    }
+
     // -- 3./4. descend on each straggler and keep its best-explained hypothesis.
     for (const auto& k : cands) {
       const auto& r = job.ranks[k.i];
@@ -2888,7 +2931,7 @@ Diagnosis diagnose(const JobWindow& job, const Options& opt) {
         dx.findings.push_back(std::move(*f));
     }
 
-    if (cands.empty() && slow) {
+    if (cands.empty() && slow && !link_named) {
       double wait_base = median(column(job, [](const RankWindow& r) { return r.base.steps > 0 ? r.base.wait_ms : kUnknown; }));
       double wait_up = known(wait_base) ? wait_med - wait_base : 0;
       if (wait_up >= kLinkMostOfTheLoss * lost) {

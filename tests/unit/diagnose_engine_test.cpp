@@ -757,6 +757,45 @@ TEST(DiagnoseEngine, ANeighbourThatExplainsMoreThanTheLinkIsNamed) {
   EXPECT_EQ(std::string(cause_name(no_tcp.findings[0].cause)), "cpu-contention") << text_of(no_tcp);
 }
 
+// --- issue 17: a straggler that explains less than the collectives' own growth. Rank 3's link adds
+// `link_ms` to every collective (its connections all slow); rank 1 is busier than its peers by
+// `extra_ms` (noise of a loaded node, an unexplained hiccup), so it arrives last and its own wait is
+// the collective's time alone, which grew by about `link_ms` too.
+JobWindow straggler_and_link_job(double link_ms, double extra_ms, bool tcp) {
+  JobWindow job = link_and_neighbour_job(link_ms, 0, 0, tcp);
+  for (size_t i = 0; i < job.ranks.size(); ++i) {
+    RankWindow& r = job.ranks[i];
+    r.now.step_ms += extra_ms;              // every rank's step waits for rank 1
+    if (i != 1) r.now.wait_ms += extra_ms;  // ... the others in the collective
+  }
+  return job;
+}
+
+// The collectives grew ~68 ms per step on every rank, rank 1 adds 40: the link of rank 3 is named,
+// rank 1 said as "also". Fails on the old engine (it named rank 1, the straggler).
+TEST(DiagnoseEngine, AStragglerThatExplainsLessThanTheCollectivesIsNotTheCause) {
+  auto dx = diagnose(straggler_and_link_job(60, 40, true));
+  ASSERT_FALSE(dx.findings.empty()) << text_of(dx);
+  const Finding& f = dx.findings[0];
+  EXPECT_EQ(std::string(cause_name(f.cause)), "network-slow") << text_of(dx);
+  EXPECT_EQ(f.rank, 3) << text_of(dx);
+  std::string all;
+  for (const auto& e : f.evidence) all += e + "\n";
+  EXPECT_NE(all.find("also: rank 1 is busier than its peers by"), std::string::npos) << all;
+  EXPECT_EQ(dx.findings.size(), 1u) << text_of(dx);
+}
+
+// The straggler stands where it explains more than the collectives' growth (80 ms against ~38), and
+// where no rank's connections say the link is slow (four ranks, no TCP recorded).
+TEST(DiagnoseEngine, AStragglerThatExplainsMoreOrWithoutLinkEvidenceStands) {
+  for (auto [link, extra, tcp] : {std::tuple{30.0, 80.0, true}, std::tuple{60.0, 40.0, false}}) {
+    auto dx = diagnose(straggler_and_link_job(link, extra, tcp));
+    ASSERT_FALSE(dx.findings.empty()) << text_of(dx);
+    EXPECT_EQ(dx.findings[0].rank, 1) << "link " << link << " extra " << extra << " tcp " << tcp << "\n" << text_of(dx);
+    EXPECT_NE(std::string(cause_name(dx.findings[0].cause)), "network-slow") << text_of(dx);
+  }
+}
+
 // A slow link in a job of two ranks: its one link, whichever end is slow, is named as that link (at
 // job scope: the waits and the TCP connections cannot tell its ends apart), not as the fabric.
 TEST(DiagnoseEngine, TwoRanksSlowLinkIsNamedAsTheirLink) {
