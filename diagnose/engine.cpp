@@ -2565,9 +2565,11 @@ std::optional<Finding> absolute_finding(const JobWindow& job, const Diagnosis& d
 // its OS layer measured before: job_layers cannot judge that layer, so its silence there is no
 // verdict. A layer the past does name wins over absolute numbers, which say what is there now,
 // not what changed. Returns what the finding it makes explains (ms per step; 0: none made).
-double find_slowed_alike(const JobWindow& job, Diagnosis& dx, double lost, const std::vector<double>& busy) {
+double find_slowed_alike(const JobWindow& job, Diagnosis& dx, double lost, const std::vector<double>& busy, double wait_up) {
   std::vector<std::string> head{"job step time " + ms(dx.step_ms) + " vs its baseline " + ms(dx.baseline_step_ms) +
-                                "; all ranks slowed alike (no straggler, collective waits did not grow)"};
+                                "; all ranks slowed alike (no straggler, " +
+                                (known(wait_up) && wait_up > 0 ? "collective waits grew " + ms(wait_up) + " per step of it" : "collective waits did not grow") +
+                                ")"};
   double hog_ms = 0;
   auto hog = shared_cpu_finding(job, lost, dx.baseline_step_ms, head, &hog_ms);
   if (has_past(job)) {
@@ -2619,8 +2621,8 @@ void link_or_slowed_alike(const JobWindow& job, Diagnosis& dx, double lost, cons
   Diagnosis alike;
   alike.step_ms = dx.step_ms;
   alike.baseline_step_ms = dx.baseline_step_ms;
-  const double alike_ms = find_slowed_alike(job, alike, lost, busy);
   const double wait_up = wait_med - wait_base;
+  const double alike_ms = find_slowed_alike(job, alike, lost, busy, wait_up);
   auto links = wait_up >= kMinExplainedShare * lost ? find_slow_links(job) : std::nullopt;
   if (links && wait_up > alike_ms) {
     find_slow_link(job, dx, lost, wait_med, wait_base);
