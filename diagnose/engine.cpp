@@ -936,7 +936,10 @@ SampledSite sampled_call_site(const JobWindow& job, const RankWindow& r, bool (*
 // is its caller. A function is such a wrapper when at least this share of its on-CPU time is inside
 // the memory APIs it wraps: a wrapper does nothing but the call and a few instructions around it,
 // while a function that does work of its own around the calls (fills the buffers it allocates, a
-// loop over layers) spends more than a tenth of its time outside them.
+// loop over layers) spends more than a tenth of its time outside them. "Inside" is under a frame
+// named as the API or under any frame of the CUDA runtime's libraries (JobWindow::
+// cuda_runtime_frames, by module): the API's own frame is often not on the stack (a stripped
+// libcudart's internals, a tail call into the runtime's helpers).
 constexpr double kWrapperInsideShare = 0.9;
 
 // `site` (a caller_name, as SampledSite::site and memory_call_site give it) with its caller when the
@@ -966,7 +969,8 @@ std::string unwrapped_site(const JobWindow& job, const std::vector<const RankWin
       if (at == frames.size()) continue;
       all += v.ms_per_step;
       bool in_call = false;
-      for (size_t j = at + 1; j < frames.size() && !in_call; ++j) in_call = apis.count(short_function(frames[j])) > 0;
+      for (size_t j = at + 1; j < frames.size() && !in_call; ++j)
+        in_call = apis.count(short_function(frames[j])) > 0 || job.cuda_runtime_frames.count(std::string(frames[j])) > 0;
       if (!in_call) continue;
       inside += v.ms_per_step;
       for (size_t j = at; j-- > 0;) {
@@ -2560,36 +2564,119 @@ std::optional<Finding> absolute_finding(const JobWindow& job, const Diagnosis& d
 // slowdown's start, so no metrics window lies wholly before it) says that the job slowed, not what
 // its OS layer measured before: job_layers cannot judge that layer, so its silence there is no
 // verdict. A layer the past does name wins over absolute numbers, which say what is there now,
-// not what changed.
-void find_slowed_alike(const JobWindow& job, Diagnosis& dx, double lost, const std::vector<double>& busy) {
+// not what changed. Returns what the finding it makes explains (ms per step; 0: none made).
+double find_slowed_alike(const JobWindow& job, Diagnosis& dx, double lost, const std::vector<double>& busy, double wait_up) {
   std::vector<std::string> head{"job step time " + ms(dx.step_ms) + " vs its baseline " + ms(dx.baseline_step_ms) +
-                                "; all ranks slowed alike (no straggler, collective waits did not grow)"};
+                                "; all ranks slowed alike (no straggler, " +
+                                (known(wait_up) && wait_up > 0 ? "collective waits grew " + ms(wait_up) + " per step of it" : "collective waits did not grow") +
+                                ")"};
   double hog_ms = 0;
   auto hog = shared_cpu_finding(job, lost, dx.baseline_step_ms, head, &hog_ms);
   if (has_past(job)) {
     auto layers = job_layers(job, lost);
     if (hog && (layers.empty() || layers.front().explained_ms <= hog_ms)) {
       dx.findings.push_back(std::move(*hog));
-      return;
+      return hog_ms;
     }
     if (auto f = job_past_finding(job, lost, dx.baseline_step_ms, head)) {
       dx.findings.push_back(std::move(*f));
-      return;
+      return layers.front().explained_ms;
     }
     if (hog) {
       dx.findings.push_back(std::move(*hog));
-      return;
+      return hog_ms;
     }
     if (os_past(job)) {
       dx.note = unexplained(dx);
-      return;
+      return 0;
     }
   }
   double abs_ms = 0;
   auto f = absolute_finding(job, dx, lost, busy, std::move(head), &abs_ms);
-  if (hog && (!f || abs_ms <= hog_ms)) dx.findings.push_back(std::move(*hog));
-  else if (f) dx.findings.push_back(std::move(*f));
-  else dx.note = unexplained(dx);
+  if (hog && (!f || abs_ms <= hog_ms)) {
+    dx.findings.push_back(std::move(*hog));
+    return hog_ms;
+  }
+  if (f) {
+    dx.findings.push_back(std::move(*f));
+    return abs_ms;
+  }
+  dx.note = unexplained(dx);
+  return 0;
+}
+
+// The collectives' growth names the link by itself when it is most of the job's loss (the other
+// layers are not asked).
+constexpr double kLinkMostOfTheLoss = 0.5;
+
+// Below that, a rank whose transport is measurably worse than every other rank's (find_slow_links:
+// every bulk TCP connection through it slow, the others' fast) and the busy hosts of a loaded node
+// are two causes of one slowdown: the one that explains the larger share of the loss wins. The
+// link explains the growth of the collective waits, which must be at least kMinExplainedShare of the
+// loss, as any cause's; the other reading (a neighbour, a layer of the job's past, a rank's own CPU
+// work) explains what find_slowed_alike says it does. So a busy neighbour that explains less than
+// the wire does not mask the link, and a link that explains less is said as "also".
+void link_or_slowed_alike(const JobWindow& job, Diagnosis& dx, double lost, const std::vector<double>& busy, double wait_med,
+                          double wait_base) {
+  Diagnosis alike;
+  alike.step_ms = dx.step_ms;
+  alike.baseline_step_ms = dx.baseline_step_ms;
+  const double wait_up = wait_med - wait_base;
+  const double alike_ms = find_slowed_alike(job, alike, lost, busy, wait_up);
+  auto links = wait_up >= kMinExplainedShare * lost ? find_slow_links(job) : std::nullopt;
+  if (links && wait_up > alike_ms) {
+    find_slow_link(job, dx, lost, wait_med, wait_base);
+    if (!dx.findings.empty()) {
+      Finding& f = dx.findings.back();
+      f.evidence.push_back("the collectives grew " + ms(wait_up) + " per step, " + fmt("%.0f%%", 100 * wait_up / lost) + " of the loss");
+      if (!alike.findings.empty())
+        f.evidence.push_back(std::string("also: ") + cause_name(alike.findings.front().cause) + " (" + alike.findings.front().culprit +
+                             ") explains " + ms(alike_ms) + " per step, less than the collectives' growth");
+    }
+    return;
+  }
+  for (auto& f : alike.findings) {
+    if (links && wait_up > 0)
+      f.evidence.push_back("also: network-slow (link of " + rank_name(job.ranks[links->culprit]) + ", every bulk TCP connection slow) explains " +
+                           ms(wait_up) + " per step, less than this");
+    dx.findings.push_back(std::move(f));
+  }
+  if (dx.note.empty()) dx.note = alike.note;
+}
+
+// A straggler arrives last at each collective, so what it waits there is the collective's own time
+// (the transfer), not a wait for a peer; what every rank, the straggler included, waits more than
+// in the job's baseline is how much longer the collectives themselves take. When that growth is
+// at least kMinExplainedShare of the loss and more than the straggler's extra busy time, the
+// collectives explain the larger share, and the link is named (as find_slow_link names it: the
+// rank on every slow TCP connection, the link of a two-rank job), with the straggler as "also".
+// Only when the link's own evidence names it (a rank whose connections are all slow, or the two
+// ranks' one link with the job's layers saying the hosts did not slow); else the straggler stands.
+// True when the link's finding was made.
+bool collectives_over_straggler(const JobWindow& job, Diagnosis& dx, double lost, double straggler_ms, size_t straggler,
+                                double wait_med) {
+  double floor_up = kUnknown;
+  for (const auto& r : job.ranks) {
+    if (r.base.steps == 0 || !known(r.base.wait_ms) || !known(r.now.wait_ms)) return false;
+    double up = r.now.wait_ms - r.base.wait_ms;
+    floor_up = known(floor_up) ? std::min(floor_up, up) : up;
+  }
+  if (!(known(floor_up) && floor_up >= kMinExplainedShare * lost && floor_up > straggler_ms)) return false;
+  if (job.ranks.size() > 2 && !find_slow_links(job)) return false;
+  double wait_base = median(column(job, [](const RankWindow& r) { return r.base.steps > 0 ? r.base.wait_ms : kUnknown; }));
+  Diagnosis link;
+  link.step_ms = dx.step_ms;
+  link.baseline_step_ms = dx.baseline_step_ms;
+  find_slow_link(job, link, lost, wait_med, wait_base);
+  if (link.findings.empty() || link.findings.front().cause != Cause::kNetworkSlow) return false;
+  Finding f = std::move(link.findings.front());
+  const RankWindow& s = job.ranks[straggler];
+  f.evidence.push_back("every rank, " + rank_name(s) + " that arrives last included, waits at least " + ms(floor_up) +
+                       " more per step in the collectives than in the baseline: the collectives themselves take longer");
+  f.evidence.push_back("also: " + rank_name(s) + " is busier than its peers by " + ms(straggler_ms) +
+                       " per step, less than the collectives' growth");
+  dx.findings.push_back(std::move(f));
+  return true;
 }
 
 std::string joined(const std::vector<int>& ranks) {
@@ -2801,6 +2888,14 @@ Diagnosis diagnose(const JobWindow& job, const Options& opt) {
       cands = std::move(kept);
     }
 
+    // A straggler that explains less of the loss than the collectives' own growth is not why the
+    // job slowed: the link is (collectives_over_straggler).
+    bool link_named = false;
+    if (slow && !cands.empty() && collectives_over_straggler(job, dx, lost, std::min(cands.front().extra, lost), cands.front().i, wait_med)) {
+      cands.clear();
+      link_named = true;
+    }
+
     // -- 3./4. descend on each straggler and keep its best-explained hypothesis.
     for (const auto& k : cands) {
       const auto& r = job.ranks[k.i];
@@ -2838,13 +2933,13 @@ Diagnosis diagnose(const JobWindow& job, const Options& opt) {
         dx.findings.push_back(std::move(*f));
     }
 
-    if (cands.empty() && slow) {
+    if (cands.empty() && slow && !link_named) {
       double wait_base = median(column(job, [](const RankWindow& r) { return r.base.steps > 0 ? r.base.wait_ms : kUnknown; }));
       double wait_up = known(wait_base) ? wait_med - wait_base : 0;
-      if (wait_up >= 0.5 * lost) {
+      if (wait_up >= kLinkMostOfTheLoss * lost) {
         find_slow_link(job, dx, lost, wait_med, wait_base);
       } else {
-        find_slowed_alike(job, dx, lost, busy);
+        link_or_slowed_alike(job, dx, lost, busy, wait_med, wait_base);
       }
     }
   }

@@ -119,10 +119,23 @@ std::string python_key(const Frame& f) {
   return f.file.substr(slash == std::string::npos ? 0 : slash + 1) + ":" + f.function;
 }
 
+// The CUDA runtime's own libraries (runtime and driver API, by file name): a memory call's frames
+// inside them are the call itself, not where the program makes it.
+bool cuda_runtime_module(std::string_view module) {
+  auto slash = module.rfind('/');
+  std::string_view base = module.substr(slash == std::string_view::npos ? 0 : slash + 1);
+  for (std::string_view lib : {"libcudart.so", "libcuda.so"}) {
+    if (base.substr(0, lib.size()) == lib) return true;
+  }
+  return false;
+}
+
 // A user-level call path, root first: kernel frames say how the thread waited, not where the
 // program's time went, and the uprobe trampoline is strata's own. Off-CPU paths keep the system
-// call, since a blocked thread's user stack may be missing.
-std::string call_path(const Stack& stack, bool keep_syscall, std::unordered_set<std::string>* python) {
+// call, since a blocked thread's user stack may be missing. With `job`, the path's names that are
+// Python functions and frames of the CUDA runtime go into its sets (JobWindow::python_functions,
+// cuda_runtime_frames): a path is names only, and only the frame's module says the second.
+std::string call_path(const Stack& stack, bool keep_syscall, JobWindow* job) {
   std::string path;
   for (auto it = stack.rbegin(); it != stack.rend(); ++it) {
     if (it->kind == FrameKind::kKernel) {
@@ -137,7 +150,9 @@ std::string call_path(const Stack& stack, bool keep_syscall, std::unordered_set<
     for (char& ch : name) {
       if (ch == ';') ch = ':';
     }
-    if (python && it->kind == FrameKind::kPython && !unresolved_frame(name)) python->insert(name);
+    if (job && it->kind == FrameKind::kPython && !unresolved_frame(name)) job->python_functions.insert(name);
+    if (job && it->kind == FrameKind::kNative)
+      (cuda_runtime_module(it->module) ? job->cuda_runtime_frames : job->frames_outside_runtime).insert(name);
     if (!path.empty()) path += ';';
     path += name;
   }
@@ -245,7 +260,7 @@ Status load_profile(store::Reader& s, const store::RowQuery& span, JobWindow& jo
     }
     auto it = path_of.find(smp.stack_index);
     if (it == path_of.end())
-      it = path_of.emplace(smp.stack_index, job.names.id(root + call_path(stack, offcpu, &job.python_functions))).first;
+      it = path_of.emplace(smp.stack_index, job.names.id(root + call_path(stack, offcpu, &job))).first;
     const double ms = static_cast<double>(smp.count) * unit_ms(smp) / steps;
     if (use != ProfileUse::kCallers) out.push_back({it->second, ms});
     if (!offcpu && !past && use != ProfileUse::kTimes) {
@@ -330,17 +345,6 @@ void fill_memory(const Acc& a, double step_ms, uint64_t from, std::array<double,
   for (Values* v : {by_ms, by_calls, by_mb}) {
     if (v) normalize(*v);
   }
-}
-
-// The CUDA runtime's own libraries (runtime and driver API, by file name): a memory call's frames
-// inside them are the call itself, not where the program makes it.
-bool cuda_runtime_module(std::string_view module) {
-  auto slash = module.rfind('/');
-  std::string_view base = module.substr(slash == std::string_view::npos ? 0 : slash + 1);
-  for (std::string_view lib : {"libcudart.so", "libcuda.so"}) {
-    if (base.substr(0, lib.size()) == lib) return true;
-  }
-  return false;
 }
 
 // Where a sampled memory call was made (its stack leaf first): the innermost Python function when
@@ -1174,6 +1178,11 @@ Result<JobWindow> load_job_window(store::Reader& s, const LoadOptions& opt) {
       }
     }
   }
+  // A name the stacks show both inside the runtime's libraries and outside them (an inlined
+  // "push_back" or "allocate" of the C++ library's, in libcudart and in the program) says nothing
+  // of where it runs: only names seen in the runtime alone count as the runtime's.
+  for (const auto& name : job.frames_outside_runtime) job.cuda_runtime_frames.erase(name);
+  job.frames_outside_runtime.clear();
   return job;
 }
 

@@ -262,6 +262,13 @@ struct JobWindow {
   // Names in call paths that are Python functions: a path's deepest one is where the program's
   // time goes (the frames below it are the interpreter's).
   std::unordered_set<std::string> python_functions;
+  // Names in call paths that are frames of the CUDA runtime or driver (libcudart, libcuda: known by
+  // the frame's module, loader.cpp's cuda_runtime_module): time under one is inside a CUDA call,
+  // whatever the library's own function is called there (a stripped libcudart's frames are
+  // "libcudart.so.13+0x...", the testbed's stand-in tail-calls its own helpers).
+  std::unordered_set<std::string> cuda_runtime_frames;
+  // The loader's bookkeeping for it (empty once loaded): names seen in native frames of other modules.
+  std::unordered_set<std::string> frames_outside_runtime;
   // What the loader changed in the data before the rules saw it (a rank's steps re-cut like its
   // peers'): said with the diagnosis, so a reader knows the per-step figures are not the agent's.
   std::vector<std::string> data_notes;
