@@ -23,6 +23,7 @@
 #include <iostream>
 #include <mutex>
 #include <regex>
+#include <vector>
 #include <thread>
 
 #include "proto/ingest_codec.h"
@@ -225,17 +226,8 @@ class SlowClients {
       }
     });
     for (int i = 0; i < n; ++i) {
-      int fd = socket(AF_INET, SOCK_STREAM, 0);
-      sockaddr_in a{};
-      a.sin_family = AF_INET;
-      a.sin_port = htons(static_cast<uint16_t>(port));
-      a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-      if (connect(fd, reinterpret_cast<sockaddr*>(&a), sizeof a) != 0) {
-        close(fd);
-        continue;
-      }
-      const char start[] = "POST /api/v1/ingest HTTP/1.1\r\nHost: x\r\nX-Slow: ";
-      (void)send(fd, start, sizeof start - 1, MSG_NOSIGNAL);
+      int fd = open_one(port);
+      if (fd < 0) continue;
       std::lock_guard lock(mu_);
       fds_.push_back(fd);
     }
@@ -248,6 +240,30 @@ class SlowClients {
   size_t opened() {
     std::lock_guard lock(mu_);
     return fds_.size();
+  }
+  // The server never answers a request that has not arrived whole, so an answered socket was
+  // refused: over the cap while a connection made before (the readiness check's, whose thread
+  // had sent its answer but not yet let go of its slot) was still counted. Each answered socket
+  // is replaced by a new one, every `settle`, until a round answers none (at most `rounds`).
+  // Returns how many were replaced.
+  size_t replace_answered(int port, int rounds, std::chrono::milliseconds settle) {
+    size_t replaced = 0;
+    for (int round = 0; round < rounds; ++round) {
+      std::this_thread::sleep_for(settle);
+      std::lock_guard lock(mu_);
+      size_t now = 0;
+      for (int& fd : fds_) {
+        pollfd p{fd, POLLIN, 0};
+        if (poll(&p, 1, 0) != 1) continue;
+        close(fd);
+        fd = open_one(port);
+        ++now;
+      }
+      std::erase_if(fds_, [](int fd) { return fd < 0; });
+      replaced += now;
+      if (now == 0) break;
+    }
+    return replaced;
   }
   // How many the server has closed (a read returns end of file or an error).
   size_t closed_by_server() {
@@ -265,6 +281,23 @@ class SlowClients {
   }
 
  private:
+  // A socket that has sent the start of a request and its first header's name; -1 if it could not connect.
+  static int open_one(int port) {
+    int fd = socket(AF_INET, SOCK_STREAM, 0);
+    if (fd < 0) return -1;
+    sockaddr_in a{};
+    a.sin_family = AF_INET;
+    a.sin_port = htons(static_cast<uint16_t>(port));
+    a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+    if (connect(fd, reinterpret_cast<sockaddr*>(&a), sizeof a) != 0) {
+      close(fd);
+      return -1;
+    }
+    const char start[] = "POST /api/v1/ingest HTTP/1.1\r\nHost: x\r\nX-Slow: ";
+    (void)send(fd, start, sizeof start - 1, MSG_NOSIGNAL);
+    return fd;
+  }
+
   std::mutex mu_;
   std::vector<int> fds_;
   std::atomic<bool> stop_{false};
@@ -328,6 +361,8 @@ TEST(ServeLimits, ConnectionsOverTheCapAreRefusedAtOnce) {
   {
     SlowClients slow(c.port(), 16, std::chrono::milliseconds(1000));
     ASSERT_EQ(slow.opened(), 16u) << "the slow sockets could not all connect";
+    const size_t replaced = slow.replace_answered(c.port(), 20, std::chrono::milliseconds(200));
+    ASSERT_EQ(slow.opened(), 16u) << "the slow sockets could not all connect again";
     // Full once the server holds all 16: then any other connection is refused.
     httplib::Client probe("127.0.0.1", c.port());
     bool full = false;
@@ -340,7 +375,8 @@ TEST(ServeLimits, ConnectionsOverTheCapAreRefusedAtOnce) {
       if (!full) std::this_thread::sleep_for(std::chrono::milliseconds(50));
     }
     ASSERT_TRUE(full) << "16 slow sockets never filled a cap of 16 (the probe's last answer: " << last << "; "
-                      << slow.closed_by_server() << " slow sockets closed by the server)";
+                      << slow.closed_by_server() << " slow sockets closed by the server; " << replaced
+                      << " refused at first and replaced)";
     httplib::Client agent("127.0.0.1", c.port());
     agent.set_read_timeout(30, 0);
     auto r = agent.Post("/api/v1/ingest", normal_batch("agent-1", "n1", 1), kBatchType);
