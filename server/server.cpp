@@ -1061,7 +1061,15 @@ Result<std::unique_ptr<store::Store>> open_store(const std::string& spec, store:
   if (spec.rfind("clickhouse://", 0) == 0) return store::Store::open_clickhouse(spec, mode);
   auto sqlite = parse_sqlite_spec(spec);
   if (!sqlite) return sqlite.error();
-  return store::Store::open_sqlite(sqlite->path, mode);
+  // The collector's writer: many nodes' batches land all over the tables' indexes (the rows of a
+  // time span interleave by node), so the pages a group of batches touches are worth keeping
+  // between commits, and a page rewritten by many commits is worth copying into the database once.
+  store::SqliteTuning tuning;
+  if (mode == store::Store::Mode::kCreateOrAppend) {
+    tuning.cache_kib = kCollectorCacheKib;
+    tuning.wal_autocheckpoint_pages = kCollectorAutocheckpointPages;
+  }
+  return store::Store::open_sqlite(sqlite->path, mode, tuning);
 }
 
 Status serve(const ServeOptions& opts, const std::atomic<bool>& stop, std::ostream& log) {
