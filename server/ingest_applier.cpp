@@ -1,6 +1,7 @@
 #include "server/ingest_applier.h"
 
 #include <algorithm>
+#include <vector>
 
 #include "store/catalog.h"
 
@@ -41,6 +42,24 @@ Frame from_proto(const ingest::Frame& f) {
 }
 
 }  // namespace
+
+uint64_t batch_rows(const ingest::Batch& b) {
+  uint64_t n = 0;
+  for (const auto& r : b.records()) {
+    switch (r.kind_case()) {
+      case ingest::Record::kStack: n += 1 + static_cast<uint64_t>(r.stack().frames_size()); break;
+      case ingest::Record::kWindow: n += static_cast<uint64_t>(r.window().counts_size()); break;
+      case ingest::Record::kMetrics: n += static_cast<uint64_t>(r.metrics().metrics_size()); break;
+      case ingest::Record::kCommunicators: n += static_cast<uint64_t>(r.communicators().rows_size()); break;
+      case ingest::Record::kCollectives: n += static_cast<uint64_t>(r.collectives().rows_size()); break;
+      case ingest::Record::kDeviceActivity: n += static_cast<uint64_t>(r.device_activity().rows_size()); break;
+      case ingest::Record::kSteps: n += static_cast<uint64_t>(r.steps().rows_size()); break;
+      case ingest::Record::kLaunchSamples: n += static_cast<uint64_t>(r.launch_samples().rows_size()); break;
+      default: n += 1; break;
+    }
+  }
+  return n;
+}
 
 Status validate_batch(const ingest::Batch& b) {
   for (int i = 0; i < b.records_size(); ++i) {
@@ -313,36 +332,69 @@ Status IngestApplier::apply_records(const ingest::Batch& b, AgentMaps& m, AgentM
 }
 
 Result<ApplyOutcome> IngestApplier::apply(const ingest::Batch& b, const std::string& health_json, uint64_t now_ns) {
-  auto maps = maps_for(b.agent_id());
-  if (!maps) return maps.error();
-  ApplyOutcome o;
-  if (auto st = rows_.begin(); !st) return st.error();
-  auto fail = [&](const Error& e) -> Result<ApplyOutcome> {
+  GroupItem item{&b, &health_json, now_ns};
+  GroupItem* one = &item;
+  apply_group({&one, 1});
+  return std::move(item.out);
+}
+
+void IngestApplier::apply_group(std::span<GroupItem* const> items) {
+  if (items.empty()) return;
+  Status together = apply_together(items);
+  if (!together && items.size() > 1) {
+    // The whole group was rolled back: each batch on its own, so only one that fails again fails.
+    for (GroupItem* item : items) {
+      if (auto st = apply_together({&item, 1}); !st) item->out = st.error();
+    }
+  } else if (!together) {
+    items[0]->out = together.error();
+  }
+  for (GroupItem* item : items) item->done = true;
+}
+
+Status IngestApplier::apply_together(std::span<GroupItem* const> items) {
+  if (auto st = rows_.begin(); !st) return st;
+  auto fail = [&](const Error& e) -> Status {
     (void)rows_.rollback();
     return e;
   };
-  auto seen = ledger_.batch_applied(b.agent_id(), b.batch_id());
-  if (!seen) return fail(seen.error());
-  AgentMaps added;  // merged into the cache only once the transaction commits
-  if (*seen) {
-    o.duplicate = true;
-  } else {
-    if (auto st = ledger_.begin_batch(b.agent_id(), b.batch_id()); !st) return fail(st.error());
-    if (auto st = apply_records(b, **maps, added, o); !st) return fail(st.error());
-    if (auto st = ledger_.mark_batch_applied(b.agent_id(), b.batch_id(), now_ns); !st) return fail(st.error());
+  // Per agent, the ids this transaction mapped: merged into the cache only once it commits. A later
+  // batch of the same agent in the group finds its earlier batch's here.
+  std::unordered_map<std::string, AgentMaps> added;
+  std::vector<ApplyOutcome> outs(items.size());
+  for (size_t i = 0; i < items.size(); ++i) {
+    const ingest::Batch& b = *items[i]->batch;
+    ApplyOutcome& o = outs[i];
+    auto maps = maps_for(b.agent_id());
+    if (!maps) return fail(maps.error());
+    auto seen = ledger_.batch_applied(b.agent_id(), b.batch_id());
+    if (!seen) return fail(seen.error());
+    if (*seen) {
+      o.duplicate = true;
+    } else {
+      if (auto st = ledger_.begin_batch(b.agent_id(), b.batch_id()); !st) return fail(st.error());
+      if (auto st = apply_records(b, **maps, added[b.agent_id()], o); !st) return fail(st.error());
+      if (auto st = ledger_.mark_batch_applied(b.agent_id(), b.batch_id(), items[i]->now_ns); !st)
+        return fail(st.error());
+    }
+    store::AgentStatus a;
+    a.agent_id = b.agent_id();
+    a.node = b.node();
+    a.last_seen_ns = items[i]->now_ns;
+    a.last_batch = b.batch_id();
+    a.interval_s = b.health().interval_s();
+    a.health_json = *items[i]->health_json;
+    if (auto st = ledger_.put_agent_status(a); !st) return fail(st.error());
   }
-  store::AgentStatus a;
-  a.agent_id = b.agent_id();
-  a.node = b.node();
-  a.last_seen_ns = now_ns;
-  a.last_batch = b.batch_id();
-  a.interval_s = b.health().interval_s();
-  a.health_json = health_json;
-  if (auto st = ledger_.put_agent_status(a); !st) return fail(st.error());
   if (auto st = rows_.commit(); !st) return fail(st.error());
-  remember(**maps, added);
-  evict_to_budget(b.agent_id());
-  return o;
+  for (size_t i = 0; i < items.size(); ++i) items[i]->out = std::move(outs[i]);
+  // An agent whose cache another agent's batch pushed out meanwhile has nothing to add to: the
+  // store holds its mappings.
+  for (auto& [agent, a] : added) {
+    if (auto it = agents_.find(agent); it != agents_.end()) remember(it->second, a);
+  }
+  evict_to_budget(items.back()->batch->agent_id());
+  return {};
 }
 
 }  // namespace strata::server

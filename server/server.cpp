@@ -12,6 +12,7 @@
 #include <chrono>
 #include <cstdlib>
 #include <cstring>
+#include <deque>
 #include <fstream>
 #include <iterator>
 #include <map>
@@ -57,6 +58,7 @@ struct ServerCounters {
   uint64_t bytes_received = 0;
   uint64_t lost_refs = 0;
   double apply_seconds = 0;
+  uint64_t apply_groups = 0;  // transactions that applied batches (several batches each when they queue)
   uint64_t unauthorized = 0;
   uint64_t retention_deleted = 0;  // rows past the SQLite store's retention_days, deleted
   uint64_t wal_truncations = 0;         // the SQLite write-ahead log truncated (keep_wal_short)
@@ -356,11 +358,36 @@ class Server {
       (void)google::protobuf::util::MessageToJsonString(shown, &health, jo);
     }
     auto t0 = std::chrono::steady_clock::now();
-    Result<ApplyOutcome> out = Error{""};
+    IngestApplier::GroupItem item{&*batch, &health, wall_clock_ns()};
     {
-      std::lock_guard lock(store_mu_);
-      out = applier_.apply(*batch, health, wall_clock_ns());
+      std::lock_guard queue(apply_queue_mu_);
+      apply_queue_.push_back({&item, batch_rows(*batch)});
     }
+    {
+      // Whoever holds the store applies what waits, in groups, until its own batch is in: one
+      // commit for the batches that queued while the last group was written (kMaxGroupRows).
+      std::lock_guard lock(store_mu_);
+      while (!item.done) {
+        std::vector<IngestApplier::GroupItem*> group;
+        {
+          std::lock_guard queue(apply_queue_mu_);
+          uint64_t rows = 0;
+          while (!apply_queue_.empty() && (group.empty() || rows + apply_queue_.front().rows <= kMaxGroupRows)) {
+            rows += apply_queue_.front().rows;
+            group.push_back(apply_queue_.front().item);
+            apply_queue_.pop_front();
+          }
+        }
+        if (group.empty()) {  // taken by a request that failed before applying it (cannot happen)
+          item.out = Error{"the batch was lost from the apply queue"};
+          break;
+        }
+        applier_.apply_group(group);
+        std::lock_guard count(counters_.mu);
+        counters_.apply_groups++;
+      }
+    }
+    Result<ApplyOutcome>& out = item.out;
     double dt = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
     if (!out) {
       // The store failed (disk full, ClickHouse down): the agent keeps the batch and retries.
@@ -836,6 +863,9 @@ class Server {
     o << "strata_serve_lost_references_total " << counters_.lost_refs << "\n";
     prom::family(o, "strata_serve_apply_seconds_total", "counter", "Time spent writing ingest batches to the store.");
     o << "strata_serve_apply_seconds_total " << counters_.apply_seconds << "\n";
+    prom::family(o, "strata_serve_apply_groups_total", "counter",
+                 "Store transactions that applied ingest batches (batches that queued meanwhile go in one).");
+    o << "strata_serve_apply_groups_total " << counters_.apply_groups << "\n";
     prom::family(o, "strata_serve_unauthorized_total", "counter", "/api/ requests refused for a missing or wrong token.");
     o << "strata_serve_unauthorized_total " << counters_.unauthorized << "\n";
     prom::family(o, "strata_serve_requests_total", "counter", "HTTP requests by route.");
@@ -899,6 +929,14 @@ class Server {
   std::unique_ptr<store::Store> store_;
   std::mutex store_mu_;
   IngestApplier applier_;
+  // Batches decoded and waiting for the store (ingest): taken, in arrival order, by whichever
+  // request holds store_mu_. Items live on their requests' stacks until done.
+  struct QueuedBatch {
+    IngestApplier::GroupItem* item;
+    uint64_t rows;  // batch_rows
+  };
+  std::mutex apply_queue_mu_;
+  std::deque<QueuedBatch> apply_queue_;
   ServerCounters counters_;
   AgentPeers peers_;
   std::ostream& log_;
@@ -1023,7 +1061,15 @@ Result<std::unique_ptr<store::Store>> open_store(const std::string& spec, store:
   if (spec.rfind("clickhouse://", 0) == 0) return store::Store::open_clickhouse(spec, mode);
   auto sqlite = parse_sqlite_spec(spec);
   if (!sqlite) return sqlite.error();
-  return store::Store::open_sqlite(sqlite->path, mode);
+  // The collector's writer: many nodes' batches land all over the tables' indexes (the rows of a
+  // time span interleave by node), so the pages a group of batches touches are worth keeping
+  // between commits, and a page rewritten by many commits is worth copying into the database once.
+  store::SqliteTuning tuning;
+  if (mode == store::Store::Mode::kCreateOrAppend) {
+    tuning.cache_kib = kCollectorCacheKib;
+    tuning.wal_autocheckpoint_pages = kCollectorAutocheckpointPages;
+  }
+  return store::Store::open_sqlite(sqlite->path, mode, tuning);
 }
 
 Status serve(const ServeOptions& opts, const std::atomic<bool>& stop, std::ostream& log) {

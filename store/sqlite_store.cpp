@@ -245,7 +245,7 @@ uint64_t hash_bytes(const void* data, size_t n) {  // FNV-1a, 64 bit
 
 class SqliteStore final : public Store {
  public:
-  explicit SqliteStore(std::string path) : path_(std::move(path)) {}
+  SqliteStore(std::string path, const SqliteTuning& tuning) : path_(std::move(path)), tuning_(tuning) {}
   ~SqliteStore() override { sqlite3_close_v2(db_); }
 
   Status open(Mode mode) {
@@ -1284,6 +1284,11 @@ class SqliteStore final : public Store {
 
   Status configure() {
     if (auto s = exec("PRAGMA journal_mode=WAL"); !s) return s;
+    if (tuning_.cache_kib > 0)
+      if (auto s = exec(("PRAGMA cache_size=-" + std::to_string(tuning_.cache_kib)).c_str()); !s) return s;
+    if (tuning_.wal_autocheckpoint_pages > 0)
+      if (auto s = exec(("PRAGMA wal_autocheckpoint=" + std::to_string(tuning_.wal_autocheckpoint_pages)).c_str()); !s)
+        return s;
     return exec("PRAGMA synchronous=NORMAL");
   }
 
@@ -1292,6 +1297,7 @@ class SqliteStore final : public Store {
   static constexpr int kWorkUnit = 1000;
 
   std::string path_;
+  SqliteTuning tuning_;
   sqlite3* db_ = nullptr;
   uint64_t work_ = 0;
   int version_ = 0;
@@ -1322,8 +1328,8 @@ const char* unwind_method_name(UnwindMethod m) {
   return "unknown";
 }
 
-Result<std::unique_ptr<Store>> Store::open_sqlite(const std::string& path, Mode mode) {
-  auto s = std::make_unique<SqliteStore>(path);
+Result<std::unique_ptr<Store>> Store::open_sqlite(const std::string& path, Mode mode, const SqliteTuning& tuning) {
+  auto s = std::make_unique<SqliteStore>(path, tuning);
   if (auto st = s->open(mode); !st) return st.error();
   return std::unique_ptr<Store>(std::move(s));
 }

@@ -500,6 +500,14 @@ class Ledger {
   }
 };
 
+// How a connection that writes an SQLite file uses memory and the write-ahead log. The defaults
+// are SQLite's own, right for one process writing its own recording (`strata record`, an agent's
+// local file); a collector that takes many nodes' batches asks for more (server/server.cpp).
+struct SqliteTuning {
+  int cache_kib = 0;                 // the connection's page cache; 0: SQLite's default (2 MB)
+  int wal_autocheckpoint_pages = 0;  // log pages between automatic checkpoints; 0: SQLite's 1,000
+};
+
 class Store : public Writer, public Reader, public Ledger {
  public:
   enum class Mode {
@@ -508,7 +516,7 @@ class Store : public Writer, public Reader, public Ledger {
   };
   // A file that is not a strata store (corrupt, foreign, newer schema) is refused with the reason,
   // and left untouched.
-  static Result<std::unique_ptr<Store>> open_sqlite(const std::string& path, Mode mode);
+  static Result<std::unique_ptr<Store>> open_sqlite(const std::string& path, Mode mode, const SqliteTuning& tuning = {});
   // ClickHouse through its HTTP interface: clickhouse://HOST:PORT/DB (PORT: the HTTP port, 8123).
   // The database and tables are created when missing (kCreateOrAppend).
   static Result<std::unique_ptr<Store>> open_clickhouse(const std::string& url, Mode mode);

@@ -1,6 +1,7 @@
 // The SQLite store: round trips, interning, filters, and refusing what is not a strata store (the
 // time range also on ClickHouse, when a server is given).
 #include <gtest/gtest.h>
+#include <httplib.h>
 #include <sqlite3.h>
 #include <unistd.h>
 
@@ -796,6 +797,89 @@ TEST(Store, WindowFidelityOnClickHouse) {
   auto st = clickhouse_or_skip("fidelity");
   if (!st) GTEST_SKIP() << "set STRATA_TEST_CLICKHOUSE=clickhouse://HOST:PORT to run against ClickHouse";
   check_fidelity(*st);
+}
+
+// The catalog's derived columns on a real ClickHouse table made before a column existed (as
+// Catalog.AnOlderFileWithoutAColumnReadsItsDefaultAndGetsTheColumn on SQLite): the tables lose two
+// columns (DROP COLUMN), as a database older than them lacks them. Read only, the store reads them
+// as their defaults and leaves the tables alone; opened for writing, it adds them (ALTER TABLE ADD
+// COLUMN from the catalog) and new rows keep their values, while the rows from before read 0 / ''.
+TEST(Store, AnOlderCatalogTableGetsItsColumnOnClickHouse) {
+  const char* url = std::getenv("STRATA_TEST_CLICKHOUSE");
+  if (!url || !*url) GTEST_SKIP() << "set STRATA_TEST_CLICKHOUSE=clickhouse://HOST:PORT to run against ClickHouse";
+  const std::string server = std::string(url).substr(std::string("clickhouse://").size());
+  const std::string db = "strata_unit_older_" + std::to_string(getpid());
+  httplib::Client ch(server.substr(0, server.rfind(':')), std::stoi(server.substr(server.rfind(':') + 1)));
+  auto sql = [&](const std::string& q) {
+    auto r = ch.Post("/", q, "text/plain");
+    EXPECT_TRUE(r && r->status == 200) << q << ": " << (r ? r->body : "no answer");
+    return r && r->status == 200 ? r->body : std::string();
+  };
+  auto columns = [&](const std::string& table) {
+    return sql("SELECT name FROM system.columns WHERE database = '" + db + "' AND table = '" + table +
+               "' FORMAT TabSeparated");
+  };
+  const std::string spec = std::string(url) + "/" + db;
+  const StepRecord step = distinct_row(catalog::kSteps);
+  const CollectiveRecord coll = distinct_row(catalog::kCollectives);
+  {
+    auto st = Store::open_clickhouse(spec, Store::Mode::kCreateOrAppend);
+    ASSERT_TRUE(st) << st.error().message;
+    ASSERT_TRUE((*st)->begin());
+    auto rec = (*st)->begin_recording({"node-7", "app", 1000, 99, 10});
+    ASSERT_TRUE(rec);
+    ASSERT_TRUE((*st)->put_steps(*rec, {step}));
+    ASSERT_TRUE((*st)->put_collectives(*rec, {coll}));
+    ASSERT_TRUE((*st)->commit());
+  }
+  sql("ALTER TABLE " + db + ".steps DROP COLUMN gpu_idle_ns");
+  sql("ALTER TABLE " + db + ".collectives DROP COLUMN completion");
+  ASSERT_EQ(columns("steps").find("gpu_idle_ns"), std::string::npos);
+  ASSERT_NE(columns("steps").find("device_compute_ns"), std::string::npos);
+  {
+    auto st = Store::open_clickhouse(spec, Store::Mode::kReadOnly);
+    ASSERT_TRUE(st) << st.error().message;
+    auto steps = (*st)->steps();
+    ASSERT_TRUE(steps) << steps.error().message;
+    ASSERT_EQ(steps->size(), 1u);
+    EXPECT_EQ(steps->front().gpu_idle_ns, 0u) << "a column the table lacks reads as its default";
+    EXPECT_EQ(steps->front().device_compute_ns, step.device_compute_ns) << "the others as written";
+    EXPECT_EQ(steps->front().node, "node-7");
+    auto colls = (*st)->query_collectives({});
+    ASSERT_TRUE(colls) << colls.error().message;
+    ASSERT_EQ(colls->size(), 1u);
+    EXPECT_EQ(colls->front().completion, "");
+    EXPECT_EQ(colls->front().comm_id, coll.comm_id);
+  }
+  EXPECT_EQ(columns("steps").find("gpu_idle_ns"), std::string::npos) << "read only: the tables are not altered";
+  {
+    auto st = Store::open_clickhouse(spec, Store::Mode::kCreateOrAppend);
+    ASSERT_TRUE(st) << st.error().message;
+    ASSERT_TRUE((*st)->begin());
+    auto rec = (*st)->begin_recording({"node-8", "app", 2000, 99, 10});
+    ASSERT_TRUE(rec);
+    StepRecord later = step;
+    later.step = 2;
+    later.gpu_idle_ns = 77;
+    ASSERT_TRUE((*st)->put_steps(*rec, {later}));
+    CollectiveRecord later_coll = coll;
+    later_coll.seq = coll.seq + 1;
+    later_coll.completion = "device";
+    ASSERT_TRUE((*st)->put_collectives(*rec, {later_coll}));
+    auto done = (*st)->commit();
+    ASSERT_TRUE(done) << done.error().message;
+    auto steps = (*st)->steps();
+    ASSERT_TRUE(steps) << steps.error().message;
+    ASSERT_EQ(steps->size(), 2u);
+    for (const auto& x : *steps) EXPECT_EQ(x.gpu_idle_ns, x.step == 2 ? 77u : 0u) << "step " << x.step;
+    auto colls = (*st)->query_collectives({});
+    ASSERT_TRUE(colls) << colls.error().message;
+    ASSERT_EQ(colls->size(), 2u);
+    for (const auto& x : *colls) EXPECT_EQ(x.completion, x.seq == coll.seq ? "" : "device") << "seq " << x.seq;
+  }
+  EXPECT_NE(columns("steps").find("gpu_idle_ns"), std::string::npos);
+  EXPECT_NE(columns("collectives").find("completion"), std::string::npos);
+  sql("DROP DATABASE " + db);
 }
 
 TEST(Store, LaunchSamplesReadBack) {
