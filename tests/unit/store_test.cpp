@@ -690,6 +690,33 @@ TEST(Catalog, TheTablesKeepTheirColumns) {
             "tid INTEGER NOT NULL, kernel TEXT NOT NULL, stack_id INTEGER NOT NULL, count INTEGER NOT NULL, ");
 }
 
+// The catalog's older-store tests, on either store: one step and one collective written before
+// the columns are dropped ...
+void write_step_and_collective(Store& st, const StepRecord& step, const CollectiveRecord& coll) {
+  ASSERT_TRUE(st.begin());
+  auto rec = st.begin_recording({"node-7", "app", 1000, 99, 10});
+  ASSERT_TRUE(rec);
+  ASSERT_TRUE(st.put_steps(*rec, {step}));
+  ASSERT_TRUE(st.put_collectives(*rec, {coll}));
+  ASSERT_TRUE(st.commit());
+}
+
+// ... and read back, once steps.gpu_idle_ns and collectives.completion are gone, by a store opened
+// read only: those two as their defaults, the rest as written.
+void expect_missing_columns_read_as_defaults(Store& st, const StepRecord& step, const CollectiveRecord& coll) {
+  auto steps = st.steps();
+  ASSERT_TRUE(steps) << steps.error().message;
+  ASSERT_EQ(steps->size(), 1u);
+  EXPECT_EQ(steps->front().gpu_idle_ns, 0u) << "a column the store lacks reads as its default";
+  EXPECT_EQ(steps->front().device_compute_ns, step.device_compute_ns) << "the others as written";
+  EXPECT_EQ(steps->front().node, "node-7");
+  auto colls = st.query_collectives({});
+  ASSERT_TRUE(colls) << colls.error().message;
+  ASSERT_EQ(colls->size(), 1u);
+  EXPECT_EQ(colls->front().completion, "");
+  EXPECT_EQ(colls->front().comm_id, coll.comm_id);
+}
+
 // A column added to a catalog kind reaches files written before it, with no line of its own in the
 // stores: such a file opened read only reads it as its default (0, ''); opened for writing it gets
 // the column. The file here loses two columns (DROP COLUMN), as a file older than them lacks them.
@@ -701,12 +728,7 @@ TEST(Catalog, AnOlderFileWithoutAColumnReadsItsDefaultAndGetsTheColumn) {
   {
     auto st = Store::open_sqlite(path, Store::Mode::kCreateOrAppend);
     ASSERT_TRUE(st) << st.error().message;
-    ASSERT_TRUE((*st)->begin());
-    auto rec = (*st)->begin_recording({"node-7", "app", 1000, 99, 10});
-    ASSERT_TRUE(rec);
-    ASSERT_TRUE((*st)->put_steps(*rec, {step}));
-    ASSERT_TRUE((*st)->put_collectives(*rec, {coll}));
-    ASSERT_TRUE((*st)->commit());
+    write_step_and_collective(**st, step, coll);
   }
   {
     sqlite3* db = nullptr;
@@ -723,16 +745,7 @@ TEST(Catalog, AnOlderFileWithoutAColumnReadsItsDefaultAndGetsTheColumn) {
   {
     auto st = Store::open_sqlite(path, Store::Mode::kReadOnly);
     ASSERT_TRUE(st) << st.error().message;
-    auto steps = (*st)->steps();
-    ASSERT_TRUE(steps) << steps.error().message;
-    ASSERT_EQ(steps->size(), 1u);
-    EXPECT_EQ(steps->front().gpu_idle_ns, 0u) << "a column the file lacks reads as its default";
-    EXPECT_EQ(steps->front().device_compute_ns, step.device_compute_ns) << "the others as written";
-    auto colls = (*st)->query_collectives({});
-    ASSERT_TRUE(colls) << colls.error().message;
-    ASSERT_EQ(colls->size(), 1u);
-    EXPECT_EQ(colls->front().completion, "");
-    EXPECT_EQ(colls->front().comm_id, coll.comm_id);
+    expect_missing_columns_read_as_defaults(**st, step, coll);
   }
   EXPECT_EQ(sqlite_columns(path, "steps").find("gpu_idle_ns"), std::string::npos) << "read only: the file is not written";
   {
@@ -825,12 +838,7 @@ TEST(Store, AnOlderCatalogTableGetsItsColumnOnClickHouse) {
   {
     auto st = Store::open_clickhouse(spec, Store::Mode::kCreateOrAppend);
     ASSERT_TRUE(st) << st.error().message;
-    ASSERT_TRUE((*st)->begin());
-    auto rec = (*st)->begin_recording({"node-7", "app", 1000, 99, 10});
-    ASSERT_TRUE(rec);
-    ASSERT_TRUE((*st)->put_steps(*rec, {step}));
-    ASSERT_TRUE((*st)->put_collectives(*rec, {coll}));
-    ASSERT_TRUE((*st)->commit());
+    write_step_and_collective(**st, step, coll);
   }
   sql("ALTER TABLE " + db + ".steps DROP COLUMN gpu_idle_ns");
   sql("ALTER TABLE " + db + ".collectives DROP COLUMN completion");
@@ -839,17 +847,7 @@ TEST(Store, AnOlderCatalogTableGetsItsColumnOnClickHouse) {
   {
     auto st = Store::open_clickhouse(spec, Store::Mode::kReadOnly);
     ASSERT_TRUE(st) << st.error().message;
-    auto steps = (*st)->steps();
-    ASSERT_TRUE(steps) << steps.error().message;
-    ASSERT_EQ(steps->size(), 1u);
-    EXPECT_EQ(steps->front().gpu_idle_ns, 0u) << "a column the table lacks reads as its default";
-    EXPECT_EQ(steps->front().device_compute_ns, step.device_compute_ns) << "the others as written";
-    EXPECT_EQ(steps->front().node, "node-7");
-    auto colls = (*st)->query_collectives({});
-    ASSERT_TRUE(colls) << colls.error().message;
-    ASSERT_EQ(colls->size(), 1u);
-    EXPECT_EQ(colls->front().completion, "");
-    EXPECT_EQ(colls->front().comm_id, coll.comm_id);
+    expect_missing_columns_read_as_defaults(**st, step, coll);
   }
   EXPECT_EQ(columns("steps").find("gpu_idle_ns"), std::string::npos) << "read only: the tables are not altered";
   {
