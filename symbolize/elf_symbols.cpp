@@ -116,18 +116,67 @@ class LineTable {
   }
 
  private:
-  // An inlined function's name from its abstract origin: the linkage name demangled, else DW_AT_name.
-  static std::string inlined_name(Dwarf_Die* die) {
+  // A DIE's linkage name demangled (fully qualified, as the symbol table spells it), if it has one.
+  static std::optional<std::string> linkage_name(Dwarf_Die* die) {
     Dwarf_Attribute a;
     for (int at : {DW_AT_linkage_name, DW_AT_MIPS_linkage_name}) {
       if (dwarf_attr_integrate(die, at, &a)) {
         if (const char* n = dwarf_formstring(&a)) return demangle(n);
       }
     }
-    if (dwarf_attr_integrate(die, DW_AT_name, &a)) {
-      if (const char* n = dwarf_formstring(&a)) return n;
+    return std::nullopt;
+  }
+
+  // An inlined function's name from its abstract origin: the linkage name demangled, else DW_AT_name
+  // qualified by the scopes that declare it. GCC gives an inlined lambda's operator() no linkage
+  // name, so its bare name is "operator()", which says nothing; its scopes make it
+  // "main::{lambda}::operator()", the spelling the demangler gives an out-of-line lambda
+  // ("main::{lambda(int)#1}::operator()(int) const"), so readers treat both alike.
+  static std::string inlined_name(Dwarf_Die* die) {
+    if (auto n = linkage_name(die)) return *n;
+    Dwarf_Attribute a;
+    const char* name = dwarf_attr_integrate(die, DW_AT_name, &a) ? dwarf_formstring(&a) : nullptr;
+    if (name == nullptr) return "[inlined]";
+    return scope_prefix(die) + name;
+  }
+
+  // "outer::inner::" for the scopes (namespaces, classes, an enclosing function) that declare the
+  // function an inlined DIE stands for; empty when nothing encloses it or the chain cannot be read.
+  static std::string scope_prefix(Dwarf_Die* inlined) {
+    Dwarf_Die decl = *inlined;
+    Dwarf_Attribute a;
+    // The abstract origin, then its declaration (a member defined outside its class).
+    for (int at : {DW_AT_abstract_origin, DW_AT_specification}) {
+      Dwarf_Die next;
+      if (dwarf_attr(&decl, at, &a) && dwarf_formref_die(&a, &next) != nullptr) decl = next;
     }
-    return "[inlined]";
+    Dwarf_Die* scopes = nullptr;
+    int n = dwarf_getscopes_die(&decl, &scopes);
+    if (n <= 1) {
+      free(scopes);
+      return "";
+    }
+    std::string prefix;
+    for (int i = 1; i < n; ++i) {  // scopes[0] is the declaration itself, the CU comes last
+      Dwarf_Die* s = &scopes[i];
+      int tag = dwarf_tag(s);
+      const char* name = dwarf_attr(s, DW_AT_name, &a) ? dwarf_formstring(&a) : nullptr;
+      if (tag == DW_TAG_subprogram) {  // a function's own name is qualified already when linked
+        auto full = linkage_name(s);
+        prefix = (full ? *full : std::string(name ? name : "[function]")) + "::" + prefix;
+        break;
+      }
+      if (tag == DW_TAG_namespace) {
+        prefix = std::string(name ? name : "(anonymous namespace)") + "::" + prefix;
+      } else if (tag == DW_TAG_structure_type || tag == DW_TAG_class_type || tag == DW_TAG_union_type) {
+        // A closure type has no name; the demangler calls it {lambda(...)#N}.
+        prefix = std::string(name ? name : "{lambda}") + "::" + prefix;
+      } else {
+        break;  // the CU, or a scope no name is built from
+      }
+    }
+    free(scopes);
+    return prefix;
   }
 
   struct DwarfDeleter {

@@ -42,6 +42,15 @@ extern "C" __attribute__((noinline)) int symbolize_test_inlining(int x) {
   return g_inline_sink;
 }
 
+// A lambda inlined into its caller: GCC gives its operator() no linkage name.
+extern "C" __attribute__((noinline)) int symbolize_test_lambda(int x) {
+  auto scaled = [x](int y) __attribute__((always_inline)) {
+    g_inline_sink = x * y + 11;  // MARK:lambda_body
+    return g_inline_sink;
+  };
+  return scaled(x + 1) + 1;
+}
+
 namespace {
 
 uintptr_t address_of(int (*f)(int)) { return reinterpret_cast<uintptr_t>(f); }
@@ -230,6 +239,24 @@ TEST(SymbolizeElf, InlinedFunctionsAreFramesOfTheirOwn) {
   EXPECT_EQ(stack[2].function, "symbolize_test_inlining");
   EXPECT_EQ(stack[2].line, marked_line(self, "inl_outer"));
   EXPECT_EQ(stack[3].function, "main");
+}
+
+// An inlined lambda is named by the function that holds it, as the demangler names an out-of-line
+// one ("f::{lambda(int)#1}::operator()(int) const"), not by its bare "operator()".
+TEST(SymbolizeElf, InlinedLambdaIsNamedByItsEnclosingFunction) {
+  auto syms = ElfSymbols::open("/proc/self/exe");
+  ASSERT_TRUE(syms.ok()) << syms.error().message;
+  uint64_t start = address_of(&symbolize_test_lambda) - main_program_bias();
+  std::optional<Symbol> found;
+  for (uint64_t a = start; a < start + 128 && !found; ++a) {
+    auto s = (*syms)->lookup_vaddr(a);
+    if (s && s->function == "symbolize_test_lambda" && !s->inlined.empty() &&
+        s->inlined[0].line == marked_line(__FILE__, "lambda_body"))
+      found = s;
+  }
+  ASSERT_TRUE(found.has_value()) << "no address of symbolize_test_lambda carries the lambda's line";
+  EXPECT_EQ(found->inlined[0].function, "symbolize_test_lambda::{lambda}::operator()");
+  EXPECT_EQ(found->inlined.back().function, "symbolize_test_lambda");
 }
 
 TEST(SymbolizeElf, OwnFunctionByFileOffset) {
