@@ -2605,6 +2605,57 @@ double find_slowed_alike(const JobWindow& job, Diagnosis& dx, double lost, const
   return 0;
 }
 
+// A link slower than the others from the job's first window on (a bad cable, port or NIC the job
+// started with) changes nothing over time: the job is no slower than its past, and no rank is a
+// straggler (a slow link stretches every rank's collectives alike). The ranks' TCP connections still
+// show it: every bulk connection through one rank slow while every other rank has a fast one
+// (find_slow_links, unique: 2x the runner-up). It is said when
+// - the ranks wait in collectives for at least kMinExplainedShare of the step (the share any cause
+//   must explain: a link the ranks seldom wait for is not what paces them), and
+// - the rank's own host does not explain its long RTTs: a rank that waits for a CPU longer than its
+//   peers by more than kStandingLinkRunqShare of the collectives' wait delays its own ACKs (a loaded
+//   node's loopback connections reached ~10 ms smoothed RTT), so its connections are slow because
+//   its host is.
+// What the link costs cannot be measured without a healthy past to compare with: the finding costs
+// the ranks' collective wait, an upper bound, and says so; its confidence is the job-wide one.
+constexpr double kStandingLinkRunqShare = 0.25;
+
+void standing_slow_link(const JobWindow& job, Diagnosis& dx, double wait_med) {
+  if (!(known(wait_med) && known(dx.step_ms) && dx.step_ms > 0 && wait_med >= kMinExplainedShare * dx.step_ms)) return;
+  auto links = find_slow_links(job);
+  if (!links || !links->unique) return;
+  const RankWindow& r = job.ranks[links->culprit];
+  auto peers = peers_of(job, links->culprit);
+  double runq_peers = peer_median(job, peers, [](const RankWindow& x) { return x.get(Os::kRunqWait); });
+  double runq_extra = known(r.get(Os::kRunqWait)) && known(runq_peers) ? r.get(Os::kRunqWait) - runq_peers : 0;
+  if (runq_extra > kStandingLinkRunqShare * wait_med) return;
+  std::string peer_names;
+  for (const auto& p : links->peers) peer_names += (peer_names.empty() ? "" : " and ") + p;
+  Finding f;
+  f.rank = r.rank;
+  f.node = r.node;
+  f.cause = Cause::kNetworkSlow;
+  f.layer = "comm";
+  f.culprit = "link of " + rank_name(r);
+  f.lost_ms_per_step = wait_med;
+  f.confidence = kJobWideLocate;
+  f.evidence.push_back("every bulk TCP connection of " + rank_name(r) + " (with " + peer_names + ") is slow: smoothed RTT " +
+                       ms(links->fastest_ms) + " or more, while every other rank has one of " + ms(links->next_ms) +
+                       " or less (median over the job's " + std::to_string(links->connections) + " bulk connections " +
+                       ms(links->median_ms) + ")");
+  f.evidence.push_back("the ranks wait " + ms(wait_med) + " per step in collectives" +
+                       (job.communicator.empty() ? "" : " of communicator " + job.communicator) + ", " +
+                       fmt("%.0f%%", 100 * wait_med / dx.step_ms) + " of the step, and no rank computes longer than its peers");
+  f.evidence.push_back("the job is no slower than its own past: the link was slow before the first window compared with "
+                       "(since the job started, or since before its baseline), so what it costs cannot be measured; "
+                       "the cost shown is the collectives' whole wait, an upper bound");
+  if (known(r.get(Os::kRunqWait)))
+    f.evidence.push_back(rank_name(r) + " waits " + ms(r.get(Os::kRunqWait)) + " per step for a CPU (peers " + ms(runq_peers) +
+                         "): its host does not delay its connections");
+  f.advice = "check " + rank_name(r) + "'s network path (ethtool -S, link speed and errors, tc qdisc on its node) and the switch port it uses";
+  dx.findings.push_back(std::move(f));
+}
+
 // The collectives' growth names the link by itself when it is most of the job's loss (the other
 // layers are not asked).
 constexpr double kLinkMostOfTheLoss = 0.5;
@@ -2942,6 +2993,9 @@ Diagnosis diagnose(const JobWindow& job, const Options& opt) {
         link_or_slowed_alike(job, dx, lost, busy, wait_med, wait_base);
       }
     }
+    // Not slower than its past and no straggler: a link that was slow from the start shows only in
+    // the connections.
+    if (cands.empty() && !slow && dx.findings.empty()) standing_slow_link(job, dx, wait_med);
   }
 
   for (auto& [i, f] : hw) {

@@ -757,6 +757,57 @@ TEST(DiagnoseEngine, ANeighbourThatExplainsMoreThanTheLinkIsNamed) {
   EXPECT_EQ(std::string(cause_name(no_tcp.findings[0].cause)), "cpu-contention") << text_of(no_tcp);
 }
 
+// --- issue 17: a link that was slow from the job's first window. The baseline holds the slow link
+// too (the job is no slower than its past, no straggler): only the TCP connections show it. `slow_rtt`
+// is rank 3's connections' RTT (the others 0.3 ms); `runq_extra` more run-queue wait on rank 3.
+JobWindow standing_link_job(double slow_rtt, double runq_extra) {
+  SyntheticSpec spec;
+  spec.ranks = 4;
+  spec.faults = {PlantedFault{3, "network-slow", 60}};
+  JobWindow job = make_synthetic_job(spec);
+  for (auto& r : job.ranks) {
+    r.base = r.now;  // the fault was there in the baseline windows as well
+    r.base.steps = 300;
+  }
+  const size_t n = job.ranks.size(), culprit = 3;
+  auto ep = [](size_t i, int port) { return "10.0.0." + std::to_string(i + 1) + ":" + std::to_string(port); };
+  for (size_t i = 0; i < n; ++i) {
+    size_t next = (i + 1) % n;
+    bool slow = i == culprit || next == culprit;
+    job.ranks[i].links.push_back({ep(i, 50000 + static_cast<int>(i)), ep(next, 4000), slow ? slow_rtt : 0.3, 5e7, 0});
+    job.ranks[next].links.push_back({ep(next, 4000), ep(i, 50000 + static_cast<int>(i)), 0.01, 0, 5e7});
+  }
+  RankWindow& r = job.ranks[culprit];
+  r.set(Os::kRunqWait, (known(r.get(Os::kRunqWait)) ? r.get(Os::kRunqWait) : 0) + runq_extra);
+  return job;
+}
+
+TEST(DiagnoseEngine, ALinkSlowFromTheStartIsNamedFromTheConnections) {
+  auto dx = diagnose(standing_link_job(12.0, 0));
+  ASSERT_NEAR(dx.step_ms, dx.baseline_step_ms, 1e-6) << "no slowdown against the past";
+  ASSERT_FALSE(dx.findings.empty()) << text_of(dx);
+  const Finding& f = dx.findings[0];
+  EXPECT_EQ(std::string(cause_name(f.cause)), "network-slow") << text_of(dx);
+  EXPECT_EQ(f.rank, 3) << text_of(dx);
+  EXPECT_EQ(f.culprit, "link of rank 3") << text_of(dx);
+  std::string all;
+  for (const auto& e : f.evidence) all += e + "\n";
+  EXPECT_NE(all.find("(with rank 0 and rank 2) is slow"), std::string::npos) << all;
+  EXPECT_NE(all.find("no slower than its own past"), std::string::npos) << all;
+}
+
+TEST(DiagnoseEngine, NoStandingLinkFindingWhenTheConnectionsAgreeOrTheHostIsBusy) {
+  // Every connection alike (a healthy job, or a slow fabric with nothing to compare against).
+  auto flat = diagnose(standing_link_job(0.3, 0));
+  EXPECT_TRUE(flat.findings.empty()) << text_of(flat);
+  // Slower, but not 2x the runner-up: nothing singles the rank out.
+  auto close = diagnose(standing_link_job(0.5, 0));
+  EXPECT_TRUE(close.findings.empty()) << text_of(close);
+  // Rank 3 waits for a CPU far longer than its peers: its own host delays its ACKs.
+  auto busy = diagnose(standing_link_job(12.0, 80));
+  for (const auto& f : busy.findings) EXPECT_NE(std::string(cause_name(f.cause)), "network-slow") << text_of(busy);
+}
+
 // --- issue 17: a straggler that explains less than the collectives' own growth. Rank 3's link adds
 // `link_ms` to every collective (its connections all slow); rank 1 is busier than its peers by
 // `extra_ms` (noise of a loaded node, an unexplained hiccup), so it arrives last and its own wait is
