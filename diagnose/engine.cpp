@@ -41,6 +41,13 @@ std::string short_function(std::string_view name) {
   return std::string(name.substr(cut));
 }
 
+// A function's name as findings say it (culprits, callers): a lambda's operator() names no code a person searches
+// for, its enclosing function does.
+std::string caller_name(std::string_view f) {
+  auto lambda = f.find("::{lambda");
+  return lambda == std::string_view::npos ? short_function(f) : "a lambda in " + short_function(f.substr(0, lambda));
+}
+
 // "a;b;c" -> {"a", "b", "c"}: a call path's frames, root first.
 std::vector<std::string_view> split_path(std::string_view path) {
   std::vector<std::string_view> out;
@@ -302,8 +309,8 @@ std::optional<PathDiff> differential_profile(const JobWindow& job, size_t c, con
   PathDiff d;
   d.path = *pick->path;
   auto frames = split_path(d.path);
-  d.function = short_function(frames.back());
-  if (frames.size() >= 2) d.caller = short_function(frames[frames.size() - 2]);
+  d.function = caller_name(frames.back());
+  if (frames.size() >= 2) d.caller = caller_name(frames[frames.size() - 2]);
   d.excess_ms = pick->excess;
   d.culprit_ms = pick->mine;
   d.peers_ms = pick->peer;
@@ -338,8 +345,8 @@ std::optional<PathDiff> blocking_caller(const JobWindow& job, size_t c, const st
     std::string_view f = frames[i];
     bool syscall = f.size() > 2 && f.substr(f.size() - 2) == "()";
     if (syscall || f.rfind("__", 0) == 0 || unresolved_frame(f) || f == kWorkerFrame) continue;
-    best->function = short_function(f);
-    if (i > 0) best->caller = short_function(frames[i - 1]);
+    best->function = caller_name(f);
+    if (i > 0) best->caller = caller_name(frames[i - 1]);
     break;
   }
   return best;
@@ -869,13 +876,6 @@ std::optional<Hypothesis> launch_bound(const RankCase& k) {
 // Where a rank's host thread calls a memory API from: on its on-CPU and off-CPU stacks, the frame
 // that calls the API's own frame, by the time under it (a real cudaMemcpy or cudaFree spins or
 // blocks there). Empty when no stack passes through the API (a call that sleeps is in neither).
-// A caller's name as the evidence says it: a lambda's operator() names no code a person searches
-// for, its enclosing function does.
-std::string caller_name(std::string_view f) {
-  auto lambda = f.find("::{lambda");
-  return lambda == std::string_view::npos ? short_function(f) : "a lambda in " + short_function(f.substr(0, lambda));
-}
-
 std::string memory_call_site(const JobWindow& job, const RankWindow& r, const std::string& api) {
   std::map<std::string, double> by_caller;
   for (const Values* profile : {&r.oncpu, &r.offcpu}) {
@@ -1305,7 +1305,7 @@ void measure(RankCase& k) {
         double t = 0;
         for (const auto& v : x.oncpu) {
           bool in = false;
-          for (auto f : split_path(job.names.name(v.name))) in = in || short_function(f) == k.hot->function;
+          for (auto f : split_path(job.names.name(v.name))) in = in || caller_name(f) == k.hot->function;
           if (!in) t += v.ms_per_step;
         }
         return t;

@@ -334,6 +334,26 @@ TEST(DiagnoseEngine, ReclaimThatSendsReadsToDiskIsMemoryReclaimNotAnIoStall) {
   EXPECT_EQ(std::string(cause_name(dx.findings[0].cause)), "memory-reclaim") << text_of(dx);
 }
 
+// A hotspot in a lambda (the symbolizer spells an inlined one "main::{lambda}::operator()", the
+// demangler an out-of-line one "main::{lambda(int)#1}::operator()(int) const") is named by the
+// function that holds it: "operator" names no code a person can search for.
+TEST(DiagnoseEngine, AHotspotInALambdaIsNamedByItsEnclosingFunction) {
+  for (const std::string lambda : {"train::{lambda}::operator()", "train::{lambda(int)#1}::operator()(int) const"}) {
+    SyntheticSpec spec;
+    spec.faults = {PlantedFault{3, "host-hotspot", 60}};
+    JobWindow job = make_synthetic_job(spec);
+    for (auto& v : job.ranks[3].oncpu) {
+      std::string path = job.names.name(v.name);
+      auto at = path.find("slow_augment");
+      if (at != std::string::npos) v.name = job.names.id(path.replace(at, std::string("slow_augment").size(), lambda));
+    }
+    auto dx = diagnose(job);
+    ASSERT_FALSE(dx.findings.empty()) << text_of(dx);
+    EXPECT_EQ(std::string(cause_name(dx.findings[0].cause)), "host-hotspot") << text_of(dx);
+    EXPECT_EQ(dx.findings[0].culprit, "a lambda in train") << text_of(dx);
+  }
+}
+
 TEST(DiagnoseEngine, TwoFaultsOnDifferentRanksAreBothReportedByCost) {
   auto dx = run({{5, "io-stall", 25}, {2, "host-hotspot", 60}});
   ASSERT_EQ(dx.findings.size(), 2u) << text_of(dx);
