@@ -816,6 +816,29 @@ TEST(DiagnoseEngine, ALinkSlowFromTheStartIsNamedFromTheConnections) {
   EXPECT_NE(all.find("no slower than its own past"), std::string::npos) << all;
 }
 
+// Loopback connections cross no link: one rank's slow loopback RTTs (its threads run late on a loaded
+// node) name no network, with or without a slowdown against the past. The same ring over the node's
+// addresses names the link (SlowLinkEndIsTheRankOnEverySlowConnection).
+TEST(DiagnoseEngine, LoopbackConnectionsNameNoLink) {
+  for (bool past_slow : {false, true}) {
+    JobWindow job = standing_link_job(0.3, 0);
+    for (auto& r : job.ranks) r.links.clear(), r.node = "node-0";  // one node: its ranks talk over loopback
+    if (past_slow) {
+      for (auto& r : job.ranks) r.base.step_ms *= 0.7, r.base.wait_ms *= 0.5;  // the job got slower
+    }
+    const size_t n = job.ranks.size(), culprit = 2;
+    auto ep = [](size_t i, int port) { return "127.0.0.1:" + std::to_string(port + static_cast<int>(i)); };
+    for (size_t i = 0; i < n; ++i) {
+      size_t next = (i + 1) % n;
+      bool slow = i == culprit || next == culprit;
+      job.ranks[i].links.push_back({ep(i, 50000), ep(next, 40000), slow ? 8.7 : 0.4, 5e7, 0});
+      job.ranks[next].links.push_back({ep(next, 40000), ep(i, 50000), 0.01, 0, 5e7});
+    }
+    auto dx = diagnose(job);
+    for (const auto& f : dx.findings) EXPECT_NE(f.culprit, "link of rank 2") << (past_slow ? "slower than its past\n" : "") << text_of(dx);
+  }
+}
+
 TEST(DiagnoseEngine, NoStandingLinkFindingWhenTheConnectionsAgreeOrTheHostIsBusy) {
   // Every connection alike (a healthy job, or a slow fabric with nothing to compare against).
   auto flat = diagnose(standing_link_job(0.3, 0));
