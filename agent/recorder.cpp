@@ -176,6 +176,7 @@ class Recorder {
     rusage ru{};
     if (wait4(child_, &status, WNOHANG, &ru) != child_) return false;
     summary_.command_exit = WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
+    summary_.command_signal = WIFSIGNALED(status) ? WTERMSIG(status) : 0;
     pipeline_.note_reaped_cpu_ns(
         (static_cast<uint64_t>(ru.ru_utime.tv_sec + ru.ru_stime.tv_sec) * 1'000'000ull +
          static_cast<uint64_t>(ru.ru_utime.tv_usec + ru.ru_stime.tv_usec)) * 1000ull);

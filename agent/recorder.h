@@ -42,6 +42,7 @@ struct RecordSummary {
   double wall_s = 0;
   double sources_kernel_s = 0;  // the other layers' BPF run time and uprobe traps
   int command_exit = -1;      // exit status of CMD (128+signal when killed), -1 with -p
+  int command_signal = 0;     // the signal that killed CMD, 0 when it exited
 };
 
 Result<RecordSummary> run_record(const RecordOptions& opts, std::ostream& log);

@@ -1,3 +1,4 @@
+#include <cstring>
 #include <iostream>
 #include <tuple>
 
@@ -98,7 +99,13 @@ int record_main(std::vector<std::string> argv) {
   agent::print_summary(*summary, opts.output, std::cerr);
   // CMD's status, as time(1) passes it on: a failed job stays failed under strata record.
   if (summary->command_exit > 0) {
-    std::cerr << "strata: record: " << opts.command[0] << " exited with status " << summary->command_exit << "\n";
+    if (summary->command_signal > 0) {
+      // As a shell says it: the signal's name, and the 128+N status passed on.
+      std::cerr << "strata: record: " << opts.command[0] << " was killed by signal " << summary->command_signal << " ("
+                << strsignal(summary->command_signal) << "); exiting with status " << summary->command_exit << "\n";
+    } else {
+      std::cerr << "strata: record: " << opts.command[0] << " exited with status " << summary->command_exit << "\n";
+    }
     return summary->command_exit;
   }
   return 0;

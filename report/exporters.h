@@ -21,7 +21,9 @@ std::string folded_frame_name(const Frame& f);
 // One line per distinct stack, root first: "frame;frame;...;leaf COUNT", names as
 // folded_frame_name(). Lines of identical stacks are merged and sorted, so the output is stable.
 // COUNT is in samples at the profile's period (Profile::weighted): a sample taken at a lower rate
-// counts for more (99/24 at 24 Hz in a 99 Hz profile), with two decimals where not whole.
+// counts for more (99/24 at 24 Hz in a 99 Hz profile). COUNT is always a whole number (speedscope
+// skips other lines): fractions are rounded by largest remainder, so the lines sum to the rounded
+// total and no line with samples reads 0.
 // Samples with an empty stack appear as "[no stack]" so that no sample is lost from the total;
 // samples with count 0 are left out. With `by_thread`, the process and thread ("comm-pid/tid") are
 // the root frame.

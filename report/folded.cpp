@@ -1,6 +1,5 @@
 #include <algorithm>
 #include <cmath>
-#include <cstdio>
 #include <map>
 #include <optional>
 #include <string>
@@ -42,17 +41,38 @@ std::string folded_stack(const Stack& stack) {
   return line;
 }
 
-// A line's value: whole samples as an integer (every profile of one rate); samples weighed by a
-// lower rate's period have fractions, written with two decimals (flamegraph.pl reads them).
-std::string folded_value(double v) {
-  const double whole = std::round(v);
-  char b[48];
-  if (std::fabs(v - whole) <= kWholeSampleTolerance * std::max(1.0, std::fabs(v))) {
-    std::snprintf(b, sizeof b, "%.0f", whole);
-  } else {
-    std::snprintf(b, sizeof b, "%.2f", v);
+bool whole(double v) { return std::fabs(v - std::round(v)) <= kWholeSampleTolerance * std::max(1.0, std::fabs(v)); }
+
+// Each line's weighed value as a whole number. Folded COUNT is an integer to the tools that read it:
+// speedscope's importer matches /^(.*) (\d+)$/ and skips any other line without a word, inferno
+// truncates fractions. Samples weighed by a lower rate's period have fractions (a 49 Hz sample is
+// 99/49 = 2.02 samples at 99 Hz), so they are rounded by largest remainder: the lines' sum is the
+// rounded total, each line is within 1 of its weight, and a line with a weight is never 0 (its
+// stack would vanish from the graph). An error under one sample at the profile's rate, below what
+// sampling resolves.
+std::vector<uint64_t> whole_values(const std::vector<double>& v) {
+  std::vector<uint64_t> out(v.size());
+  if (std::all_of(v.begin(), v.end(), whole)) {
+    for (size_t i = 0; i < v.size(); ++i) out[i] = static_cast<uint64_t>(std::llround(v[i]));
+    return out;
   }
-  return b;
+  double total = 0;
+  uint64_t floors = 0;
+  for (size_t i = 0; i < v.size(); ++i) {
+    total += v[i];
+    out[i] = static_cast<uint64_t>(std::floor(v[i]));
+    floors += out[i];
+  }
+  const uint64_t want = static_cast<uint64_t>(std::llround(total));
+  std::vector<size_t> order(v.size());
+  for (size_t i = 0; i < order.size(); ++i) order[i] = i;
+  // Largest fraction first; ties by line order (the lines are sorted), so the output is stable.
+  std::stable_sort(order.begin(), order.end(),
+                   [&](size_t a, size_t b) { return v[a] - std::floor(v[a]) > v[b] - std::floor(v[b]); });
+  for (size_t k = 0; k < order.size() && floors < want; ++k, ++floors) ++out[order[k]];
+  for (size_t i = 0; i < v.size(); ++i)
+    if (out[i] == 0 && v[i] > 0) out[i] = 1;
+  return out;
 }
 
 }  // namespace
@@ -98,7 +118,12 @@ void write_folded(const Profile& p, std::ostream& out, bool by_thread) {
     }
     lines[line] += p.weighted(s);
   }
-  for (const auto& [stack, value] : lines) out << stack << ' ' << folded_value(value) << '\n';
+  std::vector<double> values;
+  values.reserve(lines.size());
+  for (const auto& [stack, value] : lines) values.push_back(value);
+  const std::vector<uint64_t> counts = whole_values(values);
+  size_t i = 0;
+  for (const auto& [stack, value] : lines) out << stack << ' ' << counts[i++] << '\n';
 }
 
 }  // namespace strata::report

@@ -1,6 +1,7 @@
 #include "agent/daemon/daemon.h"
 
 #include <dirent.h>
+#include <sys/socket.h>
 #include <httplib.h>
 #include <unistd.h>
 
@@ -109,12 +110,13 @@ class Daemon {
 
   Result<AgentSummary> run(const std::atomic<bool>& stop) {
     if (auto st = check_bpf_permissions(); !st) return st.error().environment();
+    // The port before the store: an agent that cannot listen leaves no store file behind.
+    if (auto st = bind_metrics_server(); !st) return st.error();
     if (!opts_.output.empty()) {
       auto st = store::Store::open_sqlite(opts_.output, store::Store::Mode::kCreateOrAppend);
       if (!st) return st.error();
       store_ = std::move(*st);
     }
-    if (auto st = bind_metrics_server(); !st) return st.error();
     if (auto st = pipeline_.start(); !st) return st.error();
     // Start-up is over (BPF loaded, perf events open, the store open, /metrics bound) and no thread
     // has started: keep only what watching processes needs, for good (bounding set too: the agent
@@ -225,6 +227,13 @@ class Daemon {
       res.set_content(page_.get_fresh(kFreshPageWait), "text/plain; version=0.0.4");
     });
     http_->Get("/drilldown", [this](const httplib::Request& req, httplib::Response& res) { drilldown(req, res); });
+    // Without SO_REUSEPORT (httplib's default sets it), as strata serve binds (issue 19 item 1): with
+    // it a second agent on the node bound the same port, and scrapes and /drilldown requests went to
+    // either agent by turns. SO_REUSEADDR alone lets a restart take the port from TIME_WAIT.
+    http_->set_socket_options([](socket_t fd) {
+      int yes = 1;
+      ::setsockopt(fd, SOL_SOCKET, SO_REUSEADDR, &yes, sizeof yes);
+    });
     if (!http_->bind_to_port(host, port))
       return Error{"--listen-metrics " + opts_.listen_metrics + ": cannot listen (port in use?)"}.environment();
     // Where the collector reaches /drilldown: --advertise, else the listen address (a wildcard

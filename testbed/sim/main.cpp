@@ -627,7 +627,8 @@ int main(int argc, char** argv) {
   try {
     app.parse(args);
   } catch (const CLI::CallForHelp&) {
-    std::cout << (run->parsed() ? run->help() : agents->parsed() ? agents->help() : app.help());
+    // A subcommand's help names its parent ("Usage: strata-sim run [OPTIONS]", not "Usage: run").
+    std::cout << (run->parsed() ? run->help("strata-sim") : agents->parsed() ? agents->help("strata-sim") : app.help());
     return 0;
   } catch (const CLI::ParseError& e) {
     std::string why = e.what();

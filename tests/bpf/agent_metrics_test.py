@@ -59,6 +59,18 @@ def main():
                 time.sleep(0.1)
             check(page != "", "the agent serves /metrics")
             check_page("idle agent", page)
+            # A second agent on the same metrics port refuses to start (exit 2), as a second
+            # strata serve does: sharing it (httplib's SO_REUSEPORT) split scrapes between the two.
+            try:
+                second = subprocess.run([STRATA, "agent", "-o", os.path.join(tmp, "second.db"), "--listen-metrics",
+                                         "127.0.0.1:%d" % port, "--select", "%s=none" % tag],
+                                        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, timeout=60)
+                check(second.returncode == 2 and "cannot listen" in second.stderr,
+                      "a second agent on the taken metrics port exits 2 (%d): %s"
+                      % (second.returncode, second.stderr.strip()[-300:]))
+                check(not os.path.exists(os.path.join(tmp, "second.db")), "the refused agent left no store file")
+            except subprocess.TimeoutExpired:
+                check(False, "a second agent on the taken metrics port exits 2 (it was still running after 60 s)")
             env = dict(os.environ)
             env[tag] = str(os.getpid())
             sim = subprocess.run([SIM, "run", "--ranks", "2", "--steps", "60", "--quiet"], env=env,

@@ -173,8 +173,11 @@ TEST(Record, ExitsWithTheCommandsStatus) {
   EXPECT_EQ(r.exit_code, 1) << describe(r);
   r = run(rec + "sh -c 'exit 7'");
   EXPECT_EQ(r.exit_code, 7) << describe(r);
+  EXPECT_NE(r.err.find("sh exited with status 7"), std::string::npos) << r.err;
   r = run(rec + "sh -c 'kill -TERM $$'");
   EXPECT_EQ(r.exit_code, 128 + 15) << describe(r);
+  // Killed, not exited: said as such (a status of 143 alone reads as the program's own exit).
+  EXPECT_NE(r.err.find("sh was killed by signal 15 (Terminated); exiting with status 143"), std::string::npos) << r.err;
   r = run(rec + "true");
   EXPECT_EQ(r.exit_code, 0) << describe(r);
   // The recording is kept whatever the command's status.

@@ -422,6 +422,10 @@ def test_help_answers():
         assert "run" in p.stdout and "strata-sim" in p.stdout, (args, p.stdout)
     p = subprocess.run([SIM, "run", "--help"], capture_output=True, text=True, timeout=30)
     assert "--ranks" in p.stdout and "--fault" in p.stdout and "gpu-slow" in p.stdout, p.stdout
+    # The usage line is the command a person types.
+    for sub in ("run", "agents"):
+        p = subprocess.run([SIM, sub, "--help"], capture_output=True, text=True, timeout=30)
+        assert "Usage: strata-sim %s [OPTIONS]" % sub in p.stdout, p.stdout[:300]
 
 
 def main():

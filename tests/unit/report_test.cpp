@@ -7,6 +7,7 @@
 #include <unistd.h>
 #include <zlib.h>
 
+#include <cmath>
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
@@ -184,6 +185,55 @@ TEST(Folded, EmptyOrMissingStacksKeepTheirSamples) {
   p.samples = {{0, 1, 1, "", 2}, {7, 1, 1, "", 3}, {0, 1, 1, "", 0}};
   EXPECT_EQ(folded(p), "[no stack] 5\n");
   EXPECT_EQ(folded_total(folded(p)), p.total());
+}
+
+// Windows at a lowered rate weigh more than one sample each (issue 19 item 3), and their lines are
+// still whole numbers: speedscope's folded importer matches /^(.*) (\d+)$/ and skips any other line.
+// Largest-remainder rounding keeps the total; each line is within one sample of its weight.
+TEST(Folded, WeighedCountsAreWholeNumbers) {
+  Profile p = sample_profile();                // 99 Hz
+  constexpr uint64_t k49Hz = 20'408'163;       // 1e9 / 49
+  constexpr uint64_t k24Hz = 41'666'666;       // 1e9 / 24
+  p.samples = {
+      {0, 10, 10, "app", 3, "", k49Hz},     // main;work           3 x 99/49 = 6.06
+      {3, 10, 10, "app", 1, "", k24Hz},     // main;work (again)   1 x 99/24 = 4.13 -> 10.19
+      {1, 10, 10, "app", 1, "", k49Hz},     // main;read;vfs_read  2.02
+      {2, 10, 11, "worker", 5, "", 0},      // main;libfoo         5 at the profile's rate
+  };
+  const std::string text = folded(p);
+  EXPECT_EQ(text,
+            "main;libfoo.so+0x1a2b 5\n"
+            "main;read;vfs_read_[k] 2\n"
+            "main;work 10\n")
+      << text;
+  const std::regex speedscope("^(.*) (\\d+)$");
+  for (const auto& line : lines_of(text)) EXPECT_TRUE(std::regex_match(line, speedscope)) << line;
+  EXPECT_EQ(folded_total(text), static_cast<uint64_t>(std::llround(p.weighted_total())));
+
+  // Lines of 2.6, 3.6 and 1.8 samples: 8 in all. Rounding each line would make 3 + 4 + 2 = 9; the
+  // largest remainders get the two samples over the floors (2 + 3 + 1).
+  p.samples = {
+      {0, 10, 10, "app", 1, "", 26'262'626},
+      {1, 10, 10, "app", 1, "", 36'363'636},
+      {2, 10, 11, "worker", 1, "", 18'181'818},
+  };
+  const std::string t2 = folded(p);
+  EXPECT_EQ(folded_total(t2), 8u) << t2;
+  std::map<std::string, double> weight = {
+      {"main;work", 2.6}, {"main;read;vfs_read_[k]", 3.6}, {"main;libfoo.so+0x1a2b", 1.8}};
+  for (const auto& line : lines_of(t2)) {
+    ASSERT_TRUE(std::regex_match(line, speedscope)) << line;
+    const std::string stack = line.substr(0, line.rfind(' '));
+    const double n = std::stod(line.substr(line.rfind(' ') + 1));
+    ASSERT_TRUE(weight.count(stack)) << line;
+    EXPECT_LT(std::fabs(n - weight[stack]), 1.0) << line;
+  }
+  EXPECT_NE(t2.find("main;libfoo.so+0x1a2b 2\n"), std::string::npos) << t2;
+
+  // A line whose weight is under one sample (taken at a higher rate than the profile's) is 1, not 0:
+  // its stack stays in the graph.
+  p.samples = {{0, 10, 10, "app", 1, "", 3'000'000}};  // 0.30 of a 99 Hz sample
+  EXPECT_EQ(folded(p), "main;work 1\n");
 }
 
 TEST(Json, StringsAreEscapedAndValidUtf8) {
@@ -507,12 +557,12 @@ TEST(Weighting, WindowsAtDifferentRatesSumToTime) {
   for (const auto& s : p.samples) cpu_s += static_cast<double>(s.count * p.period_of(s)) / 1e9;
   EXPECT_NEAR(cpu_s, 2.0 + 1.0 / 24, 1e-3);
 
-  // Folded: the two windows of "main;work" weigh the same (one second each): 99 + 99.
+  // Folded: the two windows of "main;work" weigh the same (one second each): 99 + 99. Whole numbers
+  // (Folded.WeighedCountsAreWholeNumbers): 1 sample at 24 Hz is 99/24 = 4.12 samples at 99 Hz, 4.
   const auto lines = lines_of(folded(p));
   ASSERT_EQ(lines.size(), 2u) << folded(p);
-  EXPECT_EQ(lines[0], "main;idle 4.12") << "1 sample at 24 Hz = 99/24 samples at 99 Hz";
-  EXPECT_EQ(lines[1].substr(0, 10), "main;work ");
-  EXPECT_NEAR(std::stod(lines[1].substr(10)), 198.0, 0.01);
+  EXPECT_EQ(lines[0], "main;idle 4") << "1 sample at 24 Hz = 99/24 samples at 99 Hz";
+  EXPECT_EQ(lines[1], "main;work 198");
 
   // The table says the columns are weighed, and ranks by time: work (2 s) far above idle (41 ms).
   std::ostringstream top;

@@ -1,6 +1,7 @@
 // Screenshots of the web UI for a person to look at (not a test): serves each store given with
-// `strata serve` and saves the job list, the job page, its heatmap, the cross-rank timeline and the
-// differential flame graph of the rank that stands out, in headless Chromium (playwright-core).
+// `strata serve` and saves the job list, the job page, its heatmap (also with the pointer on the
+// marked rank's row), the cross-rank timeline and the differential flame graph of the rank that
+// stands out, in headless Chromium (playwright-core).
 //   node tests/web/screens.mjs OUT_DIR NAME=STORE.db [NAME=STORE.db ...]
 // Environment: STRATA_BIN (default build/bin), STRATA_CHROMIUM (default /usr/bin/chromium).
 import { spawn } from 'node:child_process';
@@ -60,6 +61,17 @@ try {
     await page.screenshot({ path: path.join(out, `${name}-job.png`), fullPage: true });
     await page.locator('#heatmap').screenshot({ path: path.join(out, `${name}-heatmap.png`) });
     const mark = await page.getAttribute('.heatmap-mark', 'data-rank').catch(() => null);
+    if (mark !== null) {
+      // The pointer on the marked rank's pixel row, in its last step: the line under the heatmap
+      // names the rank, its node and the cell's deviation.
+      const y = Number(await page.getAttribute('.heatmap-mark', 'data-y'));
+      const canvas = page.locator('canvas.heatmap');
+      await canvas.scrollIntoViewIfNeeded();
+      const box = await canvas.boundingBox();
+      await page.mouse.move(box.x + box.width * 0.97, box.y + 1 + y + 0.5);
+      await page.locator('#heatmap').screenshot({ path: path.join(out, `${name}-heatmap-hover.png`) });
+      await page.mouse.move(0, 0);
+    }
     const standout = await page.$('#standout .standout a.button');
     if (standout) {
       await standout.click();

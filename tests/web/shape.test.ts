@@ -3,7 +3,7 @@
 import {
   buildFlameTree, cellRange, colorDomain, diffTree, fmtRange, functionDeltas, median, nsString, osTotalsByPid,
   parseFolded, quantile, rampColor, rampTable, rangeSteps, rankBreakdown, rankTotal, robustZ, stepsRange, stepTrend,
-  traceTracks, fmtMs, type DiffProfile, type Heatmap,
+  traceTracks, fmtMs, fmtNum, type DiffProfile, type Heatmap,
   computeMatrix, defaultTimelineRanks, deviationDomain, deviationMatrix, diffColor, divergingColor, downsampleExtreme,
   jobStatusText, jobStepMs, markedRows, maxAbsDelta, niceTicks, rankLanes, sortFunctions, functionTable, stepWindow, worstStep,
   MIN_DEVIATION_SHARE, selfDiff, shortName,
@@ -217,6 +217,15 @@ describe('formatting', () => {
     expect(fmtMs(12.345)).toBe('12.3 ms');
     expect(fmtMs(2500)).toBe('2.50 s');
     expect(fmtMs(null)).toBe('–');
+  });
+  it('formats counts with at most one decimal and no ".0"', () => {
+    expect(fmtNum(1)).toBe('1');
+    expect(fmtNum(4.0000001)).toBe('4');
+    expect(fmtNum(62.14)).toBe('62.1');
+    expect(fmtNum(-0.7)).toBe('-0.7');
+    expect(fmtNum(-0.01)).toBe('0');
+    expect(fmtNum(1234)).toBe('1.2k');
+    expect(fmtNum(null)).toBe('–');
   });
 });
 

@@ -940,7 +940,10 @@ export function fmtNum(v: number | null | undefined): string {
   if (typeof v !== 'number' || !Number.isFinite(v)) return '–';
   if (Math.abs(v) >= 1e6) return `${(v / 1e6).toFixed(1)}M`;
   if (Math.abs(v) >= 1e3) return `${(v / 1e3).toFixed(1)}k`;
-  return Number.isInteger(v) ? String(v) : v.toFixed(1);
+  // At most one decimal, and none where it would be ".0": samples weighed by their window's period
+  // are fractions, and a column read "1", "4.0", "62.1" (4.0000001 printed as 4.0 beside a whole 1).
+  const r = v.toFixed(1).replace(/\.0$/, '');
+  return r === '-0' ? '0' : r;
 }
 
 export function fmtBytes(v: number | null | undefined): string {
