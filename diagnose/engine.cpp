@@ -438,13 +438,6 @@ std::optional<NeighbourDiff> top_neighbour(const JobWindow& job, size_t c, const
 
 std::string rank_name(const RankWindow& r) { return "rank " + std::to_string(r.rank); }
 
-bool loopback_endpoint(const std::string& ep) { return ep.rfind("127.", 0) == 0 || ep.rfind("[::1]", 0) == 0; }
-
-// A loopback connection crosses no link: its RTT is how soon its two ends' threads run (a loaded
-// node's reached 4-10 ms against 0.1 ms on a quiet one, in healthy PyTorch DDP runs), so it says
-// nothing of a network and is left out of the link rules (a busy host is the CPU rules' to name).
-bool crosses_a_link(const TcpLink& l) { return !(loopback_endpoint(l.local) && loopback_endpoint(l.remote)); }
-
 // Whether the ranks' TCP connections were recorded (with RTTs): then no slow link among them
 // means none is slower than the others (loopback ones included: a job whose connections are all
 // loopback has no link between its ranks to be slow).
@@ -457,20 +450,66 @@ bool tcp_recorded(const JobWindow& job) {
 }
 
 // A slow link seen in the ranks' TCP connections. The sender of a connection measures its smoothed
-// RTT; both sides of a connection are found by its endpoints. A rank whose own link (NIC, cable,
-// port) is slow has every connection through it slow, in and out; a rank next to it has one slow
-// connection (to it) and the others fast. So each rank scores the fastest of its bulk connections
-// (those that carry a real share of the job's traffic: control connections with delayed ACKs have
-// long RTTs of their own), and the culprit is the rank whose fastest connection is slow.
+// RTT and its busy time (data on its way); both sides of a connection are found by its endpoints. A
+// rank whose own link (NIC, cable, port) is slow has every connection through it slow, in and out;
+// a rank next to it has one slow connection (to it) and the others fast. So each rank scores the
+// best of its bulk connections (those that carry a real share of the job's traffic: control
+// connections with delayed ACKs have long RTTs of their own), and the culprit is the rank whose best
+// connection is slow. Two measures, RTT first:
+// - RTT: a link that delays packets (a congested or lossy path) stretches every RTT through it;
+// - rate: bytes over busy time. A rate-limited link (a port renegotiated to a lower speed, a shaper)
+//   need not stretch RTTs: TCP keeps the excess in the sending socket (small queues), not on the
+//   wire. Measured: a 40 Mbit/s limit on one rank of a PyTorch DDP job left its connections at
+//   0.16-0.33 ms smoothed RTT, no higher than the others'.
 struct SlowLinks {
   size_t culprit = 0;                 // index into job.ranks
   std::vector<std::string> peers;     // its peers over bulk connections ("rank 3", or an endpoint)
+  bool by_rate = false;               // found by the rate, not the RTT
   double fastest_ms = 0;              // the RTT of its fastest bulk connection
   double next_ms = 0;                 // the same for the runner-up rank
   double median_ms = 0;               // the median bulk connection's RTT
+  double rate_mb_s = 0, next_rate_mb_s = 0;  // by_rate: its best connection's rate, the runner-up's
   size_t connections = 0;             // bulk connections
   bool unique = false;                // clearly ahead of the runner-up (2x)
 };
+
+// A rank's best connection moves data at most this share of the rate of every other rank's best:
+// the RTT rule's "clearly" (2x) for the other measure. A link renegotiated one speed down is 2.5-4x
+// slower (100 -> 40 or 25 Gb/s); the paths of one fabric, or one host's veths, agree far closer.
+constexpr double kNarrowLinkRateShare = 0.5;
+// A connection's rate is judged only over at least this much busy time in the span: below it the
+// kernel's busy clock (counted in jiffies, 1-4 ms) is mostly rounding.
+constexpr double kMinBusyMs = 50;
+
+bool loopback_endpoint(const std::string& ep) { return ep.rfind("127.", 0) == 0 || ep.rfind("[::1]", 0) == 0; }
+
+// "10.0.0.1:5000" -> "10.0.0.1", "[fe80::1]:5000" -> "[fe80::1]".
+std::string_view endpoint_address(std::string_view ep) {
+  auto colon = ep.rfind(':');
+  return colon == std::string_view::npos ? ep : ep.substr(0, colon);
+}
+
+// A loopback connection crosses no link, nor does one between two sockets of one address (the
+// kernel routes it through its loopback device): its RTT is how soon its two ends' threads run (a
+// loaded node's reached 4-10 ms against 0.1 ms on a quiet one, in healthy PyTorch DDP runs, over
+// 127.0.0.1 and over a veth's host address alike). So a rank whose slow connections are all such
+// is no link's culprit (a busy host is the CPU rules' to name); they still count as what its host
+// manages when a rank's connections are compared (a fast one says the rank is not slow).
+bool crosses_a_link(const TcpLink& l) {
+  if (loopback_endpoint(l.local) && loopback_endpoint(l.remote)) return false;
+  return endpoint_address(l.local) != endpoint_address(l.remote);
+}
+
+std::string slow_links_evidence(const JobWindow& job, const SlowLinks& links) {
+  std::string peers;
+  for (const auto& p : links.peers) peers += (peers.empty() ? "" : " and ") + p;
+  const std::string who = "every bulk TCP connection of " + rank_name(job.ranks[links.culprit]) + " (with " + peers + ")";
+  if (links.by_rate)
+    return who + " moves data slowly: " + fmt("%.3g", links.rate_mb_s) + " MB/s at best while it has data on its way, while every other rank has one of " +
+           fmt("%.3g", links.next_rate_mb_s) + " MB/s or more (their RTTs do not show it: a rate limit queues in the sending socket)";
+  return who + " is slow: smoothed RTT " + ms(links.fastest_ms) + " or more, while every other rank has one of " + ms(links.next_ms) +
+         " or less (median over the job's " + std::to_string(links.connections) + " bulk connections " + ms(links.median_ms) + ")";
+}
 
 std::optional<SlowLinks> find_slow_links(const JobWindow& job) {
   // Loopback addresses are only unique within a node.
@@ -483,49 +522,80 @@ std::optional<SlowLinks> find_slow_links(const JobWindow& job) {
     for (const auto& l : job.ranks[i].links) {
       owner.emplace(key(job.ranks[i], l.local) + ">" + key(job.ranks[i], l.remote), i);
       owner.emplace(key(job.ranks[i], l.local), i);
-      if (crosses_a_link(l)) max_sent = std::max(max_sent, l.sent_bytes);
+      max_sent = std::max(max_sent, l.sent_bytes);
     }
   }
   if (max_sent <= 0) return std::nullopt;
   struct Conn {
     std::string peer;
     double rtt_ms;
+    double rate;  // MB/s while busy; kUnknown when its busy time is too short to judge
   };
   std::vector<std::vector<Conn>> conns(job.ranks.size());
+  std::vector<bool> crosses(job.ranks.size(), false);  // a bulk connection through a link: may be the culprit
   std::vector<double> rtts;
   for (size_t i = 0; i < job.ranks.size(); ++i) {
     for (const auto& l : job.ranks[i].links) {
-      if (!(l.sent_bytes >= 0.05 * max_sent && known(l.srtt_ms) && crosses_a_link(l))) continue;
+      if (!(l.sent_bytes >= 0.05 * max_sent && known(l.srtt_ms))) continue;
       rtts.push_back(l.srtt_ms);
+      double rate = l.busy_ms >= kMinBusyMs ? l.sent_bytes / l.busy_ms / 1e3 : kUnknown;
       auto o = owner.find(key(job.ranks[i], l.remote) + ">" + key(job.ranks[i], l.local));
       if (o == owner.end()) o = owner.find(key(job.ranks[i], l.remote));
       bool paired = o != owner.end() && o->second != i;
-      conns[i].push_back({paired ? rank_name(job.ranks[o->second]) : l.remote, l.srtt_ms});
-      if (paired) conns[o->second].push_back({rank_name(job.ranks[i]), l.srtt_ms});
+      conns[i].push_back({paired ? rank_name(job.ranks[o->second]) : l.remote, l.srtt_ms, rate});
+      if (paired) conns[o->second].push_back({rank_name(job.ranks[i]), l.srtt_ms, rate});
+      if (crosses_a_link(l)) {
+        crosses[i] = true;
+        if (paired) crosses[o->second] = true;
+      }
     }
   }
   if (rtts.size() < 2) return std::nullopt;
   SlowLinks out;
   out.connections = rtts.size();
   out.median_ms = median(std::move(rtts));
+  auto peers_of_culprit = [&] {
+    std::set<std::string> peers;
+    for (const auto& c : conns[out.culprit]) peers.insert(c.peer);
+    out.peers.assign(peers.begin(), peers.end());
+  };
   std::vector<std::pair<double, size_t>> fastest;  // (its fastest bulk connection's RTT, rank index)
   for (size_t i = 0; i < conns.size(); ++i) {
-    if (conns[i].empty()) continue;
+    if (conns[i].empty() || !crosses[i]) continue;
     double f = conns[i].front().rtt_ms;
     for (const auto& c : conns[i]) f = std::min(f, c.rtt_ms);
     fastest.push_back({f, i});
   }
   if (fastest.size() < 2) return std::nullopt;
   std::sort(fastest.begin(), fastest.end(), [](const auto& a, const auto& b) { return a.first > b.first; });
-  out.culprit = fastest[0].second;
-  out.fastest_ms = fastest[0].first;
-  out.next_ms = fastest[1].first;
-  // Slow at all: 1.5x the runner-up and 1 ms above it; else the links say nothing.
-  if (!(out.fastest_ms >= 1.5 * out.next_ms && out.fastest_ms >= out.next_ms + 1.0)) return std::nullopt;
-  out.unique = out.fastest_ms >= 2 * out.next_ms;
-  std::set<std::string> peers;
-  for (const auto& c : conns[out.culprit]) peers.insert(c.peer);
-  out.peers.assign(peers.begin(), peers.end());
+  // Slow at all: 1.5x the runner-up and 1 ms above it.
+  if (fastest[0].first >= 1.5 * fastest[1].first && fastest[0].first >= fastest[1].first + 1.0) {
+    out.culprit = fastest[0].second;
+    out.fastest_ms = fastest[0].first;
+    out.next_ms = fastest[1].first;
+    out.unique = out.fastest_ms >= 2 * out.next_ms;
+    peers_of_culprit();
+    return out;
+  }
+  // Else the rate: every rank whose connections were busy long enough is scored by its best one.
+  std::vector<std::pair<double, size_t>> best;  // (its best bulk connection's rate, rank index)
+  for (size_t i = 0; i < conns.size(); ++i) {
+    if (!crosses[i]) continue;
+    double b = kUnknown;
+    for (const auto& c : conns[i]) {
+      if (known(c.rate)) b = known(b) ? std::max(b, c.rate) : c.rate;
+    }
+    if (known(b)) best.push_back({b, i});
+  }
+  if (best.size() < 2) return std::nullopt;
+  std::sort(best.begin(), best.end());
+  if (!(best[0].first <= kNarrowLinkRateShare * best[1].first)) return std::nullopt;
+  out.culprit = best[0].second;
+  out.by_rate = true;
+  out.rate_mb_s = best[0].first;
+  out.next_rate_mb_s = best[1].first;
+  out.unique = true;
+  peers_of_culprit();
   return out;
 }
 
@@ -2371,12 +2441,7 @@ void find_slow_link(const JobWindow& job, Diagnosis& dx, double lost, double wai
                          (job.communicator.empty() ? "" : " of communicator " + job.communicator) + ": " + ms(wait_med) +
                          " per step vs " + ms(wait_base) + " before; no rank computes longer than its peers");
     if (links) {
-      std::string peers;
-      for (const auto& p : links->peers) peers += (peers.empty() ? "" : " and ") + p;
-      f.evidence.push_back("every bulk TCP connection of " + rank_name(r) + " (with " + peers + ") is slow: smoothed RTT " +
-                           ms(links->fastest_ms) + " or more, while every other rank has one of " + ms(links->next_ms) +
-                           " or less (median over the job's " + std::to_string(links->connections) + " bulk connections " +
-                           ms(links->median_ms) + ")");
+      f.evidence.push_back(slow_links_evidence(job, *links));
       f.confidence = links->unique ? 0.9 : 0.6;
     } else {
       const auto& prev = job.ranks[(best + n - 1) % n];
@@ -2634,8 +2699,6 @@ void standing_slow_link(const JobWindow& job, Diagnosis& dx, double wait_med) {
   double runq_peers = peer_median(job, peers, [](const RankWindow& x) { return x.get(Os::kRunqWait); });
   double runq_extra = known(r.get(Os::kRunqWait)) && known(runq_peers) ? r.get(Os::kRunqWait) - runq_peers : 0;
   if (runq_extra > kStandingLinkRunqShare * wait_med) return;
-  std::string peer_names;
-  for (const auto& p : links->peers) peer_names += (peer_names.empty() ? "" : " and ") + p;
   Finding f;
   f.rank = r.rank;
   f.node = r.node;
@@ -2644,10 +2707,7 @@ void standing_slow_link(const JobWindow& job, Diagnosis& dx, double wait_med) {
   f.culprit = "link of " + rank_name(r);
   f.lost_ms_per_step = wait_med;
   f.confidence = kJobWideLocate;
-  f.evidence.push_back("every bulk TCP connection of " + rank_name(r) + " (with " + peer_names + ") is slow: smoothed RTT " +
-                       ms(links->fastest_ms) + " or more, while every other rank has one of " + ms(links->next_ms) +
-                       " or less (median over the job's " + std::to_string(links->connections) + " bulk connections " +
-                       ms(links->median_ms) + ")");
+  f.evidence.push_back(slow_links_evidence(job, *links));
   f.evidence.push_back("the ranks wait " + ms(wait_med) + " per step in collectives" +
                        (job.communicator.empty() ? "" : " of communicator " + job.communicator) + ", " +
                        fmt("%.0f%%", 100 * wait_med / dx.step_ms) + " of the step, and no rank computes longer than its peers");

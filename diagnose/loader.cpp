@@ -971,6 +971,7 @@ Result<JobWindow> load_job_window(store::Reader& s, const LoadOptions& opt) {
       l.remote = m.label.substr(gt + 1);
       if (n == "net.tcp_sent_bytes") l.sent_bytes += m.value;
       else if (n == "net.tcp_received_bytes") l.received_bytes += m.value;
+      else if (n == "net.tcp_busy_us") l.busy_ms += m.value / 1e3;
       else if (n == "net.tcp_srtt_us") l.srtt_ms = known(l.srtt_ms) ? std::max(l.srtt_ms, m.value / 1e3) : m.value / 1e3;
     }
   }

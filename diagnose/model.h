@@ -158,6 +158,9 @@ struct TcpLink {
   std::string local, remote;
   double srtt_ms = kUnknown;  // smoothed RTT, known on the side that sent data
   double sent_bytes = 0, received_bytes = 0;
+  // The sender's time with data on its way, not held back by the receiver's window (ms, summed
+  // like the bytes; 0: not recorded): sent_bytes over it is the rate its path moved data.
+  double busy_ms = 0;
 };
 
 // The job's own healthy past of one rank, per layer (JobBaseline::apply fills it, diagnose/

@@ -141,14 +141,15 @@ std::vector<store::Metric> process_metrics(uint32_t pid, const ProcSnapshot& bef
   }
 
   // TCP connections that moved data in the window, labelled "local>remote": the sender's smoothed
-  // RTT and the bytes each way. The endpoints pair a connection's two sides across ranks (and
+  // RTT, the bytes each way, and the sender's busy time (bytes over it: the rate its path moved them,
+  // which shows a rate-limited link that RTT does not: TCP queues the excess in the socket). The endpoints pair a connection's two sides across ranks (and
   // nodes), so the diagnosis can tell which rank is on every slow link.
   if (!now.tcp.empty()) {
     std::map<std::string, const TcpLink*> prior;
     for (const auto& l : before.tcp) prior[l.local + ">" + l.remote] = &l;
     struct Moved {
       std::string label;
-      uint64_t sent, received, srtt_us;
+      uint64_t sent, received, srtt_us, busy_us;
     };
     std::vector<Moved> moved;
     for (const auto& l : now.tcp) {
@@ -156,7 +157,8 @@ std::vector<store::Metric> process_metrics(uint32_t pid, const ProcSnapshot& bef
       auto it = prior.find(label);
       uint64_t sent = delta(it != prior.end() ? it->second->bytes_acked : 0, l.bytes_acked);
       uint64_t recv = delta(it != prior.end() ? it->second->bytes_received : 0, l.bytes_received);
-      if (sent + recv > 0) moved.push_back({std::move(label), sent, recv, l.srtt_us});
+      uint64_t busy = delta(it != prior.end() ? it->second->busy_us : 0, l.busy_us);
+      if (sent + recv > 0) moved.push_back({std::move(label), sent, recv, l.srtt_us, busy});
     }
     std::sort(moved.begin(), moved.end(),
               [](const Moved& a, const Moved& b) { return a.sent + a.received > b.sent + b.received; });
@@ -165,6 +167,7 @@ std::vector<store::Metric> process_metrics(uint32_t pid, const ProcSnapshot& bef
       if (m.sent) {
         out.add("net.tcp_sent_bytes", static_cast<double>(m.sent), m.label);
         out.add("net.tcp_srtt_us", static_cast<double>(m.srtt_us), m.label);
+        if (m.busy_us) out.add("net.tcp_busy_us", static_cast<double>(m.busy_us), m.label);
       }
       if (m.received) out.add("net.tcp_received_bytes", static_cast<double>(m.received), m.label);
     }

@@ -149,9 +149,13 @@ void get(ByteReader& r, std::map<int, uint64_t>& v) {
     v[fd] = r.u64();
   }
 }
+// The links, then each one's busy time in the same order: a block of its own after them, so
+// captures made before it was read (which end after the links) replay as they did, with no busy time.
 void put(ByteWriter& w, const std::vector<TcpLink>& v) {
   w.u32(static_cast<uint32_t>(v.size()));
   for (const auto& l : v) w.str(l.local), w.str(l.remote), w.u64(l.srtt_us), w.u64(l.bytes_acked), w.u64(l.bytes_received);
+  w.u32(static_cast<uint32_t>(v.size()));
+  for (const auto& l : v) w.u64(l.busy_us);
 }
 void get(ByteReader& r, std::vector<TcpLink>& v) {
   for (uint32_t n = r.u32(); r.ok() && n > 0; --n) {
@@ -159,6 +163,13 @@ void get(ByteReader& r, std::vector<TcpLink>& v) {
     l.local = r.str(), l.remote = r.str();
     l.srtt_us = r.u64(), l.bytes_acked = r.u64(), l.bytes_received = r.u64();
     v.push_back(std::move(l));
+  }
+  if (r.ok() && !r.at_end()) {
+    uint32_t n = r.u32();
+    for (uint32_t i = 0; r.ok() && i < n; ++i) {
+      uint64_t busy = r.u64();
+      if (i < v.size()) v[i].busy_us = busy;
+    }
   }
 }
 void put(ByteWriter& w, const std::map<unsigned, std::string>& v) {

@@ -116,6 +116,9 @@ std::vector<TcpLink> read_tcp_links(uint32_t pid, const std::map<int, uint64_t>&
       l.srtt_us = ti.tcpi_rtt;
       l.bytes_acked = ti.tcpi_bytes_acked;
       l.bytes_received = ti.tcpi_bytes_received;
+      // Fields past the kernel's own struct (an older kernel writes fewer bytes) stay 0.
+      if (tlen >= offsetof(tcp_info, tcpi_rwnd_limited) + sizeof(ti.tcpi_rwnd_limited))
+        l.busy_us = ti.tcpi_busy_time > ti.tcpi_rwnd_limited ? ti.tcpi_busy_time - ti.tcpi_rwnd_limited : 0;
       if (!l.local.empty() && !l.remote.empty()) out.push_back(std::move(l));
     }
     ::close(s);

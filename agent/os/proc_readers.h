@@ -30,6 +30,10 @@ struct TcpLink {
   uint64_t srtt_us = 0;       // smoothed RTT, measured by the sending side
   uint64_t bytes_acked = 0;   // sent and acknowledged, since the connection began
   uint64_t bytes_received = 0;
+  // Time the connection had data on its way and the receiver's window did not hold it back
+  // (tcp_info's busy time less its receive-window-limited time; 0 on kernels older than 4.10):
+  // bytes_acked over it is the rate the path moved data while it had data to move.
+  uint64_t busy_us = 0;
 };
 
 // The established TCP connections among pid's sockets (socket_fds), at most max_links of them.

@@ -356,6 +356,13 @@ def main():
             p.start()
         os.environ.clear()
         os.environ.update(saved)
+        if fault.get("rank") is not None and fault.get("start_step", 1) <= 0:
+            # From the first step: in place before any rank trains (the loop below applies a
+            # later start when the culprit reports the step before it).
+            if slow_link:
+                slow_link.limit(fault["rate_mbit"])
+            if fault["kind"] == "cpu-contention":
+                start_hogs()
         stats = {r: [] for r in range(a.ranks)}
         for _ in range(a.ranks * a.steps):
             r, step, step_ms, load_ms = queue.get(timeout=300)

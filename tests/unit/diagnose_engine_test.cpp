@@ -816,10 +816,12 @@ TEST(DiagnoseEngine, ALinkSlowFromTheStartIsNamedFromTheConnections) {
   EXPECT_NE(all.find("no slower than its own past"), std::string::npos) << all;
 }
 
-// Loopback connections cross no link: one rank's slow loopback RTTs (its threads run late on a loaded
-// node) name no network, with or without a slowdown against the past. The same ring over the node's
+// Loopback connections, and connections between sockets of one address, cross no link: one rank's
+// slow RTTs over them (its threads run late on a loaded node) name no network, with or without a
+// slowdown against the past. The same ring over the node's
 // addresses names the link (SlowLinkEndIsTheRankOnEverySlowConnection).
 TEST(DiagnoseEngine, LoopbackConnectionsNameNoLink) {
+  for (const std::string address : {"127.0.0.1", "10.232.9.1"})  // loopback; one address for every socket (a host's veth)
   for (bool past_slow : {false, true}) {
     JobWindow job = standing_link_job(0.3, 0);
     for (auto& r : job.ranks) r.links.clear(), r.node = "node-0";  // one node: its ranks talk over loopback
@@ -827,7 +829,7 @@ TEST(DiagnoseEngine, LoopbackConnectionsNameNoLink) {
       for (auto& r : job.ranks) r.base.step_ms *= 0.7, r.base.wait_ms *= 0.5;  // the job got slower
     }
     const size_t n = job.ranks.size(), culprit = 2;
-    auto ep = [](size_t i, int port) { return "127.0.0.1:" + std::to_string(port + static_cast<int>(i)); };
+    auto ep = [&](size_t i, int port) { return address + ":" + std::to_string(port + static_cast<int>(i)); };
     for (size_t i = 0; i < n; ++i) {
       size_t next = (i + 1) % n;
       bool slow = i == culprit || next == culprit;
@@ -835,8 +837,40 @@ TEST(DiagnoseEngine, LoopbackConnectionsNameNoLink) {
       job.ranks[next].links.push_back({ep(next, 40000), ep(i, 50000), 0.01, 0, 5e7});
     }
     auto dx = diagnose(job);
-    for (const auto& f : dx.findings) EXPECT_NE(f.culprit, "link of rank 2") << (past_slow ? "slower than its past\n" : "") << text_of(dx);
+    for (const auto& f : dx.findings) EXPECT_NE(f.culprit, "link of rank 2") << address << (past_slow ? ", slower than its past\n" : "\n") << text_of(dx);
   }
+}
+
+// A rate-limited link: every RTT alike (TCP keeps the excess in the sending socket), but the
+// connections through rank 3 move their bytes over far more busy time. `slow_busy_ms`: the busy time
+// of each of rank 3's connections for its 5e7 bytes (the others: 250 ms, 200 MB/s).
+JobWindow narrow_link_job(double slow_busy_ms) {
+  JobWindow job = standing_link_job(0.3, 0);
+  for (auto& r : job.ranks) {
+    for (auto& l : r.links) {
+      if (l.sent_bytes == 0) continue;
+      bool through_3 = l.local.rfind("10.0.0.4:", 0) == 0 || l.remote.rfind("10.0.0.4:", 0) == 0;
+      l.busy_ms = through_3 ? slow_busy_ms : 250;
+    }
+  }
+  return job;
+}
+
+TEST(DiagnoseEngine, ARateLimitedLinkIsNamedByTheRateItsConnectionsMoveData) {
+  auto dx = diagnose(narrow_link_job(10000));  // 5 MB/s against 200
+  ASSERT_FALSE(dx.findings.empty()) << text_of(dx);
+  const Finding& f = dx.findings[0];
+  EXPECT_EQ(std::string(cause_name(f.cause)), "network-slow") << text_of(dx);
+  EXPECT_EQ(f.culprit, "link of rank 3") << text_of(dx);
+  std::string all;
+  for (const auto& e : f.evidence) all += e + "\n";
+  EXPECT_NE(all.find("moves data slowly: 5 MB/s at best"), std::string::npos) << all;
+  // Within 2x of the others (a fabric's paths differ that much): nothing singles it out.
+  auto close = diagnose(narrow_link_job(400));
+  EXPECT_TRUE(close.findings.empty()) << text_of(close);
+  // No busy time recorded (an older kernel, an older agent): the rate says nothing.
+  auto none = diagnose(narrow_link_job(0));
+  EXPECT_TRUE(none.findings.empty()) << text_of(none);
 }
 
 TEST(DiagnoseEngine, NoStandingLinkFindingWhenTheConnectionsAgreeOrTheHostIsBusy) {

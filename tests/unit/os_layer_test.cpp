@@ -236,12 +236,15 @@ TEST(OsMetrics, TcpLinksThatMovedDataGetTheirBytesAndTheSendersRtt) {
   ProcSnapshot before, now;
   before.tcp = {TcpLink{"10.0.0.1:5000", "10.0.0.2:4000", 90, 1000, 10},
                 TcpLink{"10.0.0.1:5001", "10.0.0.3:4000", 50, 7, 7}};
-  now.tcp = {TcpLink{"10.0.0.1:5000", "10.0.0.2:4000", 19000, 51000, 10},
+  before.tcp[0].busy_us = 4000;
+  now.tcp = {TcpLink{"10.0.0.1:5000", "10.0.0.2:4000", 19000, 51000, 10, 14000},
              TcpLink{"10.0.0.1:5001", "10.0.0.3:4000", 60, 7, 7},       // idle: left out
              TcpLink{"10.0.0.1:4000", "10.0.0.4:6000", 40, 0, 3000}};  // new: receives only
   auto m = by_name(process_metrics(7, before, now, MetricInputs{}));
   EXPECT_EQ(m["net.tcp_sent_bytes{10.0.0.1:5000>10.0.0.2:4000}"], 50000);
   EXPECT_EQ(m["net.tcp_srtt_us{10.0.0.1:5000>10.0.0.2:4000}"], 19000);
+  EXPECT_EQ(m["net.tcp_busy_us{10.0.0.1:5000>10.0.0.2:4000}"], 10000);  // the window's busy time, not the total
+  EXPECT_EQ(m.count("net.tcp_busy_us{10.0.0.1:4000>10.0.0.4:6000}"), 0u);
   EXPECT_EQ(m.count("net.tcp_received_bytes{10.0.0.1:5000>10.0.0.2:4000}"), 0u);
   EXPECT_EQ(m["net.tcp_received_bytes{10.0.0.1:4000>10.0.0.4:6000}"], 3000);
   EXPECT_EQ(m.count("net.tcp_srtt_us{10.0.0.1:4000>10.0.0.4:6000}"), 0u);  // sent nothing: no RTT of its own
