@@ -13,6 +13,26 @@
 namespace strata::diagnose {
 namespace {
 
+// A finding's evidence lines, one per line: what the tests search for phrases in.
+std::string evidence_of(const Finding& f) {
+  std::string all;
+  for (const auto& e : f.evidence) all += e + "\n";
+  return all;
+}
+
+// The top finding, checked to be network-slow on the link of `rank`; its evidence, for more checks.
+std::string expect_link_finding(const Diagnosis& dx, int rank) {
+  if (dx.findings.empty()) {
+    ADD_FAILURE() << "no finding\n" << text_of(dx);
+    return "";
+  }
+  const Finding& f = dx.findings[0];
+  EXPECT_EQ(std::string(cause_name(f.cause)), "network-slow") << text_of(dx);
+  EXPECT_EQ(f.rank, rank) << text_of(dx);
+  EXPECT_EQ(f.culprit, "link of rank " + std::to_string(rank)) << text_of(dx);
+  return evidence_of(f);
+}
+
 Diagnosis run(std::vector<PlantedFault> faults, size_t ranks = 8, unsigned seed = 1) {
   SyntheticSpec spec;
   spec.ranks = ranks;
@@ -152,8 +172,7 @@ TEST(DiagnoseEngine, MemoryCallEvidenceNamesPeersPastApiAndShare) {
   ASSERT_FALSE(dx.findings.empty()) << text_of(dx);
   const Finding& f = dx.findings[0];
   EXPECT_EQ(f.cause, Cause::kMemoryAllocChurn) << text_of(dx);
-  std::string all;
-  for (const auto& e : f.evidence) all += e + "\n";
+  std::string all = evidence_of(f);
   EXPECT_NE(all.find("of these calls per step vs"), std::string::npos) << all;
   EXPECT_NE(all.find("in its own healthy past it made 2.0 per step"), std::string::npos) << all;
   EXPECT_NE(all.find("the calls are new"), std::string::npos) << all;
@@ -304,8 +323,7 @@ TEST(DiagnoseEngine, SlowLinkEndIsTheRankOnEverySlowConnection) {
   EXPECT_EQ(std::string(cause_name(f.cause)), "network-slow") << text_of(dx);
   EXPECT_EQ(f.rank, static_cast<int>(culprit)) << text_of(dx);
   EXPECT_GE(f.confidence, 0.9) << text_of(dx);
-  std::string all;
-  for (const auto& e : f.evidence) all += e + "\n";
+  std::string all = evidence_of(f);
   EXPECT_NE(all.find("(with rank 4 and rank 6) is slow"), std::string::npos) << all;
 
   // Without a slow connection (every RTT alike) the ring waits decide, as before.
@@ -497,8 +515,7 @@ TEST(DiagnoseEngine, TheAgentsCostIsReportedApart) {
   ASSERT_EQ(dx.findings.size(), 1u) << text_of(dx);
   EXPECT_EQ(dx.findings[0].rank, 3);
   EXPECT_NE(dx.findings[0].culprit, "strata") << text_of(dx);
-  std::string all;
-  for (const auto& e : dx.findings[0].evidence) all += e + "\n";
+  std::string all = evidence_of(dx.findings[0]);
   EXPECT_NE(all.find("strata's own run time on rank 3's CPUs: 0.30 ms per step"), std::string::npos) << all;
   EXPECT_EQ(all.find("`strata`"), std::string::npos) << "never a neighbour, not even as 'also'\n" << all;
 }
@@ -515,8 +532,7 @@ TEST(DiagnoseEngine, AHypothesisThatExplainsAFewPercentIsNotACause) {
   ASSERT_EQ(dx.findings.size(), 1u) << text_of(dx);
   EXPECT_EQ(dx.findings[0].rank, 3);
   EXPECT_EQ(dx.findings[0].culprit, "unknown") << text_of(dx);
-  std::string all;
-  for (const auto& e : dx.findings[0].evidence) all += e + "\n";
+  std::string all = evidence_of(dx.findings[0]);
   EXPECT_NE(all.find("not a cause: irq-softirq"), std::string::npos) << all;
 }
 
@@ -553,8 +569,7 @@ TEST(DiagnoseEngine, AnUnresolvedFrameIsNeverTheCulprit) {
   EXPECT_EQ(f.rank, 1);
   EXPECT_EQ(std::string(cause_name(f.cause)), "host-hotspot") << text_of(dx);
   EXPECT_EQ(f.culprit, "train.py:hot_loss") << text_of(dx);
-  std::string all;
-  for (const auto& e : f.evidence) all += e + "\n";
+  std::string all = evidence_of(f);
   EXPECT_NE(all.find("broken stacks"), std::string::npos) << all;
   // Two ranks are too few for the statistical opinion: its silence is not a disagreement.
   EXPECT_FALSE(dx.second.compared);
@@ -657,8 +672,7 @@ TEST(DiagnoseEngine, AStepHistoryWithoutAnOsPastStillNamesTheNeighbour) {
   EXPECT_EQ(f.scope, Scope::kJob) << text_of(dx);
   EXPECT_EQ(std::string(cause_name(f.cause)), "cpu-contention") << text_of(dx);
   EXPECT_EQ(f.culprit, "logrotate") << text_of(dx);
-  std::string all;
-  for (const auto& e : f.evidence) all += e + "\n";
+  std::string all = evidence_of(f);
   EXPECT_NE(all.find("the rank whose CPUs other processes use most"), std::string::npos) << all;
 }
 
@@ -690,8 +704,7 @@ TEST(DiagnoseEngine, AJobWithAnOsPastTakesThePastBranch) {
   const Finding& f = dx.findings[0];
   EXPECT_EQ(f.scope, Scope::kJob) << text_of(dx);
   EXPECT_EQ(f.culprit, "logrotate") << text_of(dx);
-  std::string all;
-  for (const auto& e : f.evidence) all += e + "\n";
+  std::string all = evidence_of(f);
   EXPECT_NE(all.find("than in the job's healthy past"), std::string::npos) << all;
   EXPECT_EQ(all.find("the rank whose CPUs other processes use most"), std::string::npos) << all;
 }
@@ -744,14 +757,7 @@ TEST(DiagnoseEngine, ABusyNeighbourThatExplainsLessDoesNotMaskASlowLink) {
   auto [wait_up, lost] = wait_growth_and_loss(job);
   ASSERT_LT(wait_up, 0.5 * lost) << "the collectives' growth is under half of the loss";
   ASSERT_GT(wait_up, 25 + 5) << "and more than the neighbour explains";
-  auto dx = diagnose(job);
-  ASSERT_FALSE(dx.findings.empty()) << text_of(dx);
-  const Finding& f = dx.findings[0];
-  EXPECT_EQ(std::string(cause_name(f.cause)), "network-slow") << text_of(dx);
-  EXPECT_EQ(f.rank, 3) << text_of(dx);
-  EXPECT_EQ(f.culprit, "link of rank 3") << text_of(dx);
-  std::string all;
-  for (const auto& e : f.evidence) all += e + "\n";
+  std::string all = expect_link_finding(diagnose(job), 3);
   EXPECT_NE(all.find("also: cpu-contention (logrotate)"), std::string::npos) << all;
 }
 
@@ -768,8 +774,7 @@ TEST(DiagnoseEngine, ANeighbourThatExplainsMoreThanTheLinkIsNamed) {
   ASSERT_FALSE(dx.findings.empty()) << text_of(dx);
   EXPECT_EQ(std::string(cause_name(dx.findings[0].cause)), "cpu-contention") << text_of(dx);
   EXPECT_EQ(dx.findings[0].culprit, "logrotate") << text_of(dx);
-  std::string all;
-  for (const auto& e : dx.findings[0].evidence) all += e + "\n";
+  std::string all = evidence_of(dx.findings[0]);
   EXPECT_NE(all.find("also: network-slow (link of rank 3"), std::string::npos) << all;
 
   auto no_tcp = diagnose(link_and_neighbour_job(30, 25, 40, false));
@@ -805,21 +810,15 @@ JobWindow standing_link_job(double slow_rtt, double runq_extra) {
 TEST(DiagnoseEngine, ALinkSlowFromTheStartIsNamedFromTheConnections) {
   auto dx = diagnose(standing_link_job(12.0, 0));
   ASSERT_NEAR(dx.step_ms, dx.baseline_step_ms, 1e-6) << "no slowdown against the past";
-  ASSERT_FALSE(dx.findings.empty()) << text_of(dx);
-  const Finding& f = dx.findings[0];
-  EXPECT_EQ(std::string(cause_name(f.cause)), "network-slow") << text_of(dx);
-  EXPECT_EQ(f.rank, 3) << text_of(dx);
-  EXPECT_EQ(f.culprit, "link of rank 3") << text_of(dx);
-  std::string all;
-  for (const auto& e : f.evidence) all += e + "\n";
+  std::string all = expect_link_finding(dx, 3);
   EXPECT_NE(all.find("(with rank 0 and rank 2) is slow"), std::string::npos) << all;
   EXPECT_NE(all.find("no slower than its own past"), std::string::npos) << all;
 }
 
 // Loopback connections, and connections between sockets of one address, cross no link: one rank's
 // slow RTTs over them (its threads run late on a loaded node) name no network, with or without a
-// slowdown against the past. The same ring over the node's
-// addresses names the link (SlowLinkEndIsTheRankOnEverySlowConnection).
+// slowdown against the past. The same ring over distinct addresses names the link
+// (SlowLinkEndIsTheRankOnEverySlowConnection).
 TEST(DiagnoseEngine, LoopbackConnectionsNameNoLink) {
   for (const std::string address : {"127.0.0.1", "10.232.9.1"})  // loopback; one address for every socket (a host's veth)
   for (bool past_slow : {false, true}) {
@@ -857,13 +856,7 @@ JobWindow narrow_link_job(double slow_busy_ms) {
 }
 
 TEST(DiagnoseEngine, ARateLimitedLinkIsNamedByTheRateItsConnectionsMoveData) {
-  auto dx = diagnose(narrow_link_job(10000));  // 5 MB/s against 200
-  ASSERT_FALSE(dx.findings.empty()) << text_of(dx);
-  const Finding& f = dx.findings[0];
-  EXPECT_EQ(std::string(cause_name(f.cause)), "network-slow") << text_of(dx);
-  EXPECT_EQ(f.culprit, "link of rank 3") << text_of(dx);
-  std::string all;
-  for (const auto& e : f.evidence) all += e + "\n";
+  std::string all = expect_link_finding(diagnose(narrow_link_job(10000)), 3);  // 5 MB/s against 200
   EXPECT_NE(all.find("moves data slowly: 5 MB/s at best"), std::string::npos) << all;
   // Within 2x of the others (a fabric's paths differ that much): nothing singles it out.
   auto close = diagnose(narrow_link_job(400));
@@ -907,8 +900,7 @@ TEST(DiagnoseEngine, AStragglerThatExplainsLessThanTheCollectivesIsNotTheCause) 
   const Finding& f = dx.findings[0];
   EXPECT_EQ(std::string(cause_name(f.cause)), "network-slow") << text_of(dx);
   EXPECT_EQ(f.rank, 3) << text_of(dx);
-  std::string all;
-  for (const auto& e : f.evidence) all += e + "\n";
+  std::string all = evidence_of(f);
   EXPECT_NE(all.find("also: rank 1 is busier than its peers by"), std::string::npos) << all;
   EXPECT_EQ(dx.findings.size(), 1u) << text_of(dx);
 }
@@ -968,8 +960,7 @@ TEST(DiagnoseEngine, AWorkersTimeCountsForItsRankAndIsNamedAsSuch) {
     EXPECT_EQ(f.rank, 3);
     EXPECT_EQ(std::string(cause_name(f.cause)), std::string(cause)) << text_of(dx);
     EXPECT_EQ(f.culprit, std::string(cause) == "host-hotspot" ? "slow_augment" : "load_batch") << text_of(dx);
-    std::string all;
-    for (const auto& e : f.evidence) all += e + "\n";
+    std::string all = evidence_of(f);
     EXPECT_NE(all.find("worker process of rank 3 (a DataLoader worker: pid 20003)"), std::string::npos) << all;
   }
 }
@@ -1010,8 +1001,7 @@ TEST(DiagnoseEngine, ARanksWorkersThatTakeTheSharedCpusAreItsHotspot) {
     EXPECT_EQ(f.rank, 2) << text_of(dx);
     EXPECT_EQ(std::string(cause_name(f.cause)), "host-hotspot") << text_of(dx);
     EXPECT_EQ(f.culprit, "augment_sample") << text_of(dx);
-    std::string all;
-    for (const auto& e : f.evidence) all += e + "\n";
+    std::string all = evidence_of(f);
     EXPECT_NE(all.find("worker process of rank 2 (a DataLoader worker: pid 20002)"), std::string::npos) << all;
     EXPECT_NE(all.find("wait"), std::string::npos) << all;
   }
