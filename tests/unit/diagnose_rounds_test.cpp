@@ -51,8 +51,10 @@ Frame fn(const std::string& name) {
 
 // A job of kRanks ranks on two nodes that ran `steps` steps; in its last `slow_last` steps, rank
 // kStraggler computes 40 ms longer per step in `slow_augment` (the others wait for it). Stacks and
-// metrics come in 10 s windows. Returns the time the first step started.
-uint64_t make_store(const std::string& path, int steps, int slow_last) {
+// metrics come in 10 s windows. Returns the time the first step started. `nodes` x `per_node`
+// ranks (default kRanks on two nodes).
+uint64_t make_store(const std::string& path, int steps, int slow_last, int nodes = 2, int per_node = kRanks / 2) {
+  const int ranks = nodes * per_node;
   const int slow_from = steps - slow_last;
   auto st = store::Store::open_sqlite(path, store::Store::Mode::kCreateOrAppend);
   EXPECT_TRUE(st) << (st ? "" : st.error().message);
@@ -80,24 +82,24 @@ uint64_t make_store(const std::string& path, int steps, int slow_last) {
   }
   const uint64_t t0 = bounds.front().first;
   std::vector<int64_t> recs;
-  for (int n = 0; n < 2; ++n) {
+  for (int n = 0; n < nodes; ++n) {
     recs.push_back(*s.begin_recording({"node-" + std::to_string(n), "synthetic", t0, 99, 10}));
     EXPECT_TRUE(s.end_recording(recs.back(), kEnd));
   }
-  for (int r = 0; r < kRanks; ++r) {
+  for (int r = 0; r < ranks; ++r) {
     const uint32_t pid = 10000 + static_cast<uint32_t>(r);
-    const int64_t rec = recs[static_cast<size_t>(r / 8)];
+    const int64_t rec = recs[static_cast<size_t>(r / per_node)];
     store::ProcessInfo p;
     p.pid = pid;
     p.ppid = 1;
     p.start_ns = t0;
-    p.node = "node-" + std::to_string(r / 8);
+    p.node = "node-" + std::to_string(r / per_node);
     p.comm = "python3";
     p.command = "python3 train.py";
     p.job = "rounds";
     p.rank = r;
-    p.local_rank = r % 8;
-    p.world_size = kRanks;
+    p.local_rank = r % per_node;
+    p.world_size = ranks;
     EXPECT_TRUE(s.put_process(rec, p));
     std::vector<store::StepRecord> rows;
     for (int k = 0; k < steps; ++k) {
@@ -188,6 +190,30 @@ TEST(DiagnoseRounds, ARoundReadsTheSameRowsWhateverTheJobsAge) {
   EXPECT_GT(costs[0].work, 0u);
   EXPECT_LE(static_cast<double>(costs[2].work), kMaxWorkGrowth * static_cast<double>(costs[0].work))
       << costs[0].work << " vs " << costs[2].work;
+}
+
+// A round's reads grow with the job's ranks, not with ranks x nodes: 4 times the ranks on 4 times
+// the nodes, 4 times the work (issue 16: the stacks were read rank by rank, each query probing the
+// span's windows of every rank; at 1,000 nodes x 8 a round outlasted the run and no fault was
+// found). The SQLite work is counted, never timed.
+TEST(DiagnoseRounds, ARoundReadsGrowWithRanksNotRanksTimesNodes) {
+  TempDir tmp;
+  std::vector<RoundCost> costs;
+  constexpr int kPerNode = 8;
+  const std::vector<int> nodes = {2, 8};
+  for (int n : nodes) {
+    const std::string db = tmp.file("nodes-" + std::to_string(n) + ".db");
+    make_store(db, 300, 150, n, kPerNode);
+    costs.push_back(round_cost(db));
+  }
+  const double grow = static_cast<double>(nodes[1]) / nodes[0];  // ranks and rows read: 4x
+  EXPECT_EQ(costs[1].stats.steps, static_cast<uint64_t>(grow) * costs[0].stats.steps);
+  // Linear: 4x, with room for index depth; reads per rank over every rank's windows: 16x.
+  constexpr double kSlack = 1.5;
+  RecordProperty("work", std::to_string(costs[0].work) + " -> " + std::to_string(costs[1].work));
+  EXPECT_GT(costs[0].work, 0u);
+  EXPECT_LE(static_cast<double>(costs[1].work), kSlack * grow * static_cast<double>(costs[0].work))
+      << costs[0].work << " vs " << costs[1].work << " (SQLite work units)";
 }
 
 // The collector's rounds through the Diagnoser itself: the rows each reads do not grow with the
