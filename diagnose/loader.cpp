@@ -890,7 +890,9 @@ Result<JobWindow> load_job_window(store::Reader& s, const LoadOptions& opt) {
   std::vector<std::map<std::string, double>> kernels_now(job.ranks.size()), kernels_past(job.ranks.size());
   // One read of the span for every rank (not one per rank: each would look through every rank's
   // rows of the span in the time index).
-  auto dev_all = s.query_device_activity(span);
+  store::RowQuery any_order = span;
+  any_order.any_order = true;  // summed per process below: the order is of no use
+  auto dev_all = s.query_device_activity(any_order);
   if (!dev_all) return dev_all.error();
   if (stats) stats->device += dev_all->size();
   ByProc<std::vector<const store::DeviceActivity*>> dev_of;

@@ -622,8 +622,8 @@ class SqliteStore final : public Store {
       }
     }
     std::string sql(const std::string& columns) const {
-      std::string s = "SELECT " + columns + ", r.node FROM " + table + " x JOIN recordings r ON r.id = x.recording_id" +
-                      where + " ORDER BY " + order;
+      std::string s = "SELECT " + columns + ", r.node FROM " + table + " x JOIN recordings r ON r.id = x.recording_id" + where;
+      if (!q.any_order || q.limit || q.offset) s += " ORDER BY " + order;  // pages need an order
       if (q.limit) s += " LIMIT " + std::to_string(std::min<uint64_t>(q.limit, INT64_MAX));
       if (q.offset) s += (q.limit ? "" : " LIMIT -1") + std::string(" OFFSET ") + std::to_string(std::min<uint64_t>(q.offset, INT64_MAX));
       return s;
