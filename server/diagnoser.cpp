@@ -220,15 +220,18 @@ DiagnoserCounters Diagnoser::counters() {
 }
 
 void Diagnoser::loop() {
-  // Wakes every every_s; a round runs when the last one's pause is over. On a store shared with
-  // other collectors the wakes in between are heartbeats, so a collector whose rounds are paused
-  // (kBusyFactor) is not taken for gone and its jobs do not move.
-  const auto every = std::chrono::duration<double>(opts_.every_s);
-  auto next_round = std::chrono::steady_clock::now() + every;
+  // A round runs every_s after the last one ended, or when its pause (kBusyFactor) is over if that
+  // is later: the thread wakes then, not at the next every_s tick (a pause of 7.7 s waited until
+  // 8 s, one of 8.1 s until 10). Between rounds it wakes at least every every_s: on a store shared
+  // with other collectors those wakes are heartbeats, so a collector whose rounds are paused is not
+  // taken for gone and its jobs do not move.
+  using Clock = std::chrono::steady_clock;
+  const auto every = std::chrono::duration_cast<Clock::duration>(std::chrono::duration<double>(opts_.every_s));
+  auto next_round = Clock::now() + every;
   while (true) {
     {
       std::unique_lock lock(mu_);
-      cv_.wait_for(lock, every, [this] { return stopping_; });
+      cv_.wait_until(lock, std::min(Clock::now() + every, next_round), [this] { return stopping_; });
       if (stopping_) return;
     }
     auto t0 = std::chrono::steady_clock::now();
@@ -244,7 +247,7 @@ void Diagnoser::loop() {
       own_readers = readers_ > 0;
     }
     const double pause = pause_after_s(std::chrono::duration<double>(t1 - t0).count(), cpu, own_readers);
-    next_round = t1 + std::chrono::duration_cast<std::chrono::steady_clock::duration>(std::chrono::duration<double>(pause));
+    next_round = t1 + std::max(every, std::chrono::duration_cast<Clock::duration>(std::chrono::duration<double>(pause)));
   }
 }
 
