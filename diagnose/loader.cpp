@@ -209,7 +209,9 @@ std::string syscall_caller(const Stack& stack) {
 // probed each for the rank's pid: a load's profile reads grew with ranks x nodes, 85% of a
 // 1,600-rank round's time (perf, `strata diagnose --last 80s` on a 200 x 8 store: 18 s), and at
 // 8,000 ranks a round outlasted the run. One query per (span, kind) returns the same rows (its
-// grouping keeps node and pid apart) and the same span, indexed here by process.
+// grouping keeps node and pid apart) and the same span, indexed here by process: the reader must
+// name each sample's node (SQLite and ClickHouse do; the remote reader, which fetches one process's
+// profile through the query API, is not one the loader reads).
 struct SpanProfile {
   Profile prof;
   ByProc<std::vector<uint32_t>> by_proc;  // indices into prof.samples
