@@ -269,6 +269,36 @@ TEST(DiagnoseRounds, AReadInAnyOrderSkipsTheSort) {
   EXPECT_TRUE(std::equal(page.begin(), page.end(), sorted.begin()));
 }
 
+// One process's profile of a span (a hang's stall stacks are read so, rank by rank) costs the same
+// on 2 nodes as on 8: the query looks at that node's windows, not every node's. Before, the work
+// grew with the nodes, and the stall reads of a round with ranks x nodes.
+TEST(DiagnoseRounds, OneProcessProfileOfASpanDoesNotGrowWithTheNodes) {
+  TempDir tmp;
+  std::vector<uint64_t> work;
+  for (int n : {2, 8}) {
+    const std::string db = tmp.file("proc-" + std::to_string(n) + ".db");
+    make_store(db, 300, 150, n, 8);
+    auto st = store::Store::open_sqlite(db, store::Store::Mode::kReadOnly);
+    ASSERT_TRUE(st);
+    auto latest = (*st)->latest_step_ns();
+    ASSERT_TRUE(latest && *latest);
+    store::ProfileFilter f;
+    f.node = "node-0";
+    f.pid = 10000 + kStraggler;
+    f.from_ns = **latest - server::Diagnoser::kAnalysisSpanNs;
+    const uint64_t before = (*st)->read_work();
+    auto prof = (*st)->load_profile(f);
+    ASSERT_TRUE(prof) << prof.error().message;
+    work.push_back((*st)->read_work() - before);
+    EXPECT_FALSE(prof->samples.empty());
+    for (const auto& smp : prof->samples) EXPECT_EQ(smp.pid, 10000u + kStraggler);
+  }
+  RecordProperty("work", std::to_string(work[0]) + " -> " + std::to_string(work[1]));
+  constexpr double kSlack = 1.5;  // index depth; a read of every node's windows: 4x
+  EXPECT_GT(work[0], 0u);
+  EXPECT_LE(static_cast<double>(work[1]), kSlack * static_cast<double>(work[0])) << work[0] << " vs " << work[1];
+}
+
 // The collector's rounds through the Diagnoser itself: the rows each reads do not grow with the
 // job's age, and the state carries the job's healthy past from round to round.
 TEST(DiagnoseRounds, TheCollectorsRoundsReadTheirSpanOnly) {
