@@ -4,7 +4,9 @@
 #include <algorithm>
 #include <cmath>
 #include <map>
+#include <memory>
 #include <set>
+#include <tuple>
 #include <unordered_map>
 #include <unordered_set>
 
@@ -202,6 +204,53 @@ std::string syscall_caller(const Stack& stack) {
   return sc + "|" + path;
 }
 
+// The stacks of one kind over one span for every process at once, read once per load and shared
+// by the ranks (issue 16). Read rank by rank, each query picked the span's windows of every node and
+// probed each for the rank's pid: a load's profile reads grew with ranks x nodes, 85% of a
+// 1,600-rank round's time (perf, `strata diagnose --last 80s` on a 200 x 8 store: 18 s), and at
+// 8,000 ranks a round outlasted the run. One query per (span, kind) returns the same rows (its
+// grouping keeps node and pid apart) and the same span, indexed here by process: the reader must
+// name each sample's node (SQLite and ClickHouse do; the remote reader, which fetches one process's
+// profile through the query API, is not one the loader reads).
+struct SpanProfile {
+  Profile prof;
+  ByProc<std::vector<uint32_t>> by_proc;  // indices into prof.samples
+  const std::vector<uint32_t>& samples_of(const std::string& node, uint32_t pid) const {
+    static const std::vector<uint32_t> kNone;
+    auto it = by_proc.find({node, pid});
+    return it == by_proc.end() ? kNone : it->second;
+  }
+};
+
+class ProfileCache {
+ public:
+  explicit ProfileCache(store::Reader& s) : s_(s) {}
+  // `f` names a span, a recording and a kind; never a process (the profile is every process's).
+  Result<const SpanProfile*> get(const store::ProfileFilter& f) {
+    Key key{f.from_ns, f.to_ns, f.recording, static_cast<int>(f.kind)};
+    if (auto it = by_key_.find(key); it != by_key_.end()) return it->second.get();
+    store::ProfileFilter all = f;
+    all.node.reset();
+    all.pid.reset();
+    all.tid.reset();
+    all.rank.reset();
+    auto prof = s_.load_profile(all);
+    if (!prof) return prof.error();
+    auto sp = std::make_unique<SpanProfile>();
+    sp->prof = std::move(*prof);
+    for (size_t i = 0; i < sp->prof.samples.size(); ++i) {
+      const auto& smp = sp->prof.samples[i];
+      sp->by_proc[{smp.node, smp.pid}].push_back(static_cast<uint32_t>(i));
+    }
+    return (by_key_[key] = std::move(sp)).get();
+  }
+
+ private:
+  using Key = std::tuple<std::optional<uint64_t>, std::optional<uint64_t>, std::optional<int64_t>, int>;
+  store::Reader& s_;
+  std::map<Key, std::unique_ptr<SpanProfile>> by_key_;
+};
+
 // What a read of a profile fills: the per-function times, the system calls' callers, or both.
 enum class ProfileUse { kAll, kTimes, kCallers };
 
@@ -210,7 +259,7 @@ enum class ProfileUse { kAll, kTimes, kCallers };
 // that reaches past it holds the window being diagnosed too, and is no past.
 // `pid`: the rank's, or one of its workers' on the rank's node (then every path is rooted at
 // kWorkerFrame).
-Status load_profile(store::Reader& s, const store::RowQuery& span, JobWindow& job, RankWindow& r, store::CountKind kind,
+Status load_profile(ProfileCache& profiles, const store::RowQuery& span, JobWindow& job, RankWindow& r, store::CountKind kind,
                     double steps, const std::vector<store::StepRecord>& rank_steps, Stats* stats,
                     std::optional<uint64_t> before_ns = std::nullopt, RankPast* past = nullptr, uint32_t pid = 0,
                     ProfileUse use = ProfileUse::kAll) {
@@ -220,14 +269,14 @@ Status load_profile(store::Reader& s, const store::RowQuery& span, JobWindow& jo
   f.from_ns = span.from_ns;
   f.to_ns = span.to_ns;
   if (before_ns && (!f.to_ns || *before_ns < *f.to_ns)) f.to_ns = before_ns;
-  const std::optional<int64_t> rec = span.recording;
-  f.node = r.node;  // pids repeat across nodes; a worker runs on its rank's node
-  f.pid = worker ? pid : r.pid;
-  f.recording = rec;
+  f.recording = span.recording;
   f.kind = kind;
-  auto prof = s.load_profile(f);
-  if (!prof) return prof.error();
-  if (stats) stats->samples += prof->samples.size(), stats->profiles++;
+  auto whole = profiles.get(f);
+  if (!whole) return whole.error();
+  const Profile* prof = &(*whole)->prof;
+  // pids repeat across nodes; a worker runs on its rank's node
+  const std::vector<uint32_t>& mine = (*whole)->samples_of(r.node, worker ? pid : r.pid);
+  if (stats) stats->samples += mine.size(), stats->profiles++;
   if (before_ns && prof->start_ns + prof->duration_ns > *before_ns) return {};
   // Per step of the span the profile's windows cover: a span of windows that starts later than
   // the steps read (the stretch after a change point) is divided by its own steps.
@@ -248,7 +297,8 @@ Status load_profile(store::Reader& s, const store::RowQuery& span, JobWindow& jo
   };
   const bool offcpu = kind == store::CountKind::kOffCpu;
   std::unordered_map<uint32_t, NameId> path_of;
-  for (const auto& smp : prof->samples) {
+  for (uint32_t i : mine) {
+    const ProfileSample& smp = prof->samples[i];
     if (smp.stack_index >= prof->stacks.size()) continue;
     const Stack& stack = prof->stacks[smp.stack_index];
     // Off-CPU, only blocking that is a cause by itself (I/O, D state); sleeping on a futex or a
@@ -638,6 +688,7 @@ Result<JobWindow> load_job_window(store::Reader& s, const LoadOptions& opt) {
   }
   auto procs = s.processes(rec);
   if (!procs) return procs.error();
+  ProfileCache profiles(s);  // each span's stacks read once for every rank
 
   // Every read below is of this span (the whole store when none is given).
   store::RowQuery span;
@@ -841,7 +892,9 @@ Result<JobWindow> load_job_window(store::Reader& s, const LoadOptions& opt) {
   std::vector<std::map<std::string, double>> kernels_now(job.ranks.size()), kernels_past(job.ranks.size());
   // One read of the span for every rank (not one per rank: each would look through every rank's
   // rows of the span in the time index).
-  auto dev_all = s.query_device_activity(span);
+  store::RowQuery any_order = span;
+  any_order.any_order = true;  // summed per process below: the order is of no use
+  auto dev_all = s.query_device_activity(any_order);
   if (!dev_all) return dev_all.error();
   if (stats) stats->device += dev_all->size();
   ByProc<std::vector<const store::DeviceActivity*>> dev_of;
@@ -1072,11 +1125,11 @@ Result<JobWindow> load_job_window(store::Reader& s, const LoadOptions& opt) {
     for (uint32_t p : procs) {
       const uint32_t who = p == r.pid ? 0 : p;
       for (auto kind : {store::CountKind::kOnCpu, store::CountKind::kOffCpu}) {
-        if (auto st = load_profile(s, now_span, job, r, kind, steps, rank_steps, stats, std::nullopt, nullptr, who, times); !st)
+        if (auto st = load_profile(profiles, now_span, job, r, kind, steps, rank_steps, stats, std::nullopt, nullptr, who, times); !st)
           return st.error();
       }
       if (split) {
-        if (auto st = load_profile(s, span, job, r, store::CountKind::kOnCpu, steps, rank_steps, stats, std::nullopt, nullptr,
+        if (auto st = load_profile(profiles, span, job, r, store::CountKind::kOnCpu, steps, rank_steps, stats, std::nullopt, nullptr,
                                    who, ProfileUse::kCallers);
             !st)
           return st.error();
@@ -1085,10 +1138,10 @@ Result<JobWindow> load_job_window(store::Reader& s, const LoadOptions& opt) {
     if (cp > 0 && r.base.steps > 0) {
       double base_steps = static_cast<double>(r.base.steps);
       for (auto kind : {store::CountKind::kOnCpu, store::CountKind::kOffCpu}) {
-        if (auto st = load_profile(s, span, job, r, kind, base_steps, rank_steps, stats, job.start_ns, &r.past); !st)
+        if (auto st = load_profile(profiles, span, job, r, kind, base_steps, rank_steps, stats, job.start_ns, &r.past); !st)
           return st.error();
         for (uint32_t w : r.workers) {
-          if (auto st = load_profile(s, span, job, r, kind, base_steps, rank_steps, stats, job.start_ns, &r.past, w); !st)
+          if (auto st = load_profile(profiles, span, job, r, kind, base_steps, rank_steps, stats, job.start_ns, &r.past, w); !st)
             return st.error();
         }
       }

@@ -43,6 +43,7 @@ struct DiagnoserCounters {
   uint64_t failed = 0;          // loads or writes that failed (no steps yet, store error)
   uint64_t handed_over = 0;     // jobs with new data here that another collector of the store diagnoses
   double seconds = 0;           // spent diagnosing, loads and writes included
+  double cpu_seconds = 0;       // CPU the background rounds used, over their threads (their pauses follow it)
   uint64_t rows_read = 0;       // rows the rounds' loads read (steps, collectives, device, metrics, samples)
   uint64_t states_dropped = 0;  // per-job states dropped: the job went quiet, or too many jobs
   prom::Histogram job_seconds{prom::diagnosis_buckets()};  // each job's diagnosis, for /metrics
@@ -92,6 +93,12 @@ class Diagnoser {
   // it comes back, its first round rebuilds the state from its latest span.
   static constexpr size_t kMaxJobStates = 256;
   static constexpr uint64_t kStateIdleNs = 3600ull * 1'000'000'000ull;
+  // After a round the thread pauses kBusyFactor times what the round cost, so the diagnosis takes
+  // at most a fifth of a core, however often data comes. The cost is the round's CPU when it read
+  // through connections of its own (it then holds nothing ingest waits for), else its wall time
+  // (it read under the store mutex). Returns the pause in seconds.
+  static constexpr double kBusyFactor = 4;
+  static double pause_after_s(double wall_s, double cpu_s, bool own_readers);
 
   // After a batch is applied: the processes it brought data for, and the jobs it named.
   void note(const ingest::Batch& batch);
@@ -114,7 +121,7 @@ class Diagnoser {
 
  private:
   void loop();
-  void round();
+  double round();  // returns the CPU it used (s)
   struct JobState;  // diagnoser.cpp: the job's baseline, where its last round ended
   std::shared_ptr<JobState> state_of(const std::string& job);
   void drop_idle_states();

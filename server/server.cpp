@@ -887,6 +887,9 @@ class Server {
     o << "strata_serve_jobs_handed_over_total " << dc.handed_over << "\n";
     prom::family(o, "strata_serve_diagnosis_seconds_total", "counter", "Time spent diagnosing jobs, loads and writes included.");
     o << "strata_serve_diagnosis_seconds_total " << dc.seconds << "\n";
+    prom::family(o, "strata_serve_diagnosis_cpu_seconds_total", "counter",
+                 "CPU the background diagnosis rounds used (the pause after a round is 4 times its CPU).");
+    o << "strata_serve_diagnosis_cpu_seconds_total " << dc.cpu_seconds << "\n";
     prom::family(o, "strata_serve_diagnosis_rows_read_total", "counter",
                  "Rows the diagnosis rounds read (steps, collectives, device activity, metrics, stack samples).");
     o << "strata_serve_diagnosis_rows_read_total " << dc.rows_read << "\n";

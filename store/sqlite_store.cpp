@@ -93,6 +93,7 @@ CREATE INDEX IF NOT EXISTS metrics_by_end ON metrics(end_ns);
 CREATE INDEX IF NOT EXISTS collectives_by_end ON collectives(MAX(exit_ns, enter_ns + 1));
 CREATE INDEX IF NOT EXISTS device_activity_by_end ON device_activity(end_ns);
 CREATE INDEX IF NOT EXISTS windows_by_end ON windows(end_ns);
+CREATE INDEX IF NOT EXISTS windows_by_recording_end ON windows(recording_id, end_ns);
 CREATE INDEX IF NOT EXISTS stack_counts_by_window ON stack_counts(window_id, pid);
 CREATE INDEX IF NOT EXISTS launch_samples_by_end ON launch_samples(end_ns);
 )sql";
@@ -622,8 +623,8 @@ class SqliteStore final : public Store {
       }
     }
     std::string sql(const std::string& columns) const {
-      std::string s = "SELECT " + columns + ", r.node FROM " + table + " x JOIN recordings r ON r.id = x.recording_id" +
-                      where + " ORDER BY " + order;
+      std::string s = "SELECT " + columns + ", r.node FROM " + table + " x JOIN recordings r ON r.id = x.recording_id" + where;
+      if (!q.any_order || q.limit || q.offset) s += " ORDER BY " + order;  // pages need an order
       if (q.limit) s += " LIMIT " + std::to_string(std::min<uint64_t>(q.limit, INT64_MAX));
       if (q.offset) s += (q.limit ? "" : " LIMIT -1") + std::string(" OFFSET ") + std::to_string(std::min<uint64_t>(q.offset, INT64_MAX));
       return s;
@@ -1000,8 +1001,15 @@ class SqliteStore final : public Store {
         windows += " AND end_ns < " + ns(*f.to_ns > UINT64_MAX - kMaxRowSpanNs ? UINT64_MAX : *f.to_ns + kMaxRowSpanNs);
       }
       if (f.recording) windows += " AND recording_id=" + std::to_string(*f.recording);
+      // One node's profile: that node's windows only (windows_by_recording_end finds them). Without
+      // it the list held every node's windows of the span, each probed for the process: a read per
+      // process grew with the nodes, and a hang's stall stacks, read rank by rank, with ranks x nodes.
+      // The profile's span is then that node's windows' too.
+      const bool of_node = f.node && !f.recording;
+      if (of_node) windows += " AND recording_id IN (SELECT id FROM recordings WHERE node=?)";
       sql += " AND sc.window_id IN (" + windows + ")";
       Stmt span(db_, ("SELECT MIN(start_ns), MAX(end_ns) FROM windows WHERE id IN (" + windows + ")").c_str());
+      if (of_node) span.bind(1, *f.node);
       if (span.step() == SQLITE_ROW && !span.is_null(0)) {
         p.start_ns = static_cast<uint64_t>(span.i64(0));
         p.duration_ns = static_cast<uint64_t>(span.i64(1) - span.i64(0));
@@ -1014,6 +1022,7 @@ class SqliteStore final : public Store {
     if (!s.ok()) return err("querying stack counts");
     s.bind(1, static_cast<int64_t>(f.kind));
     if (f.node) s.bind(2, *f.node);
+    if (f.node && !f.recording && (f.from_ns || f.to_ns)) s.bind(3, *f.node);  // the node's windows
     std::unordered_map<int64_t, uint32_t> stack_index;
     std::vector<int64_t> stack_ids;
     int rc;

@@ -141,7 +141,8 @@ class Collector:
         out = {}
         for line in text.splitlines():
             m = re.match(r'^(strata_serve_rows_total\{kind="(\w+)"\}|strata_serve_diagnoses_total\{outcome="kept"\}|'
-                         r'strata_serve_diagnosis_seconds_total|process_cpu_seconds_total|process_resident_memory_bytes) (\S+)$', line)
+                         r'strata_serve_diagnosis_seconds_total|strata_serve_diagnosis_cpu_seconds_total|'
+                         r'strata_serve_connections_refused_total|process_cpu_seconds_total|process_resident_memory_bytes) (\S+)$', line)
             if m:
                 key = "rows." + m.group(2) if m.group(2) else m.group(1).split("{")[0] + ("" if "{" not in m.group(1) else ".kept")
                 out[key] = float(m.group(3))
@@ -197,6 +198,7 @@ def fault_phase(a, store, tmp, other_pid):
         job = "scale-%d-%s" % (i, kind)
         truth = os.path.join(tmp, job + ".json")
         cpu0, ocpu0, t0 = col.cpu_s(), proc_cpu_s(other_pid) if other_pid else 0, time.time()
+        load0 = os.getloadavg()[0]
         m0 = col.metrics()
         p = sim(a.build, col.url, ["--nodes", str(a.nodes), "--ranks-per-node", str(a.ranks), "--steps", str(a.fault_steps),
                                    "--step-ms", "1000", "--window-s", "10", "--speed", "1", "--job", job,
@@ -247,12 +249,21 @@ def fault_phase(a, store, tmp, other_pid):
             "rounds": m1.get("strata_serve_diagnoses_total.kept", 0) - m0.get("strata_serve_diagnoses_total.kept", 0),
             "round_s_mean": ((m1.get("strata_serve_diagnosis_seconds_total", 0) - m0.get("strata_serve_diagnosis_seconds_total", 0)) /
                              max(1, m1.get("strata_serve_diagnoses_total.kept", 0) - m0.get("strata_serve_diagnoses_total.kept", 0))),
+            "round_cpu_s_mean": ((m1.get("strata_serve_diagnosis_cpu_seconds_total", 0) - m0.get("strata_serve_diagnosis_cpu_seconds_total", 0)) /
+                                 max(1, m1.get("strata_serve_diagnoses_total.kept", 0) - m0.get("strata_serve_diagnoses_total.kept", 0))),
+            # 503s the HTTP server's connection cap answered (the rest of the agents' 503s: the store failed)
+            "connections_refused": m1.get("strata_serve_connections_refused_total", 0) - m0.get("strata_serve_connections_refused_total", 0),
+            "load_avg_at_start": load0,
         }
         print("  fault %-15s rank %5d: finding after %s s; %d rows/s; collector %.2f cores/1k ranks; ended %.1f s after its data "
               "(sim exit %s, send failures %s)" % (kind, run["rank"],
                                                    "%.1f" % run["time_to_finding_s"] if run["time_to_finding_s"] is not None else "NEVER",
                                                    run["rows_per_s"], run["collector_cpu_share_per_1000_ranks"],
                                                    run["drain_lag_s"], p.returncode, run["send_failures"]), flush=True)
+        print("    %d rounds kept during the run, %.1f s each (%.1f s CPU); 503s: %s sent, %d of them the connection cap's; "
+              "load average %.1f at the start" % (run["rounds"], run["round_s_mean"], run["round_cpu_s_mean"],
+                                                  (run["kept_answers"] or {}).get("503", 0), run["connections_refused"],
+                                                  run["load_avg_at_start"]), flush=True)
         if not run["found"]:
             print("    what the rounds said instead (s after the fault's start: [(rank, node, cause)]): %s" %
                   run["findings_seen"][:4], flush=True)
