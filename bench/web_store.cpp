@@ -27,10 +27,13 @@ int fail(const std::string& why) {
 }  // namespace
 
 int main(int argc, char** argv) {
-  if (argc < 2) return fail("usage: strata-web-bench-store OUT.db [RANKS] [STEPS] [WINDOW_S]");
-  const int ranks = argc > 2 ? std::atoi(argv[2]) : 1000;
-  const int steps = argc > 3 ? std::atoi(argv[3]) : 60;
-  const uint64_t window_ns = argc > 4 ? static_cast<uint64_t>(std::atoi(argv[4])) * 1'000'000'000ull : 0;
+  const std::string usage = "usage: strata-web-bench-store OUT.db [RANKS] [STEPS] [WINDOW_S] (OUT.db is replaced)";
+  // OUT.db is removed first: an option ("--help") is never taken for it.
+  if (argc < 2 || argc > 5 || argv[1][0] == '-' || argv[1][0] == '\0') return fail(usage);
+  auto number = [&](int i, int fallback) { return argc > i ? std::atoi(argv[i]) : fallback; };
+  const int ranks = number(2, 1000), steps = number(3, 60), window_s = number(4, 0);
+  if (ranks < 1 || steps < 1 || window_s < 0) return fail("RANKS and STEPS must be whole numbers >= 1, WINDOW_S >= 0; " + usage);
+  const uint64_t window_ns = static_cast<uint64_t>(window_s) * 1'000'000'000ull;
   const int straggler = ranks > 137 ? 137 : ranks - 1;
   std::remove(argv[1]);
   auto st = store::Store::open_sqlite(argv[1], store::Store::Mode::kCreateOrAppend);
