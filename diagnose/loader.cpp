@@ -672,6 +672,10 @@ Status load_stall_stacks(store::Reader& s, const store::RowQuery& span, uint64_t
 }  // namespace
 
 Result<JobWindow> load_job_window(store::Reader& s, const LoadOptions& opt) {
+  // Checked before each read (and each rank's): a read in progress runs to its end.
+  auto cancelled = [&] { return opt.cancel && opt.cancel->load(std::memory_order_relaxed); };
+  const Error kCancelled{"the load was cancelled (the collector is stopping)"};
+  if (cancelled()) return kCancelled;
   auto rec_r = s.latest_recording();
   if (!rec_r) return rec_r.error();
   if (!*rec_r) return Error{"the store holds no recording"};
@@ -700,9 +704,11 @@ Result<JobWindow> load_job_window(store::Reader& s, const LoadOptions& opt) {
   // writing, without a snapshot; read in this order, newer rows can only add progress, so a round
   // never sees "observed later than the last progress" that was not so (read the other way, a
   // round that took minutes saw minutes of metrics past the last step it had read: a false hang).
+  if (cancelled()) return kCancelled;
   auto rows = s.query_metrics(span);
   if (!rows) return rows.error();
   if (stats) stats->metrics += rows->size();
+  if (cancelled()) return kCancelled;
   auto steps_r = s.query_steps(span);
   if (!steps_r) return steps_r.error();
   if (stats) stats->steps += steps_r->size();
@@ -832,6 +838,7 @@ Result<JobWindow> load_job_window(store::Reader& s, const LoadOptions& opt) {
   if (job.start_ns == UINT64_MAX) job.start_ns = 0;
 
   // Collective progress: completion on the device; an NCCL call's host return is only an enqueue.
+  if (cancelled()) return kCancelled;
   auto colls = s.query_collectives(span);
   if (!colls) return colls.error();
   if (stats) stats->collectives += colls->size();
@@ -894,6 +901,7 @@ Result<JobWindow> load_job_window(store::Reader& s, const LoadOptions& opt) {
   // rows of the span in the time index).
   store::RowQuery any_order = span;
   any_order.any_order = true;  // summed per process below: the order is of no use
+  if (cancelled()) return kCancelled;
   auto dev_all = s.query_device_activity(any_order);
   if (!dev_all) return dev_all.error();
   if (stats) stats->device += dev_all->size();
@@ -1047,6 +1055,7 @@ Result<JobWindow> load_job_window(store::Reader& s, const LoadOptions& opt) {
   if (auto st = load_memory_call_sites(s, span, job.start_ns, job, by_proc, stats); !st) return st.error();
 
   for (auto& r : job.ranks) {
+    if (cancelled()) return kCancelled;
     // Still there after its last progress: a metric window that began later has it.
     // ... and still there at the end: its last window reaches into the latest window anyone closed.
     // A rank that exits after its last step (a job's teardown can take seconds) is not hung.
@@ -1218,6 +1227,7 @@ Result<JobWindow> load_job_window(store::Reader& s, const LoadOptions& opt) {
   if (last_progress > 0 && job.observed_until_ns > last_progress &&
       static_cast<double>(job.observed_until_ns - last_progress) >= opt.stall_stacks_s * 1e9) {
     for (auto& r : job.ranks) {
+      if (cancelled()) return kCancelled;
       // The windows that began after the last progress hold the stall alone; only when none did
       // (a stall shorter than a window) the one around it.
       uint64_t from = last_progress;

@@ -3,6 +3,7 @@
 // and per step.
 #pragma once
 
+#include <atomic>
 #include <cstdint>
 #include <optional>
 #include <string>
@@ -35,6 +36,9 @@ struct LoadOptions {
   // its last progress are read too (RankWindow::stall_oncpu/stall_offcpu): the evidence of a hang.
   // As the engine's Options::hang_s, so that only a job that may be hung pays for the extra reads.
   double stall_stacks_s = 10;
+  // When set and true, the load stops at its next read and returns an error: a collector shutting
+  // down does not wait for a round (or a request's diagnosis) of thousands of ranks to finish.
+  const std::atomic<bool>* cancel = nullptr;
 };
 
 // Rows a load read, per kind: a round's cost, which must follow the span, not the store's age.

@@ -180,7 +180,10 @@ void Diagnoser::start() {
   thread_ = std::thread([this] { loop(); });
 }
 
+void Diagnoser::cancel() { cancel_.store(true, std::memory_order_relaxed); }
+
 void Diagnoser::stop() {
+  cancel();
   {
     std::lock_guard lock(mu_);
     stopping_ = true;
@@ -331,6 +334,7 @@ Result<std::string> Diagnoser::diagnose_job(const std::string& job) {
   lo.all_recordings = true;
   diagnose::Stats stats;
   lo.stats = &stats;
+  lo.cancel = &cancel_;
   // Read through the rounds' own connection when there is one: ingest goes on meanwhile. Only the
   // span since the last round's end (one analysis span before it, for context) is read.
   Result<diagnose::JobWindow> window = read([&](store::Store& s) -> Result<diagnose::JobWindow> {

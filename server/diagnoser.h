@@ -57,6 +57,10 @@ class Diagnoser {
   Diagnoser& operator=(const Diagnoser&) = delete;
 
   void start();
+  // Cancels the loads in progress (the round's, and a request's diagnosis) at their next read, so
+  // that stopping the server does not wait minutes for a job of thousands of ranks; stop() does it
+  // too, and then waits for the round thread.
+  void cancel();
   void stop();
 
   // A store connection of the rounds' own for their reads (SQLite in WAL mode lets it read beside
@@ -134,6 +138,7 @@ class Diagnoser {
   std::mutex mu_;  // guards what follows
   std::condition_variable cv_;
   bool stopping_ = false;
+  std::atomic<bool> cancel_{false};  // LoadOptions::cancel of every load
   std::set<std::pair<std::string, uint32_t>> dirty_procs_;  // (node, pid): pids repeat across nodes
   std::set<std::string> dirty_jobs_;
   DiagnoserCounters counters_;

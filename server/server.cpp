@@ -179,6 +179,7 @@ class Server {
     std::atomic<bool> finished{false};
     std::thread watcher([&] {
       while (!stop && !finished) std::this_thread::sleep_for(std::chrono::milliseconds(100));
+      diagnoser_.cancel();  // a diagnosis in a request's thread would hold the server's stop
       svr_.stop();
     });
     bool ok = svr_.listen_after_bind();
