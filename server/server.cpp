@@ -23,6 +23,7 @@
 #include <thread>
 
 #include "common/clock.h"
+#include "common/listen.h"
 #include "common/self_usage.h"
 #include "proto/ingest_codec.h"
 #include "report/exporters.h"
@@ -949,39 +950,6 @@ class Server {
   GuardedServer& svr_;
 };
 
-// Why binding HOST:PORT fails, asked of the kernel with a socket of our own (httplib's bind says
-// only that it failed): "address in use", "cannot assign requested address", ...
-std::string bind_failure(const std::string& host, int port) {
-  addrinfo hints{};
-  hints.ai_family = AF_UNSPEC;
-  hints.ai_socktype = SOCK_STREAM;
-  hints.ai_flags = AI_PASSIVE;
-  addrinfo* res = nullptr;
-  const std::string service = std::to_string(port);
-  if (int rc = getaddrinfo(host.empty() ? nullptr : host.c_str(), service.c_str(), &hints, &res); rc != 0)
-    return gai_strerror(rc);
-  std::string why = "unknown reason";
-  for (addrinfo* a = res; a; a = a->ai_next) {
-    int fd = ::socket(a->ai_family, a->ai_socktype, a->ai_protocol);
-    if (fd < 0) {
-      why = std::strerror(errno);
-      continue;
-    }
-    int yes = 1;
-    ::setsockopt(fd, SOL_SOCKET, SO_REUSEADDR, &yes, sizeof yes);
-    int rc = ::bind(fd, a->ai_addr, a->ai_addrlen);
-    int err = errno;
-    if (rc == 0 && ::listen(fd, 1) != 0) err = errno, rc = -1;
-    ::close(fd);
-    if (rc == 0) return "it was free a moment later; try again";
-    why = err == EADDRINUSE ? "address in use (another strata serve, or another program, listens there)"
-                            : std::strerror(err);
-    break;
-  }
-  freeaddrinfo(res);
-  return why;
-}
-
 // An HTTP server (the guarded one: connection cap and deadlines) bound to --listen HOST:PORT, not
 // yet serving. Without SO_REUSEPORT (httplib's
 // default sets it): with it a second collector binds the same port and the kernel splits the
@@ -1003,7 +971,7 @@ Result<std::unique_ptr<GuardedServer>> bind_listener(const std::string& listen, 
     ::setsockopt(fd, SOL_SOCKET, SO_REUSEADDR, &yes, sizeof yes);
   });
   if (!http->bind_to_port(host, port))
-    return Error{"cannot listen on " + listen + ": " + bind_failure(host, port)}.environment();
+    return Error{"cannot listen on " + listen + ": " + bind_failure(host, port, "strata serve")}.environment();
   return http;
 }
 

@@ -19,6 +19,7 @@
 #include "agent/pipeline.h"
 #include "agent/process_info.h"
 #include "agent/shipper/batching_writer.h"
+#include "common/listen.h"
 #include "common/self_usage.h"
 #include "server/prometheus.h"
 #include "store/store.h"
@@ -235,7 +236,9 @@ class Daemon {
       ::setsockopt(fd, SOL_SOCKET, SO_REUSEADDR, &yes, sizeof yes);
     });
     if (!http_->bind_to_port(host, port))
-      return Error{"--listen-metrics " + opts_.listen_metrics + ": cannot listen (port in use?)"}.environment();
+      return Error{"cannot listen on " + opts_.listen_metrics + ": " +
+                   bind_failure(host, port, "strata agent")}
+          .environment();
     // Where the collector reaches /drilldown: --advertise, else the listen address (a wildcard
     // address is no destination: the node's name stands for it).
     std::string adv = opts_.advertise;

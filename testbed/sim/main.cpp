@@ -632,6 +632,10 @@ int main(int argc, char** argv) {
     return 0;
   } catch (const CLI::ParseError& e) {
     std::string why = e.what();
+    // CLI11 checks for the required subcommand before it looks at what it could not place, so
+    // `strata-sim --bogus` would answer "A subcommand is required": name what it did not expect.
+    if (!run->parsed() && !agents->parsed() && !app.remaining().empty())
+      why = CLI::ExtrasError(app.remaining()).what();
     std::replace(why.begin(), why.end(), '\n', ' ');
     std::fprintf(stderr, "strata-sim: %s (see strata-sim --help)\n", why.c_str());
     return 1;

@@ -65,8 +65,10 @@ def main():
                 second = subprocess.run([STRATA, "agent", "-o", os.path.join(tmp, "second.db"), "--listen-metrics",
                                          "127.0.0.1:%d" % port, "--select", "%s=none" % tag],
                                         stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, timeout=60)
-                check(second.returncode == 2 and "cannot listen" in second.stderr,
-                      "a second agent on the taken metrics port exits 2 (%d): %s"
+                # In strata serve's words: "cannot listen on ADDR: address in use (...)".
+                check(second.returncode == 2
+                      and ("cannot listen on 127.0.0.1:%d: address in use (" % port) in second.stderr,
+                      "a second agent on the taken metrics port exits 2 (%d), saying 'address in use' as serve does: %s"
                       % (second.returncode, second.stderr.strip()[-300:]))
                 check(not os.path.exists(os.path.join(tmp, "second.db")), "the refused agent left no store file")
             except subprocess.TimeoutExpired:

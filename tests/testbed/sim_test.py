@@ -413,6 +413,11 @@ def test_bad_specs_exit_1():
         assert len(lines) == 1 and lines[0].startswith("strata-sim: "), (args, p.stderr)
     p = subprocess.run([SIM], capture_output=True, text=True)
     assert p.returncode == 1
+    # An unknown option or word before the subcommand is named (it was "A subcommand is required").
+    for args in (["--bogus"], ["bogus"], ["--bogus", "run"]):
+        p = subprocess.run([SIM] + args, capture_output=True, text=True, timeout=30)
+        lines = p.stderr.strip().splitlines()
+        assert p.returncode == 1 and len(lines) == 1 and args[0] in lines[0], (args, p.returncode, p.stderr)
 
 
 def test_help_answers():

@@ -181,11 +181,21 @@ async function bigJob(browser) {
   await page.mouse.move(box.x + box.width * 0.9, box.y + 1 + (marks[0]?.y ?? 0) + 0.5);
   const tip = await page.textContent('#heatmap-tip');
   check(new RegExp(`rank ${STRAGGLER} on node-17`).test(tip), `heatmap hover names the rank and its node ("${tip.slice(0, 120)}")`);
+  const notch = await page.evaluate(() => {
+    const n = document.querySelector('.heatmap-hover-row');
+    return n && !n.hidden ? n.getBoundingClientRect().height : 0;
+  });
+  check(notch >= MIN_MARKED_ROW_PX, `heatmap hover: the hovered row has a ${notch} px notch in the gutter (>= ${MIN_MARKED_ROW_PX})`);
   await bigJobRest(page);
 }
 
+// A marked rank's row is painted at least this many px tall (web/src/shape.ts MARK_ROW_PX): a 1 px
+// row at 1,000 ranks is a hairline seen only thanks to its label.
+const MIN_MARKED_ROW_PX = 3;
+
 // Reads the heatmap's canvas as the page drew it: pixel row `y` (the straggler's) must be red in the
-// slow steps (the second half) and the rows 20 px above and below it must have no red pixel.
+// slow steps (the second half), painted MIN_MARKED_ROW_PX tall or more (the run of red rows through
+// y), and the rows 20 px above and below it must have no red pixel.
 async function stragglerPixels(page, y, ranks) {
   const px = await page.evaluate((y) => {
     const c = document.querySelector('canvas.heatmap');
@@ -196,11 +206,24 @@ async function stragglerPixels(page, y, ranks) {
       for (let x = 0; x < c.width; x++) out.push([d[4 * x], d[4 * x + 1], d[4 * x + 2]]);
       return out;
     };
-    return { w: c.width, h: c.height, row: row(y), above: row(Math.max(0, y - 20)), below: row(Math.min(c.height - 1, y + 20)) };
+    const rows = [];
+    for (let yy = Math.max(0, y - 20); yy <= Math.min(c.height - 1, y + 20); yy++) rows.push(row(yy));
+    return { w: c.width, h: c.height, row: row(y), above: row(Math.max(0, y - 20)), below: row(Math.min(c.height - 1, y + 20)),
+      near: rows, nearFrom: Math.max(0, y - 20) };
   }, y);
   const red = ([r, g, b]) => r > 180 && g < 110 && b < 110;
-  const slowCols = px.row.slice(Math.ceil(px.w / 2) + 1);
-  const redShare = slowCols.filter(red).length / Math.max(1, slowCols.length);
+  const slow = (row) => row.slice(Math.ceil(px.w / 2) + 1);
+  const share = (row) => slow(row).filter(red).length / Math.max(1, slow(row).length);
+  const slowCols = slow(px.row);
+  const redShare = share(px.row);
+  // The painted height: consecutive rows through y that are red in the slow steps.
+  let lo = y - px.nearFrom;
+  let hi = lo;
+  while (lo > 0 && share(px.near[lo - 1]) > 0.9) lo--;
+  while (hi + 1 < px.near.length && share(px.near[hi + 1]) > 0.9) hi++;
+  const painted = redShare > 0.9 ? hi - lo + 1 : 0;
+  check(painted >= MIN_MARKED_ROW_PX,
+    `heatmap at ${ranks} ranks: rank ${STRAGGLER}'s marked row is painted ${painted} px tall (>= ${MIN_MARKED_ROW_PX})`);
   const paleAround = [...px.above, ...px.below].filter(red).length;
   check(px.h <= 400 && redShare > 0.9 && paleAround === 0,
     `heatmap pixels at ${ranks} ranks: rank ${STRAGGLER}'s row is red in ${(100 * redShare).toFixed(0)}% of the slow steps, ${paleAround} red pixels in rows 20 px away (canvas ${px.w}x${px.h})`);

@@ -6,7 +6,7 @@ import {
   traceTracks, fmtMs, fmtNum, type DiffProfile, type Heatmap,
   computeMatrix, defaultTimelineRanks, deviationDomain, deviationMatrix, diffColor, divergingColor, downsampleExtreme,
   jobStatusText, jobStepMs, markedRows, maxAbsDelta, niceTicks, rankLanes, sortFunctions, functionTable, stepWindow, worstStep,
-  MIN_DEVIATION_SHARE, selfDiff, shortName,
+  MIN_DEVIATION_SHARE, selfDiff, shortName, heatmapRowLayout, MARK_ROW_PX,
 } from '../../web/src/shape';
 
 // A synchronous job of `ranks` ranks x `steps` steps: every rank's step takes the same time (they
@@ -283,6 +283,24 @@ describe('straggler heatmap', () => {
     for (let yy = 0; yy < ds.rows; yy++) if (yy !== y) others = Math.max(others, Math.abs(ds.values[yy * ds.cols + 6]));
     expect(others).toBeLessThan(10);
     expect(markedRows(dev, jobStepMs(step)).map((m) => m.row)).toEqual([6_137]);
+  });
+  it('draws a marked or picked rank\'s pixel row MARK_ROW_PX tall, within the heatmap\'s 400 px', () => {
+    for (const [rows, special] of [[1_000, [137]], [10_000, [137, 9_000]], [300, [5, 6, 200]], [200, [137]]] as [number, number[]][]) {
+      const l = heatmapRowLayout(rows, special, 400);
+      expect(l.top[l.outRows]).toBeLessThanOrEqual(400);
+      expect(l.rowStart[l.outRows]).toBe(rows);
+      for (const r of special) {
+        let y = 0;
+        while (l.rowStart[y + 1] <= r) y++;
+        expect(l.top[y + 1] - l.top[y]).toBeGreaterThanOrEqual(MARK_ROW_PX);
+      }
+      // Every other pixel row keeps its own height: the tall ones take nobody's pixels.
+      const tall = Array.from({ length: l.outRows }, (_, y) => l.top[y + 1] - l.top[y]).filter((hh) => hh !== l.rowPx).length;
+      expect(tall).toBeLessThanOrEqual(special.length);
+    }
+    // Few ranks keep their whole-pixel rows (40 px at 4 ranks, as before) and no extra.
+    const small = heatmapRowLayout(4, [2], 400);
+    expect(Array.from(small.top)).toEqual([0, 40, 80, 120, 160]);
   });
   it('downsampling in absolute values picks the cell farthest from its column centre', () => {
     const ds = downsampleExtreme([[100], [101], [60], [99]], 2, 10, [100]);

@@ -4,10 +4,12 @@
 // 1:1 on screen (no browser scaling that would drop rows); where a pixel row covers several ranks it
 // shows the most extreme one (shape.ts downsampleExtreme), so one rank in 10,000 keeps its colour.
 // Ranks that stand out are labelled in the gutter (DOM: .heatmap-mark[data-rank]); the picked row and
-// step are marked in the gutters, never drawn over the cells.
+// step are marked in the gutters, never drawn over the cells. A marked or picked rank's pixel row is
+// drawn MARK_ROW_PX tall (shape.ts heatmapRowLayout), and the hovered row gets a notch of that height
+// in the gutter, so neither is a hairline at 1,000 ranks.
 import {
-  colorDomain, deviationDomain, deviationMatrix, divergingTable, downsampleExtreme, fmtMs, markedRows, rampTable,
-  type RankMark,
+  colorDomain, deviationDomain, deviationMatrix, divergingTable, downsampleExtreme, fmtMs, heatmapRowLayout, markedRows,
+  rampTable, MARK_ROW_PX, type RankMark,
 } from './shape';
 import { cssVar, h } from './dom';
 
@@ -44,17 +46,19 @@ export function heatmapCanvas(o: HeatmapOptions): HeatmapView {
   const { dev, medians } = deviationMatrix(o.matrix, o.mode === 'peer' ? o.groups : undefined);
   const shown = deviation ? dev : o.matrix;
   const marks = markedRows(dev, o.stepMs);
-  // Rows: ranks share pixel rows only past HEATMAP_MAX_PX; up to it, each gets whole pixels.
-  const rowPx = rows > 0 && rows <= HEATMAP_MAX_PX ? Math.max(1, Math.floor(Math.min(HEATMAP_MAX_PX, Math.max(160, rows * 24)) / rows)) : 1;
-  const ds = downsampleExtreme(shown, Math.min(rows, HEATMAP_MAX_PX), HEATMAP_MAX_COLS, deviation ? undefined : medians);
-  const height = ds.rows * rowPx;
+  // Rows: ranks share pixel rows only past HEATMAP_MAX_PX (less the marked rows' extra pixels); up
+  // to it, each gets whole pixels; a marked or picked rank's pixel row is at least MARK_ROW_PX tall.
+  const special = marks.map((m) => m.row).concat(o.selected !== undefined ? [o.selected] : []);
+  const layout = heatmapRowLayout(rows, special, HEATMAP_MAX_PX);
+  const ds = downsampleExtreme(shown, layout.outRows, HEATMAP_MAX_COLS, deviation ? undefined : medians);
+  const top = layout.top;
+  const height = top[ds.rows];
   const canvas = h('canvas', { class: 'heatmap', width: Math.max(1, ds.cols), height: Math.max(1, height), style: `height:${Math.max(1, height)}px` });
   canvas.dataset.rows = String(rows);
   canvas.dataset.cols = String(cols);
   canvas.dataset.pixelRows = String(ds.rows);
-  canvas.dataset.mode = o.mode;
-  // Pixel row (CSS px from the canvas top) of a matrix row, its first pixel.
-  const yOf = (row: number): number => {
+  // Pixel row of a matrix row.
+  const dsRow = (row: number): number => {
     let lo = 0;
     let hi = ds.rows - 1;
     while (lo < hi) {
@@ -62,8 +66,24 @@ export function heatmapCanvas(o: HeatmapOptions): HeatmapView {
       if (ds.rowStart[mid] <= row) lo = mid;
       else hi = mid - 1;
     }
-    return lo * rowPx;
+    return lo;
   };
+  // Pixel row at a CSS px from the canvas top.
+  const dsRowAt = (py: number): number => {
+    let lo = 0;
+    let hi = ds.rows - 1;
+    while (lo < hi) {
+      const mid = (lo + hi + 1) >> 1;
+      if (top[mid] <= py) lo = mid;
+      else hi = mid - 1;
+    }
+    return lo;
+  };
+  const rowH = (y: number): number => top[y + 1] - top[y];
+  canvas.dataset.mode = o.mode;
+  // Pixel row (CSS px from the canvas top) of a matrix row, its first pixel.
+  const yOf = (row: number): number => top[dsRow(row)];
+  const midOf = (row: number): number => top[dsRow(row)] + rowH(dsRow(row)) / 2;
   const dark = cssVar('--empty-cell') === 'dark';
   let lo = 0;
   let hi = 1;
@@ -82,15 +102,15 @@ export function heatmapCanvas(o: HeatmapOptions): HeatmapView {
     // platform is): no colour maths or array per cell.
     const px = new Uint32Array(img.data.buffer);
     const table = deviation ? divergingTable(257, dark ? [40, 40, 40] : [240, 240, 240]) : rampTable(256);
-    const top = table.length - 1;
+    const topIdx = table.length - 1;
     const empty = dark ? 0xff181818 : 0xffd0d0d0;
-    const scale = top / (hi - lo);
+    const scale = topIdx / (hi - lo);
     const w = canvas.width;
     for (let y = 0; y < ds.rows; y++) {
       for (let x = 0; x < ds.cols; x++) {
         const v = ds.values[y * ds.cols + x];
-        const word = Number.isFinite(v) ? table[Math.min(top, Math.max(0, Math.round((v - lo) * scale)))] : empty;
-        for (let k = y * rowPx; k < (y + 1) * rowPx; k++) px[k * w + x] = word;
+        const word = Number.isFinite(v) ? table[Math.min(topIdx, Math.max(0, Math.round((v - lo) * scale)))] : empty;
+        for (let k = top[y]; k < top[y + 1]; k++) px[k * w + x] = word;
       }
     }
     ctx.putImageData(img, 0, 0);
@@ -103,20 +123,23 @@ export function heatmapCanvas(o: HeatmapOptions): HeatmapView {
   for (let r = 0; r < rows; r += tickEvery) {
     const y = yOf(r);
     if (markYs.some((my) => Math.abs(my - y) < LABEL_GAP_PX)) continue;
-    gutter.append(h('span', { class: 'heatmap-tick', style: `top:${y + rowPx / 2}px` }, String(o.ranks[r]?.rank ?? r)));
+    gutter.append(h('span', { class: 'heatmap-tick', style: `top:${midOf(r)}px` }, String(o.ranks[r]?.rank ?? r)));
   }
   marks.forEach((m, i) => {
     const rk = o.ranks[m.row];
     const dir = m.sign > 0 ? 'above' : 'below';
     gutter.append(h('span', {
       class: `heatmap-mark ${m.sign > 0 ? 'up' : 'down'}`, 'data-rank': rk?.rank, 'data-node': rk?.node ?? '', 'data-y': markYs[i],
-      style: `top:${markYs[i] + rowPx / 2}px`,
+      'data-h': rowH(dsRow(m.row)), style: `top:${midOf(m.row)}px`,
       title: `rank ${rk?.rank} on ${rk?.node}: ${fmtMs(m.score)} ${dir} its steps' medians on average (${o.metricLabel})`,
     }, `rank ${rk?.rank} ▸`));
   });
   if (o.selected !== undefined && o.selected < rows) {
-    gutter.append(h('span', { class: 'heatmap-sel-row', style: `top:${yOf(o.selected) + rowPx / 2}px`, title: `picked: rank ${o.ranks[o.selected]?.rank}` }, '▶'));
+    gutter.append(h('span', { class: 'heatmap-sel-row', style: `top:${midOf(o.selected)}px`, title: `picked: rank ${o.ranks[o.selected]?.rank}` }, '▶'));
   }
+  // The hovered pixel row: a notch in the gutter beside it, at least MARK_ROW_PX tall.
+  const hoverNotch = h('span', { class: 'heatmap-hover-row', hidden: true });
+  gutter.append(hoverNotch);
   const colBar = h('div', { class: 'heatmap-colbar' });
   if (o.selectedCol !== undefined && o.selectedCol < cols) {
     colBar.append(h('span', { class: 'heatmap-sel-col', style: `left:${(100 * (o.selectedCol + 0.5)) / Math.max(1, cols)}%`, title: `picked: step ${o.selectedCol + 1}` }, '▼'));
@@ -126,7 +149,8 @@ export function heatmapCanvas(o: HeatmapOptions): HeatmapView {
   // The matrix cell under the mouse: the rank the pixel row shows (its most extreme), and the step.
   const cell = (ev: MouseEvent): [number, number, number] | null => {
     const b = canvas.getBoundingClientRect();
-    const y = Math.floor(((ev.clientY - b.top) / b.height) * ds.rows);
+    const py = ((ev.clientY - b.top) / Math.max(1, b.height)) * height;
+    const y = py >= 0 && py < height ? dsRowAt(py) : -1;
     const x = Math.floor(((ev.clientX - b.left) / b.width) * ds.cols);
     if (!(y >= 0 && y < ds.rows && x >= 0 && x < ds.cols)) return null;
     const src = ds.source[y * ds.cols + x];
@@ -149,7 +173,12 @@ export function heatmapCanvas(o: HeatmapOptions): HeatmapView {
       covers;
     tip.dataset.rank = String(rk?.rank ?? '');
     tip.dataset.node = rk?.node ?? '';
+    const nh = Math.max(MARK_ROW_PX, rowH(y));
+    hoverNotch.hidden = false;
+    hoverNotch.style.top = `${top[y] + rowH(y) / 2 - nh / 2}px`;
+    hoverNotch.style.height = `${nh}px`;
   });
+  canvas.addEventListener('mouseleave', () => { hoverNotch.hidden = true; });
   canvas.addEventListener('click', (ev) => {
     const rc = cell(ev);
     if (rc && o.onPick) o.onPick(rc[0], rc[1]);

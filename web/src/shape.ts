@@ -352,6 +352,48 @@ export function downsampleExtreme(
   return { rows: R, cols: C, values, source, rowStart, colStart };
 }
 
+// A marked or picked rank's pixel row is drawn at least this tall (CSS px): past 200 ranks a row is
+// 1 px, a hairline a person misses beside its label (issue 19: rank 137 of 1,000 was one red pixel row).
+export const MARK_ROW_PX = 3;
+
+// The heatmap's pixel rows: `outRows` rows over `rows` ranks (downsampleExtreme's spans), each
+// `rowPx` tall except the ones holding a `special` rank (marked or picked), which are MARK_ROW_PX
+// tall; all of them fit `maxPx`. The extra pixels come out of the downsampling (a few more ranks
+// share a pixel row), never out of a neighbour's row: nothing is drawn over another rank's data.
+// `top[y]` is pixel row y's first CSS px, `top[outRows]` the height.
+export interface RowLayout {
+  outRows: number;
+  rowPx: number;
+  rowStart: Int32Array;
+  top: Int32Array;
+}
+
+export function heatmapRowLayout(rows: number, special: readonly number[], maxPx: number): RowLayout {
+  let rowPx = rows > 0 && rows <= maxPx ? Math.max(1, Math.floor(Math.min(maxPx, Math.max(160, rows * 24)) / rows)) : 1;
+  const inRange = [...new Set(special.filter((r) => r >= 0 && r < rows))];
+  let outRows = Math.min(rows, maxPx);
+  if (rowPx < MARK_ROW_PX && outRows * rowPx + inRange.length * (MARK_ROW_PX - rowPx) > maxPx) {
+    rowPx = 1;
+    outRows = Math.max(1, Math.min(rows, maxPx - inRange.length * (MARK_ROW_PX - 1)));
+  }
+  if (rows === 0) outRows = 0;
+  const rowStart = spans(rows, outRows);
+  const tall = new Set<number>();
+  for (const r of inRange) {
+    let lo = 0;
+    let hi = outRows - 1;
+    while (lo < hi) {
+      const mid = (lo + hi + 1) >> 1;
+      if (rowStart[mid] <= r) lo = mid;
+      else hi = mid - 1;
+    }
+    tall.add(lo);
+  }
+  const top = new Int32Array(outRows + 1);
+  for (let y = 0; y < outRows; y++) top[y + 1] = top[y] + (tall.has(y) ? Math.max(rowPx, MARK_ROW_PX) : rowPx);
+  return { outRows, rowPx, rowStart, top };
+}
+
 // Diverging ramp for deviations, t in -1..1: blue (below the step's median), a neutral middle, red
 // (above), as little-endian RGBA words. `neutral` is the page's background tone (light or dark).
 export function divergingTable(steps = 257, neutral: [number, number, number] = [240, 240, 240]): Uint32Array {
