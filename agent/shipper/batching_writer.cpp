@@ -17,6 +17,14 @@
 namespace strata::agent::shipper {
 namespace {
 
+// One whole line on stderr: the writers of a process (an agent has one, tests several) share it,
+// and a line written piece by piece interleaves with another thread's.
+void say(const std::string& line) {
+  static std::mutex mu;
+  std::lock_guard lock(mu);
+  std::cerr << line << std::flush;
+}
+
 // A local stack dictionary larger than this starts over (the server re-interns what is sent
 // again): the agent's memory stays bounded on long runs with ever-new stacks.
 constexpr size_t kMaxStacks = 200'000;
@@ -388,8 +396,8 @@ BatchingWriter::Outcome BatchingWriter::ship_one(const Spool::Entry& e, const st
       counters_.batches_rejected++;
       pending_counts_.erase(e.seq);
     }
-    std::cerr << "strata: agent: the collector refused batch " << e.seq << " as invalid (HTTP 400): "
-              << one_line(res->body) << "; moved to " << spool_.quarantine_dir() << "\n";
+    say("strata: agent: the collector refused batch " + std::to_string(e.seq) + " as invalid (HTTP 400): " +
+        one_line(res->body) + "; moved to " + spool_.quarantine_dir() + "\n");
     return Outcome::kQuarantine;
   }
   // Anything else keeps the batch: no answer, 5xx, throttling, a token being rotated (401/403),
@@ -409,9 +417,9 @@ void BatchingWriter::log_kept(int status, const std::string& body, uint64_t seq)
   if (last_log_ != std::chrono::steady_clock::time_point{} && now - last_log_ < kLogEvery) return;
   std::string answer = status == 0 ? std::string("no answer (unreachable or timed out)") : "HTTP " + std::to_string(status);
   std::string said = one_line(body);
-  std::cerr << "strata: agent: the collector at " << opts_.server << " gave " << answer << " for batch " << seq
-            << (said.empty() ? "" : ": " + said) << "; batches stay in the spool and are retried ("
-            << unlogged_ << " such answers since the last line, at most one line a minute)\n";
+  say("strata: agent: the collector at " + opts_.server + " gave " + answer + " for batch " + std::to_string(seq) +
+      (said.empty() ? "" : ": " + said) + "; batches stay in the spool and are retried (" + std::to_string(unlogged_) +
+      " such answers since the last line, at most one line a minute)\n");
   last_log_ = now;
   unlogged_ = 0;
 }
@@ -506,7 +514,7 @@ void BatchingWriter::ship_loop() {
       }
       if (out == Outcome::kQuarantine) {
         if (auto moved = spool_.quarantine(*e); !moved)
-          std::cerr << "strata: agent: " << moved.error().message << " (the batch left the spool)\n";
+          say("strata: agent: " + moved.error().message + " (the batch left the spool)\n");
       } else {
         spool_.remove(*e);
       }
