@@ -142,26 +142,42 @@ uint64_t make_store(const std::string& path, int steps, int slow_last, int nodes
 }
 
 // What a collector's round reads of a store: the counted rows, and the SQLite work.
+// A store opened as a round reads it (read-only), with the end of its latest step (0: none, or it
+// did not open: the expectations say which).
+struct ReadStore {
+  std::unique_ptr<store::Store> store;
+  uint64_t latest_ns = 0;
+};
+ReadStore open_for_reading(const std::string& path) {
+  ReadStore r;
+  auto st = store::Store::open_sqlite(path, store::Store::Mode::kReadOnly);
+  EXPECT_TRUE(st) << (st ? "" : st.error().message);
+  if (!st) return r;
+  r.store = std::move(*st);
+  auto latest = r.store->latest_step_ns();
+  EXPECT_TRUE(latest && *latest) << "no step in " << path;
+  if (latest && *latest) r.latest_ns = **latest;
+  return r;
+}
+
 struct RoundCost {
   diagnose::Stats stats;
   uint64_t work = 0;
 };
 
 RoundCost round_cost(const std::string& path) {
-  auto st = store::Store::open_sqlite(path, store::Store::Mode::kReadOnly);
-  EXPECT_TRUE(st);
-  auto latest = (*st)->latest_step_ns();
-  EXPECT_TRUE(latest && *latest);
+  auto [st, latest] = open_for_reading(path);
   RoundCost c;
+  if (!st || !latest) return c;
   diagnose::LoadOptions lo;
   lo.job = "rounds";
   lo.all_recordings = true;
-  lo.from_ns = **latest - server::Diagnoser::kAnalysisSpanNs;  // a first round, as the collector makes it
+  lo.from_ns = latest - server::Diagnoser::kAnalysisSpanNs;  // a first round, as the collector makes it
   lo.stats = &c.stats;
-  const uint64_t before = (*st)->read_work();
-  auto w = diagnose::load_job_window(**st, lo);
+  const uint64_t before = st->read_work();
+  auto w = diagnose::load_job_window(*st, lo);
   EXPECT_TRUE(w) << (w ? "" : w.error().message);
-  c.work = (*st)->read_work() - before;
+  c.work = st->read_work() - before;
   return c;
 }
 
@@ -201,20 +217,20 @@ TEST(DiagnoseRounds, ACancelledLoadStopsAtItsNextRead) {
   TempDir tmp;
   const std::string db = tmp.file("cancel.db");
   make_store(db, 300, 150);
-  auto st = store::Store::open_sqlite(db, store::Store::Mode::kReadOnly);
-  ASSERT_TRUE(st);
+  auto [st, latest] = open_for_reading(db);
+  ASSERT_TRUE(st && latest);
   std::atomic<bool> cancel{true};
   diagnose::LoadOptions lo;
   lo.job = "rounds";
   lo.all_recordings = true;
   lo.cancel = &cancel;
-  const uint64_t before = (*st)->read_work();
-  auto w = diagnose::load_job_window(**st, lo);
+  const uint64_t before = st->read_work();
+  auto w = diagnose::load_job_window(*st, lo);
   ASSERT_FALSE(w) << "a cancelled load returned a window";
   EXPECT_NE(w.error().message.find("cancelled"), std::string::npos) << w.error().message;
-  EXPECT_EQ((*st)->read_work(), before) << "it read before it looked at the flag";
+  EXPECT_EQ(st->read_work(), before) << "it read before it looked at the flag";
   cancel = false;
-  EXPECT_TRUE(diagnose::load_job_window(**st, lo)) << "the same load, not cancelled";
+  EXPECT_TRUE(diagnose::load_job_window(*st, lo)) << "the same load, not cancelled";
 }
 
 // A round's reads grow with the job's ranks, not with ranks x nodes: 4 times the ranks on 4 times
@@ -259,17 +275,15 @@ TEST(DiagnoseRounds, AReadInAnyOrderSkipsTheSort) {
   TempDir tmp;
   const std::string db = tmp.file("order.db");
   make_store(db, 3000, 0);
-  auto st = store::Store::open_sqlite(db, store::Store::Mode::kReadOnly);
-  ASSERT_TRUE(st);
-  auto latest = (*st)->latest_step_ns();
-  ASSERT_TRUE(latest && *latest);
+  auto [st, latest] = open_for_reading(db);
+  ASSERT_TRUE(st && latest);
   store::RowQuery q;
-  q.from_ns = **latest - 300'000'000'000ull;  // 5 minutes of 16 ranks' steps
+  q.from_ns = latest - 300'000'000'000ull;  // 5 minutes of 16 ranks' steps
   auto read = [&](bool any, uint64_t& work) {
     q.any_order = any;
-    const uint64_t before = (*st)->read_work();
-    auto rows = (*st)->query_steps(q);
-    work = (*st)->read_work() - before;
+    const uint64_t before = st->read_work();
+    auto rows = st->query_steps(q);
+    work = st->read_work() - before;
     EXPECT_TRUE(rows);
     std::vector<std::tuple<std::string, uint32_t, uint64_t>> keys;
     for (const auto& r : *rows) keys.emplace_back(r.node, r.pid, r.step);
@@ -302,18 +316,16 @@ TEST(DiagnoseRounds, OneProcessProfileOfASpanDoesNotGrowWithTheNodes) {
   for (int n : {2, 8}) {
     const std::string db = tmp.file("proc-" + std::to_string(n) + ".db");
     make_store(db, 300, 150, n, 8);
-    auto st = store::Store::open_sqlite(db, store::Store::Mode::kReadOnly);
-    ASSERT_TRUE(st);
-    auto latest = (*st)->latest_step_ns();
-    ASSERT_TRUE(latest && *latest);
+    auto [st, latest] = open_for_reading(db);
+    ASSERT_TRUE(st && latest);
     store::ProfileFilter f;
     f.node = "node-0";
     f.pid = 10000 + kStraggler;
-    f.from_ns = **latest - server::Diagnoser::kAnalysisSpanNs;
-    const uint64_t before = (*st)->read_work();
-    auto prof = (*st)->load_profile(f);
+    f.from_ns = latest - server::Diagnoser::kAnalysisSpanNs;
+    const uint64_t before = st->read_work();
+    auto prof = st->load_profile(f);
     ASSERT_TRUE(prof) << prof.error().message;
-    work.push_back((*st)->read_work() - before);
+    work.push_back(st->read_work() - before);
     EXPECT_FALSE(prof->samples.empty());
     for (const auto& smp : prof->samples) EXPECT_EQ(smp.pid, 10000u + kStraggler);
   }
