@@ -457,10 +457,10 @@ bool tcp_recorded(const JobWindow& job) {
 // connections with delayed ACKs have long RTTs of their own), and the culprit is the rank whose best
 // connection is slow. Two measures, RTT first:
 // - RTT: a link that delays packets (a congested or lossy path) stretches every RTT through it;
-// - rate: bytes over busy time. A rate-limited link (a port renegotiated to a lower speed, a shaper)
-//   need not stretch RTTs: TCP keeps the excess in the sending socket (small queues), not on the
-//   wire. Measured: a 40 Mbit/s limit on one rank of a PyTorch DDP job left its connections at
-//   0.16-0.33 ms smoothed RTT, no higher than the others'.
+// - rate: bytes over busy time, for a link that limits throughput without a queue long enough to
+//   show in RTT (a shaper with a short queue; TCP small queues keep the excess in the sending
+//   socket). Measured on a PyTorch DDP job with one rank's link limited to 40 Mbit/s: its
+//   connections moved 4.3 MB/s while busy, the others 22-295 MB/s (RTT showed that link too).
 struct SlowLinks {
   size_t culprit = 0;                 // index into job.ranks
   std::vector<std::string> peers;     // its peers over bulk connections ("rank 3", or an endpoint)
@@ -506,7 +506,7 @@ std::string slow_links_evidence(const JobWindow& job, const SlowLinks& links) {
   const std::string who = "every bulk TCP connection of " + rank_name(job.ranks[links.culprit]) + " (with " + peers + ")";
   if (links.by_rate)
     return who + " moves data slowly: " + fmt("%.3g", links.rate_mb_s) + " MB/s at best while it has data on its way, while every other rank has one of " +
-           fmt("%.3g", links.next_rate_mb_s) + " MB/s or more (their RTTs do not show it: a rate limit queues in the sending socket)";
+           fmt("%.3g", links.next_rate_mb_s) + " MB/s or more (by RTT it does not stand out)";
   return who + " is slow: smoothed RTT " + ms(links.fastest_ms) + " or more, while every other rank has one of " + ms(links.next_ms) +
          " or less (median over the job's " + std::to_string(links.connections) + " bulk connections " + ms(links.median_ms) + ")";
 }
@@ -2696,9 +2696,7 @@ void standing_slow_link(const JobWindow& job, Diagnosis& dx, double wait_med) {
   if (!links || !links->unique) return;
   const RankWindow& r = job.ranks[links->culprit];
   auto peers = peers_of(job, links->culprit);
-  double runq_peers = peer_median(job, peers, [](const RankWindow& x) { return x.get(Os::kRunqWait); });
-  double runq_extra = known(r.get(Os::kRunqWait)) && known(runq_peers) ? r.get(Os::kRunqWait) - runq_peers : 0;
-  if (runq_extra > kStandingLinkRunqShare * wait_med) return;
+  if (os_excess(job, links->culprit, peers, Os::kRunqWait) > kStandingLinkRunqShare * wait_med) return;
   Finding f;
   f.rank = r.rank;
   f.node = r.node;
@@ -2715,7 +2713,8 @@ void standing_slow_link(const JobWindow& job, Diagnosis& dx, double wait_med) {
                        "(since the job started, or since before its baseline), so what it costs cannot be measured; "
                        "the cost shown is the collectives' whole wait, an upper bound");
   if (known(r.get(Os::kRunqWait)))
-    f.evidence.push_back(rank_name(r) + " waits " + ms(r.get(Os::kRunqWait)) + " per step for a CPU (peers " + ms(runq_peers) +
+    f.evidence.push_back(rank_name(r) + " waits " + ms(r.get(Os::kRunqWait)) + " per step for a CPU (peers " +
+                         ms(peer_median(job, peers, [](const RankWindow& x) { return x.get(Os::kRunqWait); })) +
                          "): its host does not delay its connections");
   f.advice = "check " + rank_name(r) + "'s network path (ethtool -S, link speed and errors, tc qdisc on its node) and the switch port it uses";
   dx.findings.push_back(std::move(f));
