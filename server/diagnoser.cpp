@@ -244,6 +244,10 @@ void Diagnoser::loop() {
     }
     const double cpu = round();
     auto t1 = std::chrono::steady_clock::now();
+    {
+      std::lock_guard lock(mu_);
+      counters_.round_seconds.observe(std::chrono::duration<double>(t1 - t0).count());
+    }
     bool own_readers;
     {
       std::lock_guard lock(reader_mu_);

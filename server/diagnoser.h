@@ -46,7 +46,8 @@ struct DiagnoserCounters {
   double cpu_seconds = 0;       // CPU the background rounds used, over their threads (their pauses follow it)
   uint64_t rows_read = 0;       // rows the rounds' loads read (steps, collectives, device, metrics, samples)
   uint64_t states_dropped = 0;  // per-job states dropped: the job went quiet, or too many jobs
-  prom::Histogram job_seconds{prom::diagnosis_buckets()};  // each job's diagnosis, for /metrics
+  prom::Histogram job_seconds{prom::diagnosis_buckets()};    // each job's diagnosis, for /metrics
+  prom::Histogram round_seconds{prom::diagnosis_buckets()};  // each background round (wall), for /metrics
 };
 
 class Diagnoser {

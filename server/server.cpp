@@ -915,6 +915,9 @@ class Server {
     prom::family(o, "strata_serve_diagnosis_duration_seconds", "histogram",
                  "One job's diagnosis (load, diagnose, keep the findings), each round.");
     dc.job_seconds.write(o, "strata_serve_diagnosis_duration_seconds", "");
+    prom::family(o, "strata_serve_round_duration_seconds", "histogram",
+                 "One background round, every job it looked at (wall time; the pause after it follows its CPU).");
+    dc.round_seconds.write(o, "strata_serve_round_duration_seconds", "");
     auto cc = svr_.counters();
     prom::family(o, "strata_serve_connections", "gauge", "Open HTTP connections.");
     o << "strata_serve_connections " << cc.open << "\n";

@@ -265,6 +265,7 @@ TEST(Cli, ServeMetricsFollowPrometheusConventions) {
   EXPECT_EQ(type["strata_build_info"], "gauge");
   EXPECT_EQ(type["strata_serve_request_duration_seconds"], "histogram");
   EXPECT_EQ(type["strata_serve_diagnosis_duration_seconds"], "histogram");
+  EXPECT_EQ(type["strata_serve_round_duration_seconds"], "histogram");
   EXPECT_NE(page.out.find("strata_serve_request_duration_seconds_count{route=\"jobs\"} 1"), std::string::npos)
       << page.out;
 }
