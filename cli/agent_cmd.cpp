@@ -82,7 +82,7 @@ int agent_main(std::vector<std::string> argv) {
   app.add_option("-F,--freq", hz, "sampling frequency per CPU, as for strata record (default 99)")->type_name("HZ");
   std::string budget;
   app.add_option("--budget", budget,
-                 "the agent's cost budget, in percent of the watched processes' CPU (at least one core's worth): over it the agent steps down (CFI unwinding off, then half and a quarter of the rate); 0: no budget (default 0.2)")
+                 "the agent's cost budget, in percent of the watched processes' CPU (at least one core's worth): over it the agent steps down (half, then a quarter of the sampling rate and of the off-CPU stack captures, then CFI unwinding off), keeping a step only if it cut a fifth of the cost; 0: no budget (default 0.2)")
       ->type_name("PCT");
   app.add_option("--layers", layers, "what to record, as for strata record (default all)")->type_name("L,...");
   app.add_option("--duration", duration, "stop after S seconds (default: until SIGINT/SIGTERM)")->type_name("S");

@@ -37,7 +37,7 @@ int record_main(std::vector<std::string> argv) {
   app.add_option("-F,--freq", hz, "sampling frequency per CPU (default 99, at most 1000)")->type_name("HZ");
   std::string budget;
   app.add_option("--budget", budget,
-                 "the agent's cost budget, in percent of the watched processes' CPU (at least one core's worth): over it the agent steps down (CFI unwinding off, then half and a quarter of the rate); 0: no budget (default 0.2)")
+                 "the agent's cost budget, in percent of the watched processes' CPU (at least one core's worth): over it the agent steps down (half, then a quarter of the sampling rate and of the off-CPU stack captures, then CFI unwinding off), keeping a step only if it cut a fifth of the cost; 0: no budget (default 0.2)")
       ->type_name("PCT");
   app.add_option("-o,--output", opts.output, "store to write (default strata.db); an existing strata store gets a new recording")
       ->type_name("FILE.db");
