@@ -21,6 +21,12 @@ machine's drifting speed; each one's cost is its own, the others only share the 
 Targets (issue: one node agent): the agent's sampler within 1.5x of bpftrace's bare sampler (BPF run
 time of the perf_event programs); the whole agent <= 0.2% of the watched ranks' CPU; agent peak RSS
 <= 200 MB. Exit 1 when a target is missed, 2 when the bench cannot run.
+
+Beside them, a fourth watcher measures a floor, not a profiler: bpftrace's empty sched_switch program
+(`tracepoint:sched:sched_switch { }`). Any tracing of context switches (the OS and off-CPU layers'
+sched_switch program) runs at every switch on the node; the empty program's BPF run time over the
+job's CPU is the least such tracing costs on this node, whatever it does. When that floor is near or
+above the 0.2% target, no per-switch design meets it here.
 """
 import argparse
 import json
@@ -77,6 +83,38 @@ def bpf_progs(pid):
         if "run_time_ns" in kv and "prog_id" in kv:  # links name a prog_id too, without run stats
             progs[kv["prog_id"].strip()] = (int(kv.get("prog_type", "0")), int(kv["run_time_ns"]))
     return progs
+
+
+def bpf_by_name(pid):
+    """{program name: [run count, run time ns]} of pid's BPF programs (summed over programs of one
+    name): where the BPF part of a profiler's cost goes."""
+    out = {}
+    try:
+        fds = os.listdir("/proc/%d/fdinfo" % pid)
+    except OSError:
+        return out
+    seen = set()
+    for fd in fds:
+        try:
+            with open("/proc/%d/fdinfo/%s" % (pid, fd)) as f:
+                kv = dict(line.split(":", 1) for line in f if ":" in line)
+        except OSError:
+            continue
+        pid_s = kv.get("prog_id", "").strip()
+        if "run_time_ns" not in kv or not pid_s or pid_s in seen:
+            continue
+        seen.add(pid_s)
+        name = pid_s
+        try:
+            info = json.loads(subprocess.run(["bpftool", "prog", "show", "id", pid_s, "--json"], capture_output=True,
+                                             text=True, timeout=10).stdout or "{}")
+            name = info.get("name", pid_s)
+        except (OSError, ValueError, subprocess.TimeoutExpired):
+            pass
+        e = out.setdefault(name, [0, 0])
+        e[0] += int(kv.get("run_cnt", "0"))
+        e[1] += int(kv["run_time_ns"])
+    return out
 
 
 def bpf_ns(pid):
@@ -269,10 +307,14 @@ def run_workload(name, args, tmp):
         for key in ("record", "bpftrace"):
             if not settle(procs[key].pid, True):
                 raise RuntimeError("%s did not start: %s" % (key, open(os.path.join(wdir, key + ".log")).read()[-400:]))
-        who = ("agent", "record", "bpftrace")
+        start("floor", ["bpftrace", "-e", "tracepoint:sched:sched_switch { }"])
+        if not settle(procs["floor"].pid, True):
+            raise RuntimeError("the floor's bpftrace did not start: " + open(os.path.join(wdir, "floor.log")).read()[-400:])
+        who = ("agent", "record", "bpftrace", "floor")
         job = Job(marker)
         job.snapshot(first=True)
         before = {k: (cpu_ns(procs[k].pid), *bpf_ns(procs[k].pid)) for k in who}
+        progs_before = bpf_by_name(agent.pid)
         t_start = time.time()
         rss_max = 0
         while time.time() - t_start < args.seconds:
@@ -285,6 +327,7 @@ def run_workload(name, args, tmp):
             if procs["job"].poll() is not None:
                 raise RuntimeError("the job exited during the run: " + open(os.path.join(wdir, "job.log")).read()[-400:])
         after = {k: (cpu_ns(procs[k].pid), *bpf_ns(procs[k].pid)) for k in who}
+        progs_after = bpf_by_name(agent.pid)
         job.snapshot()
         wall = time.time() - t_start
         hwm = status_kb(agent.pid, "VmHWM")
@@ -299,8 +342,16 @@ def run_workload(name, args, tmp):
             res[k] = {"cpu_ms": round(d_cpu / 1e6, 1), "bpf_ms": round(d_bpf / 1e6, 1), "sampler_bpf_ms": round(d_smp / 1e6, 1),
                       "pct": round(100 * (d_cpu + d_bpf) / job_ns, 4) if job_ns else None,
                       "sampler_pct": round(100 * d_smp / job_ns, 4) if job_ns else None}
+        # The agent's BPF time per program: runs, ns a run, share of the job's CPU.
+        res["agent_programs"] = {}
+        for name, (cnt, ns) in sorted(progs_after.items(), key=lambda kv: -kv[1][1]):
+            c0, n0 = progs_before.get(name, (0, 0))
+            runs, run_ns = cnt - c0, ns - n0
+            if runs > 0:
+                res["agent_programs"][name] = {"runs": runs, "ns_per_run": round(run_ns / runs),
+                                               "pct": round(100 * run_ns / job_ns, 4) if job_ns else None}
     finally:
-        for key in ("bpftrace", "record", "job", "agent", "serve"):
+        for key in ("floor", "bpftrace", "record", "job", "agent", "serve"):
             p = procs.get(key)
             if p and p.poll() is None:
                 try:
@@ -364,6 +415,13 @@ def main():
         r["agent_sampler_vs_bpftrace"] = round(ratio, 2) if ratio else None
         print("      agent sampler / bpftrace sampler: %s; the agent's own view: %s" % (r["agent_sampler_vs_bpftrace"],
                                                                                      r["agent_own_view"]))
+        r["switch_floor_pct"] = round(100 * r["floor"]["bpf_ms"] / 1000 / r["job_cpu_s"], 4) if r["job_cpu_s"] else None
+        print("      floor of per-switch tracing (an empty sched_switch program's BPF time): %.3f%% of the job's CPU" %
+              (r["switch_floor_pct"] or 0))
+        print("      agent CPU %.1f ms, BPF %.1f ms; per program: %s" % (
+            r["agent"]["cpu_ms"], r["agent"]["bpf_ms"],
+            ", ".join("%s %d runs x %d ns = %.3f%%" % (n, p["runs"], p["ns_per_run"], p["pct"] or 0)
+                      for n, p in r.get("agent_programs", {}).items())))
         if ratio is None or ratio > TARGET_SAMPLER_RATIO:
             missed.append("%s: sampler %.2fx bpftrace's (target %.1fx)" % (r["workload"], ratio or 0, TARGET_SAMPLER_RATIO))
         if r["agent"]["pct"] > TARGET_AGENT_PCT:
