@@ -418,6 +418,62 @@ TEST(Store, WindowFidelityRoundTrip) {
   check_fidelity(**st);
 }
 
+// RowQuery::any_order (the diagnosis sums device activity per process): the same rows as the
+// ordered read, on either store; a page (limit) keeps the store's order, asked for in any order or not.
+void check_any_order(Store& s) {
+  ASSERT_TRUE(s.begin());
+  auto rec = s.begin_recording({"node-1", "app", kSecond, 99, 10});
+  ASSERT_TRUE(rec) << rec.error().message;
+  std::vector<DeviceActivity> rows;
+  for (uint32_t pid : {7u, 3u, 5u}) {
+    for (uint64_t i = 0; i < 40; ++i) {
+      DeviceActivity d;
+      d.pid = pid;
+      d.kind = "kernel";
+      d.name = "k" + std::to_string(i % 4);
+      d.start_ns = 100 * kSecond + (97 * i + pid) % 40 * kSecond / 10;  // out of time order, per pid
+      d.end_ns = d.start_ns + 1000 + i;
+      d.correlation = pid * 1000 + i;
+      rows.push_back(d);
+    }
+  }
+  ASSERT_TRUE(s.put_device_activity(*rec, rows));
+  ASSERT_TRUE(s.end_recording(*rec, 200 * kSecond));
+  auto committed = s.commit();
+  ASSERT_TRUE(committed) << committed.error().message;
+  RowQuery q;
+  q.from_ns = 100 * kSecond;
+  q.to_ns = 110 * kSecond;
+  auto keys = [](const std::vector<DeviceActivity>& v) {
+    std::vector<std::pair<uint32_t, uint64_t>> k;
+    for (const auto& d : v) k.emplace_back(d.pid, d.correlation);
+    return k;
+  };
+  auto sorted = s.query_device_activity(q);
+  ASSERT_TRUE(sorted) << sorted.error().message;
+  q.any_order = true;
+  auto any = s.query_device_activity(q);
+  ASSERT_TRUE(any) << any.error().message;
+  EXPECT_EQ(sorted->size(), rows.size());
+  auto a = keys(*any), b = keys(*sorted);
+  std::sort(a.begin(), a.end());
+  std::sort(b.begin(), b.end());
+  EXPECT_EQ(a, b);
+  q.limit = 5;
+  auto page = s.query_device_activity(q);
+  ASSERT_TRUE(page) << page.error().message;
+  ASSERT_EQ(page->size(), 5u);
+  auto p = keys(*page), first = keys(*sorted);
+  EXPECT_TRUE(std::equal(p.begin(), p.end(), first.begin())) << "a page is in the store's order";
+}
+
+TEST(Store, AReadInAnyOrderReturnsTheSameRows) {
+  TempDir d;
+  auto st = Store::open_sqlite(d.file("s.db"), Store::Mode::kCreateOrAppend);
+  ASSERT_TRUE(st) << st.error().message;
+  check_any_order(**st);
+}
+
 // A file from before the fidelity columns: read only, its windows are at the recording's rate and
 // nothing is reduced; opened for writing, the columns are added and new windows keep theirs.
 TEST(Store, WindowFidelityColumnsAreAddedToAnOlderFile) {
@@ -804,6 +860,12 @@ TEST(Store, CatalogRoundTripOnClickHouse) {
   auto st = clickhouse_or_skip("catalog");
   if (!st) GTEST_SKIP() << "set STRATA_TEST_CLICKHOUSE=clickhouse://HOST:PORT to run against ClickHouse";
   check_catalog_round_trip(*st);
+}
+
+TEST(Store, AReadInAnyOrderReturnsTheSameRowsOnClickHouse) {
+  auto st = clickhouse_or_skip("any_order");
+  if (!st) GTEST_SKIP() << "set STRATA_TEST_CLICKHOUSE=clickhouse://HOST:PORT to run against ClickHouse";
+  check_any_order(*st);
 }
 
 TEST(Store, WindowFidelityOnClickHouse) {
