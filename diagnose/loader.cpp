@@ -3,6 +3,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <functional>
 #include <map>
 #include <memory>
 #include <set>
@@ -669,6 +670,58 @@ Status load_stall_stacks(store::Reader& s, const store::RowQuery& span, uint64_t
   return {};
 }
 
+// No recorded process has a RANK in its environment: a job started with
+// torch.multiprocessing.spawn (or any launcher that hands each rank its number as an argument) sets
+// it, if at all, after its exec, where /proc/PID/environ never shows it. Its ranks are still the
+// processes that train (their collectives repeat in steps): those that share a parent on a node are
+// one job's ranks, numbered by start order (spawn starts rank 0 first, so the numbers are the job's
+// own where it spawns in order; the notes say which pid each one is, since nothing guarantees it).
+// Their descendants that do not train (DataLoader workers) are their rank's, as children that
+// inherit a RANK would be. Rewrites `procs` in place; the notes say what was inferred.
+void infer_ranks(std::vector<store::ProcessInfo>& procs, const std::function<bool(const store::ProcessInfo&)>& trains,
+                 std::vector<std::string>& notes) {
+  std::map<std::pair<std::string, uint32_t>, std::vector<size_t>> groups;  // (node, parent) -> ranks
+  ByProc<size_t> index;
+  for (size_t i = 0; i < procs.size(); ++i) {
+    index[{procs[i].node, procs[i].pid}] = i;
+    if (trains(procs[i])) groups[{procs[i].node, procs[i].ppid}].push_back(i);
+  }
+  for (auto& [key, members] : groups) {
+    const auto& [node, parent] = key;
+    std::sort(members.begin(), members.end(), [&](size_t a, size_t b) {
+      return std::tie(procs[a].start_ns, procs[a].pid) < std::tie(procs[b].start_ns, procs[b].pid);
+    });
+    std::string job = procs[members[0]].job;
+    if (job.empty()) {
+      auto up = index.find({node, parent});
+      job = (up != index.end() && !procs[up->second].comm.empty() ? procs[up->second].comm : std::string("job")) +
+            "-" + std::to_string(parent);
+    }
+    std::string which;
+    for (size_t k = 0; k < members.size(); ++k) {
+      auto& p = procs[members[k]];
+      p.rank = static_cast<int>(k);
+      p.world_size = static_cast<int>(members.size());
+      p.job = job;
+      which += (k ? ", " : "") + std::to_string(k) + " = pid " + std::to_string(p.pid);
+    }
+    notes.push_back("no process of job " + job + " has a RANK in its environment (a launcher such as "
+                    "torch.multiprocessing.spawn passes it as an argument): its ranks are the " +
+                    std::to_string(members.size()) + " processes that train under pid " + std::to_string(parent) +
+                    (node.empty() ? "" : " on " + node) + ", numbered by start order (rank " + which +
+                    "); the job may number them otherwise");
+  }
+  for (auto& p : procs) {
+    if (p.rank >= 0) continue;
+    auto up = index.find({p.node, p.ppid});
+    for (int depth = 0; depth < 64 && up != index.end() && procs[up->second].rank < 0; ++depth)
+      up = index.find({p.node, procs[up->second].ppid});
+    if (up == index.end() || procs[up->second].rank < 0) continue;
+    p.rank = procs[up->second].rank;
+    p.job = procs[up->second].job;
+  }
+}
+
 }  // namespace
 
 Result<JobWindow> load_job_window(store::Reader& s, const LoadOptions& opt) {
@@ -715,6 +768,11 @@ Result<JobWindow> load_job_window(store::Reader& s, const LoadOptions& opt) {
   ByProc<std::vector<store::StepRecord>> steps_by_proc;
   for (auto& st : *steps_r) steps_by_proc[{st.node, st.pid}].push_back(st);
 
+  std::vector<std::string> data_notes;
+  if (std::none_of(procs->begin(), procs->end(), [](const auto& p) { return p.rank >= 0; }))
+    infer_ranks(*procs, [&](const store::ProcessInfo& p) { return steps_by_proc.count({p.node, p.pid}) > 0; },
+                data_notes);
+
   // Jobs and their ranks. Children inherit RANK (a launcher's shell, a data-loader worker): the
   // rank is the process that trains (has steps); among those, a restarted rank's latest.
   std::map<std::string, std::map<int, store::ProcessInfo>> jobs;
@@ -743,7 +801,7 @@ Result<JobWindow> load_job_window(store::Reader& s, const LoadOptions& opt) {
                   (trains(p) == trains(slot) && p.start_ns > slot.start_ns);
     if (better) slot = p;
   }
-  if (jobs.empty()) return Error{"no training job in the store: no recorded process has a RANK"};
+  if (jobs.empty()) return Error{"no training job in the store: no recorded process has a RANK or trains (repeats collectives in steps)"};
   if (steps_r->empty() && (from_ns || opt.to_ns)) return Error{"no training step in the time span asked for"};
   const std::map<int, store::ProcessInfo>* ranks = nullptr;
   std::string job_name;
@@ -773,7 +831,6 @@ Result<JobWindow> load_job_window(store::Reader& s, const LoadOptions& opt) {
     src.push_back(std::move(rs));
   }
   // Ranks whose steps the agent cut at a fraction of the iteration are re-cut like their peers.
-  std::vector<std::string> data_notes;
   {
     std::vector<std::vector<store::StepRecord>> cuts;
     std::vector<size_t> before;

@@ -236,19 +236,33 @@ Status Job::NodeWriter::begin(uint64_t started_ns) {
   rec_ = *rec;
   std::vector<store::CommunicatorRecord> comms;
   const uint64_t t_first = job_.start_ns_.empty() ? started_ns : job_.start_ns_.front();
+  // Without a RANK in the environment, the ranks' parent: the launcher, a pid below the node's first.
+  const uint32_t launcher = job_.pid(node_ * sp.ranks_per_node) - 1;
+  if (!sp.rank_env) {
+    store::ProcessInfo p;
+    p.pid = launcher;
+    p.ppid = 1;
+    p.start_ns = t_first - 31'000'000'000ull;
+    p.node = Job::node_name(node_);
+    p.comm = "python3";
+    p.command = "python3 train.py";
+    if (auto st = out_.put_process(rec_, p); !st) return st;
+  }
   for (int l = 0; l < sp.ranks_per_node; ++l) {
     const int rank = node_ * sp.ranks_per_node + l;
     store::ProcessInfo p;
     p.pid = job_.pid(rank);
-    p.ppid = 1;
+    p.ppid = sp.rank_env ? 1 : launcher;
     p.start_ns = t_first - 30'000'000'000ull;  // the process started before its first step
     p.node = Job::node_name(node_);
     p.comm = "python3";
     p.command = "python3 train.py --job " + sp.job;
-    p.job = sp.job;
-    p.rank = rank;
-    p.local_rank = l;
-    p.world_size = job_.world();
+    if (sp.rank_env) {
+      p.job = sp.job;
+      p.rank = rank;
+      p.local_rank = l;
+      p.world_size = job_.world();
+    }
     if (auto st = out_.put_process(rec_, p); !st) return st;
     store::CommunicatorRecord c;
     c.pid = p.pid;

@@ -36,6 +36,10 @@ struct JobSpec {
   double step_ms = 1000;      // a healthy step
   double window_s = 10;       // the agents' window: metrics and stacks are per window
   bool same_pids = false;     // every node's ranks have the same pids (containers)
+  // false: the ranks' environment names no RANK, job or world size, as under
+  // torch.multiprocessing.spawn (the rank is an argument); each node's ranks are children of one
+  // recorded launcher process.
+  bool rank_env = true;
   int64_t pid_base = -1;      // the ranks' first pid; -1: chosen by the job's name (Job::pid)
   uint64_t seed = 1;
   uint64_t t0_ns = 0;         // the first live step starts here (unix ns)

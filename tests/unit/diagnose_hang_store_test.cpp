@@ -125,6 +125,62 @@ TEST(DiagnoseHangStore, HealthyJobReadsNoStallStacks) {
   EXPECT_TRUE(dx.findings.empty()) << text_of(dx);
 }
 
+// A job whose ranks have no RANK in their environment (torch.multiprocessing.spawn hands each its
+// rank as an argument): the loader takes the processes that train under one parent as the job's
+// ranks, numbered by start order, says so in the data notes, and the diagnosis names the slow rank
+// as it does with the environment. Before, the load failed ("no recorded process has a RANK").
+TEST(DiagnoseHangStore, RanksWithoutARankInTheirEnvironmentAreTheProcessesThatTrain) {
+  auto load = [](bool rank_env, test::TempDir& dir, std::vector<uint32_t>& pids) -> Result<JobWindow> {
+    synth::JobSpec sp;
+    sp.job = "spawned";
+    sp.nodes = 1;
+    sp.ranks_per_node = 4;
+    sp.steps = 40;
+    sp.fault = synth::Fault::kGpuSlow;
+    sp.fault_param = 3;  // the device 3x slower
+    sp.fault_rank = 2;
+    sp.fault_start_step = 20;
+    sp.rank_env = rank_env;
+    sp.t0_ns = 1'700'000'000'000'000'000ull;
+    synth::Job job(sp);
+    for (int r = 0; r < 4; ++r) pids.push_back(job.pid(r));
+    auto st = store::Store::open_sqlite(dir.file(rank_env ? "env.db" : "spawned.db"), store::Store::Mode::kCreateOrAppend);
+    if (!st) return st.error();
+    synth::Job::NodeWriter w(job, **st, 0);
+    if (auto b = w.begin(sp.t0_ns); !b) return b.error();
+    for (size_t wi = 0; wi < job.windows().size(); ++wi) {
+      (void)(*st)->begin();
+      if (auto ws = w.window(wi); !ws) return ws.error();
+      (void)(*st)->commit();
+    }
+    if (auto e = w.end(job.windows().back().end_ns); !e) return e.error();
+    return load_job_window(**st);
+  };
+  test::TempDir dir;
+  std::vector<uint32_t> pids, env_pids;
+  auto spawned = load(false, dir, pids);
+  ASSERT_TRUE(spawned) << spawned.error().message;
+  ASSERT_EQ(spawned->ranks.size(), 4u);
+  for (size_t r = 0; r < 4; ++r) {
+    EXPECT_EQ(spawned->ranks[r].rank, static_cast<int>(r));
+    EXPECT_EQ(spawned->ranks[r].pid, pids[r]) << "ranks are numbered in start order, then pid order";
+  }
+  EXPECT_EQ(spawned->job, "python3-" + std::to_string(pids[0] - 1)) << "named after the launcher";
+  ASSERT_FALSE(spawned->data_notes.empty());
+  EXPECT_NE(spawned->data_notes[0].find("has a RANK in its environment"), std::string::npos) << spawned->data_notes[0];
+  EXPECT_NE(spawned->data_notes[0].find("rank 0 = pid " + std::to_string(pids[0])), std::string::npos)
+      << spawned->data_notes[0];
+  auto dx = diagnose(*spawned);
+  ASSERT_FALSE(dx.findings.empty()) << text_of(dx);
+  auto with_env = load(true, dir, env_pids);
+  ASSERT_TRUE(with_env) << with_env.error().message;
+  auto dx_env = diagnose(*with_env);
+  ASSERT_FALSE(dx_env.findings.empty()) << text_of(dx_env);
+  EXPECT_EQ(dx.findings[0].rank, 2) << text_of(dx);
+  EXPECT_EQ(dx.findings[0].rank, dx_env.findings[0].rank);
+  EXPECT_EQ(dx.findings[0].cause, dx_env.findings[0].cause) << text_of(dx) << text_of(dx_env);
+}
+
 // A gloo job (PyTorch DDP on the CPU) written as the agent writes it: one all-reduce per step,
 // recorded when it returns (no communicator id, numbered per op), metric windows of 5 s while the
 // processes live, and the calls each rank is inside at a window's end (store::kInFlightMetric).
