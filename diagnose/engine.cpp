@@ -114,6 +114,14 @@ constexpr size_t kMaxStragglers = 16;
 // its extra time for it, and it waits less than they do; half leaves room for a step time that
 // is a median and a wait that is a mean.
 constexpr double kStragglerOwnWaitShare = 0.5;
+// The other side of it: a straggler's peers wait for it, so they wait longer than it does by about
+// its extra busy time. Where the peers wait at least this share of that extra time in collectives
+// (so the waits could show it), a candidate they wait no more than this share longer than it is
+// busier than they are off the path that sets the step: not why the job is slow (seen on healthy
+// DDP runs of a loaded machine: a rank 5.2 ms busier per step whose peers waited 1.2 ms more). Half,
+// as for kStragglerOwnWaitShare. Where the peers wait less than this share in collectives at all
+// (host-side NCCL calls without the device timeline only enqueue), the waits say nothing either way.
+constexpr double kStragglerPeerWaitShare = 0.5;
 
 std::string fmt(const char* f, double v) {
   char buf[64];
@@ -2998,6 +3006,9 @@ Diagnosis diagnose(const JobWindow& job, const Options& opt) {
         double wait_peers = peer_median(job, peers_of(job, k.i), [](const RankWindow& x) { return x.now.wait_ms; });
         double own = job.ranks[k.i].now.wait_ms;
         if (known(own) && known(wait_peers) && own - wait_peers > kStragglerOwnWaitShare * k.extra) continue;
+        if (known(own) && known(wait_peers) && wait_peers >= kStragglerPeerWaitShare * k.extra &&
+            wait_peers - own < kStragglerPeerWaitShare * k.extra)
+          continue;
         kept.push_back(k);
       }
       cands = std::move(kept);
