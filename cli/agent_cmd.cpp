@@ -24,7 +24,8 @@ const char* kAgentUsage = R"(usage: strata agent (--server URL | -o FILE.db) [--
        strata agent --pod-env
 )";
 const char* kAgentAbout = R"(Runs on a training node: finds training processes by their environment (RANK, WORLD_SIZE,
-TORCHELASTIC_RUN_ID or STRATA_JOB set; or every --select term matching), watches them while they
+TORCHELASTIC_RUN_ID or STRATA_JOB set, or MASTER_ADDR with MASTER_PORT; or every --select term
+matching), watches them while they
 live, and every window ships summaries to a collector (`strata serve`) or writes a local store.
 )";
 const char* kAgentFooter = R"(Needs root, or CAP_BPF + CAP_PERFMON (+ CAP_SYS_PTRACE to read other users' processes).

@@ -670,24 +670,27 @@ Status load_stall_stacks(store::Reader& s, const store::RowQuery& span, uint64_t
   return {};
 }
 
-// No recorded process has a RANK in its environment: a job started with
+// Processes that train without a RANK in their environment: a job started with
 // torch.multiprocessing.spawn (or any launcher that hands each rank its number as an argument) sets
 // it, if at all, after its exec, where /proc/PID/environ never shows it. Its ranks are still the
-// processes that train (their collectives repeat in steps): those that share a parent on a node are
-// one job's ranks, numbered by start order (spawn starts rank 0 first, so the numbers are the job's
-// own where it spawns in order; the notes say which pid each one is, since nothing guarantees it).
-// Their descendants that do not train (DataLoader workers) are their rank's, as children that
-// inherit a RANK would be. Rewrites `procs` in place; the notes say what was inferred.
+// processes that train (their collectives repeat in steps): those without a RANK that share a parent
+// on a node are one job's ranks, numbered by start order (spawn starts rank 0 first, so the numbers
+// are the job's own where it spawns in order; the notes say which pid each one is, since nothing
+// guarantees it). Their descendants without a RANK that do not train (DataLoader workers) are their
+// rank's, as children that inherit a RANK would be. Processes with a RANK are left as they are.
+// Rewrites `procs` in place; the notes say what was inferred.
 void infer_ranks(std::vector<store::ProcessInfo>& procs, const std::function<bool(const store::ProcessInfo&)>& trains,
                  std::vector<std::string>& notes) {
   std::map<std::pair<std::string, uint32_t>, std::vector<size_t>> groups;  // (node, parent) -> ranks
   ByProc<size_t> index;
   for (size_t i = 0; i < procs.size(); ++i) {
     index[{procs[i].node, procs[i].pid}] = i;
-    if (trains(procs[i])) groups[{procs[i].node, procs[i].ppid}].push_back(i);
+    if (procs[i].rank < 0 && trains(procs[i])) groups[{procs[i].node, procs[i].ppid}].push_back(i);
   }
+  std::set<size_t> inferred;
   for (auto& [key, members] : groups) {
     const auto& [node, parent] = key;
+    inferred.insert(members.begin(), members.end());
     std::sort(members.begin(), members.end(), [&](size_t a, size_t b) {
       return std::tie(procs[a].start_ns, procs[a].pid) < std::tie(procs[b].start_ns, procs[b].pid);
     });
@@ -711,12 +714,13 @@ void infer_ranks(std::vector<store::ProcessInfo>& procs, const std::function<boo
                     (node.empty() ? "" : " on " + node) + ", numbered by start order (rank " + which +
                     "); the job may number them otherwise");
   }
+  if (groups.empty()) return;
   for (auto& p : procs) {
     if (p.rank >= 0) continue;
     auto up = index.find({p.node, p.ppid});
     for (int depth = 0; depth < 64 && up != index.end() && procs[up->second].rank < 0; ++depth)
       up = index.find({p.node, procs[up->second].ppid});
-    if (up == index.end() || procs[up->second].rank < 0) continue;
+    if (up == index.end() || !inferred.count(up->second)) continue;  // below a RANK of its own: as before
     p.rank = procs[up->second].rank;
     p.job = procs[up->second].job;
   }
@@ -769,9 +773,8 @@ Result<JobWindow> load_job_window(store::Reader& s, const LoadOptions& opt) {
   for (auto& st : *steps_r) steps_by_proc[{st.node, st.pid}].push_back(st);
 
   std::vector<std::string> data_notes;
-  if (std::none_of(procs->begin(), procs->end(), [](const auto& p) { return p.rank >= 0; }))
-    infer_ranks(*procs, [&](const store::ProcessInfo& p) { return steps_by_proc.count({p.node, p.pid}) > 0; },
-                data_notes);
+  infer_ranks(*procs, [&](const store::ProcessInfo& p) { return steps_by_proc.count({p.node, p.pid}) > 0; },
+              data_notes);
 
   // Jobs and their ranks. Children inherit RANK (a launcher's shell, a data-loader worker): the
   // rank is the process that trains (has steps); among those, a restarted rank's latest.

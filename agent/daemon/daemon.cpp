@@ -553,7 +553,10 @@ bool Selector::matches(const std::map<std::string, std::string>& env) const {
   if (terms.empty()) {
     for (const char* k : {"RANK", "WORLD_SIZE", "TORCHELASTIC_RUN_ID", "STRATA_JOB"})
       if (env.count(k)) return true;
-    return false;
+    // torch.distributed's env:// rendezvous: a job started with torch.multiprocessing.spawn gives
+    // its ranks MASTER_ADDR and MASTER_PORT in their environment and their rank as an argument
+    // (the diagnosis numbers such ranks itself: diagnose/loader.cpp, infer_ranks).
+    return env.count("MASTER_ADDR") && env.count("MASTER_PORT");
   }
   for (const auto& [key, values] : terms) {
     auto it = env.find(key);

@@ -19,7 +19,8 @@
 namespace strata::agent::daemon {
 
 // Which processes to watch: every selector term must match; with no terms, a process is a
-// training process when any of RANK, WORLD_SIZE, TORCHELASTIC_RUN_ID, STRATA_JOB is set.
+// training process when any of RANK, WORLD_SIZE, TORCHELASTIC_RUN_ID, STRATA_JOB is set, or both
+// MASTER_ADDR and MASTER_PORT (torch.multiprocessing.spawn's ranks have no RANK).
 struct Selector {
   // KEY -> allowed values (empty set: KEY only has to be set).
   std::map<std::string, std::set<std::string>> terms;

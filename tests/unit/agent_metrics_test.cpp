@@ -9,6 +9,7 @@
 #include <string>
 
 #include "agent/cost_budget.h"
+#include "agent/daemon/daemon.h"
 #include "agent/daemon/source_metrics.h"
 #include "agent/recorder.h"
 
@@ -65,6 +66,21 @@ TEST(AgentMetrics, StatsGetHelpTypeAndTheirUnit) {
       << page;
   EXPECT_NE(page.find(daemon::kUndescribedHelp), std::string::npos) << page;
   EXPECT_EQ(page.find("source_stat"), std::string::npos) << page;
+}
+
+// Which processes the agent watches by default: a launcher's ranks (RANK, WORLD_SIZE, torchrun's
+// run id, STRATA_JOB), and torch.multiprocessing.spawn's, which carry only the env:// rendezvous
+// (MASTER_ADDR and MASTER_PORT; their rank is an argument). Anything else is left alone.
+TEST(AgentSelector, FindsLaunchedAndSpawnedRanksByDefault) {
+  daemon::Selector any;
+  EXPECT_TRUE(any.matches({{"RANK", "0"}}));
+  EXPECT_TRUE(any.matches({{"TORCHELASTIC_RUN_ID", "x"}}));
+  EXPECT_TRUE(any.matches({{"MASTER_ADDR", "127.0.0.1"}, {"MASTER_PORT", "29500"}, {"PATH", "/bin"}}));
+  EXPECT_FALSE(any.matches({{"MASTER_PORT", "29500"}}));
+  EXPECT_FALSE(any.matches({{"PATH", "/bin"}, {"HOME", "/root"}}));
+  daemon::Selector only;
+  only.terms["STRATA_JOB"] = {"a"};
+  EXPECT_FALSE(only.matches({{"MASTER_ADDR", "127.0.0.1"}, {"MASTER_PORT", "29500"}})) << "--select decides alone";
 }
 
 TEST(AgentMetrics, CostIsPrintedWithTwoDecimals) {

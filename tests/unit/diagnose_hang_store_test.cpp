@@ -130,9 +130,10 @@ TEST(DiagnoseHangStore, HealthyJobReadsNoStallStacks) {
 // ranks, numbered by start order, says so in the data notes, and the diagnosis names the slow rank
 // as it does with the environment. Before, the load failed ("no recorded process has a RANK").
 TEST(DiagnoseHangStore, RanksWithoutARankInTheirEnvironmentAreTheProcessesThatTrain) {
-  auto load = [](bool rank_env, test::TempDir& dir, std::vector<uint32_t>& pids) -> Result<JobWindow> {
+  // Writes a 4-rank job with gpu-slow on rank 2 into the store at `path`; returns its ranks' pids.
+  auto write = [](const std::string& path, const std::string& name, bool rank_env) -> Result<std::vector<uint32_t>> {
     synth::JobSpec sp;
-    sp.job = "spawned";
+    sp.job = name;
     sp.nodes = 1;
     sp.ranks_per_node = 4;
     sp.steps = 40;
@@ -143,8 +144,9 @@ TEST(DiagnoseHangStore, RanksWithoutARankInTheirEnvironmentAreTheProcessesThatTr
     sp.rank_env = rank_env;
     sp.t0_ns = 1'700'000'000'000'000'000ull;
     synth::Job job(sp);
+    std::vector<uint32_t> pids;
     for (int r = 0; r < 4; ++r) pids.push_back(job.pid(r));
-    auto st = store::Store::open_sqlite(dir.file(rank_env ? "env.db" : "spawned.db"), store::Store::Mode::kCreateOrAppend);
+    auto st = store::Store::open_sqlite(path, store::Store::Mode::kCreateOrAppend);
     if (!st) return st.error();
     synth::Job::NodeWriter w(job, **st, 0);
     if (auto b = w.begin(sp.t0_ns); !b) return b.error();
@@ -154,31 +156,52 @@ TEST(DiagnoseHangStore, RanksWithoutARankInTheirEnvironmentAreTheProcessesThatTr
       (void)(*st)->commit();
     }
     if (auto e = w.end(job.windows().back().end_ns); !e) return e.error();
-    return load_job_window(**st);
+    return pids;
+  };
+  auto load = [](const std::string& path, const std::string& job) -> Result<JobWindow> {
+    auto st = store::Store::open_sqlite(path, store::Store::Mode::kReadOnly);
+    if (!st) return st.error();
+    LoadOptions lo;
+    lo.job = job;
+    lo.all_recordings = true;
+    return load_job_window(**st, lo);
   };
   test::TempDir dir;
-  std::vector<uint32_t> pids, env_pids;
-  auto spawned = load(false, dir, pids);
+  auto pids = write(dir.file("spawned.db"), "spawned", false);
+  ASSERT_TRUE(pids) << pids.error().message;
+  auto spawned = load(dir.file("spawned.db"), "");
   ASSERT_TRUE(spawned) << spawned.error().message;
   ASSERT_EQ(spawned->ranks.size(), 4u);
   for (size_t r = 0; r < 4; ++r) {
     EXPECT_EQ(spawned->ranks[r].rank, static_cast<int>(r));
-    EXPECT_EQ(spawned->ranks[r].pid, pids[r]) << "ranks are numbered in start order, then pid order";
+    EXPECT_EQ(spawned->ranks[r].pid, (*pids)[r]) << "ranks are numbered in start order, then pid order";
   }
-  EXPECT_EQ(spawned->job, "python3-" + std::to_string(pids[0] - 1)) << "named after the launcher";
+  const std::string name = "python3-" + std::to_string((*pids)[0] - 1);
+  EXPECT_EQ(spawned->job, name) << "named after the launcher";
   ASSERT_FALSE(spawned->data_notes.empty());
   EXPECT_NE(spawned->data_notes[0].find("has a RANK in its environment"), std::string::npos) << spawned->data_notes[0];
-  EXPECT_NE(spawned->data_notes[0].find("rank 0 = pid " + std::to_string(pids[0])), std::string::npos)
+  EXPECT_NE(spawned->data_notes[0].find("rank 0 = pid " + std::to_string((*pids)[0])), std::string::npos)
       << spawned->data_notes[0];
   auto dx = diagnose(*spawned);
   ASSERT_FALSE(dx.findings.empty()) << text_of(dx);
-  auto with_env = load(true, dir, env_pids);
+  ASSERT_TRUE(write(dir.file("env.db"), "spawned", true));
+  auto with_env = load(dir.file("env.db"), "");
   ASSERT_TRUE(with_env) << with_env.error().message;
   auto dx_env = diagnose(*with_env);
   ASSERT_FALSE(dx_env.findings.empty()) << text_of(dx_env);
   EXPECT_EQ(dx.findings[0].rank, 2) << text_of(dx);
   EXPECT_EQ(dx.findings[0].rank, dx_env.findings[0].rank);
   EXPECT_EQ(dx.findings[0].cause, dx_env.findings[0].cause) << text_of(dx) << text_of(dx_env);
+
+  // Beside a job whose ranks have a RANK (one node's agent watches both): each is a job of its own.
+  ASSERT_TRUE(write(dir.file("both.db"), "launched", true));
+  ASSERT_TRUE(write(dir.file("both.db"), "spawned", false));
+  auto both = load(dir.file("both.db"), name);
+  ASSERT_TRUE(both) << both.error().message;
+  EXPECT_EQ(both->ranks.size(), 4u);
+  auto launched = load(dir.file("both.db"), "launched");
+  ASSERT_TRUE(launched) << launched.error().message;
+  EXPECT_EQ(launched->ranks.size(), 4u);
 }
 
 // A gloo job (PyTorch DDP on the CPU) written as the agent writes it: one all-reduce per step,
