@@ -697,8 +697,7 @@ void infer_ranks(std::vector<store::ProcessInfo>& procs, const std::function<boo
     std::string job = procs[members[0]].job;
     if (job.empty()) {
       auto up = index.find({node, parent});
-      job = (up != index.end() && !procs[up->second].comm.empty() ? procs[up->second].comm : std::string("job")) +
-            "-" + std::to_string(parent);
+      job = job_of_ranks_without_rank(up != index.end() ? procs[up->second].comm : std::string(), parent);
     }
     std::string which;
     for (size_t k = 0; k < members.size(); ++k) {
@@ -727,6 +726,10 @@ void infer_ranks(std::vector<store::ProcessInfo>& procs, const std::function<boo
 }
 
 }  // namespace
+
+std::string job_of_ranks_without_rank(const std::string& parent_comm, uint32_t parent) {
+  return (parent_comm.empty() ? std::string("job") : parent_comm) + "-" + std::to_string(parent);
+}
 
 Result<JobWindow> load_job_window(store::Reader& s, const LoadOptions& opt) {
   // Checked before each read (and each rank's): a read in progress runs to its end.

@@ -59,6 +59,12 @@ Result<JobWindow> load_latest_with_baseline(store::Reader& store, LoadOptions op
 
 Result<JobWindow> load_job_window(store::Reader& store, const LoadOptions& options = {});
 
+// The name of a job whose ranks have no RANK and no job name in their environment (a job started
+// with torch.multiprocessing.spawn): the loader takes the processes that train under one parent as
+// its ranks and names the job after that parent, "COMM-PID" ("job-PID" when the parent was not
+// recorded). The collector names the jobs it diagnoses the same way.
+std::string job_of_ranks_without_rank(const std::string& parent_comm, uint32_t parent);
+
 // Where the job's step time series (one value per step) rose: the index of the first slow step,
 // or 0 when no rise stands out from the noise before it. Exposed for tests.
 size_t find_change_point(const std::vector<double>& step_ms, double min_rise = 0.05);

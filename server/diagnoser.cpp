@@ -200,7 +200,10 @@ void Diagnoser::note(const ingest::Batch& b) {
         if (r.process().rank() >= 0) dirty_jobs_.insert(r.process().job());
         break;
       case ingest::Record::kSteps:
-        for (const auto& s : r.steps().rows()) dirty_procs_.insert({b.node(), s.pid()});
+        for (const auto& s : r.steps().rows()) {
+          dirty_procs_.insert({b.node(), s.pid()});
+          dirty_trainers_.insert({b.node(), s.pid()});
+        }
         break;
       case ingest::Record::kMetrics:
         // A rank that stopped stepping still sends its OS metrics: the round that finds it hung.
@@ -209,7 +212,10 @@ void Diagnoser::note(const ingest::Batch& b) {
         }
         break;
       case ingest::Record::kCollectives:
-        for (const auto& c : r.collectives().rows()) dirty_procs_.insert({b.node(), c.pid()});
+        for (const auto& c : r.collectives().rows()) {
+          dirty_procs_.insert({b.node(), c.pid()});
+          dirty_trainers_.insert({b.node(), c.pid()});
+        }
         break;
       default:
         break;
@@ -259,11 +265,12 @@ void Diagnoser::loop() {
 }
 
 double Diagnoser::round() {
-  std::set<std::pair<std::string, uint32_t>> procs_seen;
+  std::set<std::pair<std::string, uint32_t>> procs_seen, trainers;
   std::set<std::string> jobs;
   {
     std::lock_guard lock(mu_);
     procs_seen.swap(dirty_procs_);
+    trainers.swap(dirty_trainers_);
     jobs.swap(dirty_jobs_);
   }
   // A store shared with other collectors is looked at every round: they may have noted jobs for
@@ -276,8 +283,22 @@ double Diagnoser::round() {
       log_ << "strata: serve: diagnosis: " << procs.error().message << "\n";
       return 0;
     }
+#ifdef STRATA_HAVE_DIAGNOSE
+    std::map<std::pair<std::string, uint32_t>, const store::ProcessInfo*> by_pid;
+    for (const auto& p : *procs) by_pid[{p.node, p.pid}] = &p;
+#endif
     for (const auto& p : *procs) {
-      if (p.rank < 0) continue;
+      if (p.rank < 0) {
+#ifdef STRATA_HAVE_DIAGNOSE
+        // A process that trains without a RANK (torch.multiprocessing.spawn's ranks): its job is
+        // named after its parent, as the loader names it (diagnose/loader.h).
+        if (p.job.empty() && trainers.count({p.node, p.pid})) {
+          auto parent = by_pid.find({p.node, p.ppid});
+          jobs.insert(diagnose::job_of_ranks_without_rank(parent != by_pid.end() ? parent->second->comm : "", p.ppid));
+        }
+#endif
+        continue;
+      }
       all_jobs.insert(p.job);
       if (procs_seen.count({p.node, p.pid})) jobs.insert(p.job);
     }

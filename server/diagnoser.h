@@ -141,6 +141,7 @@ class Diagnoser {
   bool stopping_ = false;
   std::atomic<bool> cancel_{false};  // LoadOptions::cancel of every load
   std::set<std::pair<std::string, uint32_t>> dirty_procs_;  // (node, pid): pids repeat across nodes
+  std::set<std::pair<std::string, uint32_t>> dirty_trainers_;  // ... of them, those that sent steps or collectives
   std::set<std::string> dirty_jobs_;
   DiagnoserCounters counters_;
   JobSharing sharing_;  // used by the round thread only

@@ -273,6 +273,40 @@ uint64_t folded_total(const std::string& folded) {
 
 // strata diagnose FILE.db --from/--to: only the span is read. Before the hotspot (step 10) the job
 // is healthy; over the whole run rank 3's hotspot is found; a span with no step is refused.
+// Ranks whose environment names no RANK and no job (torch.multiprocessing.spawn's): the collector
+// diagnoses their job, named after their parent as the loader names it, and keeps its findings.
+// Before, its rounds took only processes with a RANK and never diagnosed such a job.
+TEST(ServeDiagnosis, AJobWhoseRanksHaveNoRankIsDiagnosed) {
+  TempDir tmp;
+  Recorded r = load(std::string(STRATA_SOURCE_DIR) + "/tests/data/diagnose/host-hotspot.db");
+  ASSERT_FALSE(r.steps.empty());
+  std::string job;
+  for (auto& p : r.procs) {
+    if (p.rank >= 0) job = "strata-sim-" + std::to_string(p.ppid);  // the parent's comm and pid
+    p.rank = p.local_rank = p.world_size = -1;
+    p.job.clear();
+  }
+  ASSERT_EQ(job, "strata-sim-19106");
+  Collector c(diagnosing(tmp.file("server.db")), free_port());
+  auto w = node_writer(c.url(), "vm", "replay-1", tmp.file("spool"));
+  ASSERT_TRUE(w) << w.error().message;
+  store::RecordingInfo info;
+  info.node = "vm";
+  info.command = "replay of host-hotspot.db without RANK";
+  info.started_ns = r.start_ns;
+  info.sample_hz = 99;
+  info.window_s = 10;
+  auto rec = (*w)->begin_recording(info);
+  ASSERT_TRUE(rec);
+  ship_slice(**w, *rec, r, 0, 1);
+  for (int k = 0; k < 300 && kept(c) < 1; ++k) std::this_thread::sleep_for(std::chrono::milliseconds(100));
+  ASSERT_GE(kept(c), 1u) << "no diagnosis round";
+  std::string found = c.get("/api/v1/findings?job=" + job);
+  EXPECT_NE(found.find("\"cause\":\"host-hotspot\""), std::string::npos) << found;
+  EXPECT_NE(found.find("has a RANK in its environment"), std::string::npos) << found;
+  w->reset();
+}
+
 TEST(ServeDiagnosis, ASpanOfARecordingIsDiagnosedAlone) {
   const std::string db = std::string(STRATA_SOURCE_DIR) + "/tests/data/diagnose/host-hotspot.db";
   Recorded r = load(db);
