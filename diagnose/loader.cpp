@@ -715,13 +715,29 @@ void merge_rows(std::vector<Row>& held, std::vector<Row>&& fresh, uint64_t from_
 }  // namespace
 
 Status refresh_span_rows(store::Reader& s, SpanRows& rows, std::optional<int64_t> recording, uint64_t from_ns,
-                         std::optional<uint64_t> changed_from_ns, Stats* stats, const std::atomic<bool>* cancel) {
+                         std::optional<uint64_t> changed_from_ns, Stats* stats, const std::atomic<bool>* cancel,
+                         bool use_write_seqs) {
   const Error kCancelled{"the load was cancelled (the collector is stopping)"};
   auto cancelled = [&] { return cancel && cancel->load(std::memory_order_relaxed); };
-  // Rows that end after cut_ns are read; those held that end by then are kept.
-  const bool whole = !rows.valid || rows.recording != recording || from_ns < rows.from_ns || !changed_from_ns ||
-                     *changed_from_ns <= from_ns + 1;
-  if (!whole && *changed_from_ns == UINT64_MAX) {  // nothing written since: only the span's start moves
+  // How far each table was written, before any read: the reads stop there (what is written during
+  // them is the next refresh's), so no row is read twice.
+  std::optional<store::WriteSeqs> seqs;
+  if (use_write_seqs) {
+    auto w = s.write_seqs();
+    if (!w) return w.error();
+    seqs = *w;
+  }
+  const bool same = rows.valid && rows.recording == recording && from_ns >= rows.from_ns;
+  // kSince: the rows written since the last refresh (by write sequence); kFromTime: the rows that
+  // end at or after changed_from_ns (a store without write sequences); kWhole: the span.
+  enum class How { kWhole, kSince, kFromTime } how = How::kWhole;
+  if (same && seqs && rows.seqs && seqs->steps >= rows.seqs->steps && seqs->collectives >= rows.seqs->collectives &&
+      seqs->device >= rows.seqs->device && seqs->metrics >= rows.seqs->metrics) {
+    how = How::kSince;  // (a table that went back was emptied and refilled: read whole)
+  } else if (same && !seqs && rows.seqs == std::nullopt && changed_from_ns && *changed_from_ns > from_ns + 1) {
+    how = How::kFromTime;
+  }
+  if (how == How::kFromTime && *changed_from_ns == UINT64_MAX) {  // nothing written since: the start moves
     merge_rows(rows.metrics, {}, from_ns, UINT64_MAX);
     merge_rows(rows.steps, {}, from_ns, UINT64_MAX);
     merge_rows(rows.collectives, {}, from_ns, UINT64_MAX);
@@ -729,25 +745,32 @@ Status refresh_span_rows(store::Reader& s, SpanRows& rows, std::optional<int64_t
     rows.from_ns = from_ns;
     return {};
   }
-  const uint64_t cut_ns = whole ? from_ns : *changed_from_ns - 1;
-  if (whole) rows = SpanRows{};
+  // Held rows that end after cut_ns are replaced by what is read.
+  const uint64_t cut_ns = how == How::kFromTime ? *changed_from_ns - 1 : how == How::kSince ? UINT64_MAX : from_ns;
+  const std::optional<store::WriteSeqs> since = rows.seqs;
+  if (how == How::kWhole) rows = SpanRows{};
   rows.valid = false;  // until every kind is read
-  store::RowQuery q;
-  q.recording = recording;
-  q.from_ns = cut_ns;
+  auto query = [&](int64_t store::WriteSeqs::*table) {
+    store::RowQuery q;
+    q.recording = recording;
+    q.from_ns = how == How::kFromTime ? cut_ns : from_ns;
+    if (how == How::kSince) q.after_seq = (*since).*table;
+    if (seqs) q.upto_seq = (*seqs).*table;
+    return q;
+  };
   if (cancelled()) return kCancelled;
-  auto metrics = s.query_metrics(q);
+  auto metrics = s.query_metrics(query(&store::WriteSeqs::metrics));
   if (!metrics) return metrics.error();
   if (stats) stats->metrics += metrics->size();
   if (cancelled()) return kCancelled;
-  auto steps = s.query_steps(q);
+  auto steps = s.query_steps(query(&store::WriteSeqs::steps));
   if (!steps) return steps.error();
   if (stats) stats->steps += steps->size();
   if (cancelled()) return kCancelled;
-  auto colls = s.query_collectives(q);
+  auto colls = s.query_collectives(query(&store::WriteSeqs::collectives));
   if (!colls) return colls.error();
   if (stats) stats->collectives += colls->size();
-  store::RowQuery any = q;
+  store::RowQuery any = query(&store::WriteSeqs::device);
   any.any_order = true;
   if (cancelled()) return kCancelled;
   auto dev = s.query_device_activity(any);
@@ -759,6 +782,7 @@ Status refresh_span_rows(store::Reader& s, SpanRows& rows, std::optional<int64_t
   merge_rows(rows.device, std::move(*dev), from_ns, cut_ns);
   rows.recording = recording;
   rows.from_ns = from_ns;
+  rows.seqs = seqs;
   rows.valid = true;
   return {};
 }

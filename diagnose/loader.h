@@ -65,6 +65,9 @@ struct SpanRows {
   bool valid = false;                 // false: nothing held yet (the next refresh reads the span)
   std::optional<int64_t> recording;   // of the reads (unset: every recording)
   uint64_t from_ns = 0;               // rows that end after this are held
+  // How far the store was written when they were read (a store with write sequences: SQLite); the
+  // next refresh reads what was written after.
+  std::optional<store::WriteSeqs> seqs;
   std::vector<store::Store::MetricRow> metrics;
   std::vector<store::StepRecord> steps;
   std::vector<store::CollectiveRecord> collectives;
@@ -82,15 +85,21 @@ uint64_t row_end(const store::DeviceActivity& r);
 
 // Brings `rows` to the store's rows that end after `from_ns`, reading as little as it can:
 //   - rows held that end at or before from_ns are dropped (the span moved on);
-//   - with `changed_from_ns` (the earliest end of any row written since the last refresh began),
-//     only the rows that end at or after it are read, and replace those held;
-//   - otherwise (nothing held, another recording, a span that starts earlier than what is held, or
-//     no changed_from_ns: the caller does not know what was written since) the whole span is read.
+//   - a store with write sequences (Reader::write_seqs: SQLite) is read for the rows written since
+//     the last refresh, whatever their time (a batch comes up to a window after its rows' time;
+//     a late one, minutes after): exactly the new rows, none twice, none missed;
+//   - a store without them (ClickHouse) is read for the rows that end at or after
+//     `changed_from_ns`, the earliest end of any row written since the last refresh began (the
+//     collector notes it from the batches it applies), and those replace the held ones;
+//   - otherwise (nothing held, another recording, a span that starts earlier than what is held, no
+//     changed_from_ns without write sequences: the caller does not know what was written since)
+//     the whole span is read.
 // What it read is counted in `stats`. Reads metrics first, as load_job_window does (its comment:
-// newer rows can only add progress).
+// newer rows can only add progress). `use_write_seqs` false: by time even where the store has
+// write sequences (tests of the ClickHouse path on SQLite).
 Status refresh_span_rows(store::Reader& s, SpanRows& rows, std::optional<int64_t> recording, uint64_t from_ns,
                          std::optional<uint64_t> changed_from_ns, Stats* stats = nullptr,
-                         const std::atomic<bool>* cancel = nullptr);
+                         const std::atomic<bool>* cancel = nullptr, bool use_write_seqs = true);
 
 // `strata diagnose FILE.db` without a span: the latest stretch of `latest_ns`, against the
 // `baseline_ns` before it as the job's healthy past (JobBaseline) when that stretch diagnoses

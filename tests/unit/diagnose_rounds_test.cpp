@@ -481,9 +481,11 @@ std::string report_of(store::Reader& s, const diagnose::LoadOptions& lo) {
 
 // Issue 16 item 2: a round after a round reads only the rows written since (10 s of new steps),
 // not its whole 60 s span again; a late batch (a window that ended 20 s before the latest data)
-// makes the next one read from that window's end on. The rows then held are the span's as a whole
-// read gets them, in the same order, and the report is the same.
-TEST(DiagnoseRounds, ARefreshReadsOnlyTheNewRowsAndHoldsWhatAWholeReadGets) {
+// is read too: by write sequence (SQLite), that window alone; by time (a store without write
+// sequences), from that window's end on. The rows then held are the span's as a whole read gets
+// them, in the same order, and the report is the same.
+void refresh_reads_only_the_new_rows(bool by_seq) {
+  SCOPED_TRACE(by_seq ? "by write sequence" : "by time");
   TempDir tmp;
   const std::string db = tmp.file("refresh.db");
   make_store(db, 600, 0);  // two healthy minutes
@@ -493,7 +495,7 @@ TEST(DiagnoseRounds, ARefreshReadsOnlyTheNewRowsAndHoldsWhatAWholeReadGets) {
   {
     auto [st, latest] = open_for_reading(db);
     ASSERT_TRUE(st);
-    ASSERT_TRUE(diagnose::refresh_span_rows(*st, held, std::nullopt, from1, std::nullopt, &first));
+    ASSERT_TRUE(diagnose::refresh_span_rows(*st, held, std::nullopt, from1, std::nullopt, &first, nullptr, by_seq));
   }
   EXPECT_GT(first.steps, 0u);
   // 10 s more (40 steps), the straggler slow from the 20th on.
@@ -502,7 +504,7 @@ TEST(DiagnoseRounds, ARefreshReadsOnlyTheNewRowsAndHoldsWhatAWholeReadGets) {
   ASSERT_TRUE(st);
   const uint64_t from2 = from1 + kWindowNs;  // the span moved on
   diagnose::Stats second;
-  ASSERT_TRUE(diagnose::refresh_span_rows(*st, held, std::nullopt, from2, changed, &second));
+  ASSERT_TRUE(diagnose::refresh_span_rows(*st, held, std::nullopt, from2, changed, &second, nullptr, by_seq));
   // Exactly the new rows: steps, collectives and kernels per step, and two metrics per rank.
   EXPECT_EQ(second.rows(), 40u * kRanks * 3 + 2u * kRanks);
   diagnose::SpanRows whole;
@@ -513,11 +515,15 @@ TEST(DiagnoseRounds, ARefreshReadsOnlyTheNewRowsAndHoldsWhatAWholeReadGets) {
   const uint64_t late = earliest_end(append_data(db, 0, 0, 0, /*late=*/true));
   EXPECT_EQ(late, kEnd - 2 * kWindowNs);
   diagnose::Stats third;
-  ASSERT_TRUE(diagnose::refresh_span_rows(*st, held, std::nullopt, from2, late, &third));
+  ASSERT_TRUE(diagnose::refresh_span_rows(*st, held, std::nullopt, from2, late, &third, nullptr, by_seq));
   store::RowQuery q;
   q.from_ns = late - 1;
-  EXPECT_EQ(third.rows(), st->query_steps(q)->size() + st->query_metrics(q)->size() + st->query_collectives(q)->size() +
-                              st->query_device_activity(q)->size());
+  if (by_seq) {
+    EXPECT_EQ(third.rows(), 1u) << "the late window's one row";
+  } else {
+    EXPECT_EQ(third.rows(), st->query_steps(q)->size() + st->query_metrics(q)->size() + st->query_collectives(q)->size() +
+                                st->query_device_activity(q)->size());
+  }
   whole = {};
   ASSERT_TRUE(diagnose::refresh_span_rows(*st, whole, std::nullopt, from2, std::nullopt, &whole_stats));
   EXPECT_LT(third.rows(), whole_stats.rows() - first.steps / 2) << "the late window's read reached back to the span's start";
@@ -553,6 +559,11 @@ TEST(DiagnoseRounds, ARefreshReadsOnlyTheNewRowsAndHoldsWhatAWholeReadGets) {
       << "the load read rows the refresh holds";
   EXPECT_NE(from_store.find("\"rank\":" + std::to_string(kStraggler)), std::string::npos) << from_store.substr(0, 600);
   EXPECT_EQ(from_held, from_store);
+}
+
+TEST(DiagnoseRounds, ARefreshReadsOnlyTheNewRowsAndHoldsWhatAWholeReadGets) {
+  refresh_reads_only_the_new_rows(/*by_seq=*/true);
+  refresh_reads_only_the_new_rows(/*by_seq=*/false);
 }
 
 // The collector's rounds (Diagnoser) read through such a refresh: a round after a round reads the
