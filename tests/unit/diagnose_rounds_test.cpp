@@ -566,6 +566,37 @@ TEST(DiagnoseRounds, ARefreshReadsOnlyTheNewRowsAndHoldsWhatAWholeReadGets) {
   refresh_reads_only_the_new_rows(/*by_seq=*/false);
 }
 
+// A refresh reads by the time index, bounded by the rowids it took first: the SQLite work of a
+// whole read of the span, and of one after new data, does not grow with the job's age (a rowid
+// bound the planner took for the scan would walk the whole table).
+TEST(DiagnoseRounds, ARefreshsWorkDoesNotGrowWithTheJobsAge) {
+  TempDir tmp;
+  std::vector<std::pair<uint64_t, uint64_t>> work;  // (whole, after new data)
+  for (int steps : {300, 6000}) {
+    const std::string db = tmp.file("age-" + std::to_string(steps) + ".db");
+    make_store(db, steps, 0);
+    const uint64_t from = kEnd - server::Diagnoser::kAnalysisSpanNs;
+    diagnose::SpanRows held;
+    auto [st, latest] = open_for_reading(db);
+    ASSERT_TRUE(st);
+    uint64_t w0 = st->read_work();
+    ASSERT_TRUE(diagnose::refresh_span_rows(*st, held, std::nullopt, from, std::nullopt));
+    const uint64_t whole = st->read_work() - w0;
+    const uint64_t changed = earliest_end(append_data(db, kEnd + 1'000'000, 40, 1000, /*late=*/false));
+    w0 = st->read_work();
+    ASSERT_TRUE(diagnose::refresh_span_rows(*st, held, std::nullopt, from + kWindowNs, changed));
+    work.push_back({whole, st->read_work() - w0});
+  }
+  std::cout << "refresh work (whole, new rows): 300 steps " << work[0].first << ", " << work[0].second << "; 6,000 steps "
+            << work[1].first << ", " << work[1].second << "\n";
+  constexpr double kMaxWorkGrowth = 1.5;  // as ARoundReadsTheSameRowsWhateverTheJobsAge: index pages
+  EXPECT_LE(static_cast<double>(work[1].first), kMaxWorkGrowth * static_cast<double>(work[0].first))
+      << work[0].first << " vs " << work[1].first;
+  EXPECT_LE(static_cast<double>(work[1].second), kMaxWorkGrowth * static_cast<double>(work[0].second))
+      << work[0].second << " vs " << work[1].second;
+  EXPECT_LT(work[0].second, work[0].first) << "the read of the new rows did more than the whole span's";
+}
+
 // The collector's rounds (Diagnoser) read through such a refresh: a round after a round reads the
 // rows its note()s said were written, not the span again; with nothing written since, none.
 TEST(DiagnoseRounds, ARoundAfterARoundReadsOnlyTheNewRows) {
