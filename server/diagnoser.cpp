@@ -54,8 +54,9 @@ struct Diagnoser::JobState {
   std::mutex mu;  // one round of the job at a time
 #ifdef STRATA_HAVE_DIAGNOSE
   diagnose::JobBaseline baseline;  // the job's recent healthy windows, per rank and layer
-  // The rows of the analysis span read so far (issue 16): each round reads only the rows that end
-  // at or after changed_from_ns, and merges them in.
+  // The rows of the analysis span read so far (issue 16): each round reads only the rows written
+  // since (by write sequence on SQLite; on a store without one, those that end at or after
+  // changed_from_ns), and merges them in.
   diagnose::SpanRows rows;
 #endif
   uint64_t last_end_ns = 0;  // data time: where the last round's window ended
@@ -377,17 +378,20 @@ Result<std::string> Diagnoser::diagnose_job(const std::string& job) {
   diagnose::Stats stats;
   lo.stats = &stats;
   lo.cancel = &cancel_;
-  // Read through the rounds' own connection when there is one: ingest goes on meanwhile. Only the
-  // span since the last round's end (one analysis span before it, for context) is read.
-  // What was written since the job's rows were last read: every note before this point is in
-  // changed_from_ns, and what is written from now on is noted for the next round.
+  // Read through the rounds' own connection when there is one: ingest goes on meanwhile. The
+  // window is the span since the last round's end (one analysis span before it, for context); of
+  // it, only what was written since the last round is read (diagnose::refresh_span_rows).
+  // What was written since the job's rows were last read, for a store without write sequences:
+  // every note before this point is in changed_from_ns, what is written from now on is noted for
+  // the next round.
   std::optional<uint64_t> changed_from;
   if (state) {
     fold_noted();
     std::lock_guard changed(state->changed_mu);
     changed_from = std::exchange(state->changed_from_ns, UINT64_MAX);
   }
-  // Batches that other collectors of a shared store applied are never noted here: the whole span.
+  // Batches that other collectors of a shared store applied are never noted here: without write
+  // sequences, the whole span is read.
   if (store_.shared()) changed_from.reset();
   Result<diagnose::JobWindow> window = read([&](store::Store& s) -> Result<diagnose::JobWindow> {
     auto latest = s.latest_step_ns(std::nullopt);
