@@ -731,6 +731,122 @@ std::string job_of_ranks_without_rank(const std::string& parent_comm, uint32_t p
   return (parent_comm.empty() ? std::string("job") : parent_comm) + "-" + std::to_string(parent);
 }
 
+uint64_t row_end(const store::Store::MetricRow& r) { return r.end_ns; }
+uint64_t row_end(const store::StepRecord& r) { return r.end_ns; }
+uint64_t row_end(const store::CollectiveRecord& r) { return std::max(r.exit_ns, r.enter_ns + 1); }
+uint64_t row_end(const store::DeviceActivity& r) { return r.end_ns; }
+
+namespace {
+
+// The order of the stores' span queries (SQLite's ORDER BY; ties as they come), kept by a refresh
+// so that held rows and new ones read as one query of the span would.
+auto span_key(const store::Store::MetricRow& r) {
+  return std::tie(r.start_ns, r.node, r.metric.pid, r.metric.name, r.metric.label);
+}
+auto span_key(const store::StepRecord& r) { return std::tie(r.start_ns, r.node, r.pid); }
+auto span_key(const store::CollectiveRecord& r) { return std::tie(r.enter_ns, r.node, r.pid); }
+
+// Held rows that end in (from_ns, cut_ns], then the new ones (all end after cut_ns) merged in by
+// the query's order (a kind read in any order, device activity, has no span_key: appended).
+template <typename Row>
+void merge_rows(std::vector<Row>& held, std::vector<Row>&& fresh, uint64_t from_ns, uint64_t cut_ns) {
+  std::erase_if(held, [&](const Row& r) {
+    const uint64_t e = row_end(r);
+    return e <= from_ns || e > cut_ns;
+  });
+  if (fresh.empty()) return;
+  if (held.empty()) {
+    held = std::move(fresh);
+    return;
+  }
+  if constexpr (requires(const Row& r) { span_key(r); }) {
+    std::vector<Row> out;
+    out.reserve(held.size() + fresh.size());
+    // std::merge is stable: of equal keys, the held row (written earlier) comes first.
+    std::merge(std::make_move_iterator(held.begin()), std::make_move_iterator(held.end()),
+               std::make_move_iterator(fresh.begin()), std::make_move_iterator(fresh.end()), std::back_inserter(out),
+               [](const Row& a, const Row& b) { return span_key(a) < span_key(b); });
+    held = std::move(out);
+  } else {
+    held.insert(held.end(), std::make_move_iterator(fresh.begin()), std::make_move_iterator(fresh.end()));
+  }
+}
+
+}  // namespace
+
+Status refresh_span_rows(store::Reader& s, SpanRows& rows, std::optional<int64_t> recording, uint64_t from_ns,
+                         std::optional<uint64_t> changed_from_ns, Stats* stats, const std::atomic<bool>* cancel,
+                         bool use_write_seqs) {
+  const Error kCancelled{"the load was cancelled (the collector is stopping)"};
+  auto cancelled = [&] { return cancel && cancel->load(std::memory_order_relaxed); };
+  // How far each table was written, before any read: the reads stop there (what is written during
+  // them is the next refresh's), so no row is read twice.
+  std::optional<store::WriteSeqs> seqs;
+  if (use_write_seqs) {
+    auto w = s.write_seqs();
+    if (!w) return w.error();
+    seqs = *w;
+  }
+  const bool same = rows.valid && rows.recording == recording && from_ns >= rows.from_ns;
+  // kSince: the rows written since the last refresh (by write sequence); kFromTime: the rows that
+  // end at or after changed_from_ns (a store without write sequences); kWhole: the span.
+  enum class How { kWhole, kSince, kFromTime } how = How::kWhole;
+  if (same && seqs && rows.seqs && seqs->steps >= rows.seqs->steps && seqs->collectives >= rows.seqs->collectives &&
+      seqs->device >= rows.seqs->device && seqs->metrics >= rows.seqs->metrics) {
+    how = How::kSince;  // (a table that went back was emptied and refilled: read whole)
+  } else if (same && !seqs && rows.seqs == std::nullopt && changed_from_ns && *changed_from_ns > from_ns + 1) {
+    how = How::kFromTime;
+  }
+  if (how == How::kFromTime && *changed_from_ns == UINT64_MAX) {  // nothing written since: the start moves
+    merge_rows(rows.metrics, {}, from_ns, UINT64_MAX);
+    merge_rows(rows.steps, {}, from_ns, UINT64_MAX);
+    merge_rows(rows.collectives, {}, from_ns, UINT64_MAX);
+    merge_rows(rows.device, {}, from_ns, UINT64_MAX);
+    rows.from_ns = from_ns;
+    return {};
+  }
+  // Held rows that end after cut_ns are replaced by what is read.
+  const uint64_t cut_ns = how == How::kFromTime ? *changed_from_ns - 1 : how == How::kSince ? UINT64_MAX : from_ns;
+  const std::optional<store::WriteSeqs> since = rows.seqs;
+  if (how == How::kWhole) rows = SpanRows{};
+  rows.valid = false;  // until every kind is read
+  auto query = [&](int64_t store::WriteSeqs::*table) {
+    store::RowQuery q;
+    q.recording = recording;
+    q.from_ns = how == How::kFromTime ? cut_ns : from_ns;
+    if (how == How::kSince) q.after_seq = (*since).*table;
+    if (seqs) q.upto_seq = (*seqs).*table;
+    return q;
+  };
+  if (cancelled()) return kCancelled;
+  auto metrics = s.query_metrics(query(&store::WriteSeqs::metrics));
+  if (!metrics) return metrics.error();
+  if (stats) stats->metrics += metrics->size();
+  if (cancelled()) return kCancelled;
+  auto steps = s.query_steps(query(&store::WriteSeqs::steps));
+  if (!steps) return steps.error();
+  if (stats) stats->steps += steps->size();
+  if (cancelled()) return kCancelled;
+  auto colls = s.query_collectives(query(&store::WriteSeqs::collectives));
+  if (!colls) return colls.error();
+  if (stats) stats->collectives += colls->size();
+  store::RowQuery any = query(&store::WriteSeqs::device);
+  any.any_order = true;
+  if (cancelled()) return kCancelled;
+  auto dev = s.query_device_activity(any);
+  if (!dev) return dev.error();
+  if (stats) stats->device += dev->size();
+  merge_rows(rows.metrics, std::move(*metrics), from_ns, cut_ns);
+  merge_rows(rows.steps, std::move(*steps), from_ns, cut_ns);
+  merge_rows(rows.collectives, std::move(*colls), from_ns, cut_ns);
+  merge_rows(rows.device, std::move(*dev), from_ns, cut_ns);
+  rows.recording = recording;
+  rows.from_ns = from_ns;
+  rows.seqs = seqs;
+  rows.valid = true;
+  return {};
+}
+
 Result<JobWindow> load_job_window(store::Reader& s, const LoadOptions& opt) {
   // Checked before each read (and each rank's): a read in progress runs to its end.
   auto cancelled = [&] { return opt.cancel && opt.cancel->load(std::memory_order_relaxed); };
@@ -764,14 +880,26 @@ Result<JobWindow> load_job_window(store::Reader& s, const LoadOptions& opt) {
   // writing, without a snapshot; read in this order, newer rows can only add progress, so a round
   // never sees "observed later than the last progress" that was not so (read the other way, a
   // round that took minutes saw minutes of metrics past the last step it had read: a false hang).
-  if (cancelled()) return kCancelled;
-  auto rows = s.query_metrics(span);
-  if (!rows) return rows.error();
-  if (stats) stats->metrics += rows->size();
-  if (cancelled()) return kCancelled;
-  auto steps_r = s.query_steps(span);
-  if (!steps_r) return steps_r.error();
-  if (stats) stats->steps += steps_r->size();
+  // A collector's round has them held (SpanRows), up to date: no read.
+  const SpanRows* held = opt.rows && !opt.to_ns && from_ns && opt.rows->covers(rec, *from_ns) ? opt.rows : nullptr;
+  std::vector<store::Store::MetricRow> read_metrics;
+  std::vector<store::StepRecord> read_steps;
+  std::vector<store::CollectiveRecord> read_colls;
+  std::vector<store::DeviceActivity> read_dev;
+  if (!held) {
+    if (cancelled()) return kCancelled;
+    auto r = s.query_metrics(span);
+    if (!r) return r.error();
+    if (stats) stats->metrics += r->size();
+    read_metrics = std::move(*r);
+    if (cancelled()) return kCancelled;
+    auto st = s.query_steps(span);
+    if (!st) return st.error();
+    if (stats) stats->steps += st->size();
+    read_steps = std::move(*st);
+  }
+  const auto* rows = held ? &held->metrics : &read_metrics;
+  const auto* steps_r = held ? &held->steps : &read_steps;
   ByProc<std::vector<store::StepRecord>> steps_by_proc;
   for (auto& st : *steps_r) steps_by_proc[{st.node, st.pid}].push_back(st);
 
@@ -901,10 +1029,14 @@ Result<JobWindow> load_job_window(store::Reader& s, const LoadOptions& opt) {
   if (job.start_ns == UINT64_MAX) job.start_ns = 0;
 
   // Collective progress: completion on the device; an NCCL call's host return is only an enqueue.
-  if (cancelled()) return kCancelled;
-  auto colls = s.query_collectives(span);
-  if (!colls) return colls.error();
-  if (stats) stats->collectives += colls->size();
+  if (!held) {
+    if (cancelled()) return kCancelled;
+    auto c = s.query_collectives(span);
+    if (!c) return c.error();
+    if (stats) stats->collectives += c->size();
+    read_colls = std::move(*c);
+  }
+  const auto* colls = held ? &held->collectives : &read_colls;
   ByProc<RankWindow*> by_proc;
   for (auto& r : job.ranks) by_proc[{r.node, r.pid}] = &r;
   // A rank's workers: recorded processes that inherited a RANK and descend from a rank's process on
@@ -964,10 +1096,14 @@ Result<JobWindow> load_job_window(store::Reader& s, const LoadOptions& opt) {
   // rows of the span in the time index).
   store::RowQuery any_order = span;
   any_order.any_order = true;  // summed per process below: the order is of no use
-  if (cancelled()) return kCancelled;
-  auto dev_all = s.query_device_activity(any_order);
-  if (!dev_all) return dev_all.error();
-  if (stats) stats->device += dev_all->size();
+  if (!held) {
+    if (cancelled()) return kCancelled;
+    auto d = s.query_device_activity(any_order);
+    if (!d) return d.error();
+    if (stats) stats->device += d->size();
+    read_dev = std::move(*d);
+  }
+  const auto* dev_all = held ? &held->device : &read_dev;
   ByProc<std::vector<const store::DeviceActivity*>> dev_of;
   for (const auto& d : *dev_all) {
     if (by_proc.count({d.node, d.pid})) dev_of[{d.node, d.pid}].push_back(&d);

@@ -16,6 +16,7 @@
 namespace strata::diagnose {
 
 struct Stats;
+struct SpanRows;
 
 struct LoadOptions {
   std::string job;        // empty: the job with the most ranks in the latest recording
@@ -39,6 +40,11 @@ struct LoadOptions {
   // When set and true, the load stops at its next read and returns an error: a collector shutting
   // down does not wait for a round (or a request's diagnosis) of thousands of ranks to finish.
   const std::atomic<bool>* cancel = nullptr;
+  // When set and it holds the rows of the span asked for (SpanRows::covers), the steps,
+  // collectives, device activity and metrics come from it instead of the store: a collector's
+  // round brought it up to date with the rows that are new since its last round
+  // (refresh_span_rows). Stacks, launch samples and processes are still read from the store.
+  const SpanRows* rows = nullptr;
 };
 
 // Rows a load read, per kind: a round's cost, which must follow the span, not the store's age.
@@ -50,6 +56,50 @@ struct Stats {
     profiles += o.profiles;
   }
 };
+
+// The rows of one job's analysis span that a collector keeps between rounds (issue 16: each round
+// reads only what is new since the last one, never the whole span again): every row of the four
+// kinds the loader reads by time (steps, collectives, device activity, metrics) that ends after
+// from_ns, in the order the store's span queries return them.
+struct SpanRows {
+  bool valid = false;                 // false: nothing held yet (the next refresh reads the span)
+  std::optional<int64_t> recording;   // of the reads (unset: every recording)
+  uint64_t from_ns = 0;               // rows that end after this are held
+  // How far the store was written when they were read (a store with write sequences: SQLite); the
+  // next refresh reads what was written after.
+  std::optional<store::WriteSeqs> seqs;
+  std::vector<store::Store::MetricRow> metrics;
+  std::vector<store::StepRecord> steps;
+  std::vector<store::CollectiveRecord> collectives;
+  std::vector<store::DeviceActivity> device;  // in no particular order (the loader sums them)
+  bool covers(std::optional<int64_t> rec, uint64_t from) const { return valid && recording == rec && from_ns == from; }
+  size_t size() const { return metrics.size() + steps.size() + collectives.size() + device.size(); }
+};
+
+// Where a row of each kind ends, as the stores' span queries test it (RowQuery::from_ns: "rows
+// whose time span ends after from_ns"). A collective without an exit ends just after its entry.
+uint64_t row_end(const store::Store::MetricRow& r);
+uint64_t row_end(const store::StepRecord& r);
+uint64_t row_end(const store::CollectiveRecord& r);
+uint64_t row_end(const store::DeviceActivity& r);
+
+// Brings `rows` to the store's rows that end after `from_ns`, reading as little as it can:
+//   - rows held that end at or before from_ns are dropped (the span moved on);
+//   - a store with write sequences (Reader::write_seqs: SQLite) is read for the rows written since
+//     the last refresh, whatever their time (a batch comes up to a window after its rows' time;
+//     a late one, minutes after): exactly the new rows, none twice, none missed;
+//   - a store without them (ClickHouse) is read for the rows that end at or after
+//     `changed_from_ns`, the earliest end of any row written since the last refresh began (the
+//     collector notes it from the batches it applies), and those replace the held ones;
+//   - otherwise (nothing held, another recording, a span that starts earlier than what is held, no
+//     changed_from_ns without write sequences: the caller does not know what was written since)
+//     the whole span is read.
+// What it read is counted in `stats`. Reads metrics first, as load_job_window does (its comment:
+// newer rows can only add progress). `use_write_seqs` false: by time even where the store has
+// write sequences (tests of the ClickHouse path on SQLite).
+Status refresh_span_rows(store::Reader& s, SpanRows& rows, std::optional<int64_t> recording, uint64_t from_ns,
+                         std::optional<uint64_t> changed_from_ns, Stats* stats = nullptr,
+                         const std::atomic<bool>* cancel = nullptr, bool use_write_seqs = true);
 
 // `strata diagnose FILE.db` without a span: the latest stretch of `latest_ns`, against the
 // `baseline_ns` before it as the job's healthy past (JobBaseline) when that stretch diagnoses

@@ -54,8 +54,17 @@ struct Diagnoser::JobState {
   std::mutex mu;  // one round of the job at a time
 #ifdef STRATA_HAVE_DIAGNOSE
   diagnose::JobBaseline baseline;  // the job's recent healthy windows, per rank and layer
+  // The rows of the analysis span read so far (issue 16): each round reads only the rows written
+  // since (by write sequence on SQLite; on a store without one, those that end at or after
+  // changed_from_ns), and merges them in.
+  diagnose::SpanRows rows;
 #endif
-  uint64_t last_end_ns = 0;    // data time: where the last round's window ended
+  uint64_t last_end_ns = 0;  // data time: where the last round's window ended
+  // The earliest end of a row written since the job's last refresh of `rows` began (UINT64_MAX:
+  // none). A late batch (an agent that retried for a minute) lowers it, and the next round reads
+  // again from there: no overlap to guess, nothing missed.
+  std::mutex changed_mu;  // guards changed_from_ns (a fold runs while the job's round does)
+  uint64_t changed_from_ns = UINT64_MAX;
   uint64_t touched_ns = 0;     // wall clock: the last round with new data
   uint32_t last_findings = 0;  // the last report's (the report itself is kept in the store)
 };
@@ -66,6 +75,22 @@ std::shared_ptr<Diagnoser::JobState> Diagnoser::state_of(const std::string& job)
   if (!st) st = std::make_shared<JobState>();
   st->touched_ns = wall_clock_ns();
   return st;
+}
+
+void Diagnoser::fold_noted() {
+  uint64_t noted_from;
+  {
+    std::lock_guard lock(mu_);
+    noted_from = std::exchange(noted_from_ns_, UINT64_MAX);
+  }
+  if (noted_from == UINT64_MAX) return;
+  // Every job's held rows are re-read from there: a job diagnosed later, or in another round,
+  // still has it.
+  std::lock_guard lock(states_mu_);
+  for (auto& [job, st] : states_) {
+    std::lock_guard changed(st->changed_mu);
+    st->changed_from_ns = std::min(st->changed_from_ns, noted_from);
+  }
 }
 
 void Diagnoser::drop_idle_states() {
@@ -194,6 +219,10 @@ void Diagnoser::stop() {
 
 void Diagnoser::note(const ingest::Batch& b) {
   std::lock_guard lock(mu_);
+  // The earliest end of the new rows, as the stores' span queries test it (diagnose::row_end):
+  // the next round re-reads from there. Of every process, not only ranks': a load's figures also
+  // look at rows of other processes (how far any agent's windows reach).
+  auto wrote = [&](uint64_t end_ns) { noted_from_ns_ = std::min(noted_from_ns_, end_ns); };
   for (const auto& r : b.records()) {
     switch (r.kind_case()) {
       case ingest::Record::kProcess:
@@ -203,19 +232,25 @@ void Diagnoser::note(const ingest::Batch& b) {
         for (const auto& s : r.steps().rows()) {
           dirty_procs_.insert({b.node(), s.pid()});
           dirty_trainers_.insert({b.node(), s.pid()});
+          wrote(s.end_ns());
         }
         break;
       case ingest::Record::kMetrics:
         // A rank that stopped stepping still sends its OS metrics: the round that finds it hung.
         for (const auto& m : r.metrics().metrics()) {
           if (m.pid() != 0) dirty_procs_.insert({b.node(), m.pid()});
+          wrote(r.metrics().end_ns());  // pid 0 too: the node's own series (its GPUs)
         }
         break;
       case ingest::Record::kCollectives:
         for (const auto& c : r.collectives().rows()) {
           dirty_procs_.insert({b.node(), c.pid()});
           dirty_trainers_.insert({b.node(), c.pid()});
+          wrote(std::max(c.exit_ns(), c.enter_ns() + 1));
         }
+        break;
+      case ingest::Record::kDeviceActivity:
+        for (const auto& d : r.device_activity().rows()) wrote(d.end_ns());
         break;
       default:
         break;
@@ -360,8 +395,21 @@ Result<std::string> Diagnoser::diagnose_job(const std::string& job) {
   diagnose::Stats stats;
   lo.stats = &stats;
   lo.cancel = &cancel_;
-  // Read through the rounds' own connection when there is one: ingest goes on meanwhile. Only the
-  // span since the last round's end (one analysis span before it, for context) is read.
+  // Read through the rounds' own connection when there is one: ingest goes on meanwhile. The
+  // window is the span since the last round's end (one analysis span before it, for context); of
+  // it, only what was written since the last round is read (diagnose::refresh_span_rows).
+  // What was written since the job's rows were last read, for a store without write sequences:
+  // every note before this point is in changed_from_ns, what is written from now on is noted for
+  // the next round.
+  std::optional<uint64_t> changed_from;
+  if (state) {
+    fold_noted();
+    std::lock_guard changed(state->changed_mu);
+    changed_from = std::exchange(state->changed_from_ns, UINT64_MAX);
+  }
+  // Batches that other collectors of a shared store applied are never noted here: without write
+  // sequences, the whole span is read.
+  if (store_.shared()) changed_from.reset();
   Result<diagnose::JobWindow> window = read([&](store::Store& s) -> Result<diagnose::JobWindow> {
     auto latest = s.latest_step_ns(std::nullopt);
     if (!latest) return latest.error();
@@ -371,6 +419,14 @@ Result<std::string> Diagnoser::diagnose_job(const std::string& job) {
     from = from > kAnalysisSpanNs ? from - kAnalysisSpanNs : 0;
     if (end > kMaxRoundSpanNs) from = std::max(from, end - kMaxRoundSpanNs);
     lo.from_ns = from;
+    if (state) {
+      // Only the rows new since the last round are read (the held ones are the span's others).
+      if (auto st = diagnose::refresh_span_rows(s, state->rows, std::nullopt, from, changed_from, &stats, &cancel_); !st) {
+        state->rows = diagnose::SpanRows{};  // read whole next time
+        return st.error();
+      }
+      lo.rows = &state->rows;
+    }
     return diagnose::load_job_window(s, lo);
   });
   {

@@ -4,9 +4,12 @@
 // history: when a finding first appeared, whether it is still there.
 //
 // A round's cost follows the job's size and the analysis span, not its age (issue 16): per job the
-// diagnoser keeps a compact state between rounds (the job's healthy past per rank and layer, where
-// the last round ended), each round reads only the span since then, bounded by time in the store
-// query, and jobs are diagnosed in parallel, each reading through a store connection of its own.
+// diagnoser keeps a state between rounds (the job's healthy past per rank and layer, where the last
+// round ended, and the rows of its analysis span read so far), each round reads from the store only
+// the rows written since the last one (note() keeps the earliest end of what batches brought, so a
+// late batch is re-read, not lost), bounded by time in the store query, and jobs are diagnosed in
+// parallel, each reading through a store connection of its own. The engine still sees the whole
+// analysis span; only the reads follow the new data.
 #pragma once
 
 #include <atomic>
@@ -94,7 +97,8 @@ class Diagnoser {
   static constexpr uint64_t kMaxRoundSpanNs = 10 * kAnalysisSpanNs;
   // Per-job states kept at most, and how long a job may send nothing before its state is dropped.
   // A collector serves one cluster's jobs (tens at a time); a state is the job's healthy past per
-  // rank (a few KB a rank). A job quiet for an hour has ended (a hang is found within minutes); if
+  // rank (a few KB a rank) and its analysis span's rows (steps, collectives, device activity and
+  // metrics: ~400 rows a rank a minute in the simulated job, tens of KB a rank). A job quiet for an hour has ended (a hang is found within minutes); if
   // it comes back, its first round rebuilds the state from its latest span.
   static constexpr size_t kMaxJobStates = 256;
   static constexpr uint64_t kStateIdleNs = 3600ull * 1'000'000'000ull;
@@ -130,6 +134,7 @@ class Diagnoser {
   struct JobState;  // diagnoser.cpp: the job's baseline, where its last round ended
   std::shared_ptr<JobState> state_of(const std::string& job);
   void drop_idle_states();
+  void fold_noted();  // noted_from_ns_ into every job's state
 
   store::Store& store_;
   std::mutex& store_mu_;
@@ -143,6 +148,9 @@ class Diagnoser {
   std::set<std::pair<std::string, uint32_t>> dirty_procs_;  // (node, pid): pids repeat across nodes
   std::set<std::pair<std::string, uint32_t>> dirty_trainers_;  // ... of them, those that sent steps or collectives
   std::set<std::string> dirty_jobs_;
+  // The earliest end of a row written since the last fold_noted (UINT64_MAX: none), as the stores'
+  // span queries test a row's end (diagnose::row_end).
+  uint64_t noted_from_ns_ = UINT64_MAX;
   DiagnoserCounters counters_;
   JobSharing sharing_;  // used by the round thread only
 

@@ -314,6 +314,19 @@ struct RowQuery {
   // (offset, limit): a store may skip its sort. The diagnosis's read of a span's device activity
   // (1.2M rows a minute at 8,000 ranks) spent half its SQLite time in the sort.
   bool any_order = false;
+  // Only rows written after `after_seq` and up to `upto_seq` (Reader::write_seqs: the store's order
+  // of writes, per table), for a reader that holds what it read before and wants what was written
+  // since, whatever time the rows are of (an agent's batch comes up to a window after its rows'
+  // time). Unset: any. A store without write sequences ignores them (it never hands them out).
+  std::optional<int64_t> after_seq, upto_seq;
+};
+
+// How far each table the diagnosis reads by time has been written: the latest write's sequence
+// number (SQLite: the largest rowid; rows are appended, so every row up to it is committed when it
+// is read).
+struct WriteSeqs {
+  int64_t steps = 0, collectives = 0, device = 0, metrics = 0;
+  bool operator==(const WriteSeqs&) const = default;
 };
 
 struct FrameRow {
@@ -393,6 +406,9 @@ class Reader {
   // machine instructions), for tests and benches that check a read's cost does not grow with what
   // the store holds; 0 where the store cannot say.
   virtual uint64_t read_work() const { return 0; }
+  // The tables' write sequences now (RowQuery::after_seq), or none where the store has no such
+  // order (ClickHouse: its parts merge; a reader then finds new rows by time).
+  virtual Result<std::optional<WriteSeqs>> write_seqs() { return std::optional<WriteSeqs>{}; }
   // The bounded reads (RowQuery). A store answers them in its query language; the defaults here
   // read through the unbounded calls above and filter, for stores whose data is small anyway.
   virtual Result<std::vector<StepRecord>> query_steps(const RowQuery& q);

@@ -21,6 +21,7 @@
 #include <vector>
 
 #include "diagnose/engine.h"
+#include "diagnose/render.h"
 #include "diagnose/loader.h"
 #include "server/diagnoser.h"
 #include "server/server.h"
@@ -361,6 +362,270 @@ TEST(DiagnoseRounds, TheCollectorsRoundsReadTheirSpanOnly) {
   }
   EXPECT_GT(rows[0], 0u);
   EXPECT_EQ(rows[0], rows[1]) << "a round of the 10x older job read more";
+}
+
+// Data an agent ships after a store made by make_store (kRanks ranks on two nodes): `seconds` of
+// steps from kEnd on (rank kStraggler 40 ms slow in each, from `slow_from` steps in), one
+// collective and one kernel per step, and one 10 s window of metrics, each node in a recording of
+// its own (an agent that restarted). With `late`, also a metric window that ended 20 s before kEnd
+// (a batch that arrived late: an agent that retried). Written to the store; returns the batch that
+// carried it, for Diagnoser::note.
+ingest::Batch append_data(const std::string& path, uint64_t from_ns, int steps, int slow_from, bool late) {
+  auto st = store::Store::open_sqlite(path, store::Store::Mode::kCreateOrAppend);
+  EXPECT_TRUE(st) << (st ? "" : st.error().message);
+  ingest::Batch b;
+  if (!st) return b;
+  auto& s = **st;
+  EXPECT_TRUE(s.begin());
+  b.set_node("node-0");
+  std::vector<int64_t> recs;
+  for (int n = 0; n < 2; ++n) recs.push_back(*s.begin_recording({"node-" + std::to_string(n), "synthetic", from_ns, 99, 10}));
+  auto* steps_rec = b.add_records()->mutable_steps();
+  auto* colls_rec = b.add_records()->mutable_collectives();
+  auto* dev_rec = b.add_records()->mutable_device_activity();
+  auto* met_rec = b.add_records()->mutable_metrics();
+  met_rec->set_start_ns(from_ns);
+  met_rec->set_end_ns(from_ns + kWindowNs);
+  for (int r = 0; r < kRanks; ++r) {
+    const uint32_t pid = 10000 + static_cast<uint32_t>(r);
+    const int64_t rec = recs[static_cast<size_t>(r / (kRanks / 2))];
+    std::vector<store::StepRecord> rows;
+    std::vector<store::CollectiveRecord> colls;
+    std::vector<store::DeviceActivity> dev;
+    uint64_t t = from_ns;
+    for (int k = 0; k < steps; ++k) {
+      const uint64_t extra = k >= slow_from ? 40'000'000 : 0;
+      store::StepRecord sr;
+      sr.pid = pid;
+      sr.step = 100000 + static_cast<uint64_t>(k);
+      sr.start_ns = t;
+      sr.end_ns = t + kStepNs + extra;
+      const uint64_t compute = 120'000'000 + (r == kStraggler ? extra : 0);
+      sr.collective_ns = sr.end_ns - sr.start_ns - compute;
+      sr.device_known = true;
+      sr.device_compute_ns = 110'000'000 + (r == kStraggler ? extra : 0);
+      sr.device_collective_ns = sr.collective_ns;
+      sr.gpu_idle_ns = sr.end_ns - sr.start_ns - sr.device_compute_ns - sr.device_collective_ns / 2;
+      rows.push_back(sr);
+      store::CollectiveRecord c;
+      c.pid = pid;
+      c.library = "nccl";
+      c.op = "allreduce";
+      c.comm_id = "c1";
+      c.seq = 100000 + static_cast<uint64_t>(k);
+      c.enter_ns = sr.start_ns + compute;
+      c.exit_ns = c.enter_ns + 1000;
+      c.device_start_ns = c.enter_ns;
+      c.device_end_ns = sr.end_ns - 1;
+      colls.push_back(c);
+      store::DeviceActivity d;
+      d.pid = pid;
+      d.kind = "kernel";
+      d.name = "gemm";
+      d.start_ns = sr.start_ns + 1000;
+      d.end_ns = d.start_ns + sr.device_compute_ns;
+      dev.push_back(d);
+      auto* ps = steps_rec->add_rows();
+      ps->set_pid(pid), ps->set_step(sr.step), ps->set_start_ns(sr.start_ns), ps->set_end_ns(sr.end_ns);
+      auto* pc = colls_rec->add_rows();
+      pc->set_pid(pid), pc->set_enter_ns(c.enter_ns), pc->set_exit_ns(c.exit_ns);
+      auto* pd = dev_rec->add_rows();
+      pd->set_pid(pid), pd->set_start_ns(d.start_ns), pd->set_end_ns(d.end_ns);
+      t = sr.end_ns + 1'000'000;
+    }
+    EXPECT_TRUE(s.put_steps(rec, rows));
+    EXPECT_TRUE(s.put_collectives(rec, colls));
+    EXPECT_TRUE(s.put_device_activity(rec, dev));
+    if (steps == 0) continue;
+    std::vector<store::Metric> m = {{pid, "os.cpu_time_us", "", 6e6}, {pid, "os.runq_wait_us", "", 1e4}};
+    EXPECT_TRUE(s.put_metrics(rec, from_ns, from_ns + kWindowNs, m));
+    for (const auto& x : m) {
+      auto* pm = met_rec->add_metrics();
+      pm->set_pid(x.pid), pm->set_name(x.name), pm->set_value(x.value);
+    }
+  }
+  if (late) {
+    const uint64_t end = kEnd - 2 * kWindowNs;
+    std::vector<store::Metric> m = {{10000 + kStraggler, "os.major_faults", "", 7}};
+    EXPECT_TRUE(s.put_metrics(recs[0], end - kWindowNs, end, m));
+    auto* lm = b.add_records()->mutable_metrics();
+    lm->set_start_ns(end - kWindowNs);
+    lm->set_end_ns(end);
+    auto* pm = lm->add_metrics();
+    pm->set_pid(10000 + kStraggler), pm->set_name("os.major_faults"), pm->set_value(7);
+  }
+  EXPECT_TRUE(s.commit());
+  return b;
+}
+
+// The earliest end of the rows a batch carried, as Diagnoser::note keeps it.
+uint64_t earliest_end(const ingest::Batch& b) {
+  uint64_t e = UINT64_MAX;
+  for (const auto& r : b.records()) {
+    if (r.has_steps()) for (const auto& x : r.steps().rows()) e = std::min(e, x.end_ns());
+    if (r.has_collectives()) for (const auto& x : r.collectives().rows()) e = std::min(e, std::max(x.exit_ns(), x.enter_ns() + 1));
+    if (r.has_device_activity()) for (const auto& x : r.device_activity().rows()) e = std::min(e, x.end_ns());
+    if (r.has_metrics() && r.metrics().metrics_size() > 0) e = std::min(e, r.metrics().end_ns());
+  }
+  return e;
+}
+
+std::string report_of(store::Reader& s, const diagnose::LoadOptions& lo) {
+  auto w = diagnose::load_job_window(s, lo);
+  EXPECT_TRUE(w) << (w ? "" : w.error().message);
+  if (!w) return {};
+  std::ostringstream out;
+  diagnose::write_json(diagnose::diagnose(*w), out);
+  return out.str();
+}
+
+// Issue 16 item 2: a round after a round reads only the rows written since (10 s of new steps),
+// not its whole 60 s span again; a late batch (a window that ended 20 s before the latest data)
+// is read too: by write sequence (SQLite), that window alone; by time (a store without write
+// sequences), from that window's end on. The rows then held are the span's as a whole read gets
+// them, in the same order, and the report is the same.
+void refresh_reads_only_the_new_rows(bool by_seq) {
+  SCOPED_TRACE(by_seq ? "by write sequence" : "by time");
+  TempDir tmp;
+  const std::string db = tmp.file("refresh.db");
+  make_store(db, 600, 0);  // two healthy minutes
+  const uint64_t from1 = kEnd - server::Diagnoser::kAnalysisSpanNs;
+  diagnose::SpanRows held;
+  diagnose::Stats first;
+  {
+    auto [st, latest] = open_for_reading(db);
+    ASSERT_TRUE(st);
+    ASSERT_TRUE(diagnose::refresh_span_rows(*st, held, std::nullopt, from1, std::nullopt, &first, nullptr, by_seq));
+  }
+  EXPECT_GT(first.steps, 0u);
+  // 10 s more (40 steps), the straggler slow from the 20th on.
+  const uint64_t changed = earliest_end(append_data(db, kEnd + 1'000'000, 40, 20, /*late=*/false));
+  auto [st, latest] = open_for_reading(db);
+  ASSERT_TRUE(st);
+  const uint64_t from2 = from1 + kWindowNs;  // the span moved on
+  diagnose::Stats second;
+  ASSERT_TRUE(diagnose::refresh_span_rows(*st, held, std::nullopt, from2, changed, &second, nullptr, by_seq));
+  // Exactly the new rows: steps, collectives and kernels per step, and two metrics per rank.
+  EXPECT_EQ(second.rows(), 40u * kRanks * 3 + 2u * kRanks);
+  diagnose::SpanRows whole;
+  diagnose::Stats whole_stats;
+  ASSERT_TRUE(diagnose::refresh_span_rows(*st, whole, std::nullopt, from2, std::nullopt, &whole_stats));
+  EXPECT_GT(whole_stats.rows(), 2 * second.rows()) << "a whole read of the span is not much more";
+  // A late window: read from its end on, and nothing before.
+  const uint64_t late = earliest_end(append_data(db, 0, 0, 0, /*late=*/true));
+  EXPECT_EQ(late, kEnd - 2 * kWindowNs);
+  diagnose::Stats third;
+  ASSERT_TRUE(diagnose::refresh_span_rows(*st, held, std::nullopt, from2, late, &third, nullptr, by_seq));
+  store::RowQuery q;
+  q.from_ns = late - 1;
+  if (by_seq) {
+    EXPECT_EQ(third.rows(), 1u) << "the late window's one row";
+  } else {
+    EXPECT_EQ(third.rows(), st->query_steps(q)->size() + st->query_metrics(q)->size() + st->query_collectives(q)->size() +
+                                st->query_device_activity(q)->size());
+  }
+  whole = {};
+  ASSERT_TRUE(diagnose::refresh_span_rows(*st, whole, std::nullopt, from2, std::nullopt, &whole_stats));
+  EXPECT_LT(third.rows(), whole_stats.rows() - first.steps / 2) << "the late window's read reached back to the span's start";
+  // The same rows as a whole read of the span, in the same order.
+  ASSERT_EQ(held.steps.size(), whole.steps.size());
+  ASSERT_EQ(held.metrics.size(), whole.metrics.size());
+  ASSERT_EQ(held.collectives.size(), whole.collectives.size());
+  ASSERT_EQ(held.device.size(), whole.device.size());
+  for (size_t i = 0; i < held.steps.size(); ++i) {
+    ASSERT_EQ(std::tie(held.steps[i].node, held.steps[i].pid, held.steps[i].step, held.steps[i].end_ns),
+              std::tie(whole.steps[i].node, whole.steps[i].pid, whole.steps[i].step, whole.steps[i].end_ns)) << i;
+  }
+  for (size_t i = 0; i < held.metrics.size(); ++i) {
+    const auto& a = held.metrics[i];
+    const auto& b = whole.metrics[i];
+    ASSERT_EQ(std::tie(a.node, a.start_ns, a.end_ns, a.metric.pid, a.metric.name, a.metric.value),
+              std::tie(b.node, b.start_ns, b.end_ns, b.metric.pid, b.metric.name, b.metric.value)) << i;
+  }
+  bool late_held = false;
+  for (const auto& m : held.metrics) late_held |= m.metric.name == "os.major_faults";
+  EXPECT_TRUE(late_held) << "the late window was lost";
+  // The report from the held rows is the one from a load of the span from the store.
+  diagnose::LoadOptions lo;
+  lo.job = "rounds";
+  lo.all_recordings = true;
+  lo.from_ns = from2;
+  const std::string from_store = report_of(*st, lo);
+  diagnose::Stats loader_stats;
+  lo.rows = &held;
+  lo.stats = &loader_stats;
+  const std::string from_held = report_of(*st, lo);
+  EXPECT_EQ(loader_stats.steps + loader_stats.metrics + loader_stats.collectives + loader_stats.device, 0u)
+      << "the load read rows the refresh holds";
+  EXPECT_NE(from_store.find("\"rank\":" + std::to_string(kStraggler)), std::string::npos) << from_store.substr(0, 600);
+  EXPECT_EQ(from_held, from_store);
+}
+
+TEST(DiagnoseRounds, ARefreshReadsOnlyTheNewRowsAndHoldsWhatAWholeReadGets) {
+  refresh_reads_only_the_new_rows(/*by_seq=*/true);
+  refresh_reads_only_the_new_rows(/*by_seq=*/false);
+}
+
+// A refresh reads by the time index, bounded by the rowids it took first: the SQLite work of a
+// whole read of the span, and of one after new data, does not grow with the job's age (a rowid
+// bound the planner took for the scan would walk the whole table).
+TEST(DiagnoseRounds, ARefreshsWorkDoesNotGrowWithTheJobsAge) {
+  TempDir tmp;
+  std::vector<std::pair<uint64_t, uint64_t>> work;  // (whole, after new data)
+  for (int steps : {300, 6000}) {
+    const std::string db = tmp.file("age-" + std::to_string(steps) + ".db");
+    make_store(db, steps, 0);
+    const uint64_t from = kEnd - server::Diagnoser::kAnalysisSpanNs;
+    diagnose::SpanRows held;
+    auto [st, latest] = open_for_reading(db);
+    ASSERT_TRUE(st);
+    uint64_t w0 = st->read_work();
+    ASSERT_TRUE(diagnose::refresh_span_rows(*st, held, std::nullopt, from, std::nullopt));
+    const uint64_t whole = st->read_work() - w0;
+    const uint64_t changed = earliest_end(append_data(db, kEnd + 1'000'000, 40, 1000, /*late=*/false));
+    w0 = st->read_work();
+    ASSERT_TRUE(diagnose::refresh_span_rows(*st, held, std::nullopt, from + kWindowNs, changed));
+    work.push_back({whole, st->read_work() - w0});
+  }
+  std::cout << "refresh work (whole, new rows): 300 steps " << work[0].first << ", " << work[0].second << "; 6,000 steps "
+            << work[1].first << ", " << work[1].second << "\n";
+  constexpr double kMaxWorkGrowth = 1.5;  // as ARoundReadsTheSameRowsWhateverTheJobsAge: index pages
+  EXPECT_LE(static_cast<double>(work[1].first), kMaxWorkGrowth * static_cast<double>(work[0].first))
+      << work[0].first << " vs " << work[1].first;
+  EXPECT_LE(static_cast<double>(work[1].second), kMaxWorkGrowth * static_cast<double>(work[0].second))
+      << work[0].second << " vs " << work[1].second;
+  EXPECT_LT(work[0].second, work[0].first) << "the read of the new rows did more than the whole span's";
+}
+
+// The collector's rounds (Diagnoser) read through such a refresh: a round after a round reads the
+// rows its note()s said were written, not the span again; with nothing written since, none.
+TEST(DiagnoseRounds, ARoundAfterARoundReadsOnlyTheNewRows) {
+  TempDir tmp;
+  const std::string db = tmp.file("rounds.db");
+  make_store(db, 600, 0);
+  auto st = store::Store::open_sqlite(db, store::Store::Mode::kCreateOrAppend);
+  ASSERT_TRUE(st);
+  std::mutex mu;
+  std::ostringstream log;
+  server::Diagnoser d(**st, mu, server::DiagnoserOptions{0}, log);
+  auto reader = store::Store::open_sqlite(db, store::Store::Mode::kReadOnly);
+  ASSERT_TRUE(reader);
+  d.set_reader(std::move(*reader));
+  ASSERT_TRUE(d.diagnose_job("rounds")) << log.str();
+  const uint64_t first = d.counters().rows_read;
+  ASSERT_TRUE(d.diagnose_job("rounds"));
+  const uint64_t unchanged = d.counters().rows_read - first;
+  auto batch = append_data(db, kEnd + 1'000'000, 40, 1000, /*late=*/false);
+  d.note(batch);
+  ASSERT_TRUE(d.diagnose_job("rounds"));
+  const uint64_t after_new = d.counters().rows_read - first - unchanged;
+  EXPECT_GT(first, 0u);
+  // Rows: steps, collectives, device activity and metrics; the stacks (samples) are still read
+  // per span, and counted too: they are at most what the first round read of them.
+  const uint64_t new_rows = 40u * kRanks * 3 + 2u * kRanks;
+  EXPECT_LT(unchanged, first / 4) << "a round with nothing new re-read the span";
+  EXPECT_GE(after_new, new_rows);
+  EXPECT_LT(after_new, new_rows + unchanged + kRanks * 4) << "first round " << first << ", unchanged " << unchanged;
 }
 
 std::string culprit_of(const diagnose::Diagnosis& dx, int rank) {
