@@ -59,6 +59,7 @@ struct Diagnoser::JobState {
   // changed_from_ns), and merges them in.
   diagnose::SpanRows rows;
 #endif
+  size_t counted_rows = 0;   // rows.size() as counted in held_rows_
   uint64_t last_end_ns = 0;  // data time: where the last round's window ended
   // The earliest end of a row written since the job's last refresh of `rows` began (UINT64_MAX:
   // none). A late batch (an agent that retried for a minute) lowers it, and the next round reads
@@ -101,6 +102,7 @@ void Diagnoser::drop_idle_states() {
     std::erase_if(states_, [&](const auto& kv) {
       bool idle = now > kv.second->touched_ns + kStateIdleNs;
       dropped += idle;
+      if (idle) held_rows_ -= static_cast<int64_t>(kv.second->counted_rows);
       return idle;
     });
     // Over the cap: the least recently diagnosed go.
@@ -108,6 +110,7 @@ void Diagnoser::drop_idle_states() {
       auto oldest = std::min_element(states_.begin(), states_.end(), [](const auto& a, const auto& b) {
         return a.second->touched_ns < b.second->touched_ns;
       });
+      held_rows_ -= static_cast<int64_t>(oldest->second->counted_rows);
       states_.erase(oldest);
       ++dropped;
     }
@@ -260,7 +263,9 @@ void Diagnoser::note(const ingest::Batch& b) {
 
 DiagnoserCounters Diagnoser::counters() {
   std::lock_guard lock(mu_);
-  return counters_;
+  DiagnoserCounters c = counters_;
+  c.held_rows = static_cast<uint64_t>(std::max<int64_t>(0, held_rows_.load()));
+  return c;
 }
 
 void Diagnoser::loop() {
@@ -429,9 +434,23 @@ Result<std::string> Diagnoser::diagnose_job(const std::string& job) {
     }
     return diagnose::load_job_window(s, lo);
   });
+  bool released = false;
+  if (state) {
+    // The rows held for every job stay under max_held_rows: past it this job keeps none.
+    const size_t now_rows = state->rows.size();
+    held_rows_ += static_cast<int64_t>(now_rows) - static_cast<int64_t>(state->counted_rows);
+    state->counted_rows = now_rows;
+    if (now_rows > 0 && held_rows_.load() > static_cast<int64_t>(opts_.max_held_rows)) {
+      held_rows_ -= static_cast<int64_t>(now_rows);
+      state->rows = diagnose::SpanRows{};
+      state->counted_rows = 0;
+      released = true;
+    }
+  }
   {
     std::lock_guard lock(mu_);
     counters_.rows_read += stats.rows();
+    counters_.rows_released += released;
   }
   if (!window) {
     count(false);

@@ -112,7 +112,7 @@ class Server {
   Server(const ServeOptions& opts, std::unique_ptr<store::Store> store, std::unique_ptr<GuardedServer> http,
          std::ostream& log)
       : opts_(opts), store_(std::move(store)), applier_(*store_), log_(log),
-        diagnoser_(*store_, store_mu_, DiagnoserOptions{opts.diagnose_every_s, collector_id(opts.listen)}, log),
+        diagnoser_(*store_, store_mu_, DiagnoserOptions{opts.diagnose_every_s, kMaxHeldRows, collector_id(opts.listen)}, log),
         http_(std::move(http)),
         svr_(*http_) {}
 
@@ -898,6 +898,12 @@ class Server {
     prom::family(o, "strata_serve_diagnosis_states_dropped_total", "counter",
                  "Per-job diagnosis states dropped (the job sent nothing for an hour, or too many jobs).");
     o << "strata_serve_diagnosis_states_dropped_total " << dc.states_dropped << "\n";
+    prom::family(o, "strata_serve_diagnosis_held_rows", "gauge",
+                 "Rows the diagnosis rounds hold between them for every job (each job's analysis span).");
+    o << "strata_serve_diagnosis_held_rows " << dc.held_rows << "\n";
+    prom::family(o, "strata_serve_diagnosis_rows_released_total", "counter",
+                 "Rounds that let their job's held rows go (over the bound): its next round reads its whole span.");
+    o << "strata_serve_diagnosis_rows_released_total " << dc.rows_released << "\n";
     prom::family(o, "strata_serve_retention_deleted_rows_total", "counter",
                  "Rows older than the SQLite store's retention_days deleted.");
     o << "strata_serve_retention_deleted_rows_total " << counters_.retention_deleted << "\n";

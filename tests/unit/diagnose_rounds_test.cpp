@@ -628,6 +628,42 @@ TEST(DiagnoseRounds, ARoundAfterARoundReadsOnlyTheNewRows) {
   EXPECT_LT(after_new, new_rows + unchanged + kRanks * 4) << "first round " << first << ", unchanged " << unchanged;
 }
 
+// The rows the rounds hold are bounded for every job together (DiagnoserOptions::max_held_rows):
+// past the bound a round lets its job's rows go, says so on its counters, and its next round
+// reads the whole span again, as before rounds held rows. Fails if held rows grow past the bound.
+TEST(DiagnoseRounds, HeldRowsStayUnderTheirBound) {
+  TempDir tmp;
+  const std::string db = tmp.file("held.db");
+  make_store(db, 600, 0);
+  auto st = store::Store::open_sqlite(db, store::Store::Mode::kCreateOrAppend);
+  ASSERT_TRUE(st);
+  std::mutex mu;
+  std::ostringstream log;
+  auto rounds = [&](size_t bound, uint64_t& first, uint64_t& second, server::DiagnoserCounters& c) {
+    server::DiagnoserOptions o{0};
+    o.max_held_rows = bound;
+    server::Diagnoser d(**st, mu, o, log);
+    auto reader = store::Store::open_sqlite(db, store::Store::Mode::kReadOnly);
+    ASSERT_TRUE(reader);
+    d.set_reader(std::move(*reader));
+    ASSERT_TRUE(d.diagnose_job("rounds")) << log.str();
+    first = d.counters().rows_read;
+    ASSERT_TRUE(d.diagnose_job("rounds"));
+    second = d.counters().rows_read - first;
+    c = d.counters();
+  };
+  uint64_t first = 0, second = 0;
+  server::DiagnoserCounters held, bounded;
+  rounds(server::kMaxHeldRows, first, second, held);
+  EXPECT_GT(held.held_rows, 0u);
+  EXPECT_EQ(held.rows_released, 0u);
+  EXPECT_LT(second, first / 4) << "with rows held, a round with nothing new reads little";
+  rounds(100, first, second, bounded);
+  EXPECT_LE(bounded.held_rows, 100u);
+  EXPECT_EQ(bounded.rows_released, 2u) << "each round let its rows go";
+  EXPECT_GT(second, first / 2) << "without rows held, a round reads the whole span again";
+}
+
 std::string culprit_of(const diagnose::Diagnosis& dx, int rank) {
   for (const auto& f : dx.findings) {
     if (f.rank == rank) return f.culprit;
