@@ -67,41 +67,35 @@ def cpu_ns(pid):
     return total
 
 
-def bpf_progs(pid):
-    """{prog_id: (prog_type, run_time_ns)} of the BPF programs whose fds pid holds."""
-    progs = {}
+def prog_fdinfos(pid):
+    """The fdinfo (key -> value) of each BPF program fd that pid holds, with its run stats."""
     try:
         fds = os.listdir("/proc/%d/fdinfo" % pid)
     except OSError:
-        return progs
+        return
     for fd in fds:
         try:
             with open("/proc/%d/fdinfo/%s" % (pid, fd)) as f:
                 kv = dict(line.split(":", 1) for line in f if ":" in line)
         except OSError:
             continue
-        if "run_time_ns" in kv and "prog_id" in kv:  # links name a prog_id too, without run stats
-            progs[kv["prog_id"].strip()] = (int(kv.get("prog_type", "0")), int(kv["run_time_ns"]))
-    return progs
+        if "run_time_ns" in kv and kv.get("prog_id", "").strip():  # links name a prog_id too, without run stats
+            yield kv
+
+
+def bpf_progs(pid):
+    """{prog_id: (prog_type, run_time_ns)} of the BPF programs whose fds pid holds."""
+    return {kv["prog_id"].strip(): (int(kv.get("prog_type", "0")), int(kv["run_time_ns"])) for kv in prog_fdinfos(pid)}
 
 
 def bpf_by_name(pid):
     """{program name: [run count, run time ns]} of pid's BPF programs (summed over programs of one
     name): where the BPF part of a profiler's cost goes."""
     out = {}
-    try:
-        fds = os.listdir("/proc/%d/fdinfo" % pid)
-    except OSError:
-        return out
     seen = set()
-    for fd in fds:
-        try:
-            with open("/proc/%d/fdinfo/%s" % (pid, fd)) as f:
-                kv = dict(line.split(":", 1) for line in f if ":" in line)
-        except OSError:
-            continue
-        pid_s = kv.get("prog_id", "").strip()
-        if "run_time_ns" not in kv or not pid_s or pid_s in seen:
+    for kv in prog_fdinfos(pid):
+        pid_s = kv["prog_id"].strip()
+        if pid_s in seen:
             continue
         seen.add(pid_s)
         name = pid_s
