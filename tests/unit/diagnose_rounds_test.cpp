@@ -336,6 +336,20 @@ TEST(DiagnoseRounds, OneProcessProfileOfASpanDoesNotGrowWithTheNodes) {
   EXPECT_LE(static_cast<double>(work[1]), kSlack * static_cast<double>(work[0])) << work[0] << " vs " << work[1];
 }
 
+// A collector's diagnoser over the store `db` (written through `st`), its rounds reading through a
+// connection of their own, as strata serve sets it up.
+struct RoundsDiagnoser {
+  std::mutex mu;
+  std::ostringstream log;
+  std::unique_ptr<server::Diagnoser> d;
+  RoundsDiagnoser(store::Store& st, const std::string& db, server::DiagnoserOptions o) {
+    d = std::make_unique<server::Diagnoser>(st, mu, o, log);
+    auto reader = store::Store::open_sqlite(db, store::Store::Mode::kReadOnly);
+    EXPECT_TRUE(reader);
+    if (reader) d->set_reader(std::move(*reader));
+  }
+};
+
 // The collector's rounds through the Diagnoser itself: the rows each reads do not grow with the
 // job's age, and the state carries the job's healthy past from round to round.
 TEST(DiagnoseRounds, TheCollectorsRoundsReadTheirSpanOnly) {
@@ -346,14 +360,10 @@ TEST(DiagnoseRounds, TheCollectorsRoundsReadTheirSpanOnly) {
     make_store(db, steps, 0);  // healthy throughout
     auto st = store::Store::open_sqlite(db, store::Store::Mode::kCreateOrAppend);
     ASSERT_TRUE(st);
-    std::mutex mu;
-    std::ostringstream log;
-    server::Diagnoser d(**st, mu, server::DiagnoserOptions{0}, log);
-    auto reader = store::Store::open_sqlite(db, store::Store::Mode::kReadOnly);
-    ASSERT_TRUE(reader);
-    d.set_reader(std::move(*reader));
+    RoundsDiagnoser rd(**st, db, server::DiagnoserOptions{0});
+    server::Diagnoser& d = *rd.d;
     auto job = d.diagnose_job("rounds");
-    ASSERT_TRUE(job) << job.error().message << log.str();
+    ASSERT_TRUE(job) << job.error().message << rd.log.str();
     auto again = d.diagnose_job("rounds");  // a second round: from the first's end, one span back
     ASSERT_TRUE(again) << again.error().message;
     auto c = d.counters();
@@ -605,13 +615,9 @@ TEST(DiagnoseRounds, ARoundAfterARoundReadsOnlyTheNewRows) {
   make_store(db, 600, 0);
   auto st = store::Store::open_sqlite(db, store::Store::Mode::kCreateOrAppend);
   ASSERT_TRUE(st);
-  std::mutex mu;
-  std::ostringstream log;
-  server::Diagnoser d(**st, mu, server::DiagnoserOptions{0}, log);
-  auto reader = store::Store::open_sqlite(db, store::Store::Mode::kReadOnly);
-  ASSERT_TRUE(reader);
-  d.set_reader(std::move(*reader));
-  ASSERT_TRUE(d.diagnose_job("rounds")) << log.str();
+  RoundsDiagnoser rd(**st, db, server::DiagnoserOptions{0});
+  server::Diagnoser& d = *rd.d;
+  ASSERT_TRUE(d.diagnose_job("rounds")) << rd.log.str();
   const uint64_t first = d.counters().rows_read;
   ASSERT_TRUE(d.diagnose_job("rounds"));
   const uint64_t unchanged = d.counters().rows_read - first;
@@ -637,16 +643,12 @@ TEST(DiagnoseRounds, HeldRowsStayUnderTheirBound) {
   make_store(db, 600, 0);
   auto st = store::Store::open_sqlite(db, store::Store::Mode::kCreateOrAppend);
   ASSERT_TRUE(st);
-  std::mutex mu;
-  std::ostringstream log;
   auto rounds = [&](size_t bound, uint64_t& first, uint64_t& second, server::DiagnoserCounters& c) {
     server::DiagnoserOptions o{0};
     o.max_held_rows = bound;
-    server::Diagnoser d(**st, mu, o, log);
-    auto reader = store::Store::open_sqlite(db, store::Store::Mode::kReadOnly);
-    ASSERT_TRUE(reader);
-    d.set_reader(std::move(*reader));
-    ASSERT_TRUE(d.diagnose_job("rounds")) << log.str();
+    RoundsDiagnoser rd(**st, db, o);
+    server::Diagnoser& d = *rd.d;
+    ASSERT_TRUE(d.diagnose_job("rounds")) << rd.log.str();
     first = d.counters().rows_read;
     ASSERT_TRUE(d.diagnose_job("rounds"));
     second = d.counters().rows_read - first;

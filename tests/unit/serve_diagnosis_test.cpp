@@ -101,6 +101,18 @@ Recorded load(const std::string& path) {
   return r;
 }
 
+// The recording an agent on `node` begins for a replay of `r`, at its start, 99 Hz, 10 s windows.
+Result<int64_t> begin_replay(agent::shipper::BatchingWriter& w, const Recorded& r, const std::string& node,
+                             const std::string& command) {
+  store::RecordingInfo info;
+  info.node = node;
+  info.command = command;
+  info.started_ns = r.start_ns;
+  info.sample_hz = 99;
+  info.window_s = 10;
+  return w.begin_recording(info);
+}
+
 // Ships slice `i` of `n` (rows that end in it); the metrics and the profiles, which cover the whole
 // recording, go with the last slice.
 void ship_slice(agent::shipper::BatchingWriter& w, int64_t rec, const Recorded& r, int i, int n) {
@@ -151,13 +163,7 @@ TEST(ServeDiagnosis, KeepsFindingsAsWindowsArriveAndAfterARestart) {
     Collector c(diagnosing(db), port);
     auto w = node_writer(c.url(), "vm", "replay-1", tmp.file("spool"));
     ASSERT_TRUE(w) << w.error().message;
-    store::RecordingInfo info;
-    info.node = "vm";
-    info.command = "replay of host-hotspot.db";
-    info.started_ns = r.start_ns;
-    info.sample_hz = 99;
-    info.window_s = 10;
-    auto rec = (*w)->begin_recording(info);
+    auto rec = begin_replay(**w, r, "vm", "replay of host-hotspot.db");
     ASSERT_TRUE(rec);
 
     // Slice 1 of 4: steps 1-10, before the hotspot starts (step 10): a healthy job.
@@ -290,13 +296,7 @@ TEST(ServeDiagnosis, AJobWhoseRanksHaveNoRankIsDiagnosed) {
   Collector c(diagnosing(tmp.file("server.db")), free_port());
   auto w = node_writer(c.url(), "vm", "replay-1", tmp.file("spool"));
   ASSERT_TRUE(w) << w.error().message;
-  store::RecordingInfo info;
-  info.node = "vm";
-  info.command = "replay of host-hotspot.db without RANK";
-  info.started_ns = r.start_ns;
-  info.sample_hz = 99;
-  info.window_s = 10;
-  auto rec = (*w)->begin_recording(info);
+  auto rec = begin_replay(**w, r, "vm", "replay of host-hotspot.db without RANK");
   ASSERT_TRUE(rec);
   ship_slice(**w, *rec, r, 0, 1);
   for (int k = 0; k < 300 && kept(c) < 1; ++k) std::this_thread::sleep_for(std::chrono::milliseconds(100));
@@ -375,13 +375,7 @@ TEST(ServeDiagnosis, TwoNodesWithTheSamePidsKeepTheirOwnRanks) {
   for (const std::string node : {"node-a", "node-b"}) {
     auto w = node_writer(c.url(), node, node + "-agent", tmp.file("spool-" + node));
     ASSERT_TRUE(w) << w.error().message;
-    store::RecordingInfo info;
-    info.node = node;
-    info.command = "replay of host-hotspot.db";
-    info.started_ns = r.start_ns;
-    info.sample_hz = 99;
-    info.window_s = 10;
-    auto rec = (*w)->begin_recording(info);
+    auto rec = begin_replay(**w, r, node, "replay of host-hotspot.db");
     ASSERT_TRUE(rec);
     const bool a = node == "node-a";
     ship_node(**w, *rec, r, a ? a_pids : b_pids, a ? std::map<uint32_t, uint32_t>{} : b_remap);
