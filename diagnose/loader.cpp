@@ -886,17 +886,18 @@ Result<JobWindow> load_job_window(store::Reader& s, const LoadOptions& opt) {
   std::vector<store::StepRecord> read_steps;
   std::vector<store::CollectiveRecord> read_colls;
   std::vector<store::DeviceActivity> read_dev;
-  if (!held) {
+  // One read of the span, where the rows are not held: cancellation checked first, rows counted.
+  auto read_span = [&](auto query, uint64_t Stats::*counted, auto& out) -> Status {
     if (cancelled()) return kCancelled;
-    auto r = s.query_metrics(span);
+    auto r = query();
     if (!r) return r.error();
-    if (stats) stats->metrics += r->size();
-    read_metrics = std::move(*r);
-    if (cancelled()) return kCancelled;
-    auto st = s.query_steps(span);
-    if (!st) return st.error();
-    if (stats) stats->steps += st->size();
-    read_steps = std::move(*st);
+    if (stats) stats->*counted += r->size();
+    out = std::move(*r);
+    return {};
+  };
+  if (!held) {
+    if (auto st = read_span([&] { return s.query_metrics(span); }, &Stats::metrics, read_metrics); !st) return st.error();
+    if (auto st = read_span([&] { return s.query_steps(span); }, &Stats::steps, read_steps); !st) return st.error();
   }
   const auto* rows = held ? &held->metrics : &read_metrics;
   const auto* steps_r = held ? &held->steps : &read_steps;
@@ -1030,11 +1031,8 @@ Result<JobWindow> load_job_window(store::Reader& s, const LoadOptions& opt) {
 
   // Collective progress: completion on the device; an NCCL call's host return is only an enqueue.
   if (!held) {
-    if (cancelled()) return kCancelled;
-    auto c = s.query_collectives(span);
-    if (!c) return c.error();
-    if (stats) stats->collectives += c->size();
-    read_colls = std::move(*c);
+    if (auto st = read_span([&] { return s.query_collectives(span); }, &Stats::collectives, read_colls); !st)
+      return st.error();
   }
   const auto* colls = held ? &held->collectives : &read_colls;
   ByProc<RankWindow*> by_proc;
@@ -1097,11 +1095,8 @@ Result<JobWindow> load_job_window(store::Reader& s, const LoadOptions& opt) {
   store::RowQuery any_order = span;
   any_order.any_order = true;  // summed per process below: the order is of no use
   if (!held) {
-    if (cancelled()) return kCancelled;
-    auto d = s.query_device_activity(any_order);
-    if (!d) return d.error();
-    if (stats) stats->device += d->size();
-    read_dev = std::move(*d);
+    if (auto st = read_span([&] { return s.query_device_activity(any_order); }, &Stats::device, read_dev); !st)
+      return st.error();
   }
   const auto* dev_all = held ? &held->device : &read_dev;
   ByProc<std::vector<const store::DeviceActivity*>> dev_of;
