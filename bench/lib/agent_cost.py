@@ -33,12 +33,14 @@ import json
 import os
 import shutil
 import signal
-import socket
 import sqlite3
 import subprocess
 import sys
 import tempfile
 import time
+
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "tests", "support"))
+from harness import free_port  # noqa: E402  (outside the ephemeral range: see its comment)
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 SOURCE = os.path.dirname(os.path.dirname(HERE))
@@ -235,12 +237,6 @@ def pod_env(strata):
     """What a pod spec would set, as printed (its host paths are mounted at the same paths)."""
     out = subprocess.run([strata, "agent", "--pod-env"], capture_output=True, text=True, check=True).stdout
     return dict(line.split("=", 1) for line in out.splitlines() if "=" in line and not line.startswith("#"))
-
-
-def free_port():
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 def agent_stats(db):

@@ -30,6 +30,9 @@ import threading
 import time
 import urllib.request
 
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "tests", "support"))
+from harness import free_port  # noqa: E402  (outside the ephemeral range: see its comment)
+
 POLL_S = 1.0           # how often the findings API and /metrics are read
 FAULT_START_STEP = 20  # a 20 s healthy baseline before each fault (1 s steps)
 AFTER_RUN_S = 180      # how long to keep looking for a finding after a fault run ends (rounds at
@@ -40,15 +43,6 @@ TARGET_FINDING_S = 20
 TARGET_RSS = 2 << 30
 TARGET_AGE_RATIO = 1.5
 KINDS = ["gpu-slow", "cpu-contention", "host-hotspot", "network-slow", "hang"]
-
-
-def free_port():
-    import socket
-    s = socket.socket()
-    s.bind(("127.0.0.1", 0))
-    p = s.getsockname()[1]
-    s.close()
-    return p
 
 
 def http_get(url, timeout=30):

@@ -36,6 +36,7 @@
 #include <string>
 #include <vector>
 
+#include "common/listen.h"
 #include "testbed/common/testbed_env.h"
 #include "testbed/sim/agents.h"
 #include "testbed/sim/faults.h"
@@ -116,18 +117,6 @@ std::string exe_dir() {
   return ec ? "." : p.parent_path().string();
 }
 
-int free_port() {
-  int fd = ::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
-  sockaddr_in sa{};
-  sa.sin_family = AF_INET;
-  sa.sin_addr.s_addr = htonl(INADDR_ANY);
-  socklen_t len = sizeof(sa);
-  ::bind(fd, reinterpret_cast<sockaddr*>(&sa), sizeof(sa));
-  ::getsockname(fd, reinterpret_cast<sockaddr*>(&sa), &len);
-  ::close(fd);
-  return ntohs(sa.sin_port);
-}
-
 std::string json_escape(const std::string& s) {
   std::string o;
   for (char c : s) {
@@ -199,7 +188,8 @@ class Sim {
   }
 
   std::string launch_all() {
-    int port = free_port();
+    int port = strata::free_listen_port();
+    if (port < 0) return "no free TCP port for MASTER_PORT";
     std::string lib_dir = fs::weakly_canonical(fs::path(exe_dir()) / ".." / "testbed" / "lib").string();
     std::string rank_bin = exe_dir() + "/strata-sim-rank";
     std::string rank_py = exe_dir() + "/../testbed/sim/rank.py";

@@ -33,6 +33,7 @@ import json
 import os
 import ctypes
 import signal
+import random
 import socket
 import subprocess
 import sys
@@ -285,9 +286,22 @@ def rank_main(rank, world, steps, fault, port, queue, cgroup=None, link=None, va
 
 
 def free_port():
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
+    """A port nothing listens on now, from below the kernel's ephemeral range: an ephemeral port
+    (bind to 0) may go to an outgoing connection before rank 0 binds it."""
+    with open("/proc/sys/net/ipv4/ip_local_port_range") as f:
+        eph_lo, eph_hi = (int(x) for x in f.read().split())
+    lo, hi = (20000, eph_lo - 1) if eph_lo - 20000 >= 1000 else (eph_hi + 1, 65535)
+    for _ in range(200):
+        port = random.randint(lo, hi)
+        with socket.socket() as s:
+            s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+            try:
+                s.bind(("0.0.0.0", port))
+                s.listen(1)
+                return port
+            except OSError:
+                continue
+    raise RuntimeError("no free TCP port")
 
 
 def main():
