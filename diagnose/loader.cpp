@@ -731,6 +731,25 @@ std::string job_of_ranks_without_rank(const std::string& parent_comm, uint32_t p
   return (parent_comm.empty() ? std::string("job") : parent_comm) + "-" + std::to_string(parent);
 }
 
+Result<std::vector<store::ProcessInfo>> processes_with_ranks(store::Reader& store) {
+  auto procs = store.processes();
+  if (!procs) return procs.error();
+  if (std::none_of(procs->begin(), procs->end(), [](const store::ProcessInfo& p) { return p.rank < 0; })) return procs;
+  auto latest = store.latest_step_ns();
+  if (!latest) return latest.error();
+  if (!*latest) return procs;  // no steps: nothing trains
+  store::RowQuery recent;
+  recent.from_ns = **latest > kTrainerLookbackNs ? **latest - kTrainerLookbackNs : 0;
+  recent.any_order = true;
+  auto steps = store.query_steps(recent);
+  if (!steps) return steps.error();
+  std::set<std::pair<std::string, uint32_t>> trainers;
+  for (const auto& s : *steps) trainers.insert({s.node, s.pid});
+  std::vector<std::string> notes;
+  infer_ranks(*procs, [&](const store::ProcessInfo& p) { return trainers.count({p.node, p.pid}) > 0; }, notes);
+  return procs;
+}
+
 uint64_t row_end(const store::Store::MetricRow& r) { return r.end_ns; }
 uint64_t row_end(const store::StepRecord& r) { return r.end_ns; }
 uint64_t row_end(const store::CollectiveRecord& r) { return std::max(r.exit_ns, r.enter_ns + 1); }

@@ -115,6 +115,17 @@ Result<JobWindow> load_job_window(store::Reader& store, const LoadOptions& optio
 // recorded). The collector names the jobs it diagnoses the same way.
 std::string job_of_ranks_without_rank(const std::string& parent_comm, uint32_t parent);
 
+// How far back from the store's newest step processes_with_ranks looks for the processes that
+// train: a rank steps far more often than once a minute (a step of a minute or more is rare even
+// for the largest models), and the read stays bounded by ranks x a minute, not by the job's age.
+inline constexpr uint64_t kTrainerLookbackNs = 60'000'000'000ull;
+
+// The store's processes, with the ranks (and job) of jobs whose ranks have no RANK in their
+// environment filled in as the loader infers them (processes that stepped in the last
+// kTrainerLookbackNs of the store's steps, numbered per parent): the collector's job list, heatmap
+// and profiles show such a job as the diagnosis names it.
+Result<std::vector<store::ProcessInfo>> processes_with_ranks(store::Reader& store);
+
 // Where the job's step time series (one value per step) rose: the index of the first slow step,
 // or 0 when no rise stands out from the noise before it. Exposed for tests.
 size_t find_change_point(const std::vector<double>& step_ms, double min_rise = 0.05);

@@ -459,7 +459,7 @@ class Server {
     std::vector<store::AgentStatus> agents;
     {
       std::lock_guard lock(store_mu_);
-      auto p = store_->processes();
+      auto p = job_processes(*store_);
       if (!p) return reply_error(res, 503, p.error().message);
       auto a = store_->agents();
       if (!a) return reply_error(res, 503, a.error().message);
@@ -527,7 +527,7 @@ class Server {
     std::vector<store::ProcessInfo> procs;
     {
       std::lock_guard lock(store_mu_);
-      auto p = store_->processes();
+      auto p = job_processes(*store_);
       if (!p) return reply_error(res, 503, p.error().message);
       procs = std::move(*p);
     }

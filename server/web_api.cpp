@@ -20,11 +20,21 @@
 #include "report/exporters.h"
 #include "server/json.h"
 #ifdef STRATA_HAVE_DIAGNOSE
+#include "diagnose/loader.h"
 #include "diagnose/peer_groups.h"
 #endif
 
 
 namespace strata::server {
+
+Result<std::vector<store::ProcessInfo>> job_processes(store::Reader& store) {
+#ifdef STRATA_HAVE_DIAGNOSE
+  return diagnose::processes_with_ranks(store);
+#else
+  return store.processes();
+#endif
+}
+
 namespace {
 
 void reply_error(httplib::Response& res, int status, const std::string& why) {
@@ -181,7 +191,7 @@ class WebApi {
     std::vector<store::StepRecord> steps;
     {
       std::lock_guard lock(ctx_.store_mu);
-      auto p = ctx_.store.processes();
+      auto p = job_processes(ctx_.store);
       if (!p) return reply_error(res, 503, p.error().message);
       auto s = ctx_.store.steps();
       if (!s) return reply_error(res, 503, s.error().message);
@@ -322,7 +332,7 @@ class WebApi {
     Result<Profile> profile = Error{""};
     {
       std::lock_guard lock(ctx_.store_mu);
-      auto p = ctx_.store.processes();
+      auto p = job_processes(ctx_.store);
       if (!p) return reply_error(res, 503, p.error().message);
       procs = std::move(*p);
       profile = ctx_.store.load_profile(f);
@@ -404,7 +414,7 @@ class WebApi {
     std::string job;
     {
       std::lock_guard lock(ctx_.store_mu);
-      auto procs = ctx_.store.processes();
+      auto procs = job_processes(ctx_.store);
       if (!procs) return reply_error(res, 503, procs.error().message);
       job = job_ranks(*procs, req.get_param_value("job"), req.has_param("job"), ranks);
       std::set<ProcKey> keep;
@@ -469,7 +479,7 @@ class WebApi {
     std::vector<store::ReducedFidelity> runs;
     {
       std::lock_guard lock(ctx_.store_mu);
-      auto p = ctx_.store.processes();
+      auto p = job_processes(ctx_.store);
       if (!p) return reply_error(res, 503, p.error().message);
       procs = std::move(*p);
       auto r = ctx_.store.reduced_fidelity();

@@ -32,6 +32,11 @@ struct WebApiContext {
 
 void add_web_api(httplib::Server& svr, WebApiContext ctx);
 
+// The store's processes as the collector's pages show them: a job whose ranks have no RANK in their
+// environment (torch.multiprocessing.spawn) gets the ranks and name the diagnosis gives it
+// (diagnose::processes_with_ranks), where the tree has the diagnosis. Called with the store lock held.
+Result<std::vector<store::ProcessInfo>> job_processes(store::Reader& store);
+
 // `from=NS&to=NS` (unix ns, either may be left out) of a profile query (/api/v1/profile, /export,
 // /diff): the time range of `f`. An error names the bad parameter.
 Status time_range_of(const httplib::Request& req, store::ProfileFilter& f);

@@ -304,6 +304,19 @@ TEST(ServeDiagnosis, AJobWhoseRanksHaveNoRankIsDiagnosed) {
   std::string found = c.get("/api/v1/findings?job=" + job);
   EXPECT_NE(found.find("\"cause\":\"host-hotspot\""), std::string::npos) << found;
   EXPECT_NE(found.find("has a RANK in its environment"), std::string::npos) << found;
+  // The pages show the job as the diagnosis names it: the job list, the processes, a heatmap row
+  // per rank and rank 3's differential profile (before, the job had no rank and no page).
+  std::string jobs = c.get("/api/v1/jobs");
+  EXPECT_NE(jobs.find("{\"job\":\"" + job + "\",\"world_size\":4,\"ranks\":4"), std::string::npos) << jobs;
+  std::string procs = c.get("/api/v1/processes?job=" + job);
+  for (int rank = 0; rank < 4; ++rank)
+    EXPECT_NE(procs.find("\"rank\":" + std::to_string(rank) + ","), std::string::npos) << procs.substr(0, 600);
+  std::string heat = c.get("/api/v1/heatmap?job=" + job + "&series=step_ms");
+  for (int rank = 0; rank < 4; ++rank)
+    EXPECT_NE(heat.find("{\"rank\":" + std::to_string(rank) + ",\"pid\":"), std::string::npos) << heat.substr(0, 600);
+  std::string diff = c.get("/api/v1/diff?job=" + job + "&rank=3");
+  EXPECT_EQ(diff.find("\"error\""), std::string::npos) << diff.substr(0, 300);
+  EXPECT_NE(diff.find("cpu_work"), std::string::npos) << diff.substr(0, 600);
   w->reset();
 }
 
