@@ -9,7 +9,8 @@ and restarted, and still nothing is lost or duplicated; a killed agent's node tu
 job degraded; a missing or wrong token gets 401; garbage, truncated, oversized, future-version
 batches get a 4xx and leave the store untouched. Each rank's collectives, drilled down from the
 agents' flight recorders through the server, are the sim's; a process in a kubepods cgroup carries
-its pod and container ids; (ClickHouse) a batch cut short between tables lands exactly once.
+its pod and container ids; (ClickHouse) a batch cut short between tables lands exactly once, and
+the unit tests that need a server (Store.*OnClickHouse, DiagnoseRounds.*OnClickHouse) pass against it.
 
 usage: cluster_test.py BUILD_DIR [sqlite|clickhouse]
 """
@@ -222,15 +223,18 @@ def main():
                   "--token-file", token_file, "--silent-after", "3"]
     try:
         if BACKEND == "clickhouse":
-            # The store's unit test that needs a ClickHouse server (it skips without one): run here,
-            # against this one, and it must pass, not skip.
+            # The unit tests that need a ClickHouse server (they skip without one): run here,
+            # against this one, and they must pass, not skip.
             env = dict(os.environ, STRATA_TEST_CLICKHOUSE="clickhouse://127.0.0.1:%d" % backend.http_port)
-            unit = subprocess.run([os.path.join(BUILD, "tests", "store_test"), "--gtest_filter=Store.*OnClickHouse"],
-                                  env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, timeout=300)
-            ran = re.search(r"\[  PASSED  \] (\d+) tests", unit.stdout)
-            check(unit.returncode == 0 and ran and int(ran.group(1)) >= 3 and "SKIPPED" not in unit.stdout,
-                  "store_test Store.*OnClickHouse (time range, node identity, 100k stacks, fidelity...) pass against "
-                  "the server: " + unit.stdout[-300:])
+            for binary, tests, least, what in [
+                    ("store_test", "Store.*OnClickHouse", 3, "time range, node identity, 100k stacks, fidelity..."),
+                    ("diagnose_rounds_test", "DiagnoseRounds.*OnClickHouse", 2,
+                     "incremental rounds: new rows read once, a later fault found, a late batch not lost")]:
+                unit = subprocess.run([os.path.join(BUILD, "tests", binary), "--gtest_filter=" + tests],
+                                      env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, timeout=300)
+                ran = re.search(r"\[  PASSED  \] (\d+) tests", unit.stdout)
+                check(unit.returncode == 0 and ran and int(ran.group(1)) >= least and "SKIPPED" not in unit.stdout,
+                      "%s %s (%s) pass against the server: %s" % (binary, tests, what, unit.stdout[-300:]))
         server = start(serve_args, os.path.join(tmp, "serve1.log"))
         check(wait_http(url + "/metrics"), "server listens on loopback")
 

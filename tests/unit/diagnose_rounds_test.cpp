@@ -43,6 +43,13 @@ constexpr uint64_t kWindowNs = 10'000'000'000ull;  // the agents' default window
 // of a young and of an old job is then the same to the row.
 constexpr uint64_t kEnd = 1'700'000'000'000'000'000ull;
 
+// The store at `where`: a SQLite file, or a ClickHouse database (clickhouse://HOST:PORT/DB, the
+// *OnClickHouse tests below).
+Result<std::unique_ptr<store::Store>> open_at(const std::string& where, store::Store::Mode mode) {
+  if (where.rfind("clickhouse://", 0) == 0) return store::Store::open_clickhouse(where, mode);
+  return store::Store::open_sqlite(where, mode);
+}
+
 Frame fn(const std::string& name) {
   Frame f;
   f.kind = FrameKind::kNative;
@@ -59,7 +66,7 @@ Frame fn(const std::string& name) {
 uint64_t make_store(const std::string& path, int steps, int slow_last, int nodes = 2, int per_node = kRanks / 2) {
   const int ranks = nodes * per_node;
   const int slow_from = steps - slow_last;
-  auto st = store::Store::open_sqlite(path, store::Store::Mode::kCreateOrAppend);
+  auto st = open_at(path, store::Store::Mode::kCreateOrAppend);
   EXPECT_TRUE(st) << (st ? "" : st.error().message);
   auto& s = **st;
   EXPECT_TRUE(s.begin());
@@ -151,7 +158,7 @@ struct ReadStore {
 };
 ReadStore open_for_reading(const std::string& path) {
   ReadStore r;
-  auto st = store::Store::open_sqlite(path, store::Store::Mode::kReadOnly);
+  auto st = open_at(path, store::Store::Mode::kReadOnly);
   EXPECT_TRUE(st) << (st ? "" : st.error().message);
   if (!st) return r;
   r.store = std::move(*st);
@@ -344,7 +351,7 @@ struct RoundsDiagnoser {
   std::unique_ptr<server::Diagnoser> d;
   RoundsDiagnoser(store::Store& st, const std::string& db, server::DiagnoserOptions o) {
     d = std::make_unique<server::Diagnoser>(st, mu, o, log);
-    auto reader = store::Store::open_sqlite(db, store::Store::Mode::kReadOnly);
+    auto reader = open_at(db, store::Store::Mode::kReadOnly);
     EXPECT_TRUE(reader);
     if (reader) d->set_reader(std::move(*reader));
   }
@@ -379,9 +386,10 @@ TEST(DiagnoseRounds, TheCollectorsRoundsReadTheirSpanOnly) {
 // collective and one kernel per step, and one 10 s window of metrics, each node in a recording of
 // its own (an agent that restarted). With `late`, also a metric window that ended 20 s before kEnd
 // (a batch that arrived late: an agent that retried). Written to the store; returns the batch that
-// carried it, for Diagnoser::note.
-ingest::Batch append_data(const std::string& path, uint64_t from_ns, int steps, int slow_from, bool late) {
-  auto st = store::Store::open_sqlite(path, store::Store::Mode::kCreateOrAppend);
+// carried it, for Diagnoser::note. Steps and collectives are numbered from `first_step`.
+ingest::Batch append_data(const std::string& path, uint64_t from_ns, int steps, int slow_from, bool late,
+                          uint64_t first_step = 100000) {
+  auto st = open_at(path, store::Store::Mode::kCreateOrAppend);
   EXPECT_TRUE(st) << (st ? "" : st.error().message);
   ingest::Batch b;
   if (!st) return b;
@@ -407,7 +415,7 @@ ingest::Batch append_data(const std::string& path, uint64_t from_ns, int steps, 
       const uint64_t extra = k >= slow_from ? 40'000'000 : 0;
       store::StepRecord sr;
       sr.pid = pid;
-      sr.step = 100000 + static_cast<uint64_t>(k);
+      sr.step = first_step + static_cast<uint64_t>(k);
       sr.start_ns = t;
       sr.end_ns = t + kStepNs + extra;
       const uint64_t compute = 120'000'000 + (r == kStraggler ? extra : 0);
@@ -422,7 +430,7 @@ ingest::Batch append_data(const std::string& path, uint64_t from_ns, int steps, 
       c.library = "nccl";
       c.op = "allreduce";
       c.comm_id = "c1";
-      c.seq = 100000 + static_cast<uint64_t>(k);
+      c.seq = first_step + static_cast<uint64_t>(k);
       c.enter_ns = sr.start_ns + compute;
       c.exit_ns = c.enter_ns + 1000;
       c.device_start_ns = c.enter_ns;
@@ -494,10 +502,12 @@ std::string report_of(store::Reader& s, const diagnose::LoadOptions& lo) {
 // is read too: by write sequence (SQLite), that window alone; by time (a store without write
 // sequences), from that window's end on. The rows then held are the span's as a whole read gets
 // them, in the same order, and the report is the same.
-void refresh_reads_only_the_new_rows(bool by_seq) {
+// `db`: a ClickHouse database (clickhouse://HOST:PORT/DB, which has no write sequences: by time);
+// empty: a SQLite file.
+void refresh_reads_only_the_new_rows(bool by_seq, std::string db = "") {
   SCOPED_TRACE(by_seq ? "by write sequence" : "by time");
   TempDir tmp;
-  const std::string db = tmp.file("refresh.db");
+  if (db.empty()) db = tmp.file("refresh.db");
   make_store(db, 600, 0);  // two healthy minutes
   const uint64_t from1 = kEnd - server::Diagnoser::kAnalysisSpanNs;
   diagnose::SpanRows held;
@@ -664,6 +674,122 @@ TEST(DiagnoseRounds, HeldRowsStayUnderTheirBound) {
   EXPECT_LE(bounded.held_rows, 100u);
   EXPECT_EQ(bounded.rows_released, 2u) << "each round let its rows go";
   EXPECT_GT(second, first / 2) << "without rows held, a round reads the whole span again";
+}
+
+// The rounds on ClickHouse, which has no write sequences: a round reads the rows that end at or
+// after the earliest end its note()s saw (Diagnoser::note), and those replace the held ones. These
+// need a server (STRATA_TEST_CLICKHOUSE=clickhouse://HOST:PORT, a throwaway database per test); a
+// unit run has none and skips; tests/cluster/cluster_test.py (clickhouse) runs every
+// DiagnoseRounds.*OnClickHouse test against the server it starts and fails unless each passes.
+std::string clickhouse_db(const std::string& name) {
+  const char* url = std::getenv("STRATA_TEST_CLICKHOUSE");
+  if (!url || !*url) return "";
+  return std::string(url) + "/strata_unit_rounds_" + name + "_" + std::to_string(getpid());
+}
+constexpr const char* kNoClickHouse = "set STRATA_TEST_CLICKHOUSE=clickhouse://HOST:PORT to run against ClickHouse";
+
+// As ARefreshReadsOnlyTheNewRowsAndHoldsWhatAWholeReadGets by time, on a real ClickHouse: 10 s of
+// new rows read once, a late window (it ended 20 s before the newest row held) not lost, and the
+// rows held are a whole read's, in its order, with the same report.
+TEST(DiagnoseRounds, ARefreshReadsOnlyTheNewRowsAndHoldsWhatAWholeReadGetsOnClickHouse) {
+  const std::string db = clickhouse_db("refresh");
+  if (db.empty()) GTEST_SKIP() << kNoClickHouse;
+  refresh_reads_only_the_new_rows(/*by_seq=*/false, db);
+}
+
+// The collector's rounds (Diagnoser) on ClickHouse, round after round: after each, the rows the job
+// holds are exactly those of a whole read of the round's span (none missed, none twice), and its
+// report is that of a diagnoser that reads the whole span every round. Rows written between
+// rounds are read by the next one only; a straggler that begins in new data is found in the round
+// after it arrives; a late batch (a metric window that ended 20 s before the newest row of the
+// round before: an agent that retried) is held by the next round, not lost below a watermark.
+TEST(DiagnoseRounds, RoundsHoldEachRowOnceAndFindALaterFaultOnClickHouse) {
+  const std::string db = clickhouse_db("rounds");
+  if (db.empty()) GTEST_SKIP() << kNoClickHouse;
+  make_store(db, 600, 0);  // two healthy minutes
+  auto st = open_at(db, store::Store::Mode::kCreateOrAppend);
+  ASSERT_TRUE(st) << st.error().message;
+  auto reader = open_at(db, store::Store::Mode::kReadOnly);
+  ASSERT_TRUE(reader) << reader.error().message;
+  RoundsDiagnoser rd(**st, db, server::DiagnoserOptions{0});
+  server::Diagnoser& d = *rd.d;
+  // The reference: it lets its rows go after every round (max_held_rows 1), so each of its rounds
+  // reads the whole span, as rounds did before they held rows.
+  server::DiagnoserOptions whole_every_round{0};
+  whole_every_round.max_held_rows = 1;
+  RoundsDiagnoser ref(**st, db, whole_every_round);
+  using server::Diagnoser;
+  uint64_t last_end = 0;  // the newest step of the round before, as Diagnoser::diagnose_job keeps it
+  struct Round {
+    uint64_t rows_read = 0;  // by the incremental diagnoser in this round
+    std::string report;      // its kept report
+  };
+  auto round = [&](const std::string& what) {
+    SCOPED_TRACE(what);
+    Round r;
+    const uint64_t read_before = d.counters().rows_read;
+    auto job = d.diagnose_job("rounds");
+    EXPECT_TRUE(job) << (job ? "" : job.error().message) << rd.log.str();
+    r.rows_read = d.counters().rows_read - read_before;
+    auto kept = (*st)->latest_diagnosis("rounds");
+    EXPECT_TRUE(kept && *kept) << "no kept diagnosis";
+    if (kept && *kept) r.report = (*kept)->report_json;
+    // The span the round read, as diagnose_job picks it, and a whole read of it.
+    auto latest = (*reader)->latest_step_ns();
+    EXPECT_TRUE(latest && *latest);
+    if (!latest || !*latest) return r;
+    uint64_t from = (last_end ? last_end : **latest) - Diagnoser::kAnalysisSpanNs;
+    from = std::max(from, **latest - Diagnoser::kMaxRoundSpanNs);
+    last_end = std::max(last_end, **latest);
+    diagnose::SpanRows whole;
+    EXPECT_TRUE(diagnose::refresh_span_rows(**reader, whole, std::nullopt, from, std::nullopt));
+    EXPECT_EQ(d.counters().held_rows, whole.size()) << "the rows held are not a whole read's: some missed or twice";
+    auto ref_job = ref.d->diagnose_job("rounds");
+    EXPECT_TRUE(ref_job) << (ref_job ? "" : ref_job.error().message) << ref.log.str();
+    EXPECT_EQ(ref.d->counters().held_rows, 0u) << "the reference held its rows";
+    auto ref_kept = (*st)->latest_diagnosis("rounds");
+    EXPECT_TRUE(ref_kept && *ref_kept);
+    if (ref_kept && *ref_kept) {
+      EXPECT_EQ(r.report, (*ref_kept)->report_json) << "a whole read's report differs";
+    }
+    return r;
+  };
+  const std::string straggler = "\"rank\":" + std::to_string(kStraggler) + ",";
+  const Round first = round("the first round: the whole span");
+  EXPECT_GT(first.rows_read, 0u);
+  EXPECT_EQ(first.report.find(straggler), std::string::npos) << "a finding on a healthy job: " << first.report.substr(0, 600);
+  const Round unchanged = round("nothing written since");
+  EXPECT_LT(unchanged.rows_read, first.rows_read / 4) << "a round with nothing new re-read the span";
+  // 10 s more, healthy (40 steps: steps, collectives and kernels per rank, two metrics).
+  const uint64_t new_rows = 40u * kRanks * 3 + 2u * kRanks;
+  uint64_t t = kEnd + 1'000'000;
+  d.note(append_data(db, t, 40, /*slow_from=*/1000, /*late=*/false));
+  const Round healthy = round("10 s of healthy rows");
+  EXPECT_GE(healthy.rows_read, new_rows);
+  EXPECT_LT(healthy.rows_read, new_rows + unchanged.rows_read + kRanks * 4) << "the round read more than the new rows";
+  EXPECT_EQ(healthy.report.find(straggler), std::string::npos) << healthy.report.substr(0, 600);
+  // 10 s in which rank kStraggler is 40 ms slow in every step: found in the round after.
+  t += 11 * kWindowNs / 10;
+  d.note(append_data(db, t, 40, /*slow_from=*/0, /*late=*/false, /*first_step=*/100040));
+  const Round slow = round("10 s with a straggler");
+  EXPECT_GE(slow.rows_read, new_rows);
+  EXPECT_NE(slow.report.find(straggler), std::string::npos) << "the straggler was not found: " << slow.report.substr(0, 600);
+  // A late batch: its window ended 20 s before kEnd, 40 s before the newest row the last round read.
+  const ingest::Batch late = append_data(db, 0, 0, 0, /*late=*/true);
+  ASSERT_LT(earliest_end(late), last_end);
+  d.note(late);
+  const Round after_late = round("a late batch");
+  EXPECT_GE(after_late.rows_read, 1u);
+  store::RowQuery q;
+  q.from_ns = earliest_end(late) - 1;
+  auto late_rows = (*reader)->query_metrics(q);
+  ASSERT_TRUE(late_rows);
+  bool stored = false;
+  for (const auto& m : *late_rows) stored |= m.metric.name == "os.major_faults";
+  EXPECT_TRUE(stored) << "the late window is not in the store";
+  std::cout << "rounds on ClickHouse, rows read: first " << first.rows_read << ", nothing new " << unchanged.rows_read
+            << ", 10 s healthy " << healthy.rows_read << ", 10 s straggler " << slow.rows_read << ", late batch "
+            << after_late.rows_read << "; held now " << d.counters().held_rows << "\n";
 }
 
 std::string culprit_of(const diagnose::Diagnosis& dx, int rank) {
