@@ -731,6 +731,26 @@ std::string job_of_ranks_without_rank(const std::string& parent_comm, uint32_t p
   return (parent_comm.empty() ? std::string("job") : parent_comm) + "-" + std::to_string(parent);
 }
 
+namespace {
+
+// Why a store holds no step, for the person who asked: steps come from the collectives a job's ranks
+// repeat every iteration, so a store with no collective holds a job that never called one (one
+// process training alone, without torch.distributed) or none at all.
+Error no_step_error(store::Reader& s, std::optional<int64_t> rec) {
+  store::RowQuery one;
+  one.recording = rec;
+  one.limit = 1;
+  auto calls = s.query_collectives(one);
+  if (calls && calls->empty())
+    return Error{"no training step in the store: strata finds a job's steps in the collectives (NCCL, gloo) its ranks "
+                 "repeat every iteration, and no recorded process called one (a job that does not use torch.distributed "
+                 "has no steps to compare); its profile is in `strata report`"};
+  return Error{"no training step in the store: its collectives repeat no pattern of iterations yet (too few calls, or "
+               "no two alike)"};
+}
+
+}  // namespace
+
 Result<std::vector<store::ProcessInfo>> processes_with_ranks(store::Reader& store) {
   auto procs = store.processes();
   if (!procs) return procs.error();
@@ -882,7 +902,7 @@ Result<JobWindow> load_job_window(store::Reader& s, const LoadOptions& opt) {
     // The latest stretch ends at the latest step the store holds: an index lookup, not a scan.
     auto latest = s.latest_step_ns(rec);
     if (!latest) return latest.error();
-    if (!*latest) return Error{"no training step in the store"};
+    if (!*latest) return no_step_error(s, rec);
     from_ns = **latest > *opt.last_ns ? **latest - *opt.last_ns : 0;
   }
   auto procs = s.processes(rec);
@@ -1467,9 +1487,10 @@ Result<JobWindow> load_latest_with_baseline(store::Reader& s, LoadOptions opt, u
   auto rec = s.latest_recording();
   if (!rec) return rec.error();
   if (!*rec) return Error{"the store holds no recording"};
-  auto latest = s.latest_step_ns(opt.all_recordings ? std::nullopt : std::optional<int64_t>(**rec));
+  const std::optional<int64_t> which = opt.all_recordings ? std::nullopt : std::optional<int64_t>(**rec);
+  auto latest = s.latest_step_ns(which);
   if (!latest) return latest.error();
-  if (!*latest) return Error{"no training step in the store"};
+  if (!*latest) return no_step_error(s, which);
   const uint64_t now_from = **latest > latest_ns ? **latest - latest_ns : 0;
   LoadOptions now = opt;
   now.from_ns = now_from;

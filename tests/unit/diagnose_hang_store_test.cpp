@@ -390,3 +390,43 @@ TEST(DiagnoseHangStore, GlooHangSeenInFlightThroughTheLoader) {
 
 }  // namespace
 }  // namespace strata::diagnose
+
+namespace strata::diagnose {
+namespace {
+
+// A job without collectives (one process training alone, no torch.distributed) has no steps: the
+// load says why, in words that name what steps come from, both for `strata diagnose FILE` (the
+// latest stretch) and for a span. Before, it said only "no training step in the store".
+TEST(DiagnoseHangStore, AStoreWithoutCollectivesSaysWhyItHasNoSteps) {
+  test::TempDir dir;
+  {
+    auto st = store::Store::open_sqlite(dir.file("single.db"), store::Store::Mode::kCreateOrAppend);
+    ASSERT_TRUE(st) << st.error().message;
+    store::RecordingInfo info;
+    info.node = "vm";
+    info.command = "python3 single.py";
+    info.started_ns = 1'700'000'000'000'000'000ull;
+    auto rec = (*st)->begin_recording(info);
+    ASSERT_TRUE(rec) << rec.error().message;
+    store::ProcessInfo p;
+    p.pid = 4242;
+    p.node = "vm";
+    p.comm = "python3";
+    p.start_ns = info.started_ns;
+    ASSERT_TRUE((*st)->put_process(*rec, p));
+    ASSERT_TRUE((*st)->end_recording(*rec, info.started_ns + 30'000'000'000ull));
+  }
+  auto st = store::Store::open_sqlite(dir.file("single.db"), store::Store::Mode::kReadOnly);
+  ASSERT_TRUE(st) << st.error().message;
+  auto latest = load_latest_with_baseline(**st, LoadOptions{}, 60'000'000'000ull, 120'000'000'000ull);
+  ASSERT_FALSE(latest);
+  EXPECT_NE(latest.error().message.find("no recorded process called one"), std::string::npos) << latest.error().message;
+  LoadOptions last;
+  last.last_ns = 60'000'000'000ull;
+  auto span = load_job_window(**st, last);
+  ASSERT_FALSE(span);
+  EXPECT_NE(span.error().message.find("no recorded process called one"), std::string::npos) << span.error().message;
+}
+
+}  // namespace
+}  // namespace strata::diagnose
