@@ -33,8 +33,6 @@ import json
 import os
 import ctypes
 import signal
-import random
-import socket
 import subprocess
 import sys
 import time
@@ -42,6 +40,8 @@ import time
 import torch
 import torch.distributed as dist
 import torch.multiprocessing as mp
+
+from ports import free_port  # beside this file
 
 LAYERS = {"host-hotspot": ("cpu", "host-hotspot", "slow_augment"),  # where=loop; see HOTSPOT_CULPRIT
           # The culprit of an imbalance is the input (every function of the step does more), as the
@@ -283,25 +283,6 @@ def rank_main(rank, world, steps, fault, port, queue, cgroup=None, link=None, va
     queue.close()
     queue.join_thread()
     os._exit(0)
-
-
-def free_port():
-    """A port nothing listens on now, from below the kernel's ephemeral range: an ephemeral port
-    (bind to 0) may go to an outgoing connection before rank 0 binds it."""
-    with open("/proc/sys/net/ipv4/ip_local_port_range") as f:
-        eph_lo, eph_hi = (int(x) for x in f.read().split())
-    lo, hi = (20000, eph_lo - 1) if eph_lo - 20000 >= 1000 else (eph_hi + 1, 65535)
-    for _ in range(200):
-        port = random.randint(lo, hi)
-        with socket.socket() as s:
-            s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-            try:
-                s.bind(("0.0.0.0", port))
-                s.listen(1)
-                return port
-            except OSError:
-                continue
-    raise RuntimeError("no free TCP port")
 
 
 def main():

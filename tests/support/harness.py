@@ -1,15 +1,16 @@
 """What the Python end-to-end tests share: checks that print ok/FAIL and are counted, the processes
 they started (to stop at the end), a free loopback port, an agent's /metrics and its closing lines."""
 import os
-import random
 import re
 import shutil
-import socket
 import subprocess
 import sys
 import time
 import urllib.error
 import urllib.request
+
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "testbed", "workloads"))
+from ports import free_port  # noqa: E402,F401  (re-exported: tests import it from here)
 
 procs = []     # every process start() started, for the test's cleanup
 failures = []  # what check() found false
@@ -22,32 +23,6 @@ def check(cond, what):
     return cond
 
 
-def free_port():
-    """A port nothing listens on now, drawn from below the kernel's ephemeral range (as
-    strata::free_listen_port does): the kernel gives ephemeral ports to outgoing connections too, and
-    one may take the port before the process the test starts binds it."""
-    lo, hi = 20000, 32767
-    try:
-        with open("/proc/sys/net/ipv4/ip_local_port_range") as f:
-            eph_lo, eph_hi = (int(x) for x in f.read().split())
-        lo, hi = 20000, eph_lo - 1
-        if hi - lo < 1000:
-            lo, hi = eph_hi + 1, 65535
-    except (OSError, ValueError):
-        pass
-    for _ in range(200):
-        port = random.randint(lo, hi)
-        s = socket.socket()
-        s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-        try:
-            s.bind(("0.0.0.0", port))
-            s.listen(1)
-            return port
-        except OSError:
-            continue
-        finally:
-            s.close()
-    raise RuntimeError("no free TCP port")
 
 
 def start(args, log, env=None, stdin=None):
