@@ -16,9 +16,9 @@
 import { spawn, spawnSync } from 'node:child_process';
 import { createRequire } from 'node:module';
 import fs from 'node:fs';
-import net from 'node:net';
 import os from 'node:os';
 import path from 'node:path';
+import { freePort } from './ports.mjs';
 
 const BIN = process.env.STRATA_BIN;
 const HUGE_ONLY = process.argv.includes('--10k');
@@ -80,17 +80,6 @@ function record(name, fault, rank, causes, extra = []) {
     console.log(`e2e: recording ${attempt} of ${fault}: the diagnosis does not name it (load ${os.loadavg()[0].toFixed(1)}): ${last.slice(0, 300)}`);
   }
   throw new Error(`no recording of ${fault} that strata diagnose names (machine too busy?): ${last.slice(0, 500)}`);
-}
-
-async function freePort() {
-  return new Promise((resolve, reject) => {
-    const s = net.createServer();
-    s.listen(0, '127.0.0.1', () => {
-      const { port } = s.address();
-      s.close(() => resolve(port));
-    });
-    s.on('error', reject);
-  });
 }
 
 // Starts `strata serve` on the store; with `token`, behind that bearer token. Returns its URL.

@@ -7,9 +7,9 @@
 import { spawn } from 'node:child_process';
 import { createRequire } from 'node:module';
 import fs from 'node:fs';
-import net from 'node:net';
 import path from 'node:path';
 import { fileURLToPath } from 'node:url';
+import { freePort } from './ports.mjs';
 
 const ROOT = path.resolve(path.dirname(fileURLToPath(import.meta.url)), '..', '..');
 const BIN = process.env.STRATA_BIN || path.join(ROOT, 'build', 'bin');
@@ -22,14 +22,6 @@ if (!out || stores.length === 0 || stores.some((s) => !/^[\w.-]+=.+/.test(s))) {
 const { chromium } = createRequire(path.join(ROOT, 'web', 'package.json'))('playwright-core');
 fs.mkdirSync(out, { recursive: true });
 
-const freePort = () => new Promise((resolve, reject) => {
-  const s = net.createServer();
-  s.listen(0, '127.0.0.1', () => {
-    const { port } = s.address();
-    s.close(() => resolve(port));
-  });
-  s.on('error', reject);
-});
 
 const ready = (page, what) =>
   page.waitForFunction((w) => (document.body.dataset.ready ?? '').split(' ').includes(w), what, { timeout: 120_000 });
