@@ -3,6 +3,8 @@
 #include <algorithm>
 #include <cstdint>
 #include <deque>
+#include <map>
+#include <set>
 
 namespace strata::agent {
 namespace {
@@ -30,6 +32,12 @@ uint64_t union_length(std::vector<std::pair<uint64_t, uint64_t>> iv) {
 
 void StepDetector::add(CollectiveCall call) {
   call.done_ns = std::max({call.done_ns, call.exit_ns, call.enter_ns});
+  if (inner_) {
+    if (!occasional_.count(call.signature)) return inner_->add(std::move(call));
+    extras_.push_back(std::move(call));
+    if (extras_.size() > kMaxHistory) extras_.erase(extras_.begin(), extras_.begin() + kMaxHistory / 2);
+    return;
+  }
   // The gap before a call: time since every earlier collective was done (gloo runs a step's
   // buckets on two worker threads, so a call can start before the previous one returned).
   gaps_.push_back(max_done_ && call.enter_ns > max_done_ ? call.enter_ns - max_done_ : 0);
@@ -204,6 +212,9 @@ bool StepDetector::try_lock(bool final) {
       // one dominant gap (the same calls issued several times per step).
       // One cycle more than kMinCyclesDistinct: every phase, not only the first, is judged on
       // that many (a phase other than the first has one cycle less in a window).
+      bool split_undecided = false;
+      if (split_occasional(start, p, final, split_undecided)) return true;
+      if (split_undecided) return false;  // wait until the calls without the occasional ones decide
       const size_t cycles = kMinCyclesDistinct + 1;
       timed_ = false;  // not re-checked: a change shows in the signatures
       bool undecided = false;
@@ -241,9 +252,74 @@ bool StepDetector::try_lock(bool final) {
   return false;
 }
 
+bool StepDetector::split_occasional(size_t start, size_t p, bool final, bool& undecided) {
+  undecided = false;
+  std::map<std::string, size_t> count;
+  for (size_t i = start; i < start + p; ++i) ++count[calls_[i].signature];
+  std::set<std::string> once;
+  for (const auto& [sig, n] : count) {
+    if (n == 1 && !rejected_.count(sig)) once.insert(sig);
+  }
+  if (once.empty() || p - once.size() < kMinOccasionalRepeats) return false;
+  const size_t rest = p - once.size();
+  // The calls not emitted yet, without the occasional ones, through a detector of their own.
+  auto trial = std::make_unique<StepDetector>(watch_start_ns_);
+  trial->emitted_ = emitted_;
+  trial->last_end_ns_ = last_end_ns_;
+  std::vector<CollectiveCall> extras;
+  for (size_t i = next_; i < calls_.size(); ++i) {
+    if (once.count(calls_[i].signature)) extras.push_back(calls_[i]);
+    else trial->add(calls_[i]);
+  }
+  auto steps = trial->take_steps(final);
+  if (!trial->locked_ || trial->inner_) {
+    // Not decided yet (calls all alike wait for kDecideCycles cycles), or nothing repeats.
+    undecided = !final && !trial->inner_;
+    if (!undecided) rejected_.insert(once.begin(), once.end());
+    return false;
+  }
+  // The step the rest fits: by its timing when its calls are all alike (a period chosen for want
+  // of a boundary gap is no evidence), by its signatures otherwise; and a step that repeats within
+  // the period at least kMinOccasionalRepeats times.
+  const bool evidence = trial->alike_ ? trial->timed_ : true;
+  if (!evidence || trial->period_ * kMinOccasionalRepeats > rest) {
+    rejected_.insert(once.begin(), once.end());
+    return false;
+  }
+  inner_ = std::move(trial);
+  occasional_ = std::move(once);
+  extras_ = std::move(extras);
+  pending_ = std::move(steps);
+  calls_.clear();
+  gaps_.clear();
+  return true;
+}
+
+std::vector<DetectedStep> StepDetector::take_inner_steps(bool final) {
+  std::vector<DetectedStep> out = std::move(pending_);
+  pending_.clear();
+  for (auto& s : inner_->take_steps(final)) out.push_back(s);
+  // Each occasional call joins the step it falls in (its time in collectives); those before the
+  // first step belong to none, those after the last wait for the next (or, at the end, to none).
+  size_t used = 0;
+  for (auto& s : out) {
+    while (used < extras_.size() && extras_[used].enter_ns <= s.end_ns) {
+      const auto& e = extras_[used++];
+      if (e.enter_ns < s.start_ns) continue;
+      s.collective_ns += std::min(e.done_ns, s.end_ns) - e.enter_ns;
+      s.device_collective_ns += e.device_ns;
+    }
+  }
+  extras_.erase(extras_.begin(), extras_.begin() + static_cast<long>(final ? extras_.size() : used));
+  emitted_ = inner_->emitted_;
+  return out;
+}
+
 std::vector<DetectedStep> StepDetector::take_steps(bool final) {
   std::vector<DetectedStep> out;
+  if (inner_) return take_inner_steps(final);
   if (!locked_ && !try_lock(final)) return out;
+  if (inner_) return take_inner_steps(final);
   // Every pass emits a period, moves `next_` forward, or moves the next re-check forward: bounded
   // by the calls we hold.
   for (size_t guard = 0; guard <= 2 * calls_.size() + 2; ++guard) {
@@ -270,6 +346,10 @@ std::vector<DetectedStep> StepDetector::take_steps(bool final) {
       size_t old_next = next_, old_period = period_;
       locked_ = false;
       if (!try_lock(final)) break;
+      if (inner_) {  // the new pattern holds occasional calls: its own detector from here
+        for (auto& st : take_inner_steps(final)) out.push_back(st);
+        return out;
+      }
       if (next_ == old_next && period_ == old_period) {
         // Found the same pattern at the same place: this call belongs to no step; step over it.
         last_end_ns_ = std::max(last_end_ns_, calls_[next_].done_ns);

@@ -22,6 +22,8 @@
 #pragma once
 
 #include <cstdint>
+#include <memory>
+#include <set>
 #include <string>
 #include <vector>
 
@@ -54,10 +56,12 @@ class StepDetector {
   // normally needs is decided on what there is (at least kMinCyclesFinal cycles).
   std::vector<DetectedStep> take_steps(bool final = false);
 
-  size_t period() const { return locked_ ? period_ : 0; }
+  size_t period() const { return inner_ ? inner_->period() : locked_ ? period_ : 0; }
   uint64_t steps_emitted() const { return emitted_; }
   // Times a re-check changed the period or moved the step boundary (tests, diagnostics).
-  uint64_t period_changes() const { return changes_; }
+  uint64_t period_changes() const { return changes_ + (inner_ ? inner_->period_changes() : 0); }
+  // Signatures taken as occasional calls between iterations (tests, diagnostics).
+  const std::set<std::string>& occasional() const { return occasional_; }
 
   static constexpr size_t kMaxPeriod = 512;  // collectives per step we can recognize
   static constexpr size_t kMaxHistory = 8192;
@@ -101,6 +105,15 @@ class StepDetector {
   // fewer (a moved boundary: almost none), while 4 stalls in 16 iterations (seen in the tests'
   // streams) leave 75% and can make a fraction of the step fit better for a while.
   static constexpr double kKeepShare = 0.5;
+  // An occasional call: a signature that comes once per period of the signatures while the rest of
+  // the period is one shorter pattern repeated (a barrier, an evaluation's or a checkpoint's sync every
+  // N iterations: [A A] x 10 + barrier). The period of the signatures is then N iterations, not one.
+  // When the calls without it fit a step by their timing (a boundary gap, as for gloo's calls all
+  // alike) that is at most 1/kMinOccasionalRepeats of the period, the steps are cut from those calls
+  // and the occasional call's time joins the step it falls in. Three, as a pattern needs three
+  // repeats to be one; a step whose last bucket has a size of its own (NCCL: [A x 160, B]) fits no
+  // timing over its A's alone (its boundary gap comes once per 160 calls) and keeps its period.
+  static constexpr size_t kMinOccasionalRepeats = 3;
 
  private:
   struct Fit {
@@ -134,6 +147,11 @@ class StepDetector {
   static size_t largest_candidate(size_t p);
   void recheck(size_t end);
   size_t recheck_interval() const;
+  // The anchored period p starting at `start` holds occasional calls (kMinOccasionalRepeats): the
+  // detector that cuts the calls without them (inner_) once its timing decides; false while it
+  // cannot tell yet (`undecided`) or when it does not hold.
+  bool split_occasional(size_t start, size_t p, bool final, bool& undecided);
+  std::vector<DetectedStep> take_inner_steps(bool final);
 
   uint64_t watch_start_ns_;
   std::vector<CollectiveCall> calls_;
@@ -151,6 +169,13 @@ class StepDetector {
   uint64_t emitted_ = 0;
   uint64_t changes_ = 0;
   uint64_t last_end_ns_ = 0;  // end of the last emitted step (or of pre-pattern calls)
+  // Occasional calls (split_occasional): inner_ cuts the others into steps; the occasional ones
+  // wait in extras_ until a step that holds them is emitted. Signatures tried and rejected are
+  // not tried again.
+  std::unique_ptr<StepDetector> inner_;
+  std::set<std::string> occasional_, rejected_;
+  std::vector<CollectiveCall> extras_;
+  std::vector<DetectedStep> pending_;  // emitted by inner_ while it was tried
 };
 
 }  // namespace strata::agent
