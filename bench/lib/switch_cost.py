@@ -2,7 +2,7 @@
 """The agent's BPF run time per program (runs, ns a run) on the sim job, for two builds side by side
 (bench/README.md "switch_cost.sh").
 
-usage: switch_cost.py BUILD_A BUILD_B [--seconds S] [--warmup W] [--rounds N]
+usage: switch_cost.py BUILD_A BUILD_B [--seconds S] [--warmup W] [--rounds N] [--args-a "..."] [--args-b "..."]
 
 Each round runs one `strata-sim run --ranks 4` watched by two agents at once, one of each build
 (each shipping to its own `strata serve`), and reads each agent's per-program BPF stats
@@ -11,7 +11,9 @@ context switches under the same load: on this shared machine ns a run drifts 20%
 the load, far more than a change to the program, so runs one after the other cannot compare them.
 The agents start A then B, then B then A in the next round (the program attached second may find
 caches warmed by the first). Only the agents run beside the job (not `strata record` or bpftrace, as
-agent_cost.sh does). Needs root.
+agent_cost.sh does). --args-a/--args-b add arguments to one agent (BUILD_A and BUILD_B may then
+be the same build: `--args-b "--layers cpu,os,gpu,comm"` weighs what the offcpu layer's stack captures
+add). Needs root.
 """
 import argparse
 import os
@@ -25,9 +27,10 @@ sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import agent_cost as ac  # noqa: E402
 
 
-def run_together(builds, args, tmp, tag):
+def run_together(builds, extra, args, tmp, tag):
     """One job watched by one agent of each build at once, started in the order of `builds`: both
-    programs run at the same switches under the same load. {build: {program: (runs, ns a run)}}."""
+    programs run at the same switches under the same load. Per agent, in that order: {program: (runs,
+    ns a run)}."""
     marker = os.urandom(6).hex()
     wdir = os.path.join(tmp, tag)
     os.makedirs(wdir)
@@ -56,19 +59,22 @@ def run_together(builds, args, tmp, tag):
                 raise RuntimeError("strata serve did not start")
             agent = start("agent%d" % i, [strata, "agent", "--server", "http://127.0.0.1:%d" % port, "--select",
                                           "STRATA_BENCH=" + marker, "--window", "10", "--listen-metrics", "off",
-                                          "--spool", os.path.join(wdir, "spool%d" % i)], env=node_env)
+                                          "--budget", "0",  # no cost budget: each agent's own steps down
+                                          # (capture rate, sampling rate) would come at its own times
+                                          "--spool", os.path.join(wdir, "spool%d" % i)] + extra[i].split(),
+                          env=node_env)
             if not ac.settle(agent.pid, True):
                 raise RuntimeError("strata agent did not start: " +
                                    open(os.path.join(wdir, "agent%d.log" % i)).read()[-400:])
-            agents[build] = agent
+            agents[i] = agent
         start("job", ac.workload_cmd("sim", first), env=env, cwd=ac.SOURCE)
         t0 = time.time()
         while len(ac.rank_pids(marker)) < 4 and time.time() - t0 < 120:
             time.sleep(1)
         time.sleep(args.warmup)
-        before = {b: ac.bpf_by_name(a.pid) for b, a in agents.items()}
+        before = {i: ac.bpf_by_name(a.pid) for i, a in agents.items()}
         time.sleep(args.seconds)
-        after = {b: ac.bpf_by_name(a.pid) for b, a in agents.items()}
+        after = {i: ac.bpf_by_name(a.pid) for i, a in agents.items()}
         for k, p in procs.items():
             if p.poll() is not None:
                 raise RuntimeError("%s exited during the run" % k)
@@ -84,13 +90,13 @@ def run_together(builds, args, tmp, tag):
                     p.wait()
         for f in logs:
             f.close()
-    out = {}
-    for b in builds:
-        out[b] = {}
-        for name, (cnt, ns) in after[b].items():
-            c0, n0 = before[b].get(name, (0, 0))
+    out = []  # per agent, in the order of builds
+    for i in range(len(builds)):
+        out.append({})
+        for name, (cnt, ns) in after[i].items():
+            c0, n0 = before[i].get(name, (0, 0))
             if cnt > c0:
-                out[b][name] = (cnt - c0, (ns - n0) / (cnt - c0))
+                out[i][name] = (cnt - c0, (ns - n0) / (cnt - c0))
     return out
 
 
@@ -100,7 +106,9 @@ def main():
     ap.add_argument("build_b")
     ap.add_argument("--seconds", type=float, default=30)
     ap.add_argument("--warmup", type=float, default=10)
-    ap.add_argument("--rounds", type=int, default=1, help="pairs run: A B, then B A, ... (default 1)")
+    ap.add_argument("--rounds", type=int, default=1, help="rounds: A started first, then B, ... (default 1)")
+    ap.add_argument("--args-a", default="", help="more arguments for A's agent")
+    ap.add_argument("--args-b", default="", help="more arguments for B's agent")
     args = ap.parse_args()
     if os.geteuid() != 0:
         print("switch_cost: needs root (BPF)", file=sys.stderr)
@@ -115,13 +123,15 @@ def main():
             f.write("1")
         for r in range(args.rounds):
             order = "AB" if r % 2 == 0 else "BA"
-            res = run_together([builds[t] for t in order], args, tmp, "%s%d" % (order, r))
+            extra = {"A": args.args_a, "B": args.args_b}
+            got = run_together([builds[t] for t in order], [extra[t] for t in order], args, tmp, "%s%d" % (order, r))
+            res = dict(zip(order, got))
             for t in order:
-                runs.append((t, res[builds[t]]))
+                runs.append((t, res[t]))
                 print("%s (started %s of 2) %s load %.1f: %s" % (
                     t, "first" if t == order[0] else "second", time.strftime("%H:%M:%S"), os.getloadavg()[0],
                     ", ".join("%s %d runs x %.0f ns" % (n, c, ns)
-                              for n, (c, ns) in sorted(res[builds[t]].items(), key=lambda kv: -kv[1][0] * kv[1][1]))),
+                              for n, (c, ns) in sorted(res[t].items(), key=lambda kv: -kv[1][0] * kv[1][1]))),
                     flush=True)
     finally:
         with open(stats_path, "w") as f:
@@ -131,6 +141,18 @@ def main():
         if rs:
             print("%s on_switch: %s ns a run (runs: %s)" % (tag, ", ".join("%.0f" % ns for _, ns in rs),
                                                             ", ".join(str(c) for c, _ in rs)))
+    # Per round B's ns over A's; their geometric mean over rounds of both orders cancels the order.
+    ratios = []
+    for i in range(0, len(runs) - 1, 2):
+        by = dict(runs[i:i + 2])
+        if by.get("A", {}).get("on_switch") and by.get("B", {}).get("on_switch"):
+            ratios.append(by["B"]["on_switch"][1] / by["A"]["on_switch"][1])
+    if ratios:
+        gm = 1.0
+        for r in ratios:
+            gm *= r
+        print("on_switch B/A per round: %s; geometric mean %.3f" % (", ".join("%.3f" % r for r in ratios),
+                                                                    gm ** (1 / len(ratios))))
     return 0
 
 
