@@ -200,7 +200,8 @@ static __always_inline struct strata_sched_stats* stats_of(__u32 tgid) {
 static __always_inline __u8 reason_of(struct task_struct* prev, bool preempt, unsigned int state) {
   if (preempt || state == 0) return STRATA_OFFCPU_PREEMPTED;
   if (state & TASK_UNINTERRUPTIBLE)
-    return BPF_CORE_READ_BITFIELD_PROBED(prev, in_iowait) ? STRATA_OFFCPU_IO : STRATA_OFFCPU_UNINTERRUPTIBLE;
+    /* prev is a BTF pointer (tp_btf): a direct load, not a probe-read helper call */
+    return BPF_CORE_READ_BITFIELD(prev, in_iowait) ? STRATA_OFFCPU_IO : STRATA_OFFCPU_UNINTERRUPTIBLE;
   if (state & TASK_INTERRUPTIBLE) return STRATA_OFFCPU_SLEEP;
   return STRATA_OFFCPU_OTHER;
 }
@@ -235,7 +236,7 @@ static __always_inline void copy_stack(struct task_state* ts, struct cpu_state* 
   struct snap_slot* slot = bpf_map_lookup_elem(&snap_pool, &idx);
   if (!slot) return;
   struct pt_regs* regs = (struct pt_regs*)bpf_task_pt_regs(bpf_get_current_task_btf());
-  __u64 sp = BPF_CORE_READ(regs, sp);
+  __u64 sp = regs->sp; /* a BTF pointer: direct loads */
   __u64 first = PAGE - (sp & (PAGE - 1));
   if (first > PAGE || first == 0 || !sp) return;
   cs->snapshots++;
@@ -248,9 +249,9 @@ static __always_inline void copy_stack(struct task_state* ts, struct cpu_state* 
     if (bpf_probe_read_user(slot->data + len, PAGE, (void*)(sp + len)) != 0) break;
     len += PAGE;
   }
-  slot->ip = BPF_CORE_READ(regs, ip);
+  slot->ip = regs->ip;
   slot->sp = sp;
-  slot->bp = BPF_CORE_READ(regs, bp);
+  slot->bp = regs->bp;
   slot->len = len;
   slot->uret_len = strata_read_uretprobes(slot->uret);
   __u64 stamp = (now << 8) ^ tid;
@@ -261,9 +262,10 @@ static __always_inline void copy_stack(struct task_state* ts, struct cpu_state* 
   bump(cs, STRATA_OFFCPU_CNT_SNAPSHOTS);
 }
 
-static __always_inline void switch_out(void* ctx, struct task_struct* prev, __u32 tgid, bool preempt,
-                                       unsigned int state, __u32 cpu, __u64 ran, __u64 now,
-                                       struct cpu_state* cs) {
+/* st: prev's process's sched_stats (NULL when sched_metrics is off or the map is full). */
+static __always_inline void switch_out(void* ctx, struct task_struct* prev, bool preempt, unsigned int state,
+                                       __u32 cpu, __u64 ran, __u64 now, struct cpu_state* cs,
+                                       struct strata_sched_stats* st) {
   struct task_state* ts = bpf_task_storage_get(&task_states, prev, 0, BPF_LOCAL_STORAGE_GET_F_CREATE);
   if (!ts) {
     bump(cs, STRATA_OFFCPU_CNT_STORAGE_FAIL);
@@ -278,29 +280,27 @@ static __always_inline void switch_out(void* ctx, struct task_struct* prev, __u3
   ts->weight_shift = 0;
   ts->snap_stamp = 0;
 
-  if (sched_metrics) {
-    struct strata_sched_stats* st = stats_of(tgid);
-    if (st) {
-      if (cpu < STRATA_OS_MAX_CPUS) __sync_fetch_and_add(&st->cpu_ns[cpu & (STRATA_OS_MAX_CPUS - 1)], ran);
-      if (reason == STRATA_OFFCPU_PREEMPTED)
-        __sync_fetch_and_add(&st->involuntary, 1);
-      else
-        __sync_fetch_and_add(&st->voluntary, 1);
-      /* The run-queue wait before this run slice: the kernel added it to run_delay at switch-in. */
-      if (bpf_core_field_exists(prev->sched_info)) {
-        __u64 rd = BPF_CORE_READ(prev, sched_info.run_delay);
-        if (ts->run_delay_seen && rd >= ts->last_run_delay) {
-          __u64 wait = rd - ts->last_run_delay;
-          __sync_fetch_and_add(&st->runq_count, 1);
-          __sync_fetch_and_add(&st->runq_ns, wait);
-          __u32 b = strata_hist_bucket(wait / 1000);
-          barrier_var(b); /* keep the mask: the verifier needs a bound it can see */
-          b &= STRATA_HIST_BUCKETS - 1;
-          __sync_fetch_and_add(&st->runq_hist[b], 1);
-        }
-        ts->last_run_delay = rd;
-        ts->run_delay_seen = 1;
+  if (st) {
+    /* cpu_ns[cpu] is written only on this CPU: a plain add, no locked instruction */
+    if (cpu < STRATA_OS_MAX_CPUS) st->cpu_ns[cpu & (STRATA_OS_MAX_CPUS - 1)] += ran;
+    if (reason == STRATA_OFFCPU_PREEMPTED)
+      __sync_fetch_and_add(&st->involuntary, 1);
+    else
+      __sync_fetch_and_add(&st->voluntary, 1);
+    /* The run-queue wait before this run slice: the kernel added it to run_delay at switch-in. */
+    if (bpf_core_field_exists(prev->sched_info)) {
+      __u64 rd = prev->sched_info.run_delay; /* a BTF pointer: a direct load, no helper call */
+      if (ts->run_delay_seen && rd >= ts->last_run_delay) {
+        __u64 wait = rd - ts->last_run_delay;
+        __sync_fetch_and_add(&st->runq_count, 1);
+        __sync_fetch_and_add(&st->runq_ns, wait);
+        __u32 b = strata_hist_bucket(wait / 1000);
+        barrier_var(b); /* keep the mask: the verifier needs a bound it can see */
+        b &= STRATA_HIST_BUCKETS - 1;
+        __sync_fetch_and_add(&st->runq_hist[b], 1);
       }
+      ts->last_run_delay = rd;
+      ts->run_delay_seen = 1;
     }
   }
 
@@ -430,15 +430,17 @@ static __always_inline void emit(struct task_struct* next, struct task_state* ts
   bump(cs, STRATA_OFFCPU_CNT_RINGBUF_DROP);
 }
 
+/* prev_st: the sched_stats switch_out just looked up for prev_tgid, reused when next is of the same
+ * process (a switch between two threads of one process) to save a hash lookup. */
 static __always_inline void switch_in(struct task_struct* next, __u32 tgid, __u32 cpu, __u64 now,
-                                      struct cpu_state* cs) {
+                                      struct cpu_state* cs, __u32 prev_tgid, struct strata_sched_stats* prev_st) {
   struct task_state* ts = bpf_task_storage_get(&task_states, next, 0, 0);
   if (!ts || !ts->out_ns) return;
   __u64 blocked = now - ts->out_ns;
   ts->out_ns = 0;
   bump(cs, STRATA_OFFCPU_CNT_BLOCKS);
   if (sched_metrics) {
-    struct strata_sched_stats* st = stats_of(tgid);
+    struct strata_sched_stats* st = prev_st && prev_tgid == tgid ? prev_st : stats_of(tgid);
     if (st) {
       __u8 r = ts->reason;
       if (r < STRATA_OFFCPU_REASONS) __sync_fetch_and_add(&st->offcpu_ns[r], blocked);
@@ -499,9 +501,11 @@ int BPF_PROG(on_switch, bool preempt, struct task_struct* prev, struct task_stru
   cs->last_switch_ns = now;
   __u32 cpu = bpf_get_smp_processor_id();
   roll_period(cs, now);
+  struct strata_sched_stats* prev_st = 0;
   if (prev_watched) {
     cs->watched_seen_ns = now;
-    switch_out(ctx, prev, prev_tgid, preempt, prev_state, cpu, ran, now, cs);
+    if (sched_metrics) prev_st = stats_of(prev_tgid);
+    switch_out(ctx, prev, preempt, prev_state, cpu, ran, now, cs, prev_st);
   }
   /* Every process that ran here counts, watched ones too (other ranks sharing a rank's CPU are
    * neighbours as well); the agent leaves out each process's own time. */
@@ -509,7 +513,7 @@ int BPF_PROG(on_switch, bool preempt, struct task_struct* prev, struct task_stru
     count_neighbour(prev, prev_tgid, cpu, ran, cs);
   if (next_watched) {
     cs->watched_seen_ns = now;
-    switch_in(next, next_tgid, cpu, now, cs);
+    switch_in(next, next_tgid, cpu, now, cs, prev_tgid, prev_st);
   }
   return 0;
 }
