@@ -455,6 +455,8 @@ class GpuCommSource final : public Source {
     std::vector<store::DeviceActivity> acts;
     std::vector<store::DeviceActivity> recorded;  // every raw record, for the flight recorder
     if (env_.flight_recorder) recorded.reserve(device_window_.size());
+    // Every process's records up to its cap, at most (the window's processes are in procs_).
+    acts.reserve(std::min(device_window_.size(), opts_.max_device_records_per_window * procs_.size()));
     std::unordered_map<uint64_t, std::pair<uint64_t, uint64_t>> by_id;  // pid << 32 | name -> count, ns
     std::map<uint32_t, size_t> per_pid;
     uint32_t last_pid = 0;
