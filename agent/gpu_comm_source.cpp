@@ -452,9 +452,10 @@ class GpuCommSource final : public Source {
 
     // Device activity: raw records up to a cap per process, all of them summarized by name.
     // Summed by (pid, name index) first, then ordered by (pid, name) as the metrics always were.
+    // The stored rows, then handed (moved) to the flight recorder with the records past the cap:
+    // per process that is their order in the window (its first records are the stored ones).
     std::vector<store::DeviceActivity> acts;
-    std::vector<store::DeviceActivity> recorded;  // every raw record, for the flight recorder
-    if (env_.flight_recorder) recorded.reserve(device_window_.size());
+    std::vector<store::DeviceActivity> over_cap;  // past the cap: for the flight recorder only
     // Every process's records up to its cap, at most (the window's processes are in procs_).
     acts.reserve(std::min(device_window_.size(), opts_.max_device_records_per_window * procs_.size()));
     std::unordered_map<uint64_t, std::pair<uint64_t, uint64_t>> by_id;  // pid << 32 | name -> count, ns
@@ -485,14 +486,9 @@ class GpuCommSource final : public Source {
       a.correlation = d.correlation;
       a.bytes = d.bytes;
       // Every raw record goes to the flight recorder; the store gets them up to the cap.
-      if (env_.flight_recorder) {
-        if (stored) acts.push_back(a);
-        recorded.push_back(std::move(a));
-      } else {
-        acts.push_back(std::move(a));
-      }
+      if (stored) acts.push_back(std::move(a));
+      else over_cap.push_back(std::move(a));
     }
-    if (env_.flight_recorder) env_.flight_recorder->add_devices(std::move(recorded));
     std::map<std::pair<uint32_t, std::string>, std::pair<uint64_t, uint64_t>> by_name;  // count, ns
     for (const auto& [key, v] : by_id)
       by_name.emplace(std::pair<uint32_t, std::string>(static_cast<uint32_t>(key >> 32),
@@ -501,7 +497,12 @@ class GpuCommSource final : public Source {
     device_window_.clear();
     device_names_.clear();
     device_name_ids_.clear();
-    if (auto s = store.put_device_activity(w.recording, acts); !s) return s;
+    auto put = store.put_device_activity(w.recording, acts);
+    if (env_.flight_recorder) {
+      env_.flight_recorder->add_devices(std::move(acts));
+      env_.flight_recorder->add_devices(std::move(over_cap));
+    }
+    if (!put) return put;
     for (const auto& [key, v] : by_name) {
       metrics.push_back({key.first, "gpu.kernel_count", key.second, static_cast<double>(v.first)});
       metrics.push_back({key.first, "gpu.kernel_us", key.second, static_cast<double>(v.second) / 1e3});
