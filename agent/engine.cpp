@@ -220,7 +220,8 @@ std::unique_ptr<OnCpuSampler> capturing_sampler(std::unique_ptr<OnCpuSampler> li
 
 std::unique_ptr<OnCpuSampler> replay_sampler(Tape& tape) { return std::make_unique<ReplaySampler>(tape); }
 
-Result<ReplaySummary> replay_capture(const std::string& path, store::Writer& sink, std::ostream& log) {
+Result<ReplaySummary> replay_capture(const std::string& path, store::Writer& sink, std::ostream& log,
+                                     const ReplayOptions& options) {
   auto capture = read_capture(path);
   if (!capture) return capture.error();
   Tape tape(std::move(*capture));
@@ -235,6 +236,7 @@ Result<ReplaySummary> replay_capture(const std::string& path, store::Writer& sin
   o.budget_share = 0;     // the agent's own cost is not taped: the budget never acts in replay
   o.symbolize = false;    // frames stay build id + offset: symbols would be this machine's files
   o.tape = &tape;
+  o.flight_recorder = options.flight_recorder;
   o.log_prefix = "strata: replay: ";
   NodePipeline pipeline(o, log);
   if (auto st = pipeline.start(); !st) return st.error();

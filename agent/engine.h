@@ -34,6 +34,10 @@ struct ReplaySummary {
 // recording, windows, stacks (as build id + offset, unsymbolized), collectives, steps and device
 // records come out as the live run stored them. A capture that ends early, or that this pipeline
 // reads differently from the one that made it, is an Error of one line.
-Result<ReplaySummary> replay_capture(const std::string& path, store::Writer& sink, std::ostream& log);
+struct ReplayOptions {
+  bool flight_recorder = false;  // keep raw records for /drilldown as `strata agent` does (benchmarks)
+};
+Result<ReplaySummary> replay_capture(const std::string& path, store::Writer& sink, std::ostream& log,
+                                     const ReplayOptions& options = {});
 
 }  // namespace strata::agent

@@ -108,6 +108,23 @@ void FlightRecorder::add_device(const store::DeviceActivity& r) {
   p.device.push_back(r);
 }
 
+void FlightRecorder::add_devices(std::vector<store::DeviceActivity>&& rows) {
+  std::lock_guard lock(mu_);
+  Proc* p = nullptr;
+  uint32_t pid = 0;
+  for (auto& r : rows) {
+    if (!p || r.pid != pid) {
+      pid = r.pid;
+      p = &proc(pid);
+    }
+    if (p->device.size() >= limits_.device_per_process) {
+      p->device.pop_front();
+      ++p->device_evicted;
+    }
+    p->device.push_back(std::move(r));
+  }
+}
+
 std::string FlightRecorder::query_json(const DrilldownQuery& q, const std::string& node, uint64_t now_ns) const {
   std::lock_guard lock(mu_);
   std::string o = "{\"node\":" + jstr(node) + ",\"now_ns\":" + jnum(now_ns) + ",\"from_ns\":" + jnum(q.from_ns) +

@@ -41,6 +41,8 @@ class FlightRecorder {
   // Times in unix ns.
   void add_collective(const store::CollectiveRecord& r);
   void add_device(const store::DeviceActivity& r);
+  // Many at once, in order (one lock, moved in): as add_device for each.
+  void add_devices(std::vector<store::DeviceActivity>&& rows);
 
   // The records of the matching processes inside the window, as JSON:
   // {"node":..,"now_ns":..,"from_ns":..,"to_ns":..,"processes":[{"pid":..,"rank":..,"job":..,

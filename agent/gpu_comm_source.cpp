@@ -11,7 +11,9 @@
 #include <cstring>
 #include <deque>
 #include <map>
+#include <memory>
 #include <set>
+#include <string_view>
 #include <unordered_map>
 
 #include "abi/gpu_comm.h"
@@ -449,26 +451,58 @@ class GpuCommSource final : public Source {
     if (auto s = store.put_steps(w.recording, steps); !s) return s;
 
     // Device activity: raw records up to a cap per process, all of them summarized by name.
+    // Summed by (pid, name index) first, then ordered by (pid, name) as the metrics always were.
+    // The stored rows, then handed (moved) to the flight recorder with the records past the cap:
+    // per process that is their order in the window (its first records are the stored ones).
     std::vector<store::DeviceActivity> acts;
-    std::map<std::pair<uint32_t, std::string>, std::pair<uint64_t, uint64_t>> by_name;  // count, ns
+    std::vector<store::DeviceActivity> over_cap;  // past the cap: for the flight recorder only
+    // Every process's records up to its cap, at most (the window's processes are in procs_).
+    acts.reserve(std::min(device_window_.size(), opts_.max_device_records_per_window * procs_.size()));
+    std::unordered_map<uint64_t, std::pair<uint64_t, uint64_t>> by_id;  // pid << 32 | name -> count, ns
     std::map<uint32_t, size_t> per_pid;
-    for (auto& d : device_window_) {
-      auto& slot = by_name[{d.pid, d.name}];
+    uint32_t last_pid = 0;
+    size_t* last_count = nullptr;  // per_pid's entry for last_pid: a window's records come in runs of one pid
+    for (const auto& d : device_window_) {
+      auto& slot = by_id[static_cast<uint64_t>(d.pid) << 32 | d.name];
       slot.first += 1;
       slot.second += d.end_ns - d.start_ns;
-      d.start_ns = to_unix(d.start_ns);
-      d.end_ns = to_unix(d.end_ns);
-      d.api_ns = to_unix(d.api_ns);
-      // Every raw record goes to the flight recorder; the store gets them up to the cap.
-      if (env_.flight_recorder) env_.flight_recorder->add_device(d);
-      if (per_pid[d.pid]++ < opts_.max_device_records_per_window) {
-        acts.push_back(d);
-      } else {
-        ++device_records_summarized_;
+      if (!last_count || d.pid != last_pid) {
+        last_pid = d.pid;
+        last_count = &per_pid[d.pid];
       }
+      const bool stored = (*last_count)++ < opts_.max_device_records_per_window;
+      if (!stored) ++device_records_summarized_;
+      if (!stored && !env_.flight_recorder) continue;
+      store::DeviceActivity a;
+      a.pid = d.pid;
+      a.device = d.device;
+      a.kind = device_kind(d.kind);
+      a.name = *device_names_[d.name];
+      a.stream = d.stream;
+      a.start_ns = to_unix(d.start_ns);
+      a.end_ns = to_unix(d.end_ns);
+      a.api_ns = to_unix(d.api_ns);
+      a.api_tid = d.api_tid;
+      a.correlation = d.correlation;
+      a.bytes = d.bytes;
+      // Every raw record goes to the flight recorder; the store gets them up to the cap.
+      if (stored) acts.push_back(std::move(a));
+      else over_cap.push_back(std::move(a));
     }
+    std::map<std::pair<uint32_t, std::string>, std::pair<uint64_t, uint64_t>> by_name;  // count, ns
+    for (const auto& [key, v] : by_id)
+      by_name.emplace(std::pair<uint32_t, std::string>(static_cast<uint32_t>(key >> 32),
+                                                       *device_names_[static_cast<uint32_t>(key)]),
+                      v);
     device_window_.clear();
-    if (auto s = store.put_device_activity(w.recording, acts); !s) return s;
+    device_names_.clear();
+    device_name_ids_.clear();
+    auto put = store.put_device_activity(w.recording, acts);
+    if (env_.flight_recorder) {
+      env_.flight_recorder->add_devices(std::move(acts));
+      env_.flight_recorder->add_devices(std::move(over_cap));
+    }
+    if (!put) return put;
     for (const auto& [key, v] : by_name) {
       metrics.push_back({key.first, "gpu.kernel_count", key.second, static_cast<double>(v.first)});
       metrics.push_back({key.first, "gpu.kernel_us", key.second, static_cast<double>(v.second) / 1e3});
@@ -934,18 +968,18 @@ class GpuCommSource final : public Source {
     }
     while (!st.recent_device.empty() && st.recent_device.front().end + 300 * kNs < now) st.recent_device.pop_front();
     for (auto& r : st.timeline->read_new(timeline_lost_)) {
-      store::DeviceActivity d;
+      // Kept compact until the flush: the name as an index into this window's names (no string
+      // copied per record; kernel names are long, and a rank runs 10k-100k kernels a second).
+      DeviceRecord d;
       d.pid = st.pid;
       d.device = r.device;
-      d.kind = r.kind == STRATA_TL_KERNEL     ? "kernel"
-               : r.kind == STRATA_TL_MEMCPY   ? "memcpy"
-               : r.kind == STRATA_TL_MEMSET   ? "memset"
-                                               : "collective";
+      d.kind = r.kind;
       // A driver launch's func is its CUfunction handle: nothing to symbolize. The timing source's
       // own name comes first (CUPTI's is whole; a lookup's is cut at 127 bytes), else the name
       // the handle was looked up by.
       auto driver = st.driver_names.find(r.func);
-      d.name = driver != st.driver_names.end() && r.name.empty() ? driver->second : kernel_name(st, r.func, r.name);
+      d.name = intern_device_name(driver != st.driver_names.end() && r.name.empty() ? driver->second
+                                                                                     : kernel_name(st, r.func, r.name));
       d.stream = r.stream;
       d.start_ns = r.start_ns;
       d.end_ns = std::max(r.end_ns, r.start_ns);
@@ -956,8 +990,25 @@ class GpuCommSource final : public Source {
       if (r.kind == STRATA_TL_COLLECTIVE) match_device_collective(st, r);
       const uint64_t max_end = st.recent_device.empty() ? d.end_ns : std::max(st.recent_device.back().max_end, d.end_ns);
       st.recent_device.push_back({d.start_ns, d.end_ns, max_end, r.kind == STRATA_TL_COLLECTIVE});
-      device_window_.push_back(std::move(d));
+      device_window_.push_back(d);
     }
+  }
+
+  // The index of `name` among this window's device record names (device_names_), added if new.
+  uint32_t intern_device_name(const std::string& name) {
+    auto it = device_name_ids_.find(std::string_view(name));
+    if (it != device_name_ids_.end()) return it->second;
+    const auto id = static_cast<uint32_t>(device_names_.size());
+    device_names_.push_back(std::make_unique<std::string>(name));
+    device_name_ids_.emplace(std::string_view(*device_names_.back()), id);
+    return id;
+  }
+
+  static const char* device_kind(uint32_t kind) {
+    return kind == STRATA_TL_KERNEL     ? "kernel"
+           : kind == STRATA_TL_MEMCPY   ? "memcpy"
+           : kind == STRATA_TL_MEMSET   ? "memset"
+                                        : "collective";
   }
 
   // Opens the process's device timeline into st.timeline (taped: capture.h).
@@ -996,7 +1047,7 @@ class GpuCommSource final : public Source {
   }
 
   // The kernel's name is the symbol of its host stub, read from the target's binary (taped).
-  std::string kernel_name(ProcState& st, uint64_t func, const std::string& fallback) {
+  const std::string& kernel_name(ProcState& st, uint64_t func, const std::string& fallback) {
     if (!func) return fallback;
     auto it = st.kernel_names.find(func);
     if (it != st.kernel_names.end()) return it->second;
@@ -1021,8 +1072,7 @@ class GpuCommSource final : public Source {
         tape().put(CaptureKind::kKernelName, w.data());
       }
     }
-    st.kernel_names.emplace(func, name);
-    return name;
+    return st.kernel_names.emplace(func, std::move(name)).first->second;
   }
 
   std::string read_kernel_name(ProcState& st, uint64_t func, const std::string& fallback) {
@@ -1439,7 +1489,21 @@ class GpuCommSource final : public Source {
   std::map<uint32_t, std::set<std::string>> st_files_; // pid -> file keys
 
   std::vector<store::CommunicatorRecord> new_comms_;
-  std::vector<store::DeviceActivity> device_window_;
+  // This window's device records, names interned in device_names_ (index), until the flush.
+  struct DeviceRecord {
+    uint32_t pid = 0;
+    int device = 0;
+    uint32_t kind = 0;  // enum strata_timeline_kind
+    uint32_t name = 0;  // index into device_names_
+    uint32_t api_tid = 0;
+    uint64_t stream = 0;
+    uint64_t start_ns = 0, end_ns = 0, api_ns = 0;  // CLOCK_MONOTONIC
+    uint64_t correlation = 0;
+    uint64_t bytes = 0;
+  };
+  std::vector<DeviceRecord> device_window_;
+  std::vector<std::unique_ptr<std::string>> device_names_;            // stable addresses: viewed below
+  std::unordered_map<std::string_view, uint32_t> device_name_ids_;
   std::map<std::pair<uint32_t, uint32_t>, std::pair<uint64_t, uint64_t>> api_window_;  // calls, ns
   std::map<std::pair<uint32_t, uint32_t>, uint64_t> api_bytes_;                         // memory calls' bytes
   std::map<LaunchKey, uint64_t> launch_window_;

@@ -143,6 +143,7 @@ class FileTimeline final : public GpuTimingSource {
       lost += (w - behind) - from;
       from = w - behind;
     }
+    out.reserve(w - from);  // at most kMaxTimelineRecordsPerRead
     std::vector<strata_timeline_record> buf;
     for (uint64_t a = from; a < w;) {
       // One contiguous run of slots: up to the chunk size, not across the end of the ring.

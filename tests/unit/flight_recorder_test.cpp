@@ -66,6 +66,37 @@ TEST(FlightRecorder, RingIsBoundedAndCountsWhatItEvicts) {
   EXPECT_EQ(p.at("collectives_in_window").number_value(), 4);
 }
 
+// add_devices (the GPU layer's flush hands a window's records at once, moved in) keeps what
+// add_device of each record in turn keeps: order, the bound per process, the evicted count, pids
+// interleaved in runs.
+TEST(FlightRecorder, AddDevicesIsAddDeviceForEach) {
+  FlightRecorderLimits lim;
+  lim.device_per_process = 5;
+  FlightRecorder one(lim), many(lim);
+  std::vector<strata::store::DeviceActivity> rows;
+  for (uint32_t pid : {10u, 11u}) {
+    one.note_process(proc(pid, static_cast<int>(pid - 10)));
+    many.note_process(proc(pid, static_cast<int>(pid - 10)));
+  }
+  for (uint64_t i = 1; i <= 16; ++i) {
+    strata::store::DeviceActivity d;
+    d.pid = (i / 3) % 2 ? 11 : 10;  // runs of three of one pid, then the other
+    d.kind = i % 4 ? "kernel" : "memcpy";
+    d.name = "a_kernel_name_longer_than_the_small_string_buffer_" + std::to_string(i);
+    d.start_ns = i * 100;
+    d.end_ns = i * 100 + 50;
+    d.correlation = i;
+    one.add_device(d);
+    rows.push_back(d);
+  }
+  many.add_devices(std::move(rows));
+  DrilldownQuery q;
+  const std::string a = one.query_json(q, "n0", 5000), b = many.query_json(q, "n0", 5000);
+  EXPECT_EQ(a, b);
+  auto p = parse(b).fields().at("processes").list_value().values(0).struct_value().fields();
+  EXPECT_GT(p.at("device_evicted").number_value(), 0);  // the bound acted
+}
+
 TEST(FlightRecorder, WindowRankPidAndLimit) {
   FlightRecorder fr;
   fr.note_process(proc(10, 0));
