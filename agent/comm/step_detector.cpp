@@ -54,6 +54,13 @@ bool StepDetector::period_matches(size_t begin) const {
   return true;
 }
 
+bool StepDetector::all_alike(size_t from, size_t to) const {
+  for (size_t i = from + 1; i < to; ++i) {
+    if (calls_[i].signature != calls_[from].signature) return false;
+  }
+  return true;
+}
+
 void StepDetector::phase_wins(size_t P, size_t end, size_t cycles, PhaseWins& w) const {
   w.start = end - cycles * P;
   w.wins.assign(P, 0);
@@ -176,6 +183,9 @@ bool StepDetector::try_lock(bool final) {
       periodic = calls_[i].signature == calls_[i - p].signature;
     }
     if (!periodic) continue;
+    // Past p = 1 only after a run of calls all alike too short to decide (below): a longer
+    // pattern must hold more than that one signature (one that does is p = 1's run again).
+    if (p > 1 && all_alike(calls_.size() - 2 * p, calls_.size())) continue;
     size_t start = calls_.size() - 3 * p;
     while (start > next_ && calls_[start - 1].signature == calls_[start - 1 + p].signature) --start;
 
@@ -197,7 +207,12 @@ bool StepDetector::try_lock(bool final) {
         decided_at = calls_.size();
         min_cycles = kMinCyclesFinal;
       } else {
-        return false;  // wait for enough cycles
+        // Too few cycles since the last change of signature. That change may be an occasional
+        // call ([A A A] x 10 + barrier: a run of A's never reaches the calls a decision needs), so
+        // a longer pattern that ends here is looked for; none: wait for enough cycles. Before, the
+        // detector looked only at p = 1 whenever the latest call was an A, so such a job locked
+        // only when a window happened to end on its barrier (a 160-iteration DDP job: never).
+        continue;
       }
       // Every candidate on all of these calls: the shorter ones get more cycles (a fraction of the
       // step that fits in a few cycles by chance does not in many; a cluster of stalls weighs less).

@@ -482,6 +482,40 @@ TEST(StepDetector, ABarrierEveryFewIterationsIsNoPartOfThePeriod) {
   }
 }
 
+// The same job as the agent sees it: steps are taken once per window, and a window rarely ends
+// on the barrier (one call in 21). Before, the detector looked for a period only at the latest
+// calls' run of A's, which never held the 128 calls a decision needs: a 160-iteration DDP job
+// with a barrier every 10 iterations got no step until it ended (then 9, from its last run).
+TEST(StepDetector, ABarrierEveryFewIterationsIsFoundWhenNoTakeEndsOnIt) {
+  for (uint64_t seed = 1; seed <= 5; ++seed) {
+    SCOPED_TRACE("seed " + std::to_string(seed));
+    Job job(seed);
+    for (int e = 0; e < 20; ++e) {
+      job.ddp(2, 10);
+      job.call("barrier:0::-1", 5, 1);
+    }
+    StepDetector d(500 * kMs);
+    std::vector<DetectedStep> steps;
+    bool due = false;
+    for (size_t i = 0; i < job.calls.size(); ++i) {
+      d.add(job.calls[i]);
+      // A take every 17 calls (a window), moved on past the barrier when one would end on it.
+      due = due || i % 17 == 0;
+      if (!due || job.calls[i].signature == "barrier:0::-1") continue;
+      due = false;
+      const size_t before = steps.size();
+      for (auto& s : d.take_steps()) steps.push_back(s);
+      if (i > job.calls.size() / 2) {
+        EXPECT_GT(steps.size(), before) << "no step in the window ending at call " << i;
+      }
+    }
+    for (auto& s : d.take_steps(true)) steps.push_back(s);
+    EXPECT_EQ(d.occasional(), std::set<std::string>{"barrier:0::-1"});
+    EXPECT_GE(steps.size(), 190u);
+    EXPECT_GE(whole_iterations(steps, job, 2), 190u);
+  }
+}
+
 // The same shape of signatures from a step whose last bucket has a size of its own (NCCL: many
 // buckets of the default size, then the remainder): the calls without it show no boundary within
 // a few calls, so the step stays the whole period.
