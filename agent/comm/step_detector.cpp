@@ -54,6 +54,50 @@ bool StepDetector::period_matches(size_t begin) const {
   return true;
 }
 
+std::pair<uint64_t, size_t> StepDetector::gap_cut(size_t from, size_t end, size_t min_steps) const {
+  if (end <= from + 1) return {0, 0};
+  std::vector<uint64_t> sorted(gaps_.begin() + static_cast<long>(from) + 1, gaps_.begin() + static_cast<long>(end));
+  std::sort(sorted.begin(), sorted.end());
+  // From the largest gaps down (fewest cuts first, as choose_alike prefers the largest period): the
+  // first jump of kDominance in the sorted gaps whose steps are iterations. A jump in the whole
+  // distribution, not per step: a cut chosen per step would fit any noise (a threshold always
+  // separates the gaps it cuts at from those it does not).
+  for (size_t i = sorted.size() - 1; i > 0; --i) {
+    const uint64_t hi = sorted[i], lo = sorted[i - 1];
+    if (hi < kMinBoundaryGapNs) break;
+    if (static_cast<double>(hi) < kDominance * static_cast<double>(lo)) continue;
+    size_t begin = 0, steps = 0, multi = 0;
+    std::map<size_t, size_t> lengths;  // calls per step -> steps
+    for (size_t j = from + 1; j < end; ++j) {
+      if (gaps_[j] < hi) continue;
+      if (begin) {  // a whole step [begin, j)
+        ++steps;
+        ++lengths[j - begin];
+        if (j - begin >= kMinCutCalls) ++multi;
+      }
+      begin = j;
+    }
+    if (steps < min_steps || static_cast<double>(multi) < kMinWinShare * static_cast<double>(steps)) continue;
+    size_t common = 0, most = 0;
+    for (const auto& [len, n] : lengths) {
+      if (n > most) {
+        most = n;
+        common = len;
+      }
+    }
+    // The cut between the two gaps: a boundary a little shorter than every one seen is still one.
+    return {lo + (hi - lo) / 2, common};
+  }
+  return {0, 0};
+}
+
+size_t StepDetector::next_cut(size_t begin) const {
+  for (size_t j = begin + 1; j < calls_.size(); ++j) {
+    if (gaps_[j] >= cut_ns_) return j;
+  }
+  return calls_.size();
+}
+
 bool StepDetector::all_alike(size_t from, size_t to) const {
   for (size_t i = from + 1; i < to; ++i) {
     if (calls_[i].signature != calls_[from].signature) return false;
@@ -159,12 +203,24 @@ void StepDetector::recheck(size_t end) {
     f = choose_alike(from, end, sig_period_, kDecideCycles, SIZE_MAX);
     if (f.fits && timed_ && !(f.period > period_ && f.period % period_ == 0)) return;
   }
-  if (!f.fits) return;  // nothing fits clearly (a disturbed stretch): keep what we have
+  if (!f.fits) {
+    // Nothing fits clearly (a disturbed stretch): keep what we have. Steps cut by a gap follow
+    // the gaps of the last calls (a job whose speed drifted moves its boundary gap).
+    if (cut_ns_) {
+      const size_t from = std::max(pattern_start_, end >= decide_calls(sig_period_) ? end - decide_calls(sig_period_) : 0);
+      if (auto [cut, common] = gap_cut(from, end, kDecideCycles); cut) {
+        cut_ns_ = cut;
+        period_ = common;
+      }
+    }
+    return;
+  }
   const size_t P = f.period;
   // The first boundary of the fitting period at or after the next call to emit.
   size_t b = f.boundary >= next_ ? f.boundary - (f.boundary - next_) / P * P
                                  : f.boundary + (next_ - f.boundary + P - 1) / P * P;
-  if (P == period_ && b == next_) return;
+  if (P == period_ && b == next_ && !cut_ns_) return;
+  cut_ns_ = 0;  // a fixed period fits again
   // Calls up to the new boundary (less than one step) belong to no step.
   for (size_t i = next_; i < b && i < calls_.size(); ++i)
     last_end_ns_ = std::max(last_end_ns_, calls_[i].done_ns);
@@ -175,6 +231,7 @@ void StepDetector::recheck(size_t end) {
 }
 
 bool StepDetector::try_lock(bool final) {
+  cut_ns_ = 0;
   const size_t n = calls_.size() - next_;
   // The shortest run of signatures that repeats three times (two could be chance).
   for (size_t p = 1; p <= std::min(kMaxPeriod, n / 3); ++p) {
@@ -218,6 +275,23 @@ bool StepDetector::try_lock(bool final) {
       // step that fits in a few cycles by chance does not in many; a cluster of stalls weighs less).
       chosen = choose_alike(start, decided_at, p, min_cycles, SIZE_MAX);
       timed_ = chosen.fits;
+      if (!chosen.fits) {
+        // No fixed period: iterations of varying calls, cut at their boundary gap (kMinCutCalls).
+        if (auto [cut, common] = gap_cut(start, decided_at, min_cycles); cut) {
+          cut_ns_ = cut;
+          size_t first = start + 1;
+          while (first < decided_at && gaps_[first] < cut) ++first;
+          for (size_t i = next_; i < first; ++i) last_end_ns_ = std::max(last_end_ns_, calls_[i].done_ns);
+          period_ = common;
+          next_ = first;
+          locked_ = true;
+          alike_ = true;
+          sig_period_ = p;
+          pattern_start_ = start;
+          next_recheck_ = base_ + decided_at + recheck_interval();
+          return true;
+        }
+      }
       if (!chosen.period) {
         // No timing structure: the signature period it is.
         chosen = score(p, decided_at, std::min(kDecideCycles, (decided_at - start) / p));
@@ -296,7 +370,7 @@ bool StepDetector::split_occasional(size_t start, size_t p, bool final, bool& un
   // The step the rest fits: by its timing when its calls are all alike (a period chosen for want
   // of a boundary gap is no evidence), by its signatures otherwise; and a step that repeats within
   // the period at least kMinOccasionalRepeats times.
-  const bool evidence = trial->alike_ ? trial->timed_ : true;
+  const bool evidence = trial->alike_ ? trial->timed_ || trial->cut_ns_ : true;
   if (!evidence || trial->period_ * kMinOccasionalRepeats > rest) {
     rejected_.insert(once.begin(), once.end());
     return false;
@@ -342,20 +416,22 @@ std::vector<DetectedStep> StepDetector::take_steps(bool final) {
       // A re-check falls at a fixed call count: steps that end before it are emitted under the
       // period in force, the rest under what the re-check finds.
       const size_t r = static_cast<size_t>(next_recheck_ - base_);
-      if (next_ + period_ > r) {
+      if ((cut_ns_ ? next_cut(next_) : next_ + period_) > r) {
         recheck(r);
         next_recheck_ += recheck_interval();
         continue;
       }
     }
-    size_t end = next_ + period_;
-    if (end > calls_.size()) break;
+    size_t end = cut_ns_ ? next_cut(next_) : next_ + period_;
+    if (end > calls_.size() || end == next_) break;
     // A period is confirmed by the start of the next one (or the process ending).
     bool confirmed = end < calls_.size() || final;
     if (!confirmed) break;
     // The first period of the pattern has no period of it before to match (what is before is
-    // pre-pattern calls: DDP's broadcasts after its first iteration).
-    bool same = next_ < pattern_start_ + period_ || period_matches(next_);
+    // pre-pattern calls: DDP's broadcasts after its first iteration). Steps cut by a gap: calls
+    // of the pattern's one signature.
+    bool same = cut_ns_ ? all_alike(next_, end) && calls_[next_].signature == calls_[pattern_start_].signature
+                        : next_ < pattern_start_ + period_ || period_matches(next_);
     if (!same) {
       // The pattern changed (evaluation, a new phase): find it again from here.
       size_t old_next = next_, old_period = period_;
@@ -384,7 +460,7 @@ std::vector<DetectedStep> StepDetector::take_steps(bool final) {
       iv.emplace_back(calls_[i].enter_ns, calls_[i].done_ns);
     }
     s.collective_ns = union_length(std::move(iv));
-    s.calls = period_;
+    s.calls = end - next_;
     last_end_ns_ = s.end_ns;
     next_ = end;
     out.push_back(s);

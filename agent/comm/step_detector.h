@@ -114,6 +114,15 @@ class StepDetector {
   // repeats to be one; a step whose last bucket has a size of its own (NCCL: [A x 160, B]) fits no
   // timing over its A's alone (its boundary gap comes once per 160 calls) and keeps its period.
   static constexpr size_t kMinOccasionalRepeats = 3;
+  // Calls all alike whose iterations do not all hold one number of calls (gloo with a metrics
+  // all-reduce every N iterations: [A A A] x 9 + [A A A A], whose extra A has the signature of
+  // the rest since gloo's sizes are not read): no fixed period fits (its boundary moves a phase
+  // every N iterations), but the boundary gap still stands out. Then a step ends at every gap of
+  // at least a cut, where the sorted gaps jump by kDominance (the boundary gaps above, the gaps
+  // between buckets below), taken only when the steps it cuts are iterations: at least
+  // kDecideCycles of them in the calls decided on, and kMinWinShare of them with two calls or
+  // more (one call per step is the period of 1 that needs no cut).
+  static constexpr size_t kMinCutCalls = 2;
 
  private:
   struct Fit {
@@ -129,6 +138,12 @@ class StepDetector {
   };
 
   bool try_lock(bool final);
+  // Calls all alike over [from, end) whose steps are cut by a gap (kMinCutCalls): the cut (ns) and
+  // the most common calls per step, or {0, 0} when none cuts iterations.
+  std::pair<uint64_t, size_t> gap_cut(size_t from, size_t end, size_t min_steps) const;
+  // Cut mode: the index of the call that starts the step after the one starting at `begin`
+  // (the next call after a gap of at least cut_ns_), or calls_.size() when none came yet.
+  size_t next_cut(size_t begin) const;
   // Calls [from, to) all have one signature.
   bool all_alike(size_t from, size_t to) const;
   bool period_matches(size_t begin) const;
@@ -163,6 +178,7 @@ class StepDetector {
   bool locked_ = false;
   bool alike_ = false;         // the locked pattern's calls all have one signature (p = 1)
   bool timed_ = false;         // alike_, and the period in force fits the timing
+  uint64_t cut_ns_ = 0;        // alike_, no period fits, steps end at gaps of at least this (gap_cut)
   size_t sig_period_ = 0;      // p of the locked pattern
   size_t pattern_start_ = 0;   // index where the locked signature pattern begins
   uint64_t next_recheck_ = 0;  // absolute call count at which the period is next re-checked
