@@ -59,6 +59,7 @@ std::string_view ByteReader::bytes(size_t n) {
   return v;
 }
 std::string ByteReader::str() { return std::string(bytes(u32())); }
+std::string_view ByteReader::str_view() { return bytes(u32()); }
 
 namespace {
 

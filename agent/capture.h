@@ -105,6 +105,7 @@ class ByteReader {
   int64_t i64() { return static_cast<int64_t>(u64()); }
   double f64();
   std::string str();
+  std::string_view str_view();  // as str(), viewing the data read (valid while it lives)
   std::string_view bytes(size_t n);
   bool ok() const { return ok_; }
   bool at_end() const { return ok_ && pos_ == d_.size(); }

@@ -236,7 +236,8 @@ class ReplayTimeline final : public GpuTimingSource {
     std::vector<TimelineRecord> out;
     auto rec = tape_.next(CaptureKind::kTimelineRead, pid_);
     if (!rec) return out;
-    ByteReader r(*rec);
+    payload_ = std::move(*rec);  // the records' names view it until the next read
+    ByteReader r(payload_);
     uint32_t pid = r.u32();
     uint64_t lost_here = r.u64();
     uint32_t n = r.u32();
@@ -250,7 +251,7 @@ class ReplayTimeline final : public GpuTimingSource {
       t.device = static_cast<int>(r.i64());
       for (uint64_t* v : {&t.start_ns, &t.end_ns, &t.api_ns, &t.correlation, &t.func, &t.stream, &t.bytes}) *v = r.u64();
       t.api_tid = static_cast<int32_t>(r.i64());
-      t.name = r.str();
+      t.name = r.str_view();
     }
     if (!r.at_end()) {
       tape_.fail("corrupt device timeline record");
@@ -264,6 +265,7 @@ class ReplayTimeline final : public GpuTimingSource {
  private:
   Tape& tape_;
   uint32_t pid_;
+  std::string payload_;  // the last read's record (TimelineRecord::name views it)
 };
 
 // What became of an attempt to open a process's timeline (taped: replay opens no file).
@@ -978,8 +980,9 @@ class GpuCommSource final : public Source {
       // own name comes first (CUPTI's is whole; a lookup's is cut at 127 bytes), else the name
       // the handle was looked up by.
       auto driver = st.driver_names.find(r.func);
-      d.name = intern_device_name(driver != st.driver_names.end() && r.name.empty() ? driver->second
-                                                                                     : kernel_name(st, r.func, r.name));
+      d.name = intern_device_name(driver != st.driver_names.end() && r.name.empty()
+                                      ? std::string_view(driver->second)
+                                      : kernel_name(st, r.func, r.name));
       d.stream = r.stream;
       d.start_ns = r.start_ns;
       d.end_ns = std::max(r.end_ns, r.start_ns);
@@ -995,8 +998,8 @@ class GpuCommSource final : public Source {
   }
 
   // The index of `name` among this window's device record names (device_names_), added if new.
-  uint32_t intern_device_name(const std::string& name) {
-    auto it = device_name_ids_.find(std::string_view(name));
+  uint32_t intern_device_name(std::string_view name) {
+    auto it = device_name_ids_.find(name);
     if (it != device_name_ids_.end()) return it->second;
     const auto id = static_cast<uint32_t>(device_names_.size());
     device_names_.push_back(std::make_unique<std::string>(name));
@@ -1047,7 +1050,7 @@ class GpuCommSource final : public Source {
   }
 
   // The kernel's name is the symbol of its host stub, read from the target's binary (taped).
-  const std::string& kernel_name(ProcState& st, uint64_t func, const std::string& fallback) {
+  std::string_view kernel_name(ProcState& st, uint64_t func, std::string_view fallback) {
     if (!func) return fallback;
     auto it = st.kernel_names.find(func);
     if (it != st.kernel_names.end()) return it->second;
@@ -1075,8 +1078,8 @@ class GpuCommSource final : public Source {
     return st.kernel_names.emplace(func, std::move(name)).first->second;
   }
 
-  std::string read_kernel_name(ProcState& st, uint64_t func, const std::string& fallback) {
-    std::string name = fallback;
+  std::string read_kernel_name(ProcState& st, uint64_t func, std::string_view fallback) {
+    std::string name(fallback);
     auto maps = read_proc_maps(st.pid);
     if (maps) {
       if (const Mapping* m = find_mapping(*maps, func); m && !m->path.empty() && m->path[0] == '/') {
@@ -1113,6 +1116,7 @@ class GpuCommSource final : public Source {
       return;
     }
     st.unmatched_device.push_back(r);
+    st.unmatched_device.back().name = {};  // kept past the read its name was valid for; not needed
     if (st.unmatched_device.size() > 1024) st.unmatched_device.erase(st.unmatched_device.begin());
   }
 

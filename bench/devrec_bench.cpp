@@ -9,7 +9,7 @@
 // is the cost of one device record: the timeline read, the per-window flush (summary by name,
 // the cap, to unix time), the flight recorder and handing the rows to the sink. Reading and
 // decompressing the capture file is timed alone and taken out; decoding a replayed timeline
-// batch (one std::string name per record) stays in, as the live reader's copy out of the ring.
+// batch (each name viewed in the batch, as the live reader views it in its copy out of the ring) stays in.
 // The per-window cap (20,000 raw records per process, the rest summarized) applies as in the
 // agent. Prints each run and the median; CPU is the process's (every thread).
 #include <time.h>

@@ -294,10 +294,7 @@ static __always_inline void switch_out(void* ctx, struct task_struct* prev, bool
         __u64 wait = rd - ts->last_run_delay;
         __sync_fetch_and_add(&st->runq_count, 1);
         __sync_fetch_and_add(&st->runq_ns, wait);
-        __u32 b = strata_hist_bucket(wait / 1000);
-        barrier_var(b); /* keep the mask: the verifier needs a bound it can see */
-        b &= STRATA_HIST_BUCKETS - 1;
-        __sync_fetch_and_add(&st->runq_hist[b], 1);
+        strata_hist_add(st->runq_hist, wait);
       }
       ts->last_run_delay = rd;
       ts->run_delay_seen = 1;

@@ -244,10 +244,7 @@ int BPF_PROG(on_block_io_done, struct request* rq) {
   if (!st) return 0;
   __sync_fetch_and_add(&st->bio_count, 1);
   __sync_fetch_and_add(&st->bio_ns, d);
-  __u32 b = strata_hist_bucket(d / 1000);
-  barrier_var(b); /* keep the mask: the verifier needs a bound it can see */
-  b &= STRATA_HIST_BUCKETS - 1;
-  __sync_fetch_and_add(&st->bio_hist[b], 1);
+  strata_hist_add(st->bio_hist, d);
   return 0;
 }
 

@@ -34,4 +34,13 @@ static __always_inline __u32 strata_hist_bucket(__u64 v) {
   return b < STRATA_HIST_BUCKETS ? b : STRATA_HIST_BUCKETS - 1;
 }
 
+/* Counts one duration of ns nanoseconds in hist, bucketed in microseconds. hist is shared between
+ * CPUs (a map value), hence the atomic add. Callers include <bpf/bpf_helpers.h> (barrier_var). */
+static __always_inline void strata_hist_add(__u64 hist[STRATA_HIST_BUCKETS], __u64 ns) {
+  __u32 b = strata_hist_bucket(ns / 1000);
+  barrier_var(b); /* keep the mask: the verifier needs a bound it can see */
+  b &= STRATA_HIST_BUCKETS - 1;
+  __sync_fetch_and_add(&hist[b], 1);
+}
+
 #endif /* STRATA_HIST_BPF_H */

@@ -307,7 +307,8 @@ class Server {
     svr_.Get("/api/v1/collectives", [this](const httplib::Request& req, httplib::Response& res) { collectives(req, res); });
     svr_.Get("/api/v1/launch_samples", [this](const httplib::Request& req, httplib::Response& res) { launch_samples(req, res); });
     // The web UI's views: findings (the diagnosis), heatmap, diff, timeline, overhead (web_api.h).
-    add_web_api(svr_, WebApiContext{*store_, store_mu_, [this](const std::string& r) { count_request(r); }, &diagnoser_});
+    add_web_api(svr_, WebApiContext{*store_, store_mu_, [this](const std::string& r) { count_request(r); },
+                                    &diagnoser_, &job_processes_});
     // A node agent's flight recorder, asked through the collector (drilldown.h).
     add_drilldown_api(svr_, DrilldownContext{*store_, store_mu_, peers_, opts_.drilldown_allow, opts_.max_drilldown_bytes,
                                              [this](const std::string& r) { count_request(r); }});
@@ -459,7 +460,7 @@ class Server {
     std::vector<store::AgentStatus> agents;
     {
       std::lock_guard lock(store_mu_);
-      auto p = job_processes(*store_);
+      auto p = job_processes_.get();
       if (!p) return reply_error(res, 503, p.error().message);
       auto a = store_->agents();
       if (!a) return reply_error(res, 503, a.error().message);
@@ -527,7 +528,7 @@ class Server {
     std::vector<store::ProcessInfo> procs;
     {
       std::lock_guard lock(store_mu_);
-      auto p = job_processes(*store_);
+      auto p = job_processes_.get();
       if (!p) return reply_error(res, 503, p.error().message);
       procs = std::move(*p);
     }
@@ -955,6 +956,7 @@ class Server {
   AgentPeers peers_;
   std::ostream& log_;
   Diagnoser diagnoser_;  // before svr_: handlers use it until the server stops
+  JobProcesses job_processes_{*store_};  // the pages' processes, read again after a write
   std::unique_ptr<GuardedServer> http_;
   GuardedServer& svr_;
 };

@@ -35,6 +35,20 @@ Result<std::vector<store::ProcessInfo>> job_processes(store::Reader& store) {
 #endif
 }
 
+Result<std::vector<store::ProcessInfo>> JobProcesses::get() {
+  std::lock_guard lock(mu_);
+  auto version = store_.data_version();
+  if (!version) return version.error();
+  if (*version && version_ == *version) return procs_;
+  ++reads_;
+  auto procs = job_processes(store_);
+  if (!procs) return procs.error();
+  // Kept only where the store can tell a change; else the next call reads again.
+  version_ = *version;
+  procs_ = *version ? *procs : std::vector<store::ProcessInfo>{};
+  return procs;
+}
+
 namespace {
 
 void reply_error(httplib::Response& res, int status, const std::string& why) {
@@ -135,6 +149,11 @@ class WebApi {
  public:
   explicit WebApi(WebApiContext ctx) : ctx_(std::move(ctx)) {}
 
+  // The store's processes as the pages show them: kept between requests when the server keeps them.
+  Result<std::vector<store::ProcessInfo>> processes() {
+    return ctx_.processes ? ctx_.processes->get() : job_processes(ctx_.store);
+  }
+
   // The diagnosis strata serve keeps (server/diagnoser.h): the latest round's report and the
   // findings' history; &format=text for `strata diagnose --server`.
   void findings(const httplib::Request& req, httplib::Response& res) {
@@ -191,7 +210,7 @@ class WebApi {
     std::vector<store::StepRecord> steps;
     {
       std::lock_guard lock(ctx_.store_mu);
-      auto p = job_processes(ctx_.store);
+      auto p = processes();
       if (!p) return reply_error(res, 503, p.error().message);
       auto s = ctx_.store.steps();
       if (!s) return reply_error(res, 503, s.error().message);
@@ -332,7 +351,7 @@ class WebApi {
     Result<Profile> profile = Error{""};
     {
       std::lock_guard lock(ctx_.store_mu);
-      auto p = job_processes(ctx_.store);
+      auto p = processes();
       if (!p) return reply_error(res, 503, p.error().message);
       procs = std::move(*p);
       profile = ctx_.store.load_profile(f);
@@ -414,7 +433,7 @@ class WebApi {
     std::string job;
     {
       std::lock_guard lock(ctx_.store_mu);
-      auto procs = job_processes(ctx_.store);
+      auto procs = processes();
       if (!procs) return reply_error(res, 503, procs.error().message);
       job = job_ranks(*procs, req.get_param_value("job"), req.has_param("job"), ranks);
       std::set<ProcKey> keep;
@@ -479,7 +498,7 @@ class WebApi {
     std::vector<store::ReducedFidelity> runs;
     {
       std::lock_guard lock(ctx_.store_mu);
-      auto p = job_processes(ctx_.store);
+      auto p = processes();
       if (!p) return reply_error(res, 503, p.error().message);
       procs = std::move(*p);
       auto r = ctx_.store.reduced_fidelity();

@@ -11,7 +11,9 @@
 
 #include <functional>
 #include <mutex>
+#include <optional>
 #include <string>
+#include <vector>
 
 #include "server/diagnoser.h"
 #include "store/store.h"
@@ -23,11 +25,14 @@ struct Request;
 
 namespace strata::server {
 
+class JobProcesses;
+
 struct WebApiContext {
   store::Reader& store;
   std::mutex& store_mu;  // held around every store call, as the collector's own routes do
   std::function<void(const std::string&)> count_request;
   Diagnoser* diagnoser = nullptr;  // the kept findings; null: none kept
+  JobProcesses* processes = nullptr;  // job_processes of `store`, kept; null: read per request
 };
 
 void add_web_api(httplib::Server& svr, WebApiContext ctx);
@@ -36,6 +41,29 @@ void add_web_api(httplib::Server& svr, WebApiContext ctx);
 // environment (torch.multiprocessing.spawn) gets the ranks and name the diagnosis gives it
 // (diagnose::processes_with_ranks), where the tree has the diagnosis. Called with the store lock held.
 Result<std::vector<store::ProcessInfo>> job_processes(store::Reader& store);
+
+// job_processes of one store, kept until the store's data changes (Reader::data_version): the
+// pages ask for it on every request (/jobs, /processes, /heatmap, /diff, /timeline, /fidelity),
+// and reading it is a read of every process and, for a job without RANKs, of a minute of steps.
+// One entry (the latest), for the store it was made with. Safe from several threads; callers hold
+// the store lock around get() as around every store call.
+class JobProcesses {
+ public:
+  explicit JobProcesses(store::Reader& store) : store_(store) {}
+  Result<std::vector<store::ProcessInfo>> get();
+  // Times get() read the store (tests).
+  uint64_t reads() const {
+    std::lock_guard lock(mu_);
+    return reads_;
+  }
+
+ private:
+  store::Reader& store_;
+  mutable std::mutex mu_;
+  std::optional<uint64_t> version_;  // the store's data_version when procs_ was read; none: not kept
+  std::vector<store::ProcessInfo> procs_;
+  uint64_t reads_ = 0;
+};
 
 // `from=NS&to=NS` (unix ns, either may be left out) of a profile query (/api/v1/profile, /export,
 // /diff): the time range of `f`. An error names the bad parameter.

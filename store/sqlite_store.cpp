@@ -1141,6 +1141,23 @@ class SqliteStore final : public Store {
 
   uint64_t read_work() const override { return work_; }
 
+  Result<std::optional<uint64_t>> data_version() override {
+    if (!sqlite3_get_autocommit(db_)) return std::optional<uint64_t>{};  // in a transaction
+    // PRAGMA data_version changes with every commit of another connection (another process
+    // writing the file), never with this connection's; the count of rows this connection changed
+    // covers those. Either moving makes a new version.
+    Stmt s(db_, "PRAGMA data_version");
+    if (s.step() != SQLITE_ROW) return err("reading the data version");
+    const int64_t others = s.i64(0);
+    const int64_t own = sqlite3_total_changes64(db_);
+    if (others != seen_data_version_ || own != seen_total_changes_) {
+      seen_data_version_ = others;
+      seen_total_changes_ = own;
+      ++data_version_;
+    }
+    return std::optional<uint64_t>{data_version_};
+  }
+
   Result<std::optional<WriteSeqs>> write_seqs() override {
     // Rows are appended (rowid = the largest + 1), and one writer commits at a time: every row up
     // to the largest rowid a read sees is committed. Each MAX is one look at the table's b-tree end.
@@ -1331,6 +1348,10 @@ class SqliteStore final : public Store {
   SqliteTuning tuning_;
   sqlite3* db_ = nullptr;
   uint64_t work_ = 0;
+  // data_version(): what PRAGMA data_version and sqlite3_total_changes64 said at the last call,
+  // and the version handed out (the first call hands out 1).
+  int64_t seen_data_version_ = -1, seen_total_changes_ = -1;
+  uint64_t data_version_ = 0;
   int version_ = 0;
   // A window's sampling rate in SQL (windows w, recordings r): its own, else its recording's.
   std::string window_hz() const {

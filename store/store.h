@@ -406,6 +406,11 @@ class Reader {
   // machine instructions), for tests and benches that check a read's cost does not grow with what
   // the store holds; 0 where the store cannot say.
   virtual uint64_t read_work() const { return 0; }
+  // A number that changes whenever the store's data may have changed since the last call (any
+  // table; this connection's writes or another's), for a reader that keeps what it read and reads
+  // again only after a change. None where the store cannot tell, and inside a transaction (what a
+  // read sees there may be rolled back): read again. The default: none.
+  virtual Result<std::optional<uint64_t>> data_version() { return std::optional<uint64_t>{}; }
   // The tables' write sequences now (RowQuery::after_seq), or none where the store has no such
   // order (ClickHouse: its parts merge; a reader then finds new rows by time).
   virtual Result<std::optional<WriteSeqs>> write_seqs() { return std::optional<WriteSeqs>{}; }

@@ -289,6 +289,7 @@ bool StepDetector::try_lock(bool final) {
           sig_period_ = p;
           pattern_start_ = start;
           next_recheck_ = base_ + decided_at + recheck_interval();
+          trial_.reset();
           return true;
         }
       }
@@ -336,6 +337,7 @@ bool StepDetector::try_lock(bool final) {
     sig_period_ = p;
     pattern_start_ = start;
     next_recheck_ = base_ + std::max(decided_at, first) + recheck_interval();
+    trial_.reset();  // a trial of the occasional calls is not needed once locked
     return true;
   }
   return false;
@@ -349,36 +351,58 @@ bool StepDetector::split_occasional(size_t start, size_t p, bool final, bool& un
   for (const auto& [sig, n] : count) {
     if (n == 1 && !rejected_.count(sig)) once.insert(sig);
   }
-  if (once.empty() || p - once.size() < kMinOccasionalRepeats) return false;
-  const size_t rest = p - once.size();
-  // The calls not emitted yet, without the occasional ones, through a detector of their own.
-  auto trial = std::make_unique<StepDetector>(watch_start_ns_);
-  trial->emitted_ = emitted_;
-  trial->last_end_ns_ = last_end_ns_;
-  std::vector<CollectiveCall> extras;
-  for (size_t i = next_; i < calls_.size(); ++i) {
-    if (once.count(calls_[i].signature)) extras.push_back(calls_[i]);
-    else trial->add(calls_[i]);
+  if (once.empty() || p - once.size() < kMinOccasionalRepeats) {
+    trial_.reset();
+    return false;
   }
-  auto steps = trial->take_steps(final);
-  if (!trial->locked_ || trial->inner_) {
+  const size_t rest = p - once.size();
+  // The calls not emitted yet, without the occasional ones, through a detector of their own: the
+  // one of the last take when it holds the same calls (they are the same stream from the same
+  // place), fed the calls since; else a new one fed them all.
+  const uint64_t from = base_ + next_, end = base_ + calls_.size();
+  if (!trial_ || trial_->from != from || trial_->fed > end || trial_->once != once || trial_->emitted != emitted_ ||
+      trial_->last_end_ns != last_end_ns_) {
+    trial_ = std::make_unique<Trial>();
+    trial_->detector = std::make_unique<StepDetector>(watch_start_ns_);
+    trial_->detector->emitted_ = emitted_;
+    trial_->detector->last_end_ns_ = last_end_ns_;
+    trial_->from = trial_->fed = from;
+    trial_->once = once;
+    trial_->emitted = emitted_;
+    trial_->last_end_ns = last_end_ns_;
+  }
+  StepDetector& trial = *trial_->detector;
+  for (uint64_t i = trial_->fed; i < end; ++i) {
+    const CollectiveCall& c = calls_[static_cast<size_t>(i - base_)];
+    if (once.count(c.signature)) trial_->extras.push_back(c);
+    else trial.add(c);
+  }
+  trial_->fed = end;
+  auto steps = trial.take_steps(final);
+  if (!trial.locked_ || trial.inner_) {
     // Not decided yet (calls all alike wait for kDecideCycles cycles), or nothing repeats.
-    undecided = !final && !trial->inner_;
+    undecided = !final && !trial.inner_;
     if (!undecided) rejected_.insert(once.begin(), once.end());
+    // Kept for the next take only as a new one fed the same calls would be: an undecided take
+    // changes nothing else in it (it holds every call it was fed, and locks nothing), but the
+    // signatures its own trials rejected would be tried again by a new one.
+    if (!undecided || !trial.rejected_.empty()) trial_.reset();
     return false;
   }
   // The step the rest fits: by its timing when its calls are all alike (a period chosen for want
   // of a boundary gap is no evidence), by its signatures otherwise; and a step that repeats within
   // the period at least kMinOccasionalRepeats times.
-  const bool evidence = trial->alike_ ? trial->timed_ || trial->cut_ns_ : true;
-  if (!evidence || trial->period_ * kMinOccasionalRepeats > rest) {
+  const bool evidence = trial.alike_ ? trial.timed_ || trial.cut_ns_ : true;
+  if (!evidence || trial.period_ * kMinOccasionalRepeats > rest) {
     rejected_.insert(once.begin(), once.end());
+    trial_.reset();
     return false;
   }
-  inner_ = std::move(trial);
+  inner_ = std::move(trial_->detector);
   occasional_ = std::move(once);
-  extras_ = std::move(extras);
+  extras_ = std::move(trial_->extras);
   pending_ = std::move(steps);
+  trial_.reset();
   calls_.clear();
   gaps_.clear();
   return true;

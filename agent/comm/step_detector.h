@@ -194,6 +194,19 @@ class StepDetector {
   std::set<std::string> occasional_, rejected_;
   std::vector<CollectiveCall> extras_;
   std::vector<DetectedStep> pending_;  // emitted by inner_ while it was tried
+  // The detector split_occasional tries while it cannot decide yet, kept between takes and fed only
+  // the calls that arrived since (rebuilding it from every held call made each take cost all of
+  // them). It holds the calls from absolute index `from` up to `fed` without the `once` ones, and
+  // began at `emitted`/`last_end_ns`; one that undecided takes left as a fresh one fed the same
+  // calls would be (no rejections of its own) is the only kind kept.
+  struct Trial {
+    std::unique_ptr<StepDetector> detector;
+    uint64_t from = 0, fed = 0;
+    std::set<std::string> once;
+    uint64_t emitted = 0, last_end_ns = 0;
+    std::vector<CollectiveCall> extras;  // the `once` calls among them
+  };
+  std::unique_ptr<Trial> trial_;
 };
 
 }  // namespace strata::agent

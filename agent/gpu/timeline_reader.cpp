@@ -144,6 +144,7 @@ class FileTimeline final : public GpuTimingSource {
       from = w - behind;
     }
     out.reserve(w - from);  // at most kMaxTimelineRecordsPerRead
+    names_.clear();
     std::vector<strata_timeline_record> buf;
     for (uint64_t a = from; a < w;) {
       // One contiguous run of slots: up to the chunk size, not across the end of the ring.
@@ -175,6 +176,13 @@ class FileTimeline final : public GpuTimingSource {
       }
       a += n;
     }
+    // The names, end to end in names_ (each ended by a NUL), for the records in order: viewed
+    // only now, as names_ may have moved while it grew.
+    size_t at = 0;
+    for (auto& r : out) {
+      r.name = std::string_view(names_.data() + at);
+      at += r.name.size() + 1;
+    }
     next_ = w;
     return out;
   }
@@ -200,7 +208,8 @@ class FileTimeline final : public GpuTimingSource {
            r.device < kMaxTimelineDevice;
   }
 
-  static TimelineRecord to_record(strata_timeline_record& c) {
+  // The record, its name added to names_ (read_new views it there).
+  TimelineRecord to_record(strata_timeline_record& c) {
     TimelineRecord r;
     r.kind = c.kind;
     r.device = c.device;
@@ -213,13 +222,14 @@ class FileTimeline final : public GpuTimingSource {
     r.bytes = c.bytes;
     r.api_tid = c.api_tid;
     c.name[STRATA_TIMELINE_NAME_LEN - 1] = '\0';
-    r.name = c.name;
+    names_.append(c.name, std::strlen(c.name) + 1);  // with its NUL
     return r;
   }
 
   Fd fd_;
   uint64_t capacity_;  // from the header, read once when opened
   uint64_t next_ = 0;
+  std::string names_;  // the last read's record names (TimelineRecord::name views them)
   Fd dir_;             // the rendezvous it was opened in, and its name there (remove_file)
   std::string name_;
 };

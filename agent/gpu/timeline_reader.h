@@ -14,6 +14,7 @@
 #include <memory>
 #include <optional>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include "abi/gpu_timeline.h"
@@ -39,14 +40,17 @@ struct TimelineRecord {
   uint64_t stream = 0;
   uint64_t bytes = 0;
   int32_t api_tid = 0;
-  std::string name;
+  // Into the source's own buffer: valid until its next read_new (a record kept longer keeps a copy,
+  // or no name). No string per record: kernel names are longer than a std::string holds inline,
+  // and a rank runs 10k-100k kernels a second.
+  std::string_view name;
 };
 
 class GpuTimingSource {
  public:
   virtual ~GpuTimingSource() = default;
   // New records since the last call; `lost` counts records the writer overwrote before we read
-  // them, and records that failed the checks.
+  // them, and records that failed the checks. Their names are valid until the next call.
   virtual std::vector<TimelineRecord> read_new(uint64_t& lost) = 0;
   // The writer has exited and its last records were read: removes its file from the rendezvous,
   // when the name still holds the file this reader opened (a new process with the same pid may

@@ -41,6 +41,8 @@ import time
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "tests", "support"))
 from harness import free_port  # noqa: E402  (outside the ephemeral range: see its comment)
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from process_group import stop_group  # noqa: E402
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 SOURCE = os.path.dirname(os.path.dirname(HERE))
@@ -342,14 +344,7 @@ def run_workload(name, args, tmp):
                                                "pct": round(100 * run_ns / job_ns, 4) if job_ns else None}
     finally:
         for key in ("floor", "bpftrace", "record", "job", "agent", "serve"):
-            p = procs.get(key)
-            if p and p.poll() is None:
-                try:
-                    os.killpg(p.pid, signal.SIGINT if key != "job" else signal.SIGTERM)
-                    p.wait(60)
-                except (subprocess.TimeoutExpired, ProcessLookupError):
-                    os.killpg(p.pid, signal.SIGKILL)
-                    p.wait()
+            stop_group(procs.get(key), signal.SIGINT if key != "job" else signal.SIGTERM)
         for f in logs.values():
             f.close()
     stats = agent_stats(os.path.join(wdir, "serve.db"))

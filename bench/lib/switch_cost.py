@@ -25,6 +25,7 @@ import time
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import agent_cost as ac  # noqa: E402
+from process_group import stop_group  # noqa: E402
 
 
 def run_together(builds, extra, args, tmp, tag):
@@ -80,14 +81,7 @@ def run_together(builds, extra, args, tmp, tag):
                 raise RuntimeError("%s exited during the run" % k)
     finally:
         for key in ["job"] + [k for k in procs if k != "job"]:
-            p = procs.get(key)
-            if p and p.poll() is None:
-                try:
-                    os.killpg(p.pid, signal.SIGINT if key != "job" else signal.SIGTERM)
-                    p.wait(60)
-                except (subprocess.TimeoutExpired, ProcessLookupError):
-                    os.killpg(p.pid, signal.SIGKILL)
-                    p.wait()
+            stop_group(procs.get(key), signal.SIGINT if key != "job" else signal.SIGTERM)
         for f in logs:
             f.close()
     out = []  # per agent, in the order of builds

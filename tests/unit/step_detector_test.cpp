@@ -36,11 +36,10 @@ std::vector<CollectiveCall> make(int steps, const std::vector<std::string>& sigs
   return calls;
 }
 
-// Steps are taken every `take_every` calls (the agent takes them once per window, at whatever
-// call count the window closes).
-std::vector<DetectedStep> run(const std::vector<CollectiveCall>& calls, bool final = true,
+// Feeds `calls` to `d`; steps are taken every `take_every` calls (the agent takes them once per
+// window, at whatever call count the window closes). For tests that then look at the detector.
+std::vector<DetectedStep> run(StepDetector& d, const std::vector<CollectiveCall>& calls, bool final = true,
                               size_t take_every = 1) {
-  StepDetector d(500 * kMs);
   std::vector<DetectedStep> out;
   for (size_t i = 0; i < calls.size(); ++i) {
     d.add(calls[i]);
@@ -50,6 +49,12 @@ std::vector<DetectedStep> run(const std::vector<CollectiveCall>& calls, bool fin
   }
   for (auto& s : d.take_steps(final)) out.push_back(s);
   return out;
+}
+
+std::vector<DetectedStep> run(const std::vector<CollectiveCall>& calls, bool final = true,
+                              size_t take_every = 1) {
+  StepDetector d(500 * kMs);
+  return run(d, calls, final, take_every);
 }
 
 // A job's collective calls with jittered timing from a seeded RNG: each iteration is a boundary gap
@@ -264,12 +269,7 @@ TEST(StepDetector, AChangedBucketCountIsFoundAgain) {
     job.ddp(3, 150);
     job.ddp(2, 150);
     StepDetector d(500 * kMs);
-    std::vector<DetectedStep> steps;
-    for (const auto& c : job.calls) {
-      d.add(c);
-      for (auto& s : d.take_steps()) steps.push_back(s);
-    }
-    for (auto& s : d.take_steps(true)) steps.push_back(s);
+    auto steps = run(d, job.calls);
     SCOPED_TRACE("seed " + std::to_string(seed));
     EXPECT_GE(d.period_changes(), 1u);
     EXPECT_EQ(d.period(), 2u);
@@ -462,12 +462,7 @@ TEST(StepDetector, ABarrierEveryFewIterationsIsNoPartOfThePeriod) {
       barrier_ns += job.calls.back().done_ns - job.calls.back().enter_ns;
     }
     StepDetector d(500 * kMs);
-    std::vector<DetectedStep> steps;
-    for (const auto& c : job.calls) {
-      d.add(c);
-      for (auto& s : d.take_steps()) steps.push_back(s);
-    }
-    for (auto& s : d.take_steps(true)) steps.push_back(s);
+    auto steps = run(d, job.calls);
     EXPECT_EQ(d.occasional(), std::set<std::string>{"barrier:0::-1"});
     EXPECT_GE(steps.size(), 190u);  // every iteration after the first few a step
     EXPECT_GE(whole_iterations(steps, job, 2), 190u);

@@ -87,7 +87,10 @@ TEST_F(TimelineReader, FollowsTheRingAcrossChunksAndWrapAround) {
   for (int round = 0; round < 4; ++round) {
     for (int i = 0; i < 250; ++i) (*w)->append(rec(next++));
     auto recs = (*r)->read_new(lost);
-    for (const auto& x : recs) EXPECT_EQ(x.correlation, ++got) << "in order, none skipped";
+    for (const auto& x : recs) {
+      EXPECT_EQ(x.correlation, ++got) << "in order, none skipped";
+      EXPECT_EQ(x.name, "k" + std::to_string(got - 1)) << "each record its own name";
+    }
   }
   EXPECT_EQ(got, 1000u);
   EXPECT_EQ(lost, 0u);
@@ -251,7 +254,9 @@ TEST_F(TimelineReader, DropsRecordsThatAreNotDeviceWork) {
   auto got = (*r)->read_new(lost);
   ASSERT_EQ(got.size(), 2u);
   EXPECT_EQ(got[0].correlation, 1u);
-  EXPECT_EQ(got[1].name.size(), STRATA_TIMELINE_NAME_LEN - 1);
+  EXPECT_EQ(got[0].name, "k0");
+  EXPECT_EQ(got[1].name, std::string(STRATA_TIMELINE_NAME_LEN - 1, 'x'))
+      << "the names of the records refused are skipped";
   EXPECT_EQ(lost, 3u);
 }
 
