@@ -98,6 +98,14 @@ size_t StepDetector::next_cut(size_t begin) const {
   return calls_.size();
 }
 
+void StepDetector::drop_front(size_t drop) {
+  calls_.erase(calls_.begin(), calls_.begin() + static_cast<long>(drop));
+  gaps_.erase(gaps_.begin(), gaps_.begin() + static_cast<long>(drop));
+  base_ += drop;
+  next_ = next_ > drop ? next_ - drop : 0;
+  pattern_start_ = pattern_start_ > drop ? pattern_start_ - drop : 0;
+}
+
 bool StepDetector::all_alike(size_t from, size_t to) const {
   for (size_t i = from + 1; i < to; ++i) {
     if (calls_[i].signature != calls_[from].signature) return false;
@@ -431,7 +439,12 @@ std::vector<DetectedStep> StepDetector::take_inner_steps(bool final) {
 std::vector<DetectedStep> StepDetector::take_steps(bool final) {
   std::vector<DetectedStep> out;
   if (inner_) return take_inner_steps(final);
-  if (!locked_ && !try_lock(final)) return out;
+  if (!locked_ && !try_lock(final)) {
+    // Nothing repeats (yet): the history stays bounded all the same (a process whose collectives
+    // never show a pattern kept every call it made).
+    if (calls_.size() > kMaxHistory) drop_front(calls_.size() - kMaxHistory / 2);
+    return out;
+  }
   if (inner_) return take_inner_steps(final);
   // Every pass emits a period, moves `next_` forward, or moves the next re-check forward: bounded
   // by the calls we hold.
@@ -491,13 +504,6 @@ std::vector<DetectedStep> StepDetector::take_steps(bool final) {
   }
   // Keep the history bounded: what is emitted is only needed as the previous period and, for a
   // timed period, as the cycles its re-checks look at.
-  auto drop_front = [&](size_t drop) {
-    calls_.erase(calls_.begin(), calls_.begin() + static_cast<long>(drop));
-    gaps_.erase(gaps_.begin(), gaps_.begin() + static_cast<long>(drop));
-    base_ += drop;
-    next_ = next_ > drop ? next_ - drop : 0;
-    pattern_start_ = pattern_start_ > drop ? pattern_start_ - drop : 0;
-  };
   size_t keep = std::max(period_, size_t{1});
   if (locked_ && alike_) keep = std::max(keep, decide_calls(sig_period_));
   if (next_ > keep + 2 * kMaxPeriod && calls_.size() > kMaxHistory / 2) drop_front(next_ - keep);

@@ -56,6 +56,7 @@ class StepDetector {
   // normally needs is decided on what there is (at least kMinCyclesFinal cycles).
   std::vector<DetectedStep> take_steps(bool final = false);
 
+  size_t held_calls() const { return calls_.size(); }  // tests: the history stays bounded
   size_t period() const { return inner_ ? inner_->period() : locked_ ? period_ : 0; }
   uint64_t steps_emitted() const { return emitted_; }
   // Times a re-check changed the period or moved the step boundary (tests, diagnostics).
@@ -144,6 +145,8 @@ class StepDetector {
   // Cut mode: the index of the call that starts the step after the one starting at `begin`
   // (the next call after a gap of at least cut_ns_), or calls_.size() when none came yet.
   size_t next_cut(size_t begin) const;
+  // Forgets the oldest `drop` calls (indices shift; base_ counts what was dropped).
+  void drop_front(size_t drop);
   // Calls [from, to) all have one signature.
   bool all_alike(size_t from, size_t to) const;
   bool period_matches(size_t begin) const;

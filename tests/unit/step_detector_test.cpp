@@ -154,6 +154,23 @@ TEST(StepDetector, NoPatternNoSteps) {
   EXPECT_TRUE(run(calls).empty());
 }
 
+// A process whose collectives never repeat (no step to find) keeps a bounded history: before, a
+// detector that could not lock returned before trimming, and kept every call it was given.
+TEST(StepDetector, NoPatternKeepsABoundedHistory) {
+  StepDetector d;
+  for (int i = 0; i < 30000; ++i) {
+    CollectiveCall c;
+    c.signature = "op:" + std::to_string(i);
+    c.enter_ns = static_cast<uint64_t>(i) * 10 * kMs;
+    c.exit_ns = c.enter_ns + kMs;
+    d.add(c);
+    if (i % 500 == 499) {
+      EXPECT_TRUE(d.take_steps().empty());
+    }
+  }
+  EXPECT_LE(d.held_calls(), StepDetector::kMaxHistory);
+}
+
 TEST(StepDetector, APatternChangeNeitherHangsNorLosesTheNewSteps) {
   // Training, then evaluation with a different pattern, then identical calls with irregular gaps
   // (a regression: the final flush used to re-find the same pattern forever).
