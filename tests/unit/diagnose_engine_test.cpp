@@ -460,6 +460,21 @@ TEST(DiagnoseEngine, ChangePointFindsTheFirstSlowStep) {
   EXPECT_EQ(find_change_point(flat), 0u);
 }
 
+// A PyTorch DDP job of 2 ranks on gloo whose every link slowed at iteration 25 (ddp_train.py
+// network-slow:rank=all,start_step=25; the job's median step per index after the 2 warm-up steps,
+// ms, as recorded on a loaded machine): its first 4 steps ran faster (~48 ms) than the healthy rest
+// (55-104 ms). The rise from those 4 steps to everything after them is the largest, but the change
+// is where the series moves from one level to the other: index 22, iteration 25. (Before: index 3
+// here, 4 on the recording's unrounded steps: a baseline of 4 steps and a window with 18
+// healthy steps in it: no finding.)
+TEST(DiagnoseEngine, ChangePointIsWhereTheLevelChangesNotAfterTheFastestSteps) {
+  const std::vector<double> s = {47,  54,  47,  43,  104, 59,  100, 62,  89,  89,  56,  90,  64,  90,  58,
+                                 97,  54,  81,  67,  82,  57,  85,  169, 145, 146, 146, 151, 128, 132, 125,
+                                 118, 119, 142, 140, 115, 125, 116, 105, 123, 117, 122, 117, 117, 107, 121,
+                                 118, 116, 120, 118, 123, 118, 120, 119, 107, 102, 120, 123};
+  EXPECT_EQ(find_change_point(s), 22u);
+}
+
 
 // --- issue 17: the agent is never a neighbour; a few percent of a loss is no cause.
 
