@@ -193,7 +193,15 @@ def correct(finding, truth):
 
 
 def culprit_named(finding, fault):
-    return fault["culprit"].lower() in finding["culprit"].lower()
+    if fault["culprit"].lower() in finding["culprit"].lower():
+        return True
+    # A slow fabric (a job-wide network fault, truth culprit "communicator") is named by what the
+    # ranks' collectives share: their communicator, "the job's collectives" where the job's
+    # communicator has no recorded id (gloo, DDP), or a job of two ranks' one link (see located).
+    return (fault.get("rank") == -1 and fault.get("cause") == "network-slow" == finding["cause"]
+            and finding.get("scope") == "job"
+            and any(k in finding["culprit"] for k in ("communicator", "the job's collectives",
+                                                        "the link between rank 0 and rank 1")))
 
 
 # -- The gate of a run's score: did the fault itself slow the job?
