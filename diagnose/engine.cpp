@@ -1513,6 +1513,17 @@ constexpr double kRestOfDeviceGrowth = 0.1;
 // % (as the rest of the device work in kRestOfDeviceGrowth); a VM whose speed drifts, or CPUs
 // shared by more processes than they hold, grows it by more, and the collectives with it.
 constexpr double kNetworkHostGrowth = 0.1;
+// ... or by at most this share of the collectives' growth. A host that slowed by X stretches the
+// collectives by about X at most through their own CPU work (a reduction is one pass over the
+// gradient, far less CPU than the forward and backward passes over the same parameters) and by X
+// at most through the ranks' skew: a busy time that grew by under a quarter of the wait's growth
+// leaves at least half of that growth to the wire. A slower wire moves some time into the busy
+// time too, where the collectives overlap the ranks' work (DDP all-reduces its buckets during the
+// backward pass and waits for them at its end, outside the calls): a 2-rank DDP job on gloo with
+// every link limited to 40 Mbit/s waited 79 ms more per step while its busy time grew 10 ms, 22%
+// of its past (the 10% above), 13% of the wait's growth. The hosts that slowed in the example
+// above grew their busy time by more than the wait (91 ms against 63 ms).
+constexpr double kNetworkHostShareOfWait = 0.25;
 // ... and their run-queue wait grew by under this share of the collectives' growth: with half of it
 // spent waiting for a CPU, the collectives' own CPU work (and the skew of the ranks that feed them)
 // is what the time went to, not the wire.
@@ -1633,13 +1644,15 @@ std::vector<JobCandidate> job_layers(const JobWindow& job, double lost) {
   // absorbs the ranks' skew, which grows when every host is slower by a different amount (a
   // healthy pinned 4-rank DDP run, 8 processes on 2 CPUs: 62.7 ms more wait per step while the
   // ranks' own work grew by more). So the wait's growth names the network only when the ranks'
-  // busy time (step minus wait) did not grow and they did not wait longer for a CPU.
+  // busy time (step minus wait) did not grow (kNetworkHostGrowth), or grew by a small share of the
+  // wait's growth (kNetworkHostShareOfWait), and they did not wait longer for a CPU.
   double wait = median_growth(job, [](const RankWindow& r) { return r.now.wait_ms; }, [](const RankWindow& r) { return r.past.wait_ms; });
   double host = median_growth(job, [](const RankWindow& r) { return r.now.busy_ms(); },
                               [](const RankWindow& r) { return r.past.step_ms - r.past.wait_ms; });
   double host_past = median(column(job, [](const RankWindow& r) { return r.past.windows > 0 ? r.past.step_ms - r.past.wait_ms : kUnknown; }));
   double runq_up = os_growth(Os::kRunqWait);
-  bool hosts_steady = known(host) && known(host_past) && host <= kNetworkHostGrowth * host_past &&
+  bool hosts_steady = known(host) && known(host_past) && known(wait) &&
+                      host <= std::max(kNetworkHostGrowth * host_past, kNetworkHostShareOfWait * wait) &&
                       !(known(runq_up) && runq_up >= kNetworkRunqShare * wait);
   if (known(wait) && wait > 0 && hosts_steady) {
     JobCandidate c;

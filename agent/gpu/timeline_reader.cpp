@@ -344,8 +344,13 @@ std::optional<TimelineTarget> timeline_target_of(uint32_t pid) {
   }, theirs{};
   // Its start (field 22 of /proc/PID/stat, clock ticks since boot) on CLOCK_MONOTONIC, the clock of
   // the header's start_ns (not the wall clock: a step of it must not make a file look old).
+  // Read through the stream, not an istreambuf_iterator: a process that exits between the open and
+  // the read makes read(2) fail (ESRCH), which the iterator throws out of (an "internal error" that
+  // ended `strata record` under a job whose helpers exit fast) and the stream only marks as failed.
   std::ifstream stat_in(proc + "/stat");
-  std::string stat_text((std::istreambuf_iterator<char>(stat_in)), std::istreambuf_iterator<char>());
+  std::stringstream stat_buf;
+  stat_buf << stat_in.rdbuf();
+  const std::string stat_text = stat_buf.str();
   if (auto close = stat_text.rfind(')'); close != std::string::npos) {
     std::istringstream fields(stat_text.substr(close + 1));
     std::string f;

@@ -9,7 +9,8 @@ family:
                shapes the engine has been looked at with (DDP_SEEN below: small MLP with the hotspot in
                the training loop, 4 ranks unpinned and 2 pinned; since issue 17's session also the large
                model pinned, 2 ranks with the hotspot in the loss and 4 ranks with a DataLoader worker;
-               since session 9 also 4 ranks unpinned with 2 workers, the hotspot in a worker);
+               since session 9 also 4 ranks unpinned with 2 workers, the hotspot in a worker); these
+               also run the job-wide network-slow/all (DDP_JOB_WIDE_KINDS), the held-out ones do not;
   ddp-heldout  the same job in variants never tuned against (DDP_HELDOUT below): DataLoader workers,
                the hotspot in the loss or in a worker, three ranks pinned on two CPUs (with and without
                workers), the large model unpinned.
@@ -75,6 +76,11 @@ PY_SKIP = {"io-stall/worker", "alloc-churn", "sync-copy"}
 DDP_KINDS = [("host-hotspot", "host-hotspot", "ms=150"), ("workload-imbalance", "workload-imbalance", "factor=3"),
              ("cpu-contention", "cpu-contention", "hogs=2"), ("cpu-throttling", "cpu-throttling", "quota_pct=10"),
              ("network-slow", "network-slow", "rate_mbit=40")]
+# Job-wide DDP faults (truth rank -1, scope job): a slow fabric, every rank's link limited alike
+# (ddp_train.py's network-slow:rank=all: each rank in a namespace of its own behind a veth, tbf on
+# both ends of every link), at the single-rank row's rate. Held in: run on the DDP_SEEN variants only,
+# as the engine was looked at with it (the jobnet session); the held-out variants do not get it.
+DDP_JOB_WIDE_KINDS = [("network-slow/all", "network-slow", "rank=all,rate_mbit=40")]
 # Variants: (name, ranks, ddp_train.py flags, where the host hotspot burns).
 DDP_SEEN = [("r4", 4, [], "loop"),
             ("r2-pin", 2, ["--pin"], "loop"),
@@ -187,7 +193,15 @@ def correct(finding, truth):
 
 
 def culprit_named(finding, fault):
-    return fault["culprit"].lower() in finding["culprit"].lower()
+    if fault["culprit"].lower() in finding["culprit"].lower():
+        return True
+    # A slow fabric (a job-wide network fault, truth culprit "communicator") is named by what the
+    # ranks' collectives share: their communicator, "the job's collectives" where the job's
+    # communicator has no recorded id (gloo, DDP), or a job of two ranks' one link (see located).
+    return (fault.get("rank") == -1 and fault.get("cause") == "network-slow" == finding["cause"]
+            and finding.get("scope") == "job"
+            and any(k in finding["culprit"] for k in ("communicator", "the job's collectives",
+                                                        "the link between rank 0 and rank 1")))
 
 
 # -- The gate of a run's score: did the fault itself slow the job?
@@ -687,8 +701,9 @@ def build_matrix(args):
         for fam, variants in (("ddp", DDP_SEEN), ("ddp-heldout", DDP_HELDOUT)):
             if fam not in families:
                 continue
+            kinds = DDP_KINDS + (DDP_JOB_WIDE_KINDS if fam == "ddp" else [])
             for v in variants:
-                for label, kind, opts in DDP_KINDS + [("none", "none", "")]:
+                for label, kind, opts in kinds + [("none", "none", "")]:
                     if kind == "host-hotspot":
                         label = f"host-hotspot/{v[3]}"
                     if want(label):

@@ -5,7 +5,8 @@
         [--num-workers N]
         [--fault host-hotspot:rank=1,start_step=5,ms=40[,where=loop|loss|worker] |
          workload-imbalance:rank=1,factor=2 | cpu-contention:rank=1,hogs=2 |
-         cpu-throttling:rank=1,quota_pct=30 | network-slow:rank=1,rate_mbit=40] [--truth FILE.json]
+         cpu-throttling:rank=1,quota_pct=30 | network-slow:rank=1,rate_mbit=40 |
+         network-slow:rank=all,rate_mbit=40] [--truth FILE.json]
 
 Spawns its ranks with torch.multiprocessing (RANK, LOCAL_RANK, WORLD_SIZE, MASTER_ADDR, MASTER_PORT
 and STRATA_JOB in each rank's environment from its start, as torchrun sets them, so an agent reads
@@ -26,7 +27,11 @@ Variants, so that a diagnosis is tried on shapes it was not tuned for (bench/dia
                        time the rank waits for. cpu-throttling needs root (a cgroup CPU quota the culprit joins at start_step).
 network-slow needs root too: the culprit runs in its own network namespace behind a veth pair, every
 rank's gloo traffic goes over the veth addresses (GLOO_SOCKET_IFNAME), and at start_step a tc tbf
-limits both directions of the culprit's link.
+limits both directions of the culprit's link. network-slow:rank=all is a slow fabric: every rank runs
+in a namespace of its own behind a veth pair whose other ends are ports of one bridge (in a namespace
+of its own, the fabric's switch), and at start_step a tbf limits both directions of every rank's
+link; its truth is job-wide (scope job, rank -1), as strata-sim's rank=all. The namespaces and veths
+go when the job ends, however it ends (SlowLink).
 """
 import argparse
 import json
@@ -50,6 +55,10 @@ LAYERS = {"host-hotspot": ("cpu", "host-hotspot", "slow_augment"),  # where=loop
           "cpu-contention": ("os", "cpu-contention", "strata-hog"),
           "cpu-throttling": ("os", "cpu-throttling", "cgroup cpu quota"),
           "network-slow": ("comm", "network-slow", "link of rank %(rank)d")}
+# Faults that take rank=all (every rank alike: a job-wide truth, rank -1), with the culprit they
+# name then: what the ranks share, as strata-sim names it (testbed/sim/faults.cpp).
+JOB_WIDE = {"network-slow": "communicator"}
+ALL_RANKS = -1  # the truth's rank of a job-wide fault
 WARMUP = 2  # first steps: start-up, not a baseline
 # The function that burns the time, per place of the host hotspot.
 HOTSPOT_CULPRIT = {"loop": "slow_augment", "loss": "label_penalty", "worker": "augment_sample"}
@@ -69,6 +78,11 @@ def parse_fault(text, ranks, steps, num_workers=0):
         key, _, value = item.partition("=")
         if key not in f or key == "kind" or (key == "where" and kind != "host-hotspot"):
             raise ValueError("fault %s has no option '%s'" % (kind, key))
+        if key == "rank" and value == "all":
+            if kind not in JOB_WIDE:
+                raise ValueError("fault %s takes no rank=all (only %s)" % (kind, ", ".join(JOB_WIDE)))
+            f["rank"] = ALL_RANKS
+            continue
         try:
             if key == "where":
                 if value not in HOTSPOT_CULPRIT:
@@ -78,8 +92,8 @@ def parse_fault(text, ranks, steps, num_workers=0):
                 f[key] = float(value) if key in ("ms", "factor", "quota_pct", "rate_mbit") else int(value)
         except ValueError:
             raise ValueError("fault %s: bad value '%s' for %s" % (kind, value, key)) from None
-    if f["rank"] is None or not 0 <= f["rank"] < ranks:
-        raise ValueError("fault %s needs rank=R with R in 0..%d" % (kind, ranks - 1))
+    if f["rank"] is None or not (0 <= f["rank"] < ranks or f["rank"] == ALL_RANKS):
+        raise ValueError("fault %s needs rank=R with R in 0..%d%s" % (kind, ranks - 1, " (or rank=all)" if kind in JOB_WIDE else ""))
     if f["where"] == "worker" and num_workers == 0:
         raise ValueError("host-hotspot where=worker needs --num-workers > 0")
     return f
@@ -182,37 +196,106 @@ def throttle_self(cgroup, v2, quota_pct):
     open(cgroup + "/cgroup.procs", "w").write(str(os.getpid()))
 
 
-class SlowLink:
-    """The culprit's network: a namespace with one end of a veth pair (the other on the host), each
-    end addressed; tbf on both ends at the fault's start. Every rank's gloo and store traffic goes
-    over the veth addresses, so the culprit's whole link is slow and nothing else is."""
+def in_netns(netns, cmd):
+    """cmd run in network namespace `netns` (None: this process's own)."""
+    return (["ip", "netns", "exec", netns] if netns else []) + cmd
 
-    def __init__(self, rank):
+
+class SlowLink:
+    """The links of network-slow: each rank it is given runs in a network namespace of its own behind
+    a veth pair, each end addressed where it carries traffic; at the fault's start a tbf limits both
+    ends of each such link (what the rank sends and what it receives). Every rank's gloo and store
+    traffic goes over the veth addresses (GLOO_SOCKET_IFNAME, MASTER_ADDR), so the limited links carry
+    all of it and nothing else is slowed.
+    - one culprit (rank=R): the veth's other end is on the host, addressed; the other ranks stay in
+      the host's namespace on that address (their traffic to each other stays on the host), so the
+      culprit's whole link is slow and nothing else is;
+    - every rank (rank=all, ALL_RANKS): every rank behind a veth of its own, the other ends ports of
+      one bridge in a namespace of its own (the fabric's switch): rank to rank crosses two limited
+      links, and nothing in the host's own namespace changes (no forwarding turned on, no device).
+    Names carry this process's pid. close() removes the namespaces (their veths and the bridge go
+    with them); so does a watcher process in a session of its own when this process dies without
+    running close() (a bench's timeout SIGKILLs the job's session), so no run leaves them behind."""
+
+    def __init__(self, rank, world):
         tag = str(os.getpid())
-        self.netns = "strata-ddp-%s-r%d" % (tag, rank)
-        self.host_dev, self.ns_dev = "dv%sh" % tag, "dv%sn" % tag
-        subnet = 20 + os.getpid() % 200
-        self.host_ip, self.ns_ip = "10.232.%d.1" % subnet, "10.232.%d.2" % subnet
-        for cmd in (["ip", "netns", "add", self.netns],
-                    ["ip", "link", "add", self.host_dev, "type", "veth", "peer", "name", self.ns_dev],
-                    ["ip", "link", "set", self.ns_dev, "netns", self.netns],
-                    ["ip", "addr", "add", self.host_ip + "/24", "dev", self.host_dev],
-                    ["ip", "link", "set", self.host_dev, "up"],
-                    ["ip", "netns", "exec", self.netns, "ip", "addr", "add", self.ns_ip + "/24", "dev", self.ns_dev],
-                    ["ip", "netns", "exec", self.netns, "ip", "link", "set", self.ns_dev, "up"],
-                    ["ip", "netns", "exec", self.netns, "ip", "link", "set", "lo", "up"],
-                    ["ip", "netns", "exec", self.netns, "ip", "route", "add", "default", "via", self.host_ip]):
-            subprocess.run(cmd, check=True, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+        self.every = rank == ALL_RANKS
+        own = list(range(world)) if self.every else [rank]
+        subnet = "10.232.%d." % (20 + os.getpid() % 200)
+        if self.every and world > 250:
+            raise ValueError("network-slow:rank=all takes at most 250 ranks (one /24 of veth addresses)")
+        switch = "strata-ddp-%s-sw" % tag if self.every else None
+        self.namespaces = ["strata-ddp-%s-r%d" % (tag, r) for r in own] + ([switch] if switch else [])
+        self.host_dev = None if self.every else "dv%sr%dh" % (tag, rank)
+        # Per rank: (its namespace or None, the device its gloo traffic goes out of, its address).
+        host_ip = subnet + "1"
+        self.nets = {r: (None, self.host_dev, host_ip) for r in range(world)}
+        self.ends = []  # (namespace or None, device): both ends of every limited link
+        self.watcher = None
+        try:
+            self._watch()
+            cmds = []
+            if self.every:
+                cmds += [["ip", "netns", "add", switch],
+                         in_netns(switch, ["ip", "link", "add", "sw", "type", "bridge"]),
+                         in_netns(switch, ["ip", "link", "set", "sw", "up"])]
+            for netns, r in zip(self.namespaces, own):
+                outer, inner = "dv%sr%dh" % (tag, r), "dv%sr%dn" % (tag, r)
+                ip = subnet + str(r + 1) if self.every else subnet + "2"
+                cmds += [["ip", "netns", "add", netns],
+                         ["ip", "link", "add", outer] + (["netns", switch] if switch else []) +
+                         ["type", "veth", "peer", "name", inner, "netns", netns],
+                         in_netns(netns, ["ip", "addr", "add", ip + "/24", "dev", inner]),
+                         in_netns(netns, ["ip", "link", "set", inner, "up"]),
+                         in_netns(netns, ["ip", "link", "set", "lo", "up"])]
+                if switch:
+                    cmds += [in_netns(switch, ["ip", "link", "set", outer, "master", "sw"]),
+                             in_netns(switch, ["ip", "link", "set", outer, "up"])]
+                else:
+                    cmds += [["ip", "addr", "add", host_ip + "/24", "dev", outer],
+                             ["ip", "link", "set", outer, "up"],
+                             in_netns(netns, ["ip", "route", "add", "default", "via", host_ip])]
+                self.nets[r] = (netns, inner, ip)
+                self.ends += [(switch, outer), (netns, inner)]
+            for cmd in cmds:
+                subprocess.run(cmd, check=True, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+        except BaseException:
+            self.close()
+            raise
+
+    def cleanup_cmds(self):
+        """What removes everything made: each namespace (its devices go with it: a veth pair goes when
+        either end does), and the host's end of a one-rank link by name too."""
+        return ([["ip", "link", "del", self.host_dev]] if self.host_dev else []) + \
+            [["ip", "netns", "del", n] for n in self.namespaces]
+
+    def _watch(self):
+        """Starts the watcher: it reads its stdin, whose only writer is this process, to the end (this
+        process closed it or died), then runs cleanup_cmds. In a session of its own: a kill of the
+        job's session spares it."""
+        script = ("import json, subprocess, sys\nsys.stdin.buffer.read()\n"
+                  "for c in json.loads(sys.argv[1]):\n"
+                  "    subprocess.run(c, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)\n")
+        self.watcher = subprocess.Popen([sys.executable, "-c", script, json.dumps(self.cleanup_cmds())],
+                                        stdin=subprocess.PIPE, start_new_session=True)
+
+    def of_rank(self, rank):
+        """What rank `rank` runs with: (MASTER_ADDR: rank 0's address, where the store is; its namespace or
+        None: the host's; GLOO_SOCKET_IFNAME)."""
+        return (self.nets[0][2],) + self.nets[rank][:2]
 
     def limit(self, rate_mbit):
-        rate = "%dmbit" % rate_mbit
-        tbf = ["root", "tbf", "rate", rate, "burst", "32kb", "latency", "400ms"]
-        subprocess.run(["tc", "qdisc", "add", "dev", self.host_dev] + tbf, check=True)
-        subprocess.run(["ip", "netns", "exec", self.netns, "tc", "qdisc", "add", "dev", self.ns_dev] + tbf, check=True)
+        tbf = ["root", "tbf", "rate", "%gmbit" % rate_mbit, "burst", "32kb", "latency", "400ms"]
+        for netns, dev in self.ends:
+            subprocess.run(in_netns(netns, ["tc", "qdisc", "add", "dev", dev] + tbf), check=True)
 
     def close(self):
-        subprocess.run(["ip", "link", "del", self.host_dev], stderr=subprocess.DEVNULL)
-        subprocess.run(["ip", "netns", "del", self.netns], stderr=subprocess.DEVNULL)
+        for cmd in self.cleanup_cmds():
+            subprocess.run(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        if self.watcher:
+            self.watcher.stdin.close()
+            self.watcher.wait()
+            self.watcher = None
 
 
 def enter_netns(name):
@@ -226,15 +309,14 @@ def enter_netns(name):
 
 def rank_main(rank, world, steps, fault, port, queue, cgroup=None, link=None, variant=None):
     variant = variant or {"model": "small", "pin": False, "num_workers": 0}
-    master = link[1] if link else "127.0.0.1"
+    master = link[0] if link else "127.0.0.1"
     os.environ.update(RANK=str(rank), LOCAL_RANK=str(rank), WORLD_SIZE=str(world),
                       MASTER_ADDR=master, MASTER_PORT=str(port))
     if link:
-        netns, _, host_dev, ns_dev = link
-        culprit = fault["rank"] == rank
-        if culprit:
+        _, netns, ifname = link
+        if netns:
             enter_netns(netns)
-        os.environ["GLOO_SOCKET_IFNAME"] = ns_dev if culprit else host_dev
+        os.environ["GLOO_SOCKET_IFNAME"] = ifname
     torch.set_num_threads(1)
     ncpu = os.cpu_count()
     if variant["pin"] and fault["kind"] != "cpu-contention":
@@ -330,16 +412,27 @@ def main():
                                          start_new_session=True, preexec_fn=higher_priority))
 
     cgroup = None
-    slow_link = SlowLink(fault["rank"]) if fault["kind"] == "network-slow" else None
-    # The store (rank 0's) is reached at rank 0's address: the namespace's when rank 0 is the culprit.
-    link = ((slow_link.netns, slow_link.ns_ip if fault["rank"] == 0 else slow_link.host_ip, slow_link.host_dev,
-             slow_link.ns_dev) if slow_link else None)
+    # A SIGTERM or SIGHUP ends the job through the finally below (ranks, hogs, links, cgroup go).
+    for sig in (signal.SIGTERM, signal.SIGHUP):
+        signal.signal(sig, lambda signum, _: sys.exit(128 + signum))
+    slow_link = None
+    if fault["kind"] == "network-slow":
+        try:
+            slow_link = SlowLink(fault["rank"], a.ranks)
+        except (OSError, ValueError, subprocess.CalledProcessError) as e:
+            why = e.stderr.decode(errors="replace").strip() if getattr(e, "stderr", None) else str(e)
+            print("ddp_train: network-slow needs root and network namespaces (ip netns, veth, bridge): %s" % why,
+                  file=sys.stderr)
+            return 2
+    links = [slow_link.of_rank(r) if slow_link else None for r in range(a.ranks)]
+    # The rank whose step start_step - 1 starts the fault: the culprit, or rank 0 when every rank is.
+    trigger = 0 if fault.get("rank") == ALL_RANKS else fault.get("rank")
     if fault["kind"] == "cpu-throttling":
         cgroup = cpu_cgroup("strata-ddp-%d-r%d" % (os.getpid(), fault["rank"]))
     ctx = mp.get_context("spawn")
     queue = ctx.Queue()
     port = free_port()
-    procs = [ctx.Process(target=rank_main, args=(r, a.ranks, a.steps, fault, port, queue, cgroup, link, variant))
+    procs = [ctx.Process(target=rank_main, args=(r, a.ranks, a.steps, fault, port, queue, cgroup, links[r], variant))
              for r in range(a.ranks)]
     job = os.environ.get("STRATA_JOB") or "ddp-train-%d" % os.getpid()
     saved = dict(os.environ)
@@ -347,7 +440,8 @@ def main():
         for r, p in enumerate(procs):
             # A spawned process starts with os.environ as it is now: its identity from exec on.
             os.environ.update(RANK=str(r), LOCAL_RANK=str(r), WORLD_SIZE=str(a.ranks),
-                              MASTER_ADDR=link[1] if link else "127.0.0.1", MASTER_PORT=str(port), STRATA_JOB=job)
+                              MASTER_ADDR=links[r][0] if slow_link else "127.0.0.1", MASTER_PORT=str(port),
+                              STRATA_JOB=job)
             p.start()
         os.environ.clear()
         os.environ.update(saved)
@@ -362,7 +456,7 @@ def main():
         for _ in range(a.ranks * a.steps):
             r, step, step_ms, load_ms = queue.get(timeout=300)
             stats[r].append((step, step_ms, load_ms))
-            if r == fault.get("rank") and step == fault["start_step"] - 1:
+            if r == trigger and step == fault["start_step"] - 1:
                 if slow_link:
                     slow_link.limit(fault["rate_mbit"])
                 if fault["kind"] == "cpu-contention":
@@ -393,7 +487,8 @@ def main():
         per_rank.append({"rank": r, "pid": procs[r].pid, "steps_done": len(stats[r]),
                          "fault_window": {"step_ms": m(1), "load_ms": m(2)},
                          "baseline": {"step_ms": b(1), "load_ms": b(2)} if base else None})
-        print("rank %d pid %d step_ms %.1f load_ms %.1f" % (r, procs[r].pid, m(1), m(2)))
+        print("rank %d pid %d step_ms %.1f load_ms %.1f" % (r, procs[r].pid, m(1), m(2)) +
+              (" (before start_step: step_ms %.1f)" % b(1) if base else ""))
     truth = {"ranks": a.ranks, "steps": a.steps, "program": "pytorch-ddp-gloo", "job": job, "variant": variant,
              "pids": {str(r): procs[r].pid for r in range(a.ranks)}, "per_rank": per_rank,
              "fault": {"kind": fault["kind"]}}
@@ -401,7 +496,9 @@ def main():
         layer, cause, culprit = LAYERS[fault["kind"]]
         if fault["kind"] == "host-hotspot":
             culprit = HOTSPOT_CULPRIT[fault["where"]]
-        truth["fault"].update(rank=fault["rank"], layer=layer, cause=cause, culprit=culprit % {"rank": fault["rank"]},
+        job_wide = fault["rank"] == ALL_RANKS
+        truth["fault"].update(scope="job" if job_wide else "rank", rank=fault["rank"], layer=layer, cause=cause,
+                              culprit=JOB_WIDE[fault["kind"]] if job_wide else culprit % {"rank": fault["rank"]},
                               start_step=fault["start_step"],
                               params={k: fault[k] for k in ("ms", "factor", "hogs", "quota_pct", "rate_mbit", "where")})
     if a.truth:
