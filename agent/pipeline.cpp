@@ -499,6 +499,7 @@ std::vector<std::pair<std::string, double>> NodePipeline::run_stats(const Pipeli
            {"unwind_fp_unchecked", static_cast<double>(u.fp_unchecked)},
            {"maps_rereads", static_cast<double>(u.maps_rereads)},
            {"maps_rereads_refused", static_cast<double>(u.maps_rereads_refused)},
+           {"file_cache_prunes", static_cast<double>(u.file_cache_prunes)},
            {"unwind_node_s", static_cast<double>(u.unwind_ns) / 1e9},
            {"unwind_table_bytes", static_cast<double>(u.table_bytes)},
            {"unwind_table_peak_bytes", static_cast<double>(u.table_peak_bytes)},
