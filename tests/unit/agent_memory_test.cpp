@@ -9,6 +9,7 @@
 #include <cstdio>
 #include <fstream>
 #include <random>
+#include <sstream>
 #include <string>
 #include <unordered_map>
 #include <vector>
@@ -17,6 +18,7 @@
 #include "agent/events.h"
 #include "agent/limits.h"
 #include "agent/normalizer.h"
+#include "agent/pipeline.h"
 #include "store/store.h"
 
 namespace strata::agent {
@@ -196,6 +198,60 @@ TEST(AgentMemory, FileCachesOfManyShortLivedProcessesStayBounded) {
   ASSERT_EQ(stack.size(), 1u);
   EXPECT_EQ(stack[0].module, "/jit/f0.so");
   EXPECT_FALSE(tape.error()) << *tape.error();
+}
+
+// Sampled threads are kept per live process for the run's thread count: a rank that starts threads
+// for weeks, and processes whose last sample comes after their exit, leave a bounded set.
+SampleEvent thread_sample(uint32_t pid, uint32_t tid) {
+  SampleEvent e;
+  e.pid = pid;
+  e.tid = tid;
+  e.comm = "rank";
+  e.kstack.push_back(0xffffffff81000000ull);
+  return e;
+}
+
+TEST(AgentMemory, ThreadsOfALongRunningProcessStayBounded) {
+  PipelineOptions opts;
+  opts.node = "n1";
+  opts.layers = {};
+  std::ostringstream log;
+  NodePipeline pipeline(opts, log);
+  constexpr uint32_t kPid = 5'000'000;  // above pid_max: nothing of it is read from /proc
+  constexpr uint32_t kThreads = 100'000;
+  size_t most = 0;
+  for (uint32_t t = 0; t < kThreads; ++t) {
+    pipeline.on_sample(thread_sample(kPid, kPid + 1 + t));
+    most = std::max(most, pipeline.threads_held());
+  }
+  EXPECT_GT(most, 0u);
+  EXPECT_LT(most, 10'000u);
+}
+
+TEST(AgentMemory, LateSamplesOfExitedProcessesLeaveNothing) {
+  PipelineOptions opts;
+  opts.node = "n1";
+  opts.layers = {};
+  std::ostringstream log;
+  NodePipeline pipeline(opts, log);
+  constexpr uint32_t kProcesses = 10'000;
+  for (uint32_t p = 0; p < kProcesses; ++p) {
+    const uint32_t pid = 5'000'000 + p;
+    ProcEvent fork;
+    fork.type = ProcEvent::Type::kFork;
+    fork.pid = pid;
+    fork.comm = "worker";
+    pipeline.on_proc(fork);
+    pipeline.on_sample(thread_sample(pid, pid));
+    ProcEvent exit;
+    exit.type = ProcEvent::Type::kExit;
+    exit.pid = pid;
+    pipeline.on_proc(exit);
+    pipeline.on_sample(thread_sample(pid, pid + 1));  // still in the ring buffer when the exit came
+    if (pipeline.known_count() > 1000) pipeline.forget_gone_pids();  // as the daemon does
+  }
+  EXPECT_EQ(pipeline.live_processes(), 0u);
+  EXPECT_EQ(pipeline.threads_held(), 0u);
 }
 
 }  // namespace
