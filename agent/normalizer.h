@@ -4,6 +4,7 @@
 // thread's Python frames in where the interpreter loop runs: kernel -> native -> Python -> native.
 #pragma once
 
+#include <algorithm>
 #include <array>
 #include <cstdint>
 #include <functional>
@@ -139,6 +140,11 @@ class Normalizer {
 
   size_t known_build_ids() const { return path_by_build_id_.size(); }
   size_t known_files() const { return build_id_by_file_.size(); }
+  // Processes it holds anything of (mappings, unwinding state, CPython, re-read rate): bounded by the
+  // processes not forgotten yet.
+  size_t processes_held() const {
+    return std::max({maps_.size(), spaces_.size(), python_.size(), pushed_builds_.size(), rereads_.processes()});
+  }
   UnwindCounters unwind_counters() const;
 
  private:

@@ -165,9 +165,13 @@ void NodePipeline::on_sample(const SampleEvent& e) {
   // Every thread of a watched process is a target; a sample from a pid not yet announced is a
   // child whose fork event is still on its way.
   if (!known_.count(e.pid)) see_process(e.pid, 0, "", /*refresh=*/false, /*preexisting=*/false);
-  // A late sample of a process already forgotten (its exit came first) counts no thread: an entry
-  // made for it here would never be erased.
-  if (!live_.count(e.pid)) return;
+  // A late sample of a process already forgotten (its exit came first) counts no thread, and what
+  // normalizing it made again (its re-read rate, unwinding state) goes: an entry made for it here
+  // would never be erased.
+  if (!live_.count(e.pid)) {
+    normalizer_.forget_process(e.pid);
+    return;
+  }
   auto& tids = threads_[e.pid];
   if (tids.size() >= kMaxThreadsPerProcess && !tids.count(e.tid)) {
     // Counted so far and started over: a thread seen again past this point is counted twice.

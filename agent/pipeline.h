@@ -114,6 +114,7 @@ class NodePipeline final : public EventSink {
     for (const auto& [pid, tids] : threads_) n += tids.size();
     return n;
   }
+  size_t normalizer_processes() const { return normalizer_.processes_held(); }
   // Forgets pids that are gone and no longer watched (bounds a long-running agent's memory).
   void forget_gone_pids();
 

@@ -247,11 +247,18 @@ TEST(AgentMemory, LateSamplesOfExitedProcessesLeaveNothing) {
     exit.type = ProcEvent::Type::kExit;
     exit.pid = pid;
     pipeline.on_proc(exit);
-    pipeline.on_sample(thread_sample(pid, pid + 1));  // still in the ring buffer when the exit came
+    SampleEvent late = thread_sample(pid, pid + 1);  // still in the ring buffer when the exit came
+    RawUserFrame f;  // in a file not known: normalizing it asks to read the maps again
+    f.has_build_id = true;
+    f.build_id = fake_build_id(p);
+    f.offset_or_ip = 0x10;
+    late.ustack.push_back(f);
+    pipeline.on_sample(late);
     if (pipeline.known_count() > 1000) pipeline.forget_gone_pids();  // as the daemon does
   }
   EXPECT_EQ(pipeline.live_processes(), 0u);
   EXPECT_EQ(pipeline.threads_held(), 0u);
+  EXPECT_EQ(pipeline.normalizer_processes(), 0u);
 }
 
 }  // namespace
