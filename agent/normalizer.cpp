@@ -3,11 +3,13 @@
 #include <sys/auxv.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <chrono>
 #include <cstddef>
 #include <cstring>
 #include <memory>
 #include <optional>
+#include <unordered_set>
 #include <vector>
 
 #include "agent/capture.h"
@@ -132,6 +134,7 @@ const std::string& Normalizer::hex(const std::array<uint8_t, 20>& id) {
   std::string key(reinterpret_cast<const char*>(id.data()), id.size());
   auto it = hex_cache_.find(key);
   if (it != hex_cache_.end()) return it->second;
+  if (hex_cache_.size() >= kMaxKnownFiles) hex_cache_.clear();  // a memo: anything dropped is recomputed
   return hex_cache_.emplace(std::move(key), build_id_hex(id.data(), id.size())).first->second;
 }
 
@@ -297,7 +300,32 @@ void Normalizer::push_kernel_mappings(uint32_t pid, const std::vector<Mapping>& 
   counters_.unwind_ns += ns;
 }
 
+void Normalizer::prune_file_caches() {
+  if (build_id_by_file_.size() < prune_at_ && path_by_build_id_.size() < prune_at_) return;
+  std::unordered_set<DevIno, DevInoHash> files;
+  for (const auto& [pid, maps] : maps_)
+    for (const auto& m : maps)
+      if (m.executable) files.insert(DevIno{m.dev, m.inode});
+  std::unordered_set<std::string> ids;
+  for (auto it = build_id_by_file_.begin(); it != build_id_by_file_.end();) {
+    if (files.count(it->first)) {
+      if (!it->second.build_id.empty()) ids.insert(it->second.build_id);
+      ++it;
+    } else {
+      it = build_id_by_file_.erase(it);
+    }
+  }
+  for (auto it = path_by_build_id_.begin(); it != path_by_build_id_.end();)
+    it = ids.count(it->second.build_id) ? std::next(it) : path_by_build_id_.erase(it);
+  counters_.file_cache_prunes++;
+  // The known processes may map more than the cap: pruning again only once the caches doubled keeps
+  // the work per learned file constant.
+  prune_at_ = std::max(kMaxKnownFiles, 2 * std::max(build_id_by_file_.size(), path_by_build_id_.size()));
+}
+
 void Normalizer::learn_process(uint32_t pid) {
+  // Before anything of this read is looked up: no caller holds an entry across learn_process.
+  prune_file_caches();
   auto r0 = std::chrono::steady_clock::now();
   auto maps = tape_ ? tape_->proc_maps(pid) : read_proc_maps(pid);
   if (!maps) return;

@@ -4,6 +4,7 @@
 // thread's Python frames in where the interpreter loop runs: kernel -> native -> Python -> native.
 #pragma once
 
+#include <algorithm>
 #include <array>
 #include <cstdint>
 #include <functional>
@@ -33,6 +34,13 @@ struct UserStack {
   store::UnwindMethod method = store::UnwindMethod::kFramePointer;
 };
 
+// The node-wide caches keyed by mapped file (build ids by device and inode, files by build id) are
+// pruned to the files the known processes map once they hold this many: a PyTorch rank maps ~300
+// files and a node's ranks share one image, so this leaves room for ~10 images' worth; past it the
+// files of processes gone (old images, .so files compiled at run time) are dropped, and read again
+// if they come back. Pruning loses nothing a live process needs.
+inline constexpr size_t kMaxKnownFiles = 4096;
+
 struct UnwindCounters {
   uint64_t snapshot_unwinds = 0;   // samples unwound from the stack copy
   uint64_t snapshot_complete = 0;  // ... that reached the outermost frame
@@ -42,6 +50,7 @@ struct UnwindCounters {
   uint64_t fp_unchecked = 0;       // chains of processes whose maps were never read (gone first)
   uint64_t maps_rereads = 0;       // maps read again (a new mapping) ...
   uint64_t maps_rereads_refused = 0;  // ... and not, the rate spent (MapsRereadLimiter)
+  uint64_t file_cache_prunes = 0;  // file caches pruned to the known processes' files (kMaxKnownFiles)
   uint64_t unwind_ns = 0;          // node time spent unwinding
   uint64_t python_frames = 0;      // Python frames resolved
   uint64_t python_unresolved = 0;  // code objects that could not be read
@@ -130,6 +139,12 @@ class Normalizer {
   void set_tape(Tape* tape) { tape_ = tape; }
 
   size_t known_build_ids() const { return path_by_build_id_.size(); }
+  size_t known_files() const { return build_id_by_file_.size(); }
+  // Processes it holds anything of (mappings, unwinding state, CPython, re-read rate): bounded by the
+  // processes not forgotten yet.
+  size_t processes_held() const {
+    return std::max({maps_.size(), spaces_.size(), python_.size(), pushed_builds_.size(), rereads_.processes()});
+  }
   UnwindCounters unwind_counters() const;
 
  private:
@@ -156,6 +171,10 @@ class Normalizer {
   // when the rate allows.
   size_t checked_chain_length(uint32_t pid, const std::vector<RawUserFrame>& chain);
   bool may_reread(uint32_t pid);  // rereads_, now
+  // Keeps of the node-wide file caches only what the known processes map (maps_), once they hold
+  // prune_at_ entries: they are keyed by files, and a node sees new files for as long as it runs.
+  void prune_file_caches();
+  size_t prune_at_ = kMaxKnownFiles;
   std::vector<uint64_t> chain_ips_;  // reused
   uint32_t kernel_module_id(const std::string& key, const unwind::ModuleUnwind& module);
 

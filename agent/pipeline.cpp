@@ -165,7 +165,20 @@ void NodePipeline::on_sample(const SampleEvent& e) {
   // Every thread of a watched process is a target; a sample from a pid not yet announced is a
   // child whose fork event is still on its way.
   if (!known_.count(e.pid)) see_process(e.pid, 0, "", /*refresh=*/false, /*preexisting=*/false);
-  threads_[e.pid].insert(e.tid);
+  // A late sample of a process already forgotten (its exit came first) counts no thread, and what
+  // normalizing it made again (its re-read rate, unwinding state) goes: an entry made for it here
+  // would never be erased.
+  if (!live_.count(e.pid)) {
+    normalizer_.forget_process(e.pid);
+    return;
+  }
+  auto& tids = threads_[e.pid];
+  if (tids.size() >= kMaxThreadsPerProcess && !tids.count(e.tid)) {
+    // Counted so far and started over: a thread seen again past this point is counted twice.
+    threads_gone_ += tids.size();
+    tids.clear();
+  }
+  tids.insert(e.tid);
 }
 
 void NodePipeline::on_proc(const ProcEvent& e) {
@@ -499,6 +512,7 @@ std::vector<std::pair<std::string, double>> NodePipeline::run_stats(const Pipeli
            {"unwind_fp_unchecked", static_cast<double>(u.fp_unchecked)},
            {"maps_rereads", static_cast<double>(u.maps_rereads)},
            {"maps_rereads_refused", static_cast<double>(u.maps_rereads_refused)},
+           {"file_cache_prunes", static_cast<double>(u.file_cache_prunes)},
            {"unwind_node_s", static_cast<double>(u.unwind_ns) / 1e9},
            {"unwind_table_bytes", static_cast<double>(u.table_bytes)},
            {"unwind_table_peak_bytes", static_cast<double>(u.table_peak_bytes)},

@@ -108,6 +108,13 @@ class NodePipeline final : public EventSink {
   bool known(uint32_t pid) const { return known_.count(pid) > 0; }
   size_t known_count() const { return known_.size(); }
   size_t live_processes() const { return live_.size(); }
+  // Thread ids held for the run's thread count (bounded: kMaxThreadsPerProcess per live process).
+  size_t threads_held() const {
+    size_t n = 0;
+    for (const auto& [pid, tids] : threads_) n += tids.size();
+    return n;
+  }
+  size_t normalizer_processes() const { return normalizer_.processes_held(); }
   // Forgets pids that are gone and no longer watched (bounds a long-running agent's memory).
   void forget_gone_pids();
 
@@ -183,6 +190,11 @@ class NodePipeline final : public EventSink {
   uint64_t processes_seen_ = 0;
   std::map<uint32_t, store::ProcessInfo> pending_processes_;  // written with the next window
   std::unordered_map<uint32_t, std::unordered_set<uint32_t>> threads_;  // live pid -> tids sampled
+  // The distinct threads kept per process for the run's thread count: a training rank has ~100
+  // (intra-op pool, NCCL, data loading), but one that starts threads all the time (a thread per
+  // request or per checkpoint) would add a tid per thread for weeks; past this the count goes on
+  // in threads_gone_ and the set starts over.
+  static constexpr size_t kMaxThreadsPerProcess = 4096;
   uint64_t threads_gone_ = 0;
   std::unordered_map<uint32_t, uint64_t> cpu_first_, cpu_last_;  // pid -> CPU ns at watch start / last look
   uint64_t cpu_gone_ns_ = 0;  // the run's CPU of processes forgotten since

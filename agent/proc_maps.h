@@ -97,6 +97,7 @@ class MapsRereadLimiter {
   // What the last re-read of `pid` found: new code or not.
   void note(uint32_t pid, bool learned_code);
   void forget(uint32_t pid) { state_.erase(pid); }
+  size_t processes() const { return state_.size(); }
   uint64_t rereads() const { return rereads_; }
   uint64_t refused() const { return refused_; }
   uint64_t interval_ns(uint32_t pid) const {

@@ -10,9 +10,19 @@ namespace {
 // a lookup. Cleared when full, which keeps memory bounded without LRU bookkeeping.
 constexpr size_t kMaxCachedResults = 1 << 18;
 
+// Files held open with their symbol tables (readable or not), by path and by build id. A node agent
+// runs for months and its processes keep mapping new files (each container image's libraries, the
+// .so files torch.compile and Triton build at run time): without a cap it would hold every file it
+// ever symbolized. A PyTorch rank's stacks touch at most its ~300 mapped libraries, so 1024 holds
+// several jobs' worth; past it every file is dropped and read again when next needed (no frame is
+// lost, only the reading is repeated).
+constexpr size_t kMaxCachedFiles = 1024;
+
 class CachingSymbolizer final : public Symbolizer {
  public:
   explicit CachingSymbolizer(SymbolizerOptions options) : options_(std::move(options)) {}
+
+  size_t cached_files() const override { return by_path_.size() + debug_by_build_id_.size(); }
 
   void symbolize(std::vector<Frame>& frames) override {
     for (Frame& f : frames) {
@@ -74,6 +84,8 @@ class CachingSymbolizer final : public Symbolizer {
     if (!id.empty()) {
       if (auto it = by_build_id_.find(id); it != by_build_id_.end()) return it->second;
     }
+    // A file not held yet: make room first (no pointer into the cache is held at this point).
+    if (!by_path_.count(f.module) && cached_files() >= kMaxCachedFiles) forget_files();
     const ElfSymbols* file = open_path(f.module);
     if (id.empty()) return file;
     if (file != nullptr && file->build_id() == id) {
@@ -98,6 +110,15 @@ class CachingSymbolizer final : public Symbolizer {
       if (r) it->second = keep(std::move(*r));
     }
     return it->second;
+  }
+
+  // Everything that points into owned_ goes with it: the results are keyed by its files.
+  void forget_files() {
+    results_.clear();
+    by_build_id_.clear();
+    debug_by_build_id_.clear();
+    by_path_.clear();
+    owned_.clear();
   }
 
   const ElfSymbols* keep(std::unique_ptr<ElfSymbols> file) {

@@ -88,6 +88,8 @@ class Symbolizer {
   virtual ~Symbolizer() = default;
   // Fills function/file/line of each frame that it can resolve; leaves the others as they are.
   virtual void symbolize(std::vector<Frame>& frames) = 0;
+  // Files it holds (with their symbols, or remembered as unreadable): bounded by a constant.
+  virtual size_t cached_files() const { return 0; }
 };
 
 // The default: ELF files by path (the frame's module), checked against the frame's build id when

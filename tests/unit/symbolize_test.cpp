@@ -5,6 +5,7 @@
 #include <link.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cstdio>
 #include <cstdlib>
 #include <filesystem>
@@ -485,6 +486,30 @@ TEST_F(SymbolizeLib, SymbolizerResolvesAndKeepsUnknowns) {
   sym->symbolize(again);
   EXPECT_EQ(again[0].function, "strata_testlib_exported");
   EXPECT_EQ(again[1].function, "");
+}
+
+// A months-long agent sees ever new files (new images, run-time compiled .so files): the files it
+// holds stay bounded, and a file dropped to make room resolves again when it comes back.
+TEST_F(SymbolizeLib, SymbolizerHoldsABoundedNumberOfFiles) {
+  fs::copy_file(SYMBOLIZE_TESTLIB, tmp_ / "lib.so");
+  SymbolizerOptions options;
+  options.kallsyms_path = tmp_ / "no-kallsyms";
+  options.elf.debug_root = tmp_ / "root";
+  auto sym = make_caching_symbolizer(options);
+  constexpr int kFiles = 20'000;     // distinct paths, none readable: each is remembered as such
+  constexpr size_t kBound = 4'096;   // well above the cap, far below kFiles
+  size_t most = 0;
+  for (int i = 0; i < kFiles; ++i) {
+    std::vector<Frame> frames = {native(tmp_ / ("gone-" + std::to_string(i) + ".so"), 0x10)};
+    if (i % 1000 == 0) frames.push_back(native(tmp_ / "lib.so", exported_));
+    sym->symbolize(frames);
+    most = std::max(most, sym->cached_files());
+    if (i % 1000 == 0) {
+      EXPECT_EQ(frames[1].function, "strata_testlib_exported") << "after " << i << " files";
+    }
+  }
+  EXPECT_GT(most, 0u);
+  EXPECT_LT(most, kBound);
 }
 
 TEST_F(SymbolizeLib, SymbolizerDistrustsAChangedBinary) {
