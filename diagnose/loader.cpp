@@ -496,9 +496,14 @@ size_t find_change_point(const std::vector<double>& s, double min_rise) {
     std::vector<double> after(s.begin() + static_cast<long>(k), s.end());
     double mb = median(before), ma = median(after);
     // The rise must stand out from the uncertainty of the two medians (about 1.25 sigma/sqrt(n)
-    // each), not from single steps' noise: a noisy job still shows a sustained change.
-    double sigma = robust_sigma(before, mb);
-    double se = 1.25 * sigma * std::sqrt(1.0 / static_cast<double>(k) + 1.0 / static_cast<double>(s.size() - k));
+    // each, each side with its own sigma), not from single steps' noise: a noisy job still shows a
+    // sustained change. The after side's own sigma: a few quiet steps first and a machine whose
+    // speed then drifted up and back (a healthy 3-rank gloo job: 4 steps of 101-138 ms, then
+    // 16 of 128-288 and 22 of 103-201) is no change, while the before side's sigma alone (7 ms)
+    // made its 23 ms rise a job-wide network-slow on a healthy job.
+    const double sigma_b = robust_sigma(before, mb), sigma_a = robust_sigma(after, ma);
+    double se = 1.25 * std::sqrt(sigma_b * sigma_b / static_cast<double>(k) +
+                                 sigma_a * sigma_a / static_cast<double>(s.size() - k));
     double rise = ma - mb;
     if (!(rise >= std::max({min_rise * mb, 4 * se, 1.0}))) continue;
     double cost = 0;

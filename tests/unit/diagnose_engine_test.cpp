@@ -476,6 +476,18 @@ TEST(DiagnoseEngine, ChangePointIsWhereTheLevelChangesNotAfterTheFastestSteps) {
 }
 
 
+// A healthy 3-rank gloo job (tests/testprogs/gloo_stall.py, its teardown run in CI) on a VM whose
+// speed drifted: 4 quiet steps, then a stretch of 128-288 ms and a return to 103-201 ms (the job's
+// median step per index after the warm-up, ms). The rise after the 4 quiet steps (23 ms) stood out
+// from their own noise alone (7 ms): a change point, and a job-wide network-slow on a healthy job.
+// Judged with each side's own noise, it is no change.
+TEST(DiagnoseEngine, ADriftAfterAFewQuietStepsIsNoChangePoint) {
+  const std::vector<double> s = {138, 128, 101, 132, 201, 211, 222, 272, 269, 174, 275, 288, 169,
+                                 161, 156, 173, 128, 103, 113, 123, 112, 135, 135, 162, 162, 114,
+                                 149, 139, 201, 124, 107, 165, 160, 127, 114, 142, 147, 135};
+  EXPECT_EQ(find_change_point(s), 0u);
+}
+
 // --- issue 17: the agent is never a neighbour; a few percent of a loss is no cause.
 
 // A VM whose speed drifts: a 2-rank CPU-only DDP job (no device timeline) gets 25% slower on both
