@@ -227,7 +227,9 @@ def test_network_slow_on_every_rank():
     t = ok_run(["--ranks", "4", "--steps", "20", "--fault", "network-slow:rank=all,start_step=5"])
     f = t["fault"]
     assert (f["scope"], f["rank"]) == ("job", -1) and "every rank" in f["mechanism"], f
-    every_rank_slower(t, "comm_ms", 2)
+    # 1.5x: the pacer at 60 Mbit roughly doubles the collectives' time, and CI on a quiet VM saw
+    # 1.86x once (rank 0: 144.9 vs 77.9 ms), as the baseline's waits move with the machine's speed.
+    every_rank_slower(t, "comm_ms", 1.5)
 
 
 def test_memory_reclaim():
