@@ -238,6 +238,19 @@ void StepDetector::recheck(size_t end) {
   ++changes_;
 }
 
+void StepDetector::lock_at(size_t first, size_t period, bool alike, size_t p, size_t start, size_t decided_at) {
+  // Calls before the pattern (initial broadcasts, a partial step) end the time before step 1.
+  for (size_t i = next_; i < first; ++i) last_end_ns_ = std::max(last_end_ns_, calls_[i].done_ns);
+  period_ = period;
+  next_ = first;
+  locked_ = true;
+  alike_ = alike;
+  sig_period_ = p;
+  pattern_start_ = start;
+  next_recheck_ = base_ + std::max(decided_at, first) + recheck_interval();
+  trial_.reset();  // a trial of the occasional calls is not needed once locked
+}
+
 bool StepDetector::try_lock(bool final) {
   cut_ns_ = 0;
   const size_t n = calls_.size() - next_;
@@ -289,15 +302,7 @@ bool StepDetector::try_lock(bool final) {
           cut_ns_ = cut;
           size_t first = start + 1;
           while (first < decided_at && gaps_[first] < cut) ++first;
-          for (size_t i = next_; i < first; ++i) last_end_ns_ = std::max(last_end_ns_, calls_[i].done_ns);
-          period_ = common;
-          next_ = first;
-          locked_ = true;
-          alike_ = true;
-          sig_period_ = p;
-          pattern_start_ = start;
-          next_recheck_ = base_ + decided_at + recheck_interval();
-          trial_.reset();
+          lock_at(first, common, alike, p, start, decided_at);
           return true;
         }
       }
@@ -335,17 +340,7 @@ bool StepDetector::try_lock(bool final) {
         chosen = score(p, start + have * p, have);
       }
     }
-    const size_t first = start + (chosen.boundary - start) % chosen.period;
-    // Calls before the pattern (initial broadcasts, a partial step) end the time before step 1.
-    for (size_t i = next_; i < first; ++i) last_end_ns_ = std::max(last_end_ns_, calls_[i].done_ns);
-    period_ = chosen.period;
-    next_ = first;
-    locked_ = true;
-    alike_ = alike;
-    sig_period_ = p;
-    pattern_start_ = start;
-    next_recheck_ = base_ + std::max(decided_at, first) + recheck_interval();
-    trial_.reset();  // a trial of the occasional calls is not needed once locked
+    lock_at(start + (chosen.boundary - start) % chosen.period, chosen.period, alike, p, start, decided_at);
     return true;
   }
   return false;

@@ -139,6 +139,9 @@ class StepDetector {
   };
 
   bool try_lock(bool final);
+  // Locks on steps of `period` calls (the most common count, when cut by a gap) from call `first`
+  // of a pattern of signature period p that begins at `start`, decided on the calls before `decided_at`.
+  void lock_at(size_t first, size_t period, bool alike, size_t p, size_t start, size_t decided_at);
   // Calls all alike over [from, end) whose steps are cut by a gap (kMinCutCalls): the cut (ns) and
   // the most common calls per step, or {0, 0} when none cuts iterations.
   std::pair<uint64_t, size_t> gap_cut(size_t from, size_t end, size_t min_steps) const;
