@@ -1513,11 +1513,17 @@ constexpr double kRestOfDeviceGrowth = 0.1;
 // % (as the rest of the device work in kRestOfDeviceGrowth); a VM whose speed drifts, or CPUs
 // shared by more processes than they hold, grows it by more, and the collectives with it.
 constexpr double kNetworkHostGrowth = 0.1;
-// ... or by at most this share of the collectives' growth. A host that slowed by X stretches the
-// collectives by about X at most through their own CPU work (a reduction is one pass over the
-// gradient, far less CPU than the forward and backward passes over the same parameters) and by X
-// at most through the ranks' skew: a busy time that grew by under a quarter of the wait's growth
-// leaves at least half of that growth to the wire. A slower wire moves some time into the busy
+// ... or by at most this share of the collectives' growth, where the ranks compute on the host. A
+// host that slowed by X stretches the collectives by about X at most through their own CPU work (a
+// reduction is one pass over the gradient, far less CPU than the forward and backward passes over
+// the same parameters) and by X at most through the ranks' skew: a busy time that grew by under a
+// quarter of the wait's growth leaves at least half of that growth to the wire. Where the ranks
+// compute on a device the premise fails: the host's own work is only what the device leaves it
+// (launches, the input pipeline), while a transport run by the host (sockets: gloo, NCCL over TCP)
+// still does all its copying on the CPU. A healthy pp=2 tp=2 job of strata-sim (device compute
+// 50-98 ms per step, TCP collectives, 4 ranks on 2 CPUs) slowed with the VM: its collectives grew
+// 23-28 ms per step while its busy time grew 5-9 ms (19-37% of that growth), a host part that grew
+// 12-17%. There the busy time is held to kNetworkHostGrowth of its host part (busy minus device time). A slower wire moves some time into the busy
 // time too, where the collectives overlap the ranks' work (DDP all-reduces its buckets during the
 // backward pass and waits for them at its end, outside the calls): a 2-rank DDP job on gloo with
 // every link limited to 40 Mbit/s waited 79 ms more per step while its busy time grew 10 ms, 22%
@@ -1528,6 +1534,11 @@ constexpr double kNetworkHostShareOfWait = 0.25;
 // spent waiting for a CPU, the collectives' own CPU work (and the skew of the ranks that feed them)
 // is what the time went to, not the wire.
 constexpr double kNetworkRunqShare = 0.5;
+// ... and no rank's busy time grew by this share of the collectives' growth: a rank that works
+// longer makes its peers wait as long in the collectives as it works more (a straggler), so their
+// longer wait is its work, not the wire. The median rank's busy time (above) does not see one rank;
+// a slower wire leaves every rank's busy time within the quarter above (kNetworkHostShareOfWait).
+constexpr double kNetworkStragglerShare = 0.5;
 
 struct JobCandidate {
   Cause cause;
@@ -1649,10 +1660,24 @@ std::vector<JobCandidate> job_layers(const JobWindow& job, double lost) {
   double wait = median_growth(job, [](const RankWindow& r) { return r.now.wait_ms; }, [](const RankWindow& r) { return r.past.wait_ms; });
   double host = median_growth(job, [](const RankWindow& r) { return r.now.busy_ms(); },
                               [](const RankWindow& r) { return r.past.step_ms - r.past.wait_ms; });
-  double host_past = median(column(job, [](const RankWindow& r) { return r.past.windows > 0 ? r.past.step_ms - r.past.wait_ms : kUnknown; }));
+  // The host's part of the busy time: what a slower host can stretch (busy minus the device's time,
+  // where the ranks compute on a device).
+  double device_past = median(column(job, [](const RankWindow& r) { return r.past.windows > 0 ? r.past.device_compute_ms : kUnknown; }));
+  const bool on_device = known(device_past) && device_past > 0;
+  double host_past = median(column(job, [on_device](const RankWindow& r) {
+    if (r.past.windows == 0) return kUnknown;
+    double busy = r.past.step_ms - r.past.wait_ms;
+    return on_device && known(r.past.device_compute_ms) ? std::max(0.0, busy - r.past.device_compute_ms) : busy;
+  }));
+  double host_bound = on_device ? kNetworkHostGrowth * host_past : std::max(kNetworkHostGrowth * host_past, kNetworkHostShareOfWait * wait);
+  double most_busy_up = kUnknown;  // the rank whose busy time grew most
+  for (const auto& r : job.ranks) {
+    double up = r.past.windows > 0 ? r.now.busy_ms() - (r.past.step_ms - r.past.wait_ms) : kUnknown;
+    if (known(up) && !(known(most_busy_up) && most_busy_up >= up)) most_busy_up = up;
+  }
   double runq_up = os_growth(Os::kRunqWait);
-  bool hosts_steady = known(host) && known(host_past) && known(wait) &&
-                      host <= std::max(kNetworkHostGrowth * host_past, kNetworkHostShareOfWait * wait) &&
+  bool hosts_steady = known(host) && known(host_past) && known(wait) && host <= host_bound &&
+                      !(known(most_busy_up) && most_busy_up >= kNetworkStragglerShare * wait) &&
                       !(known(runq_up) && runq_up >= kNetworkRunqShare * wait);
   if (known(wait) && wait > 0 && hosts_steady) {
     JobCandidate c;

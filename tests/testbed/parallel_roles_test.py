@@ -145,7 +145,10 @@ def main():
     check(top.get("rank") == CULPRIT and top.get("cause") == "gpu-slow",
           f"gpu-slow on rank {CULPRIT} (stage 1) found: {json.dumps(dx['findings'])[:600]}")
     check(all(f.get("rank") == CULPRIT for f in dx["findings"]), "no other rank is blamed")
-    subprocess.run(["rm", "-rf", tmp])
+    if failures:
+        print(f"     kept for a look: {tmp}", flush=True)
+    else:
+        subprocess.run(["rm", "-rf", tmp])
     print("FAILED: " + "; ".join(failures) if failures else "all ok")
     return 1 if failures else 0
 

@@ -1248,5 +1248,70 @@ TEST(DiagnoseEngine, ASlowerWireThatMovesALittleTimeIntoTheBusyTimeIsStillTheNet
   for (const auto& g : busier.findings) EXPECT_NE(g.cause, Cause::kNetworkSlow) << text_of(busier);
 }
 
+// A healthy pp=2 tp=2 job of strata-sim (recorded twice, tests/testbed/parallel_roles_test.py)
+// whose ranks compute on a device (stage 0: 50 ms per step, stage 1: 98 ms) and run their collectives
+// over TCP on 2 shared CPUs: the VM slowed, the step grew 165 -> 199 ms, the collectives 28 ms of
+// it, every rank's busy time 5 ms (19% of the collectives' growth, but 14% of the 37 ms the host
+// does itself). No OS past (the first window is warm-up, the second straddles the change); TCP
+// connections recorded, all alike. The collectives of a slower host, not a slower wire: no
+// network-slow. The same collectives' growth with the busy time as it was is the network.
+// `stages` pipeline stages of 2 ranks each; `slow_stage` >= 0: that stage's devices compute longer
+// instead, and every other rank waits for them.
+JobWindow device_job_slower_host(double busy_up, size_t stages = 2, int slow_stage = -1) {
+  SyntheticSpec spec;
+  spec.ranks = 2 * stages;
+  spec.step_ms = 165;
+  spec.past = true;
+  JobWindow job = make_synthetic_job(spec);
+  const size_t n = job.ranks.size();
+  job.peer_group.clear();
+  for (size_t i = 0; i < n; ++i) {
+    auto& r = job.ranks[i];
+    const int stage = static_cast<int>(i / 2);
+    job.peer_group.push_back(stage);
+    const double device = stage % 2 ? 98.5 : 50.3, wait = stage % 2 ? 30.0 : 78.0;
+    r.kernels.clear();
+    r.past.kernels.clear();
+    r.past.os.fill(kUnknown);
+    r.base.step_ms = r.past.step_ms = 165.3;
+    r.base.wait_ms = r.past.wait_ms = wait;
+    r.base.device_compute_ms = r.past.device_compute_ms = r.now.device_compute_ms = device;
+    r.base.gpu_idle_ms = r.now.gpu_idle_ms = kUnknown;
+    r.now.step_ms = 165.3 + 28.1 + busy_up;
+    r.now.wait_ms = wait + 28.1;
+    if (stage == slow_stage) {
+      // Its devices compute longer; every other rank waits for them.
+      r.now.device_compute_ms += 28.1 + busy_up;
+      r.now.wait_ms = wait;
+    }
+    // Its TCP ring, every connection alike (the recording's transport): no one link is slower.
+    const std::string self = "10.0.0." + std::to_string(i + 1) + ":5000";
+    const std::string next = "10.0.0." + std::to_string((i + 1) % n + 1) + ":5000";
+    const std::string prev = "10.0.0." + std::to_string((i + n - 1) % n + 1) + ":5000";
+    r.links.push_back(TcpLink{self, next, 0.2, 4e6, 0, 20});
+    r.links.push_back(TcpLink{self, prev, kUnknown, 0, 4e6, 0});
+  }
+  return job;
+}
+
+TEST(DiagnoseEngine, LongerCollectivesOfDeviceComputingRanksOnASlowerHostAreNotASlowNetwork) {
+  auto dx = diagnose(device_job_slower_host(5.4));
+  EXPECT_GT(dx.step_ms, 1.15 * dx.baseline_step_ms) << "the job did slow down";
+  for (const auto& f : dx.findings) EXPECT_NE(f.cause, Cause::kNetworkSlow) << text_of(dx);
+  auto net = diagnose(device_job_slower_host(0));
+  ASSERT_FALSE(net.findings.empty()) << text_of(net);
+  EXPECT_EQ(net.findings[0].cause, Cause::kNetworkSlow) << text_of(net);
+  EXPECT_EQ(net.findings[0].scope, Scope::kJob) << text_of(net);
+}
+
+// A pp=4 tp=2 job whose stage 1 computes longer (both its GPUs: one node's power cap): its two ranks
+// are each other's only peers, so neither stands out as a straggler, and the median rank's busy time
+// is as it was; the others wait for that stage. Their wait is its work, never the wire's.
+TEST(DiagnoseEngine, RanksWaitingForOneStageThatComputesLongerAreNotASlowNetwork) {
+  auto dx = diagnose(device_job_slower_host(5, 4, 1));
+  EXPECT_GT(dx.step_ms, 1.15 * dx.baseline_step_ms) << "the job did slow down";
+  for (const auto& f : dx.findings) EXPECT_NE(f.cause, Cause::kNetworkSlow) << text_of(dx);
+}
+
 }  // namespace
 }  // namespace strata::diagnose
