@@ -113,6 +113,24 @@ bool StepDetector::all_alike(size_t from, size_t to) const {
   return true;
 }
 
+bool StepDetector::part_of_longer(size_t p, size_t start) const {
+  // calls_[start, end) repeat with period p and calls_[start - 1] breaks it. A longer q that repeats
+  // over the same calls and the one before them too holds p's run inside its own: p is a part of
+  // the step (a pipeline stage's microbatches, [recv A A A] x 4 then [A A A send] x 4 then the
+  // step's all-reduce, whose p = 4 run ends where the step's next part begins), not the step. A
+  // multiple of p cannot hold where p breaks, so q is never p's own multiple.
+  if (start <= next_) return false;
+  const size_t n = calls_.size() - next_;
+  for (size_t q = p + 1; q <= std::min(kMaxPeriod, n / 3); ++q) {
+    // Over the last 2q calls at least (q repeats at the end), and back to the call before p's run.
+    const size_t from = std::min(start - 1 + q, calls_.size() - q);
+    bool periodic = true;
+    for (size_t i = calls_.size(); i-- > from && periodic;) periodic = calls_[i].signature == calls_[i - q].signature;
+    if (periodic && !all_alike(calls_.size() - 2 * q, calls_.size())) return true;
+  }
+  return false;
+}
+
 void StepDetector::phase_wins(size_t P, size_t end, size_t cycles, PhaseWins& w) const {
   w.start = end - cycles * P;
   w.wins.assign(P, 0);
@@ -266,6 +284,7 @@ bool StepDetector::try_lock(bool final) {
     if (p > 1 && all_alike(calls_.size() - 2 * p, calls_.size())) continue;
     size_t start = calls_.size() - 3 * p;
     while (start > next_ && calls_[start - 1].signature == calls_[start - 1 + p].signature) --start;
+    if (p > 1 && part_of_longer(p, start)) continue;
 
     // Every call alike (p = 1: gloo's "allreduce:0"): the signatures say nothing of the step. A
     // longer run is anchored by a change of signature (NCCL's bucket sizes, FSDP's all-gathers then

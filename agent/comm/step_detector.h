@@ -152,6 +152,7 @@ class StepDetector {
   void drop_front(size_t drop);
   // Calls [from, to) all have one signature.
   bool all_alike(size_t from, size_t to) const;
+  bool part_of_longer(size_t p, size_t start) const;
   bool period_matches(size_t begin) const;
   // How well period P fits the cycles of calls [end - cycles * P, end): its best phase.
   Fit score(size_t P, size_t end, size_t cycles) const;

@@ -7,6 +7,7 @@
 #include <cmath>
 #include <fstream>
 #include <random>
+#include <map>
 #include <set>
 #include <sstream>
 
@@ -525,6 +526,64 @@ TEST(StepDetector, ABarrierEveryFewIterationsIsFoundWhenNoTakeEndsOnIt) {
     EXPECT_EQ(d.occasional(), std::set<std::string>{"barrier:0::-1"});
     EXPECT_GE(steps.size(), 190u);
     EXPECT_GE(whole_iterations(steps, job, 2), 190u);
+  }
+}
+
+// A pipeline stage's iteration: M microbatches forward (receive the activations, three tensor-
+// parallel all-reduces), then M backward (three all-reduces, send the gradient back), then the
+// step's all-reduce over the world; stage 0 sends first and receives last. Inside it the
+// microbatches repeat ([R A A A] x M), and a take that lands inside such a run took that run for
+// the pattern: never enough of its cycles to decide, so no step until the job ended, then a few of
+// 4 calls (strata-sim --pp 2 --tp 2: 4 steps of 60 on stage 1). Here every take lands at the same
+// place of an iteration (a window that holds a whole number of steps), inside a microbatch run.
+TEST(StepDetector, PipelineMicrobatchesInsideAStepAreNotTheStep) {
+  for (size_t microbatches : {4u, 6u}) {
+    for (bool first_stage : {false, true}) {
+      const size_t per_step = 8 * microbatches + 1;
+      // Inside the forward run (two cycles and a half), at its end (M whole cycles), at the
+      // backward run's end (just before the world's all-reduce).
+      for (size_t at : {size_t{10}, 4 * microbatches - 1, 8 * microbatches - 1}) {
+        SCOPED_TRACE("microbatches " + std::to_string(microbatches) + (first_stage ? " stage 0" : " stage 1") + " take at call " +
+                     std::to_string(at) + " of each step");
+        Job job(at + microbatches);
+        const int iterations = 60;
+        for (int it = 0; it < iterations; ++it) {
+          for (int phase = 0; phase < 2; ++phase) {
+            const bool forward = phase == 0;
+            const bool receive = forward != first_stage;  // stage 1 receives going forward
+            for (size_t m = 0; m < microbatches; ++m) {
+              // The iteration's first call follows the optimizer and the next batch's loading (the
+              // boundary gap); a receive waits for the other stage.
+              const bool first = forward && m == 0;
+              if (receive) job.call("recv:262144:pp:0", first ? job.uniform(30, 60) : job.uniform(2, 15), 1);
+              for (int a = 0; a < 3; ++a)
+                job.call("allreduce:65536:tp:-1", first && !receive && a == 0 ? job.uniform(30, 60) : job.uniform(0.1, 3), job.uniform(0.5, 2));
+              if (!receive) job.call("send:262144:pp:1", job.uniform(0.1, 2), 1);
+            }
+          }
+          job.call("allreduce:4:world:-1", job.uniform(1, 5), 1);
+          job.end_iteration();
+        }
+        StepDetector d(500 * kMs);
+        std::vector<DetectedStep> steps;
+        for (size_t i = 0; i < job.calls.size(); ++i) {
+          d.add(job.calls[i]);
+          if (i % (10 * per_step) != at) continue;  // a take every 10 iterations
+          const size_t before = steps.size();
+          for (auto& st : d.take_steps()) steps.push_back(st);
+          if (i > 20 * per_step) {
+            EXPECT_GT(steps.size(), before) << "no step in the window ending at call " << i;
+          }
+        }
+        for (auto& st : d.take_steps(true)) steps.push_back(st);
+        std::map<size_t, size_t> calls;  // steps by their calls, for the failure message
+        for (const auto& st : steps) ++calls[st.calls];
+        std::string shape;
+        for (auto [c, k] : calls) shape += std::to_string(k) + " of " + std::to_string(c) + " calls; ";
+        EXPECT_GE(whole_iterations(steps, job, per_step), static_cast<size_t>(iterations - 2)) << shape;
+        EXPECT_LE(steps.size(), static_cast<size_t>(iterations)) << shape;
+      }
+    }
   }
 }
 
