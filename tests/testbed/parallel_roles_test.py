@@ -117,6 +117,9 @@ def main():
             pp_pos.setdefault(cid, {})[r] = pos
     groups = sorted(tuple(sorted(m)) for cid, m in pp_pos.items() if len(m) == 2)
     check(groups == [(0, 1), (0, 2), (1, 3), (2, 3)], f"TP pairs (0,1),(2,3) and PP pairs (0,2),(1,3): {groups}")
+    # Every rank's steps, stage 1's too (its microbatch runs were once taken for the step: 4 steps of 60).
+    steps = {r: rows(db, f"SELECT COUNT(*) FROM steps WHERE pid = {pids[r]}")[0][0] for r in range(4)}
+    check(all(steps[r] >= STEPS - 3 for r in range(4)), f"every rank's steps found ({steps} of {STEPS})")
     # The stages differ by design: stage 1's GPUs compute longer per step.
     dev = {r: rows(db, f"SELECT COALESCE(SUM(end_ns - start_ns), 0) FROM device_activity WHERE pid = {pids[r]} "
                        "AND kind = 'kernel'")[0][0] for r in range(4)}
