@@ -224,11 +224,13 @@ def test_io_stall_on_every_rank():
 
 
 def test_network_slow_on_every_rank():
-    t = ok_run(["--ranks", "4", "--steps", "20", "--fault", "network-slow:rank=all,start_step=5"])
+    # 20 Mbit (the default is 60): on a quiet machine the collectives take ~10x their baseline (400
+    # vs 35-45 ms). At 60 Mbit they took 3-4x, and CI, on a VM that had slowed, saw 1.86x once and
+    # 1.1x once (153 vs a baseline of 138 ms): the baseline's waits move with the machine's speed,
+    # the pacer's rate does not. The effect is meant to dwarf the machine's 2x drift.
+    t = ok_run(["--ranks", "4", "--steps", "20", "--fault", "network-slow:rank=all,start_step=5,rate_mbit=20"])
     f = t["fault"]
     assert (f["scope"], f["rank"]) == ("job", -1) and "every rank" in f["mechanism"], f
-    # 1.5x: the pacer at 60 Mbit roughly doubles the collectives' time, and CI on a quiet VM saw
-    # 1.86x once (rank 0: 144.9 vs 77.9 ms), as the baseline's waits move with the machine's speed.
     every_rank_slower(t, "comm_ms", 1.5)
 
 
@@ -336,10 +338,12 @@ def test_alloc_churn():
 
 
 def test_sync_copy():
-    # 256 synchronous 64 KiB reads (cudaMemcpy) after each step's optimizer on the culprit: its host
-    # is busy longer, so it waits least in the collectives and its peers wait for it.
-    steps, start = 25, 5
-    t = ok_run(["--ranks", "4", "--steps", str(steps), "--fault", "sync-copy:rank=1,start_step=%d" % start])
+    # 512 synchronous 64 KiB reads (cudaMemcpy) after each step's optimizer on the culprit: its host
+    # is busy longer, so it waits least in the collectives and its peers wait for it. 512, twice the
+    # default: the peers' wait grows ~85 ms per step on a quiet machine (256 gave 40-55 ms, and CI on
+    # a slowed VM once saw the check fail), well above the few ms the checks below need.
+    steps, start, copies = 25, 5, 512
+    t = ok_run(["--ranks", "4", "--steps", str(steps), "--fault", "sync-copy:rank=1,start_step=%d,copies=%d" % (start, copies)])
     f = t["fault"]
     assert (f["layer"], f["cause"], f["culprit"]) == ("cpu", "sync-memcpy", "cudaMemcpy"), f
     comm, comm_base = medians(t, "comm_ms"), medians(t, "comm_ms", baseline=True)
@@ -350,8 +354,8 @@ def test_sync_copy():
     for r in t["per_rank"]:
         c = r["calls"]
         if r["rank"] == 1:
-            assert c["cudaMemcpy"] == 256 * (steps - start), c
-            assert c["bytes:cudaMemcpy"] == 256 * (steps - start) * 64 * 1024, c
+            assert c["cudaMemcpy"] == copies * (steps - start), c
+            assert c["bytes:cudaMemcpy"] == copies * (steps - start) * 64 * 1024, c
         else:
             assert "cudaMemcpy" not in c, c
 
