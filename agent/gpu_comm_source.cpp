@@ -29,6 +29,7 @@
 #include "agent/runtimes/library_closure.h"
 #include "agent/runtimes/runtimes.h"
 #include "bpf/gpu_comm.skel.h"
+#include "common/forgetful_set.h"
 #include "symbolize/symbolizer.h"
 
 namespace strata::agent {
@@ -80,6 +81,15 @@ constexpr size_t kMaxInitAllHandles = STRATA_NCCL_ID_BYTES / sizeof(uint64_t);
 // well past them, and far below the diagnosis's hang bound (diagnose Options::hang_s, 10 s).
 constexpr double kInFlightReportS = 1.0;
 
+// Files found to carry no runtime are remembered, node-wide, up to this many: a node runs new
+// images and .so files compiled at run time for as long as it runs. A process maps a few hundred
+// files, so this holds every file of tens of distinct images; past it the set is forgotten and a
+// file seen again is examined once more (its ELF symbols read again).
+constexpr size_t kMaxRejectedFiles = 8192;
+// The files one process maps that were considered: far above the few hundred a process maps at
+// once, reached only by a process that keeps loading new files (JIT-compiled kernels' .so files).
+constexpr size_t kMaxMappedFiles = 4096;
+
 // The ncclComm_t argument of an NCCL collective, per the NCCL 2.28 signatures (nccl.h), as the
 // return's decoding reads it (handle()).
 uint64_t nccl_comm_arg(uint32_t api, const __u64* a) {
@@ -124,7 +134,9 @@ struct ProcState {
   // CUfunction handle -> kernel name, from cuModuleGetFunction / cuFuncGetName returns: a driver
   // launch passes only the handle (heap memory, nothing to symbolize).
   std::unordered_map<uint64_t, std::string> driver_names;
-  std::set<std::string> mapped_files;            // runtime files this process maps
+  // The files this process maps that were considered (runtime or not); a process that loads .so
+  // files compiled at run time maps new ones for as long as it runs (kMaxMappedFiles).
+  ForgetfulSet<std::string> mapped_files{kMaxMappedFiles};
   uint64_t last_scan = 0;
   uint64_t exec_mono = 0;
   bool maps_changed = false;
@@ -589,6 +601,7 @@ class GpuCommSource final : public Source {
     out.emplace_back("gpu_comm.gpu_processes_without_timeline", static_cast<double>(no_timeline));
     out.emplace_back("gpu_comm.device_records_summarized", static_cast<double>(device_records_summarized_));
     out.emplace_back("gpu_comm.attached_files", static_cast<double>(files_.size()));
+    out.emplace_back("gpu_comm.rejected_files_forgotten", static_cast<double>(rejected_.forgets()));
     out.emplace_back("gpu_comm.attach_errors", static_cast<double>(attach_errors_));
     out.emplace_back("gpu_comm.uprobe_multi", multi_ ? 1.0 : 0.0);
     out.emplace_back("gpu_comm.bpf_run_s", static_cast<double>(bpf_run_time(skel_->obj).ns) / 1e9);
@@ -729,7 +742,7 @@ class GpuCommSource final : public Source {
     auto maps = read_proc_maps(st.pid);
     if (!maps) return;
     for (const auto& m : *maps) {
-      if (!m.executable || m.path.empty() || m.path[0] != '/' || st.mapped_files.count(m.path)) continue;
+      if (!m.executable || m.path.empty() || m.path[0] != '/' || st.mapped_files.contains(m.path)) continue;
       // Probed only when the path still leads to the mapped file (device and inode of the maps
       // line), not to one swapped in under it or reached by a link out of the container.
       if (!open_mapped_file(st.pid, m)) {
@@ -742,14 +755,14 @@ class GpuCommSource final : public Source {
 
   // A file the process maps (or will map): attach to the runtimes it carries, once per file.
   void consider_file(ProcState& st, const std::string& seen_path) {
-    if (st.mapped_files.count(seen_path)) return;
+    if (st.mapped_files.contains(seen_path)) return;
     st.mapped_files.insert(seen_path);
     // Read through the process's root: the file may live in its container.
     std::string path = "/proc/" + std::to_string(st.pid) + "/root" + seen_path;
     std::string key = file_key(path);
     auto it = files_.find(key);
     if (it == files_.end()) {
-      if (rejected_.count(key)) return;
+      if (rejected_.contains(key)) return;
       auto rts = recognize_runtimes(path);
       if (!rts || rts->empty()) {
         rejected_.insert(key);
@@ -1489,7 +1502,7 @@ class GpuCommSource final : public Source {
   std::map<uint32_t, ProcState> procs_;
   std::map<std::string, AttachedFile> files_;          // by dev:inode
   std::map<std::string, std::string> file_paths_;
-  std::set<std::string> rejected_;                     // files that are no runtime
+  ForgetfulSet<std::string> rejected_{kMaxRejectedFiles};  // files that are no runtime, by dev:inode
   std::map<uint32_t, std::set<std::string>> st_files_; // pid -> file keys
 
   std::vector<store::CommunicatorRecord> new_comms_;

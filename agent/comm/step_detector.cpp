@@ -371,7 +371,7 @@ bool StepDetector::split_occasional(size_t start, size_t p, bool final, bool& un
   for (size_t i = start; i < start + p; ++i) ++count[calls_[i].signature];
   std::set<std::string> once;
   for (const auto& [sig, n] : count) {
-    if (n == 1 && !rejected_.count(sig)) once.insert(sig);
+    if (n == 1 && !rejected_.contains(sig)) once.insert(sig);
   }
   if (once.empty() || p - once.size() < kMinOccasionalRepeats) {
     trial_.reset();
@@ -404,7 +404,9 @@ bool StepDetector::split_occasional(size_t start, size_t p, bool final, bool& un
   if (!trial.locked_ || trial.inner_) {
     // Not decided yet (calls all alike wait for kDecideCycles cycles), or nothing repeats.
     undecided = !final && !trial.inner_;
-    if (!undecided) rejected_.insert(once.begin(), once.end());
+    if (!undecided) {
+      for (const auto& sig : once) rejected_.insert(sig);
+    }
     // Kept for the next take only as a new one fed the same calls would be: an undecided take
     // changes nothing else in it (it holds every call it was fed, and locks nothing), but the
     // signatures its own trials rejected would be tried again by a new one.
@@ -416,7 +418,7 @@ bool StepDetector::split_occasional(size_t start, size_t p, bool final, bool& un
   // the period at least kMinOccasionalRepeats times.
   const bool evidence = trial.alike_ ? trial.timed_ || trial.cut_ns_ : true;
   if (!evidence || trial.period_ * kMinOccasionalRepeats > rest) {
-    rejected_.insert(once.begin(), once.end());
+    for (const auto& sig : once) rejected_.insert(sig);
     trial_.reset();
     return false;
   }

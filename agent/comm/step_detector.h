@@ -27,6 +27,8 @@
 #include <string>
 #include <vector>
 
+#include "common/forgetful_set.h"
+
 namespace strata::agent {
 
 struct CollectiveCall {
@@ -198,7 +200,12 @@ class StepDetector {
   // wait in extras_ until a step that holds them is emitted. Signatures tried and rejected are
   // not tried again.
   std::unique_ptr<StepDetector> inner_;
-  std::set<std::string> occasional_, rejected_;
+  std::set<std::string> occasional_;
+  // Signatures tried as occasional calls and refused. A job whose sizes vary (dynamic shapes) makes
+  // new signatures for as long as it runs; past this many the set is forgotten, and a signature
+  // refused before may be tried again (a trial's CPU, never a wrong step).
+  static constexpr size_t kMaxRejectedSignatures = 1024;
+  ForgetfulSet<std::string> rejected_{kMaxRejectedSignatures};
   std::vector<CollectiveCall> extras_;
   std::vector<DetectedStep> pending_;  // emitted by inner_ while it was tried
   // The detector split_occasional tries while it cannot decide yet, kept between takes and fed only
