@@ -2907,6 +2907,57 @@ void compare_opinions(Diagnosis& dx) {
 
 }  // namespace
 
+// A rank alone in its parallel role (a pipeline stage of one rank: pp without data-parallel
+// replicas) has no peer to compare with; the job's past is its reference. Its busy time's growth
+// over its own baseline, beyond the median growth of the other ranks (a machine that slowed grows
+// every rank's busy time; one rank's own slower work grows its own). Unknown without a baseline.
+std::optional<double> own_past_excess(const JobWindow& job, size_t c, const std::vector<double>& busy) {
+  auto growth = [&](size_t i) {
+    const RankWindow& r = job.ranks[i];
+    return r.base.steps > 0 && known(busy[i]) && known(r.base.busy_ms()) ? busy[i] - r.base.busy_ms() : kUnknown;
+  };
+  double mine = growth(c);
+  if (!known(mine)) return std::nullopt;
+  std::vector<double> others;
+  for (size_t i = 0; i < job.ranks.size(); ++i) {
+    if (i != c) others.push_back(growth(i));
+  }
+  double theirs = others.empty() ? 0.0 : median(std::move(others));
+  if (!known(theirs)) return std::nullopt;
+  return mine - theirs;
+}
+
+// Rank c and its own healthy past as its one peer: a job of two ranks for the layer rules.
+JobWindow with_own_past(const JobWindow& job, size_t c) {
+  JobWindow alone;
+  alone.job = job.job;
+  alone.start_ns = job.start_ns;
+  alone.end_ns = job.end_ns;
+  alone.observed_until_ns = job.observed_until_ns;
+  alone.communicator = job.communicator;
+  alone.names = job.names;
+  alone.python_functions = job.python_functions;
+  alone.cuda_runtime_frames = job.cuda_runtime_frames;
+  const RankWindow& r = job.ranks[c];
+  RankWindow before;
+  before.rank = r.rank;
+  before.pid = r.pid;
+  before.node = r.node;
+  before.now = r.base;
+  before.base = r.base;
+  before.os = r.past.os;
+  before.gpu = r.gpu;
+  before.kernels = r.past.kernels;
+  before.oncpu = r.past.oncpu;
+  before.offcpu = r.past.offcpu;
+  before.neighbours = r.past.neighbours;
+  before.process = r.process;
+  before.workers = r.workers;
+  alone.ranks = {r, std::move(before)};
+  alone.peer_group = {0, 0};
+  return alone;
+}
+
 Diagnosis diagnose(const JobWindow& job, const Options& opt) {
   Diagnosis dx;
   dx.job = job.job;
@@ -2955,6 +3006,7 @@ Diagnosis diagnose(const JobWindow& job, const Options& opt) {
     struct Cand {
       size_t i;
       double extra;
+      bool own_past = false;  // alone in its parallel role: measured against its own healthy past
     };
     std::vector<Cand> cands;
     // Ranks in different parallel roles (pipeline stages) differ by design: each is compared
@@ -3010,7 +3062,13 @@ Diagnosis diagnose(const JobWindow& job, const Options& opt) {
           for (size_t k : group_members[job.peer_group[i]]) {
             if (k != i && known(busy[k])) others.push_back(busy[k]);
           }
-          if (others.empty()) continue;  // no rank does its work: nothing to compare it with
+          if (others.empty()) {
+            // No rank does its work (the only rank of its pipeline stage): its own healthy past is
+            // its reference, and its growth stands out against the other ranks' growth.
+            if (auto e = own_past_excess(job, i, busy); slow && e && *e >= std::max({0.25 * lost, 0.03 * dx.step_ms, 2.0}))
+              cands.push_back({i, *e, true});
+            continue;
+          }
           ref = median(others);
           if (!known(ref)) continue;
           noise = others.size() >= kMinGroupNoise ? robust_sigma(others, ref) : pooled_noise(job.peer_group[i]);
@@ -3072,9 +3130,13 @@ Diagnosis diagnose(const JobWindow& job, const Options& opt) {
         head.push_back("job step time " + ms(dx.step_ms) + " vs its baseline " + ms(dx.baseline_step_ms) + " (+" +
                        fmt("%.0f%%", 100 * lost / dx.baseline_step_ms) + ")");
       }
-      head.push_back(rank_name(r) + " is the straggler: busy " + ms(r.now.busy_ms()) + " per step vs " + ms(busy_peers) +
-                     " on its peers; waits " + ms(r.now.wait_ms) + " in collectives vs " + ms(wait_peers));
-      if (job.peer_group.size() == n)
+      if (k.own_past)
+        head.push_back(rank_name(r) + " is the straggler: busy " + ms(r.now.busy_ms()) + " per step vs " + ms(r.base.busy_ms()) +
+                       " in its own past; waits " + ms(r.now.wait_ms) + " in collectives vs " + ms(r.base.wait_ms));
+      else
+        head.push_back(rank_name(r) + " is the straggler: busy " + ms(r.now.busy_ms()) + " per step vs " + ms(busy_peers) +
+                       " on its peers; waits " + ms(r.now.wait_ms) + " in collectives vs " + ms(wait_peers));
+      if (job.peer_group.size() == n && !k.own_past)
         head.push_back("its peers: the " + std::to_string(peers.size()) + (peers.size() == 1 ? " other rank" : " other ranks") +
                        " of its parallel role (its pipeline stage, from the communicators it shares)");
       double z = rank_noise[k.i] > 0 ? k.extra / rank_noise[k.i] : 100;
@@ -3091,6 +3153,16 @@ Diagnosis diagnose(const JobWindow& job, const Options& opt) {
         if (auto other = to_finding(job, k.i, cost, descend(job, k.i, k.extra, false), {}, locate, Scope::kRank);
             other && other->culprit != "unknown" && other->cause != Cause::kGpuSlow)
           f.evidence.push_back(std::string("also: ") + cause_name(other->cause) + " (" + other->culprit + ")");
+        continue;
+      }
+      if (k.own_past) {
+        // Its past as its one peer: every layer's rule reads "its peers" as the rank before.
+        JobWindow alone = with_own_past(job, k.i);
+        head.push_back(rank_name(r) + " does work no other rank does (alone in its parallel role): compared with its own healthy past, "
+                       "its busy time grew " + ms(k.extra) + " per step more than the other ranks' did; \"its peers\" below is "
+                       "the rank itself before");
+        if (auto f = to_finding(alone, 0, cost, descend(alone, 0, k.extra, false), std::move(head), locate, Scope::kRank))
+          dx.findings.push_back(std::move(*f));
         continue;
       }
       if (auto f = to_finding(job, k.i, cost, descend(job, k.i, k.extra, false), std::move(head), locate, Scope::kRank))

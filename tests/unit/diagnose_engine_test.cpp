@@ -1313,5 +1313,56 @@ TEST(DiagnoseEngine, RanksWaitingForOneStageThatComputesLongerAreNotASlowNetwork
   for (const auto& f : dx.findings) EXPECT_NE(f.cause, Cause::kNetworkSlow) << text_of(dx);
 }
 
+// A pp=4 job without data-parallel replicas: each rank is alone in its stage, so no rank has a peer
+// to be compared with. Stage `slow` (-1: none) computes `dev_up` ms more per step on its GPU and
+// the others wait for it; `drift` ms more busy time on every rank is the machine slowing alike.
+// Recorded shape: strata-sim --pp 4, gpu-slow on rank 2 from step 25 (busy 157 -> 255 ms, its
+// peers' waits +98 ms); before, no finding (the ranks had no peers, and the job's median rank did
+// not grow), and on two ranks a job-wide gpu-slow of "every rank".
+JobWindow lone_stages_job(int slow, double dev_up, double drift = 0, size_t stages = 4) {
+  SyntheticSpec spec;
+  spec.ranks = stages;
+  spec.step_ms = 380;
+  spec.past = true;
+  JobWindow job = make_synthetic_job(spec);
+  job.peer_group.clear();
+  for (size_t i = 0; i < job.ranks.size(); ++i) {
+    auto& r = job.ranks[i];
+    job.peer_group.push_back(static_cast<int>(i));
+    r.kernels.clear();
+    r.past.kernels.clear();
+    r.past.os.fill(kUnknown);
+    r.base.step_ms = r.past.step_ms = 380;
+    r.base.wait_ms = r.past.wait_ms = 223;
+    r.base.device_compute_ms = r.past.device_compute_ms = r.now.device_compute_ms = 50;
+    r.base.gpu_idle_ms = r.now.gpu_idle_ms = kUnknown;
+    r.now.step_ms = 380 + dev_up + drift;
+    r.now.wait_ms = 223 + dev_up;
+    if (static_cast<int>(i) == slow) {
+      r.now.device_compute_ms += dev_up;
+      r.now.wait_ms = 223;
+    }
+  }
+  return job;
+}
+
+TEST(DiagnoseEngine, ARankAloneInItsStageIsComparedWithItsOwnPast) {
+  for (size_t stages : {2u, 4u}) {
+    for (int slow = 0; slow < static_cast<int>(stages); ++slow) {
+      SCOPED_TRACE("stages " + std::to_string(stages) + ", slow stage " + std::to_string(slow));
+      auto dx = diagnose(lone_stages_job(slow, 98, 0, stages));
+      ASSERT_FALSE(dx.findings.empty()) << text_of(dx);
+      const Finding& f = dx.findings[0];
+      EXPECT_EQ(f.rank, slow) << text_of(dx);
+      EXPECT_EQ(f.cause, Cause::kGpuSlow) << text_of(dx);
+      for (const auto& g : dx.findings) EXPECT_EQ(g.rank, slow) << text_of(dx);
+      EXPECT_NE(text_of(dx).find("its own healthy past"), std::string::npos) << text_of(dx);
+    }
+  }
+  // The machine slowed alike: every lone rank's busy time grew as much as the others'. No rank.
+  auto drift = diagnose(lone_stages_job(-1, 20, 8));
+  for (const auto& g : drift.findings) EXPECT_EQ(g.scope, Scope::kJob) << text_of(drift);
+}
+
 }  // namespace
 }  // namespace strata::diagnose
