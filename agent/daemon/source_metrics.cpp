@@ -47,6 +47,8 @@ const std::vector<SourceMetric>& source_metrics() {
        "Device-timeline records folded into per-window summaries."},
       {"gpu_comm.attached_files", "strata_agent_gpu_comm_attached_files", "gauge", 1,
        "Libraries (CUDA, NCCL, gloo) the probes are attached to now."},
+      {"gpu_comm.rejected_files_forgotten", "strata_agent_gpu_comm_rejected_files_forgotten_total", "counter", 1,
+       "Times the set of files known to carry no CUDA/NCCL/gloo runtime was forgotten at its cap (each is examined again when seen)."},
       {"gpu_comm.attach_errors", "strata_agent_gpu_comm_attach_errors_total", "counter", 1,
        "Probe attachments that failed."},
       {"gpu_comm.uprobe_multi", "strata_agent_gpu_comm_uprobe_multi", "gauge", 1,
