@@ -1658,8 +1658,11 @@ std::vector<JobCandidate> job_layers(const JobWindow& job, double lost) {
   // busy time (step minus wait) did not grow (kNetworkHostGrowth), or grew by a small share of the
   // wait's growth (kNetworkHostShareOfWait), and they did not wait longer for a CPU.
   double wait = median_growth(job, [](const RankWindow& r) { return r.now.wait_ms; }, [](const RankWindow& r) { return r.past.wait_ms; });
-  double host = median_growth(job, [](const RankWindow& r) { return r.now.busy_ms(); },
-                              [](const RankWindow& r) { return r.past.step_ms - r.past.wait_ms; });
+  // Each rank's busy time growth over its past: the median rank's is the hosts', the largest a straggler's.
+  const auto busy_up = column(job, [](const RankWindow& r) {
+    return r.past.windows > 0 ? r.now.busy_ms() - (r.past.step_ms - r.past.wait_ms) : kUnknown;
+  });
+  double host = median(busy_up);
   // The host's part of the busy time: what a slower host can stretch (busy minus the device's time,
   // where the ranks compute on a device).
   double device_past = median(column(job, [](const RankWindow& r) { return r.past.windows > 0 ? r.past.device_compute_ms : kUnknown; }));
@@ -1671,8 +1674,7 @@ std::vector<JobCandidate> job_layers(const JobWindow& job, double lost) {
   }));
   double host_bound = on_device ? kNetworkHostGrowth * host_past : std::max(kNetworkHostGrowth * host_past, kNetworkHostShareOfWait * wait);
   double most_busy_up = kUnknown;  // the rank whose busy time grew most
-  for (const auto& r : job.ranks) {
-    double up = r.past.windows > 0 ? r.now.busy_ms() - (r.past.step_ms - r.past.wait_ms) : kUnknown;
+  for (double up : busy_up) {
     if (known(up) && !(known(most_busy_up) && most_busy_up >= up)) most_busy_up = up;
   }
   double runq_up = os_growth(Os::kRunqWait);
@@ -2905,8 +2907,6 @@ void compare_opinions(Diagnosis& dx) {
   if (ot.fitted) so.summary += "; over time: " + (t_disagrees ? t_summary : std::string("agrees"));
 }
 
-}  // namespace
-
 // A rank alone in its parallel role (a pipeline stage of one rank: pp without data-parallel
 // replicas) has no peer to compare with; the job's past is its reference. Its busy time's growth
 // over its own baseline, beyond the median growth of the other ranks (a machine that slowed grows
@@ -2957,6 +2957,8 @@ JobWindow with_own_past(const JobWindow& job, size_t c) {
   alone.peer_group = {0, 0};
   return alone;
 }
+
+}  // namespace
 
 Diagnosis diagnose(const JobWindow& job, const Options& opt) {
   Diagnosis dx;
@@ -3047,6 +3049,10 @@ Diagnosis diagnose(const JobWindow& job, const Options& opt) {
       }
       return it->second;
     };
+    // The least extra busy time that makes a straggler, above its reference's noise.
+    auto straggler_floor = [&](double noise) {
+      return slow ? std::max({0.25 * lost, 0.03 * dx.step_ms, 4 * noise, 2.0}) : std::max({opt.min_spatial * dx.step_ms, 6 * noise, 5.0});
+    };
     if (known(busy_med)) {
       for (size_t i = 0; i < n; ++i) {
         if (!known(busy[i])) continue;
@@ -3065,7 +3071,7 @@ Diagnosis diagnose(const JobWindow& job, const Options& opt) {
           if (others.empty()) {
             // No rank does its work (the only rank of its pipeline stage): its own healthy past is
             // its reference, and its growth stands out against the other ranks' growth.
-            if (auto e = own_past_excess(job, i, busy); slow && e && *e >= std::max({0.25 * lost, 0.03 * dx.step_ms, 2.0}))
+            if (auto e = own_past_excess(job, i, busy); slow && e && *e >= straggler_floor(0))
               cands.push_back({i, *e, true});
             continue;
           }
@@ -3081,8 +3087,7 @@ Diagnosis diagnose(const JobWindow& job, const Options& opt) {
           ref = median(others);
           noise = robust_sigma(others, ref);
         }
-        double floor = slow ? std::max({0.25 * lost, 0.03 * dx.step_ms, 4 * noise, 2.0})
-                            : std::max({opt.min_spatial * dx.step_ms, 6 * noise, 5.0});
+        double floor = straggler_floor(noise);
         double e = busy[i] - ref;
         if (e < floor) continue;
         // Without a temporal slowdown, demand that the peers really wait for this rank.
