@@ -1244,9 +1244,11 @@ Hypothesis cpu_hypothesis(const RankCase& k) {
   // A path the peers do not run is a hotspot; more of the usual work explains less.
   bool fresh = k.hot && k.hot->peers_ms < kFreshPathShare * k.hot->culprit_ms;
   constexpr double kUsualWork = 0.59;  // 0.5 of 0.85: more of the usual work is a weak sign
-  // The work's share of the CPU time explains the same share of the wait that CPU time predicts.
+  // The work's share of the extra CPU time explains the same share of the wait for a CPU: the
+  // wait its CPU demand predicts, and the wait beyond it that no neighbour accounts for (a function
+  // that is a quarter of the extra work is a quarter of why it queues).
   double work_share = fresh ? (k.cpu > 0 ? std::min(1.0, k.hot->excess_ms / k.cpu) : 0) : kUsualWorkShare;
-  h.explained_ms = work_share * (k.cpu + k.own_queue_ms) + k.queued_ms;
+  h.explained_ms = work_share * (k.cpu + k.own_queue_ms + k.queued_ms);
   h.certainty = fresh ? 1 : kUsualWork;
   h.evidence.push_back(k.who + " runs on the CPU " + ms(r.get(Os::kCpu)) + " per step vs " + ms(k.cpu_peers) + " on its peers");
   if (k.own_queue_ms > 0)
@@ -3003,6 +3005,8 @@ Diagnosis diagnose(const JobWindow& job, const Options& opt) {
     // -- 2. localize: the straggler computes longest and waits least.
     auto busy = column(job, [](const RankWindow& r) { return r.now.busy_ms(); });
     double busy_med = median(busy);
+    // The same in the job's healthy past (kUnknown: no past), for what a straggler's gap was then.
+    auto base_busy = column(job, [](const RankWindow& r) { return r.base.steps > 0 ? r.base.busy_ms() : kUnknown; });
     double busy_noise = robust_sigma(busy, busy_med);
     double wait_med = median(column(job, [](const RankWindow& r) { return r.now.wait_ms; }));
     struct Cand {
@@ -3015,6 +3019,7 @@ Diagnosis diagnose(const JobWindow& job, const Options& opt) {
     // with its peer group only.
     const bool grouped = job.peer_group.size() == n;
     std::vector<double> rank_noise(n, busy_noise);
+    double base_busy_med = median(base_busy);
     // A small group cannot tell its noise from one or two other values: its noise is pooled over
     // the other groups, as each rank's distance from its own group's median (the rank's own group
     // left out, so that a straggler in a group of two does not make its own noise).
@@ -3022,12 +3027,15 @@ Diagnosis diagnose(const JobWindow& job, const Options& opt) {
     std::vector<double> all_resid;
     std::map<int, std::vector<double>> by_group;         // known busy times per group
     std::map<int, std::vector<size_t>> group_members;   // rank indices per group
-    std::map<int, double> group_med, group_noise;
+    std::map<int, double> group_med, group_noise, group_base_med;
     if (grouped) {
+      std::map<int, std::vector<double>> base_by_group;
       for (size_t i = 0; i < n; ++i) {
         group_members[job.peer_group[i]].push_back(i);
         if (known(busy[i])) by_group[job.peer_group[i]].push_back(busy[i]);
+        base_by_group[job.peer_group[i]].push_back(base_busy[i]);
       }
+      for (auto& [g, v] : base_by_group) group_base_med[g] = median(std::move(v));
       for (auto& [g, v] : by_group) {
         group_med[g] = median(v);
         group_noise[g] = robust_sigma(v, group_med[g]);
@@ -3059,15 +3067,18 @@ Diagnosis diagnose(const JobWindow& job, const Options& opt) {
         // Small jobs: compare with the others only, so the culprit pulls neither the median nor
         // the noise (with 4 ranks, one straggler and one long waiter would double the MAD).
         double ref = busy_med, noise = busy_noise;
+        double base_ref = base_busy_med;  // the same reference's busy time in the job's past
         if (grouped && group_members[job.peer_group[i]].size() > kSmallGroup) {
           // A large group, as a large job: its own median and noise (linear in ranks, not square).
           ref = group_med[job.peer_group[i]];
           noise = rank_noise[i] = group_noise[job.peer_group[i]];
+          base_ref = group_base_med[job.peer_group[i]];
         } else if (grouped) {
-          std::vector<double> others;
+          std::vector<double> others, others_base;
           for (size_t k : group_members[job.peer_group[i]]) {
-            if (k != i && known(busy[k])) others.push_back(busy[k]);
+            if (k != i && known(busy[k])) others.push_back(busy[k]), others_base.push_back(base_busy[k]);
           }
+          base_ref = median(std::move(others_base));
           if (others.empty()) {
             // No rank does its work (the only rank of its pipeline stage): its own healthy past is
             // its reference, and its growth stands out against the other ranks' growth.
@@ -3080,16 +3091,23 @@ Diagnosis diagnose(const JobWindow& job, const Options& opt) {
           noise = others.size() >= kMinGroupNoise ? robust_sigma(others, ref) : pooled_noise(job.peer_group[i]);
           rank_noise[i] = noise;
         } else if (n <= 64) {
-          std::vector<double> others;
+          std::vector<double> others, others_base;
           for (size_t k = 0; k < n; ++k) {
-            if (k != i) others.push_back(busy[k]);
+            if (k != i) others.push_back(busy[k]), others_base.push_back(base_busy[k]);
           }
           ref = median(others);
           noise = robust_sigma(others, ref);
+          base_ref = median(std::move(others_base));
         }
         double floor = straggler_floor(noise);
         double e = busy[i] - ref;
         if (e < floor) continue;
+        // Why the job slowed is what changed: a rank that was busier than the same peers by as much
+        // in the job's healthy past (a slower CPU it is pinned to, a share of the work that is its
+        // by design) is not it. Its gap's growth must clear the floor. A healthy 2-rank DDP job,
+        // pinned one rank per CPU, slowed 11% on a busy node while rank 1 stayed 55-80 ms per
+        // step busier than rank 0, as it had been from its first step.
+        if (slow && known(base_ref) && known(base_busy[i]) && e - std::max(0.0, base_busy[i] - base_ref) < floor) continue;
         // Without a temporal slowdown, demand that the peers really wait for this rank.
         if (!slow && !(known(wait_med) && wait_med >= 0.5 * e)) continue;
         cands.push_back({i, e});

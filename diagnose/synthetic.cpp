@@ -167,6 +167,7 @@ JobWindow make_synthetic_job(const SyntheticSpec& spec) {
   // Busy time: device compute plus the launch gaps where the GPU idled for the CPU.
   std::vector<double> busy(spec.ranks);
   for (size_t i = 0; i < spec.ranks; ++i) busy[i] = job.ranks[i].now.device_compute_ms + job.ranks[i].now.gpu_idle_ms;
+  const std::vector<double> healthy_busy = busy;  // before the faults: the baseline's
   const double healthy_step = 0.72 * s + 0.28 * s;  // slowest healthy rank + the collective itself
   double comm = 0.28 * s;
   double link_wait = 0;
@@ -322,7 +323,7 @@ JobWindow make_synthetic_job(const SyntheticSpec& spec) {
       r.base.steps = 300;
       r.base.step_ms = healthy_step;
       r.base.step_mad_ms = 0.01 * healthy_step;
-      r.base.wait_ms = healthy_step - (r.now.device_compute_ms + r.now.gpu_idle_ms);
+      r.base.wait_ms = healthy_step - healthy_busy[i];
       r.base.wait_ms = std::max(r.base.wait_ms, 0.2 * s);
     }
   }
