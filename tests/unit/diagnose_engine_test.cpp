@@ -338,6 +338,33 @@ TEST(DiagnoseEngine, SlowLinkEndIsTheRankOnEverySlowConnection) {
   EXPECT_EQ(flat.findings[0].rank, 3) << text_of(flat);
 }
 
+// Every link slowed (each shaped, each queueing): the RTTs differ with how full each queue is. Rank 2,
+// on the two fullest (30 ms against 19 ms, 1.6x), is no culprit: every rank's connections are slow,
+// and the job's past says every collective grew. Seen on a 4-rank DDP job with every link shaped to
+// 40 Mbit/s: named rank 2's link for 50 s before. A rank whose connections are all 2x its peers'
+// best stays the culprit.
+TEST(DiagnoseEngine, LinksThatAreAllSlowAreTheFabricWhicheverQueuesMost) {
+  for (double rtt2 : {30.0, 40.0}) {
+    auto job = make_synthetic_job([] {
+      SyntheticSpec spec;
+      spec.ranks = 4;
+      spec.past = true;
+      spec.faults = {PlantedFault{kAllRanks, "network-slow", 40}};
+      return spec;
+    }());
+    for (size_t i : {1, 2}) {  // rank 1 sends to rank 2, rank 2 to rank 3
+      for (auto& l : job.ranks[i].links) {
+        if (l.sent_bytes > 0) l.srtt_ms = rtt2;
+      }
+    }
+    auto dx = diagnose(job);
+    ASSERT_FALSE(dx.findings.empty()) << text_of(dx);
+    const Finding& f = dx.findings[0];
+    EXPECT_EQ(std::string(cause_name(f.cause)), "network-slow") << text_of(dx);
+    EXPECT_EQ(f.rank, rtt2 >= 2 * 19.0 ? 2 : -1) << text_of(dx);
+  }
+}
+
 // Under a tight memory limit the rank's page cache is reclaimed and its data reads go to disk: more
 // time on block I/O than in reclaim itself. The limit is the cause, the disk reads its cost.
 TEST(DiagnoseEngine, ReclaimThatSendsReadsToDiskIsMemoryReclaimNotAnIoStall) {
