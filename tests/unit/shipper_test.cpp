@@ -249,10 +249,13 @@ TEST(Shipper, ABatchStuckOn503DoesNotStarveNewerOnes) {
   EXPECT_EQ(c.delivered("a"), (std::vector<uint64_t>{2, 3, 4}));
   // The stuck one stays in the spool, and is tried again after it was set aside (its three
   // failures, then the probe that got through, then it).
-  EXPECT_TRUE(wait_for([&] { return w->counters().batches_set_aside == 1; }));
-  auto k = w->counters();
-  EXPECT_EQ(k.spool_batches, 1u);
-  EXPECT_EQ(k.batches_held, 1u);
+  // The collector counts a batch delivered when it answers; the shipper takes it out of the spool
+  // when the answer arrives, a moment later: wait for the spool, not only for the collector.
+  EXPECT_TRUE(wait_for([&] {
+    auto k = w->counters();
+    return k.batches_set_aside == 1 && k.spool_batches == 1 && k.batches_held == 1;
+  })) << "set aside " << w->counters().batches_set_aside << ", spooled " << w->counters().spool_batches << ", held "
+      << w->counters().batches_held;
   EXPECT_TRUE(wait_for([&] {
     size_t n = 0;
     for (uint64_t id : c.seen("a")) n += id == 1;
