@@ -11,6 +11,7 @@
 #include <filesystem>
 #include <limits>
 #include <optional>
+#include <unordered_map>
 
 #include "symbolize/elf_file.h"
 #include "symbolize/symbol_table.h"
@@ -85,6 +86,37 @@ class LineTable {
   // when nothing is inlined there.
   void lookup_inlined(Dwarf_Die cu, uint64_t vaddr, const std::string& outer, std::string file, int line,
                       std::vector<InlinedFrame>& out) const {
+    if (!scope_index_) {
+      lookup_inlined_libdw(cu, vaddr, outer, std::move(file), line, out);
+      return;
+    }
+    const ScopeIndex& index = scopes_of(cu);
+    int32_t scope = index.innermost(vaddr);
+    Dwarf_Files* files = nullptr;
+    size_t nfiles = 0;
+    if (scope >= 0 && dwarf_getsrcfiles(&cu, &files, &nfiles) != 0) files = nullptr;
+    // Innermost first: each inlined scope is a function at the line where the next inner one was
+    // called; the chain ends at the function they were all inlined into.
+    for (; scope >= 0 && index.scopes[scope].inlined; scope = index.scopes[scope].parent) {
+      Dwarf_Die die;
+      if (dwarf_offdie(dwarf_.get(), index.scopes[scope].die, &die) == nullptr) break;
+      out.push_back(InlinedFrame{name_of_inlined(&die), file, line});
+      file.clear();
+      line = 0;
+      Dwarf_Attribute a;
+      Dwarf_Word w = 0;
+      if (files && dwarf_attr(&die, DW_AT_call_file, &a) && dwarf_formudata(&a, &w) == 0 && w < nfiles) {
+        if (const char* src = dwarf_filesrc(files, w, nullptr, nullptr)) file = src;
+      }
+      if (dwarf_attr(&die, DW_AT_call_line, &a) && dwarf_formudata(&a, &w) == 0) line = static_cast<int>(w);
+    }
+    if (!out.empty()) out.push_back(InlinedFrame{outer, file, line});
+  }
+
+  // The same answer from libdw's own scope walk (ElfOptions::inline_index off): two walks from the
+  // CU's root for every address, and one more per inlined function for its name.
+  void lookup_inlined_libdw(Dwarf_Die cu, uint64_t vaddr, const std::string& outer, std::string file, int line,
+                            std::vector<InlinedFrame>& out) const {
     // dwarf_getscopes gives the innermost scope at the address, but past an inlined instance it
     // goes on with the abstract definition's scopes; the concrete parents (the functions it was
     // inlined into) come from dwarf_getscopes_die on that innermost scope (as eu-addr2line -i).
@@ -100,7 +132,9 @@ class LineTable {
     size_t nfiles = 0;
     if (dwarf_getsrcfiles(&cu, &files, &nfiles) != 0) files = nullptr;
     for (int i = 0; i < n; ++i) {
-      if (dwarf_tag(&scopes[i]) != DW_TAG_inlined_subroutine) continue;
+      int tag = dwarf_tag(&scopes[i]);
+      if (tag == DW_TAG_subprogram) break;  // the function the chain was inlined into
+      if (tag != DW_TAG_inlined_subroutine) continue;
       out.push_back(InlinedFrame{inlined_name(&scopes[i]), file, line});
       file.clear();
       line = 0;
@@ -114,6 +148,140 @@ class LineTable {
     free(scopes);
     if (!out.empty()) out.push_back(InlinedFrame{outer, file, line});
   }
+
+  void set_scope_index(bool on) { scope_index_ = on; }
+
+ private:
+  // The function scopes of one CU that hold code (DW_TAG_subprogram and DW_TAG_inlined_subroutine
+  // with address ranges), built by one walk of its DIE tree the first time an address of the CU is
+  // looked up. libdw's dwarf_getscopes walks the CU from its root for every address, and naming the
+  // chain walks it again per function: measured at 1-3 ms an address on strata-sim-rank's CUs, a
+  // quarter of the node agent's CPU on the sim job (each window brings addresses not seen before).
+  struct ScopeIndex {
+    struct Scope {
+      Dwarf_Off die;
+      int32_t parent;  // the enclosing function scope, -1 for none
+      bool inlined;
+    };
+    struct Range {
+      uint64_t lo;
+      uint64_t hi;
+      uint32_t depth;
+      int32_t scope;
+    };
+    std::vector<Scope> scopes;
+    std::vector<Range> ranges;  // by lo, then outer before inner: see innermost()
+
+    // Function scopes nest (an inlined call lies within its caller's code), so of the ranges that
+    // hold vaddr the innermost starts last; a backward scan from vaddr meets it first, past the
+    // ranges that ended before vaddr.
+    int32_t innermost(uint64_t vaddr) const {
+      auto it = std::upper_bound(ranges.begin(), ranges.end(), vaddr,
+                                 [](uint64_t a, const Range& r) { return a < r.lo; });
+      while (it != ranges.begin()) {
+        --it;
+        if (vaddr < it->hi) return it->scope;
+      }
+      return -1;
+    }
+  };
+
+  static bool may_hold_code(int tag) {
+    switch (tag) {
+      case DW_TAG_compile_unit:
+      case DW_TAG_partial_unit:
+      case DW_TAG_namespace:
+      case DW_TAG_module:
+      case DW_TAG_subprogram:
+      case DW_TAG_inlined_subroutine:
+      case DW_TAG_lexical_block:
+      case DW_TAG_try_block:
+      case DW_TAG_catch_block:
+      case DW_TAG_structure_type:
+      case DW_TAG_class_type:
+      case DW_TAG_union_type:
+        return true;
+      default:
+        return false;
+    }
+  }
+
+  // Depth-first over the CU's DIEs, with an explicit stack (DWARF nests deep in template code).
+  static ScopeIndex build_index(Dwarf_Die cu) {
+    ScopeIndex index;
+    struct Open {
+      Dwarf_Die die;
+      int32_t scope;  // the innermost function scope around die's children
+      uint32_t depth;
+    };
+    std::vector<Open> todo;
+    Dwarf_Die child;
+    if (dwarf_child(&cu, &child) == 0) todo.push_back(Open{child, -1, 0});
+    while (!todo.empty()) {
+      Open o = todo.back();
+      todo.pop_back();
+      // o.die and its later siblings share the parent scope o.scope.
+      Dwarf_Die sibling;
+      if (dwarf_siblingof(&o.die, &sibling) == 0) todo.push_back(Open{sibling, o.scope, o.depth});
+      int tag = dwarf_tag(&o.die);
+      if (!may_hold_code(tag)) continue;
+      int32_t inner = o.scope;
+      uint32_t depth = o.depth;
+      if (tag == DW_TAG_subprogram || tag == DW_TAG_inlined_subroutine) {
+        Dwarf_Addr base = 0, lo = 0, hi = 0;
+        ptrdiff_t off = 0;
+        bool any = false;
+        const auto id = static_cast<int32_t>(index.scopes.size());
+        while ((off = dwarf_ranges(&o.die, off, &base, &lo, &hi)) > 0) {
+          if (hi <= lo) continue;
+          index.ranges.push_back(ScopeIndex::Range{lo, hi, depth + 1, id});
+          any = true;
+        }
+        if (any) {
+          // A function is never inlined into the scope that declares it (a local class's method):
+          // only an inlined call has a caller here.
+          const bool inlined = tag == DW_TAG_inlined_subroutine;
+          index.scopes.push_back(ScopeIndex::Scope{dwarf_dieoffset(&o.die), inlined ? o.scope : -1, inlined});
+          inner = id;
+          depth += 1;
+        }
+      }
+      if (dwarf_haschildren(&o.die) > 0 && dwarf_child(&o.die, &child) == 0) todo.push_back(Open{child, inner, depth});
+    }
+    std::sort(index.ranges.begin(), index.ranges.end(), [](const ScopeIndex::Range& a, const ScopeIndex::Range& b) {
+      if (a.lo != b.lo) return a.lo < b.lo;
+      if (a.hi != b.hi) return a.hi > b.hi;  // the outer of two ranges that start together first
+      return a.depth < b.depth;              // the same code: the deeper scope is the inner one
+    });
+    index.scopes.shrink_to_fit();
+    index.ranges.shrink_to_fit();
+    return index;
+  }
+
+  const ScopeIndex& scopes_of(Dwarf_Die cu) const {
+    Dwarf_Off key = dwarf_dieoffset(&cu);
+    if (auto it = indexes_.find(key); it != indexes_.end()) return it->second;
+    if (indexed_ranges_ >= kMaxIndexedRanges) {
+      indexes_.clear();
+      indexed_ranges_ = 0;
+    }
+    ScopeIndex index = build_index(cu);
+    indexed_ranges_ += index.ranges.size() + index.scopes.size();
+    return indexes_.emplace(key, std::move(index)).first->second;
+  }
+
+  const std::string& name_of_inlined(Dwarf_Die* die) const {
+    Dwarf_Off key = dwarf_dieoffset(die);
+    if (auto it = names_.find(key); it != names_.end()) return it->second;
+    if (names_.size() >= kMaxInlinedNames) names_.clear();
+    return names_.emplace(key, inlined_name(die)).first->second;
+  }
+
+  // Memory bounds for the caches above, cleared when reached (rebuilt as addresses come): a CU of
+  // heavy template code has tens of thousands of function scopes (24 bytes each, and ~24 per range),
+  // so a million entries is ~24-48 MB; names are a few hundred bytes each.
+  static constexpr size_t kMaxIndexedRanges = 1 << 20;
+  static constexpr size_t kMaxInlinedNames = 1 << 16;
 
  private:
   // A DIE's linkage name demangled (fully qualified, as the symbol table spells it), if it has one.
@@ -190,6 +358,10 @@ class LineTable {
   UniqueFd fd_;
   std::unique_ptr<Dwarf, DwarfDeleter> dwarf_;  // after fd_: ended before the fd closes
   std::vector<CuRange> ranges_;
+  bool scope_index_ = true;
+  mutable std::unordered_map<Dwarf_Off, ScopeIndex> indexes_;  // by the CU's DIE offset
+  mutable size_t indexed_ranges_ = 0;
+  mutable std::unordered_map<Dwarf_Off, std::string> names_;  // inlined functions' names by DIE offset
 };
 
 struct Segment {
@@ -383,6 +555,7 @@ Result<std::unique_ptr<ElfSymbols>> build(const ElfHandle& main, const std::stri
   if (options.line_info) {
     lines = LineTable::open(main.path);
     if (!lines && debug) lines = LineTable::open(debug->path);
+    if (lines) lines->set_scope_index(options.inline_index);
   }
   return std::unique_ptr<ElfSymbols>(
       std::make_unique<ElfFile>(build_id, std::move(segments), std::move(table), std::move(lines)));

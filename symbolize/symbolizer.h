@@ -39,6 +39,9 @@ struct ElfOptions {
   // file:line from DWARF (libdw) when the file or its debug file has line info. Keeps the
   // DWARF file mapped while the ElfSymbols lives.
   bool line_info = true;
+  // Inlined-function chains from a per-CU index of function scopes, built once per CU (off: libdw's
+  // walk from the CU's root for every address; tests compare the two).
+  bool inline_index = true;
 };
 
 // Symbols of one ELF file: .symtab, else .dynsym; and those of its separate debug file when

@@ -13,6 +13,7 @@
 #include <optional>
 #include <sstream>
 #include <string>
+#include <vector>
 
 #include "symbolize/symbolizer.h"
 
@@ -201,6 +202,75 @@ TEST(SymbolizeElf, OwnFunctionsByVaddr) {
 
   EXPECT_FALSE((*syms)->lookup_vaddr(0).has_value());
   EXPECT_FALSE((*syms)->lookup_vaddr(~0ULL).has_value());
+}
+
+// The source lines binutils' addr2line gives for a vaddr of this binary, innermost inlined function
+// first (one line when nothing is inlined there); empty when it cannot run.
+std::vector<int> addr2line_inline_lines(uint64_t vaddr) {
+  char cmd[256];
+  std::snprintf(cmd, sizeof cmd, "addr2line -i -e /proc/%d/exe 0x%llx 2>/dev/null", static_cast<int>(getpid()),
+                static_cast<unsigned long long>(vaddr));
+  std::vector<int> lines;
+  FILE* p = popen(cmd, "r");
+  if (p == nullptr) return lines;
+  char buf[4096];
+  while (std::fgets(buf, sizeof buf, p) != nullptr) {
+    std::string l(buf);
+    auto colon = l.rfind(':');
+    if (colon == std::string::npos) continue;
+    lines.push_back(std::atoi(l.c_str() + colon + 1));
+  }
+  pclose(p);
+  return lines;
+}
+
+// The per-CU scope index gives the inline chains libdw's own walk gives, address by address, over
+// this test binary's code around the functions above (gtest's templates inline deeply); where they
+// differ, binutils' addr2line (a third reading of the same DWARF) must agree with the index.
+TEST(SymbolizeElf, TheScopeIndexAgreesWithLibdwsWalk) {
+  ElfOptions indexed;
+  ElfOptions walked;
+  walked.inline_index = false;
+  auto fast = ElfSymbols::open("/proc/self/exe", indexed);
+  auto slow = ElfSymbols::open("/proc/self/exe", walked);
+  ASSERT_TRUE(fast.ok() && slow.ok());
+  uint64_t middle = address_of(&symbolize_test_inlining) - main_program_bias();
+  constexpr uint64_t kSpan = 16 * 1024;  // each side; a prime step lands on every instruction offset
+  constexpr uint64_t kStep = 37;
+  size_t compared = 0;
+  size_t with_chain = 0;
+  size_t deepest = 0;
+  size_t disagreed = 0;
+  for (uint64_t a = middle > kSpan ? middle - kSpan : 0; a < middle + kSpan; a += kStep) {
+    auto f = (*fast)->lookup_vaddr(a);
+    auto s = (*slow)->lookup_vaddr(a);
+    ASSERT_EQ(f.has_value(), s.has_value()) << std::hex << a;
+    if (!f) continue;
+    ++compared;
+    bool same = f->inlined.size() == s->inlined.size();
+    for (size_t i = 0; same && i < f->inlined.size(); ++i)
+      same = f->inlined[i].function == s->inlined[i].function && f->inlined[i].file == s->inlined[i].file &&
+             f->inlined[i].line == s->inlined[i].line;
+    if (!same) {
+      // libdw's walk loses some chains (a captureless lambda's operator() inlined into its static
+      // invoker _FUN, found in a closure type inside a function): binutils' addr2line decides.
+      ++disagreed;
+      std::vector<int> lines = addr2line_inline_lines(a);
+      ASSERT_FALSE(lines.empty()) << "addr2line gave nothing for " << std::hex << a;
+      std::vector<int> ours;
+      for (const auto& i : f->inlined) ours.push_back(i.line);
+      if (ours.empty()) ours.push_back(f->line);
+      EXPECT_EQ(ours, lines) << "at " << std::hex << a << " in " << f->function;
+    }
+    if (!f->inlined.empty()) ++with_chain;
+    deepest = std::max(deepest, f->inlined.size());
+  }
+  std::printf("compared %zu addresses, %zu with an inline chain (the deepest %zu), libdw disagreed at %zu\n",
+              compared, with_chain, deepest, disagreed);
+  // The comparison means something only if many addresses carry chains, some of them deep.
+  EXPECT_GT(compared, 500u);
+  EXPECT_GT(with_chain, 100u);
+  EXPECT_GE(deepest, 4u);
 }
 
 // Inlined functions: an address in inl_leaf's code, inlined into inl_mid, inlined into
