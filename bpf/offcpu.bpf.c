@@ -51,7 +51,7 @@ const volatile __u32 max_snapshots_per_sec = 500; /* per CPU: stack copies at sw
 const volatile __u32 pool_mask = 255;             /* snapshot pool slots - 1 (a power of two) */
 /* Written by the agent while it runs (.data is mapped): per CPU, the captures a period may take before
  * they are sampled (see the top). */
-volatile __u32 capture_target_per_sec = 400;
+volatile __u32 capture_target_per_sec = 100;
 #define MAX_CAPTURE_SHIFT 12 /* 1 in 4096: a CPU wanting a million captures a second still takes a few */
 
 #define TASK_INTERRUPTIBLE 0x1

@@ -13,10 +13,12 @@ The agents start A then B, then B then A in the next round (the program attached
 caches warmed by the first). Only the agents run beside the job (not `strata record` or bpftrace, as
 agent_cost.sh does). --args-a/--args-b add arguments to one agent (BUILD_A and BUILD_B may then
 be the same build: `--args-b "--layers cpu,os,gpu,comm"` weighs what the offcpu layer's stack captures
-add). Needs root.
+add; leading NAME=VALUE words set that agent's environment: `--args-b STRATA_OFFCPU_CAPTURE_TARGET=100`
+weighs a lower capture target). Needs root.
 """
 import argparse
 import os
+import re
 import signal
 import subprocess
 import sys
@@ -58,12 +60,18 @@ def run_together(builds, extra, args, tmp, tag):
                                           "--listen", "127.0.0.1:%d" % port])
             if not ac.settle(serve.pid, False):
                 raise RuntimeError("strata serve did not start")
+            # Leading NAME=VALUE words of --args-a/--args-b go to that agent's environment.
+            words = extra[i].split()
+            agent_env = dict(node_env)
+            while words and re.match(r"^[A-Z_][A-Z0-9_]*=", words[0]):
+                name, value = words.pop(0).split("=", 1)
+                agent_env[name] = value
             agent = start("agent%d" % i, [strata, "agent", "--server", "http://127.0.0.1:%d" % port, "--select",
                                           "STRATA_BENCH=" + marker, "--window", "10", "--listen-metrics", "off",
                                           "--budget", "0",  # no cost budget: each agent's own steps down
                                           # (capture rate, sampling rate) would come at its own times
-                                          "--spool", os.path.join(wdir, "spool%d" % i)] + extra[i].split(),
-                          env=node_env)
+                                          "--spool", os.path.join(wdir, "spool%d" % i)] + words,
+                          env=agent_env)
             if not ac.settle(agent.pid, True):
                 raise RuntimeError("strata agent did not start: " +
                                    open(os.path.join(wdir, "agent%d.log" % i)).read()[-400:])
@@ -101,8 +109,8 @@ def main():
     ap.add_argument("--seconds", type=float, default=30)
     ap.add_argument("--warmup", type=float, default=10)
     ap.add_argument("--rounds", type=int, default=1, help="rounds: A started first, then B, ... (default 1)")
-    ap.add_argument("--args-a", default="", help="more arguments for A's agent")
-    ap.add_argument("--args-b", default="", help="more arguments for B's agent")
+    ap.add_argument("--args-a", default="", help="more arguments for A's agent (leading NAME=VALUE words: its environment)")
+    ap.add_argument("--args-b", default="", help="more arguments for B's agent (leading NAME=VALUE words: its environment)")
     args = ap.parse_args()
     if os.geteuid() != 0:
         print("switch_cost: needs root (BPF)", file=sys.stderr)
