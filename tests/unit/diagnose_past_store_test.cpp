@@ -1,0 +1,102 @@
+// The job's healthy past through the store and the loader: the OS metrics of the recording windows
+// before a slowdown are each rank's past (RankWindow::past). The agent's first window begins with
+// the agent, a little before the ranks' first steps; it is the past when that lead is a small share
+// of it (kMaxPastWarmupShare in diagnose/loader.cpp), and warm-up when it is not. Measured: an 8-rank
+// sim job slowed 16 s in had only that first window before it, and without it no past at all.
+#include <gtest/gtest.h>
+
+#include "diagnose/loader.h"
+#include "store/store.h"
+#include "tests/support/run.h"
+
+namespace strata::diagnose {
+namespace {
+
+// A 4-rank gloo job: 120 steps of 100 ms, then 80 of 250 ms; 10 s metric windows, the first of
+// which begins `lead_s` before the first step. Every window says each rank ran 2 s on a CPU.
+void write_job(store::Store& s, double lead_s) {
+  constexpr int kRanks = 4;
+  constexpr uint64_t kT0 = 1'700'000'000'000'000'000ull;
+  constexpr uint64_t kWindow = 10'000'000'000ull;
+  const uint64_t first_window = kT0 - static_cast<uint64_t>(lead_s * 1e9);
+  auto rec = s.begin_recording({"n0", "strata record -- torchrun train.py", first_window, 99, 10});
+  ASSERT_TRUE(rec) << rec.error().message;
+  std::vector<uint64_t> ends{kT0};
+  for (int k = 1; k <= 200; ++k) ends.push_back(ends.back() + (k <= 120 ? 100'000'000ull : 250'000'000ull));
+  std::vector<store::StepRecord> steps;
+  std::vector<store::CollectiveRecord> colls;
+  for (int r = 0; r < kRanks; ++r) {
+    store::ProcessInfo p;
+    p.pid = static_cast<uint32_t>(5000 + r);
+    p.ppid = 1;
+    p.start_ns = first_window;
+    p.node = "n0";
+    p.comm = "python3";
+    p.command = "python3 train.py";
+    p.job = "ddp";
+    p.rank = r;
+    p.local_rank = r;
+    p.world_size = kRanks;
+    ASSERT_TRUE(s.put_process(*rec, p));
+    for (int k = 1; k <= 200; ++k) {
+      store::StepRecord st;
+      st.pid = p.pid;
+      st.step = static_cast<uint64_t>(k);
+      st.start_ns = ends[k - 1];
+      st.end_ns = ends[k];
+      st.collective_ns = 20'000'000;
+      steps.push_back(st);
+      store::CollectiveRecord c;
+      c.pid = p.pid;
+      c.tid = p.pid + 100;
+      c.library = "gloo";
+      c.op = "allreduce";
+      c.seq = static_cast<uint64_t>(k);
+      c.enter_ns = st.end_ns - 20'000'000;
+      c.exit_ns = st.end_ns;
+      c.completion = "host";
+      colls.push_back(c);
+    }
+  }
+  ASSERT_TRUE(s.put_steps(*rec, steps));
+  ASSERT_TRUE(s.put_collectives(*rec, colls));
+  for (uint64_t w = first_window; w < ends.back(); w += kWindow) {
+    std::vector<store::Metric> m;
+    for (int r = 0; r < kRanks; ++r) m.push_back({static_cast<uint32_t>(5000 + r), "os.cpu_time_us", "", 2e6});
+    ASSERT_TRUE(s.put_metrics(*rec, w, w + kWindow, m));
+  }
+  ASSERT_TRUE(s.end_recording(*rec, ends.back()));
+}
+
+Result<JobWindow> load(test::TempDir& dir, const std::string& name, double lead_s) {
+  auto st = store::Store::open_sqlite(dir.file(name), store::Store::Mode::kCreateOrAppend);
+  if (!st) return st.error();
+  write_job(**st, lead_s);
+  return load_job_window(**st);
+}
+
+TEST(DiagnosePastStore, AFirstWindowThatBeganJustBeforeTheStepsIsThePast) {
+  test::TempDir dir;
+  auto job = load(dir, "lead.db", 0.3);  // 3% of the window before the first step
+  ASSERT_TRUE(job) << job.error().message;
+  ASSERT_EQ(job->ranks.size(), 4u);
+  for (const auto& r : job->ranks) {
+    ASSERT_GT(r.base.steps, 0u) << "the slowdown 12 s in leaves a healthy baseline";
+    const double cpu = r.past.os[static_cast<size_t>(Os::kCpu)];
+    ASSERT_TRUE(known(cpu)) << "rank " << r.rank << " has no OS past";
+    // 2 s of CPU over the window's 100 baseline steps' worth of time: 20 ms a step.
+    EXPECT_NEAR(cpu, 20.0, 2.0) << "rank " << r.rank;
+  }
+}
+
+TEST(DiagnosePastStore, AFirstWindowMostlyBeforeTheStepsIsWarmUp) {
+  test::TempDir dir;
+  auto job = load(dir, "warm.db", 3.0);  // 30%: the job's start, not its healthy past
+  ASSERT_TRUE(job) << job.error().message;
+  ASSERT_EQ(job->ranks.size(), 4u);
+  for (const auto& r : job->ranks)
+    EXPECT_FALSE(known(r.past.os[static_cast<size_t>(Os::kCpu)])) << "rank " << r.rank << ": warm-up taken as the past";
+}
+
+}  // namespace
+}  // namespace strata::diagnose
