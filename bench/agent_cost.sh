@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# agent_cost.sh [BUILD_DIR] [--quick] [--seconds S] [--workloads sim,ddp]: what the always-on
+# agent_cost.sh [BUILD_DIR] [--quick] [--seconds S] [--workloads sim,ddp] [--uprobe-us US]: what the always-on
 # `strata agent` costs the job it watches, by accounting, beside `strata record` and bpftrace's bare
 # sampler on the same job at the same time, and the agent's peak RSS (issue 15, item 8). Each
 # workload runs S seconds (default 600; --quick 60). bench/lib/agent_cost.py says how; results:
@@ -12,8 +12,8 @@ ARGS=()
 while [[ $# -gt 0 ]]; do
   case "$1" in
     --quick) ARGS+=(--seconds 60) ;;
-    --seconds | --workloads | --budget) ARGS+=("$1" "$2"); shift ;;
-    -*) echo "agent_cost: unknown option $1 (--quick, --seconds S, --workloads sim,ddp, --budget PCT)" >&2; exit 1 ;;
+    --seconds | --workloads | --budget | --uprobe-us) ARGS+=("$1" "$2"); shift ;;
+    -*) echo "agent_cost: unknown option $1 (--quick, --seconds S, --workloads sim,ddp, --budget PCT, --uprobe-us US)" >&2; exit 1 ;;
     *) BUILD=$1 ;;
   esac
   shift
