@@ -232,33 +232,47 @@ Status FaultInjector::prepare_cgroup(const std::string& controller) {
   return {};
 }
 
+// Every rank in a network namespace of its own behind a veth pair whose other end is a port of one
+// bridge in a namespace of its own (the fabric's switch), as the ranks of a real job sit on nodes of
+// their own behind one fabric; the culprit's link alone is slowed at activation. (An earlier layout
+// gave the culprit alone a namespace, the others sharing the host's address: every connection that
+// crossed a link then touched the culprit, a shape no real cluster has, that a rule could learn.)
 Status FaultInjector::prepare_netns() {
   std::string tag = std::to_string(::getpid());
-  netns_ = sim_tag() + "-r" + std::to_string(opts_.fault.rank);
-  veth_host_ = "sv" + tag + "h";
-  std::string veth_ns = "sv" + tag + "n";
-  int subnet = 20 + ::getpid() % 200;
-  std::string host_ip = "10.231." + std::to_string(subnet) + ".1";
-  std::string ns_ip = "10.231." + std::to_string(subnet) + ".2";
-  std::vector<std::vector<std::string>> cmds = {
-      {"ip", "netns", "add", netns_},
-      {"ip", "link", "add", veth_host_, "type", "veth", "peer", "name", veth_ns},
-      {"ip", "link", "set", veth_ns, "netns", netns_},
-      {"ip", "addr", "add", host_ip + "/24", "dev", veth_host_},
-      {"ip", "link", "set", veth_host_, "up"},
-      {"ip", "netns", "exec", netns_, "ip", "addr", "add", ns_ip + "/24", "dev", veth_ns},
-      {"ip", "netns", "exec", netns_, "ip", "link", "set", veth_ns, "up"},
-      {"ip", "netns", "exec", netns_, "ip", "link", "set", "lo", "up"},
-      {"ip", "netns", "exec", netns_, "ip", "route", "add", "default", "via", host_ip},
-  };
+  if (opts_.ranks > 250) return Error{"network-slow in namespaces takes at most 250 ranks (one /24 of veth addresses)"};
+  std::string subnet = "10.231." + std::to_string(20 + ::getpid() % 200) + ".";
+  std::string sw = sim_tag() + "-sw";
+  std::vector<std::vector<std::string>> cmds;
+  namespaces_.push_back(sw);
+  cmds.push_back({"ip", "netns", "add", sw});
+  cmds.push_back({"ip", "netns", "exec", sw, "ip", "link", "add", "sw", "type", "bridge"});
+  cmds.push_back({"ip", "netns", "exec", sw, "ip", "link", "set", "sw", "up"});
+  for (int r = 0; r < opts_.ranks; ++r) {
+    std::string ns = sim_tag() + "-r" + std::to_string(r);
+    std::string outer = "sv" + tag + "r" + std::to_string(r) + "h";  // at most 15 characters: a pid has 7 digits
+    std::string inner = "sv" + tag + "r" + std::to_string(r) + "n";
+    std::string ip = subnet + std::to_string(r + 1);
+    namespaces_.push_back(ns);
+    rank_netns_.push_back(ns);
+    cmds.push_back({"ip", "netns", "add", ns});
+    cmds.push_back({"ip", "link", "add", outer, "netns", sw, "type", "veth", "peer", "name", inner, "netns", ns});
+    cmds.push_back({"ip", "netns", "exec", ns, "ip", "addr", "add", ip + "/24", "dev", inner});
+    cmds.push_back({"ip", "netns", "exec", ns, "ip", "link", "set", inner, "up"});
+    cmds.push_back({"ip", "netns", "exec", ns, "ip", "link", "set", "lo", "up"});
+    cmds.push_back({"ip", "netns", "exec", sw, "ip", "link", "set", outer, "master", "sw"});
+    cmds.push_back({"ip", "netns", "exec", sw, "ip", "link", "set", outer, "up"});
+    if (r == opts_.fault.rank) {
+      slowed_ends_ = {{sw, outer}, {ns, inner}};
+      details_["netns"] = ns;
+      details_["veth"] = outer + "<->" + inner;
+      details_["rank_ip"] = ip;
+    }
+  }
   for (const auto& c : cmds) {
     if (auto st = run_cmd(c); !st.ok()) return st;
   }
   // Every rank reaches rank 0's store and bootstrap through the veth addresses.
-  master_addr_ = opts_.fault.rank == 0 ? ns_ip : host_ip;
-  details_["netns"] = netns_;
-  details_["veth"] = veth_host_ + "<->" + veth_ns;
-  details_["rank_ip"] = ns_ip;
+  master_addr_ = subnet + "1";
   return {};
 }
 
@@ -318,11 +332,11 @@ Status FaultInjector::prepare() {
     }
     case FaultKind::kNetworkSlow: {
       if (f.all_ranks) {
-        // One namespace holds one rank; every rank's sends are paced instead (a slow fabric).
+        // A slow fabric: every rank's sends are paced in the NCCL stand-in.
         mechanism_ = "user-space pacer in the NCCL stand-in, on every rank";
         return {};
       }
-      mechanism_ = "network namespace + veth + tc tbf";
+      mechanism_ = "network namespaces (each rank behind a veth, a bridge between) + tc tbf on the culprit's link";
       Status st = prepare_netns();
       if (st.ok()) return st;
       // No namespaces here (container without CAP_NET_ADMIN...): pace the rank's NCCL sends instead.
@@ -364,9 +378,9 @@ RankSetup FaultInjector::rank_setup(int rank) const {
   if (f.kind == FaultKind::kMemoryReclaim) s.env["STRATA_SIM_SAMPLES"] = std::to_string(kReclaimSamples);
   // io-stall where=worker: every rank loads its batches through a data-loader worker process.
   if (f.in_worker) s.env["STRATA_SIM_LOAD_WORKER"] = "1";
+  if (static_cast<size_t>(rank) < rank_netns_.size()) s.netns = rank_netns_[static_cast<size_t>(rank)];
   if (!culprit) return s;
   for (const auto& [ctrl, dir] : cgroups_) s.cgroup_procs.push_back(dir + "/cgroup.procs");
-  if (!netns_.empty()) s.netns = netns_;
   if (f.kind == FaultKind::kHostHotspot || f.kind == FaultKind::kWorkloadImbalance || f.kind == FaultKind::kAllocChurn ||
       f.kind == FaultKind::kSyncCopy) {
     std::string spec = f.name + ":start_step=" + std::to_string(f.start_step);
@@ -462,19 +476,20 @@ Status FaultInjector::activate(pid_t culprit_pid) {
     }
     case FaultKind::kNetworkSlow: {
       auto rate = static_cast<long long>(f.param("rate_mbit"));
-      if (netns_.empty()) {
+      if (slowed_ends_.empty()) {
         for (auto* d : devs) std::atomic_ref<uint64_t>(d->net_rate_bps).store(static_cast<uint64_t>(rate) * 1000000 / 8);
         return {};
       }
+      // Both ends of the culprit's link: what it sends and what it receives.
       std::string r = std::to_string(rate) + "mbit";
-      std::string veth_ns = veth_host_.substr(0, veth_host_.size() - 1) + "n";
-      if (auto st = run_cmd({"tc", "qdisc", "add", "dev", veth_host_, "root", "tbf", "rate", r, "burst", "32kb",
-                             "latency", "400ms"});
-          !st.ok()) {
-        return st;
+      for (const auto& [ns, dev] : slowed_ends_) {
+        if (auto st = run_cmd({"ip", "netns", "exec", ns, "tc", "qdisc", "add", "dev", dev, "root", "tbf", "rate", r, "burst",
+                               "32kb", "latency", "400ms"});
+            !st.ok()) {
+          return st;
+        }
       }
-      return run_cmd({"ip", "netns", "exec", netns_, "tc", "qdisc", "add", "dev", veth_ns, "root", "tbf", "rate", r,
-                      "burst", "32kb", "latency", "400ms"});
+      return {};
     }
     case FaultKind::kGpuSlow:
       for (auto* d : devs) {
@@ -539,14 +554,11 @@ void FaultInjector::teardown() {
     std::atomic_ref<uint32_t>(dev.hw_faults).store(0);
     std::atomic_ref<uint32_t>(dev.xid).store(0);
   }
-  if (!veth_host_.empty()) {
-    (void)run_cmd({"ip", "link", "del", veth_host_});  // removes both ends and their qdiscs
-    veth_host_.clear();
-  }
-  if (!netns_.empty()) {
-    (void)run_cmd({"ip", "netns", "del", netns_});
-    netns_.clear();
-  }
+  // A namespace's devices go with it (a veth pair goes when either end does, with its qdiscs).
+  for (const auto& ns : namespaces_) (void)run_cmd({"ip", "netns", "del", ns});
+  namespaces_.clear();
+  rank_netns_.clear();
+  slowed_ends_.clear();
   for (auto& [ctrl, dir] : cgroups_) {
     // The ranks are gone by now; a cgroup goes once its last (reaped) task has left.
     for (int i = 0; i < 40 && ::rmdir(dir.c_str()) != 0 && errno == EBUSY; ++i) ::usleep(50000);

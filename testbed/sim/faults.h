@@ -9,6 +9,7 @@
 
 #include <map>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "common/result.h"
@@ -68,7 +69,9 @@ class FaultInjector {
   std::map<std::string, std::string> cgroups_;  // controller -> directory we created
   bool cgroup_v2_ = false;
   std::vector<pid_t> hogs_;
-  std::string netns_, veth_host_;
+  std::vector<std::string> namespaces_;   // every one made (network-slow): the switch's, each rank's
+  std::vector<std::string> rank_netns_;   // rank r's namespace
+  std::vector<std::pair<std::string, std::string>> slowed_ends_;  // (namespace, device): the culprit's link
   std::string loop_dev_;
   std::vector<pid_t> rank_pids_;
 };

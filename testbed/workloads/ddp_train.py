@@ -25,12 +25,11 @@ Variants, so that a diagnosis is tried on shapes it was not tuned for (bench/dia
                        interpreter's own loop, no torch op); worker: augment_sample() in the
                        culprit rank's DataLoader workers (needs --num-workers > 0), whose CPU
                        time the rank waits for. cpu-throttling needs root (a cgroup CPU quota the culprit joins at start_step).
-network-slow needs root too: the culprit runs in its own network namespace behind a veth pair, every
+network-slow needs root too: every rank runs in a network namespace of its own behind a veth pair
+whose other ends are ports of one bridge (in a namespace of its own, the fabric's switch), every
 rank's gloo traffic goes over the veth addresses (GLOO_SOCKET_IFNAME), and at start_step a tc tbf
-limits both directions of the culprit's link. network-slow:rank=all is a slow fabric: every rank runs
-in a namespace of its own behind a veth pair whose other ends are ports of one bridge (in a namespace
-of its own, the fabric's switch), and at start_step a tbf limits both directions of every rank's
-link; its truth is job-wide (scope job, rank -1), as strata-sim's rank=all. The namespaces and veths
+limits both directions of the culprit's link (rank=R) or of every rank's link (rank=all: a slow
+fabric, whose truth is job-wide, scope job and rank -1, as strata-sim's rank=all). The namespaces and veths
 go when the job ends, however it ends (SlowLink).
 """
 import argparse
@@ -202,17 +201,18 @@ def in_netns(netns, cmd):
 
 
 class SlowLink:
-    """The links of network-slow: each rank it is given runs in a network namespace of its own behind
-    a veth pair, each end addressed where it carries traffic; at the fault's start a tbf limits both
-    ends of each such link (what the rank sends and what it receives). Every rank's gloo and store
-    traffic goes over the veth addresses (GLOO_SOCKET_IFNAME, MASTER_ADDR), so the limited links carry
-    all of it and nothing else is slowed.
-    - one culprit (rank=R): the veth's other end is on the host, addressed; the other ranks stay in
-      the host's namespace on that address (their traffic to each other stays on the host), so the
-      culprit's whole link is slow and nothing else is;
-    - every rank (rank=all, ALL_RANKS): every rank behind a veth of its own, the other ends ports of
-      one bridge in a namespace of its own (the fabric's switch): rank to rank crosses two limited
-      links, and nothing in the host's own namespace changes (no forwarding turned on, no device).
+    """The links of network-slow: every rank runs in a network namespace of its own behind a veth
+    pair whose other end is a port of one bridge in a namespace of its own (the fabric's switch), as
+    the ranks of a real job sit on nodes of their own behind one fabric. Every rank's gloo and store
+    traffic goes over the veth addresses (GLOO_SOCKET_IFNAME, MASTER_ADDR), so the links carry all of
+    it, and nothing in the host's own namespace changes (no forwarding turned on, no device). At the
+    fault's start a tbf limits both ends of each slowed link (what the rank sends and what it
+    receives):
+    - one culprit (rank=R): R's link alone; rank to rank elsewhere crosses two healthy links, so a
+      connection that does not touch R is as fast as the healthy fabric. (An earlier layout gave only
+      the culprit a namespace, the others sharing one host address: every connection that crossed a
+      link then touched the culprit, a shape no real cluster has, that a rule could learn.)
+    - every rank (rank=all, ALL_RANKS): every link, so rank to rank crosses two limited links.
     Names carry this process's pid. close() removes the namespaces (their veths and the bridge go
     with them); so does a watcher process in a session of its own when this process dies without
     running close() (a bench's timeout SIGKILLs the job's session), so no run leaves them behind."""
@@ -220,43 +220,36 @@ class SlowLink:
     def __init__(self, rank, world):
         tag = str(os.getpid())
         self.every = rank == ALL_RANKS
-        own = list(range(world)) if self.every else [rank]
+        slowed = set(range(world)) if self.every else {rank}
         subnet = "10.232.%d." % (20 + os.getpid() % 200)
-        if self.every and world > 250:
-            raise ValueError("network-slow:rank=all takes at most 250 ranks (one /24 of veth addresses)")
-        switch = "strata-ddp-%s-sw" % tag if self.every else None
-        self.namespaces = ["strata-ddp-%s-r%d" % (tag, r) for r in own] + ([switch] if switch else [])
-        self.host_dev = None if self.every else "dv%sr%dh" % (tag, rank)
-        # Per rank: (its namespace or None, the device its gloo traffic goes out of, its address).
-        host_ip = subnet + "1"
-        self.nets = {r: (None, self.host_dev, host_ip) for r in range(world)}
-        self.ends = []  # (namespace or None, device): both ends of every limited link
+        if world > 250:
+            raise ValueError("network-slow takes at most 250 ranks (one /24 of veth addresses)")
+        switch = "strata-ddp-%s-sw" % tag
+        self.namespaces = ["strata-ddp-%s-r%d" % (tag, r) for r in range(world)] + [switch]
+        # Per rank: (its namespace, the device its gloo traffic goes out of, its address).
+        self.nets = {}
+        self.ends = []  # (namespace, device): both ends of every limited link
         self.watcher = None
         try:
             self._watch()
-            cmds = []
-            if self.every:
-                cmds += [["ip", "netns", "add", switch],
-                         in_netns(switch, ["ip", "link", "add", "sw", "type", "bridge"]),
-                         in_netns(switch, ["ip", "link", "set", "sw", "up"])]
-            for netns, r in zip(self.namespaces, own):
+            cmds = [["ip", "netns", "add", switch],
+                    in_netns(switch, ["ip", "link", "add", "sw", "type", "bridge"]),
+                    in_netns(switch, ["ip", "link", "set", "sw", "up"])]
+            for r in range(world):
+                netns = self.namespaces[r]
                 outer, inner = "dv%sr%dh" % (tag, r), "dv%sr%dn" % (tag, r)
-                ip = subnet + str(r + 1) if self.every else subnet + "2"
+                ip = subnet + str(r + 1)
                 cmds += [["ip", "netns", "add", netns],
-                         ["ip", "link", "add", outer] + (["netns", switch] if switch else []) +
-                         ["type", "veth", "peer", "name", inner, "netns", netns],
+                         ["ip", "link", "add", outer, "netns", switch,
+                          "type", "veth", "peer", "name", inner, "netns", netns],
                          in_netns(netns, ["ip", "addr", "add", ip + "/24", "dev", inner]),
                          in_netns(netns, ["ip", "link", "set", inner, "up"]),
-                         in_netns(netns, ["ip", "link", "set", "lo", "up"])]
-                if switch:
-                    cmds += [in_netns(switch, ["ip", "link", "set", outer, "master", "sw"]),
-                             in_netns(switch, ["ip", "link", "set", outer, "up"])]
-                else:
-                    cmds += [["ip", "addr", "add", host_ip + "/24", "dev", outer],
-                             ["ip", "link", "set", outer, "up"],
-                             in_netns(netns, ["ip", "route", "add", "default", "via", host_ip])]
+                         in_netns(netns, ["ip", "link", "set", "lo", "up"]),
+                         in_netns(switch, ["ip", "link", "set", outer, "master", "sw"]),
+                         in_netns(switch, ["ip", "link", "set", outer, "up"])]
                 self.nets[r] = (netns, inner, ip)
-                self.ends += [(switch, outer), (netns, inner)]
+                if r in slowed:
+                    self.ends += [(switch, outer), (netns, inner)]
             for cmd in cmds:
                 subprocess.run(cmd, check=True, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
         except BaseException:
@@ -265,9 +258,8 @@ class SlowLink:
 
     def cleanup_cmds(self):
         """What removes everything made: each namespace (its devices go with it: a veth pair goes when
-        either end does), and the host's end of a one-rank link by name too."""
-        return ([["ip", "link", "del", self.host_dev]] if self.host_dev else []) + \
-            [["ip", "netns", "del", n] for n in self.namespaces]
+        either end does)."""
+        return [["ip", "netns", "del", n] for n in self.namespaces]
 
     def _watch(self):
         """Starts the watcher: it reads its stdin, whose only writer is this process, to the end (this
@@ -280,8 +272,8 @@ class SlowLink:
                                         stdin=subprocess.PIPE, start_new_session=True)
 
     def of_rank(self, rank):
-        """What rank `rank` runs with: (MASTER_ADDR: rank 0's address, where the store is; its namespace or
-        None: the host's; GLOO_SOCKET_IFNAME)."""
+        """What rank `rank` runs with: (MASTER_ADDR: rank 0's address, where the store is; its namespace;
+        GLOO_SOCKET_IFNAME)."""
         return (self.nets[0][2],) + self.nets[rank][:2]
 
     def limit(self, rate_mbit):
