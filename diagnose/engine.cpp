@@ -1590,6 +1590,47 @@ std::vector<std::pair<std::string, double>> named_growth(const JobWindow& job, V
 }
 
 std::string same_name(const JobWindow&, const std::string& n) { return n; }
+
+// A slower machine (a CPU clocked down, a busier host, a VM's drift) makes the same code take longer
+// everywhere: every function's on-CPU time grows by about one factor. A function the job's own code
+// made costlier grows beyond it. So a function's growth over the job's past counts only beyond the
+// factor by which the rest of the rank's code grew ("excess"): per rank, its time now minus its past
+// time scaled by the rest's now/past (never below 1: the rest doing less does not shrink what this
+// function does more); the median over ranks. Seen on a healthy 4-rank DDP job whose every function
+// ran ~1.4x longer (the machine slowed): backward "took 200 ms more per step" and was blamed.
+// Where the rest of the code held under this share of the rank's past on-CPU time, its samples are
+// too few to measure the machine's speed by (a 10 s window at 99 Hz has ~100 of them per busy CPU
+// then: +-10%), and the function's growth counts whole, as before.
+constexpr double kMinRestShareToScale = 0.1;
+
+std::vector<std::pair<std::string, double>> named_excess_growth(const JobWindow& job, Values RankWindow::*now, Values RankPast::*past,
+                                                                std::string (*key)(const JobWindow&, const std::string&)) {
+  std::unordered_map<std::string, std::vector<double>> by;
+  size_t with_past = 0;
+  for (const auto& r : job.ranks) {
+    if (r.past.windows == 0) continue;
+    std::unordered_map<std::string, std::pair<double, double>> d;  // name -> (now, past)
+    double total_now = 0, total_past = 0;
+    for (const auto& v : r.*now) d[key(job, job.names.name(v.name))].first += v.ms_per_step, total_now += v.ms_per_step;
+    for (const auto& v : r.past.*past) d[key(job, job.names.name(v.name))].second += v.ms_per_step, total_past += v.ms_per_step;
+    for (const auto& [name, np] : d) {
+      const auto [mine_now, mine_past] = np;
+      double rest_past = total_past - mine_past;
+      double scale = 1;
+      if (rest_past >= kMinRestShareToScale * total_past && rest_past > 0) scale = std::max(1.0, (total_now - mine_now) / rest_past);
+      by[name].resize(with_past, 0);
+      by[name].push_back(mine_now - mine_past * scale);
+    }
+    ++with_past;
+  }
+  std::vector<std::pair<std::string, double>> out;
+  for (auto& [name, v] : by) {
+    v.resize(with_past, 0);
+    out.push_back({name, median(std::move(v))});
+  }
+  std::sort(out.begin(), out.end(), [](const auto& a, const auto& b) { return a.second > b.second; });
+  return out;
+}
 // A function's name in a per-function comparison (see function_key).
 std::string function_name(const JobWindow& job, const std::string& path) { return function_key(job, path); }
 // Off-CPU, the function that made the blocking call (not the system call or libc's wrapper).
@@ -1828,18 +1869,23 @@ std::vector<JobCandidate> job_layers(const JobWindow& job, double lost) {
     c.advice = m.advice;
     out.push_back(std::move(c));
   }
-  // -- CPU: one function costs more on every rank (a regression in the host code or its input).
+  // -- CPU: one function costs more on every rank (a regression in the host code or its input),
+  // beyond what the rest of the code's own growth says the machine slowed (named_excess_growth).
   double cpu = os_growth(Os::kCpu);
   if (known(cpu) && cpu > 0) {
-    auto fs = named_growth(job, &RankWindow::oncpu, &RankPast::oncpu, function_name);
+    auto fs = named_excess_growth(job, &RankWindow::oncpu, &RankPast::oncpu, function_name);
     if (!fs.empty() && fs[0].second > 0) {
+      double grew = 0;
+      for (const auto& [name, g] : named_growth(job, &RankWindow::oncpu, &RankPast::oncpu, function_name))
+        if (name == fs[0].first) grew = g;
       JobCandidate c;
       c.cause = Cause::kHostHotspot;
       c.culprit = fs[0].first;
       c.explained_ms = std::min(cpu, fs[0].second);
       c.confidence = 0.7;
       c.evidence.push_back("every rank runs on the CPU " + ms(cpu) + " more per step than in the job's healthy past");
-      c.evidence.push_back(fs[0].first + " takes " + ms(fs[0].second) + " more per step on the median rank");
+      c.evidence.push_back(fs[0].first + " takes " + ms(grew) + " more per step on the median rank, " + ms(fs[0].second) +
+                           " beyond the rest of its code's own growth (a slower machine slows every function alike)");
       c.advice = "optimize or move off the critical path: " + fs[0].first + " (prefetch in a data-loader worker)";
       out.push_back(std::move(c));
     }

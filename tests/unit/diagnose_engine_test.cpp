@@ -725,6 +725,44 @@ TEST(DiagnoseEngine, ASlowdownNoLayerExplainsIsNoFinding) {
   EXPECT_NE(o.str().find("\"healthy\":false,\"note\":"), std::string::npos) << o.str();
 }
 
+// A slower machine: every function of every rank runs 1.4x as long on the CPU as in the job's past
+// (the same code on a CPU clocked down, a VM that drifted). No function of the job's code grew
+// beyond the rest, so no host hotspot is named (the old rule named the largest function). And the
+// same job where one function alone grew is that function's regression.
+JobWindow job_on_a_slower_machine(double hot_extra_ms) {
+  SyntheticSpec spec;
+  spec.past = true;
+  JobWindow job = make_synthetic_job(spec);
+  const NameId hot = job.names.id("train.py:train_step;model.py:forward;torch:addmm");
+  const NameId other = job.names.id("train.py:train_step;loader.py:collate");
+  for (auto& r : job.ranks) {
+    r.past.oncpu = {{hot, 60}, {other, 20}};
+    normalize(r.past.oncpu);
+    r.oncpu = {{hot, 60 * 1.4 + hot_extra_ms}, {other, 20 * 1.4}};
+    normalize(r.oncpu);
+    r.past.os[static_cast<size_t>(Os::kCpu)] = 80;
+    r.set(Os::kCpu, 80 * 1.4 + hot_extra_ms);
+    r.now.step_ms = r.base.step_ms + 32 + hot_extra_ms;
+  }
+  return job;
+}
+
+TEST(DiagnoseEngine, ASlowerMachineIsNoHostHotspot) {
+  auto dx = diagnose(job_on_a_slower_machine(0));
+  EXPECT_GT(dx.step_ms, 1.1 * dx.baseline_step_ms) << text_of(dx);
+  for (const auto& f : dx.findings) EXPECT_NE(f.cause, Cause::kHostHotspot) << text_of(dx);
+}
+
+TEST(DiagnoseEngine, OneFunctionGrowingBeyondTheRestIsAHostHotspot) {
+  auto dx = diagnose(job_on_a_slower_machine(60));
+  ASSERT_FALSE(dx.findings.empty()) << text_of(dx);
+  const Finding& f = dx.findings[0];
+  EXPECT_EQ(f.scope, Scope::kJob) << text_of(dx);
+  EXPECT_EQ(f.cause, Cause::kHostHotspot) << text_of(dx);
+  EXPECT_NE(f.culprit.find("addmm"), std::string::npos) << text_of(dx);
+  EXPECT_NE(evidence_of(f).find("beyond the rest of its code's own growth"), std::string::npos) << text_of(dx);
+}
+
 // --- issue 17: a step history without a past of the OS layer (the healthy steps shared one metrics
 // window with the slowdown's start, so the loader found no metrics window wholly before it).
 
