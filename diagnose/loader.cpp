@@ -226,12 +226,13 @@ struct SpanProfile {
 class ProfileCache {
  public:
   explicit ProfileCache(store::Reader& s) : s_(s) {}
-  // `f` names a span, a recording and a kind; never a process (the profile is every process's).
+  // `f` names a span, a recording and a kind, and may name a node (then the profile is that node's
+  // processes': a span that is one node's own windows, as the past's is); never a process (the
+  // profile is every process's).
   Result<const SpanProfile*> get(const store::ProfileFilter& f) {
-    Key key{f.from_ns, f.to_ns, f.recording, static_cast<int>(f.kind)};
+    Key key{f.from_ns, f.to_ns, f.recording, static_cast<int>(f.kind), f.node};
     if (auto it = by_key_.find(key); it != by_key_.end()) return it->second.get();
     store::ProfileFilter all = f;
-    all.node.reset();
     all.pid.reset();
     all.tid.reset();
     all.rank.reset();
@@ -247,7 +248,7 @@ class ProfileCache {
   }
 
  private:
-  using Key = std::tuple<std::optional<uint64_t>, std::optional<uint64_t>, std::optional<int64_t>, int>;
+  using Key = std::tuple<std::optional<uint64_t>, std::optional<uint64_t>, std::optional<int64_t>, int, std::optional<std::string>>;
   store::Reader& s_;
   std::map<Key, std::unique_ptr<SpanProfile>> by_key_;
 };
@@ -272,6 +273,9 @@ Status load_profile(ProfileCache& profiles, const store::RowQuery& span, JobWind
   if (before_ns && (!f.to_ns || *before_ns < *f.to_ns)) f.to_ns = before_ns;
   f.recording = span.recording;
   f.kind = kind;
+  // The past is a span of the rank's own node's windows (other nodes' windows start elsewhere):
+  // read that node's stacks only, so a store of many nodes reads each node's past once.
+  if (past) f.node = r.node;
   auto whole = profiles.get(f);
   if (!whole) return whole.error();
   const Profile* prof = &(*whole)->prof;
@@ -1409,13 +1413,24 @@ Result<JobWindow> load_job_window(store::Reader& s, const LoadOptions& opt) {
           return st.error();
       }
     }
-    if (cp > 0 && r.base.steps > 0) {
+    // The past's stacks come from the very windows its OS metrics came from (past_acc: wholly
+    // before the analysis window, warm-up left out). Not "everything before the analysis window":
+    // the window that straddles its start is no past, and asking for a span that reaches into it
+    // gave a past with no stacks at all, against which every function of the window "grew" (a
+    // healthy DDP job's backward was named a job-wide hotspot so, its whole time counted as growth).
+    auto pw = past_acc.find(proc);
+    if (cp > 0 && r.base.steps > 0 && pw != past_acc.end() && !pw->second.windows.empty()) {
       double base_steps = static_cast<double>(r.base.steps);
+      store::RowQuery past_span = span;
+      past_span.from_ns = pw->second.windows.begin()->first;
+      uint64_t past_to = 0;
+      for (const auto& [from, to] : pw->second.windows) past_to = std::max(past_to, to);
+      past_span.to_ns = past_to;
       for (auto kind : {store::CountKind::kOnCpu, store::CountKind::kOffCpu}) {
-        if (auto st = load_profile(profiles, span, job, r, kind, base_steps, rank_steps, stats, job.start_ns, &r.past); !st)
+        if (auto st = load_profile(profiles, past_span, job, r, kind, base_steps, rank_steps, stats, past_to, &r.past); !st)
           return st.error();
         for (uint32_t w : r.workers) {
-          if (auto st = load_profile(profiles, span, job, r, kind, base_steps, rank_steps, stats, job.start_ns, &r.past, w); !st)
+          if (auto st = load_profile(profiles, past_span, job, r, kind, base_steps, rank_steps, stats, past_to, &r.past, w); !st)
             return st.error();
         }
       }

@@ -13,7 +13,8 @@ namespace strata::diagnose {
 namespace {
 
 // A 4-rank gloo job: 120 steps of 100 ms, then 80 of 250 ms; 10 s metric windows, the first of
-// which begins `lead_s` before the first step. Every window says each rank ran 2 s on a CPU.
+// which begins `lead_s` before the first step. Every window says each rank ran 2 s on a CPU, and
+// holds 198 on-CPU samples at 99 Hz (2 s) of each rank in `work`.
 void write_job(store::Store& s, double lead_s) {
   constexpr int kRanks = 4;
   constexpr uint64_t kT0 = 1'700'000'000'000'000'000ull;
@@ -60,10 +61,24 @@ void write_job(store::Store& s, double lead_s) {
   }
   ASSERT_TRUE(s.put_steps(*rec, steps));
   ASSERT_TRUE(s.put_collectives(*rec, colls));
+  Frame f;
+  f.kind = FrameKind::kNative;
+  f.build_id = "abcd";
+  f.module = "/usr/bin/python3";
+  f.offset = 0x1000;
+  f.function = "work";
+  auto work = s.intern_stack({f});
+  ASSERT_TRUE(work) << work.error().message;
   for (uint64_t w = first_window; w < ends.back(); w += kWindow) {
     std::vector<store::Metric> m;
-    for (int r = 0; r < kRanks; ++r) m.push_back({static_cast<uint32_t>(5000 + r), "os.cpu_time_us", "", 2e6});
+    std::vector<store::StackCount> counts;
+    for (int r = 0; r < kRanks; ++r) {
+      const auto pid = static_cast<uint32_t>(5000 + r);
+      m.push_back({pid, "os.cpu_time_us", "", 2e6});
+      counts.push_back({pid, pid, "python3", *work, 198});
+    }
     ASSERT_TRUE(s.put_metrics(*rec, w, w + kWindow, m));
+    ASSERT_TRUE(s.put_window(*rec, w, w + kWindow, store::CountKind::kOnCpu, counts, {99, store::kUnwindingCfi}));
   }
   ASSERT_TRUE(s.end_recording(*rec, ends.back()));
 }
@@ -86,6 +101,27 @@ TEST(DiagnosePastStore, AFirstWindowThatBeganJustBeforeTheStepsIsThePast) {
     ASSERT_TRUE(known(cpu)) << "rank " << r.rank << " has no OS past";
     // 2 s of CPU over the window's 100 baseline steps' worth of time: 20 ms a step.
     EXPECT_NEAR(cpu, 20.0, 2.0) << "rank " << r.rank;
+  }
+}
+
+// The slowdown begins 12 s in, inside the second window: that window holds the analysis window's
+// start and is no past, the first one is. The past's stacks come from that first window alone, as
+// its OS metrics do. (They came from nowhere before: the span asked for reached into the second
+// window, so the past had no stacks at all, and every function of the window "grew" from nothing.)
+TEST(DiagnosePastStore, ThePastsStacksAreThoseOfItsWindows) {
+  test::TempDir dir;
+  auto job = load(dir, "stacks.db", 0.3);
+  ASSERT_TRUE(job) << job.error().message;
+  ASSERT_EQ(job->ranks.size(), 4u);
+  for (const auto& r : job->ranks) {
+    ASSERT_GT(r.past.windows, 0u) << "rank " << r.rank;
+    double work = 0;
+    for (const auto& v : r.past.oncpu) work += v.ms_per_step;
+    // 198 samples at 99 Hz (2 s) over the window's ~97 steps: ~20.6 ms a step, as its OS metric says.
+    EXPECT_NEAR(work, 20.0, 2.0) << "rank " << r.rank << ": the past has no stacks of its window";
+    double now = 0;
+    for (const auto& v : r.oncpu) now += v.ms_per_step;
+    EXPECT_GT(now, 0) << "rank " << r.rank;
   }
 }
 
