@@ -663,22 +663,28 @@ constexpr double kMaxPastWarmupShare = 0.1;
 // A rank's stacks of one kind from `from_ns` on, as ms by call path (every off-CPU wait, not only
 // I/O), its heaviest kStallStacks paths. `pid`: the rank's, or one of its workers' (its paths then
 // rooted at kWorkerFrame: a data loader worker that stopped is where a rank's hang often is).
-Status load_stall_stacks(store::Reader& s, const store::RowQuery& span, uint64_t from_ns, JobWindow& job, RankWindow& r,
+// Read through the cache as one node's profile from `from_ns` (every rank of a node starts its
+// stall at the same window of that node's agent): one read per node and kind, not per process
+// and kind. Per process, a hang round at 8,000 ranks made 32,000 reads (ranks and their workers,
+// on- and off-CPU) and took twice as long as the rounds before it.
+Status load_stall_stacks(ProfileCache& profiles, const store::RowQuery& span, uint64_t from_ns, JobWindow& job, RankWindow& r,
                          store::CountKind kind, Stats* stats, uint32_t pid) {
   const std::string root = pid != r.pid ? std::string(kWorkerFrame) + ";" : std::string();
   store::ProfileFilter f;
   f.from_ns = from_ns;
   f.to_ns = span.to_ns;
   f.node = r.node;
-  f.pid = pid;
   f.recording = span.recording;
   f.kind = kind;
-  auto prof = s.load_profile(f);
-  if (!prof) return prof.error();
-  if (stats) stats->samples += prof->samples.size(), stats->profiles++;
+  auto whole = profiles.get(f);
+  if (!whole) return whole.error();
+  const Profile* prof = &(*whole)->prof;
+  const std::vector<uint32_t>& mine = (*whole)->samples_of(r.node, pid);
+  if (stats) stats->samples += mine.size(), stats->profiles++;
   const bool offcpu = kind == store::CountKind::kOffCpu;
   std::map<std::string, double> by_path;
-  for (const auto& smp : prof->samples) {
+  for (uint32_t i : mine) {
+    const ProfileSample& smp = prof->samples[i];
     if (smp.stack_index >= prof->stacks.size()) continue;
     const Stack& stack = prof->stacks[smp.stack_index];
     // As load_profile weighs them: on-CPU samples are their window's period each, off-CPU counts µs.
@@ -1517,7 +1523,7 @@ Result<JobWindow> load_job_window(store::Reader& s, const LoadOptions& opt) {
       pids.insert(pids.end(), r.workers.begin(), r.workers.end());
       for (uint32_t pid : pids) {
         for (auto kind : {store::CountKind::kOnCpu, store::CountKind::kOffCpu}) {
-          if (auto st = load_stall_stacks(s, span, from, job, r, kind, stats, pid); !st) return st.error();
+          if (auto st = load_stall_stacks(profiles, span, from, job, r, kind, stats, pid); !st) return st.error();
         }
       }
     }

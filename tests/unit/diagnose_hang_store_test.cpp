@@ -6,6 +6,8 @@
 // rank.
 #include <gtest/gtest.h>
 
+#include <map>
+#include <set>
 #include <sstream>
 
 #include "diagnose/engine.h"
@@ -91,6 +93,142 @@ TEST(DiagnoseHangStore, HungRankAndItsEvidenceThroughTheLoader) {
                                   "ranks [" + others + "] entered and wait in"}))
         << text_of(dx);
     EXPECT_TRUE(has_evidence(*f, {me + " on-CPU since the job's last progress"})) << text_of(dx);
+  }
+}
+
+// Forwards every read to a store; counts the profile reads.
+class ProfileReadCounter : public store::Reader {
+ public:
+  explicit ProfileReadCounter(store::Reader& s) : s_(s) {}
+  int profile_reads = 0;
+
+  Result<Profile> load_profile(const store::ProfileFilter& f) override {
+    ++profile_reads;
+    return s_.load_profile(f);
+  }
+  Result<std::vector<store::ProcessInfo>> processes(std::optional<int64_t> rec) override { return s_.processes(rec); }
+  Result<std::vector<std::pair<std::string, double>>> stats(int64_t rec) override { return s_.stats(rec); }
+  Result<std::optional<int64_t>> latest_recording() override { return s_.latest_recording(); }
+  Result<std::vector<store::CommunicatorRecord>> communicators(std::optional<int64_t> rec) override {
+    return s_.communicators(rec);
+  }
+  Result<std::vector<store::CollectiveRecord>> collectives(std::optional<int64_t> rec, std::optional<uint32_t> pid) override {
+    return s_.collectives(rec, pid);
+  }
+  Result<std::vector<store::DeviceActivity>> device_activity(std::optional<int64_t> rec,
+                                                             std::optional<uint32_t> pid) override {
+    return s_.device_activity(rec, pid);
+  }
+  Result<std::vector<store::StepRecord>> steps(std::optional<int64_t> rec, std::optional<uint32_t> pid) override {
+    return s_.steps(rec, pid);
+  }
+  Result<std::optional<uint64_t>> latest_step_ns(std::optional<int64_t> rec) override { return s_.latest_step_ns(rec); }
+  Result<std::optional<uint64_t>> data_version() override { return s_.data_version(); }
+  Result<std::optional<store::WriteSeqs>> write_seqs() override { return s_.write_seqs(); }
+  Result<std::vector<store::StepRecord>> query_steps(const store::RowQuery& q) override { return s_.query_steps(q); }
+  Result<std::vector<store::CollectiveRecord>> query_collectives(const store::RowQuery& q) override {
+    return s_.query_collectives(q);
+  }
+  Result<std::vector<store::DeviceActivity>> query_device_activity(const store::RowQuery& q) override {
+    return s_.query_device_activity(q);
+  }
+  Result<std::vector<MetricRow>> query_metrics(const store::RowQuery& q) override { return s_.query_metrics(q); }
+  Result<store::LaunchSamples> query_launch_samples(const store::RowQuery& q) override {
+    return s_.query_launch_samples(q);
+  }
+  Result<std::vector<ThreadWindow>> thread_windows(std::optional<int64_t> rec) override { return s_.thread_windows(rec); }
+  Result<unsigned> sample_hz(std::optional<int64_t> rec) override { return s_.sample_hz(rec); }
+  Result<std::vector<store::ReducedFidelity>> reduced_fidelity(std::optional<int64_t> rec) override {
+    return s_.reduced_fidelity(rec);
+  }
+  Result<std::vector<MetricRow>> metrics(const std::string& prefix, std::optional<int64_t> rec) override {
+    return s_.metrics(prefix, rec);
+  }
+
+ private:
+  store::Reader& s_;
+};
+
+// A synthetic hung job of `nodes` x 4 ranks (rank 6 hung from step 20 of 40) in a fresh store.
+void write_hung_job(store::Store& s, int nodes, bool same_pids) {
+  synth::JobSpec sp;
+  sp.job = "hang-job";
+  sp.nodes = nodes;
+  sp.ranks_per_node = 4;
+  sp.same_pids = same_pids;
+  sp.steps = 40;
+  sp.step_ms = 1000;
+  sp.fault = synth::Fault::kHang;
+  sp.fault_rank = 6;
+  sp.fault_start_step = 20;
+  sp.t0_ns = 1'700'000'000'000'000'000ull;
+  synth::Job job(sp);
+  for (int node = 0; node < sp.nodes; ++node) {
+    synth::Job::NodeWriter w(job, s, node);
+    ASSERT_TRUE(w.begin(sp.t0_ns));
+    for (size_t wi = 0; wi < job.windows().size(); ++wi) {
+      ASSERT_TRUE(s.begin());
+      ASSERT_TRUE(w.window(wi));
+      ASSERT_TRUE(s.commit());
+    }
+    ASSERT_TRUE(w.end(job.windows().back().end_ns));
+  }
+}
+
+// Each rank's stall stacks by name, ms per step.
+std::map<int, std::map<std::string, double>> stall_stacks(const JobWindow& jw) {
+  std::map<int, std::map<std::string, double>> out;
+  for (const auto& r : jw.ranks) {
+    auto& mine = out[r.rank];
+    for (const auto& v : r.stall_oncpu) mine["on " + jw.names.name(v.name)] = v.ms_per_step;
+    for (const auto& v : r.stall_offcpu) mine["off " + jw.names.name(v.name)] = v.ms_per_step;
+  }
+  return out;
+}
+
+// A hang's stall stacks are read once per node and kind, whatever the node's ranks (a per-process
+// read made 32,000 reads in a round at 8,000 ranks): the same load with the stall reads turned off
+// reads at most two profiles (on- and off-CPU) per node fewer. And each rank still gets its own
+// process's stacks where every node's ranks have the same pids (containers): the same job with
+// pids of its own per rank gives every rank the same stall stacks (a read that mixed nodes up
+// would give a rank its pid's samples on every node).
+TEST(DiagnoseHangStore, AStallsStacksAreReadOncePerNode) {
+  constexpr int kNodes = 3;
+  test::TempDir dir;
+  auto same = store::Store::open_sqlite(dir.file("same.db"), store::Store::Mode::kCreateOrAppend);
+  auto own = store::Store::open_sqlite(dir.file("own.db"), store::Store::Mode::kCreateOrAppend);
+  ASSERT_TRUE(same && own);
+  write_hung_job(**same, kNodes, /*same_pids=*/true);
+  write_hung_job(**own, kNodes, /*same_pids=*/false);
+  LoadOptions lo;
+  lo.all_recordings = true;
+  ProfileReadCounter with(**same);
+  auto jw = load_job_window(with, lo);
+  ASSERT_TRUE(jw) << jw.error().message;
+  ASSERT_EQ(jw->ranks.size(), 12u);
+  std::set<uint32_t> pids;
+  for (const auto& r : jw->ranks) pids.insert(r.pid);
+  EXPECT_EQ(pids.size(), 4u) << "every node's ranks have the same pids";
+
+  LoadOptions no_stall = lo;
+  no_stall.stall_stacks_s = 1e9;  // never stalled long enough: no stall stacks read
+  ProfileReadCounter without(**same);
+  auto plain = load_job_window(without, no_stall);
+  ASSERT_TRUE(plain) << plain.error().message;
+  const int stall_reads = with.profile_reads - without.profile_reads;
+  EXPECT_GT(stall_reads, 0);
+  EXPECT_LE(stall_reads, 2 * kNodes) << "stall stacks read per process, not per node";
+  for (const auto& [rank, stacks] : stall_stacks(*plain)) EXPECT_TRUE(stacks.empty()) << "rank " << rank;
+
+  auto reference = load_job_window(**own, lo);
+  ASSERT_TRUE(reference) << reference.error().message;
+  const auto got = stall_stacks(*jw), want = stall_stacks(*reference);
+  ASSERT_EQ(got.size(), want.size());
+  for (const auto& [rank, stacks] : want) {
+    EXPECT_FALSE(stacks.empty()) << "rank " << rank;
+    ASSERT_TRUE(got.count(rank)) << "rank " << rank;
+    ASSERT_EQ(got.at(rank).size(), stacks.size()) << "rank " << rank;
+    for (const auto& [path, ms] : stacks) EXPECT_NEAR(got.at(rank).at(path), ms, 1e-9) << "rank " << rank << " " << path;
   }
 }
 
