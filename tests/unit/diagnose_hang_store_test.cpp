@@ -15,6 +15,7 @@
 #include "diagnose/render.h"
 #include "store/store.h"
 #include "testbed/synth/job.h"
+#include "tests/support/forwarding_reader.h"
 #include "tests/support/run.h"
 
 namespace strata::diagnose {
@@ -27,6 +28,21 @@ bool has_evidence(const Finding& f, std::initializer_list<std::string> parts) {
     if (all) return true;
   }
   return false;
+}
+
+// Writes `job` into `s` as its agents would: per node, the recording, then one transaction a window.
+Status write_agents(const synth::Job& job, store::Store& s) {
+  for (int node = 0; node < job.spec().nodes; ++node) {
+    synth::Job::NodeWriter w(job, s, node);
+    if (auto st = w.begin(job.spec().t0_ns); !st) return st;
+    for (size_t wi = 0; wi < job.windows().size(); ++wi) {
+      if (auto st = s.begin(); !st) return st;
+      if (auto st = w.window(wi); !st) return st;
+      if (auto st = s.commit(); !st) return st;
+    }
+    if (auto st = w.end(job.windows().back().end_ns); !st) return st;
+  }
+  return {};
 }
 
 TEST(DiagnoseHangStore, HungRankAndItsEvidenceThroughTheLoader) {
@@ -47,17 +63,8 @@ TEST(DiagnoseHangStore, HungRankAndItsEvidenceThroughTheLoader) {
     auto st = store::Store::open_sqlite(dir.file("s.db"), store::Store::Mode::kCreateOrAppend);
     ASSERT_TRUE(st) << st.error().message;
     store::Store& s = **st;
-    for (int node = 0; node < sp.nodes; ++node) {
-      synth::Job::NodeWriter w(job, s, node);
-      ASSERT_TRUE(w.begin(sp.t0_ns));
-      for (size_t wi = 0; wi < job.windows().size(); ++wi) {
-        ASSERT_TRUE(s.begin());
-        auto ws = w.window(wi);
-        ASSERT_TRUE(ws) << ws.error().message;
-        ASSERT_TRUE(s.commit());
-      }
-      ASSERT_TRUE(w.end(job.windows().back().end_ns));
-    }
+    auto written = write_agents(job, s);
+    ASSERT_TRUE(written) << written.error().message;
 
     LoadOptions lo;
     lo.all_recordings = true;  // one recording per node's agent
@@ -97,60 +104,19 @@ TEST(DiagnoseHangStore, HungRankAndItsEvidenceThroughTheLoader) {
 }
 
 // Forwards every read to a store; counts the profile reads.
-class ProfileReadCounter : public store::Reader {
+class ProfileReadCounter : public test::ForwardingReader {
  public:
-  explicit ProfileReadCounter(store::Reader& s) : s_(s) {}
+  using ForwardingReader::ForwardingReader;
   int profile_reads = 0;
 
   Result<Profile> load_profile(const store::ProfileFilter& f) override {
     ++profile_reads;
-    return s_.load_profile(f);
+    return ForwardingReader::load_profile(f);
   }
-  Result<std::vector<store::ProcessInfo>> processes(std::optional<int64_t> rec) override { return s_.processes(rec); }
-  Result<std::vector<std::pair<std::string, double>>> stats(int64_t rec) override { return s_.stats(rec); }
-  Result<std::optional<int64_t>> latest_recording() override { return s_.latest_recording(); }
-  Result<std::vector<store::CommunicatorRecord>> communicators(std::optional<int64_t> rec) override {
-    return s_.communicators(rec);
-  }
-  Result<std::vector<store::CollectiveRecord>> collectives(std::optional<int64_t> rec, std::optional<uint32_t> pid) override {
-    return s_.collectives(rec, pid);
-  }
-  Result<std::vector<store::DeviceActivity>> device_activity(std::optional<int64_t> rec,
-                                                             std::optional<uint32_t> pid) override {
-    return s_.device_activity(rec, pid);
-  }
-  Result<std::vector<store::StepRecord>> steps(std::optional<int64_t> rec, std::optional<uint32_t> pid) override {
-    return s_.steps(rec, pid);
-  }
-  Result<std::optional<uint64_t>> latest_step_ns(std::optional<int64_t> rec) override { return s_.latest_step_ns(rec); }
-  Result<std::optional<uint64_t>> data_version() override { return s_.data_version(); }
-  Result<std::optional<store::WriteSeqs>> write_seqs() override { return s_.write_seqs(); }
-  Result<std::vector<store::StepRecord>> query_steps(const store::RowQuery& q) override { return s_.query_steps(q); }
-  Result<std::vector<store::CollectiveRecord>> query_collectives(const store::RowQuery& q) override {
-    return s_.query_collectives(q);
-  }
-  Result<std::vector<store::DeviceActivity>> query_device_activity(const store::RowQuery& q) override {
-    return s_.query_device_activity(q);
-  }
-  Result<std::vector<MetricRow>> query_metrics(const store::RowQuery& q) override { return s_.query_metrics(q); }
-  Result<store::LaunchSamples> query_launch_samples(const store::RowQuery& q) override {
-    return s_.query_launch_samples(q);
-  }
-  Result<std::vector<ThreadWindow>> thread_windows(std::optional<int64_t> rec) override { return s_.thread_windows(rec); }
-  Result<unsigned> sample_hz(std::optional<int64_t> rec) override { return s_.sample_hz(rec); }
-  Result<std::vector<store::ReducedFidelity>> reduced_fidelity(std::optional<int64_t> rec) override {
-    return s_.reduced_fidelity(rec);
-  }
-  Result<std::vector<MetricRow>> metrics(const std::string& prefix, std::optional<int64_t> rec) override {
-    return s_.metrics(prefix, rec);
-  }
-
- private:
-  store::Reader& s_;
 };
 
 // A synthetic hung job of `nodes` x 4 ranks (rank 6 hung from step 20 of 40) in a fresh store.
-void write_hung_job(store::Store& s, int nodes, bool same_pids) {
+Status write_hung_job(store::Store& s, int nodes, bool same_pids) {
   synth::JobSpec sp;
   sp.job = "hang-job";
   sp.nodes = nodes;
@@ -162,17 +128,7 @@ void write_hung_job(store::Store& s, int nodes, bool same_pids) {
   sp.fault_rank = 6;
   sp.fault_start_step = 20;
   sp.t0_ns = 1'700'000'000'000'000'000ull;
-  synth::Job job(sp);
-  for (int node = 0; node < sp.nodes; ++node) {
-    synth::Job::NodeWriter w(job, s, node);
-    ASSERT_TRUE(w.begin(sp.t0_ns));
-    for (size_t wi = 0; wi < job.windows().size(); ++wi) {
-      ASSERT_TRUE(s.begin());
-      ASSERT_TRUE(w.window(wi));
-      ASSERT_TRUE(s.commit());
-    }
-    ASSERT_TRUE(w.end(job.windows().back().end_ns));
-  }
+  return write_agents(synth::Job(sp), s);
 }
 
 // Each rank's stall stacks by name, ms per step.
@@ -198,8 +154,10 @@ TEST(DiagnoseHangStore, AStallsStacksAreReadOncePerNode) {
   auto same = store::Store::open_sqlite(dir.file("same.db"), store::Store::Mode::kCreateOrAppend);
   auto own = store::Store::open_sqlite(dir.file("own.db"), store::Store::Mode::kCreateOrAppend);
   ASSERT_TRUE(same && own);
-  write_hung_job(**same, kNodes, /*same_pids=*/true);
-  write_hung_job(**own, kNodes, /*same_pids=*/false);
+  for (auto [st, same_pids] : {std::pair{same->get(), true}, std::pair{own->get(), false}}) {
+    auto written = write_hung_job(*st, kNodes, same_pids);
+    ASSERT_TRUE(written) << written.error().message;
+  }
   LoadOptions lo;
   lo.all_recordings = true;
   ProfileReadCounter with(**same);
@@ -244,14 +202,8 @@ TEST(DiagnoseHangStore, HealthyJobReadsNoStallStacks) {
   test::TempDir dir;
   auto st = store::Store::open_sqlite(dir.file("s.db"), store::Store::Mode::kCreateOrAppend);
   ASSERT_TRUE(st) << st.error().message;
-  synth::Job::NodeWriter w(job, **st, 0);
-  ASSERT_TRUE(w.begin(sp.t0_ns));
-  for (size_t wi = 0; wi < job.windows().size(); ++wi) {
-    ASSERT_TRUE((*st)->begin());
-    ASSERT_TRUE(w.window(wi));
-    ASSERT_TRUE((*st)->commit());
-  }
-  ASSERT_TRUE(w.end(job.windows().back().end_ns));
+  auto written = write_agents(job, **st);
+  ASSERT_TRUE(written) << written.error().message;
   auto jw = load_job_window(**st);
   ASSERT_TRUE(jw) << jw.error().message;
   for (const auto& r : jw->ranks) {
@@ -286,14 +238,7 @@ TEST(DiagnoseHangStore, RanksWithoutARankInTheirEnvironmentAreTheProcessesThatTr
     for (int r = 0; r < 4; ++r) pids.push_back(job.pid(r));
     auto st = store::Store::open_sqlite(path, store::Store::Mode::kCreateOrAppend);
     if (!st) return st.error();
-    synth::Job::NodeWriter w(job, **st, 0);
-    if (auto b = w.begin(sp.t0_ns); !b) return b.error();
-    for (size_t wi = 0; wi < job.windows().size(); ++wi) {
-      (void)(*st)->begin();
-      if (auto ws = w.window(wi); !ws) return ws.error();
-      (void)(*st)->commit();
-    }
-    if (auto e = w.end(job.windows().back().end_ns); !e) return e.error();
+    if (auto written = write_agents(job, **st); !written) return written.error();
     return pids;
   };
   auto load = [](const std::string& path, const std::string& job) -> Result<JobWindow> {

@@ -9,6 +9,7 @@
 
 #include "server/web_api.h"
 #include "store/store.h"
+#include "tests/support/forwarding_reader.h"
 #include "tests/support/run.h"
 
 namespace strata {
@@ -17,50 +18,15 @@ namespace {
 using test::TempDir;
 
 // Forwards every read to a store and counts the reads of the processes table.
-class CountingReader : public store::Reader {
+class CountingReader : public test::ForwardingReader {
  public:
-  explicit CountingReader(store::Reader& s) : s_(s) {}
+  using ForwardingReader::ForwardingReader;
   int process_reads = 0;
 
   Result<std::vector<store::ProcessInfo>> processes(std::optional<int64_t> rec) override {
     ++process_reads;
-    return s_.processes(rec);
+    return ForwardingReader::processes(rec);
   }
-  Result<std::optional<uint64_t>> data_version() override { return s_.data_version(); }
-  Result<std::optional<uint64_t>> latest_step_ns(std::optional<int64_t> rec) override {
-    return s_.latest_step_ns(rec);
-  }
-  Result<std::vector<store::StepRecord>> query_steps(const store::RowQuery& q) override {
-    return s_.query_steps(q);
-  }
-  Result<Profile> load_profile(const store::ProfileFilter& f) override { return s_.load_profile(f); }
-  Result<std::vector<std::pair<std::string, double>>> stats(int64_t rec) override { return s_.stats(rec); }
-  Result<std::optional<int64_t>> latest_recording() override { return s_.latest_recording(); }
-  Result<std::vector<store::CommunicatorRecord>> communicators(std::optional<int64_t> rec) override {
-    return s_.communicators(rec);
-  }
-  Result<std::vector<store::CollectiveRecord>> collectives(std::optional<int64_t> rec,
-                                                           std::optional<uint32_t> pid) override {
-    return s_.collectives(rec, pid);
-  }
-  Result<std::vector<store::DeviceActivity>> device_activity(std::optional<int64_t> rec,
-                                                             std::optional<uint32_t> pid) override {
-    return s_.device_activity(rec, pid);
-  }
-  Result<std::vector<store::StepRecord>> steps(std::optional<int64_t> rec,
-                                               std::optional<uint32_t> pid) override {
-    return s_.steps(rec, pid);
-  }
-  Result<std::vector<ThreadWindow>> thread_windows(std::optional<int64_t> rec) override {
-    return s_.thread_windows(rec);
-  }
-  Result<unsigned> sample_hz(std::optional<int64_t> rec) override { return s_.sample_hz(rec); }
-  Result<std::vector<MetricRow>> metrics(const std::string& prefix, std::optional<int64_t> rec) override {
-    return s_.metrics(prefix, rec);
-  }
-
- private:
-  store::Reader& s_;
 };
 
 store::ProcessInfo proc(uint32_t pid, uint32_t ppid, const std::string& comm) {
