@@ -7,6 +7,9 @@
 #include <ctime>
 #include <map>
 #include <sstream>
+#ifdef __GLIBC__
+#include <malloc.h>
+#endif
 
 #include "common/clock.h"
 #include "server/json.h"
@@ -92,6 +95,42 @@ void Diagnoser::fold_noted() {
     std::lock_guard changed(st->changed_mu);
     st->changed_from_ns = std::min(st->changed_from_ns, noted_from);
   }
+}
+
+uint64_t Diagnoser::release_rows(JobState* current) {
+  const uint64_t now = wall_clock_ns();
+  const auto over = [&] { return held_rows_.load() > static_cast<int64_t>(opts_.max_held_rows); };
+  std::vector<std::pair<uint64_t, std::shared_ptr<JobState>>> others;  // (touched_ns, state)
+  {
+    std::lock_guard lock(states_mu_);
+    for (const auto& [job, st] : states_) {
+      if (st.get() != current) others.emplace_back(st->touched_ns, st);
+    }
+  }
+  std::sort(others.begin(), others.end(), [](const auto& a, const auto& b) { return a.first < b.first; });
+  uint64_t released = 0;
+  auto let_go = [&](JobState& st) {  // the caller holds st.mu
+    if (st.counted_rows == 0) return;
+    held_rows_ -= static_cast<int64_t>(st.counted_rows);
+#ifdef STRATA_HAVE_DIAGNOSE
+    st.rows = diagnose::SpanRows{};
+#endif
+    st.counted_rows = 0;
+    ++released;
+  };
+  for (const auto& [touched, st] : others) {
+    const bool quiet = now > touched + opts_.rows_idle_ns;
+    if (!quiet && !over()) break;  // the rest were active more recently
+    std::unique_lock lock(st->mu, std::try_to_lock);
+    if (lock.owns_lock()) let_go(*st);  // else its round runs now: not quiet
+  }
+  if (current && over()) let_go(*current);
+#ifdef __GLIBC__
+  // The rows were millions of small allocations: without a trim the heap keeps their pages, and
+  // the collector's RSS stays where the largest job took it.
+  if (released) malloc_trim(0);
+#endif
+  return released;
 }
 
 void Diagnoser::drop_idle_states() {
@@ -353,6 +392,10 @@ double Diagnoser::round() {
     counters_.handed_over = sharing_.handed_over();
   }
   drop_idle_states();
+  if (const uint64_t released = release_rows(nullptr)) {
+    std::lock_guard lock(mu_);
+    counters_.rows_released += released;
+  }
   // The jobs of the round, kRoundThreads at a time.
   const std::vector<std::string> list(jobs.begin(), jobs.end());
   std::atomic<size_t> next{0};
@@ -434,18 +477,12 @@ Result<std::string> Diagnoser::diagnose_job(const std::string& job) {
     }
     return diagnose::load_job_window(s, lo);
   });
-  bool released = false;
+  uint64_t released = 0;
   if (state) {
-    // The rows held for every job stay under max_held_rows: past it this job keeps none.
     const size_t now_rows = state->rows.size();
     held_rows_ += static_cast<int64_t>(now_rows) - static_cast<int64_t>(state->counted_rows);
     state->counted_rows = now_rows;
-    if (now_rows > 0 && held_rows_.load() > static_cast<int64_t>(opts_.max_held_rows)) {
-      held_rows_ -= static_cast<int64_t>(now_rows);
-      state->rows = diagnose::SpanRows{};
-      state->counted_rows = 0;
-      released = true;
-    }
+    released = release_rows(state.get());
   }
   {
     std::lock_guard lock(mu_);

@@ -903,7 +903,7 @@ class Server {
                  "Rows the diagnosis rounds hold between them for every job (each job's analysis span).");
     o << "strata_serve_diagnosis_held_rows " << dc.held_rows << "\n";
     prom::family(o, "strata_serve_diagnosis_rows_released_total", "counter",
-                 "Rounds that let their job's held rows go (over the bound): its next round reads its whole span.");
+                 "Times a job's held rows were let go (over the bound, least recently active job first, or the job went quiet): its next round reads its whole span.");
     o << "strata_serve_diagnosis_rows_released_total " << dc.rows_released << "\n";
     prom::family(o, "strata_serve_retention_deleted_rows_total", "counter",
                  "Rows older than the SQLite store's retention_days deleted.");

@@ -62,8 +62,10 @@ Frame fn(const std::string& name) {
 // A job of kRanks ranks on two nodes that ran `steps` steps; in its last `slow_last` steps, rank
 // kStraggler computes 40 ms longer per step in `slow_augment` (the others wait for it). Stacks and
 // metrics come in 10 s windows. Returns the time the first step started. `nodes` x `per_node`
-// ranks (default kRanks on two nodes).
-uint64_t make_store(const std::string& path, int steps, int slow_last, int nodes = 2, int per_node = kRanks / 2) {
+// ranks (default kRanks on two nodes), named `job`, on nodes "<node_prefix>N" with pids from
+// pid_base (a second job into the same store takes others).
+uint64_t make_store(const std::string& path, int steps, int slow_last, int nodes = 2, int per_node = kRanks / 2,
+                    const std::string& job = "rounds", uint32_t pid_base = 10000, const std::string& node_prefix = "node-") {
   const int ranks = nodes * per_node;
   const int slow_from = steps - slow_last;
   auto st = open_at(path, store::Store::Mode::kCreateOrAppend);
@@ -93,20 +95,20 @@ uint64_t make_store(const std::string& path, int steps, int slow_last, int nodes
   const uint64_t t0 = bounds.front().first;
   std::vector<int64_t> recs;
   for (int n = 0; n < nodes; ++n) {
-    recs.push_back(*s.begin_recording({"node-" + std::to_string(n), "synthetic", t0, 99, 10}));
+    recs.push_back(*s.begin_recording({node_prefix + std::to_string(n), "synthetic", t0, 99, 10}));
     EXPECT_TRUE(s.end_recording(recs.back(), kEnd));
   }
   for (int r = 0; r < ranks; ++r) {
-    const uint32_t pid = 10000 + static_cast<uint32_t>(r);
+    const uint32_t pid = pid_base + static_cast<uint32_t>(r);
     const int64_t rec = recs[static_cast<size_t>(r / per_node)];
     store::ProcessInfo p;
     p.pid = pid;
     p.ppid = 1;
     p.start_ns = t0;
-    p.node = "node-" + std::to_string(r / per_node);
+    p.node = node_prefix + std::to_string(r / per_node);
     p.comm = "python3";
     p.command = "python3 train.py";
-    p.job = "rounds";
+    p.job = job;
     p.rank = r;
     p.local_rank = r % per_node;
     p.world_size = ranks;
@@ -674,6 +676,54 @@ TEST(DiagnoseRounds, HeldRowsStayUnderTheirBound) {
   EXPECT_LE(bounded.held_rows, 100u);
   EXPECT_EQ(bounded.rows_released, 2u) << "each round let its rows go";
   EXPECT_GT(second, first / 2) << "without rows held, a round reads the whole span again";
+}
+
+// Two jobs in one collector, over the bound for both: the least recently active job's rows go, and
+// the job diagnosed now keeps its own (before, the job of the round let its rows go and re-read its
+// whole span at every round while an earlier job's rows sat held). A job quiet for rows_idle_ns lets
+// its rows go at the next round of another job, even under the bound.
+TEST(DiagnoseRounds, TheLeastRecentlyActiveJobsRowsGoFirst) {
+  TempDir tmp;
+  const std::string db = tmp.file("two-jobs.db");
+  make_store(db, 600, 0, 2, kRanks / 2, "first", 10000, "a-node-");
+  make_store(db, 600, 0, 2, kRanks / 2, "second", 20000, "b-node-");
+  auto st = store::Store::open_sqlite(db, store::Store::Mode::kCreateOrAppend);
+  ASSERT_TRUE(st);
+  // What one job's round holds (the span's rows, as the store query reads them).
+  size_t one = 0;
+  {
+    RoundsDiagnoser rd(**st, db, server::DiagnoserOptions{0});
+    ASSERT_TRUE(rd.d->diagnose_job("first")) << rd.log.str();
+    one = rd.d->counters().held_rows;
+    ASSERT_GT(one, 0u);
+  }
+  // Room for one job's rows and a half.
+  server::DiagnoserOptions o{0};
+  o.max_held_rows = one + one / 2;
+  RoundsDiagnoser rd(**st, db, o);
+  server::Diagnoser& d = *rd.d;
+  ASSERT_TRUE(d.diagnose_job("first")) << rd.log.str();
+  ASSERT_TRUE(d.diagnose_job("second")) << rd.log.str();
+  auto c = d.counters();
+  EXPECT_EQ(c.rows_released, 1u) << "one job's rows go";
+  EXPECT_EQ(c.held_rows, one) << "one job's rows stay held";
+  const uint64_t before = c.rows_read;
+  ASSERT_TRUE(d.diagnose_job("second"));
+  const uint64_t again = d.counters().rows_read - before;
+  EXPECT_LT(again, before / 8) << "the second job let its own rows go: its round re-read its span (" << again
+                               << " rows; both first rounds " << before << ")";
+  EXPECT_EQ(d.counters().rows_released, 1u);
+
+  // Quiet: with rows_idle_ns 0 every other job is quiet, and its rows go at the next round.
+  server::DiagnoserOptions q{0};
+  q.rows_idle_ns = 0;
+  RoundsDiagnoser quiet(**st, db, q);
+  ASSERT_TRUE(quiet.d->diagnose_job("first")) << quiet.log.str();
+  EXPECT_EQ(quiet.d->counters().held_rows, one);
+  EXPECT_EQ(quiet.d->counters().rows_released, 0u) << "a job's own round never counts it quiet";
+  ASSERT_TRUE(quiet.d->diagnose_job("second"));
+  EXPECT_EQ(quiet.d->counters().rows_released, 1u) << "the quiet job kept its rows";
+  EXPECT_EQ(quiet.d->counters().held_rows, one);
 }
 
 // The rounds on ClickHouse, which has no write sequences: a round reads the rows that end at or
