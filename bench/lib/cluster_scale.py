@@ -43,6 +43,13 @@ TARGET_FINDING_S = 20
 TARGET_RSS = 2 << 30
 TARGET_AGE_RATIO = 1.5
 KINDS = ["gpu-slow", "cpu-contention", "host-hotspot", "network-slow", "hang"]
+STEP_MS = 1000         # the simulated job's healthy step
+# The faults' sizes where the sim's default does not follow the step: host-hotspot's extra CPU time
+# per step defaults to 40 ms (sized for `strata-sim run`'s real ranks); at 1 s steps that is 4%,
+# under the 5% that strata calls a slow step (diagnose::Options::min_slowdown), so no finding is
+# right. A quarter of a step, as the other faults here cost a third of a step or more.
+HOTSPOT_SHARE = 0.25
+FAULT_PARAMS = {"host-hotspot": ",ms=%d" % (HOTSPOT_SHARE * STEP_MS)}
 
 
 def http_get(url, timeout=30):
@@ -195,9 +202,10 @@ def fault_phase(a, store, tmp, other_pid):
         load0 = os.getloadavg()[0]
         m0 = col.metrics()
         p = sim(a.build, col.url, ["--nodes", str(a.nodes), "--ranks-per-node", str(a.ranks), "--steps", str(a.fault_steps),
-                                   "--step-ms", "1000", "--window-s", "10", "--speed", "1", "--job", job,
+                                   "--step-ms", str(STEP_MS), "--window-s", "10", "--speed", "1", "--job", job,
                                    "--pid-base", str(1000 + i * (ranks + 100)), "--seed", str(a.seed + i),
-                                   "--fault", "%s:node=%d,local_rank=%d,start_step=%d" % (kind, node, local, FAULT_START_STEP)],
+                                   "--fault", "%s:node=%d,local_rank=%d,start_step=%d%s" % (kind, node, local, FAULT_START_STEP,
+                                                                                           FAULT_PARAMS.get(kind, ""))],
                 truth, os.path.join(tmp, job + ".sim.log"))
         found_at, seen = None, []
         deadline = None
@@ -277,7 +285,7 @@ def age_phase(a, store_of, tmp, age):
     truth = os.path.join(tmp, "age-%s.json" % age)
     t0 = time.time()
     p = sim(a.build, col.url, ["--nodes", str(a.nodes), "--ranks-per-node", str(a.ranks), "--steps", str(a.age_steps),
-                               "--step-ms", "1000", "--window-s", "10", "--speed", "1", "--job", "age-" + age,
+                               "--step-ms", str(STEP_MS), "--window-s", "10", "--speed", "1", "--job", "age-" + age,
                                "--history", age, "--history-every", str(a.history_every), "--drain-timeout", "1200"],
             truth, os.path.join(tmp, "age-%s.sim.log" % age))
     hist_done = None
