@@ -850,7 +850,7 @@ void merge_rows(std::vector<Row>& held, std::vector<Row>&& fresh, uint64_t from_
 
 Status refresh_span_rows(store::Reader& s, SpanRows& rows, std::optional<int64_t> recording, uint64_t from_ns,
                          std::optional<uint64_t> changed_from_ns, Stats* stats, const std::atomic<bool>* cancel,
-                         bool use_write_seqs, const std::set<std::string>* nodes) {
+                         bool use_write_seqs) {
   const Error kCancelled{"the load was cancelled (the collector is stopping)"};
   auto cancelled = [&] { return cancel && cancel->load(std::memory_order_relaxed); };
   // How far each table was written, before any read: the reads stop there (what is written during
@@ -861,8 +861,7 @@ Status refresh_span_rows(store::Reader& s, SpanRows& rows, std::optional<int64_t
     if (!w) return w.error();
     seqs = *w;
   }
-  const std::optional<std::set<std::string>> want_nodes = nodes ? std::optional(*nodes) : std::nullopt;
-  const bool same = rows.valid && rows.recording == recording && from_ns >= rows.from_ns && rows.nodes == want_nodes;
+  const bool same = rows.valid && rows.recording == recording && from_ns >= rows.from_ns;
   // kSince: the rows written since the last refresh (by write sequence); kFromTime: the rows that
   // end at or after changed_from_ns (a store without write sequences); kWhole: the span.
   enum class How { kWhole, kSince, kFromTime } how = How::kWhole;
@@ -911,13 +910,6 @@ Status refresh_span_rows(store::Reader& s, SpanRows& rows, std::optional<int64_t
   auto dev = s.query_device_activity(any);
   if (!dev) return dev.error();
   if (stats) stats->device += dev->size();
-  if (nodes) {
-    auto other_node = [&](const auto& r) { return !nodes->count(r.node); };
-    std::erase_if(*metrics, other_node);
-    std::erase_if(*steps, other_node);
-    std::erase_if(*colls, other_node);
-    std::erase_if(*dev, other_node);
-  }
   merge_rows(rows.metrics, std::move(*metrics), from_ns, cut_ns);
   merge_rows(rows.steps, std::move(*steps), from_ns, cut_ns);
   merge_rows(rows.collectives, std::move(*colls), from_ns, cut_ns);
@@ -925,7 +917,6 @@ Status refresh_span_rows(store::Reader& s, SpanRows& rows, std::optional<int64_t
   rows.recording = recording;
   rows.from_ns = from_ns;
   rows.seqs = seqs;
-  rows.nodes = want_nodes;
   rows.valid = true;
   return {};
 }
@@ -1034,22 +1025,6 @@ Result<JobWindow> load_job_window(store::Reader& s, const LoadOptions& opt) {
     for (const auto& [name, rs] : jobs) known_jobs += (known_jobs.empty() ? "" : ", ") + name;
     return Error{"no job '" + opt.job + "' in the store (jobs: " + known_jobs + ")"};
   }
-
-  if (held && held->nodes) {
-    for (const auto& p : *procs) {
-      if (p.job == job_name && p.rank >= 0 && !held->nodes->count(p.node)) {
-        // The rows held are of other nodes than the job's processes run on (one started on a new
-        // node since the collector took the job's nodes): the span is read from the store.
-        LoadOptions again = opt;
-        again.rows = nullptr;
-        again.from_ns = from_ns;
-        return load_job_window(s, again);
-      }
-    }
-  }
-  // The nodes the job's ranks run on: the rows of other nodes (other jobs') say nothing of it.
-  std::set<std::string> job_nodes;
-  for (const auto& [rank, p] : *ranks) job_nodes.insert(p.node);
 
   std::vector<RankSource> src;
   for (const auto& [rank, p] : *ranks) {
@@ -1249,12 +1224,9 @@ Result<JobWindow> load_job_window(store::Reader& s, const LoadOptions& opt) {
   };
   std::vector<NeighbourTime> neighbour_time;
   ByProc<std::pair<uint64_t, std::string>> neighbour_name;  // (seen at, name)
-  uint64_t latest_window_start = 0;  // of any process on the job's nodes: the latest window an agent closed
+  uint64_t latest_window_start = 0;  // of any process: the latest window an agent closed
   ByProc<std::vector<const store::Store::MetricRow*>> in_flight_rows;  // store::kInFlightMetric rows
   for (const auto& row : *rows) {
-    // How far the job's own nodes' agents have seen, not another job's (a round that holds only
-    // its job's nodes' rows and a read of the whole store agree).
-    if (!job_nodes.count(row.node)) continue;
     const auto& m = row.metric;
     job.observed_until_ns = std::max(job.observed_until_ns, row.end_ns);
     if (m.pid == 0 && m.name.rfind("gpu.", 0) == 0) {

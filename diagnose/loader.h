@@ -6,7 +6,6 @@
 #include <atomic>
 #include <cstdint>
 #include <optional>
-#include <set>
 #include <string>
 #include <vector>
 
@@ -73,11 +72,6 @@ struct SpanRows {
   std::vector<store::StepRecord> steps;
   std::vector<store::CollectiveRecord> collectives;
   std::vector<store::DeviceActivity> device;  // in no particular order (the loader sums them)
-  // The rows held are those of these nodes only (unset: of every node). A collector's state holds
-  // its job's nodes' rows: the span's rows of every job, held once per job, made the rows held grow
-  // with the number of jobs times the cluster's size. A node's rows are all the loader looks at for
-  // a rank on it: its steps, collectives, device activity, OS metrics, neighbours and GPUs.
-  std::optional<std::set<std::string>> nodes;
   bool covers(std::optional<int64_t> rec, uint64_t from) const { return valid && recording == rec && from_ns == from; }
   size_t size() const { return metrics.size() + steps.size() + collectives.size() + device.size(); }
 };
@@ -102,13 +96,10 @@ uint64_t row_end(const store::DeviceActivity& r);
 //     the whole span is read.
 // What it read is counted in `stats`. Reads metrics first, as load_job_window does (its comment:
 // newer rows can only add progress). `use_write_seqs` false: by time even where the store has
-// write sequences (tests of the ClickHouse path on SQLite). With `nodes`, only the rows of those
-// nodes are kept (SpanRows::nodes; other nodes' rows read are dropped); held rows of another set
-// of nodes are read whole again (a job that grew onto a node: its earlier rows there).
+// write sequences (tests of the ClickHouse path on SQLite).
 Status refresh_span_rows(store::Reader& s, SpanRows& rows, std::optional<int64_t> recording, uint64_t from_ns,
                          std::optional<uint64_t> changed_from_ns, Stats* stats = nullptr,
-                         const std::atomic<bool>* cancel = nullptr, bool use_write_seqs = true,
-                         const std::set<std::string>* nodes = nullptr);
+                         const std::atomic<bool>* cancel = nullptr, bool use_write_seqs = true);
 
 // `strata diagnose FILE.db` without a span: the latest stretch of `latest_ns`, against the
 // `baseline_ns` before it as the job's healthy past (JobBaseline) when that stretch diagnoses

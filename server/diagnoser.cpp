@@ -468,18 +468,8 @@ Result<std::string> Diagnoser::diagnose_job(const std::string& job) {
     if (end > kMaxRoundSpanNs) from = std::max(from, end - kMaxRoundSpanNs);
     lo.from_ns = from;
     if (state) {
-      // The job's own nodes' rows only (SpanRows::nodes): a job named by its ranks' parent (no
-      // RANK, diagnose::job_of_ranks_without_rank) has no recorded rank yet, and holds every node's.
-      auto procs = s.processes();
-      if (!procs) return procs.error();
-      std::set<std::string> nodes;
-      for (const auto& p : *procs) {
-        if (p.job == job && p.rank >= 0) nodes.insert(p.node);
-      }
       // Only the rows new since the last round are read (the held ones are the span's others).
-      if (auto st = diagnose::refresh_span_rows(s, state->rows, std::nullopt, from, changed_from, &stats, &cancel_,
-                                                /*use_write_seqs=*/true, nodes.empty() ? nullptr : &nodes);
-          !st) {
+      if (auto st = diagnose::refresh_span_rows(s, state->rows, std::nullopt, from, changed_from, &stats, &cancel_); !st) {
         state->rows = diagnose::SpanRows{};  // read whole next time
         return st.error();
       }

@@ -678,50 +678,6 @@ TEST(DiagnoseRounds, HeldRowsStayUnderTheirBound) {
   EXPECT_GT(second, first / 2) << "without rows held, a round reads the whole span again";
 }
 
-// Two jobs side by side in one store, on nodes of their own: a round holds its job's nodes' rows
-// only (before, every job's state held the span's rows of every job: the rows held grew with the
-// jobs times the cluster), and its report is the one a read of the whole store gives. Held rows
-// of too few nodes (a rank on a node the collector did not know of) are not used: the load reads
-// the store.
-TEST(DiagnoseRounds, ARoundHoldsOnlyItsJobsNodesRows) {
-  TempDir tmp;
-  const std::string db = tmp.file("side-by-side.db");
-  make_store(db, 600, 150, 2, kRanks / 2, "first", 10000, "a-node-");
-  make_store(db, 600, 0, 2, kRanks / 2, "second", 20000, "b-node-");
-  auto [st, latest] = open_for_reading(db);
-  ASSERT_TRUE(st);
-  const uint64_t from = latest - server::Diagnoser::kAnalysisSpanNs;
-  diagnose::SpanRows whole, own, part;
-  ASSERT_TRUE(diagnose::refresh_span_rows(*st, whole, std::nullopt, from, std::nullopt));
-  const std::set<std::string> a_nodes = {"a-node-0", "a-node-1"};
-  ASSERT_TRUE(diagnose::refresh_span_rows(*st, own, std::nullopt, from, std::nullopt, nullptr, nullptr, true, &a_nodes));
-  size_t of_a = 0;
-  auto count = [&](const auto& rows) {
-    for (const auto& r : rows) of_a += a_nodes.count(r.node);
-  };
-  count(whole.metrics), count(whole.steps), count(whole.collectives), count(whole.device);
-  EXPECT_EQ(own.size(), of_a);
-  EXPECT_LT(own.size(), whole.size() * 3 / 4) << "the other job's rows are held too";
-  diagnose::LoadOptions lo;
-  lo.job = "first";
-  lo.all_recordings = true;
-  lo.from_ns = from;
-  const std::string from_store = report_of(*st, lo);
-  EXPECT_NE(from_store.find("\"rank\":" + std::to_string(kStraggler)), std::string::npos) << from_store.substr(0, 600);
-  lo.rows = &own;
-  EXPECT_EQ(report_of(*st, lo), from_store);
-  const std::set<std::string> one_node = {"a-node-0"};
-  ASSERT_TRUE(diagnose::refresh_span_rows(*st, part, std::nullopt, from, std::nullopt, nullptr, nullptr, true, &one_node));
-  lo.rows = &part;
-  EXPECT_EQ(report_of(*st, lo), from_store) << "rows of half the job's nodes were taken for the job's";
-  // The collector's round holds the same.
-  auto w = store::Store::open_sqlite(db, store::Store::Mode::kCreateOrAppend);
-  ASSERT_TRUE(w);
-  RoundsDiagnoser rd(**w, db, server::DiagnoserOptions{0});
-  ASSERT_TRUE(rd.d->diagnose_job("first")) << rd.log.str();
-  EXPECT_EQ(rd.d->counters().held_rows, own.size());
-}
-
 // Two jobs in one collector, over the bound for both: the least recently active job's rows go, and
 // the job diagnosed now keeps its own (before, the job of the round let its rows go and re-read its
 // whole span at every round while an earlier job's rows sat held). A job quiet for rows_idle_ns lets
