@@ -138,20 +138,24 @@ void Diagnoser::drop_idle_states() {
   {
     std::lock_guard lock(states_mu_);
     const uint64_t now = wall_clock_ns();
-    std::erase_if(states_, [&](const auto& kv) {
-      bool idle = now > kv.second->touched_ns + kStateIdleNs;
-      dropped += idle;
-      if (idle) held_rows_ -= static_cast<int64_t>(kv.second->counted_rows);
-      return idle;
-    });
+    // A state goes with its rows uncounted, under its own lock (release_rows may hold it from a
+    // request's diagnosis); one whose round runs now is not idle.
+    auto drop = [&](JobState& st) {
+      std::unique_lock one(st.mu, std::try_to_lock);
+      if (!one.owns_lock()) return false;
+      held_rows_ -= static_cast<int64_t>(st.counted_rows);
+      st.counted_rows = 0;
+      ++dropped;
+      return true;
+    };
+    std::erase_if(states_, [&](const auto& kv) { return now > kv.second->touched_ns + kStateIdleNs && drop(*kv.second); });
     // Over the cap: the least recently diagnosed go.
     while (states_.size() > kMaxJobStates) {
       auto oldest = std::min_element(states_.begin(), states_.end(), [](const auto& a, const auto& b) {
         return a.second->touched_ns < b.second->touched_ns;
       });
-      held_rows_ -= static_cast<int64_t>(oldest->second->counted_rows);
+      if (!drop(*oldest->second)) break;  // the next round tries again
       states_.erase(oldest);
-      ++dropped;
     }
   }
   std::lock_guard lock(mu_);
