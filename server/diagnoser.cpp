@@ -97,6 +97,16 @@ void Diagnoser::fold_noted() {
   }
 }
 
+bool Diagnoser::let_rows_go(JobState& st) {
+  if (st.counted_rows == 0) return false;
+  held_rows_ -= static_cast<int64_t>(st.counted_rows);
+#ifdef STRATA_HAVE_DIAGNOSE
+  st.rows = diagnose::SpanRows{};
+#endif
+  st.counted_rows = 0;
+  return true;
+}
+
 uint64_t Diagnoser::release_rows(JobState* current) {
   const uint64_t now = wall_clock_ns();
   const auto over = [&] { return held_rows_.load() > static_cast<int64_t>(opts_.max_held_rows); };
@@ -109,22 +119,13 @@ uint64_t Diagnoser::release_rows(JobState* current) {
   }
   std::sort(others.begin(), others.end(), [](const auto& a, const auto& b) { return a.first < b.first; });
   uint64_t released = 0;
-  auto let_go = [&](JobState& st) {  // the caller holds st.mu
-    if (st.counted_rows == 0) return;
-    held_rows_ -= static_cast<int64_t>(st.counted_rows);
-#ifdef STRATA_HAVE_DIAGNOSE
-    st.rows = diagnose::SpanRows{};
-#endif
-    st.counted_rows = 0;
-    ++released;
-  };
   for (const auto& [touched, st] : others) {
     const bool quiet = now > touched + opts_.rows_idle_ns;
     if (!quiet && !over()) break;  // the rest were active more recently
     std::unique_lock lock(st->mu, std::try_to_lock);
-    if (lock.owns_lock()) let_go(*st);  // else its round runs now: not quiet
+    if (lock.owns_lock()) released += let_rows_go(*st);  // else its round runs now: not quiet
   }
-  if (current && over()) let_go(*current);
+  if (current && over()) released += let_rows_go(*current);
 #ifdef __GLIBC__
   // The rows were millions of small allocations: without a trim the heap keeps their pages, and
   // the collector's RSS stays where the largest job took it.
@@ -143,8 +144,7 @@ void Diagnoser::drop_idle_states() {
     auto drop = [&](JobState& st) {
       std::unique_lock one(st.mu, std::try_to_lock);
       if (!one.owns_lock()) return false;
-      held_rows_ -= static_cast<int64_t>(st.counted_rows);
-      st.counted_rows = 0;
+      let_rows_go(st);
       ++dropped;
       return true;
     };
@@ -396,6 +396,8 @@ double Diagnoser::round() {
     counters_.handed_over = sharing_.handed_over();
   }
   drop_idle_states();
+  // Quiet jobs' rows go before this round's loads read (each job's round lets rows go again after
+  // its load, when that took the rows held over the bound).
   if (const uint64_t released = release_rows(nullptr)) {
     std::lock_guard lock(mu_);
     counters_.rows_released += released;

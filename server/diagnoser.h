@@ -160,6 +160,8 @@ class Diagnoser {
   // runs now keeps its rows (its lock is taken with try_lock: never a wait). Returns the count of
   // jobs that let their rows go.
   uint64_t release_rows(JobState* current);
+  // A state's held rows go and leave held_rows_; the caller holds st.mu. Whether it held any.
+  bool let_rows_go(JobState& st);
   void fold_noted();  // noted_from_ns_ into every job's state
 
   store::Store& store_;

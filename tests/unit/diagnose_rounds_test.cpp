@@ -689,7 +689,8 @@ TEST(DiagnoseRounds, TheLeastRecentlyActiveJobsRowsGoFirst) {
   make_store(db, 600, 0, 2, kRanks / 2, "second", 20000, "b-node-");
   auto st = store::Store::open_sqlite(db, store::Store::Mode::kCreateOrAppend);
   ASSERT_TRUE(st);
-  // What one job's round holds (the span's rows, as the store query reads them).
+  // What one job's round holds: the span's rows as the store queries read them (they have no job
+  // filter, so both jobs' rows; the two jobs are alike, and so are their rounds' rows).
   size_t one = 0;
   {
     RoundsDiagnoser rd(**st, db, server::DiagnoserOptions{0});
