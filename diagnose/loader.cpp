@@ -820,33 +820,101 @@ auto span_key(const store::Store::MetricRow& r) {
 auto span_key(const store::StepRecord& r) { return std::tie(r.start_ns, r.node, r.pid); }
 auto span_key(const store::CollectiveRecord& r) { return std::tie(r.enter_ns, r.node, r.pid); }
 
-// Held rows that end in (from_ns, cut_ns], then the new ones (all end after cut_ns) merged in by
-// the query's order (a kind read in any order, device activity, has no span_key: appended).
-template <typename Row>
-void merge_rows(std::vector<Row>& held, std::vector<Row>&& fresh, uint64_t from_ns, uint64_t cut_ns) {
-  std::erase_if(held, [&](const Row& r) {
-    const uint64_t e = row_end(r);
-    return e <= from_ns || e > cut_ns;
-  });
-  if (fresh.empty()) return;
-  if (held.empty()) {
-    held = std::move(fresh);
-    return;
-  }
-  if constexpr (requires(const Row& r) { span_key(r); }) {
-    std::vector<Row> out;
-    out.reserve(held.size() + fresh.size());
-    // std::merge is stable: of equal keys, the held row (written earlier) comes first.
-    std::merge(std::make_move_iterator(held.begin()), std::make_move_iterator(held.end()),
-               std::make_move_iterator(fresh.begin()), std::make_move_iterator(fresh.end()), std::back_inserter(out),
-               [](const Row& a, const Row& b) { return span_key(a) < span_key(b); });
-    held = std::move(out);
-  } else {
-    held.insert(held.end(), std::make_move_iterator(fresh.begin()), std::make_move_iterator(fresh.end()));
-  }
-}
+// Where a row begins: the first field of its span_key (the rows of a span query are in that order).
+uint64_t row_start(const store::Store::MetricRow& r) { return r.start_ns; }
+uint64_t row_start(const store::StepRecord& r) { return r.start_ns; }
+uint64_t row_start(const store::CollectiveRecord& r) { return r.enter_ns; }
+uint64_t row_start(const store::DeviceActivity& r) { return r.start_ns; }
 
 }  // namespace
+
+namespace detail {
+
+// Held rows that end in (from_ns, cut_ns], then the new ones (all end after cut_ns) merged in by
+// the query's order (a kind read in any order, device activity, has no span_key: appended). What
+// it costs follows what is dropped and added, not what is held (HeldRows says why).
+template <typename Row>
+void merge_rows(HeldRows<Row>& held, std::vector<Row>& fresh, uint64_t from_ns, uint64_t cut_ns) {
+  constexpr bool kOrdered = requires(const Row& r) { span_key(r); };
+  auto& v = held.rows_;
+  // Rows that end at or before from_ns: in key order they begin at or before it too, so only the
+  // rows up to the first that begins later are looked at. The last dropped one found, the rows
+  // kept before it move up behind it (few: those that began before from_ns and end after it),
+  // and everything before them is the dead prefix.
+  {
+    size_t last = SIZE_MAX;
+    for (size_t i = held.first_; i < v.size(); ++i) {
+      if (kOrdered && !held.ends_before_start_ && row_start(v[i]) > from_ns) break;
+      if (row_end(v[i]) <= from_ns) last = i;
+    }
+    if (last != SIZE_MAX) {
+      size_t w = last + 1;
+      for (size_t i = last + 1; i-- > held.first_;) {
+        if (row_end(v[i]) > from_ns && --w != i) v[w] = std::move(v[i]);
+      }
+      for (size_t i = held.first_; i < w; ++i) v[i] = Row{};  // their strings' memory goes now
+      held.first_ = w;
+    }
+  }
+  // Rows that end after cut_ns (a read by time gets them again): they begin at most longest_ns_
+  // before it, so the look starts there.
+  if (cut_ns != UINT64_MAX) {
+    size_t lo = held.first_;
+    if (kOrdered && !held.ends_before_start_ && cut_ns > held.longest_ns_) {
+      const uint64_t earliest = cut_ns - held.longest_ns_;
+      lo = static_cast<size_t>(
+          std::partition_point(v.begin() + static_cast<long>(held.first_), v.end(),
+                               [&](const Row& r) { return row_start(r) < earliest; }) -
+          v.begin());
+    }
+    size_t w = lo;
+    for (size_t i = lo; i < v.size(); ++i) {
+      if (row_end(v[i]) > cut_ns) continue;
+      if (w != i) v[w] = std::move(v[i]);
+      ++w;
+    }
+    v.erase(v.begin() + static_cast<long>(w), v.end());
+  }
+  for (const auto& r : fresh) {
+    if (row_end(r) < row_start(r)) held.ends_before_start_ = true;
+    else held.longest_ns_ = std::max(held.longest_ns_, row_end(r) - row_start(r));
+  }
+  if (held.empty()) {
+    v.clear();
+    held.first_ = 0;
+  }
+  // The dead prefix goes when it is over half the vector, or before the vector would grow: the
+  // live rows move once per span's worth of dropped rows, into memory the vector already has.
+  if (held.first_ > 0 && (held.first_ > v.size() / 2 || v.size() + fresh.size() > v.capacity())) {
+    v.erase(v.begin(), v.begin() + static_cast<long>(held.first_));
+    held.first_ = 0;
+  }
+  if (fresh.empty()) return;
+  if constexpr (kOrdered) {
+    auto less = [](const Row& a, const Row& b) { return span_key(a) < span_key(b); };
+    // The held rows after the first new one's key (std::merge is stable: of equal keys the held
+    // row, written earlier, comes first) are merged with the new rows; those before stay put.
+    const auto pos = std::upper_bound(v.begin() + static_cast<long>(held.first_), v.end(), fresh.front(), less);
+    std::vector<Row> tail(std::make_move_iterator(pos), std::make_move_iterator(v.end()));
+    v.erase(pos, v.end());
+    const size_t need = v.size() + tail.size() + fresh.size();
+    if (need > v.capacity()) v.reserve(std::max(need, 2 * v.capacity()));  // grows as push_back would
+    std::merge(std::make_move_iterator(tail.begin()), std::make_move_iterator(tail.end()),
+               std::make_move_iterator(fresh.begin()), std::make_move_iterator(fresh.end()), std::back_inserter(v),
+               less);
+  } else {
+    v.insert(v.end(), std::make_move_iterator(fresh.begin()), std::make_move_iterator(fresh.end()));
+  }
+  fresh.clear();
+}
+
+// The four kinds a span holds (and the tests'):
+template void merge_rows(HeldRows<store::Store::MetricRow>&, std::vector<store::Store::MetricRow>&, uint64_t, uint64_t);
+template void merge_rows(HeldRows<store::StepRecord>&, std::vector<store::StepRecord>&, uint64_t, uint64_t);
+template void merge_rows(HeldRows<store::CollectiveRecord>&, std::vector<store::CollectiveRecord>&, uint64_t, uint64_t);
+template void merge_rows(HeldRows<store::DeviceActivity>&, std::vector<store::DeviceActivity>&, uint64_t, uint64_t);
+
+}  // namespace detail
 
 Status refresh_span_rows(store::Reader& s, SpanRows& rows, std::optional<int64_t> recording, uint64_t from_ns,
                          std::optional<uint64_t> changed_from_ns, Stats* stats, const std::atomic<bool>* cancel,
@@ -872,10 +940,11 @@ Status refresh_span_rows(store::Reader& s, SpanRows& rows, std::optional<int64_t
     how = How::kFromTime;
   }
   if (how == How::kFromTime && *changed_from_ns == UINT64_MAX) {  // nothing written since: the start moves
-    merge_rows(rows.metrics, {}, from_ns, UINT64_MAX);
-    merge_rows(rows.steps, {}, from_ns, UINT64_MAX);
-    merge_rows(rows.collectives, {}, from_ns, UINT64_MAX);
-    merge_rows(rows.device, {}, from_ns, UINT64_MAX);
+    rows.read.clear();  // (a read that failed half way left rows there)
+    detail::merge_rows(rows.metrics, rows.read.metrics, from_ns, UINT64_MAX);
+    detail::merge_rows(rows.steps, rows.read.steps, from_ns, UINT64_MAX);
+    detail::merge_rows(rows.collectives, rows.read.collectives, from_ns, UINT64_MAX);
+    detail::merge_rows(rows.device, rows.read.device, from_ns, UINT64_MAX);
     rows.from_ns = from_ns;
     return {};
   }
@@ -892,28 +961,28 @@ Status refresh_span_rows(store::Reader& s, SpanRows& rows, std::optional<int64_t
     if (seqs) q.upto_seq = (*seqs).*table;
     return q;
   };
+  // Each kind into its kept vector (SpanRows::read), emptied first: a read that failed half way
+  // left rows there.
+  SpanRows::Read& got = rows.read;
+  got.clear();
   if (cancelled()) return kCancelled;
-  auto metrics = s.query_metrics(query(&store::WriteSeqs::metrics));
-  if (!metrics) return metrics.error();
-  if (stats) stats->metrics += metrics->size();
+  if (auto st = s.append_metrics(query(&store::WriteSeqs::metrics), got.metrics); !st) return st.error();
+  if (stats) stats->metrics += got.metrics.size();
   if (cancelled()) return kCancelled;
-  auto steps = s.query_steps(query(&store::WriteSeqs::steps));
-  if (!steps) return steps.error();
-  if (stats) stats->steps += steps->size();
+  if (auto st = s.append_steps(query(&store::WriteSeqs::steps), got.steps); !st) return st.error();
+  if (stats) stats->steps += got.steps.size();
   if (cancelled()) return kCancelled;
-  auto colls = s.query_collectives(query(&store::WriteSeqs::collectives));
-  if (!colls) return colls.error();
-  if (stats) stats->collectives += colls->size();
+  if (auto st = s.append_collectives(query(&store::WriteSeqs::collectives), got.collectives); !st) return st.error();
+  if (stats) stats->collectives += got.collectives.size();
   store::RowQuery any = query(&store::WriteSeqs::device);
   any.any_order = true;
   if (cancelled()) return kCancelled;
-  auto dev = s.query_device_activity(any);
-  if (!dev) return dev.error();
-  if (stats) stats->device += dev->size();
-  merge_rows(rows.metrics, std::move(*metrics), from_ns, cut_ns);
-  merge_rows(rows.steps, std::move(*steps), from_ns, cut_ns);
-  merge_rows(rows.collectives, std::move(*colls), from_ns, cut_ns);
-  merge_rows(rows.device, std::move(*dev), from_ns, cut_ns);
+  if (auto st = s.append_device_activity(any, got.device); !st) return st.error();
+  if (stats) stats->device += got.device.size();
+  detail::merge_rows(rows.metrics, got.metrics, from_ns, cut_ns);
+  detail::merge_rows(rows.steps, got.steps, from_ns, cut_ns);
+  detail::merge_rows(rows.collectives, got.collectives, from_ns, cut_ns);
+  detail::merge_rows(rows.device, got.device, from_ns, cut_ns);
   rows.recording = recording;
   rows.from_ns = from_ns;
   rows.seqs = seqs;
@@ -973,10 +1042,10 @@ Result<JobWindow> load_job_window(store::Reader& s, const LoadOptions& opt) {
     if (auto st = read_span([&] { return s.query_metrics(span); }, &Stats::metrics, read_metrics); !st) return st.error();
     if (auto st = read_span([&] { return s.query_steps(span); }, &Stats::steps, read_steps); !st) return st.error();
   }
-  const auto* rows = held ? &held->metrics : &read_metrics;
-  const auto* steps_r = held ? &held->steps : &read_steps;
+  const std::span<const store::Store::MetricRow> rows = held ? held->metrics.view() : read_metrics;
+  const std::span<const store::StepRecord> steps_r = held ? held->steps.view() : read_steps;
   ByProc<std::vector<store::StepRecord>> steps_by_proc;
-  for (auto& st : *steps_r) steps_by_proc[{st.node, st.pid}].push_back(st);
+  for (auto& st : steps_r) steps_by_proc[{st.node, st.pid}].push_back(st);
 
   std::vector<std::string> data_notes;
   infer_ranks(*procs, [&](const store::ProcessInfo& p) { return steps_by_proc.count({p.node, p.pid}) > 0; },
@@ -1011,7 +1080,7 @@ Result<JobWindow> load_job_window(store::Reader& s, const LoadOptions& opt) {
     if (better) slot = p;
   }
   if (jobs.empty()) return Error{"no training job in the store: no recorded process has a RANK or trains (repeats collectives in steps)"};
-  if (steps_r->empty() && (from_ns || opt.to_ns)) return Error{"no training step in the time span asked for"};
+  if (steps_r.empty() && (from_ns || opt.to_ns)) return Error{"no training step in the time span asked for"};
   const std::map<int, store::ProcessInfo>* ranks = nullptr;
   std::string job_name;
   for (const auto& [name, rs] : jobs) {
@@ -1108,7 +1177,7 @@ Result<JobWindow> load_job_window(store::Reader& s, const LoadOptions& opt) {
     if (auto st = read_span([&] { return s.query_collectives(span); }, &Stats::collectives, read_colls); !st)
       return st.error();
   }
-  const auto* colls = held ? &held->collectives : &read_colls;
+  const std::span<const store::CollectiveRecord> colls = held ? held->collectives.view() : read_colls;
   ByProc<RankWindow*> by_proc;
   for (auto& r : job.ranks) by_proc[{r.node, r.pid}] = &r;
   // A rank's workers: recorded processes that inherited a RANK and descend from a rank's process on
@@ -1124,7 +1193,7 @@ Result<JobWindow> load_job_window(store::Reader& s, const LoadOptions& opt) {
     worker_of[{p.node, p.pid}] = owner->second;
     owner->second->workers.push_back(p.pid);
   }
-  for (const auto& c : *colls) {
+  for (const auto& c : colls) {
     auto it = by_proc.find({c.node, c.pid});
     if (it == by_proc.end()) continue;
     uint64_t done = c.device_end_ns > 0 ? c.device_end_ns : (c.library == "nccl" ? 0 : c.exit_ns);
@@ -1158,7 +1227,7 @@ Result<JobWindow> load_job_window(store::Reader& s, const LoadOptions& opt) {
     for (const auto& c : *comms) {
       if (c.nranks == static_cast<int>(job.ranks.size()) && index.count({c.node, c.pid})) job.communicator = c.comm_id;
     }
-    job.peer_group = peer_groups(job.ranks.size(), index, *comms, *colls);
+    job.peer_group = peer_groups(job.ranks.size(), index, *comms, colls);
   }
   // Kernel time per kernel name from the device timeline, when there is one: exact per stretch
   // (the window being diagnosed, and the healthy past before it), where the metric windows may
@@ -1172,9 +1241,9 @@ Result<JobWindow> load_job_window(store::Reader& s, const LoadOptions& opt) {
     if (auto st = read_span([&] { return s.query_device_activity(any_order); }, &Stats::device, read_dev); !st)
       return st.error();
   }
-  const auto* dev_all = held ? &held->device : &read_dev;
+  const std::span<const store::DeviceActivity> dev_all = held ? held->device.view() : read_dev;
   ByProc<std::vector<const store::DeviceActivity*>> dev_of;
-  for (const auto& d : *dev_all) {
+  for (const auto& d : dev_all) {
     if (by_proc.count({d.node, d.pid})) dev_of[{d.node, d.pid}].push_back(&d);
   }
   for (size_t i = 0; i < job.ranks.size(); ++i) {
@@ -1226,7 +1295,7 @@ Result<JobWindow> load_job_window(store::Reader& s, const LoadOptions& opt) {
   ByProc<std::pair<uint64_t, std::string>> neighbour_name;  // (seen at, name)
   uint64_t latest_window_start = 0;  // of any process: the latest window an agent closed
   ByProc<std::vector<const store::Store::MetricRow*>> in_flight_rows;  // store::kInFlightMetric rows
-  for (const auto& row : *rows) {
+  for (const auto& row : rows) {
     const auto& m = row.metric;
     job.observed_until_ns = std::max(job.observed_until_ns, row.end_ns);
     if (m.pid == 0 && m.name.rfind("gpu.", 0) == 0) {

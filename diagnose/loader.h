@@ -6,6 +6,7 @@
 #include <atomic>
 #include <cstdint>
 #include <optional>
+#include <span>
 #include <string>
 #include <vector>
 
@@ -57,6 +58,46 @@ struct Stats {
   }
 };
 
+template <typename Row>
+class HeldRows;
+namespace detail {
+// What refresh_span_rows does to each kind (instantiated for the four in loader.cpp): keeps the
+// held rows that end in (from_ns, cut_ns], then adds `fresh` (all ending after cut_ns; in the span
+// query's order where the kind has one) as one read of the span would have them. `fresh` is left
+// empty with its memory kept, for the next read.
+template <typename Row>
+void merge_rows(HeldRows<Row>& held, std::vector<Row>& fresh, uint64_t from_ns, uint64_t cut_ns);
+}
+
+// One kind of held rows (SpanRows), in the order the store's span query returns them. A round
+// drops the rows the span moved past and adds the new ones; neither may cost what the rows held
+// cost: at 8,000 ranks a span holds millions of rows, and moving each of them once per round (an
+// erase from the front, a merge into a new vector) was most of a round's CPU, the new vector's
+// page faults included (measured: refresh_span_rows 68% of a round, mostly memmove and page
+// faults, the store's reads a fifth of it). So the rows dropped are a dead prefix that a later
+// compaction reclaims, and new rows are merged in from where they begin.
+template <typename Row>
+class HeldRows {
+ public:
+  size_t size() const { return rows_.size() - first_; }
+  bool empty() const { return size() == 0; }
+  const Row& operator[](size_t i) const { return rows_[first_ + i]; }
+  const Row* begin() const { return rows_.data() + first_; }
+  const Row* end() const { return rows_.data() + rows_.size(); }
+  std::span<const Row> view() const { return {begin(), end()}; }
+
+ private:
+  friend void detail::merge_rows<Row>(HeldRows<Row>&, std::vector<Row>&, uint64_t, uint64_t);
+  std::vector<Row> rows_;  // [0, first_) are dropped rows, emptied
+  size_t first_ = 0;
+  // The longest row held (its end minus its start): a row that ends after a time starts at most
+  // this long before it. Only grows (until the rows are read whole again).
+  uint64_t longest_ns_ = 0;
+  // Whether a row that ends before it starts was ever held (a clock step between two reads):
+  // then no row's start bounds where one that ends by a time can be, and drops look at every row.
+  bool ends_before_start_ = false;
+};
+
 // The rows of one job's analysis span that a collector keeps between rounds (issue 16: each round
 // reads only what is new since the last one, never the whole span again): every row of the four
 // kinds the loader reads by time (steps, collectives, device activity, metrics) that ends after
@@ -68,10 +109,19 @@ struct SpanRows {
   // How far the store was written when they were read (a store with write sequences: SQLite); the
   // next refresh reads what was written after.
   std::optional<store::WriteSeqs> seqs;
-  std::vector<store::Store::MetricRow> metrics;
-  std::vector<store::StepRecord> steps;
-  std::vector<store::CollectiveRecord> collectives;
-  std::vector<store::DeviceActivity> device;  // in no particular order (the loader sums them)
+  HeldRows<store::Store::MetricRow> metrics;
+  HeldRows<store::StepRecord> steps;
+  HeldRows<store::CollectiveRecord> collectives;
+  HeldRows<store::DeviceActivity> device;  // in no particular order (the loader sums them)
+  // What a refresh read, before it is merged in: empty between refreshes, its memory kept for the
+  // next one (store::Reader::append_steps says why).
+  struct Read {
+    std::vector<store::Store::MetricRow> metrics;
+    std::vector<store::StepRecord> steps;
+    std::vector<store::CollectiveRecord> collectives;
+    std::vector<store::DeviceActivity> device;
+    void clear() { metrics.clear(), steps.clear(), collectives.clear(), device.clear(); }
+  } read;
   bool covers(std::optional<int64_t> rec, uint64_t from) const { return valid && recording == rec && from_ns == from; }
   size_t size() const { return metrics.size() + steps.size() + collectives.size() + device.size(); }
 };

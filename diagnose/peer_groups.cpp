@@ -73,7 +73,7 @@ std::vector<int> peer_groups(size_t n, const std::vector<CommMembership>& member
 }
 
 std::vector<int> peer_groups(size_t n, const ProcIndex& index, const std::vector<store::CommunicatorRecord>& comms,
-                             const std::vector<store::CollectiveRecord>& calls) {
+                             std::span<const store::CollectiveRecord> calls) {
   CommTraffic traffic;
   std::set<std::string> collective_comms;
   for (const auto& c : calls) {

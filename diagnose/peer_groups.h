@@ -24,6 +24,7 @@
 #include <cstddef>
 #include <cstdint>
 #include <map>
+#include <span>
 #include <string>
 #include <utility>
 #include <vector>
@@ -63,6 +64,6 @@ std::vector<int> peer_groups(size_t n, const std::vector<CommMembership>& member
 // other processes are ignored. The diagnosis and the web API's heatmap both group ranks this way.
 using ProcIndex = std::map<std::pair<std::string, uint32_t>, size_t>;
 std::vector<int> peer_groups(size_t n, const ProcIndex& index, const std::vector<store::CommunicatorRecord>& comms,
-                             const std::vector<store::CollectiveRecord>& calls);
+                             std::span<const store::CollectiveRecord> calls);
 
 }  // namespace strata::diagnose

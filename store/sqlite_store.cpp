@@ -514,27 +514,41 @@ class SqliteStore final : public Store {
     return read_metrics(q, "x.start_ns, x.pid, x.name, x.label");
   }
 
+  // The span queries' orders (diagnose::span_key holds rows read apart in the same one).
+  static constexpr const char* kMetricsSpanOrder = "x.start_ns, r.node, x.pid, x.name, x.label";
+  static constexpr const char* kCollectivesSpanOrder = "x.enter_ns, r.node, x.pid";
+  static constexpr const char* kDeviceSpanOrder = "x.start_ns, r.node, x.pid";
+  static constexpr const char* kStepsSpanOrder = "x.start_ns, r.node, x.pid";
+
   Result<std::vector<MetricRow>> query_metrics(const RowQuery& q) override {
-    return read_metrics(q, "x.start_ns, r.node, x.pid, x.name, x.label");
+    return read_metrics(q, kMetricsSpanOrder);
   }
 
   Result<std::vector<MetricRow>> read_metrics(const RowQuery& q, const char* order) {
+    std::vector<MetricRow> out;
+    if (auto st = read_metrics_into(q, order, out); !st) return st.error();
+    return out;
+  }
+
+  Status append_metrics(const RowQuery& q, std::vector<MetricRow>& out) override {
+    return read_metrics_into(q, kMetricsSpanOrder, out);
+  }
+
+  Status read_metrics_into(const RowQuery& q, const char* order, std::vector<MetricRow>& out) {
     Select sel(q, "metrics", "x.start_ns", "x.end_ns", order);
     sel.where += " AND substr(x.name,1,?)=?";
     Stmt s(db_, sel.sql("x.start_ns,x.end_ns," + select_columns("metrics", catalog::kMetrics, missing_)).c_str());
     int n = sel.bind(s);
     s.bind(n + 1, static_cast<int64_t>(q.prefix.size())).bind(n + 2, q.prefix);
-    std::vector<MetricRow> out;
     int rc;
     while ((rc = s.step()) == SQLITE_ROW) {
-      MetricRow r;
+      MetricRow& r = out.emplace_back();
       r.start_ns = static_cast<uint64_t>(s.i64(0));
       r.end_ns = static_cast<uint64_t>(s.i64(1));
       r.node = s.text(read_row(s, 2, catalog::kMetrics, r.metric));
-      out.push_back(std::move(r));
     }
     if (rc != SQLITE_DONE) return err("reading metrics");
-    return out;
+    return {};
   }
 
   Status put_communicators(int64_t rec, const std::vector<CommunicatorRecord>& rows) override {
@@ -652,7 +666,12 @@ class SqliteStore final : public Store {
   }
 
   Result<std::vector<CollectiveRecord>> query_collectives(const RowQuery& q) override {
-    return read_collectives(q, "x.enter_ns, r.node, x.pid");
+    return read_collectives(q, kCollectivesSpanOrder);
+  }
+
+  Status append_collectives(const RowQuery& q, std::vector<CollectiveRecord>& out) override {
+    return read_rows_into(Select(q, "collectives", "x.enter_ns", "MAX(x.exit_ns, x.enter_ns + 1)", kCollectivesSpanOrder),
+                          catalog::kCollectives, out);
   }
 
   Result<std::vector<CollectiveRecord>> read_collectives(const RowQuery& q, const char* order) {
@@ -667,7 +686,12 @@ class SqliteStore final : public Store {
   }
 
   Result<std::vector<DeviceActivity>> query_device_activity(const RowQuery& q) override {
-    return read_device_activity(q, "x.start_ns, r.node, x.pid");
+    return read_device_activity(q, kDeviceSpanOrder);
+  }
+
+  Status append_device_activity(const RowQuery& q, std::vector<DeviceActivity>& out) override {
+    return read_rows_into(Select(q, "device_activity", "x.start_ns", "x.end_ns", kDeviceSpanOrder),
+                          catalog::kDeviceActivity, out);
   }
 
   Result<std::vector<DeviceActivity>> read_device_activity(const RowQuery& q, const char* order) {
@@ -682,7 +706,11 @@ class SqliteStore final : public Store {
   }
 
   Result<std::vector<StepRecord>> query_steps(const RowQuery& q) override {
-    return read_steps(q, "x.start_ns, r.node, x.pid");
+    return read_steps(q, kStepsSpanOrder);
+  }
+
+  Status append_steps(const RowQuery& q, std::vector<StepRecord>& out) override {
+    return read_rows_into(Select(q, "steps", "x.start_ns", "x.end_ns", kStepsSpanOrder), catalog::kSteps, out);
   }
 
   Result<std::vector<StepRecord>> read_steps(const RowQuery& q, const char* order) {
@@ -706,17 +734,23 @@ class SqliteStore final : public Store {
   // Reads the rows of a catalog kind that `sel` selects; each carries its recording's node.
   template <typename Row, typename Msg, size_t N>
   Result<std::vector<Row>> read_rows(const Select& sel, const catalog::Column<Row, Msg> (&columns)[N]) {
+    std::vector<Row> out;
+    if (auto st = read_rows_into(sel, columns, out); !st) return st.error();
+    return out;
+  }
+
+  // The same, appended to `out`.
+  template <typename Row, typename Msg, size_t N>
+  Status read_rows_into(const Select& sel, const catalog::Column<Row, Msg> (&columns)[N], std::vector<Row>& out) {
     Stmt s(db_, sel.sql(select_columns(sel.table.c_str(), columns, missing_)).c_str());
     sel.bind(s);
-    std::vector<Row> out;
     int rc;
     while ((rc = s.step()) == SQLITE_ROW) {
-      Row r;
+      Row& r = out.emplace_back();
       r.node = s.text(read_row(s, 0, columns, r));
-      out.push_back(std::move(r));
     }
     if (rc != SQLITE_DONE) return err("reading " + sel.table);
-    return out;
+    return {};
   }
 
   Result<std::vector<ThreadWindow>> thread_windows(std::optional<int64_t> rec) override {

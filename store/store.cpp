@@ -126,6 +126,26 @@ Result<std::vector<Reader::MetricRow>> Reader::query_metrics(const RowQuery& q) 
   return keep(std::move(*rows), q, [](const MetricRow& r) { return std::pair{r.start_ns, r.end_ns}; });
 }
 
+namespace {
+
+template <typename Row>
+Status append_to(Result<std::vector<Row>> rows, std::vector<Row>& out) {
+  if (!rows) return rows.error();
+  out.insert(out.end(), std::make_move_iterator(rows->begin()), std::make_move_iterator(rows->end()));
+  return {};
+}
+
+}  // namespace
+
+Status Reader::append_steps(const RowQuery& q, std::vector<StepRecord>& out) { return append_to(query_steps(q), out); }
+Status Reader::append_collectives(const RowQuery& q, std::vector<CollectiveRecord>& out) {
+  return append_to(query_collectives(q), out);
+}
+Status Reader::append_device_activity(const RowQuery& q, std::vector<DeviceActivity>& out) {
+  return append_to(query_device_activity(q), out);
+}
+Status Reader::append_metrics(const RowQuery& q, std::vector<MetricRow>& out) { return append_to(query_metrics(q), out); }
+
 Result<std::optional<uint64_t>> Reader::latest_step_ns(std::optional<int64_t> recording) {
   auto rows = steps(recording, std::nullopt);
   if (!rows) return rows.error();
