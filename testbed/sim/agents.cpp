@@ -321,6 +321,18 @@ int run_agents(const AgentsArgs& args) {
   std::string failure;
   std::atomic<size_t> windows_done{0};
   const auto steady0 = std::chrono::steady_clock::now();
+  // The live windows are paced from when every worker has written its history (which goes as fast
+  // as it can be built): paced from the start instead, a long history's build (45 s for a week at
+  // 100 x 8) left the live windows overdue, all shipped at once behind it, and the collector saw no
+  // live stretch after the history.
+  const bool has_history = !windows.empty() && windows.front().history;
+  std::atomic<int> history_written{0};
+  std::atomic<int64_t> live0_ns{has_history ? -1 : 0};  // the live clock's start, after steady0
+  auto wait_for_live = [&] {
+    if (history_written.fetch_add(1) + 1 == p.threads)
+      live0_ns = std::chrono::duration_cast<std::chrono::nanoseconds>(std::chrono::steady_clock::now() - steady0).count();
+    while (live0_ns.load() < 0 && !failed) std::this_thread::sleep_for(std::chrono::milliseconds(5));
+  };
   auto phase_s = [&](int n) {
     return kPhaseShare * p.spec.window_s * static_cast<double>((static_cast<uint64_t>(n) * 2654435761ull) % 1000) / 1000;
   };
@@ -338,13 +350,19 @@ int run_agents(const AgentsArgs& args) {
     for (size_t i = 0; i < mine.size(); ++i) {
       if (auto st = nw[i].begin(p.spec.t0_ns); !st) return fail(st.error().message);
     }
+    bool live = !has_history;
     for (size_t wi = 0; wi < windows.size() && !failed; ++wi) {
       const auto& w = windows[wi];
+      if (!live && !w.history) {
+        wait_for_live();
+        live = true;
+      }
       for (size_t i = 0; i < mine.size() && !failed; ++i) {
         if (p.speed > 0 && !w.history) {
           double due_s = static_cast<double>(w.end_ns - p.spec.t0_ns) / 1e9 / p.speed + phase_s(mine[i]) / p.speed;
-          std::this_thread::sleep_until(steady0 + std::chrono::duration_cast<std::chrono::steady_clock::duration>(
-                                                      std::chrono::duration<double>(due_s)));
+          std::this_thread::sleep_until(steady0 + std::chrono::nanoseconds(live0_ns.load()) +
+                                        std::chrono::duration_cast<std::chrono::steady_clock::duration>(
+                                            std::chrono::duration<double>(due_s)));
         }
         auto& out = *writers[static_cast<size_t>(mine[i])];
         if (auto st = nw[i].window(wi); !st) return fail(st.error().message);
