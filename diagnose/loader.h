@@ -67,7 +67,7 @@ namespace detail {
 // empty with its memory kept, for the next read.
 template <typename Row>
 void merge_rows(HeldRows<Row>& held, std::vector<Row>& fresh, uint64_t from_ns, uint64_t cut_ns);
-}
+}  // namespace detail
 
 // One kind of held rows (SpanRows), in the order the store's span query returns them. A round
 // drops the rows the span moved past and adds the new ones; neither may cost what the rows held
