@@ -670,12 +670,15 @@ class SqliteStore final : public Store {
   }
 
   Status append_collectives(const RowQuery& q, std::vector<CollectiveRecord>& out) override {
-    return read_rows_into(Select(q, "collectives", "x.enter_ns", "MAX(x.exit_ns, x.enter_ns + 1)", kCollectivesSpanOrder),
-                          catalog::kCollectives, out);
+    return read_rows_into(collectives_select(q, kCollectivesSpanOrder), catalog::kCollectives, out);
   }
 
   Result<std::vector<CollectiveRecord>> read_collectives(const RowQuery& q, const char* order) {
-    return read_rows(Select(q, "collectives", "x.enter_ns", "MAX(x.exit_ns, x.enter_ns + 1)", order), catalog::kCollectives);
+    return read_rows(collectives_select(q, order), catalog::kCollectives);
+  }
+
+  static Select collectives_select(const RowQuery& q, const char* order) {
+    return Select(q, "collectives", "x.enter_ns", "MAX(x.exit_ns, x.enter_ns + 1)", order);
   }
 
   Result<std::vector<DeviceActivity>> device_activity(std::optional<int64_t> rec, std::optional<uint32_t> pid) override {
@@ -690,12 +693,15 @@ class SqliteStore final : public Store {
   }
 
   Status append_device_activity(const RowQuery& q, std::vector<DeviceActivity>& out) override {
-    return read_rows_into(Select(q, "device_activity", "x.start_ns", "x.end_ns", kDeviceSpanOrder),
-                          catalog::kDeviceActivity, out);
+    return read_rows_into(device_activity_select(q, kDeviceSpanOrder), catalog::kDeviceActivity, out);
   }
 
   Result<std::vector<DeviceActivity>> read_device_activity(const RowQuery& q, const char* order) {
-    return read_rows(Select(q, "device_activity", "x.start_ns", "x.end_ns", order), catalog::kDeviceActivity);
+    return read_rows(device_activity_select(q, order), catalog::kDeviceActivity);
+  }
+
+  static Select device_activity_select(const RowQuery& q, const char* order) {
+    return Select(q, "device_activity", "x.start_ns", "x.end_ns", order);
   }
 
   Result<std::vector<StepRecord>> steps(std::optional<int64_t> rec, std::optional<uint32_t> pid) override {
@@ -710,11 +716,15 @@ class SqliteStore final : public Store {
   }
 
   Status append_steps(const RowQuery& q, std::vector<StepRecord>& out) override {
-    return read_rows_into(Select(q, "steps", "x.start_ns", "x.end_ns", kStepsSpanOrder), catalog::kSteps, out);
+    return read_rows_into(steps_select(q, kStepsSpanOrder), catalog::kSteps, out);
   }
 
   Result<std::vector<StepRecord>> read_steps(const RowQuery& q, const char* order) {
-    return read_rows(Select(q, "steps", "x.start_ns", "x.end_ns", order), catalog::kSteps);
+    return read_rows(steps_select(q, order), catalog::kSteps);
+  }
+
+  static Select steps_select(const RowQuery& q, const char* order) {
+    return Select(q, "steps", "x.start_ns", "x.end_ns", order);
   }
 
   // Adds rows of a catalog kind counted per window (`of_window`) to its table.
