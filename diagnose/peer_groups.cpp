@@ -74,19 +74,30 @@ std::vector<int> peer_groups(size_t n, const std::vector<CommMembership>& member
 
 std::vector<int> peer_groups(size_t n, const ProcIndex& index, const std::vector<store::CommunicatorRecord>& comms,
                              std::span<const store::CollectiveRecord> calls) {
+  const IndexOf index_of = [&](std::string_view node, uint32_t pid) -> std::optional<size_t> {
+    auto it = index.find({std::string(node), pid});
+    if (it == index.end()) return std::nullopt;
+    return it->second;
+  };
+  return peer_groups(n, index_of, comms, calls);
+}
+
+std::vector<int> peer_groups(size_t n, const IndexOf& index_of, const std::vector<store::CommunicatorRecord>& comms,
+                             std::span<const store::CollectiveRecord> calls) {
   CommTraffic traffic;
   std::set<std::string> collective_comms;
+  const std::string* last_comm = nullptr;  // calls come in time order: runs of one communicator
   for (const auto& c : calls) {
-    auto it = index.find({c.node, c.pid});
-    if (it == index.end() || c.comm_id.empty()) continue;
-    if (c.op == "send" || c.op == "recv") traffic.p2p.push_back({it->second, c.comm_id, c.peer});
-    else collective_comms.insert(c.comm_id);
+    if (c.comm_id.empty()) continue;
+    auto at = index_of(c.node, c.pid);
+    if (!at) continue;
+    if (c.op == "send" || c.op == "recv") traffic.p2p.push_back({*at, c.comm_id, c.peer});
+    else if (!last_comm || *last_comm != c.comm_id) last_comm = &*collective_comms.insert(c.comm_id).first;
   }
   traffic.collective_comms.assign(collective_comms.begin(), collective_comms.end());
   std::vector<CommMembership> members;
   for (const auto& c : comms) {
-    auto it = index.find({c.node, c.pid});
-    if (it != index.end()) members.push_back({it->second, c.comm_id, c.rank, c.nranks});
+    if (auto at = index_of(c.node, c.pid)) members.push_back({*at, c.comm_id, c.rank, c.nranks});
   }
   return peer_groups(n, members, traffic);
 }

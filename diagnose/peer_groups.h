@@ -23,9 +23,12 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <functional>
 #include <map>
+#include <optional>
 #include <span>
 #include <string>
+#include <string_view>
 #include <utility>
 #include <vector>
 
@@ -64,6 +67,11 @@ std::vector<int> peer_groups(size_t n, const std::vector<CommMembership>& member
 // other processes are ignored. The diagnosis and the web API's heatmap both group ranks this way.
 using ProcIndex = std::map<std::pair<std::string, uint32_t>, size_t>;
 std::vector<int> peer_groups(size_t n, const ProcIndex& index, const std::vector<store::CommunicatorRecord>& comms,
+                             std::span<const store::CollectiveRecord> calls);
+// The same with the lookup given: a process's rank index, nullopt when it is no rank's. The loader
+// passes its own index of the ranks, looked up by views (a call row each, millions in a round).
+using IndexOf = std::function<std::optional<size_t>(std::string_view node, uint32_t pid)>;
+std::vector<int> peer_groups(size_t n, const IndexOf& index_of, const std::vector<store::CommunicatorRecord>& comms,
                              std::span<const store::CollectiveRecord> calls);
 
 }  // namespace strata::diagnose
