@@ -937,7 +937,7 @@ template void merge_rows(HeldRows<store::DeviceActivity>&, std::vector<store::De
 
 Status refresh_span_rows(store::Reader& s, SpanRows& rows, std::optional<int64_t> recording, uint64_t from_ns,
                          std::optional<uint64_t> changed_from_ns, Stats* stats, const std::atomic<bool>* cancel,
-                         bool use_write_seqs) {
+                         bool use_write_seqs, const JobMembers* members) {
   const Error kCancelled{"the load was cancelled (the collector is stopping)"};
   auto cancelled = [&] { return cancel && cancel->load(std::memory_order_relaxed); };
   // How far each table was written, before any read: the reads stop there (what is written during
@@ -948,7 +948,21 @@ Status refresh_span_rows(store::Reader& s, SpanRows& rows, std::optional<int64_t
     if (!w) return w.error();
     seqs = *w;
   }
-  const bool same = rows.valid && rows.recording == recording && from_ns >= rows.from_ns;
+  // The held rows are of the processes asked for: all of them, where every process's are held or
+  // wanted; else each one asked for is among those held (a process that joined the job since, a
+  // restarted rank, had its earlier rows left out: the span is read again).
+  auto holds_members = [&] {
+    if (!members || !rows.members) return !members && !rows.members;
+    for (const auto& [node, pids] : *members) {
+      auto held = rows.members->find(node);
+      if (held == rows.members->end()) return false;
+      for (uint32_t pid : pids) {
+        if (!held->second.count(pid)) return false;
+      }
+    }
+    return true;
+  };
+  const bool same = rows.valid && rows.recording == recording && from_ns >= rows.from_ns && holds_members();
   // kSince: the rows written since the last refresh (by write sequence); kFromTime: the rows that
   // end at or after changed_from_ns (a store without write sequences); kWhole: the span.
   enum class How { kWhole, kSince, kFromTime } how = How::kWhole;
@@ -970,7 +984,10 @@ Status refresh_span_rows(store::Reader& s, SpanRows& rows, std::optional<int64_t
   // Held rows that end after cut_ns are replaced by what is read.
   const uint64_t cut_ns = how == How::kFromTime ? *changed_from_ns - 1 : how == How::kSince ? UINT64_MAX : from_ns;
   const std::optional<store::WriteSeqs> since = rows.seqs;
-  if (how == How::kWhole) rows = SpanRows{};
+  if (how == How::kWhole) {
+    rows = SpanRows{};
+    if (members) rows.members = *members;
+  }
   rows.valid = false;  // until every kind is read
   auto query = [&](int64_t store::WriteSeqs::*table) {
     store::RowQuery q;
@@ -998,6 +1015,18 @@ Status refresh_span_rows(store::Reader& s, SpanRows& rows, std::optional<int64_t
   if (cancelled()) return kCancelled;
   if (auto st = s.append_device_activity(any, got.device); !st) return st.error();
   if (stats) stats->device += got.device.size();
+  if (rows.members) {
+    // Other processes' rows go before they are merged in; a node's own (pid 0) stay where the job runs.
+    const JobMembers& kept = *rows.members;
+    auto other = [&](const std::string& node, uint32_t pid) {
+      auto it = kept.find(node);
+      return it == kept.end() || (pid != 0 && !it->second.count(pid));
+    };
+    std::erase_if(got.metrics, [&](const auto& r) { return other(r.node, r.metric.pid); });
+    std::erase_if(got.steps, [&](const auto& r) { return other(r.node, r.pid); });
+    std::erase_if(got.collectives, [&](const auto& r) { return other(r.node, r.pid); });
+    std::erase_if(got.device, [&](const auto& r) { return other(r.node, r.pid); });
+  }
   detail::merge_rows(rows.metrics, got.metrics, from_ns, cut_ns);
   detail::merge_rows(rows.steps, got.steps, from_ns, cut_ns);
   detail::merge_rows(rows.collectives, got.collectives, from_ns, cut_ns);

@@ -8,6 +8,8 @@
 #include <optional>
 #include <span>
 #include <string>
+#include <unordered_map>
+#include <unordered_set>
 #include <vector>
 
 #include "common/result.h"
@@ -102,8 +104,17 @@ class HeldRows {
 // reads only what is new since the last one, never the whole span again): every row of the four
 // kinds the loader reads by time (steps, collectives, device activity, metrics) that ends after
 // from_ns, in the order the store's span queries return them.
+// The processes whose rows a job's held span keeps, by node: the job's processes (node, pid), and
+// the node-wide rows (pid 0: the GPUs' series) of the nodes they run on. Rows of other jobs are
+// of no use to the job's loads: held for every job, each job's span held every job's rows, and a
+// collector's held rows grew with the square of its jobs.
+using JobMembers = std::unordered_map<std::string, std::unordered_set<uint32_t>>;
+
 struct SpanRows {
   bool valid = false;                 // false: nothing held yet (the next refresh reads the span)
+  // Whose rows are held (unset: every process's). A refresh that asks for a process not among them
+  // reads the span whole: its rows from before were not kept.
+  std::optional<JobMembers> members;
   std::optional<int64_t> recording;   // of the reads (unset: every recording)
   uint64_t from_ns = 0;               // rows that end after this are held
   // How far the store was written when they were read (a store with write sequences: SQLite); the
@@ -147,9 +158,11 @@ uint64_t row_end(const store::DeviceActivity& r);
 // What it read is counted in `stats`. Reads metrics first, as load_job_window does (its comment:
 // newer rows can only add progress). `use_write_seqs` false: by time even where the store has
 // write sequences (tests of the ClickHouse path on SQLite).
+// `members`: only these processes' rows are held (SpanRows::members; null: every process's).
 Status refresh_span_rows(store::Reader& s, SpanRows& rows, std::optional<int64_t> recording, uint64_t from_ns,
                          std::optional<uint64_t> changed_from_ns, Stats* stats = nullptr,
-                         const std::atomic<bool>* cancel = nullptr, bool use_write_seqs = true);
+                         const std::atomic<bool>* cancel = nullptr, bool use_write_seqs = true,
+                         const JobMembers* members = nullptr);
 
 // `strata diagnose FILE.db` without a span: the latest stretch of `latest_ns`, against the
 // `baseline_ns` before it as the job's healthy past (JobBaseline) when that stretch diagnoses

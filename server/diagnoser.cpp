@@ -474,8 +474,21 @@ Result<std::string> Diagnoser::diagnose_job(const std::string& job) {
     if (end > kMaxRoundSpanNs) from = std::max(from, end - kMaxRoundSpanNs);
     lo.from_ns = from;
     if (state) {
+      // The job's processes, in every recording (agents restart), and their nodes: the rows held
+      // for the job are theirs. A job no process names (its ranks were inferred: no RANK) holds
+      // every process's.
+      std::optional<diagnose::JobMembers> members;
+      auto procs = s.processes(std::nullopt);
+      if (!procs) return procs.error();
+      for (const auto& p : *procs) {
+        if (p.job != job) continue;
+        if (!members) members.emplace();
+        (*members)[p.node].insert(p.pid);
+      }
       // Only the rows new since the last round are read (the held ones are the span's others).
-      if (auto st = diagnose::refresh_span_rows(s, state->rows, std::nullopt, from, changed_from, &stats, &cancel_); !st) {
+      if (auto st = diagnose::refresh_span_rows(s, state->rows, std::nullopt, from, changed_from, &stats, &cancel_,
+                                                true, members ? &*members : nullptr);
+          !st) {
         state->rows = diagnose::SpanRows{};  // read whole next time
         return st.error();
       }

@@ -588,6 +588,81 @@ TEST(DiagnoseRounds, ARefreshReadsOnlyTheNewRowsAndHoldsWhatAWholeReadGets) {
   refresh_reads_only_the_new_rows(/*by_seq=*/false);
 }
 
+// Issue 16: a job's held span keeps its own processes' rows and its nodes' own (pid 0), not every
+// job's: two jobs of the collector held each other's rows, and the rows held grew with the square
+// of the jobs. The report from them is the one from the store; a process that joins the job later
+// (a restarted rank) makes the next refresh read the span again, its rows included.
+TEST(DiagnoseRounds, AJobsHeldRowsAreItsOwnProcessesRows) {
+  TempDir tmp;
+  const std::string db = tmp.file("two-jobs.db");
+  make_store(db, 600, 60);                                                   // "rounds" on node-0, node-1
+  make_store(db, 600, 0, 2, kRanks / 2, "other", 20000);                     // beside it on the same nodes
+  make_store(db, 600, 0, 1, kRanks / 2, "elsewhere", 30000, "far-node-");   // and on a node of its own
+  {
+    auto st = open_at(db, store::Store::Mode::kCreateOrAppend);
+    ASSERT_TRUE(st);
+    ASSERT_TRUE((*st)->begin());
+    for (const char* node : {"node-0", "far-node-0"}) {  // a GPU's series: the node's own rows
+      auto rec = (*st)->begin_recording({node, "synthetic", kEnd - kWindowNs, 99, 10});
+      ASSERT_TRUE(rec);
+      ASSERT_TRUE((*st)->put_metrics(*rec, kEnd - kWindowNs, kEnd, {{0, "gpu.sm_clock_mhz", "gpu0", 1400}}));
+    }
+    ASSERT_TRUE((*st)->commit());
+  }
+  auto [st, latest] = open_for_reading(db);
+  ASSERT_TRUE(st);
+  diagnose::JobMembers members;
+  auto procs = st->processes(std::nullopt);
+  ASSERT_TRUE(procs);
+  for (const auto& p : *procs) {
+    if (p.job == "rounds") members[p.node].insert(p.pid);
+  }
+  ASSERT_EQ(members.size(), 2u);
+  const uint64_t from = kEnd - server::Diagnoser::kAnalysisSpanNs;
+  diagnose::SpanRows held, whole;
+  ASSERT_TRUE(diagnose::refresh_span_rows(*st, held, std::nullopt, from, std::nullopt, nullptr, nullptr, true, &members));
+  ASSERT_TRUE(diagnose::refresh_span_rows(*st, whole, std::nullopt, from, std::nullopt));
+  auto member = [&](const std::string& node, uint32_t pid) { return members.count(node) && members[node].count(pid); };
+  size_t own_steps = 0;
+  for (const auto& r : whole.steps.view()) own_steps += member(r.node, r.pid);
+  EXPECT_GT(own_steps, 0u);
+  EXPECT_EQ(held.steps.size(), own_steps) << "of " << whole.steps.size();
+  for (const auto& r : held.steps.view()) EXPECT_TRUE(member(r.node, r.pid)) << r.node << " " << r.pid;
+  size_t node_rows = 0;
+  for (const auto& r : held.metrics.view()) {
+    if (r.metric.pid == 0) {
+      ++node_rows;
+      EXPECT_EQ(r.node, "node-0") << "a node-wide row of a node the job does not run on";
+    } else {
+      EXPECT_TRUE(member(r.node, r.metric.pid)) << r.node << " " << r.metric.pid;
+    }
+  }
+  EXPECT_EQ(node_rows, 1u);
+  // The report from the job's own rows is the one from a load of the span from the store.
+  diagnose::LoadOptions lo;
+  lo.job = "rounds";
+  lo.all_recordings = true;
+  lo.from_ns = from;
+  const std::string from_store = report_of(*st, lo);
+  lo.rows = &held;
+  EXPECT_EQ(report_of(*st, lo), from_store);
+  EXPECT_NE(from_store.find("\"rank\":" + std::to_string(kStraggler)), std::string::npos) << from_store.substr(0, 600);
+  // A process that joins the job: the span is read again, its rows held.
+  members["node-1"].insert(20000 + kRanks - 1);
+  diagnose::Stats again;
+  ASSERT_TRUE(diagnose::refresh_span_rows(*st, held, std::nullopt, from, std::nullopt, &again, nullptr, true, &members));
+  EXPECT_EQ(again.steps, whole.steps.size()) << "not read again";
+  size_t joined_steps = 0;
+  for (const auto& r : whole.steps.view()) joined_steps += r.node == "node-1" && r.pid == 20000 + kRanks - 1;
+  EXPECT_GT(joined_steps, 0u);
+  EXPECT_EQ(held.steps.size(), own_steps + joined_steps);
+  // Asked for fewer (a process left): what is held is kept, nothing is read but what is new.
+  members["node-1"].erase(20000 + kRanks - 1);
+  diagnose::Stats fewer;
+  ASSERT_TRUE(diagnose::refresh_span_rows(*st, held, std::nullopt, from, std::nullopt, &fewer, nullptr, true, &members));
+  EXPECT_EQ(fewer.rows(), 0u);
+}
+
 // A refresh reads by the time index, bounded by the rowids it took first: the SQLite work of a
 // whole read of the span, and of one after new data, does not grow with the job's age (a rowid
 // bound the planner took for the scan would walk the whole table).
