@@ -121,11 +121,15 @@ uint64_t Diagnoser::release_rows(JobState* current) {
   uint64_t released = 0;
   for (const auto& [touched, st] : others) {
     const bool quiet = now > touched + opts_.rows_idle_ns;
-    if (!quiet && !over()) break;  // the rest were active more recently
+    if (!quiet && (!current || !over())) break;  // the rest were active more recently
     std::unique_lock lock(st->mu, std::try_to_lock);
     if (lock.owns_lock()) released += let_rows_go(*st);  // else its round runs now: not quiet
   }
-  if (current && over()) released += let_rows_go(*current);
+  // The job of the round keeps its own rows, over the bound or not: its next round needs every one
+  // of them, and a whole read of its span holds as many at once (the read is swapped in). Let go,
+  // a job whose span alone was near the bound (an 8,000-rank job, ~4M rows) re-read its whole span
+  // each round, its rounds took 4x as long and came further apart, its span grew past the bound
+  // again: 6-9 rounds in a 3-minute job instead of 22 (bench/README.md, session 23).
 #ifdef __GLIBC__
   // The rows were millions of small allocations: without a trim the heap keeps their pages, and
   // the collector's RSS stays where the largest job took it.
@@ -396,8 +400,9 @@ double Diagnoser::round() {
     counters_.handed_over = sharing_.handed_over();
   }
   drop_idle_states();
-  // Quiet jobs' rows go before this round's loads read (each job's round lets rows go again after
-  // its load, when that took the rows held over the bound).
+  // Quiet jobs' rows go before this round's loads read (each job's round lets other jobs' rows go
+  // after its load, when that took the rows held over the bound: not here, where the least recently
+  // active job may be one this round diagnoses, and would read its whole span again).
   if (const uint64_t released = release_rows(nullptr)) {
     std::lock_guard lock(mu_);
     counters_.rows_released += released;

@@ -36,8 +36,10 @@ namespace strata::server {
 // Rows the rounds hold between them for every job together (each job's analysis span: issue 16
 // asks that every cache keyed by agent data be bounded). A held row takes ~100-200 bytes (device
 // activity names, metric labels); the span of a 1,000 x 8 job is ~3.3M rows (measured), ~0.3-0.5 GB
-// more RSS at that scale (728 -> 1,090 MB). Past this bound a job's round keeps nothing and its next
-// round reads its whole span, as rounds did before they held rows: slower, never unbounded.
+// more RSS at that scale (728 -> 1,090 MB). Past this bound the other jobs' rows go, the least
+// recently active first, and their next rounds read their whole spans, as rounds did before they
+// held rows: slower, never unbounded. A round's own job keeps its rows: its next round needs them all,
+// and a whole read would hold as many (so one job's span is bounded by Diagnoser::kMaxRoundSpanNs).
 inline constexpr size_t kMaxHeldRows = 4'000'000;
 
 // A job that sent nothing for this long lets its held rows go (its healthy past stays). Rows are
@@ -51,7 +53,7 @@ inline constexpr uint64_t kRowsIdleNs = 120ull * 1'000'000'000ull;
 struct DiagnoserOptions {
   double every_s = 2;  // 0: no background rounds (a job is still diagnosed when first asked for)
   // Past this bound for every job together, the least recently active jobs' rows go first; the job
-  // of the round lets its own go only when the others' are not enough.
+  // of the round keeps its own (kMaxHeldRows says why).
   size_t max_held_rows = kMaxHeldRows;
   // This collector's name among those that share the store (server/job_sharing.h).
   std::string collector_id = "collector";
@@ -155,10 +157,11 @@ class Diagnoser {
   struct JobState;  // diagnoser.cpp: the job's baseline, where its last round ended
   std::shared_ptr<JobState> state_of(const std::string& job);
   void drop_idle_states();
-  // Held rows let go: of jobs quiet for rows_idle_ns (not `current`), then, while the rows held
-  // are over max_held_rows, of the least recently active jobs, `current` last. A job whose round
-  // runs now keeps its rows (its lock is taken with try_lock: never a wait). Returns the count of
-  // jobs that let their rows go.
+  // Held rows let go: of jobs quiet for rows_idle_ns (not `current`), then, after a job's round
+  // (`current` set), while the rows held are over max_held_rows, of the other jobs, the least
+  // recently active first. `current` keeps its own (kMaxHeldRows says why), and so does a job whose
+  // round runs now (its lock is taken with try_lock: never a wait). Returns the count of jobs that
+  // let their rows go.
   uint64_t release_rows(JobState* current);
   // A state's held rows go and leave held_rows_; the caller holds st.mu. Whether it held any.
   bool let_rows_go(JobState& st);
