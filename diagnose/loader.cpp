@@ -26,8 +26,8 @@ double ms_of(uint64_t ns) { return static_cast<double>(ns) / kNsPerMs; }
 // A process: (node, pid). Pids repeat across nodes (and ranks in containers often have identical
 // pids), so every join of rows to ranks is by both; a restarted rank's new process is told apart
 // by which process the loader picked per rank (the latest start).
-// A process: its node and pid. The node is a view of a string the load holds while the key is in
-// use (a row's, a process record's or a rank's, none of which move during a load): the loops below
+// The node is a view of a string the load holds while the key is in use (a row's, a process
+// record's or a rank's, none of which move during a load): the loops below
 // look a process up once per row, millions of times in a round at 8,000 ranks (with copies of the
 // node's name, and a std::map of the same in peer_groups, a load over 3.7M held rows took 1.20 s;
 // 0.86 s without: bench/load_window.cpp).

@@ -100,16 +100,16 @@ class HeldRows {
   bool ends_before_start_ = false;
 };
 
-// The rows of one job's analysis span that a collector keeps between rounds (issue 16: each round
-// reads only what is new since the last one, never the whole span again): every row of the four
-// kinds the loader reads by time (steps, collectives, device activity, metrics) that ends after
-// from_ns, in the order the store's span queries return them.
 // The processes whose rows a job's held span keeps, by node: the job's processes (node, pid), and
 // the node-wide rows (pid 0: the GPUs' series) of the nodes they run on. Rows of other jobs are
 // of no use to the job's loads: held for every job, each job's span held every job's rows, and a
 // collector's held rows grew with the square of its jobs.
 using JobMembers = std::unordered_map<std::string, std::unordered_set<uint32_t>>;
 
+// The rows of one job's analysis span that a collector keeps between rounds (issue 16: each round
+// reads only what is new since the last one, never the whole span again): every row of the four
+// kinds the loader reads by time (steps, collectives, device activity, metrics) that ends after
+// from_ns, in the order the store's span queries return them.
 struct SpanRows {
   bool valid = false;                 // false: nothing held yet (the next refresh reads the span)
   // Whose rows are held (unset: every process's). A refresh that asks for a process not among them

@@ -507,6 +507,7 @@ Result<std::string> Diagnoser::diagnose_job(const std::string& job) {
     held_rows_ += static_cast<int64_t>(now_rows) - static_cast<int64_t>(state->counted_rows);
     state->counted_rows = now_rows;
     released = release_rows(state.get());
+    if (!opts_.hold_rows) released += let_rows_go(*state);
   }
   {
     std::lock_guard lock(mu_);

@@ -58,6 +58,9 @@ struct DiagnoserOptions {
   // This collector's name among those that share the store (server/job_sharing.h).
   std::string collector_id = "collector";
   uint64_t rows_idle_ns = kRowsIdleNs;
+  // False: a job's rows go after each of its rounds, and every round reads its whole span, as rounds
+  // did before they held rows (the reference the tests compare held rounds with).
+  bool hold_rows = true;
 };
 
 struct DiagnoserCounters {

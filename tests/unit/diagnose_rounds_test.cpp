@@ -841,10 +841,10 @@ TEST(DiagnoseRounds, RoundsHoldEachRowOnceAndFindALaterFaultOnClickHouse) {
   ASSERT_TRUE(reader) << reader.error().message;
   RoundsDiagnoser rd(**st, db, server::DiagnoserOptions{0});
   server::Diagnoser& d = *rd.d;
-  // The reference: it lets its rows go after every round (max_held_rows 1), so each of its rounds
+  // The reference: it lets its rows go after every round (hold_rows false), so each of its rounds
   // reads the whole span, as rounds did before they held rows.
   server::DiagnoserOptions whole_every_round{0};
-  whole_every_round.max_held_rows = 1;
+  whole_every_round.hold_rows = false;
   RoundsDiagnoser ref(**st, db, whole_every_round);
   using server::Diagnoser;
   uint64_t last_end = 0;  // the newest step of the round before, as Diagnoser::diagnose_job keeps it
