@@ -1382,17 +1382,15 @@ Result<JobWindow> load_job_window(store::Reader& s, const LoadOptions& opt) {
     bool before = false;                             // the window ends before the analysis window
     bool counted = false;                            // its metrics count (not warm-up, a past there is)
     Acc* acc = nullptr;                              // where they go, once one does
-    ByProc<Acc>* now = nullptr;
-    ByProc<Acc>* past = nullptr;
-    // The sums the window's metrics go into, `key`'s (the rank's), with the window among them.
-    Acc& acc_of(const Proc& key) {
-      if (!acc) {
-        acc = &(before ? *past : *now)[key];
-        acc->windows.insert({first->start_ns, first->end_ns});
-      }
-      return *acc;
-    }
   } win;
+  // The sums the window's metrics go into, `key`'s (the rank's), with the window among them.
+  auto acc_of = [&](const Proc& key) -> Acc& {
+    if (!win.acc) {
+      win.acc = &(win.before ? past_acc : acc)[key];
+      win.acc->windows.insert({win.first->start_ns, win.first->end_ns});
+    }
+    return *win.acc;
+  };
   auto same_window = [](const store::Store::MetricRow& a, const store::Store::MetricRow& b) {
     return a.start_ns == b.start_ns && a.end_ns == b.end_ns && a.metric.pid == b.metric.pid && a.node == b.node;
   };
@@ -1417,8 +1415,6 @@ Result<JobWindow> load_job_window(store::Reader& s, const LoadOptions& opt) {
     if (!win.first || !same_window(*win.first, row)) {
       win = Window{};
       win.first = &row;
-      win.now = &acc;
-      win.past = &past_acc;
       // Before the analysis window: the job's healthy past (after a change point), kept apart.
       win.before = row.end_ns < job.start_ns;
       win.counted = !(win.before && (cp == 0 || warm_up(row)));  // else no past, or warm-up
@@ -1434,7 +1430,7 @@ Result<JobWindow> load_job_window(store::Reader& s, const LoadOptions& opt) {
     if (!win.rank) {
       // A worker's OS metrics count for its rank (not its GPU, links or liveness: the rank's own).
       if (!win.worker_of || m.name.rfind("os.", 0) != 0 || m.name == "os.neighbour_run_us" || !win.counted) continue;
-      add_os(win.acc_of({win.worker_of->node, win.worker_of->pid}), m.name, m.label, m.value);
+      add_os(acc_of({win.worker_of->node, win.worker_of->pid}), m.name, m.label, m.value);
       continue;
     }
     RankWindow& r = *win.rank;
@@ -1445,7 +1441,7 @@ Result<JobWindow> load_job_window(store::Reader& s, const LoadOptions& opt) {
       continue;
     }
     if (!win.counted) continue;
-    Acc& a = win.acc_of(proc);
+    Acc& a = acc_of(proc);
     const std::string& n = m.name;
     if (n == "gpu.device" || n.rfind("api.", 0) == 0) a.gpu_seen = true;
     if (add_os(a, n, m.label, m.value)) {
