@@ -44,13 +44,14 @@ double thread_cpu_s() {
 }  // namespace
 
 double Diagnoser::pause_after_s(double wall_s, double cpu_s, bool own_readers) {
-  // Reading through connections of their own, rounds hold no lock ingest needs: what they take
-  // from it is CPU, so the pause follows the CPU the round used. On a busy machine a round's wall
-  // time is mostly waiting for a core (measured at 1,000 x 8 on 2 shared cores: 7.4 s of CPU in
-  // 17 s), and pausing kBusyFactor times that waiting too put 30 s and more between rounds: a
-  // fault that began in the pause was found that much later. Without readers, rounds read under
-  // the store mutex, and the wall time is how long ingest waited.
-  return kBusyFactor * std::max(0.0, own_readers ? cpu_s : wall_s);
+  // Through connections of their own, rounds take CPU only: the pause makes the round and itself
+  // average kRoundCores at most. A round's wall time on a busy machine is mostly waiting for a
+  // core (measured at 1,000 x 8 on 2 shared cores: 7.4 s of CPU in 17 s); that waiting counts as
+  // time the round already spent, never as cost to pause for (pausing for it put 30 s and more
+  // between rounds: a fault that began in the pause was found that much later). Without readers,
+  // rounds read under the store mutex, and the wall time is how long ingest waited.
+  if (!own_readers) return kBusyFactor * std::max(0.0, wall_s);
+  return std::max(0.0, std::max(0.0, cpu_s) / kRoundCores - std::max(0.0, wall_s));
 }
 
 struct Diagnoser::JobState {
@@ -316,7 +317,7 @@ DiagnoserCounters Diagnoser::counters() {
 }
 
 void Diagnoser::loop() {
-  // A round runs every_s after the last one ended, or when its pause (kBusyFactor) is over if that
+  // A round runs every_s after the last one ended, or when its pause (pause_after_s) is over if that
   // is later: the thread wakes then, not at the next every_s tick (a pause of 7.7 s waited until
   // 8 s, one of 8.1 s until 10). Between rounds it wakes at least every every_s: on a store shared
   // with other collectors those wakes are heartbeats, so a collector whose rounds are paused is not

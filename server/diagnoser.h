@@ -128,10 +128,17 @@ class Diagnoser {
   // it comes back, its first round rebuilds the state from its latest span.
   static constexpr size_t kMaxJobStates = 256;
   static constexpr uint64_t kStateIdleNs = 3600ull * 1'000'000'000ull;
-  // After a round the thread pauses kBusyFactor times what the round cost, so the diagnosis takes
-  // at most a fifth of a core, however often data comes. The cost is the round's CPU when it read
-  // through connections of its own (it then holds nothing ingest waits for), else its wall time
-  // (it read under the store mutex). Returns the pause in seconds.
+  // How much CPU the rounds may take on average, in cores, when they read through connections of
+  // their own (they then hold nothing ingest waits for: what they take from it is CPU). After a
+  // round the thread pauses until the round and its pause together used at most this: a pause of
+  // cpu / kRoundCores - wall. Half a core: at 8,000 ranks a round costs 4-5 s of CPU on this
+  // project's 2-core machine (bench/cluster_scale.sh), and the fifth of a core allowed before put
+  // 20 s and more between rounds, twice the 10 s windows they follow, so a fault waited longer for
+  // a round than for its data (and a round of 17 s of CPU, a new job's first, held the next one
+  // back 67 s). Ingest of the same 8,000 ranks took about half a core there: the collector stays
+  // near one core in all. Where rounds read under the store mutex (no connections of their own),
+  // the thread pauses kBusyFactor times the round's wall time: ingest waited all of it.
+  static constexpr double kRoundCores = 0.5;
   static constexpr double kBusyFactor = 4;
   static double pause_after_s(double wall_s, double cpu_s, bool own_readers);
 

@@ -268,12 +268,18 @@ TEST(DiagnoseRounds, ARoundReadsGrowWithRanksNotRanksTimesNodes) {
 }
 
 // The pause after a background round follows the CPU the round used when it read through
-// connections of its own (it held nothing ingest waits for): measured at 1,000 x 8 on 2 shared
-// cores, a round used 7.4 s of CPU in 17 s, and 4 x 17 s between rounds put a planted fault's
-// finding 48 s after its start. Under the store mutex, the wall time: ingest waited all of it.
+// connections of its own (it held nothing ingest waits for): round and pause together average
+// kRoundCores at most, and time the round spent waiting for a core counts as time spent (measured
+// at 1,000 x 8 on 2 shared cores, a round used 7.4 s of CPU in 17 s, and 4 x 17 s between rounds
+// put a planted fault's finding 48 s after its start). Under the store mutex, the wall time: ingest
+// waited all of it.
 TEST(DiagnoseRounds, ThePauseAfterARoundFollowsItsCpuWhenItReadAlone) {
   using server::Diagnoser;
-  EXPECT_DOUBLE_EQ(Diagnoser::pause_after_s(17, 7.4, true), Diagnoser::kBusyFactor * 7.4);
+  // 4 s of CPU in 5 s: 8 s of round and pause at half a core.
+  EXPECT_DOUBLE_EQ(Diagnoser::pause_after_s(5, 4, true), 4 / Diagnoser::kRoundCores - 5);
+  EXPECT_NEAR((4 + 0.0) / (5 + Diagnoser::pause_after_s(5, 4, true)), Diagnoser::kRoundCores, 1e-12);
+  // A round that waited for a core longer than its CPU allows for: no pause.
+  EXPECT_DOUBLE_EQ(Diagnoser::pause_after_s(17, 7.4 * Diagnoser::kRoundCores, true), 0);
   EXPECT_DOUBLE_EQ(Diagnoser::pause_after_s(17, 7.4, false), Diagnoser::kBusyFactor * 17);
   EXPECT_DOUBLE_EQ(Diagnoser::pause_after_s(0, 0, true), 0);
 }
