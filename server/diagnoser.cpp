@@ -71,6 +71,7 @@ struct Diagnoser::JobState {
   std::mutex changed_mu;  // guards changed_from_ns (a fold runs while the job's round does)
   uint64_t changed_from_ns = UINT64_MAX;
   uint64_t touched_ns = 0;     // wall clock: the last round with new data
+  uint64_t joining_since_ns = 0;  // wall clock: the first round that found its ranks joining (0: none)
   uint32_t last_findings = 0;  // the last report's (the report itself is kept in the store)
 };
 
@@ -336,7 +337,7 @@ void Diagnoser::loop() {
       sharing_.heartbeat(wall_clock_ns());
       continue;
     }
-    const double cpu = round();
+    const double cpu = round(true);
     auto t1 = std::chrono::steady_clock::now();
     {
       std::lock_guard lock(mu_);
@@ -352,7 +353,7 @@ void Diagnoser::loop() {
   }
 }
 
-double Diagnoser::round() {
+double Diagnoser::round(bool background) {
   std::set<std::pair<std::string, uint32_t>> procs_seen, trainers;
   std::set<std::string> jobs;
   {
@@ -365,7 +366,10 @@ double Diagnoser::round() {
   // this one (and the round is this collector's heartbeat).
   if (procs_seen.empty() && jobs.empty() && !sharing_.shared()) return 0;
   std::set<std::string> all_jobs;
-  if (!procs_seen.empty()) {
+  // Per job named by its processes: the ranks that sent their process, and the world size they say.
+  std::map<std::string, std::pair<std::set<int>, int>> joined;
+  // (Read for jobs noted without new data too: one that waited for its ranks comes back so.)
+  if (!procs_seen.empty() || (background && !jobs.empty())) {
     auto procs = read([](store::Store& s) { return s.processes(); });
     if (!procs) {
       log_ << "strata: serve: diagnosis: " << procs.error().message << "\n";
@@ -389,11 +393,36 @@ double Diagnoser::round() {
       }
       all_jobs.insert(p.job);
       if (procs_seen.count({p.node, p.pid})) jobs.insert(p.job);
+      auto& [ranks, world] = joined[p.job];
+      ranks.insert(p.rank);
+      world = std::max(world, p.world_size);
     }
   }
   const size_t with_new_data = jobs.size();
   jobs = sharing_.take(jobs, wall_clock_ns());
   if (with_new_data == 0 && jobs.empty()) return 0;
+  if (background) {
+    // Jobs still joining wait (join_grace_ns at most), noted again for the next round.
+    const uint64_t now = wall_clock_ns();
+    std::vector<std::string> waiting;
+    for (const auto& job : jobs) {
+      auto it = joined.find(job);
+      if (it == joined.end()) continue;
+      const auto& [ranks, world] = it->second;
+      if (world <= 0 || ranks.size() >= static_cast<size_t>(world)) continue;
+      auto st = state_of(job);
+      if (!st->joining_since_ns) st->joining_since_ns = now;
+      if (now - st->joining_since_ns < opts_.join_grace_ns) waiting.push_back(job);
+    }
+    if (!waiting.empty()) {
+      std::lock_guard lock(mu_);
+      for (const auto& job : waiting) {
+        jobs.erase(job);
+        dirty_jobs_.insert(job);
+      }
+      counters_.waiting += waiting.size();
+    }
+  }
   {
     std::lock_guard lock(mu_);
     counters_.rounds++;
@@ -585,7 +614,7 @@ Diagnoser::Reply Diagnoser::findings(const std::string& wanted, bool job_given, 
     return r;
   };
   // Without background rounds, a request makes the round for whatever arrived since the last one.
-  if (opts_.every_s <= 0) round();
+  if (opts_.every_s <= 0) round(false);
   std::string job = wanted;
   std::optional<store::KeptDiagnosis> kept;
   {

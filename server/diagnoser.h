@@ -50,6 +50,17 @@ inline constexpr size_t kMaxHeldRows = 4'000'000;
 // max_held_rows: the next job's rounds let their own rows go and re-read their whole span each time.
 inline constexpr uint64_t kRowsIdleNs = 120ull * 1'000'000'000ull;
 
+// A job fewer of whose ranks have sent their process than its world size says is still joining:
+// its background rounds wait until every rank has, or this long after the first round that
+// found it joining. An agent ships a window's rows when the window closes (10 s by default, its
+// phase anywhere in it), so a rank that started is known within a window and a retry; three
+// windows. A round of a job half joined is of little use (most of its ranks are missing), and
+// each one that finds more ranks than the last reads the job's span whole again (their rows
+// were not held): measured at 1,000 x 8, the second round of a new job cost 16 s of CPU, three
+// times a round that reads only what is new. A rank that never joins holds nothing back for
+// longer than this.
+inline constexpr uint64_t kJoinGraceNs = 30ull * 1'000'000'000ull;
+
 struct DiagnoserOptions {
   double every_s = 2;  // 0: no background rounds (a job is still diagnosed when first asked for)
   // Past this bound for every job together, the least recently active jobs' rows go first; the job
@@ -61,12 +72,14 @@ struct DiagnoserOptions {
   // False: a job's rows go after each of its rounds, and every round reads its whole span, as rounds
   // did before they held rows (the reference the tests compare held rounds with).
   bool hold_rows = true;
+  uint64_t join_grace_ns = kJoinGraceNs;
 };
 
 struct DiagnoserCounters {
   uint64_t rounds = 0;          // rounds that found something new to look at
   uint64_t diagnosed = 0;       // job diagnoses made and kept
   uint64_t skipped = 0;         // jobs left alone: no new data since their last round
+  uint64_t waiting = 0;         // jobs whose round waited: ranks still joining (kJoinGraceNs)
   uint64_t failed = 0;          // loads or writes that failed (no steps yet, store error)
   uint64_t handed_over = 0;     // jobs with new data here that another collector of the store diagnoses
   double seconds = 0;           // spent diagnosing, loads and writes included
@@ -163,7 +176,9 @@ class Diagnoser {
 
  private:
   void loop();
-  double round();  // returns the CPU it used (s)
+  // Returns the CPU it used (s). `background`: the thread's round, which lets a job whose ranks are
+  // still joining wait (DiagnoserOptions::join_grace_ns); a request's round diagnoses what is there.
+  double round(bool background);
   struct JobState;  // diagnoser.cpp: the job's baseline, where its last round ended
   std::shared_ptr<JobState> state_of(const std::string& job);
   void drop_idle_states();

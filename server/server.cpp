@@ -106,13 +106,21 @@ std::string collector_id(const std::string& listen) {
   return std::string(host) + ":" + (colon == std::string::npos ? listen : listen.substr(colon + 1));
 }
 
+DiagnoserOptions diagnoser_options(const ServeOptions& opts) {
+  DiagnoserOptions d;
+  d.every_s = opts.diagnose_every_s;
+  d.collector_id = collector_id(opts.listen);
+  d.join_grace_ns = static_cast<uint64_t>(std::max(0.0, opts.diagnose_join_grace_s) * 1e9);
+  return d;
+}
+
 class Server {
  public:
   // `http` is already bound to --listen (bind_listener): the store is opened only once the port is ours.
   Server(const ServeOptions& opts, std::unique_ptr<store::Store> store, std::unique_ptr<GuardedServer> http,
          std::ostream& log)
       : opts_(opts), store_(std::move(store)), applier_(*store_), log_(log),
-        diagnoser_(*store_, store_mu_, DiagnoserOptions{opts.diagnose_every_s, kMaxHeldRows, collector_id(opts.listen)}, log),
+        diagnoser_(*store_, store_mu_, diagnoser_options(opts), log),
         http_(std::move(http)),
         svr_(*http_) {}
 
@@ -881,17 +889,18 @@ class Server {
     o << "strata_serve_agents{status=\"healthy\"} " << agents.size() - silent_n
       << "\nstrata_serve_agents{status=\"silent\"} " << silent_n << "\n";
     prom::family(o, "strata_serve_diagnoses_total", "counter",
-                 "Job diagnoses made and kept, by outcome (skipped: no new data).");
+                 "Job diagnoses made and kept, by outcome (skipped: no new data; waiting: ranks still joining).");
     o << "strata_serve_diagnoses_total{outcome=\"kept\"} " << dc.diagnosed << "\n";
     o << "strata_serve_diagnoses_total{outcome=\"failed\"} " << dc.failed << "\n";
     o << "strata_serve_diagnoses_total{outcome=\"skipped\"} " << dc.skipped << "\n";
+    o << "strata_serve_diagnoses_total{outcome=\"waiting\"} " << dc.waiting << "\n";
     prom::family(o, "strata_serve_jobs_handed_over_total", "counter",
                  "Jobs with new data here that another collector sharing the store diagnoses.");
     o << "strata_serve_jobs_handed_over_total " << dc.handed_over << "\n";
     prom::family(o, "strata_serve_diagnosis_seconds_total", "counter", "Time spent diagnosing jobs, loads and writes included.");
     o << "strata_serve_diagnosis_seconds_total " << dc.seconds << "\n";
     prom::family(o, "strata_serve_diagnosis_cpu_seconds_total", "counter",
-                 "CPU the background diagnosis rounds used (the pause after a round is 4 times its CPU).");
+                 "CPU the background diagnosis rounds used (their pauses keep them to half a core on average).");
     o << "strata_serve_diagnosis_cpu_seconds_total " << dc.cpu_seconds << "\n";
     prom::family(o, "strata_serve_diagnosis_rows_read_total", "counter",
                  "Rows the diagnosis rounds read (steps, collectives, device activity, metrics, stack samples).");

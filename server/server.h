@@ -22,6 +22,7 @@ struct ServeOptions {
   size_t max_decompressed = 256u << 20;
   double silent_after_s = 0;  // 0: three of the agent's own send intervals (at least 5 s)
   double diagnose_every_s = 2;  // a diagnosis round for jobs with new data; 0: only when asked
+  double diagnose_join_grace_s = 30;  // a job's rounds wait this long at most for its ranks to join (kJoinGraceNs)
   // Hard limits (README "Limits"); the defaults are explained where they are used.
   uint64_t max_batch_rows = 1'000'000;  // rows in one ingest batch (ingest::DecodeLimits::max_rows)
   size_t max_connections = 512;         // open HTTP connections (server/guarded_server.h)

@@ -320,6 +320,68 @@ TEST(ServeDiagnosis, AJobWhoseRanksHaveNoRankIsDiagnosed) {
   w->reset();
 }
 
+// Jobs whose ranks are still joining: the recorded 4-rank job (world size 4) comes from two agents,
+// ranks 0-1 from node-a first. The background rounds wait for the other two (a round of half a job
+// says little, and each round that finds new ranks reads the job's span whole again), and diagnose
+// the job once node-b's ranks arrived, all four of them. A rank that never joins holds the rounds
+// back no longer than the grace (DiagnoserOptions::join_grace_ns): then the two ranks there are
+// diagnosed.
+void ship_half(Collector& c, const Recorded& r, const std::string& node, int first_rank, const TempDir& tmp) {
+  std::set<uint32_t> pids;
+  for (const auto& p : r.procs)
+    if (p.rank < 0 || p.rank == first_rank || p.rank == first_rank + 1) pids.insert(p.pid);
+  auto w = node_writer(c.url(), node, node + "-agent", tmp.file("spool-" + node));
+  ASSERT_TRUE(w) << w.error().message;
+  auto rec = begin_replay(**w, r, node, "replay of host-hotspot.db");
+  ASSERT_TRUE(rec);
+  ship_node(**w, *rec, r, pids, {});
+}
+
+uint64_t waiting(const Collector& c) {
+  uint64_t n = c.metric("strata_serve_diagnoses_total{outcome=\"waiting\"}");
+  return n == UINT64_MAX ? 0 : n;
+}
+
+TEST(ServeDiagnosis, AJobWhoseRanksAreStillJoiningWaitsForThem) {
+  TempDir tmp;
+  Recorded r = load(std::string(STRATA_SOURCE_DIR) + "/tests/data/diagnose/host-hotspot.db");
+  ASSERT_FALSE(r.steps.empty());
+  for (const auto& p : r.procs) {
+    if (p.rank >= 0) {
+      ASSERT_EQ(p.world_size, 4);
+    }
+  }
+  const std::string job = "strata-sim-19106";
+  Collector c(diagnosing(tmp.file("server.db")), free_port());  // the default grace: 30 s
+  ship_half(c, r, "node-a", 0, tmp);
+  for (int k = 0; k < 100 && waiting(c) < 3; ++k) std::this_thread::sleep_for(std::chrono::milliseconds(100));
+  EXPECT_GE(waiting(c), 3u) << "no round waited for the ranks still joining";
+  EXPECT_EQ(kept(c), 0u) << "a job with 2 of its 4 ranks was diagnosed before the grace ran out";
+  ship_half(c, r, "node-b", 2, tmp);
+  for (int k = 0; k < 300 && kept(c) < 1; ++k) std::this_thread::sleep_for(std::chrono::milliseconds(100));
+  ASSERT_GE(kept(c), 1u) << "no round after every rank joined";
+  std::string found = c.get("/api/v1/findings?job=" + job);
+  EXPECT_NE(found.find("\"ranks\":4,"), std::string::npos) << found.substr(0, 300);
+  EXPECT_NE(found.find("\"cause\":\"host-hotspot\""), std::string::npos) << found.substr(0, 600);
+}
+
+TEST(ServeDiagnosis, ARankThatNeverJoinsHoldsTheRoundsBackOnlyForTheGrace) {
+  TempDir tmp;
+  Recorded r = load(std::string(STRATA_SOURCE_DIR) + "/tests/data/diagnose/host-hotspot.db");
+  ASSERT_FALSE(r.steps.empty());
+  auto o = diagnosing(tmp.file("server.db"));
+  o.diagnose_join_grace_s = 1;
+  Collector c(o, free_port());
+  const auto t0 = std::chrono::steady_clock::now();
+  ship_half(c, r, "node-a", 0, tmp);
+  for (int k = 0; k < 300 && kept(c) < 1; ++k) std::this_thread::sleep_for(std::chrono::milliseconds(100));
+  ASSERT_GE(kept(c), 1u) << "a job missing a rank was never diagnosed";
+  EXPECT_GE(std::chrono::steady_clock::now() - t0, std::chrono::seconds(1)) << "diagnosed before the grace ran out";
+  EXPECT_GE(waiting(c), 1u);
+  std::string found = c.get("/api/v1/findings?job=strata-sim-19106");
+  EXPECT_NE(found.find("\"ranks\":2,"), std::string::npos) << found.substr(0, 300);
+}
+
 TEST(ServeDiagnosis, ASpanOfARecordingIsDiagnosedAlone) {
   const std::string db = std::string(STRATA_SOURCE_DIR) + "/tests/data/diagnose/host-hotspot.db";
   Recorded r = load(db);
