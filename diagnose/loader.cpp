@@ -989,8 +989,18 @@ Status refresh_span_rows(store::Reader& s, SpanRows& rows, std::optional<int64_t
     if (members) rows.members = *members;
   }
   rows.valid = false;  // until every kind is read
+  // Other processes' rows go as they are read (RowQuery::keep_process); a node's own (pid 0) stay
+  // where the job runs.
+  std::function<bool(std::string_view, uint32_t)> keep;
+  if (rows.members) {
+    keep = [&kept = *rows.members](std::string_view node, uint32_t pid) {
+      auto it = kept.find(node);
+      return it != kept.end() && (pid == 0 || it->second.count(pid));
+    };
+  }
   auto query = [&](int64_t store::WriteSeqs::*table) {
     store::RowQuery q;
+    q.keep_process = keep;
     q.recording = recording;
     q.from_ns = how == How::kFromTime ? cut_ns : from_ns;
     if (how == How::kSince) q.after_seq = (*since).*table;
@@ -1015,18 +1025,6 @@ Status refresh_span_rows(store::Reader& s, SpanRows& rows, std::optional<int64_t
   if (cancelled()) return kCancelled;
   if (auto st = s.append_device_activity(any, got.device); !st) return st.error();
   if (stats) stats->device += got.device.size();
-  if (rows.members) {
-    // Other processes' rows go before they are merged in; a node's own (pid 0) stay where the job runs.
-    const JobMembers& kept = *rows.members;
-    auto other = [&](const std::string& node, uint32_t pid) {
-      auto it = kept.find(node);
-      return it == kept.end() || (pid != 0 && !it->second.count(pid));
-    };
-    std::erase_if(got.metrics, [&](const auto& r) { return other(r.node, r.metric.pid); });
-    std::erase_if(got.steps, [&](const auto& r) { return other(r.node, r.pid); });
-    std::erase_if(got.collectives, [&](const auto& r) { return other(r.node, r.pid); });
-    std::erase_if(got.device, [&](const auto& r) { return other(r.node, r.pid); });
-  }
   detail::merge_rows(rows.metrics, got.metrics, from_ns, cut_ns);
   detail::merge_rows(rows.steps, got.steps, from_ns, cut_ns);
   detail::merge_rows(rows.collectives, got.collectives, from_ns, cut_ns);

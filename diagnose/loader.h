@@ -5,9 +5,11 @@
 
 #include <atomic>
 #include <cstdint>
+#include <functional>
 #include <optional>
 #include <span>
 #include <string>
+#include <string_view>
 #include <unordered_map>
 #include <unordered_set>
 #include <vector>
@@ -104,7 +106,12 @@ class HeldRows {
 // the node-wide rows (pid 0: the GPUs' series) of the nodes they run on. Rows of other jobs are
 // of no use to the job's loads: held for every job, each job's span held every job's rows, and a
 // collector's held rows grew with the square of its jobs.
-using JobMembers = std::unordered_map<std::string, std::unordered_set<uint32_t>>;
+// (Looked up by a view of the node's name: a read's filter asks for each row it reads.)
+struct NodeNameHash {
+  using is_transparent = void;
+  size_t operator()(std::string_view s) const { return std::hash<std::string_view>{}(s); }
+};
+using JobMembers = std::unordered_map<std::string, std::unordered_set<uint32_t>, NodeNameHash, std::equal_to<>>;
 
 // The rows of one job's analysis span that a collector keeps between rounds (issue 16: each round
 // reads only what is new since the last one, never the whole span again): every row of the four

@@ -546,6 +546,7 @@ class SqliteStore final : public Store {
       r.start_ns = static_cast<uint64_t>(s.i64(0));
       r.end_ns = static_cast<uint64_t>(s.i64(1));
       r.node = s.text(read_row(s, 2, catalog::kMetrics, r.metric));
+      if (q.keep_process && !q.keep_process(r.node, r.metric.pid)) out.pop_back();
     }
     if (rc != SQLITE_DONE) return err("reading metrics");
     return {};
@@ -758,6 +759,9 @@ class SqliteStore final : public Store {
     while ((rc = s.step()) == SQLITE_ROW) {
       Row& r = out.emplace_back();
       r.node = s.text(read_row(s, 0, columns, r));
+      if constexpr (requires { r.pid; }) {
+        if (sel.q.keep_process && !sel.q.keep_process(r.node, r.pid)) out.pop_back();
+      }
     }
     if (rc != SQLITE_DONE) return err("reading " + sel.table);
     return {};

@@ -128,23 +128,31 @@ Result<std::vector<Reader::MetricRow>> Reader::query_metrics(const RowQuery& q) 
 
 namespace {
 
-template <typename Row>
-Status append_to(Result<std::vector<Row>> rows, std::vector<Row>& out) {
+template <typename Row, typename PidOf>
+Status append_to(Result<std::vector<Row>> rows, const RowQuery& q, PidOf pid_of, std::vector<Row>& out) {
   if (!rows) return rows.error();
-  out.insert(out.end(), std::make_move_iterator(rows->begin()), std::make_move_iterator(rows->end()));
+  for (auto& r : *rows) {
+    if (!q.keep_process || q.keep_process(r.node, pid_of(r))) out.push_back(std::move(r));
+  }
   return {};
 }
 
+uint32_t pid_of_row(const auto& r) { return r.pid; }
+
 }  // namespace
 
-Status Reader::append_steps(const RowQuery& q, std::vector<StepRecord>& out) { return append_to(query_steps(q), out); }
+Status Reader::append_steps(const RowQuery& q, std::vector<StepRecord>& out) {
+  return append_to(query_steps(q), q, pid_of_row<StepRecord>, out);
+}
 Status Reader::append_collectives(const RowQuery& q, std::vector<CollectiveRecord>& out) {
-  return append_to(query_collectives(q), out);
+  return append_to(query_collectives(q), q, pid_of_row<CollectiveRecord>, out);
 }
 Status Reader::append_device_activity(const RowQuery& q, std::vector<DeviceActivity>& out) {
-  return append_to(query_device_activity(q), out);
+  return append_to(query_device_activity(q), q, pid_of_row<DeviceActivity>, out);
 }
-Status Reader::append_metrics(const RowQuery& q, std::vector<MetricRow>& out) { return append_to(query_metrics(q), out); }
+Status Reader::append_metrics(const RowQuery& q, std::vector<MetricRow>& out) {
+  return append_to(query_metrics(q), q, [](const MetricRow& r) { return r.metric.pid; }, out);
+}
 
 Result<std::optional<uint64_t>> Reader::latest_step_ns(std::optional<int64_t> recording) {
   auto rows = steps(recording, std::nullopt);
