@@ -2462,6 +2462,50 @@ std::string stalled_outside_note(const JobWindow& job) {
   return note;
 }
 
+// How far behind its peers' latest step a rank's data may end and still be waited for. An agent
+// ships a window when it closes, each node at its own phase, and retries a batch the collector
+// refused: with 10 s windows (the default) a node's latest time lags the freshest by up to a
+// window, a retry and a send, about 30 s (the collector's join wait, server/diagnoser.h's
+// kJoinGraceNs, for the same reason). Further behind, its agent has stopped sending; waiting for it
+// would hold the job's verdict back for good.
+constexpr uint64_t kLateDataNs = 30'000'000'000ull;
+
+// The ranks whose data for the window has not reached the store yet: no step in the window while
+// their peers have some, and their latest recording window ends before the job's latest step, by
+// kLateDataNs at most. In a job that steps together every rank makes the same steps, so a rank
+// without any is one whose node's batch is still on its way (or a hang, found before this).
+std::vector<size_t> late_ranks(const JobWindow& job) {
+  std::vector<size_t> late;
+  bool any_steps = false;
+  for (const auto& r : job.ranks) any_steps = any_steps || r.now.steps > 0;
+  if (!any_steps) return late;
+  for (size_t i = 0; i < job.ranks.size(); ++i) {
+    const auto& r = job.ranks[i];
+    if (r.now.steps == 0 && r.observed_until_ns > 0 && r.observed_until_ns < job.end_ns &&
+        job.end_ns - r.observed_until_ns <= kLateDataNs)
+      late.push_back(i);
+  }
+  return late;
+}
+
+// The note of a verdict that waits for late ranks (late_ranks).
+std::string late_note(const Diagnosis& dx, const JobWindow& job, const std::vector<size_t>& late) {
+  std::string who;
+  constexpr size_t kNamed = 3;
+  for (size_t k = 0; k < late.size() && k < kNamed; ++k) {
+    const auto& r = job.ranks[late[k]];
+    who += (k ? ", " : "") + rank_name(r) + (r.node.empty() ? "" : " (" + r.node + ")");
+  }
+  if (late.size() > kNamed) who += " and " + std::to_string(late.size() - kNamed) + " more";
+  uint64_t lag = 0;
+  for (size_t i : late) lag = std::max(lag, job.end_ns - job.ranks[i].observed_until_ns);
+  return "the job slowed (step " + ms(dx.step_ms) + " vs its baseline " + ms(dx.baseline_step_ms) + ") and no rank whose data is in computes longer, but " +
+         std::to_string(late.size()) + " of " + std::to_string(job.ranks.size()) + " ranks have no step in the window yet: " + who +
+         " (their data ends up to " + fmt("%.1f s", static_cast<double>(lag) / 1e9) +
+         " before the job's latest step; their agents' latest windows have not reached the store). One of them may be the "
+         "straggler: the verdict waits for their data";
+}
+
 // A slow link: everyone waits longer in the collectives and nobody computes longer. Its end is the
 // rank on every slow TCP connection when those were recorded; else, in a ring, the ranks on both
 // sides of the slow link wait longest. Every link slower: the communicator, job-wide.
@@ -3242,7 +3286,15 @@ Diagnosis diagnose(const JobWindow& job, const Options& opt) {
         dx.findings.push_back(std::move(*f));
     }
 
-    if (cands.empty() && slow && !link_named) {
+    // Everyone waits longer and no one computes longer: a link, the fabric, or the job slowed
+    // alike. That reads "no one" over the ranks whose data is in; with some still on their way, the
+    // straggler may be among them (all its peers wait for it, the loss is in every rank's waits).
+    std::vector<size_t> late;
+    if (cands.empty() && slow && !link_named) late = late_ranks(job);
+    if (!late.empty()) {
+      dx.note = late_note(dx, job, late);
+      dx.waiting_for_data = true;
+    } else if (cands.empty() && slow && !link_named) {
       double wait_base = median(column(job, [](const RankWindow& r) { return r.base.steps > 0 ? r.base.wait_ms : kUnknown; }));
       double wait_up = known(wait_base) ? wait_med - wait_base : 0;
       if (wait_up >= kLinkMostOfTheLoss * lost) {

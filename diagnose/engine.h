@@ -66,6 +66,10 @@ struct Diagnosis {
   double baseline_step_ms = kUnknown;  // before it
   std::vector<Finding> findings;       // most costly first; empty: healthy, unless `note` says otherwise
   std::string note;                    // the job slowed and nothing explains it (then no finding)
+  // The job slowed with no straggler among the ranks whose data is in, and some ranks' latest data
+  // has not reached the store yet (late_ranks): the verdict waits for it (`note` says whose). Not a
+  // healthy window: the collector does not fold it into the job's past.
+  bool waiting_for_data = false;
   std::vector<std::string> data_notes; // what the loader changed in the data (JobWindow::data_notes)
   SecondOpinion second;
 };

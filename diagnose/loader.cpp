@@ -1507,6 +1507,7 @@ Result<JobWindow> load_job_window(store::Reader& s, const LoadOptions& opt) {
     r.alive = last_seen.count(proc) && last_seen[proc] > r.last_progress_ns &&
               last_seen_end[proc] > latest_window_start;
     if (auto ls = last_seen.find(proc); ls != last_seen.end()) r.last_seen_ns = ls->second;
+    if (auto le = last_seen_end.find(proc); le != last_seen_end.end()) r.observed_until_ns = le->second;
     // Rates over the windows, times the step time: per step.
     auto per_step_of = [](const Acc& a, double step_ms) {
       double dur_ms = 0;

@@ -236,6 +236,9 @@ struct RankWindow {
   std::vector<uint32_t> workers;
   bool alive = true;              // the process was still seen at the end of the window
   uint64_t last_seen_ns = 0;      // start of the latest recording window the process was seen in (0: never)
+  // End of that window: how far the store holds the rank's data (0: unknown). Agents ship a window
+  // when it closes, each node at its own phase: a rank's latest time can lag its peers' by a window.
+  uint64_t observed_until_ns = 0;
   uint64_t last_progress_ns = 0;  // last collective completion or step end (unix ns)
   uint64_t last_device_ns = 0;    // end of the last device work seen; 0: unknown
   std::vector<CommProgress> comms;  // per communicator the rank called (empty: no collectives recorded)

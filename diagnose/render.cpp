@@ -31,6 +31,7 @@ void write_json(const Diagnosis& dx, std::ostream& out) {
       << ",\"step_ms\":" << json_number(dx.step_ms) << ",\"baseline_step_ms\":" << json_number(dx.baseline_step_ms)
       << ",\"healthy\":" << (dx.findings.empty() && dx.note.empty() ? "true" : "false");
   if (!dx.note.empty()) out << ",\"note\":" << json_string(dx.note);
+  if (dx.waiting_for_data) out << ",\"waiting_for_data\":true";
   out << ",\"data_notes\":[";
   for (size_t i = 0; i < dx.data_notes.size(); ++i) out << (i ? "," : "") << json_string(dx.data_notes[i]);
   out << "],\"findings\":[";

@@ -554,7 +554,8 @@ Result<std::string> Diagnoser::diagnose_job(const std::string& job) {
   auto dx = diagnose::diagnose(*window);
   if (state) {
     // A healthy window joins the past the next rounds compare with; a slow one never does.
-    if (dx.findings.empty()) state->baseline.absorb(*window);
+    // (A window that waits for late ranks' data is not healthy: it is judged again when they arrive.)
+    if (dx.findings.empty() && !dx.waiting_for_data) state->baseline.absorb(*window);
     state->last_end_ns = std::max(state->last_end_ns, window->end_ns);
     state->last_findings = static_cast<uint32_t>(dx.findings.size());
   }

@@ -710,6 +710,43 @@ INSTANTIATE_TEST_SUITE_P(EveryRank, JobWideCause,
                            return n;
                          });
 
+// A straggler whose node's latest window has not reached the store: its peers' windows show every
+// rank waiting longer and none computing longer, which reads as a slow fabric. The verdict waits for
+// its data (agents ship windows as they close, each node at its own phase), unless the rank's data
+// ends so far back that its agent has stopped sending.
+TEST(DiagnoseEngine, AStragglerWhoseDataIsStillOnItsWayHoldsTheJobsVerdictBack) {
+  SyntheticSpec spec;
+  spec.past = true;
+  spec.faults = {PlantedFault{3, "gpu-slow", 40}};
+  const JobWindow whole = make_synthetic_job(spec);
+  auto found = diagnose(whole);
+  ASSERT_FALSE(found.findings.empty()) << text_of(found);
+  EXPECT_EQ(found.findings[0].rank, 3) << text_of(found);
+  EXPECT_FALSE(found.waiting_for_data);
+
+  // Rank 3's data ends a second before the window: none of its slow steps is in.
+  JobWindow partial = whole;
+  RankWindow& r3 = partial.ranks[3];
+  r3.now = PhaseStats{};
+  r3.observed_until_ns = partial.start_ns - 1'000'000'000;
+  r3.last_progress_ns = r3.observed_until_ns;
+  auto dx = diagnose(partial);
+  EXPECT_TRUE(dx.findings.empty()) << text_of(dx);
+  EXPECT_TRUE(dx.waiting_for_data) << text_of(dx);
+  EXPECT_NE(dx.note.find("1 of 8 ranks have no step in the window yet: rank 3"), std::string::npos) << dx.note;
+  std::ostringstream o;
+  write_json(dx, o);
+  EXPECT_NE(o.str().find("\"healthy\":false"), std::string::npos) << o.str();
+  EXPECT_NE(o.str().find("\"waiting_for_data\":true"), std::string::npos) << o.str();
+
+  // Its data ends 40 s before the job's latest step: its agent stopped sending, nothing is waited for.
+  r3.observed_until_ns = partial.end_ns - 40'000'000'000;
+  r3.last_progress_ns = r3.observed_until_ns;
+  auto lost = diagnose(partial);
+  EXPECT_FALSE(lost.waiting_for_data) << text_of(lost);
+  EXPECT_EQ(lost.note.find("no step in the window yet"), std::string::npos) << text_of(lost);
+}
+
 // Slower on every rank with no layer of the past explaining it: no finding, only the job line.
 TEST(DiagnoseEngine, ASlowdownNoLayerExplainsIsNoFinding) {
   SyntheticSpec spec;
