@@ -323,6 +323,83 @@ TEST(DiagnoseRounds, AReadInAnyOrderSkipsTheSort) {
   EXPECT_TRUE(std::equal(page.begin(), page.end(), sorted.begin()));
 }
 
+// A span read open at its end walks the table in rowid order from the span's first row, where a
+// collector's store has its rows (written as their windows close, in time order): the same rows as
+// the time index finds, without a seek into the table per row. Where a row was written long before
+// its time (an agent whose clock was ahead), the walk would cover the whole table: the time index,
+// as before. Rows checked against a filter of every row; SQLite's counted work (its instructions:
+// they count the rows looked at, not the seeks) against the same span read through the time index
+// (a far end bound keeps the walk off): no more in either case.
+TEST(DiagnoseRounds, ASpanReadWalksTheRowsWrittenSinceItsFirstWhereThatIsShort) {
+  constexpr int kSpanRanks = 8, kSteps = 2000;
+  for (bool clock_ahead : {false, true}) {
+    SCOPED_TRACE(clock_ahead ? "a row written long before its time" : "rows written in time order");
+    TempDir tmp;
+    const std::string db = tmp.file("walk.db");
+    {
+      auto st = open_at(db, store::Store::Mode::kCreateOrAppend);
+      ASSERT_TRUE(st) << st.error().message;
+      auto& s = **st;
+      ASSERT_TRUE(s.begin());
+      const uint64_t t0 = kEnd - kSteps * kStepNs;
+      const int64_t rec = *s.begin_recording({"node-0", "synthetic", t0, 99, 10});
+      auto step_of = [&](int rank, int k) {
+        store::StepRecord r;
+        r.pid = 100 + static_cast<uint32_t>(rank);
+        r.step = static_cast<uint64_t>(k + 1);
+        r.start_ns = t0 + static_cast<uint64_t>(k) * kStepNs;
+        r.end_ns = r.start_ns + kStepNs - 1'000'000;
+        return r;
+      };
+      // Ahead: the first row written is of the job's last step (rank 0's clock ran ahead).
+      if (clock_ahead) {
+        ASSERT_TRUE(s.put_steps(rec, {step_of(0, kSteps - 1)}));
+      }
+      for (int k = 0; k < kSteps; ++k) {
+        std::vector<store::StepRecord> rows;
+        for (int r = 0; r < kSpanRanks; ++r) {
+          if (!(clock_ahead && r == 0 && k == kSteps - 1)) rows.push_back(step_of(r, k));
+        }
+        ASSERT_TRUE(s.put_steps(rec, rows));
+      }
+      // A late row: written last, of a time long before the span.
+      store::StepRecord late = step_of(kSpanRanks, 10);
+      ASSERT_TRUE(s.put_steps(rec, {late}));
+      ASSERT_TRUE(s.commit());
+    }
+    auto [st, latest] = open_for_reading(db);
+    ASSERT_TRUE(st && latest);
+    auto all = st->steps(std::nullopt, std::nullopt);
+    ASSERT_TRUE(all);
+    store::RowQuery q;
+    q.from_ns = latest - 200 * kStepNs;  // the last 10% of the steps
+    using Key = std::tuple<uint32_t, uint64_t>;
+    std::vector<Key> want;
+    for (const auto& r : *all) {
+      if (r.end_ns > *q.from_ns) want.emplace_back(r.pid, r.step);
+    }
+    std::sort(want.begin(), want.end());
+    ASSERT_EQ(want.size(), static_cast<size_t>(200 * kSpanRanks));
+    auto read = [&](const store::RowQuery& query, uint64_t& work) {
+      const uint64_t before = st->read_work();
+      auto rows = st->query_steps(query);
+      work = st->read_work() - before;
+      EXPECT_TRUE(rows);
+      std::vector<Key> keys;
+      for (const auto& r : *rows) keys.emplace_back(r.pid, r.step);
+      std::sort(keys.begin(), keys.end());
+      return keys;
+    };
+    store::RowQuery by_index = q;
+    by_index.to_ns = kEnd + kStepNs;  // every row starts before it: the same span
+    uint64_t walk_work = 0, index_work = 0;
+    EXPECT_EQ(read(q, walk_work), want);
+    EXPECT_EQ(read(by_index, index_work), want);
+    RecordProperty("work", std::to_string(walk_work) + " open-ended, " + std::to_string(index_work) + " by the time index");
+    EXPECT_LE(walk_work, index_work + index_work / 4) << "walked more rows than the span's";
+  }
+}
+
 // A read that keeps some processes only (RowQuery::keep_process, as a collector's round reads for
 // one job): the rows of those processes, all of them, in the order of a read of everything; the
 // same through SQLite's own read and the Reader's general one (ClickHouse's), which filters the
