@@ -122,9 +122,11 @@ int main(int argc, char** argv) {
       return 1;
     }
     total_cpu += load_cpu;
+    const double d0 = cpu_s();
     auto dx = diagnose::diagnose(*window);
-    std::printf("round=%d ranks=%zu load_cpu_s=%.3f load_wall_s=%.3f digest=%016llx findings=%zu top=%s:%d:%s\n", r,
-                window->ranks.size(), load_cpu, load_wall, static_cast<unsigned long long>(digest(*window)), dx.findings.size(),
+    const double diagnose_cpu = cpu_s() - d0;
+    std::printf("round=%d ranks=%zu load_cpu_s=%.3f load_wall_s=%.3f diagnose_cpu_s=%.3f digest=%016llx findings=%zu top=%s:%d:%s\n", r,
+                window->ranks.size(), load_cpu, load_wall, diagnose_cpu, static_cast<unsigned long long>(digest(*window)), dx.findings.size(),
                 dx.findings.empty() ? "-" : std::string(diagnose::cause_name(dx.findings[0].cause)).c_str(),
                 dx.findings.empty() ? -1 : dx.findings[0].rank,
                 dx.findings.empty() ? "-" : dx.findings[0].culprit.c_str());

@@ -272,6 +272,23 @@ TEST(DiagnoseEngine, PcieGenerationIsComparedWithThePeers) {
   EXPECT_NE(dx.findings[0].evidence.front().find("gpu.pcie_link_gen"), std::string::npos) << text_of(dx);
 }
 
+// The peers' generation is every other rank's median, however many ranks (3,000 here, past the
+// engine's sample of 1,000 peers): the one rank at a lower generation is named, and no other.
+TEST(DiagnoseEngine, PcieGenerationIsComparedWithEveryOtherRank) {
+  SyntheticSpec spec;
+  spec.ranks = 3000;
+  JobWindow job = make_synthetic_job(spec);
+  for (auto& r : job.ranks) r.gpu.pcie_gen = 4;
+  EXPECT_TRUE(diagnose(job).findings.empty());
+  job.ranks[2222].gpu.pcie_gen = 3;
+  auto dx = diagnose(job);
+  std::vector<int> degraded;
+  for (const auto& f : dx.findings) {
+    if (std::string(cause_name(f.cause)) == "pcie-degraded") degraded.push_back(f.rank);
+  }
+  EXPECT_EQ(degraded, std::vector<int>{2222}) << text_of(dx);
+}
+
 // A few replays or NVLink errors in a window are below the rates that mean a degraded link.
 TEST(DiagnoseEngine, AFewLinkErrorsAreNoFinding) {
   SyntheticSpec spec;
