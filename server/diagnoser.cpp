@@ -41,6 +41,25 @@ double thread_cpu_s() {
   return static_cast<double>(ts.tv_sec) + static_cast<double>(ts.tv_nsec) * 1e-9;
 }
 
+#ifdef STRATA_HAVE_DIAGNOSE
+// Whether `job` is the name the loader gives ranks that have no RANK (job_of_ranks_without_rank):
+// a process without a job name or a rank whose parent's name and pid make it.
+bool inferred_job(const std::vector<store::ProcessInfo>& procs, const std::string& job) {
+  std::map<std::pair<std::string, uint32_t>, const store::ProcessInfo*> by_pid;
+  for (const auto& p : procs) by_pid[{p.node, p.pid}] = &p;
+  for (const auto& p : procs) {
+    if (p.rank >= 0 || !p.job.empty()) continue;
+    auto parent = by_pid.find({p.node, p.ppid});
+    if (diagnose::job_of_ranks_without_rank(parent != by_pid.end() ? parent->second->comm : "", p.ppid) == job) return true;
+  }
+  return false;
+}
+#endif
+
+// The latest metric rows a job's window length is read from (quiet_after_ns): enough that one odd
+// row (a window cut short when an agent stopped) does not decide it.
+constexpr size_t kWindowRowsLooked = 64;
+
 }  // namespace
 
 double Diagnoser::pause_after_s(double wall_s, double cpu_s, bool own_readers) {
@@ -71,6 +90,9 @@ struct Diagnoser::JobState {
   std::mutex changed_mu;  // guards changed_from_ns (a fold runs while the job's round does)
   uint64_t changed_from_ns = UINT64_MAX;
   uint64_t touched_ns = 0;     // wall clock: the last round with new data
+  // The job's agents' window (the longest of its latest metric windows held; 0: none seen), read
+  // by release_rows without the job's lock.
+  std::atomic<uint64_t> window_ns{0};
   uint64_t joining_since_ns = 0;  // wall clock: the first round that found its ranks joining (0: none)
   uint32_t last_findings = 0;  // the last report's (the report itself is kept in the store)
 };
@@ -79,7 +101,7 @@ std::shared_ptr<Diagnoser::JobState> Diagnoser::state_of(const std::string& job)
   std::lock_guard lock(states_mu_);
   auto& st = states_[job];
   if (!st) st = std::make_shared<JobState>();
-  st->touched_ns = wall_clock_ns();
+  st->touched_ns = now_ns();
   return st;
 }
 
@@ -109,8 +131,16 @@ bool Diagnoser::let_rows_go(JobState& st) {
   return true;
 }
 
+uint64_t Diagnoser::now_ns() const { return opts_.clock ? opts_.clock() : wall_clock_ns(); }
+
+uint64_t Diagnoser::quiet_after_ns(const JobState& st) const {
+  const uint64_t window = st.window_ns.load();
+  if (window == 0) return opts_.rows_idle_ns;  // its windows unknown: the longest wait
+  return std::min(opts_.rows_idle_ns, std::max(opts_.rows_quiet_min_ns, kQuietWindows * window));
+}
+
 uint64_t Diagnoser::release_rows(JobState* current) {
-  const uint64_t now = wall_clock_ns();
+  const uint64_t now = now_ns();
   const auto over = [&] { return held_rows_.load() > static_cast<int64_t>(opts_.max_held_rows); };
   std::vector<std::pair<uint64_t, std::shared_ptr<JobState>>> others;  // (touched_ns, state)
   {
@@ -122,8 +152,10 @@ uint64_t Diagnoser::release_rows(JobState* current) {
   std::sort(others.begin(), others.end(), [](const auto& a, const auto& b) { return a.first < b.first; });
   uint64_t released = 0;
   for (const auto& [touched, st] : others) {
-    const bool quiet = now > touched + opts_.rows_idle_ns;
-    if (!quiet && (!current || !over())) break;  // the rest were active more recently
+    // Each job its own wait (its windows'): a job active more recently may have been quiet longer
+    // than its windows allow.
+    const bool quiet = now > touched + quiet_after_ns(*st);
+    if (!quiet && (!current || !over())) continue;
     std::unique_lock lock(st->mu, std::try_to_lock);
     if (lock.owns_lock()) released += let_rows_go(*st);  // else its round runs now: not quiet
   }
@@ -144,7 +176,7 @@ void Diagnoser::drop_idle_states() {
   uint64_t dropped = 0;
   {
     std::lock_guard lock(states_mu_);
-    const uint64_t now = wall_clock_ns();
+    const uint64_t now = now_ns();
     // A state goes with its rows uncounted, under its own lock (release_rows may hold it from a
     // request's diagnosis); one whose round runs now is not idle.
     auto drop = [&](JobState& st) {
@@ -520,6 +552,13 @@ Result<std::string> Diagnoser::diagnose_job(const std::string& job) {
         if (!members) members.emplace();
         (*members)[p.node].insert(p.pid);
       }
+      // A job named by its processes' RANK and job name, none of which the store shows yet (a
+      // round noted by a batch this connection does not see yet): nothing of it to read. Read as
+      // an inferred job's, the span would be every process's: measured at 8,000 ranks, a new
+      // job's first round read the 2.6M rows of the job before it, beside that job's held ones
+      // (the collector's peak RSS, 2.1 GB, came at each change of job).
+      if (!members && !inferred_job(*procs, job))
+        return Error{"no process of job '" + job + "' is in the store yet"};
       // Only the rows new since the last round are read (the held ones are the span's others).
       if (auto st = diagnose::refresh_span_rows(s, state->rows, std::nullopt, from, changed_from, &stats, &cancel_,
                                                 true, members ? &*members : nullptr);
@@ -536,6 +575,16 @@ Result<std::string> Diagnoser::diagnose_job(const std::string& job) {
     const size_t now_rows = state->rows.size();
     held_rows_ += static_cast<int64_t>(now_rows) - static_cast<int64_t>(state->counted_rows);
     state->counted_rows = now_rows;
+#ifdef STRATA_HAVE_DIAGNOSE
+    // The job's agents' window, from its latest metric windows (a node's own series and its ranks'
+    // come in one window each): how long the job may be quiet while it runs (quiet_after_ns).
+    const auto metrics = state->rows.metrics.view();
+    uint64_t window = 0;
+    for (size_t i = metrics.size() > kWindowRowsLooked ? metrics.size() - kWindowRowsLooked : 0; i < metrics.size(); ++i) {
+      if (metrics[i].end_ns > metrics[i].start_ns) window = std::max(window, metrics[i].end_ns - metrics[i].start_ns);
+    }
+    if (window > 0) state->window_ns = window;
+#endif
     released = release_rows(state.get());
     if (!opts_.hold_rows) released += let_rows_go(*state);
   }

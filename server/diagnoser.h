@@ -15,8 +15,8 @@
 #include <atomic>
 #include <condition_variable>
 #include <cstdint>
-#include <mutex>
 #include <functional>
+#include <mutex>
 #include <map>
 #include <memory>
 #include <ostream>
@@ -50,6 +50,19 @@ inline constexpr size_t kMaxHeldRows = 4'000'000;
 // max_held_rows: the next job's rounds let their own rows go and re-read their whole span each time.
 inline constexpr uint64_t kRowsIdleNs = 120ull * 1'000'000'000ull;
 
+// ... or sooner, when its agents' windows say it has stopped: quiet for this many of its windows
+// (the longest metric window among its latest rows held). An agent ships a window when it closes:
+// a job that runs sends rows every window, from each node at its own phase. Quiet for one window
+// is a node's phase, for two a slow send; three is what kJoinGraceNs waits for a rank to be known.
+// Held two minutes, an ended job's span sat beside the next job's whenever jobs follow one another
+// (five 1,000 x 8 jobs of ~90 s in turn: the collector's peak RSS 2,191 MB before, 2,106 MB with
+// this alone; the rest of that peak was a new job's first round, Diagnoser::diagnose_job).
+inline constexpr uint64_t kQuietWindows = 3;
+// ... but never sooner than this: an agent whose sends failed waits up to 30 s before it tries
+// again (the shipper's longest pause, agent/shipper/batching_writer.cpp kRetryMaxS), and agents
+// with 1 s windows would make a job quiet after 3 s of a slow collector.
+inline constexpr uint64_t kRowsQuietMinNs = 30ull * 1'000'000'000ull;
+
 // A job fewer of whose ranks have sent their process than its world size says is still joining:
 // its background rounds wait until every rank has, or this long after the first round that
 // found it joining. An agent ships a window's rows when the window closes (10 s by default, its
@@ -68,11 +81,14 @@ struct DiagnoserOptions {
   size_t max_held_rows = kMaxHeldRows;
   // This collector's name among those that share the store (server/job_sharing.h).
   std::string collector_id = "collector";
-  uint64_t rows_idle_ns = kRowsIdleNs;
+  uint64_t rows_idle_ns = kRowsIdleNs;      // quiet this long: its rows go, whatever its windows
+  uint64_t rows_quiet_min_ns = kRowsQuietMinNs;  // ... and after kQuietWindows windows, not sooner than this
   // False: a job's rows go after each of its rounds, and every round reads its whole span, as rounds
   // did before they held rows (the reference the tests compare held rounds with).
   bool hold_rows = true;
   uint64_t join_grace_ns = kJoinGraceNs;
+  // The wall clock (unix ns) that says how long a job was quiet; unset: the real one. Tests set it.
+  std::function<uint64_t()> clock;
 };
 
 struct DiagnoserCounters {
@@ -182,12 +198,15 @@ class Diagnoser {
   struct JobState;  // diagnoser.cpp: the job's baseline, where its last round ended
   std::shared_ptr<JobState> state_of(const std::string& job);
   void drop_idle_states();
-  // Held rows let go: of jobs quiet for rows_idle_ns (not `current`), then, after a job's round
+  // Held rows let go: of jobs quiet for quiet_after_ns (not `current`), then, after a job's round
   // (`current` set), while the rows held are over max_held_rows, of the other jobs, the least
   // recently active first. `current` keeps its own (kMaxHeldRows says why), and so does a job whose
   // round runs now (its lock is taken with try_lock: never a wait). Returns the count of jobs that
   // let their rows go.
   uint64_t release_rows(JobState* current);
+  // How long `st`'s job must send nothing before its rows go (kQuietWindows, kRowsQuietMinNs).
+  uint64_t quiet_after_ns(const JobState& st) const;
+  uint64_t now_ns() const;
   // A state's held rows go and leave held_rows_; the caller holds st.mu. Whether it held any.
   bool let_rows_go(JobState& st);
   void fold_noted();  // noted_from_ns_ into every job's state

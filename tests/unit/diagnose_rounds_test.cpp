@@ -928,6 +928,65 @@ TEST(DiagnoseRounds, TheLeastRecentlyActiveJobsRowsGoFirst) {
   EXPECT_EQ(quiet.d->counters().held_rows, one);
 }
 
+// A job that ended lets its rows go once it has sent nothing for three of its agents' windows
+// (kQuietWindows; 10 s windows here, so 30 s), not after rows_idle_ns: a collector whose jobs
+// follow one another held an ended job's span beside the next job's for two minutes (2.2 GB at
+// 8,000 ranks). Never sooner than rows_quiet_min_ns, never later than rows_idle_ns.
+TEST(DiagnoseRounds, AnEndedJobsRowsGoAfterThreeOfItsWindows) {
+  TempDir tmp;
+  const std::string db = tmp.file("ended.db");
+  make_store(db, 600, 0, 2, kRanks / 2, "ended", 10000, "a-node-");
+  make_store(db, 600, 0, 2, kRanks / 2, "running", 20000, "b-node-");
+  auto st = store::Store::open_sqlite(db, store::Store::Mode::kCreateOrAppend);
+  ASSERT_TRUE(st);
+  const uint64_t t0 = 1'800'000'000'000'000'000ull;
+  auto after = [&](const server::DiagnoserOptions& base, double quiet_s) {
+    uint64_t now = t0;
+    server::DiagnoserOptions o = base;
+    o.clock = [&now] { return now; };
+    RoundsDiagnoser rd(**st, db, o);
+    EXPECT_TRUE(rd.d->diagnose_job("ended")) << rd.log.str();
+    const uint64_t held = rd.d->counters().held_rows;
+    EXPECT_GT(held, 0u);
+    now += static_cast<uint64_t>(quiet_s * 1e9);
+    EXPECT_TRUE(rd.d->diagnose_job("running")) << rd.log.str();  // "ended" sent nothing since
+    return rd.d->counters().rows_released;
+  };
+  server::DiagnoserOptions o{0};
+  EXPECT_EQ(after(o, 29), 0u) << "released before three 10 s windows passed";
+  EXPECT_EQ(after(o, 31), 1u) << "an ended job kept its rows for rows_idle_ns (" << o.rows_idle_ns / 1e9 << " s)";
+  // The floor: a job quiet for three windows, not yet for rows_quiet_min_ns, keeps them.
+  server::DiagnoserOptions floor{0};
+  floor.rows_quiet_min_ns = 60'000'000'000ull;
+  EXPECT_EQ(after(floor, 45), 0u);
+  EXPECT_EQ(after(floor, 61), 1u);
+  // The ceiling: rows_idle_ns below three windows wins.
+  server::DiagnoserOptions ceiling{0};
+  ceiling.rows_idle_ns = 10'000'000'000ull;
+  ceiling.rows_quiet_min_ns = 0;
+  EXPECT_EQ(after(ceiling, 11), 1u);
+}
+
+// A job whose round comes before the store shows any of its processes (noted by a batch that the
+// rounds' connection does not see yet) reads nothing: read as a job without names, its span was
+// every process's, and a new job's first round at 8,000 ranks held the job before it's 2.6M rows.
+TEST(DiagnoseRounds, AJobNoProcessNamesYetReadsNothing) {
+  TempDir tmp;
+  const std::string db = tmp.file("unseen.db");
+  make_store(db, 600, 0, 2, kRanks / 2, "earlier", 10000, "a-node-");
+  auto st = store::Store::open_sqlite(db, store::Store::Mode::kCreateOrAppend);
+  ASSERT_TRUE(st);
+  RoundsDiagnoser rd(**st, db, server::DiagnoserOptions{0});
+  auto r = rd.d->diagnose_job("next");
+  ASSERT_FALSE(r);
+  EXPECT_NE(r.error().message.find("no process of job 'next'"), std::string::npos) << r.error().message;
+  EXPECT_EQ(rd.d->counters().rows_read, 0u);
+  EXPECT_EQ(rd.d->counters().held_rows, 0u);
+  // The job before it is diagnosed as ever.
+  ASSERT_TRUE(rd.d->diagnose_job("earlier")) << rd.log.str();
+  EXPECT_GT(rd.d->counters().held_rows, 0u);
+}
+
 // The rounds on ClickHouse, which has no write sequences: a round reads the rows that end at or
 // after the earliest end its note()s saw (Diagnoser::note), and those replace the held ones. These
 // need a server (STRATA_TEST_CLICKHOUSE=clickhouse://HOST:PORT, a throwaway database per test); a
