@@ -644,13 +644,13 @@ class SqliteStore final : public Store {
   Result<RowQuery> by_rowid(const RowQuery& q, const char* table, const std::string& end) {
     if (!q.from_ns || q.to_ns || q.after_seq || q.limit || q.offset) return q;
     const std::string from = std::to_string(std::min<uint64_t>(*q.from_ns, INT64_MAX));
-    Stmt look(db_, (std::string("SELECT MIN(x.rowid), COUNT(*), (SELECT MAX(rowid) FROM ") + table + ") FROM " + table +
-                    " x WHERE " + end + " > " + from)
-                       .c_str());
+    // The walk's end: where the caller's read stops (a refresh knows how far the table was written),
+    // else the table's last row.
+    const std::string last = q.upto_seq ? std::to_string(*q.upto_seq) : std::string("(SELECT MAX(rowid) FROM ") + table + ")";
+    Stmt look(db_, ("SELECT MIN(x.rowid), COUNT(*), " + last + " FROM " + table + " x WHERE " + end + " > " + from).c_str());
     if (look.step() != SQLITE_ROW) return err(std::string("finding the span's rows in ") + table);
     if (look.is_null(0)) return q;  // no row: the index answers at once
-    const int64_t lo = look.i64(0), count = look.i64(1);
-    const int64_t hi = q.upto_seq ? std::min(*q.upto_seq, look.i64(2)) : look.i64(2);
+    const int64_t lo = look.i64(0), count = look.i64(1), hi = look.i64(2);
     if (hi - lo + 1 > kRowidWalkPerRow * count) return q;
     RowQuery walk = q;
     walk.after_seq = lo - 1;
