@@ -1965,19 +1965,6 @@ struct HwCase {
   double peer_pcie_gen;  // the median PCIe generation of every other rank's GPU (kUnknown: none known)
 };
 
-// The median of `sorted` (ascending, known values) without one instance of `own` (when known: it is
-// among them); kUnknown when nothing is left. What the median of every other rank's value is, for
-// each rank, from one sorted column: building each rank's list of peers made the hardware rules
-// O(n^2), about 15% of a collector's round at 8,000 ranks.
-double median_without(const std::vector<double>& sorted, double own) {
-  size_t skip = sorted.size();
-  if (known(own)) skip = static_cast<size_t>(std::lower_bound(sorted.begin(), sorted.end(), own) - sorted.begin());
-  const size_t m = sorted.size() - (skip < sorted.size() ? 1 : 0);
-  if (m == 0) return kUnknown;
-  auto at = [&](size_t i) { return sorted[i < skip ? i : i + 1]; };
-  return m % 2 == 1 ? at(m / 2) : (at(m / 2 - 1) + at(m / 2)) / 2;
-}
-
 // Xids (NVIDIA's driver error codes, agent/gpu/nvml_source.h's gpu.xid) that are each cause's own
 // report. 79: the GPU fell off the bus.
 constexpr unsigned kXidFellOffBus = 79;

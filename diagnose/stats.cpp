@@ -18,6 +18,16 @@ double median(std::vector<double> values) {
   return (lo + hi) / 2;
 }
 
+double median_without(const std::vector<double>& sorted, double own) {
+  size_t skip = sorted.size();
+  if (!std::isnan(own)) skip = static_cast<size_t>(std::lower_bound(sorted.begin(), sorted.end(), own) - sorted.begin());
+  if (skip < sorted.size() && sorted[skip] != own) skip = sorted.size();  // not among them: nothing to leave out
+  const size_t m = sorted.size() - (skip < sorted.size() ? 1 : 0);
+  if (m == 0) return std::numeric_limits<double>::quiet_NaN();
+  auto at = [&](size_t i) { return sorted[i < skip ? i : i + 1]; };
+  return m % 2 == 1 ? at(m / 2) : (at(m / 2 - 1) + at(m / 2)) / 2;
+}
+
 double robust_sigma(const std::vector<double>& values, double med) {
   std::vector<double> dev;
   dev.reserve(values.size());

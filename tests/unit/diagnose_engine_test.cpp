@@ -2,6 +2,8 @@
 // rank with its cause and culprit, two at once are both reported by cost, a healthy job gets nothing.
 #include <gtest/gtest.h>
 
+#include <cmath>
+#include <limits>
 #include <sstream>
 
 #include "diagnose/engine.h"
@@ -274,6 +276,32 @@ TEST(DiagnoseEngine, PcieGenerationIsComparedWithThePeers) {
 
 // The peers' generation is every other rank's median, however many ranks (3,000 here, past the
 // engine's sample of 1,000 peers): the one rank at a lower generation is named, and no other.
+// The median of every other rank's value, from one sorted column, is the median of a list that
+// leaves the rank out: for each value of small columns with repeats, odd and even.
+TEST(DiagnoseStats, MedianWithoutIsTheMedianOfTheOthers) {
+  for (const std::vector<double>& col : {std::vector<double>{}, {4}, {3, 4}, {3, 3, 4}, {1, 2, 2, 3, 4, 4, 4, 7}, {2, 5, 5, 9, 11}}) {
+    for (size_t i = 0; i < col.size(); ++i) {
+      std::vector<double> others = col;
+      others.erase(others.begin() + static_cast<long>(i));
+      const double want = median(others), got = median_without(col, col[i]);
+      if (std::isnan(want)) {
+        EXPECT_TRUE(std::isnan(got)) << "column of " << col.size() << ", value " << col[i];
+      } else {
+        EXPECT_EQ(got, want) << "column of " << col.size() << ", value " << col[i];
+      }
+    }
+    // Unknown, or not among them: the median of the whole column.
+    const double whole = median(col);
+    for (double own : {std::numeric_limits<double>::quiet_NaN(), 6.5}) {
+      if (std::isnan(whole)) {
+        EXPECT_TRUE(std::isnan(median_without(col, own)));
+      } else {
+        EXPECT_EQ(median_without(col, own), whole) << "column of " << col.size() << ", own " << own;
+      }
+    }
+  }
+}
+
 TEST(DiagnoseEngine, PcieGenerationIsComparedWithEveryOtherRank) {
   SyntheticSpec spec;
   spec.ranks = 3000;
