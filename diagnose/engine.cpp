@@ -101,6 +101,15 @@ constexpr double kRingEndShare = 0.05;
 // A peer group of at least this many other ranks measures its own noise (a MAD of fewer values
 // is one of them); smaller ones pool the other groups' spread.
 constexpr size_t kMinGroupNoise = 3;
+// A rank compared with fewer other ranks than kMinGroupNoise has no spread across ranks to say what
+// noise is (one peer's MAD is 0): its own steps say it instead. It is a straggler only if it is
+// busier than its peers in most of the window's steps (the median step's gap clears the floor),
+// not in a few: a busy time is a median step less a mean wait, and a rank descheduled for a
+// second in two steps of thirty makes its peer's mean wait 60 ms longer (a healthy 2-rank DDP
+// job, unpinned with DataLoader workers on a 2-core node, was named a straggler by 46 ms per step,
+// culprit unknown). At least this many of the window's steps, aligned from the latest, or the
+// steps say nothing and the mean stands.
+constexpr size_t kMinStepsCompared = 5;
 // A peer group up to this many ranks compares each rank with the others only (as a small job
 // does: the culprit pulls neither the median nor the noise); a larger one uses its own median.
 constexpr size_t kSmallGroup = 64;
@@ -154,6 +163,34 @@ double peer_median(const JobWindow& job, const std::vector<size_t>& peers, F get
   v.reserve(peers.size());
   for (size_t p : peers) v.push_back(get(job.ranks[p]));
   return median(std::move(v));
+}
+
+// Rank i's extra busy time in its median step against `others` (their median busy time in each
+// step), over the window's latest steps that every one of them has (StepPoint::in_window),
+// aligned from the latest: the gap that most steps show. kUnknown: fewer than kMinStepsCompared.
+double median_step_excess(const JobWindow& job, size_t i, const std::vector<size_t>& others) {
+  auto window_busy = [&](size_t k) {
+    std::vector<double> b;
+    for (const auto& p : job.ranks[k].series) {
+      if (p.in_window && known(p.step_ms) && known(p.wait_ms)) b.push_back(static_cast<double>(p.step_ms) - p.wait_ms);
+    }
+    return b;
+  };
+  const std::vector<double> own = window_busy(i);
+  std::vector<std::vector<double>> theirs;
+  size_t steps = own.size();
+  for (size_t k : others) {
+    theirs.push_back(window_busy(k));
+    steps = std::min(steps, theirs.back().size());
+  }
+  if (theirs.empty() || steps < kMinStepsCompared) return kUnknown;
+  std::vector<double> gap;
+  for (size_t s = 1; s <= steps; ++s) {
+    std::vector<double> at;
+    for (const auto& t : theirs) at.push_back(t[t.size() - s]);
+    gap.push_back(own[own.size() - s] - median(std::move(at)));
+  }
+  return median(std::move(gap));
 }
 
 template <typename F>
@@ -3202,6 +3239,15 @@ Diagnosis diagnose(const JobWindow& job, const Options& opt) {
         double floor = straggler_floor(noise);
         double e = busy[i] - ref;
         if (e < floor) continue;
+        // Too few peers for their spread to say what noise is: most of its steps must show the gap
+        // (kMinStepsCompared says why).
+        if (!grouped && n - 1 < kMinGroupNoise) {
+          std::vector<size_t> others;
+          for (size_t k = 0; k < n; ++k) {
+            if (k != i) others.push_back(k);
+          }
+          if (const double m = median_step_excess(job, i, others); known(m) && m < floor) continue;
+        }
         // Why the job slowed is what changed: a rank that was busier than the same peers by as much
         // in the job's healthy past (a slower CPU it is pinned to, a share of the work that is its
         // by design) is not it. Its gap's growth must clear the floor. A healthy 2-rank DDP job,

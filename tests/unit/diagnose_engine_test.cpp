@@ -598,6 +598,47 @@ TEST(DiagnoseEngine, TheAgentIsNeverACulpritAndADriftIsNoFinding) {
   }
 }
 
+// Two ranks: one peer has no spread to say what noise is, so a rank's steps must show its gap. A
+// healthy 2-rank job in which rank 0 was descheduled for 0.6 s in 3 of its 30 steps (rank 1 waited
+// for it then): rank 1's mean wait is 60 ms longer, so rank 0 looks 60 ms per step busier. Its
+// median step is no busier: no straggler. The same 60 ms in every step is one.
+TEST(DiagnoseEngine, TwoRanksAStragglerIsBusierInMostStepsNotInAFew) {
+  for (bool every_step : {false, true}) {
+    SCOPED_TRACE(every_step ? "60 ms in every step" : "0.6 s in 3 steps of 30");
+    SyntheticSpec spec;
+    spec.ranks = 2;
+    spec.series_steps = 30;
+    JobWindow job = make_synthetic_job(spec);
+    ASSERT_TRUE(diagnose(job).findings.empty()) << text_of(diagnose(job));
+    auto& held = job.ranks[0];
+    auto& waiter = job.ranks[1];
+    size_t k = 0;
+    for (size_t p = 0; p < held.series.size(); ++p) {
+      if (!held.series[p].in_window) continue;
+      const float extra = every_step ? 60.0f : (k % 10 == 4 ? 600.0f : 0.0f);
+      ++k;
+      held.series[p].step_ms += extra;
+      waiter.series[p].step_ms += extra;
+      waiter.series[p].wait_ms += extra;
+      if (every_step) held.series[p].device_compute_ms += extra;
+    }
+    ASSERT_EQ(k, 30u);
+    waiter.now.wait_ms += 60;
+    if (every_step) {
+      // Every step 60 ms longer: the median step too, and rank 0 computes the 60 ms.
+      held.now.step_ms += 60, waiter.now.step_ms += 60;
+      held.now.device_compute_ms += 60;
+    }
+    auto dx = diagnose(job);
+    if (every_step) {
+      ASSERT_FALSE(dx.findings.empty()) << text_of(dx);
+      EXPECT_EQ(dx.findings.front().rank, 0) << text_of(dx);
+    } else {
+      EXPECT_TRUE(dx.findings.empty()) << text_of(dx);
+    }
+  }
+}
+
 // The agent beside a real straggler: its cost is said apart, never the culprit, even where it is
 // the only other process on the rank's CPUs.
 TEST(DiagnoseEngine, TheAgentsCostIsReportedApart) {
