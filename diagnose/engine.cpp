@@ -3242,11 +3242,7 @@ Diagnosis diagnose(const JobWindow& job, const Options& opt) {
         // Too few peers for their spread to say what noise is: most of its steps must show the gap
         // (kMinStepsCompared says why).
         if (!grouped && n - 1 < kMinGroupNoise) {
-          std::vector<size_t> others;
-          for (size_t k = 0; k < n; ++k) {
-            if (k != i) others.push_back(k);
-          }
-          if (const double m = median_step_excess(job, i, others); known(m) && m < floor) continue;
+          if (const double m = median_step_excess(job, i, peers_of(job, i)); known(m) && m < floor) continue;
         }
         // Why the job slowed is what changed: a rank that was busier than the same peers by as much
         // in the job's healthy past (a slower CPU it is pinned to, a share of the work that is its

@@ -42,15 +42,26 @@ double thread_cpu_s() {
 }
 
 #ifdef STRATA_HAVE_DIAGNOSE
-// Whether `job` is the name the loader gives ranks that have no RANK (job_of_ranks_without_rank):
-// a process without a job name or a rank whose parent's name and pid make it.
-bool inferred_job(const std::vector<store::ProcessInfo>& procs, const std::string& job) {
-  std::map<std::pair<std::string, uint32_t>, const store::ProcessInfo*> by_pid;
+using ProcsByPid = std::map<std::pair<std::string, uint32_t>, const store::ProcessInfo*>;
+
+ProcsByPid by_pid_of(const std::vector<store::ProcessInfo>& procs) {
+  ProcsByPid by_pid;
   for (const auto& p : procs) by_pid[{p.node, p.pid}] = &p;
+  return by_pid;
+}
+
+// The job of a process that trains without a RANK (torch.multiprocessing.spawn's ranks): named
+// after its parent, as the loader names it (diagnose::job_of_ranks_without_rank).
+std::string job_without_rank(const ProcsByPid& by_pid, const store::ProcessInfo& p) {
+  auto parent = by_pid.find({p.node, p.ppid});
+  return diagnose::job_of_ranks_without_rank(parent != by_pid.end() ? parent->second->comm : "", p.ppid);
+}
+
+// Whether `job` is such a name: of a process without a job name or a rank.
+bool inferred_job(const std::vector<store::ProcessInfo>& procs, const std::string& job) {
+  const ProcsByPid by_pid = by_pid_of(procs);
   for (const auto& p : procs) {
-    if (p.rank >= 0 || !p.job.empty()) continue;
-    auto parent = by_pid.find({p.node, p.ppid});
-    if (diagnose::job_of_ranks_without_rank(parent != by_pid.end() ? parent->second->comm : "", p.ppid) == job) return true;
+    if (p.rank < 0 && p.job.empty() && job_without_rank(by_pid, p) == job) return true;
   }
   return false;
 }
@@ -408,18 +419,13 @@ double Diagnoser::round(bool background) {
       return 0;
     }
 #ifdef STRATA_HAVE_DIAGNOSE
-    std::map<std::pair<std::string, uint32_t>, const store::ProcessInfo*> by_pid;
-    for (const auto& p : *procs) by_pid[{p.node, p.pid}] = &p;
+    const ProcsByPid by_pid = by_pid_of(*procs);
 #endif
     for (const auto& p : *procs) {
       if (p.rank < 0) {
 #ifdef STRATA_HAVE_DIAGNOSE
-        // A process that trains without a RANK (torch.multiprocessing.spawn's ranks): its job is
-        // named after its parent, as the loader names it (diagnose/loader.h).
-        if (p.job.empty() && trainers.count({p.node, p.pid})) {
-          auto parent = by_pid.find({p.node, p.ppid});
-          jobs.insert(diagnose::job_of_ranks_without_rank(parent != by_pid.end() ? parent->second->comm : "", p.ppid));
-        }
+        // A process that trains without a RANK: its job is named after its parent.
+        if (p.job.empty() && trainers.count({p.node, p.pid})) jobs.insert(job_without_rank(by_pid, p));
 #endif
         continue;
       }

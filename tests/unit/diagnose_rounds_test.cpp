@@ -879,6 +879,14 @@ TEST(DiagnoseRounds, AJobOverTheBoundAloneKeepsItsRows) {
   EXPECT_LT(second, first / 4) << "a round over the bound read its whole span again";
 }
 
+// Two alike jobs of kRanks ranks each, `a` on nodes a-node-N and `b` on b-node-N, in one SQLite
+// store at `db`; the store opened for writing.
+Result<std::unique_ptr<store::Store>> two_job_store(const std::string& db, const std::string& a, const std::string& b) {
+  make_store(db, 600, 0, 2, kRanks / 2, a, 10000, "a-node-");
+  make_store(db, 600, 0, 2, kRanks / 2, b, 20000, "b-node-");
+  return store::Store::open_sqlite(db, store::Store::Mode::kCreateOrAppend);
+}
+
 // Two jobs in one collector, over the bound for both: the least recently active job's rows go, and
 // the job diagnosed now keeps its own (before, the job of the round let its rows go and re-read its
 // whole span at every round while an earlier job's rows sat held). A job quiet for rows_idle_ns lets
@@ -886,9 +894,7 @@ TEST(DiagnoseRounds, AJobOverTheBoundAloneKeepsItsRows) {
 TEST(DiagnoseRounds, TheLeastRecentlyActiveJobsRowsGoFirst) {
   TempDir tmp;
   const std::string db = tmp.file("two-jobs.db");
-  make_store(db, 600, 0, 2, kRanks / 2, "first", 10000, "a-node-");
-  make_store(db, 600, 0, 2, kRanks / 2, "second", 20000, "b-node-");
-  auto st = store::Store::open_sqlite(db, store::Store::Mode::kCreateOrAppend);
+  auto st = two_job_store(db, "first", "second");
   ASSERT_TRUE(st);
   // What one job's round holds: the span's rows of its own processes (AJobsHeldRowsAreItsOwn...;
   // the two jobs are alike, and so are their rounds' rows).
@@ -935,9 +941,7 @@ TEST(DiagnoseRounds, TheLeastRecentlyActiveJobsRowsGoFirst) {
 TEST(DiagnoseRounds, AnEndedJobsRowsGoAfterThreeOfItsWindows) {
   TempDir tmp;
   const std::string db = tmp.file("ended.db");
-  make_store(db, 600, 0, 2, kRanks / 2, "ended", 10000, "a-node-");
-  make_store(db, 600, 0, 2, kRanks / 2, "running", 20000, "b-node-");
-  auto st = store::Store::open_sqlite(db, store::Store::Mode::kCreateOrAppend);
+  auto st = two_job_store(db, "ended", "running");
   ASSERT_TRUE(st);
   const uint64_t t0 = 1'800'000'000'000'000'000ull;
   auto after = [&](const server::DiagnoserOptions& base, double quiet_s) {
