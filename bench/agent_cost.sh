@@ -22,4 +22,7 @@ BUILD=$(cd "$BUILD" && pwd)
 for f in "$BUILD/bin/strata" "$BUILD/bin/strata-sim" /usr/bin/python3; do
   [[ -x "$f" ]] || { echo "agent_cost: missing $f (build first: make)" >&2; exit 2; }
 done
+# bpftrace's tracepoints (the floor's sched_switch) are read from tracefs, which a fresh machine may
+# not have mounted (the agent itself attaches without it).
+mountpoint -q /sys/kernel/tracing 2>/dev/null || mount -t tracefs nodev /sys/kernel/tracing 2>/dev/null || true
 exec /usr/bin/python3 "$HERE/lib/agent_cost.py" "$BUILD" "${ARGS[@]}"
