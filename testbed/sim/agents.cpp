@@ -36,8 +36,11 @@ namespace {
 // batches; every agent's own shipper thread sends them). A few are enough for 1,000 nodes and leave
 // the machine's other cores to the collector under test.
 constexpr int kDefaultThreads = 4;
-// Agents do not seal in lockstep: each node sends its window this far into the next one at most
-// (a share of the window, spread by node), as real agents started at different times do.
+// Agents do not close their windows in lockstep: real agents start at different times, so each
+// node's windows end up to this share of a window later than the job's clock (spread by node), and
+// each node sends a window when it ends. (Windows that all ended at once and were only sent late
+// made every node's data as old as the latest node's: a hang showed up a window later than real
+// agents show it.)
 constexpr double kPhaseShare = 0.5;
 
 struct Parsed {
@@ -345,7 +348,13 @@ int run_agents(const AgentsArgs& args) {
     for (int n = t; n < nodes; n += p.threads) mine.push_back(n);
     std::sort(mine.begin(), mine.end(), [&](int a, int b) { return phase_s(a) < phase_s(b); });
     std::vector<synth::Job::NodeWriter> nw;
-    for (int n : mine) nw.emplace_back(job, *writers[static_cast<size_t>(n)], n);
+    std::vector<std::vector<synth::Job::Window>> node_windows;  // each node's, ending at its phase
+    for (int n : mine) {
+      nw.emplace_back(job, *writers[static_cast<size_t>(n)], n);
+      node_windows.push_back(job.windows(static_cast<uint64_t>(phase_s(n) * 1e9)));
+    }
+    size_t most = 0;
+    for (const auto& ws : node_windows) most = std::max(most, ws.size());
     auto fail = [&](const std::string& why) {
       std::lock_guard lock(err_mu);
       if (failure.empty()) failure = why;
@@ -355,22 +364,24 @@ int run_agents(const AgentsArgs& args) {
       if (auto st = nw[i].begin(p.spec.t0_ns); !st) return fail(st.error().message);
     }
     bool live = !has_history;
-    for (size_t wi = 0; wi < windows.size() && !failed; ++wi) {
-      const auto& w = windows[wi];
-      if (!live && !w.history) {
-        wait_for_live();
-        live = true;
-      }
+    for (size_t wi = 0; wi < most && !failed; ++wi) {
       for (size_t i = 0; i < mine.size() && !failed; ++i) {
+        const auto& ws = node_windows[i];
+        if (wi >= ws.size()) continue;  // its first window was longer: one window fewer
+        const auto& w = ws[wi];
+        if (!live && !w.history) {
+          wait_for_live();
+          live = true;
+        }
         if (p.speed > 0 && !w.history) {
-          double due_s = static_cast<double>(w.end_ns - p.spec.t0_ns) / 1e9 / p.speed + phase_s(mine[i]) / p.speed;
+          double due_s = static_cast<double>(w.end_ns - p.spec.t0_ns) / 1e9 / p.speed;
           std::this_thread::sleep_until(steady0 + std::chrono::nanoseconds(live0_ns.load()) +
                                         std::chrono::duration_cast<std::chrono::steady_clock::duration>(
                                             std::chrono::duration<double>(due_s)));
         }
         auto& out = *writers[static_cast<size_t>(mine[i])];
-        if (auto st = nw[i].window(wi); !st) return fail(st.error().message);
-        if (wi + 1 == windows.size()) {
+        if (auto st = nw[i].window(w); !st) return fail(st.error().message);
+        if (wi + 1 == ws.size()) {
           if (auto st = nw[i].end(w.end_ns); !st) return fail(st.error().message);
         }
         if (auto st = out.commit(); !st) return fail(st.error().message);

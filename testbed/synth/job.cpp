@@ -110,22 +110,31 @@ Job::Job(JobSpec spec) : spec_(std::move(spec)) {
     end_ns_[k] = t + ns(step_ms_of(k));
     t = end_ns_[k];
   }
+  append_live_windows(0, windows_);
+}
+
+void Job::append_live_windows(uint64_t offset_ns, std::vector<Window>& out) const {
+  const size_t total = end_ns_.size();
   if (total == history_steps_) return;
   const uint64_t win = ns(spec_.window_s * 1e3);
   const uint64_t last = end_ns_.back();
-  for (uint64_t w0 = spec_.t0_ns; w0 < last; w0 += win) {
-    Window w{w0, std::min(last, w0 + win), 0, 0, false};
-    windows_.push_back(w);
-  }
   // A step belongs to the window its end falls in (the last window holds the last step's end).
   size_t k = history_steps_;
-  for (size_t wi = history_steps_; wi < windows_.size(); ++wi) {
-    Window& w = windows_[wi];
-    w.first_step = k;
-    bool last_window = wi + 1 == windows_.size();
-    while (k < total && (end_ns_[k] < w.end_ns || last_window)) ++k;
+  for (uint64_t w0 = spec_.t0_ns; w0 < last;) {
+    const uint64_t w1 = std::min(last, w0 + win + (w0 == spec_.t0_ns ? offset_ns : 0));
+    Window w{w0, w1, k, k, false};
+    while (k < total && (end_ns_[k] < w1 || w1 == last)) ++k;
     w.end_step = k;
+    out.push_back(w);
+    w0 = w1;
   }
+}
+
+std::vector<Job::Window> Job::windows(uint64_t offset_ns) const {
+  std::vector<Window> out(windows_.begin(), windows_.begin() + static_cast<std::ptrdiff_t>(history_steps_));
+  const uint64_t win = ns(spec_.window_s * 1e3);
+  append_live_windows(win > 0 ? offset_ns % win : 0, out);
+  return out;
 }
 
 uint32_t Job::pid(int rank) const {
@@ -279,9 +288,8 @@ Status Job::NodeWriter::begin(uint64_t started_ns) {
 
 Status Job::NodeWriter::end(uint64_t ended_ns) { return out_.end_recording(rec_, ended_ns); }
 
-Status Job::NodeWriter::window(size_t wi) {
+Status Job::NodeWriter::window(const Window& w) {
   const JobSpec& sp = job_.spec_;
-  const Window& w = job_.windows_.at(wi);
   const double S = sp.step_ms;
   const double win_ms = static_cast<double>(w.end_ns - w.start_ns) / kNsPerMs;
   const size_t done = job_.steps_done();

@@ -76,7 +76,13 @@ class Job {
     size_t first_step = 0, end_step = 0;  // steps [first, end) end inside it
     bool history = false;
   };
+  // The windows of an agent whose clock closes them at the job's start + k windows (the history's
+  // one-step windows first).
   const std::vector<Window>& windows() const { return windows_; }
+  // The windows of an agent that closes its windows `offset_ns` later than that (modulo a window):
+  // real agents start at different times, so each node's windows end at moments of their own. The
+  // first live window is that much longer; the last ends with the job, as in windows().
+  std::vector<Window> windows(uint64_t offset_ns) const;
   // Steps every rank completes (a hang stops them all).
   size_t steps_done() const;
   size_t history_steps() const { return history_steps_; }
@@ -88,7 +94,9 @@ class Job {
     // The recording, its processes and communicators.
     Status begin(uint64_t started_ns);
     // Window w's rows (steps, collectives, device activity, metrics, stacks); no commit.
-    Status window(size_t w);
+    Status window(size_t w) { return window(job_.windows_.at(w)); }
+    // The same for a window of Job::windows(offset_ns).
+    Status window(const Window& w);
     Status end(uint64_t ended_ns);
     int64_t recording() const { return rec_; }
 
@@ -111,6 +119,8 @@ class Job {
   RankStep rank_step(int rank, size_t step) const;
   bool faulty(int rank, size_t step) const;
   double step_ms_of(size_t step) const;
+  // The live windows of an agent offset_ns behind the job's clock (offset_ns < a window).
+  void append_live_windows(uint64_t offset_ns, std::vector<Window>& out) const;
 
   JobSpec spec_;
   size_t history_steps_ = 0;

@@ -148,6 +148,90 @@ std::map<int, std::map<std::string, double>> stall_stacks(const JobWindow& jw) {
 // process's stacks where every node's ranks have the same pids (containers): the same job with
 // pids of its own per rank gives every rank the same stall stacks (a read that mixed nodes up
 // would give a rank its pid's samples on every node).
+// Job::windows(offset): an agent whose windows end `offset` later than the job's clock still writes
+// every step once, in the window its end falls in, and its windows end at its own moments.
+TEST(DiagnoseHangStore, AnAgentsOwnWindowClockCoversEveryStepOnce) {
+  synth::JobSpec sp;
+  sp.steps = 47;
+  sp.step_ms = 1000;
+  sp.window_s = 10;
+  sp.t0_ns = 1'700'000'000'000'000'000ull;
+  synth::Job job(sp);
+  for (uint64_t offset_s : {0, 3, 7}) {
+    SCOPED_TRACE("offset " + std::to_string(offset_s) + " s");
+    auto ws = job.windows(offset_s * 1'000'000'000ull);
+    if (offset_s == 0) {
+      ASSERT_EQ(ws.size(), job.windows().size());
+    }
+    ASSERT_FALSE(ws.empty());
+    EXPECT_EQ(ws.front().start_ns, sp.t0_ns);
+    EXPECT_EQ(ws.back().end_ns, job.windows().back().end_ns);  // the job's end
+    size_t next = 0;
+    for (size_t i = 0; i < ws.size(); ++i) {
+      EXPECT_EQ(ws[i].first_step, next) << "window " << i;
+      next = ws[i].end_step;
+      if (i + 1 < ws.size()) {
+        EXPECT_EQ(ws[i].end_ns, sp.t0_ns + (10 * (i + 1) + offset_s) * 1'000'000'000ull) << "window " << i;
+        EXPECT_EQ(ws[i + 1].start_ns, ws[i].end_ns);
+      }
+    }
+    EXPECT_EQ(next, 47u);
+  }
+}
+
+// Real agents start at different times, so each node's windows end at moments of their own: a hang
+// is seen once any node's latest window is hang_s past the job's last progress, not only when the
+// windows of every node are. The job's last progress at 22 s; at 36 s a collector holds the windows
+// that ended by then: with every window ending at 10, 20, 30 s that is 8 s of stall (no hang yet);
+// when node 1's windows end 5 s later (15, 25, 35 s), 13 s, and the hung rank is named.
+TEST(DiagnoseHangStore, AHangIsSeenByTheNodeWhoseWindowEndedLatest) {
+  for (uint64_t node1_offset_s : {0, 5}) {
+    SCOPED_TRACE("node 1's windows " + std::to_string(node1_offset_s) + " s later");
+    synth::JobSpec sp;
+    sp.job = "hang-job";
+    sp.nodes = 2;
+    sp.ranks_per_node = 4;
+    sp.steps = 60;
+    sp.step_ms = 1000;
+    sp.window_s = 10;
+    sp.fault = synth::Fault::kHang;
+    sp.fault_rank = 2;  // on node 0, whose windows end on the job's clock
+    sp.fault_start_step = 22;
+    sp.t0_ns = 1'700'000'000'000'000'000ull;
+    synth::Job job(sp);
+    const uint64_t now = sp.t0_ns + 36'000'000'000ull;
+    test::TempDir dir;
+    auto st = store::Store::open_sqlite(dir.file("s.db"), store::Store::Mode::kCreateOrAppend);
+    ASSERT_TRUE(st) << st.error().message;
+    store::Store& s = **st;
+    for (int node = 0; node < 2; ++node) {
+      synth::Job::NodeWriter w(job, s, node);
+      ASSERT_TRUE(w.begin(sp.t0_ns));
+      for (const auto& win : job.windows(node == 1 ? node1_offset_s * 1'000'000'000ull : 0)) {
+        if (win.end_ns > now) break;  // not sent yet
+        ASSERT_TRUE(s.begin());
+        ASSERT_TRUE(w.window(win));
+        ASSERT_TRUE(s.commit());
+      }
+    }
+    LoadOptions lo;
+    lo.all_recordings = true;
+    auto jw = load_job_window(s, lo);
+    ASSERT_TRUE(jw) << jw.error().message;
+    auto dx = diagnose(*jw);
+    const Finding* f = nullptr;
+    for (const auto& x : dx.findings) {
+      if (x.cause == Cause::kHang) f = &x;
+    }
+    if (node1_offset_s == 0) {
+      EXPECT_EQ(f, nullptr) << text_of(dx);
+    } else {
+      ASSERT_NE(f, nullptr) << text_of(dx);
+      EXPECT_EQ(f->rank, 2) << text_of(dx);
+    }
+  }
+}
+
 TEST(DiagnoseHangStore, AStallsStacksAreReadOncePerNode) {
   constexpr int kNodes = 3;
   test::TempDir dir;
