@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # cluster_scale.sh [BUILD_DIR] [--nodes N] [--ranks R] [--stores sqlite,clickhouse] [--faults K]
-#                  [--ages 1h,1d,1w] [--history-every SEC] [--fault-steps S] [--age-steps S]
+#                  [--kinds gpu-slow,...,hang] [--ages 1h,1d,1w] [--history-every SEC] [--fault-steps S] [--age-steps S]
 # One `strata serve` collector on this machine under `strata-sim agents` (default 1,000 nodes x 8
 # ranks), into SQLite and ClickHouse: ingest rate and collector CPU per 1,000 ranks, time from a
 # fault's first step to the first correct finding (p90 over K faults), diagnosis round time as the job

@@ -194,7 +194,7 @@ def fault_phase(a, store, tmp, other_pid):
     rng = random.Random(a.seed)
     runs = []
     for i in range(a.faults):
-        kind = KINDS[i % len(KINDS)]
+        kind = a.kinds[i % len(a.kinds)]
         node, local = rng.randrange(a.nodes), rng.randrange(a.ranks)
         job = "scale-%d-%s" % (i, kind)
         truth = os.path.join(tmp, job + ".json")
@@ -342,6 +342,8 @@ def main():
     ap.add_argument("--ranks", type=int, default=8, help="ranks per node")
     ap.add_argument("--stores", default="sqlite,clickhouse")
     ap.add_argument("--faults", type=int, default=None, help="fault runs per store, kinds in turn (default 5)")
+    ap.add_argument("--kinds", default=",".join(KINDS),
+                    help="the fault kinds the fault runs take in turn (default: %s)" % ",".join(KINDS))
     ap.add_argument("--fault-steps", type=int, default=60, help="1 s steps per fault run (the fault starts at step 20)")
     ap.add_argument("--ages", default="1h,1d,1w")
     ap.add_argument("--history-every", type=float, default=3600, help="seconds between a history's steps")
@@ -353,6 +355,10 @@ def main():
         a.nodes = 100 if a.quick else 1000
     if a.faults is None:
         a.faults = 3 if a.quick else 5
+    a.kinds = [k for k in a.kinds.split(",") if k]
+    unknown = [k for k in a.kinds if k not in KINDS]
+    if unknown or not a.kinds:
+        ap.error("--kinds: unknown fault kind(s) %s (known: %s)" % (",".join(unknown) or "none given", ",".join(KINDS)))
     a.build = os.path.abspath(a.build)
     tmp = tempfile.mkdtemp(prefix="strata-cluster-scale-")
     results = {"nodes": a.nodes, "ranks_per_node": a.ranks, "ranks": a.nodes * a.ranks, "cpus": os.cpu_count(),
