@@ -6,6 +6,7 @@
 // rank.
 #include <gtest/gtest.h>
 
+#include <functional>
 #include <map>
 #include <set>
 #include <sstream>
@@ -31,34 +32,56 @@ bool has_evidence(const Finding& f, std::initializer_list<std::string> parts) {
 }
 
 // Writes `job` into `s` as its agents would: per node, the recording, then one transaction a window.
-Status write_agents(const synth::Job& job, store::Store& s) {
+// `offset_ns(node)`: how much later than the job's clock that node's agent closes its windows
+// (Job::windows(offset)); none: every node on the job's clock. Only the windows that ended by
+// `sent_by_ns` are written (what a collector holds then); a node that sent them all ends its recording.
+Status write_agents(const synth::Job& job, store::Store& s, const std::function<uint64_t(int)>& offset_ns = nullptr,
+                    uint64_t sent_by_ns = UINT64_MAX) {
   for (int node = 0; node < job.spec().nodes; ++node) {
     synth::Job::NodeWriter w(job, s, node);
     if (auto st = w.begin(job.spec().t0_ns); !st) return st;
-    for (size_t wi = 0; wi < job.windows().size(); ++wi) {
+    const auto windows = job.windows(offset_ns ? offset_ns(node) : 0);
+    for (const auto& win : windows) {
+      if (win.end_ns > sent_by_ns) break;  // not sent yet
       if (auto st = s.begin(); !st) return st;
-      if (auto st = w.window(wi); !st) return st;
+      if (auto st = w.window(win); !st) return st;
       if (auto st = s.commit(); !st) return st;
     }
-    if (auto st = w.end(job.windows().back().end_ns); !st) return st;
+    if (windows.back().end_ns > sent_by_ns) continue;
+    if (auto st = w.end(windows.back().end_ns); !st) return st;
   }
   return {};
+}
+
+// A synthetic job of `nodes` x 4 ranks and `steps` 1 s steps whose rank `hung` hangs from step
+// `start_step`.
+synth::JobSpec hung_spec(int nodes, int steps, int hung, int start_step) {
+  synth::JobSpec sp;
+  sp.job = "hang-job";
+  sp.nodes = nodes;
+  sp.ranks_per_node = 4;
+  sp.steps = steps;
+  sp.step_ms = 1000;
+  sp.fault = synth::Fault::kHang;
+  sp.fault_rank = hung;
+  sp.fault_start_step = start_step;
+  sp.t0_ns = 1'700'000'000'000'000'000ull;
+  return sp;
+}
+
+// The diagnosis's hang finding, or null.
+const Finding* hang_finding(const Diagnosis& dx) {
+  const Finding* f = nullptr;
+  for (const auto& x : dx.findings) {
+    if (x.cause == Cause::kHang) f = &x;
+  }
+  return f;
 }
 
 TEST(DiagnoseHangStore, HungRankAndItsEvidenceThroughTheLoader) {
   for (int hung : {0, 5, 7}) {
     SCOPED_TRACE("hung rank " + std::to_string(hung));
-    synth::JobSpec sp;
-    sp.job = "hang-job";
-    sp.nodes = 2;
-    sp.ranks_per_node = 4;
-    sp.steps = 40;
-    sp.step_ms = 1000;
-    sp.fault = synth::Fault::kHang;
-    sp.fault_rank = hung;
-    sp.fault_start_step = 20;  // 20 s of progress, then 20 s of stall
-    sp.t0_ns = 1'700'000'000'000'000'000ull;
-    synth::Job job(sp);
+    synth::Job job(hung_spec(2, 40, hung, 20));  // 20 s of progress, then 20 s of stall
     test::TempDir dir;
     auto st = store::Store::open_sqlite(dir.file("s.db"), store::Store::Mode::kCreateOrAppend);
     ASSERT_TRUE(st) << st.error().message;
@@ -83,10 +106,7 @@ TEST(DiagnoseHangStore, HungRankAndItsEvidenceThroughTheLoader) {
     EXPECT_FALSE(jw->ranks[static_cast<size_t>(hung)].stall_oncpu.empty());
 
     auto dx = diagnose(*jw);
-    const Finding* f = nullptr;
-    for (const auto& x : dx.findings) {
-      if (std::string(cause_name(x.cause)) == "hang") f = &x;
-    }
+    const Finding* f = hang_finding(dx);
     ASSERT_NE(f, nullptr) << text_of(dx);
     const std::string me = "rank " + std::to_string(hung);
     EXPECT_EQ(f->rank, hung) << text_of(dx);
@@ -117,17 +137,8 @@ class ProfileReadCounter : public test::ForwardingReader {
 
 // A synthetic hung job of `nodes` x 4 ranks (rank 6 hung from step 20 of 40) in a fresh store.
 Status write_hung_job(store::Store& s, int nodes, bool same_pids) {
-  synth::JobSpec sp;
-  sp.job = "hang-job";
-  sp.nodes = nodes;
-  sp.ranks_per_node = 4;
+  synth::JobSpec sp = hung_spec(nodes, 40, 6, 20);
   sp.same_pids = same_pids;
-  sp.steps = 40;
-  sp.step_ms = 1000;
-  sp.fault = synth::Fault::kHang;
-  sp.fault_rank = 6;
-  sp.fault_start_step = 20;
-  sp.t0_ns = 1'700'000'000'000'000'000ull;
   return write_agents(synth::Job(sp), s);
 }
 
@@ -142,12 +153,6 @@ std::map<int, std::map<std::string, double>> stall_stacks(const JobWindow& jw) {
   return out;
 }
 
-// A hang's stall stacks are read once per node and kind, whatever the node's ranks (a per-process
-// read made 32,000 reads in a round at 8,000 ranks): the same load with the stall reads turned off
-// reads at most two profiles (on- and off-CPU) per node fewer. And each rank still gets its own
-// process's stacks where every node's ranks have the same pids (containers): the same job with
-// pids of its own per rank gives every rank the same stall stacks (a read that mixed nodes up
-// would give a rank its pid's samples on every node).
 // Job::windows(offset): an agent whose windows end `offset` later than the job's clock still writes
 // every step once, in the window its end falls in, and its windows end at its own moments.
 TEST(DiagnoseHangStore, AnAgentsOwnWindowClockCoversEveryStepOnce) {
@@ -187,42 +192,21 @@ TEST(DiagnoseHangStore, AnAgentsOwnWindowClockCoversEveryStepOnce) {
 TEST(DiagnoseHangStore, AHangIsSeenByTheNodeWhoseWindowEndedLatest) {
   for (uint64_t node1_offset_s : {0, 5}) {
     SCOPED_TRACE("node 1's windows " + std::to_string(node1_offset_s) + " s later");
-    synth::JobSpec sp;
-    sp.job = "hang-job";
-    sp.nodes = 2;
-    sp.ranks_per_node = 4;
-    sp.steps = 60;
-    sp.step_ms = 1000;
-    sp.window_s = 10;
-    sp.fault = synth::Fault::kHang;
-    sp.fault_rank = 2;  // on node 0, whose windows end on the job's clock
-    sp.fault_start_step = 22;
-    sp.t0_ns = 1'700'000'000'000'000'000ull;
-    synth::Job job(sp);
-    const uint64_t now = sp.t0_ns + 36'000'000'000ull;
+    // Rank 2 is on node 0, whose windows end on the job's clock.
+    const synth::Job job(hung_spec(2, 60, 2, 22));
     test::TempDir dir;
     auto st = store::Store::open_sqlite(dir.file("s.db"), store::Store::Mode::kCreateOrAppend);
     ASSERT_TRUE(st) << st.error().message;
     store::Store& s = **st;
-    for (int node = 0; node < 2; ++node) {
-      synth::Job::NodeWriter w(job, s, node);
-      ASSERT_TRUE(w.begin(sp.t0_ns));
-      for (const auto& win : job.windows(node == 1 ? node1_offset_s * 1'000'000'000ull : 0)) {
-        if (win.end_ns > now) break;  // not sent yet
-        ASSERT_TRUE(s.begin());
-        ASSERT_TRUE(w.window(win));
-        ASSERT_TRUE(s.commit());
-      }
-    }
+    auto written = write_agents(job, s, [&](int node) { return node == 1 ? node1_offset_s * 1'000'000'000ull : 0; },
+                                job.spec().t0_ns + 36'000'000'000ull);
+    ASSERT_TRUE(written) << written.error().message;
     LoadOptions lo;
     lo.all_recordings = true;
     auto jw = load_job_window(s, lo);
     ASSERT_TRUE(jw) << jw.error().message;
     auto dx = diagnose(*jw);
-    const Finding* f = nullptr;
-    for (const auto& x : dx.findings) {
-      if (x.cause == Cause::kHang) f = &x;
-    }
+    const Finding* f = hang_finding(dx);
     if (node1_offset_s == 0) {
       EXPECT_EQ(f, nullptr) << text_of(dx);
     } else {
@@ -232,6 +216,12 @@ TEST(DiagnoseHangStore, AHangIsSeenByTheNodeWhoseWindowEndedLatest) {
   }
 }
 
+// A hang's stall stacks are read once per node and kind, whatever the node's ranks (a per-process
+// read made 32,000 reads in a round at 8,000 ranks): the same load with the stall reads turned off
+// reads at most two profiles (on- and off-CPU) per node fewer. And each rank still gets its own
+// process's stacks where every node's ranks have the same pids (containers): the same job with
+// pids of its own per rank gives every rank the same stall stacks (a read that mixed nodes up
+// would give a rank its pid's samples on every node).
 TEST(DiagnoseHangStore, AStallsStacksAreReadOncePerNode) {
   constexpr int kNodes = 3;
   test::TempDir dir;
