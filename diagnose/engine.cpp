@@ -2354,11 +2354,40 @@ void inside_evidence(const JobWindow& job, const std::vector<double>& in_s, std:
                      ")" + (out.empty() ? "" : "; ranks " + rank_list(out) + " are inside none: they never entered it"));
 }
 
+// How far behind its peers' latest step a rank's data may end and still be waited for. An agent
+// ships a window when it closes, each node at its own phase, and retries a batch the collector
+// refused: with 10 s windows (the default) a node's latest time lags the freshest by up to a
+// window, a retry and a send, about 30 s (the collector's join wait, server/diagnoser.h's
+// kJoinGraceNs, for the same reason). Further behind, its agent has stopped sending; waiting for it
+// would hold the job's verdict back for good.
+constexpr uint64_t kLateDataNs = 30'000'000'000ull;
+
+// A GPU that finished no work later than this share of a step after the job's last progress stopped
+// with that progress: the hung one. Its peers compute the next step before they wait in its
+// collective, so their last work ends most of a step later (at least the step's compute); the
+// device's clock, converted to the host's, agrees with the host's progress far closer than this.
+constexpr double kStoppedWithProgressShare = 0.1;
+
+// The ranks whose data ends before the job's last progress, by kLateDataNs at most behind the job's
+// latest data: their agents' windows that saw the stall are on their way (a window closes at each
+// node's own moment, a refused batch is retried). Nothing of theirs says where they stopped: their
+// last collective and last device work are old news, not evidence.
+std::vector<bool> late_for_hang(const JobWindow& job, uint64_t last_progress_ns) {
+  std::vector<bool> late(job.ranks.size(), false);
+  for (size_t i = 0; i < job.ranks.size(); ++i) {
+    const uint64_t seen = job.ranks[i].observed_until_ns;
+    late[i] = seen > 0 && seen < last_progress_ns && job.observed_until_ns - seen <= kLateDataNs;
+  }
+  return late;
+}
+
 // A hang: a rank stuck inside a collective (entered, not completed) for opt.hang_s or more, with no
 // collective progress for as long, while rank processes are alive (or were, until a watchdog ended
 // them). No progress with every rank outside every collective is no hang (inside_collective_since).
-// Hangs have no step time, so they come first.
-std::optional<Finding> find_hang(const JobWindow& job, const Options& opt) {
+// Hangs have no step time, so they come first. A hang whose culprit may be among the ranks whose
+// data has not reached the stall yet (late_for_hang) is no verdict yet: `waiting` says whose data
+// it waits for.
+std::optional<Finding> find_hang(const JobWindow& job, const Options& opt, std::string& waiting) {
   const size_t n = job.ranks.size();
   uint64_t last = 0;
   size_t alive = 0;
@@ -2399,8 +2428,18 @@ std::optional<Finding> find_hang(const JobWindow& job, const Options& opt) {
   // (a host-side hang: a deadlock, a data loader that stopped): when such ranks are a minority of the
   // communicator, the culprit is among them. (With a device timeline the GPU that stopped first
   // says more: an asynchronous launch lets a hung GPU's host run ahead of its peers.)
+  // A late rank is no candidate: it looks as if it never entered the call and stopped early only
+  // because its latest windows are not in (measured at 8,000 ranks: a node whose batch the collector
+  // had refused was named, 4 s before the hung rank).
+  const std::vector<bool> late = late_for_hang(job, last);
+  std::vector<size_t> late_ranks;
+  for (size_t i = 0; i < n; ++i) {
+    if (late[i]) late_ranks.push_back(i);
+  }
   std::vector<bool> candidate(n, true);
+  for (size_t i = 0; i < n; ++i) candidate[i] = !late[i];
   bool by_calls = false, by_inside = false;
+  bool wait = false;  // the culprit may be a late rank
   if (!by_device) {
     std::string comm = job.communicator;
     if (comm.empty()) {
@@ -2409,26 +2448,62 @@ std::optional<Finding> find_hang(const JobWindow& job, const Options& opt) {
     if (auto s = stuck_call(job, comm); s && !s->missing.empty() && s->missing.size() < s->entered.size()) {
       std::fill(candidate.begin(), candidate.end(), false);
       for (size_t i = 0; i < n; ++i) {
-        if (std::find(s->missing.begin(), s->missing.end(), job.ranks[i].rank) != s->missing.end()) candidate[i] = true;
+        const bool missing = std::find(s->missing.begin(), s->missing.end(), job.ranks[i].rank) != s->missing.end();
+        candidate[i] = missing && !late[i];
       }
       by_calls = true;
     } else {
       // Calls that do not pair up across ranks (no communicator id: gloo): the ranks inside no
       // collective, when they are fewer than those inside one, never entered it (alive, or gone:
-      // a rank that died holds its peers as well).
-      const size_t outside = n - inside;
+      // a rank that died holds its peers as well). A late rank is inside none as far as the store
+      // shows: not counted.
+      size_t outside = 0;
+      for (size_t i = 0; i < n; ++i) outside += in_s[i] == 0 && !late[i] ? 1 : 0;
       if (outside > 0 && outside < inside) {
-        for (size_t i = 0; i < n; ++i) candidate[i] = in_s[i] == 0;
+        for (size_t i = 0; i < n; ++i) candidate[i] = in_s[i] == 0 && !late[i];
         by_inside = true;
+      } else if (outside == 0 && !late_ranks.empty()) {
+        wait = true;  // the rank that never entered may be a late one
       }
     }
-    if (by_calls || by_inside) c = static_cast<size_t>(std::find(candidate.begin(), candidate.end(), true) - candidate.begin());
+    // Every rank that never entered is late: one of them holds the others.
+    if (by_calls && std::none_of(candidate.begin(), candidate.end(), [](bool b) { return b; })) wait = true;
   }
-  for (size_t i = 1; i < n; ++i) {
-    if (!candidate[i]) continue;
-    const auto& a = job.ranks[i];
-    const auto& b = job.ranks[c];
-    if (by_device ? a.last_device_ns < b.last_device_ns : a.last_progress_ns < b.last_progress_ns) c = i;
+  const auto first = std::find(candidate.begin(), candidate.end(), true);
+  if (first == candidate.end()) wait = wait || !late_ranks.empty();
+  if (!wait && first != candidate.end()) {
+    c = static_cast<size_t>(first - candidate.begin());
+    for (size_t i = c + 1; i < n; ++i) {
+      if (!candidate[i]) continue;
+      const auto& a = job.ranks[i];
+      const auto& b = job.ranks[c];
+      if (by_device ? a.last_device_ns < b.last_device_ns : a.last_progress_ns < b.last_progress_ns) c = i;
+    }
+    // With a device timeline, a late rank's GPU may have stopped first, unless the GPU named
+    // stopped with the job's last progress (no late GPU can have stopped before that: each ran the
+    // collective that completed then).
+    if (by_device && !late_ranks.empty()) {
+      const double step_ms = median(column(job, [](const RankWindow& x) { return x.base.steps > 0 ? x.base.step_ms : x.now.step_ms; }));
+      const double tol_ns = known(step_ms) ? kStoppedWithProgressShare * step_ms * 1e6 : 0;
+      if (static_cast<double>(job.ranks[c].last_device_ns) > static_cast<double>(last) + tol_ns) wait = true;
+    }
+  }
+  if (wait) {
+    constexpr size_t kNamed = 3;
+    std::string who;
+    uint64_t lag = 0;
+    for (size_t k = 0; k < late_ranks.size(); ++k) {
+      const auto& x = job.ranks[late_ranks[k]];
+      if (k < kNamed) who += (k ? ", " : "") + rank_name(x) + (x.node.empty() ? "" : " (" + x.node + ")");
+      lag = std::max(lag, job.observed_until_ns - x.observed_until_ns);
+    }
+    if (late_ranks.size() > kNamed) who += " and " + std::to_string(late_ranks.size() - kNamed) + " more";
+    waiting = fmt("no collective completed for %.1f s, but ", stalled_s) + std::to_string(late_ranks.size()) + " of " +
+              std::to_string(n) + " ranks have no data since the job's last progress: " + who + " (their data ends up to " +
+              fmt("%.1f s", static_cast<double>(lag) / 1e9) +
+              " before the job's latest; their agents' latest windows have not reached the store). The rank that holds the "
+              "others may be among them: the verdict waits for their data";
+    return std::nullopt;
   }
   const auto& r = job.ranks[c];
   Finding f;
@@ -2499,14 +2574,6 @@ std::string stalled_outside_note(const JobWindow& job) {
   }
   return note;
 }
-
-// How far behind its peers' latest step a rank's data may end and still be waited for. An agent
-// ships a window when it closes, each node at its own phase, and retries a batch the collector
-// refused: with 10 s windows (the default) a node's latest time lags the freshest by up to a
-// window, a retry and a send, about 30 s (the collector's join wait, server/diagnoser.h's
-// kJoinGraceNs, for the same reason). Further behind, its agent has stopped sending; waiting for it
-// would hold the job's verdict back for good.
-constexpr uint64_t kLateDataNs = 30'000'000'000ull;
 
 // The ranks whose data for the window has not reached the store yet: no step in the window while
 // their peers have some, and their latest recording window ends before the job's latest step, by
@@ -3116,7 +3183,13 @@ Diagnosis diagnose(const JobWindow& job, const Options& opt) {
   for (size_t i = 0; i < n; ++i) {
     if (auto f = hardware_finding(job, i, pcie_gens)) hw.emplace(i, std::move(*f));
   }
-  if (auto hang = find_hang(job, opt)) {
+  std::string hang_waits;
+  auto hang = find_hang(job, opt, hang_waits);
+  if (!hang_waits.empty()) {
+    dx.note = hang_waits;
+    dx.waiting_for_data = true;
+  }
+  if (hang) {
     // A lost GPU is why the job hangs: its finding takes the hang's cost and evidence.
     bool explained = false;
     for (auto& [i, f] : hw) {
@@ -3128,7 +3201,7 @@ Diagnosis diagnose(const JobWindow& job, const Options& opt) {
       explained = true;
     }
     if (!explained) dx.findings.push_back(std::move(*hang));
-  } else {
+  } else if (!dx.waiting_for_data) {  // a stalled job waiting for a hang's data has no step to judge
     bool have_base = known(dx.baseline_step_ms);
     double base_noise = median(column(job, [](const RankWindow& r) { return r.base.steps > 0 ? r.base.step_mad_ms : kUnknown; }));
     double lost = have_base ? dx.step_ms - dx.baseline_step_ms : 0;

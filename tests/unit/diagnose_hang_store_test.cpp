@@ -34,10 +34,12 @@ bool has_evidence(const Finding& f, std::initializer_list<std::string> parts) {
 // Writes `job` into `s` as its agents would: per node, the recording, then one transaction a window.
 // `offset_ns(node)`: how much later than the job's clock that node's agent closes its windows
 // (Job::windows(offset)); none: every node on the job's clock. Only the windows that ended by
-// `sent_by_ns` are written (what a collector holds then); a node that sent them all ends its recording.
+// `sent_by_ns(node)` are written (what a collector holds then); none: all. A node that sent them all
+// ends its recording.
 Status write_agents(const synth::Job& job, store::Store& s, const std::function<uint64_t(int)>& offset_ns = nullptr,
-                    uint64_t sent_by_ns = UINT64_MAX) {
+                    const std::function<uint64_t(int)>& sent_by = nullptr) {
   for (int node = 0; node < job.spec().nodes; ++node) {
+    const uint64_t sent_by_ns = sent_by ? sent_by(node) : UINT64_MAX;
     synth::Job::NodeWriter w(job, s, node);
     if (auto st = w.begin(job.spec().t0_ns); !st) return st;
     const auto windows = job.windows(offset_ns ? offset_ns(node) : 0);
@@ -199,7 +201,7 @@ TEST(DiagnoseHangStore, AHangIsSeenByTheNodeWhoseWindowEndedLatest) {
     ASSERT_TRUE(st) << st.error().message;
     store::Store& s = **st;
     auto written = write_agents(job, s, [&](int node) { return node == 1 ? node1_offset_s * 1'000'000'000ull : 0; },
-                                job.spec().t0_ns + 36'000'000'000ull);
+                                [&](int) { return job.spec().t0_ns + 36'000'000'000ull; });
     ASSERT_TRUE(written) << written.error().message;
     LoadOptions lo;
     lo.all_recordings = true;
@@ -212,6 +214,50 @@ TEST(DiagnoseHangStore, AHangIsSeenByTheNodeWhoseWindowEndedLatest) {
     } else {
       ASSERT_NE(f, nullptr) << text_of(dx);
       EXPECT_EQ(f->rank, 2) << text_of(dx);
+    }
+  }
+}
+
+// A node whose latest windows have not reached the store (its batch is being retried) looks, in the
+// store, as if its ranks stopped first and never entered the call the others wait in. 3 nodes x 4
+// ranks, the job's last progress at 22 s, the node after the late one closing its windows 5 s after
+// the others (so its window of 35 s sees 13 s of stall), the collector holding what was sent by 36 s
+// (by 21 s for the late node):
+// - rank 2 hung, node 2 sent nothing after its window of 20 s: rank 2 is named, not a rank of the
+//   late node (measured at 8,000 ranks: a late node's rank was named before the hung one);
+// - rank 2 hung and its own node 0 late: no verdict yet; the diagnosis waits and says for whom.
+TEST(DiagnoseHangStore, ALateNodesRanksAreNoHangCulprit) {
+  struct Case {
+    int hung, late_node;
+  };
+  for (const Case c : {Case{2, 2}, Case{2, 0}, Case{9, 1}}) {
+    SCOPED_TRACE("hung rank " + std::to_string(c.hung) + ", node " + std::to_string(c.late_node) + " late");
+    const synth::Job job(hung_spec(3, 60, c.hung, 22));
+    test::TempDir dir;
+    auto st = store::Store::open_sqlite(dir.file("s.db"), store::Store::Mode::kCreateOrAppend);
+    ASSERT_TRUE(st) << st.error().message;
+    store::Store& s = **st;
+    const uint64_t t0 = job.spec().t0_ns;
+    auto written = write_agents(
+        job, s, [&](int node) { return node == (c.late_node + 1) % 3 ? 5'000'000'000ull : 0; },
+        [&](int node) { return t0 + (node == c.late_node ? 21'000'000'000ull : 36'000'000'000ull); });
+    ASSERT_TRUE(written) << written.error().message;
+    LoadOptions lo;
+    lo.all_recordings = true;
+    auto jw = load_job_window(s, lo);
+    ASSERT_TRUE(jw) << jw.error().message;
+    auto dx = diagnose(*jw);
+    const Finding* f = hang_finding(dx);
+    const bool hung_is_late = c.hung / 4 == c.late_node;
+    if (hung_is_late) {
+      EXPECT_EQ(f, nullptr) << text_of(dx);
+      EXPECT_TRUE(dx.waiting_for_data) << text_of(dx);
+      EXPECT_NE(dx.note.find("rank " + std::to_string(c.hung)), std::string::npos) << dx.note;
+      EXPECT_NE(dx.note.find("node-" + std::to_string(c.late_node)), std::string::npos) << dx.note;
+    } else {
+      ASSERT_NE(f, nullptr) << text_of(dx);
+      EXPECT_EQ(f->rank, c.hung) << text_of(dx);
+      EXPECT_FALSE(dx.waiting_for_data);
     }
   }
 }
