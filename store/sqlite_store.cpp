@@ -4,6 +4,7 @@
 #include <sys/stat.h>
 
 #include <algorithm>
+#include <atomic>
 #include <cstdint>
 #include <cstring>
 #include <fstream>
@@ -84,7 +85,9 @@ CREATE INDEX IF NOT EXISTS findings_by_job ON findings(job, rank, cause, diagnos
 // `strata diagnose`) is then exactly what the index range holds, whatever the file holds before it
 // (an index on the start would have to reach back by the longest row, kMaxRowSpanNs). Retention
 // deletes by the same index. Stack counts are found by window and process (the diagnosis reads one
-// process's windows of a span). A collective's end is the expression the reads use. Added to older
+// process's windows of a span). A collective's end is the expression the reads use. A node's
+// recordings are found by the node (one node's profile: a hang's stall stacks are read node by node,
+// and a scan of every recording per node grew with every job the file ever held). Added to older
 // files when they are opened for writing (once; minutes for a large file).
 const char* kTimeIndexes = R"sql(
 CREATE INDEX IF NOT EXISTS steps_by_end ON steps(end_ns);
@@ -96,6 +99,7 @@ CREATE INDEX IF NOT EXISTS windows_by_end ON windows(end_ns);
 CREATE INDEX IF NOT EXISTS windows_by_recording_end ON windows(recording_id, end_ns);
 CREATE INDEX IF NOT EXISTS stack_counts_by_window ON stack_counts(window_id, pid);
 CREATE INDEX IF NOT EXISTS launch_samples_by_end ON launch_samples(end_ns);
+CREATE INDEX IF NOT EXISTS recordings_by_node ON recordings(node);
 )sql";
 // The same for what only a collector's file has (schema 2 and 3).
 const char* kCollectorTimeIndexes = R"sql(
@@ -104,10 +108,17 @@ CREATE INDEX IF NOT EXISTS findings_by_time ON findings(diagnosed_ns);
 )sql";
 
 // A prepared statement that finalizes itself.
+// Rows SQLite stepped through in full-table scans, over every statement finished (sqlite_full_scan_steps).
+std::atomic<uint64_t> g_full_scan_steps{0};
+
 class Stmt {
  public:
   Stmt(sqlite3* db, const char* sql) { rc_ = sqlite3_prepare_v2(db, sql, -1, &s_, nullptr); }
-  ~Stmt() { sqlite3_finalize(s_); }
+  ~Stmt() {
+    if (s_) g_full_scan_steps.fetch_add(static_cast<uint64_t>(sqlite3_stmt_status(s_, SQLITE_STMTSTATUS_FULLSCAN_STEP, 0)),
+                                        std::memory_order_relaxed);
+    sqlite3_finalize(s_);
+  }
   Stmt(const Stmt&) = delete;
   Stmt& operator=(const Stmt&) = delete;
   bool ok() const { return rc_ == SQLITE_OK; }
@@ -667,7 +678,9 @@ class SqliteStore final : public Store {
         : q(query), table(std::move(t)), start(std::move(start_col)), end(std::move(end_col)), order(std::move(order_by)) {
       auto ns = [](uint64_t v) { return std::to_string(std::min<uint64_t>(v, INT64_MAX)); };  // SQLite's integers
       if (q.recording) where += " AND x.recording_id=" + std::to_string(*q.recording);
-      if (q.node) where += " AND r.node=?";
+      // (Unary +: the time index finds the rows; by the node's recordings the planner would walk
+      // each recording's whole history.)
+      if (q.node) where += " AND +r.node=?";
       if (q.pid) where += " AND x.pid=" + std::to_string(*q.pid);
       // Rows written since a reader's last read (after_seq): the rowid range finds them, and the time
       // index would walk the whole span. A read of a span bounded by rowid alone (upto_seq): the
@@ -1072,8 +1085,10 @@ class SqliteStore final : public Store {
     {
       std::string where = " WHERE 1=1";
       if (f.recording) where += " AND id=" + std::to_string(*f.recording);
+      if (f.node) where += " AND node=?";  // one node's profile: its recordings (by the index)
       Stmt r(db_, ("SELECT MIN(started_ns), MAX(COALESCE(ended_ns, started_ns)), MAX(sample_hz) FROM recordings" +
                     where).c_str());
+      if (f.node) r.bind(1, *f.node);
       if (r.step() == SQLITE_ROW && !r.is_null(0)) {
         p.start_ns = static_cast<uint64_t>(r.i64(0));
         p.duration_ns = static_cast<uint64_t>(r.i64(1) - r.i64(0));
@@ -1089,7 +1104,7 @@ class SqliteStore final : public Store {
         "SELECT sc.pid, sc.tid, sc.thread_comm, sc.stack_id, SUM(sc.value), r.node, " + window_hz() +
         " FROM stack_counts sc JOIN recordings r ON r.id = sc.recording_id JOIN windows w ON w.id = sc.window_id"
         " WHERE sc.kind=?";
-    if (f.node) sql += " AND r.node=?";
+    if (f.node) sql += " AND +r.node=?";  // (unary +: by the windows of the span, not the node's whole history)
     if (f.pid) sql += " AND sc.pid=" + std::to_string(*f.pid);
     if (f.tid) sql += " AND sc.tid=" + std::to_string(*f.tid);
     if (f.recording) sql += " AND sc.recording_id=" + std::to_string(*f.recording);
@@ -1478,6 +1493,8 @@ const char* unwind_method_name(UnwindMethod m) {
   }
   return "unknown";
 }
+
+uint64_t sqlite_full_scan_steps() { return g_full_scan_steps.load(std::memory_order_relaxed); }
 
 Result<std::unique_ptr<Store>> Store::open_sqlite(const std::string& path, Mode mode, const SqliteTuning& tuning) {
   auto s = std::make_unique<SqliteStore>(path, tuning);

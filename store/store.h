@@ -548,6 +548,10 @@ struct SqliteTuning {
   int wal_autocheckpoint_pages = 0;  // log pages between automatic checkpoints; 0: SQLite's 1,000
 };
 
+// Rows SQLite stepped through in full-table scans, over every SQLite statement this process has
+// finished: a read whose cost grows with what the file holds, not with what it asks for, shows here.
+uint64_t sqlite_full_scan_steps();
+
 class Store : public Writer, public Reader, public Ledger {
  public:
   enum class Mode {

@@ -529,6 +529,41 @@ TEST(Store, NodeQualifiedIdentity) {
   check_node_identity(**st);
 }
 
+// One node's profile of a span reads that node's recordings and windows, never every recording the
+// file holds: its full-table scan steps do not grow with the other nodes' recordings. (A hang's
+// stall stacks are read node by node: at 1,000 nodes, 2,000 reads in a round, each of which scanned
+// every recording, so a collector's rounds grew slower with every job its store had seen.)
+TEST(Store, ANodesProfileScansNoOtherNodesRecordings) {
+  TempDir d;
+  auto st = Store::open_sqlite(d.file("s.db"), Store::Mode::kCreateOrAppend);
+  ASSERT_TRUE(st) << st.error().message;
+  Store& s = **st;
+  ASSERT_TRUE(s.begin());
+  auto a = s.intern_stack({native("leaf", 0x10), native("main", 0x20)});
+  ASSERT_TRUE(a);
+  constexpr int kNodes = 300;
+  for (int n = 0; n < kNodes; ++n) {
+    auto rec = s.begin_recording({"node-" + std::to_string(n), "app", 1000, 99, 10});
+    ASSERT_TRUE(rec) << rec.error().message;
+    ASSERT_TRUE(s.put_window(*rec, 1000, 2000, CountKind::kOnCpu, {{42, 42, "app", *a, 5}}));
+    ASSERT_TRUE(s.put_window(*rec, 2000, 3000, CountKind::kOnCpu, {{42, 42, "app", *a, static_cast<uint64_t>(n + 1)}}));
+  }
+  auto committed = s.commit();
+  ASSERT_TRUE(committed) << committed.error().message;
+  ProfileFilter f;
+  f.node = "node-7";
+  f.from_ns = 2000;
+  f.kind = CountKind::kOnCpu;
+  const uint64_t before = sqlite_full_scan_steps();
+  auto p = s.load_profile(f);
+  const uint64_t scanned = sqlite_full_scan_steps() - before;
+  ASSERT_TRUE(p) << p.error().message;
+  ASSERT_EQ(p->samples.size(), 1u);
+  EXPECT_EQ(p->samples[0].node, "node-7");
+  EXPECT_EQ(p->samples[0].count, 8u);  // its window of the span only
+  EXPECT_LT(scanned, static_cast<uint64_t>(kNodes)) << "a node's profile stepped through a table of every node's rows";
+}
+
 // The catalog (store/catalog.h): every column of a kind described there survives each way a row
 // travels: the ingest message (agent -> collector), the store's insert and both of its reads, and
 // the query API's JSON. Each column gets a value of its own, so a column written in another's place
