@@ -2540,6 +2540,13 @@ std::optional<Finding> find_hang(const JobWindow& job, const Options& opt, std::
   hang_collective_evidence(job, r, f.evidence);
   if (!by_calls) inside_evidence(job, in_s, f.evidence);
   hang_stack_evidence(job, r, stalled_s, f.evidence);
+  if (!late_ranks.empty()) {
+    std::vector<int> ranks;
+    for (size_t i : late_ranks) ranks.push_back(job.ranks[i].rank);
+    f.evidence.push_back("ranks " + rank_list(ranks) + " have no data since the job's last progress yet (their agents' latest "
+                         "windows have not reached the store): what is said above of them is of their earlier data, and they "
+                         "were not judged");
+  }
   f.advice = "dump the stacks of " + rank_name(r) + " (py-spy dump / cuda-gdb); check the GPU with nvidia-smi and dmesg (Xid)";
   return f;
 }

@@ -858,6 +858,7 @@ class ClickHouseStore final : public Store {
     p.kind = f.kind == CountKind::kOnCpu ? "oncpu" : "offcpu";
     p.value_unit = f.kind == CountKind::kOnCpu ? "count" : "microseconds";
     std::string rw = f.recording ? " WHERE id = " + std::to_string(*f.recording) : "";
+    if (f.node) rw += std::string(rw.empty() ? " WHERE " : " AND ") + "node = " + quote(*f.node);  // one node's profile: its recordings
     auto rec = query("SELECT min(started_ns), max(greatest(ended_ns, started_ns)), max(sample_hz), count() FROM " +
                      db_ + ".recordings FINAL" + rw);
     if (!rec) return rec.error();

@@ -258,6 +258,10 @@ TEST(DiagnoseHangStore, ALateNodesRanksAreNoHangCulprit) {
       ASSERT_NE(f, nullptr) << text_of(dx);
       EXPECT_EQ(f->rank, c.hung) << text_of(dx);
       EXPECT_FALSE(dx.waiting_for_data);
+      std::string late;
+      for (int k = 0; k < 4; ++k) late += (k ? "," : "") + std::to_string(c.late_node * 4 + k);
+      EXPECT_TRUE(has_evidence(*f, {"ranks [" + late + "] have no data since the job's last progress", "not judged"}))
+          << text_of(dx);
     }
   }
 }
