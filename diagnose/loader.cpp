@@ -993,9 +993,11 @@ Status refresh_span_rows(store::Reader& s, SpanRows& rows, std::optional<int64_t
   // where the job runs.
   std::function<bool(std::string_view, uint32_t)> keep;
   if (rows.members) {
-    keep = [&kept = *rows.members](std::string_view node, uint32_t pid) {
+    keep = [&kept = *rows.members, stats](std::string_view node, uint32_t pid) {
       auto it = kept.find(node);
-      return it != kept.end() && (pid == 0 || it->second.count(pid));
+      const bool mine = it != kept.end() && (pid == 0 || it->second.count(pid));
+      if (!mine && stats) ++stats->passed_over;
+      return mine;
     };
   }
   auto query = [&](int64_t store::WriteSeqs::*table) {

@@ -55,10 +55,12 @@ struct LoadOptions {
 // Rows a load read, per kind: a round's cost, which must follow the span, not the store's age.
 struct Stats {
   uint64_t steps = 0, collectives = 0, device = 0, metrics = 0, samples = 0, profiles = 0;
+  // Rows of other processes a refresh read and threw away (refresh_span_rows with members): in rows().
+  uint64_t passed_over = 0;
   uint64_t rows() const { return steps + collectives + device + metrics + samples; }
   void add(const Stats& o) {
     steps += o.steps, collectives += o.collectives, device += o.device, metrics += o.metrics, samples += o.samples;
-    profiles += o.profiles;
+    profiles += o.profiles, passed_over += o.passed_over;
   }
 };
 

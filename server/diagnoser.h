@@ -101,6 +101,7 @@ struct DiagnoserCounters {
   double seconds = 0;           // spent diagnosing, loads and writes included
   double cpu_seconds = 0;       // CPU the background rounds used, over their threads (their pauses follow it)
   uint64_t rows_read = 0;       // rows the rounds' loads read (steps, collectives, device, metrics, samples)
+  uint64_t rows_passed_over = 0;  // rows of other jobs' processes the rounds read and threw away
   uint64_t states_dropped = 0;  // per-job states dropped: the job went quiet, or too many jobs
   uint64_t rows_released = 0;   // times a job's held rows were let go (over max_held_rows, or the job went quiet)
   uint64_t held_rows = 0;       // rows held for every job now

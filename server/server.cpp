@@ -905,6 +905,9 @@ class Server {
     prom::family(o, "strata_serve_diagnosis_rows_read_total", "counter",
                  "Rows the diagnosis rounds read (steps, collectives, device activity, metrics, stack samples).");
     o << "strata_serve_diagnosis_rows_read_total " << dc.rows_read << "\n";
+    prom::family(o, "strata_serve_diagnosis_rows_passed_over_total", "counter",
+                 "Rows of other jobs' processes the diagnosis rounds read in a job's span and threw away.");
+    o << "strata_serve_diagnosis_rows_passed_over_total " << dc.rows_passed_over << "\n";
     prom::family(o, "strata_serve_diagnosis_states_dropped_total", "counter",
                  "Per-job diagnosis states dropped (the job sent nothing for an hour, or too many jobs).");
     o << "strata_serve_diagnosis_states_dropped_total " << dc.states_dropped << "\n";

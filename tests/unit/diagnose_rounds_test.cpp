@@ -971,6 +971,46 @@ TEST(DiagnoseRounds, AnEndedJobsRowsGoAfterThreeOfItsWindows) {
   EXPECT_EQ(after(ceiling, 11), 1u);
 }
 
+// Rows (steps and metrics) of the processes with pids in [lo, hi) that end after from_ns.
+uint64_t rows_of(store::Store& s, uint64_t from_ns, uint32_t lo, uint32_t hi) {
+  store::RowQuery q;
+  q.from_ns = from_ns;
+  uint64_t n = 0;
+  auto steps = s.query_steps(q);
+  EXPECT_TRUE(steps);
+  if (steps) {
+    for (const auto& r : *steps) n += r.pid >= lo && r.pid < hi ? 1 : 0;
+  }
+  auto metrics = s.query_metrics(q);
+  EXPECT_TRUE(metrics);
+  if (metrics) {
+    for (const auto& r : *metrics) n += r.metric.pid >= lo && r.metric.pid < hi ? 1 : 0;
+  }
+  return n;
+}
+
+// A young job's first round reads its span from its first process's start, not the whole analysis
+// span: what the nodes recorded before it (the job before it, on the same nodes) is no part of it,
+// and was read to be thrown away (at 8,000 ranks, 2-3.6 s of a new job's first rounds). Job
+// "earlier" ran two minutes on node-0 and node-1; job "next" started on the same nodes 12 s before
+// the end: its first round passes over only what "earlier" recorded since then.
+TEST(DiagnoseRounds, AYoungJobsFirstRoundReadsFromItsFirstProcess) {
+  TempDir tmp;
+  const std::string db = tmp.file("young.db");
+  make_store(db, 600, 0, 2, kRanks / 2, "earlier", 10000);
+  const uint64_t next_t0 = make_store(db, 60, 0, 2, kRanks / 2, "next", 20000);
+  auto st = store::Store::open_sqlite(db, store::Store::Mode::kCreateOrAppend);
+  ASSERT_TRUE(st);
+  const uint64_t since_start = rows_of(**st, next_t0, 10000, 10000 + kRanks);
+  const uint64_t whole_span = rows_of(**st, kEnd - server::Diagnoser::kAnalysisSpanNs, 10000, 10000 + kRanks);
+  ASSERT_GT(whole_span, 2 * since_start);  // (else this test could not tell the two apart)
+  RoundsDiagnoser rd(**st, db, server::DiagnoserOptions{0});
+  ASSERT_TRUE(rd.d->diagnose_job("next")) << rd.log.str();
+  EXPECT_GT(rd.d->counters().rows_read, 0u);
+  EXPECT_LE(rd.d->counters().rows_passed_over, since_start);
+  EXPECT_GT(rd.d->counters().held_rows, 0u);
+}
+
 // A job whose round comes before the store shows any of its processes (noted by a batch that the
 // rounds' connection does not see yet) reads nothing: read as a job without names, its span was
 // every process's, and a new job's first round at 8,000 ranks held the job before it's 2.6M rows.
