@@ -2362,6 +2362,19 @@ void inside_evidence(const JobWindow& job, const std::vector<double>& in_s, std:
 // would hold the job's verdict back for good.
 constexpr uint64_t kLateDataNs = 30'000'000'000ull;
 
+// The first few of `late` by name and node ("rank 3 (node-1), ... and N more"), for a note that waits
+// for their data.
+std::string late_ranks_named(const JobWindow& job, const std::vector<size_t>& late) {
+  constexpr size_t kNamed = 3;
+  std::string who;
+  for (size_t k = 0; k < late.size() && k < kNamed; ++k) {
+    const auto& r = job.ranks[late[k]];
+    who += (k ? ", " : "") + rank_name(r) + (r.node.empty() ? "" : " (" + r.node + ")");
+  }
+  if (late.size() > kNamed) who += " and " + std::to_string(late.size() - kNamed) + " more";
+  return who;
+}
+
 // A GPU that finished no work later than this share of a step after the job's last progress stopped
 // with that progress: the hung one. Its peers compute the next step before they wait in its
 // collective, so their last work ends most of a step later (at least the step's compute); the
@@ -2436,8 +2449,8 @@ std::optional<Finding> find_hang(const JobWindow& job, const Options& opt, std::
   for (size_t i = 0; i < n; ++i) {
     if (late[i]) late_ranks.push_back(i);
   }
-  std::vector<bool> candidate(n, true);
-  for (size_t i = 0; i < n; ++i) candidate[i] = !late[i];
+  std::vector<bool> candidate = late;
+  candidate.flip();  // every rank whose data is in
   bool by_calls = false, by_inside = false;
   bool wait = false;  // the culprit may be a late rank
   if (!by_device) {
@@ -2489,15 +2502,9 @@ std::optional<Finding> find_hang(const JobWindow& job, const Options& opt, std::
     }
   }
   if (wait) {
-    constexpr size_t kNamed = 3;
-    std::string who;
     uint64_t lag = 0;
-    for (size_t k = 0; k < late_ranks.size(); ++k) {
-      const auto& x = job.ranks[late_ranks[k]];
-      if (k < kNamed) who += (k ? ", " : "") + rank_name(x) + (x.node.empty() ? "" : " (" + x.node + ")");
-      lag = std::max(lag, job.observed_until_ns - x.observed_until_ns);
-    }
-    if (late_ranks.size() > kNamed) who += " and " + std::to_string(late_ranks.size() - kNamed) + " more";
+    for (size_t i : late_ranks) lag = std::max(lag, job.observed_until_ns - job.ranks[i].observed_until_ns);
+    const std::string who = late_ranks_named(job, late_ranks);
     waiting = fmt("no collective completed for %.1f s, but ", stalled_s) + std::to_string(late_ranks.size()) + " of " +
               std::to_string(n) + " ranks have no data since the job's last progress: " + who + " (their data ends up to " +
               fmt("%.1f s", static_cast<double>(lag) / 1e9) +
@@ -2602,13 +2609,7 @@ std::vector<size_t> late_ranks(const JobWindow& job) {
 
 // The note of a verdict that waits for late ranks (late_ranks).
 std::string late_note(const Diagnosis& dx, const JobWindow& job, const std::vector<size_t>& late) {
-  std::string who;
-  constexpr size_t kNamed = 3;
-  for (size_t k = 0; k < late.size() && k < kNamed; ++k) {
-    const auto& r = job.ranks[late[k]];
-    who += (k ? ", " : "") + rank_name(r) + (r.node.empty() ? "" : " (" + r.node + ")");
-  }
-  if (late.size() > kNamed) who += " and " + std::to_string(late.size() - kNamed) + " more";
+  const std::string who = late_ranks_named(job, late);
   uint64_t lag = 0;
   for (size_t i : late) lag = std::max(lag, job.end_ns - job.ranks[i].observed_until_ns);
   return "the job slowed (step " + ms(dx.step_ms) + " vs its baseline " + ms(dx.baseline_step_ms) + ") and no rank whose data is in computes longer, but " +

@@ -8,6 +8,7 @@
 
 #include <functional>
 #include <map>
+#include <optional>
 #include <set>
 #include <sstream>
 
@@ -53,6 +54,30 @@ Status write_agents(const synth::Job& job, store::Store& s, const std::function<
     if (auto st = w.end(windows.back().end_ns); !st) return st;
   }
   return {};
+}
+
+// `job` written as write_agents writes it (each node's window offset, what each had sent by) into a
+// fresh store, loaded (every recording) and diagnosed; nothing where a step failed.
+std::optional<Diagnosis> diagnose_sent(const synth::Job& job, const std::function<uint64_t(int)>& offset_ns,
+                                       const std::function<uint64_t(int)>& sent_by) {
+  test::TempDir dir;
+  auto st = store::Store::open_sqlite(dir.file("s.db"), store::Store::Mode::kCreateOrAppend);
+  if (!st) {
+    ADD_FAILURE() << st.error().message;
+    return std::nullopt;
+  }
+  if (auto written = write_agents(job, **st, offset_ns, sent_by); !written) {
+    ADD_FAILURE() << written.error().message;
+    return std::nullopt;
+  }
+  LoadOptions lo;
+  lo.all_recordings = true;
+  auto jw = load_job_window(**st, lo);
+  if (!jw) {
+    ADD_FAILURE() << jw.error().message;
+    return std::nullopt;
+  }
+  return diagnose(*jw);
 }
 
 // A synthetic job of `nodes` x 4 ranks and `steps` 1 s steps whose rank `hung` hangs from step
@@ -196,18 +221,10 @@ TEST(DiagnoseHangStore, AHangIsSeenByTheNodeWhoseWindowEndedLatest) {
     SCOPED_TRACE("node 1's windows " + std::to_string(node1_offset_s) + " s later");
     // Rank 2 is on node 0, whose windows end on the job's clock.
     const synth::Job job(hung_spec(2, 60, 2, 22));
-    test::TempDir dir;
-    auto st = store::Store::open_sqlite(dir.file("s.db"), store::Store::Mode::kCreateOrAppend);
-    ASSERT_TRUE(st) << st.error().message;
-    store::Store& s = **st;
-    auto written = write_agents(job, s, [&](int node) { return node == 1 ? node1_offset_s * 1'000'000'000ull : 0; },
-                                [&](int) { return job.spec().t0_ns + 36'000'000'000ull; });
-    ASSERT_TRUE(written) << written.error().message;
-    LoadOptions lo;
-    lo.all_recordings = true;
-    auto jw = load_job_window(s, lo);
-    ASSERT_TRUE(jw) << jw.error().message;
-    auto dx = diagnose(*jw);
+    auto got = diagnose_sent(job, [&](int node) { return node == 1 ? node1_offset_s * 1'000'000'000ull : 0; },
+                             [&](int) { return job.spec().t0_ns + 36'000'000'000ull; });
+    ASSERT_TRUE(got);
+    const Diagnosis& dx = *got;
     const Finding* f = hang_finding(dx);
     if (node1_offset_s == 0) {
       EXPECT_EQ(f, nullptr) << text_of(dx);
@@ -233,20 +250,12 @@ TEST(DiagnoseHangStore, ALateNodesRanksAreNoHangCulprit) {
   for (const Case c : {Case{2, 2}, Case{2, 0}, Case{9, 1}}) {
     SCOPED_TRACE("hung rank " + std::to_string(c.hung) + ", node " + std::to_string(c.late_node) + " late");
     const synth::Job job(hung_spec(3, 60, c.hung, 22));
-    test::TempDir dir;
-    auto st = store::Store::open_sqlite(dir.file("s.db"), store::Store::Mode::kCreateOrAppend);
-    ASSERT_TRUE(st) << st.error().message;
-    store::Store& s = **st;
     const uint64_t t0 = job.spec().t0_ns;
-    auto written = write_agents(
-        job, s, [&](int node) { return node == (c.late_node + 1) % 3 ? 5'000'000'000ull : 0; },
+    auto got = diagnose_sent(
+        job, [&](int node) { return node == (c.late_node + 1) % 3 ? 5'000'000'000ull : 0; },
         [&](int node) { return t0 + (node == c.late_node ? 21'000'000'000ull : 36'000'000'000ull); });
-    ASSERT_TRUE(written) << written.error().message;
-    LoadOptions lo;
-    lo.all_recordings = true;
-    auto jw = load_job_window(s, lo);
-    ASSERT_TRUE(jw) << jw.error().message;
-    auto dx = diagnose(*jw);
+    ASSERT_TRUE(got);
+    const Diagnosis& dx = *got;
     const Finding* f = hang_finding(dx);
     const bool hung_is_late = c.hung / 4 == c.late_node;
     if (hung_is_late) {
