@@ -186,9 +186,14 @@ def test_network_slow():
     t = ok_run(["--ranks", "4", "--steps", "25", "--fault", "network-slow:rank=1,start_step=5"])
     w, b = window(t), baseline(t)
     assert t["fault"]["mechanism"].startswith("network namespace"), t["fault"]  # the real one here
-    # No straggler: every rank waits longer in collectives, compute unchanged.
+    # No straggler: every rank waits longer in collectives, compute unchanged. The pacer adds a
+    # fixed time per step (the step's bytes over the link's rate) while the baseline's waits move
+    # with the machine's speed: on a quiet machine the waits grew ~4x; CI once saw 156.3 ms against
+    # a baseline of 46.3 ms (3.4x, +110 ms) and missed the old "3x + 20 ms" by 2 ms. So the test
+    # asks for what the mechanism guarantees: the waits at least doubled and grew by 50 ms or more.
     for r in range(4):
-        assert w[r]["comm_ms"] > 3 * b[r]["comm_ms"] + 20, (r, w[r], b[r])
+        assert w[r]["comm_ms"] > 2 * b[r]["comm_ms"], (r, w[r], b[r])
+        assert w[r]["comm_ms"] - b[r]["comm_ms"] > 50, (r, w[r], b[r])
         assert w[r]["compute_ms"] < 1.2 * b[r]["compute_ms"], (r, w[r], b[r])
 
 
