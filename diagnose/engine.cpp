@@ -1488,8 +1488,10 @@ void agent_cost_evidence(const RankWindow& r, std::vector<std::string>& evidence
                        " per step (the profiler's cost, said apart: never counted as a cause)");
 }
 
+// A rank-scope straggler that no hypothesis explains is no finding: when `unexplained` is given,
+// it gets the line that says where the time goes and that no layer says why.
 std::optional<Finding> to_finding(const JobWindow& job, size_t c, double lost, std::vector<Ranked> hs, std::vector<std::string> head,
-                                  double locate_conf, Scope scope) {
+                                  double locate_conf, Scope scope, Diagnosis::Unexplained* unexplained = nullptr) {
   const RankWindow& r = job.ranks[c];
   Finding f;
   f.scope = scope;
@@ -1506,18 +1508,22 @@ std::optional<Finding> to_finding(const JobWindow& job, size_t c, double lost, s
     hs.clear();
   }
   if (hs.empty()) {
-    // A job-wide slowdown no layer explains is no finding: the job line says it slowed.
-    if (scope == Scope::kJob) return std::nullopt;
-    // A straggler is still a straggler: where it is is known, why is not, and said so.
-    f.cause = Cause::kHostHotspot;
-    f.layer = layer_of(f.cause);
-    f.culprit = "unknown";
-    f.confidence = 0.2;
-    f.evidence.push_back("no layer's metrics explain the extra time (were all layers recorded?)");
-    if (!dropped.empty()) f.evidence.push_back("not a cause: " + dropped);
-    agent_cost_evidence(r, f.evidence);
-    f.advice = "record with all layers (strata record --layers all) and look at the flame graph of " + rank_name(r);
-    return f;
+    // A slowdown no layer explains is no finding: a culprit is a resolved name that explains a
+    // stated share of the loss. A job-wide one is said by the job line; a straggler by a line of
+    // its own: where the time goes is known, why is not, and said so.
+    if (scope == Scope::kRank && unexplained) {
+      std::string line;
+      for (const auto& e : f.evidence) line += (line.empty() ? "" : "; ") + e;
+      line += (line.empty() ? "" : "; ") + rank_name(r) + (r.node.empty() ? "" : " (node " + r.node + ")") + " loses " + ms(lost) +
+              " per step and no layer's metrics explain it (were all layers recorded?)";
+      if (!dropped.empty()) line += "; not a cause: " + dropped;
+      std::vector<std::string> cost;
+      agent_cost_evidence(r, cost);
+      for (auto& e : cost) line += "; " + e;
+      line += "; look at the differential flame graph of " + rank_name(r) + " (strata record --layers all records every layer)";
+      *unexplained = {r.rank, r.node, lost, std::move(line)};
+    }
+    return std::nullopt;
   }
   Ranked& top = hs.front();
   f.cause = top.h.cause;
@@ -3079,7 +3085,10 @@ void compare_opinions(Diagnosis& dx) {
       if (i == 0) top = f.rank;
     }
   }
+  // A straggler no layer explains is still where the time goes: the models agree when they flag it.
+  for (const auto& u : dx.unexplained) mine.push_back(u.rank);
   std::sort(mine.begin(), mine.end());
+  mine.erase(std::unique(mine.begin(), mine.end()), mine.end());
   bool job_level = !dx.findings.empty() && mine.empty();
   auto has = [](const std::vector<int>& v, int x) { return std::find(v.begin(), v.end(), x) != v.end(); };
 
@@ -3397,7 +3406,7 @@ Diagnosis diagnose(const JobWindow& job, const Options& opt) {
         head.insert(head.end(), f.evidence.begin(), f.evidence.end());
         f.evidence = std::move(head);
         if (auto other = to_finding(job, k.i, cost, descend(job, k.i, k.extra, false), {}, locate, Scope::kRank);
-            other && other->culprit != "unknown" && other->cause != Cause::kGpuSlow)
+            other && other->cause != Cause::kGpuSlow)
           f.evidence.push_back(std::string("also: ") + cause_name(other->cause) + " (" + other->culprit + ")");
         continue;
       }
@@ -3407,12 +3416,18 @@ Diagnosis diagnose(const JobWindow& job, const Options& opt) {
         head.push_back(rank_name(r) + " does work no other rank does (alone in its parallel role): compared with its own healthy past, "
                        "its busy time grew " + ms(k.extra) + " per step more than the other ranks' did; \"its peers\" below is "
                        "the rank itself before");
-        if (auto f = to_finding(alone, 0, cost, descend(alone, 0, k.extra, false), std::move(head), locate, Scope::kRank))
+        Diagnosis::Unexplained why_not;
+        if (auto f = to_finding(alone, 0, cost, descend(alone, 0, k.extra, false), std::move(head), locate, Scope::kRank, &why_not))
           dx.findings.push_back(std::move(*f));
+        else if (!why_not.text.empty())
+          dx.unexplained.push_back(std::move(why_not));
         continue;
       }
-      if (auto f = to_finding(job, k.i, cost, descend(job, k.i, k.extra, false), std::move(head), locate, Scope::kRank))
+      Diagnosis::Unexplained why_not;
+      if (auto f = to_finding(job, k.i, cost, descend(job, k.i, k.extra, false), std::move(head), locate, Scope::kRank, &why_not))
         dx.findings.push_back(std::move(*f));
+      else if (!why_not.text.empty())
+        dx.unexplained.push_back(std::move(why_not));
     }
 
     // Everyone waits longer and no one computes longer: a link, the fabric, or the job slowed
@@ -3450,6 +3465,10 @@ Diagnosis diagnose(const JobWindow& job, const Options& opt) {
   }
   compare_opinions(dx);
   return dx;
+}
+
+bool healthy(const Diagnosis& dx) {
+  return dx.findings.empty() && dx.note.empty() && dx.unexplained.empty() && !dx.waiting_for_data;
 }
 
 }  // namespace strata::diagnose

@@ -66,6 +66,16 @@ struct Diagnosis {
   double baseline_step_ms = kUnknown;  // before it
   std::vector<Finding> findings;       // most costly first; empty: healthy, unless `note` says otherwise
   std::string note;                    // the job slowed and nothing explains it (then no finding)
+  // Stragglers no layer explains: where the time is lost is known (rank, node, how
+  // much), why is not. Not findings (a culprit is a resolved name that explains a stated share of
+  // the loss), and not a healthy window either: the collector keeps it out of the job's past.
+  struct Unexplained {
+    int rank = -1;
+    std::string node;
+    double lost_ms_per_step = 0;
+    std::string text;  // where the time goes, what was ruled out, what to look at
+  };
+  std::vector<Unexplained> unexplained;
   // The job slowed with no straggler among the ranks whose data is in, and some ranks' latest data
   // has not reached the store yet (late_ranks): the verdict waits for it (`note` says whose). Not a
   // healthy window: the collector does not fold it into the job's past.
@@ -75,6 +85,10 @@ struct Diagnosis {
 };
 
 Diagnosis diagnose(const JobWindow& job, const Options& options = {});
+
+// No finding, no note, no unexplained straggler, no wait for late data: a window the job's past
+// may be built from.
+bool healthy(const Diagnosis& dx);
 
 // The second opinion alone (diagnose() calls it and compares), over time included.
 SecondOpinion second_opinion(const JobWindow& job);

@@ -1734,7 +1734,7 @@ Result<JobWindow> load_latest_with_baseline(store::Reader& s, LoadOptions opt, u
   before.last_ns.reset();
   auto past = load_job_window(s, before);
   if (!past) return window;
-  if (!diagnose(*past).findings.empty()) return window;
+  if (auto dx = diagnose(*past); !dx.findings.empty() || !dx.unexplained.empty()) return window;
   JobBaseline baseline;
   baseline.absorb(*past);
   baseline.apply(*window);

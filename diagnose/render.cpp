@@ -29,11 +29,17 @@ std::string num(double v, const char* f = "%.1f") { return std::isfinite(v) ? js
 void write_json(const Diagnosis& dx, std::ostream& out) {
   out << "{\"job\":" << json_string(dx.job) << ",\"ranks\":" << dx.ranks
       << ",\"step_ms\":" << json_number(dx.step_ms) << ",\"baseline_step_ms\":" << json_number(dx.baseline_step_ms)
-      << ",\"healthy\":" << (dx.findings.empty() && dx.note.empty() ? "true" : "false");
+      << ",\"healthy\":" << (healthy(dx) ? "true" : "false");
   if (!dx.note.empty()) out << ",\"note\":" << json_string(dx.note);
   if (dx.waiting_for_data) out << ",\"waiting_for_data\":true";
   out << ",\"data_notes\":[";
   for (size_t i = 0; i < dx.data_notes.size(); ++i) out << (i ? "," : "") << json_string(dx.data_notes[i]);
+  out << "],\"unexplained\":[";
+  for (size_t i = 0; i < dx.unexplained.size(); ++i) {
+    const auto& u = dx.unexplained[i];
+    out << (i ? "," : "") << "{\"rank\":" << u.rank << ",\"node\":" << json_string(u.node)
+        << ",\"lost_ms_per_step\":" << json_number(u.lost_ms_per_step) << ",\"text\":" << json_string(u.text) << "}";
+  }
   out << "],\"findings\":[";
   for (size_t i = 0; i < dx.findings.size(); ++i) {
     const auto& f = dx.findings[i];
@@ -74,10 +80,14 @@ void write_text(const Diagnosis& dx, std::ostream& out) {
   out << "\n";
   if (!dx.note.empty()) {
     out << dx.note << "\n";
-  } else if (dx.findings.empty()) {
+  } else if (healthy(dx)) {
     out << "healthy: no rank, layer or link explains a slowdown\n";
   }
   for (const auto& n : dx.data_notes) out << "data: " << n << "\n";
+  for (const auto& u : dx.unexplained) {
+    out << "straggler, cause unknown: rank " << u.rank << (u.node.empty() ? "" : " (node " + u.node + ")") << ", "
+        << num(u.lost_ms_per_step) << " ms per step\n   " << u.text << "\n";
+  }
   for (size_t i = 0; i < dx.findings.size(); ++i) {
     const auto& f = dx.findings[i];
     out << "\n" << (i + 1) << ". " << cause_name(f.cause);

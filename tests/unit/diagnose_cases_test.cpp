@@ -3,7 +3,8 @@
 //   {"findings": [{"rank": 2, "cause": "gpu-slow", "culprit": "GPU 2"}]}   ("culprit": a substring;
 //                                                                          rank -1: the whole job)
 //   {"findings": []}                                                       (healthy)
-//   "culprit": "" checks rank and cause only (the case says why); a culprit "unknown" never passes.
+//   "culprit": "" checks rank and cause only (the case says why). A straggler no layer explains is
+//   no finding (Diagnosis::unexplained) and never passes: no case expects one.
 // Only the top finding of each expected entry's rank is checked, in order.
 #include <gtest/gtest.h>
 
@@ -86,16 +87,13 @@ TEST_P(RecordedCase, GivesTheExpectedFindings) {
   write_text(dx, text);
   auto want = read_expected(expected);
   ASSERT_EQ(dx.findings.size(), want.size()) << text.str();
+  EXPECT_TRUE(dx.unexplained.empty()) << text.str();
   for (size_t i = 0; i < want.size(); ++i) {
     EXPECT_EQ(dx.findings[i].rank, want[i].rank) << text.str();
     // Rank -1 is a job-scope finding and only that (DESIGN §8).
     EXPECT_EQ(dx.findings[i].scope == Scope::kJob, want[i].rank == -1) << text.str();
     EXPECT_EQ(std::string(cause_name(dx.findings[i].cause)), want[i].cause) << text.str();
-    // A straggler whose cause is not known is reported as host-hotspot with culprit "unknown": that
-    // finds the rank, not the cause (an empty expected culprit checks the cause alone).
-    if (want[i].culprit != "unknown") {
-      EXPECT_NE(dx.findings[i].culprit, "unknown") << text.str();
-    }
+    // An empty expected culprit checks the cause alone.
     EXPECT_NE(dx.findings[i].culprit.find(want[i].culprit), std::string::npos)
         << "culprit '" << dx.findings[i].culprit << "' should name '" << want[i].culprit << "'\n" << text.str();
   }

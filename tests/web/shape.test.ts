@@ -6,7 +6,7 @@ import {
   traceTracks, fmtMs, fmtNum, type DiffProfile, type Heatmap,
   computeMatrix, defaultTimelineRanks, deviationDomain, deviationMatrix, diffColor, divergingColor, downsampleExtreme,
   jobStatusText, jobStepMs, markedRows, maxAbsDelta, niceTicks, rankLanes, sortFunctions, functionTable, stepWindow, worstStep,
-  MIN_DEVIATION_SHARE, selfDiff, shortName, heatmapRowLayout, MARK_ROW_PX,
+  MIN_DEVIATION_SHARE, selfDiff, shortName, heatmapRowLayout, MARK_ROW_PX, diagnosisVerdict,
 } from '../../web/src/shape';
 
 // A synchronous job of `ranks` ranks x `steps` steps: every rank's step takes the same time (they
@@ -324,6 +324,24 @@ describe('jobs page', () => {
   });
   it('one step time: the median over ranks of each rank\'s median step', () => {
     expect(jobStepMs([[100, 300, 110], [120, 130, 500], [90, 95, 99]])).toBe(110);
+  });
+});
+
+describe('diagnosis verdict', () => {
+  // The page said "healthy" whenever there was no finding, over a note that the job slowed and over
+  // a straggler no layer explains: the badge is the engine's own verdict.
+  it('says healthy only when the engine does', () => {
+    expect(diagnosisVerdict({ job: 'j', healthy: true, findings: [] }).badge).toBe('healthy');
+    const slowed = diagnosisVerdict({ job: 'j', healthy: false, note: 'the job slowed on every rank alike', findings: [] });
+    expect(slowed).toEqual({ badge: 'slowed', text: 'the job slowed on every rank alike' });
+    const straggler = { rank: 3, node: 'node-1', lost_ms_per_step: 40, text: 'rank 3 loses 40 ms per step' };
+    expect(diagnosisVerdict({ job: 'j', healthy: false, findings: [], unexplained: [straggler] }).badge).toBeNull();
+    // Older collectors sent no "healthy": no finding and no unexplained straggler reads healthy.
+    expect(diagnosisVerdict({ job: 'j', findings: [], unexplained: [straggler] }).badge).toBeNull();
+    expect(diagnosisVerdict({ job: 'j', findings: [] }).badge).toBe('healthy');
+    expect(diagnosisVerdict({ job: 'j', healthy: false, waiting_for_data: true, note: 'waits for node-3', findings: [] }))
+      .toEqual({ badge: 'waiting', text: 'waits for node-3' });
+    expect(diagnosisVerdict({ job: 'j', findings: [], error: 'no steps' }).badge).toBeNull();
   });
 });
 

@@ -45,9 +45,30 @@ export interface Diagnosis {
   step_ms?: number | null;
   baseline_step_ms?: number | null;
   healthy?: boolean;
+  note?: string;               // the job slowed and nothing explains it, or it waits for late ranks' data
+  waiting_for_data?: boolean;
+  unexplained?: Unexplained[]; // stragglers no layer explains: no finding, but not healthy either
   findings: Finding[];
   error?: string;
   second_opinion?: { outlier_ranks: number[]; notes: string[]; disagrees: boolean; summary: string };
+}
+
+export interface Unexplained {
+  rank: number;
+  node: string;
+  lost_ms_per_step: number;
+  text: string;
+}
+
+// What the diagnosis says before its findings: 'healthy' only when the engine says so (no finding,
+// no note, no unexplained straggler, no wait for late data); else the note, when there is one.
+export function diagnosisVerdict(d: Diagnosis): { badge: 'healthy' | 'slowed' | 'waiting' | null; text: string } {
+  if (d.error) return { badge: null, text: '' };
+  if (d.waiting_for_data) return { badge: 'waiting', text: d.note ?? "waiting for late ranks' data" };
+  if (d.note) return { badge: 'slowed', text: d.note };
+  const healthy = d.healthy ?? (d.findings.length === 0 && !(d.unexplained?.length));
+  if (healthy) return { badge: 'healthy', text: 'no finding: the job runs at its own baseline and its ranks behave alike.' };
+  return { badge: null, text: '' };
 }
 
 export interface HeatmapRank {

@@ -5,8 +5,8 @@ import { errorBox, h } from '../dom';
 import { heatmapCanvas } from '../heatmap';
 import {
   cellRange, computeMatrix, defaultTimelineRanks, deviationMatrix, fmtMs, fmtNum, jobStepMs, OS_METRICS, osTotalsByPid,
-  rankBreakdown, robustZ, stepTrend, worstStep,
-  type Diagnosis, type Finding, type Heatmap, type RankBreakdown,
+  diagnosisVerdict, rankBreakdown, robustZ, stepTrend, worstStep,
+  type Diagnosis, type Finding, type Heatmap, type RankBreakdown, type Unexplained,
 } from '../shape';
 import { formatHash, type UiState } from '../state';
 import { fidelitySlot } from './fidelity';
@@ -44,10 +44,28 @@ function findingCard(job: string, f: Finding): HTMLElement {
       h('a', { class: 'button', href: formatHash({ view: 'job', job, rank: f.rank }) }, 'select rank')));
 }
 
+// A straggler no layer explains: where the time goes, without a cause or culprit to name.
+function unexplainedCard(job: string, u: Unexplained): HTMLElement {
+  return h('div', { class: 'finding unexplained', 'data-rank': u.rank },
+    h('div', { class: 'finding-head' },
+      h('span', { class: 'badge warn' }, 'straggler, cause unknown'),
+      h('strong', {}, ` rank ${u.rank}`), u.node ? ` on ${u.node}` : '', ` · ${fmtMs(u.lost_ms_per_step)} lost per step`),
+    h('p', {}, u.text),
+    h('div', { class: 'actions' },
+      h('a', { class: 'button', href: formatHash({ view: 'flame', job, rank: u.rank, diff: true, kind: 'oncpu' }) }, 'differential flame graph'),
+      h('a', { class: 'button', href: formatHash({ view: 'flame', job, rank: u.rank, diff: true, kind: 'offcpu' }) }, 'off-CPU differential'),
+      h('a', { class: 'button', href: formatHash({ view: 'job', job, rank: u.rank }) }, 'select rank')));
+}
+
 function findingsSection(job: string, d: Diagnosis): HTMLElement {
   const sec = h('section', { id: 'findings' }, h('h2', {}, 'Findings'));
   if (d.error) sec.append(h('p', { class: 'muted' }, `no diagnosis: ${d.error}`));
-  else if (d.findings.length === 0) sec.append(h('p', {}, h('span', { class: 'badge ok' }, 'healthy'), ' no finding: the job runs at its own baseline and its ranks behave alike.'));
+  const verdict = diagnosisVerdict(d);
+  if (verdict.badge) {
+    const cls = verdict.badge === 'healthy' ? 'badge ok' : 'badge warn';
+    sec.append(h('p', { id: 'diagnosis-verdict' }, h('span', { class: cls }, verdict.badge), ' ', verdict.text));
+  }
+  for (const u of d.unexplained ?? []) sec.append(unexplainedCard(job, u));
   if (typeof d.step_ms === 'number')
     sec.append(h('p', { class: 'muted', id: 'diagnosis-step' }, `The diagnosis compares the recent steps (median step ${fmtMs(d.step_ms)}) with the job's baseline (${fmtMs(d.baseline_step_ms)})` +
       (d.second_opinion?.summary ? ` · second opinion: ${d.second_opinion.summary}` : '')));
