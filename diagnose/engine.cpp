@@ -1321,8 +1321,27 @@ std::optional<Hypothesis> imbalance_on_cpu(const RankCase& k) {
   return h;
 }
 
+// The top path of the differential profile is one the peers also run, at more than kFreshPathShare
+// of the rank's time, and the rest of the rank's work did not grow with it (more_of_everything):
+// the same code running longer on this rank. That is the same work slower (a slower or shared CPU:
+// its caches, its hyperthread sibling, a hypervisor, the profiler's own run time on it) or more
+// data in that one function; either way no function of the rank's own is the cause, and naming
+// the path (seen: `backward`, 23.0 ms per step against 16.1 ms on the peer of a healthy pinned
+// 2-rank DDP job while strata's start-up ran on its CPU) sends the reader to optimize code every
+// rank runs alike.
+bool usual_work_slower(const RankCase& k) {
+  return k.cpu > 0 && k.hot && !(k.hot->peers_ms < kFreshPathShare * k.hot->culprit_ms) && !more_of_everything(k);
+}
+
+// What the CPU layer saw when only the usual work grew: said in the straggler's unexplained line.
+std::string usual_work_note(const RankCase& k) {
+  return k.who + " runs on the CPU " + ms(k.r.get(Os::kCpu)) + " per step vs " + ms(k.cpu_peers) + " on its peers, in work they run as well (" +
+         k.hot->function + " " + ms(k.hot->culprit_ms) + " per step vs " + ms(k.hot->peers_ms) +
+         "): the same work slower (a slower or shared CPU) or more data in it, not a function of its own";
+}
+
 std::optional<Hypothesis> host_hotspot(const RankCase& k) {
-  if (k.cpu <= 0 || more_of_everything(k)) return std::nullopt;
+  if (k.cpu <= 0 || more_of_everything(k) || usual_work_slower(k)) return std::nullopt;
   Hypothesis h = cpu_hypothesis(k);
   h.cause = Cause::kHostHotspot;
   return h;
@@ -1448,9 +1467,10 @@ void fold_hotspot_into_memory_calls(const RankCase& k, std::vector<Ranked>& hs);
 
 // Descends the layers on rank c, whose busy time exceeds its peers' by `extra` ms per step: every
 // rule of the table that finds its evidence, most explained first.
-std::vector<Ranked> descend(const JobWindow& job, size_t c, double extra, bool job_wide) {
+std::vector<Ranked> descend(const JobWindow& job, size_t c, double extra, bool job_wide, std::vector<std::string>* seen = nullptr) {
   RankCase k(job, c, extra, job_wide);
   measure(k);
+  if (seen && usual_work_slower(k)) seen->push_back(usual_work_note(k));
   bool host_wait = k.host > 0 || job_wide;
   std::vector<Ranked> hs;
   for (const auto& rule : kRules) {
@@ -3410,24 +3430,28 @@ Diagnosis diagnose(const JobWindow& job, const Options& opt) {
           f.evidence.push_back(std::string("also: ") + cause_name(other->cause) + " (" + other->culprit + ")");
         continue;
       }
+      // The layers' verdict on rank i of `on`: a finding, or a line that says where the time goes
+      // and what the layers saw when none of them explains it.
+      auto descend_on = [&](const JobWindow& on, size_t i) {
+        std::vector<std::string> seen;
+        auto hs = descend(on, i, k.extra, false, &seen);
+        if (hs.empty() || !(hs.front().h.explained_ms >= kMinExplainedShare * cost)) head.insert(head.end(), seen.begin(), seen.end());
+        Diagnosis::Unexplained why_not;
+        if (auto f = to_finding(on, i, cost, std::move(hs), std::move(head), locate, Scope::kRank, &why_not))
+          dx.findings.push_back(std::move(*f));
+        else if (!why_not.text.empty())
+          dx.unexplained.push_back(std::move(why_not));
+      };
       if (k.own_past) {
         // Its past as its one peer: every layer's rule reads "its peers" as the rank before.
         JobWindow alone = with_own_past(job, k.i);
         head.push_back(rank_name(r) + " does work no other rank does (alone in its parallel role): compared with its own healthy past, "
                        "its busy time grew " + ms(k.extra) + " per step more than the other ranks' did; \"its peers\" below is "
                        "the rank itself before");
-        Diagnosis::Unexplained why_not;
-        if (auto f = to_finding(alone, 0, cost, descend(alone, 0, k.extra, false), std::move(head), locate, Scope::kRank, &why_not))
-          dx.findings.push_back(std::move(*f));
-        else if (!why_not.text.empty())
-          dx.unexplained.push_back(std::move(why_not));
+        descend_on(alone, 0);
         continue;
       }
-      Diagnosis::Unexplained why_not;
-      if (auto f = to_finding(job, k.i, cost, descend(job, k.i, k.extra, false), std::move(head), locate, Scope::kRank, &why_not))
-        dx.findings.push_back(std::move(*f));
-      else if (!why_not.text.empty())
-        dx.unexplained.push_back(std::move(why_not));
+      descend_on(job, k.i);
     }
 
     // Everyone waits longer and no one computes longer: a link, the fabric, or the job slowed

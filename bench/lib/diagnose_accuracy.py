@@ -759,7 +759,9 @@ def main():
             for r in results:
                 db = os.path.join(args.rescore, r["name"] + ".db")
                 if os.path.exists(db):
-                    r["findings"] = diagnose(strata, db)["findings"]
+                    dx = diagnose(strata, db)
+                    r["findings"] = dx["findings"]
+                    r["unexplained"] = dx.get("unexplained", [])
                     truth_path = os.path.join(args.rescore, r["name"] + ".json")
                     if r["kind"] != "none" and os.path.exists(truth_path):
                         r["latency_s"] = first_correct_latency(strata, db, json.load(open(truth_path)), scratch)
