@@ -9,6 +9,7 @@
 #include <set>
 #include <string_view>
 #include <unordered_map>
+#include <unordered_set>
 
 #include "diagnose/stats.h"
 
@@ -299,6 +300,11 @@ struct PathDiff {
   std::string broken_example;  // one of their frames
 };
 
+// A frame passes its time on to a callee that holds at least this share of it: what is left (its own
+// lines, its other callees) is too little to be the reason it is slow. Under 0.2 also leaves room
+// for the frame's own samples that land on its lines between calls.
+constexpr double kPassThroughShare = 0.8;
+
 std::optional<PathDiff> differential_profile(const JobWindow& job, size_t c, const std::vector<size_t>& peers,
                                              Values RankWindow::*field) {
   Broken broken;
@@ -344,6 +350,40 @@ std::optional<PathDiff> differential_profile(const JobWindow& job, size_t c, con
       if (!pick || k.depth < pick->depth || (k.depth == pick->depth && k.excess > pick->excess)) pick = &k;
     }
     if (pick) break;
+  }
+  // A Python function the peers never run that only passes its time on: almost all of it goes to
+  // one callee of the same source file that the peers never run on any path. The callee is where
+  // the time goes; the frame above it is new on the rank only because the peers' calls of it are
+  // too short to be sampled (a DataLoader worker's Batches.__getitem__, whose augment_sample burned
+  // the time: the peers' cheap __getitem__ had no samples). Not across files: a call into another
+  // module (torch.save from a checkpoint function) is the program's own code calling a library,
+  // and the call site is what its authors change. Not into a function the peers run elsewhere
+  // (slow_augment's cpu_work): that is their usual work, called from the new frame.
+  if (pick && !job.python_functions.empty()) {
+    std::unordered_set<std::string_view> peer_functions;
+    for (const auto& t : theirs) {
+      for (const auto& [path, value] : t) peer_functions.insert(split_path(path).back());
+    }
+    auto file_of = [](std::string_view frame) {
+      auto colon = frame.find(':');
+      return colon == std::string_view::npos ? std::string_view() : frame.substr(0, colon);
+    };
+    for (bool deeper = true; deeper;) {
+      deeper = false;
+      const std::string& at = *pick->path;
+      const std::string_view at_file = file_of(split_path(at).back());
+      for (const auto& k : cands) {
+        const std::string& p = *k.path;
+        if (k.depth != pick->depth + 1 || p.compare(0, at.size(), at) != 0 || p[at.size()] != ';') continue;
+        const std::string_view callee = split_path(p).back();
+        if (k.mine < kPassThroughShare * pick->mine || peer_functions.count(callee) || at_file.empty() ||
+            file_of(callee) != at_file || !job.python_functions.count(std::string(callee)))
+          continue;
+        pick = &k;
+        deeper = true;
+        break;
+      }
+    }
   }
   // Else: the path whose time is most of all extra, the deeper on ties.
   if (!pick) {

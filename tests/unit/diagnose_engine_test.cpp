@@ -1262,6 +1262,48 @@ TEST(DiagnoseEngine, ARanksWorkersThatTakeTheSharedCpusAreItsHotspot) {
   }
 }
 
+// The same job as the held-out DDP run r3-w2-pin saw it, a Python program: the peers' workers load
+// their batches too fast to be sampled in Batches.__getitem__ (their samples land in the worker
+// loop), so on rank 2 __getitem__ is as new as augment_sample, which holds almost all of its time.
+// The function that burned the time is named, called from __getitem__ (named __getitem__ before).
+// __getitem__ stays the culprit where it does not only pass its time on: its own lines hold a third
+// of it, or the callee is another file's (a library's) function.
+TEST(DiagnoseEngine, AFrameThatOnlyPassesItsTimeOnIsNotTheCulprit) {
+  struct Variant {
+    double own_ms;
+    const char* callee;
+    const char* culprit;
+  };
+  for (const Variant& v : {Variant{1, "train.py:augment_sample", "train.py:augment_sample"},
+                           Variant{15, "train.py:augment_sample", "train.py:Batches.__getitem__"},
+                           Variant{1, "augment.py:augment_sample", "train.py:Batches.__getitem__"}}) {
+    JobWindow job = shared_cpu_job(true);
+    const std::string loop = std::string(kWorkerFrame) + ";worker.py:_worker_loop";
+    const std::string getitem = loop + ";train.py:Batches.__getitem__";
+    job.python_functions = {"worker.py:_worker_loop", "train.py:Batches.__getitem__", v.callee};
+    for (auto& r : job.ranks) {
+      Values kept;
+      for (const auto& s : r.oncpu) {
+        // The worker's batch loading only: the synthetic native paths and augment_sample go.
+        if (job.names.name(s.name).find("load_batch") == std::string::npos) continue;
+        kept.push_back({job.names.id(r.rank == 2 ? getitem : loop), s.ms_per_step});
+      }
+      r.oncpu = kept;
+    }
+    RankWindow& h = job.ranks[2];
+    h.oncpu.push_back({job.names.id(getitem), v.own_ms - 1});
+    h.oncpu.push_back({job.names.id(getitem + ";" + v.callee), 30});
+    normalize(h.oncpu);
+    auto dx = diagnose(job);
+    const std::string which = std::string("own ") + std::to_string(v.own_ms) + ", callee " + v.callee + "\n";
+    ASSERT_EQ(dx.findings.size(), 1u) << which << text_of(dx);
+    const Finding& f = dx.findings[0];
+    EXPECT_EQ(f.rank, 2) << which << text_of(dx);
+    EXPECT_EQ(std::string(cause_name(f.cause)), "host-hotspot") << which << text_of(dx);
+    EXPECT_EQ(f.culprit, v.culprit) << which << text_of(dx);
+  }
+}
+
 // The same slowdown where rank 2 always ran that much more CPU (its past says so): its work did not
 // change, so it is not why the job slowed.
 TEST(DiagnoseEngine, ARankThatAlwaysRanMoreCpuIsNotBlamedForASlowdown) {
