@@ -194,6 +194,21 @@ double median_step_excess(const JobWindow& job, size_t i, const std::vector<size
   return median(std::move(gap));
 }
 
+// A rank's busy time in its typical step, as evidence says it: the median over the phase's steps
+// of each step's time less its own wait (`in_window`: the window's steps, else the baseline's),
+// with at least kMinStepsCompared of them; else the phase's median step less its mean wait. That
+// difference of two different statistics can go below zero (one step that waited a second for a
+// late peer lifts the mean wait above the median step: "busy -1095 ms" on the peers of an 8-rank
+// job), a step's own difference cannot.
+double typical_busy(const RankWindow& r, bool in_window) {
+  std::vector<double> b;
+  for (const auto& p : r.series) {
+    if (p.in_window == in_window && known(p.step_ms) && known(p.wait_ms)) b.push_back(static_cast<double>(p.step_ms) - p.wait_ms);
+  }
+  if (b.size() >= kMinStepsCompared) return median(std::move(b));
+  return in_window ? r.now.busy_ms() : r.base.busy_ms();
+}
+
 template <typename F>
 std::vector<double> column(const JobWindow& job, F get) {
   std::vector<double> v;
@@ -1574,8 +1589,8 @@ std::optional<Finding> to_finding(const JobWindow& job, size_t c, double lost, s
     if (scope == Scope::kRank && unexplained) {
       std::string line;
       for (const auto& e : f.evidence) line += (line.empty() ? "" : "; ") + e;
-      line += (line.empty() ? "" : "; ") + rank_name(r) + (r.node.empty() ? "" : " (node " + r.node + ")") + " loses " + ms(lost) +
-              " per step and no layer's metrics explain it (were all layers recorded?)";
+      // The entry's rank, node and loss are fields of their own, which every report says first.
+      line += (line.empty() ? "" : "; ") + std::string("no layer's metrics explain the loss (were all layers recorded?)");
       if (!dropped.empty()) line += "; not a cause: " + dropped;
       std::vector<std::string> cost;
       agent_cost_evidence(r, cost);
@@ -3439,17 +3454,17 @@ Diagnosis diagnose(const JobWindow& job, const Options& opt) {
       auto hf = hw.find(k.i);
       auto peers = peers_of(job, k.i);
       double wait_peers = peer_median(job, peers, [](const RankWindow& x) { return x.now.wait_ms; });
-      double busy_peers = peer_median(job, peers, [](const RankWindow& x) { return x.now.busy_ms(); });
+      double busy_peers = peer_median(job, peers, [](const RankWindow& x) { return typical_busy(x, true); });
       std::vector<std::string> head;
       if (slow) {
         head.push_back("job step time " + ms(dx.step_ms) + " vs its baseline " + ms(dx.baseline_step_ms) + " (+" +
                        fmt("%.0f%%", 100 * lost / dx.baseline_step_ms) + ")");
       }
       if (k.own_past)
-        head.push_back(rank_name(r) + " is the straggler: busy " + ms(r.now.busy_ms()) + " per step vs " + ms(r.base.busy_ms()) +
+        head.push_back(rank_name(r) + " is the straggler: busy " + ms(typical_busy(r, true)) + " per step vs " + ms(typical_busy(r, false)) +
                        " in its own past; waits " + ms(r.now.wait_ms) + " in collectives vs " + ms(r.base.wait_ms));
       else
-        head.push_back(rank_name(r) + " is the straggler: busy " + ms(r.now.busy_ms()) + " per step vs " + ms(busy_peers) +
+        head.push_back(rank_name(r) + " is the straggler: busy " + ms(typical_busy(r, true)) + " per step vs " + ms(busy_peers) +
                        " on its peers; waits " + ms(r.now.wait_ms) + " in collectives vs " + ms(wait_peers));
       if (job.peer_group.size() == n && !k.own_past)
         head.push_back("its peers: the " + std::to_string(peers.size()) + (peers.size() == 1 ? " other rank" : " other ranks") +
@@ -3534,5 +3549,7 @@ Diagnosis diagnose(const JobWindow& job, const Options& opt) {
 bool healthy(const Diagnosis& dx) {
   return dx.findings.empty() && dx.note.empty() && dx.unexplained.empty() && !dx.waiting_for_data;
 }
+
+bool may_join_past(const Diagnosis& dx) { return dx.findings.empty() && dx.unexplained.empty() && !dx.waiting_for_data; }
 
 }  // namespace strata::diagnose
