@@ -86,9 +86,12 @@ struct Diagnosis {
 
 Diagnosis diagnose(const JobWindow& job, const Options& options = {});
 
-// No finding, no note, no unexplained straggler, no wait for late data: a window the job's past
-// may be built from.
+// No finding, no note, no unexplained straggler, no wait for late data.
 bool healthy(const Diagnosis& dx);
+// A window the job's past may be built from: no finding, no straggler no layer explains, no wait
+// for late ranks' data (judged again when it arrives). A job that slowed alike with nothing to
+// explain it (a note) may: a lasting drift becomes the job's normal rather than a note forever.
+bool may_join_past(const Diagnosis& dx);
 
 // The second opinion alone (diagnose() calls it and compares), over time included.
 SecondOpinion second_opinion(const JobWindow& job);

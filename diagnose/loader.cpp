@@ -1458,7 +1458,7 @@ Result<JobWindow> load_job_window(store::Reader& s, const LoadOptions& opt) {
     }
     else if (n == "os.neighbour_run_us") {
       // "comm:pid"; the job's own processes are not neighbours (job_pids above). Named below by
-      // the pid's recorded process name, else its latest name: a process renamed mid-run (exec,
+      // the latest name it ran under, else its recorded name: a process renamed mid-run (exec,
       // prctl) is one neighbour.
       auto colon = m.label.rfind(':');
       std::string comm = colon == std::string::npos ? m.label : m.label.substr(0, colon);
@@ -1484,10 +1484,14 @@ Result<JobWindow> load_job_window(store::Reader& s, const LoadOptions& opt) {
   }
 
   for (const auto& t : neighbour_time) {
-    // A recorded process by its recorded name, else by the latest name it ran under.
+    // By the latest name it ran under (the agent names a neighbour as it is at the window's end),
+    // else a recorded process by its recorded name. Not the recorded name first: that is read when
+    // the process is found, right after its exec, and a process that renames itself then (a hog
+    // started by the job's launcher, "python3" at its exec, "strata-hog" from its first line on)
+    // was named "python3" on a DDP run: the name of every other Python process of the node.
     auto rn = recorded_name.find(t.neighbour);
     const auto& latest = neighbour_name[t.neighbour];
-    std::string name = rn != recorded_name.end() && t.neighbour.pid ? rn->second : !latest.second.empty() ? latest.second : t.comm;
+    std::string name = !latest.second.empty() ? latest.second : rn != recorded_name.end() && t.neighbour.pid ? rn->second : t.comm;
     Acc& a = (t.past ? past_acc : acc)[t.rank];
     // The agent is never a neighbour: its time is its cost, said apart (RankWindow::agent_ms).
     if (is_agent(name) || is_agent(t.comm)) {
@@ -1734,7 +1738,7 @@ Result<JobWindow> load_latest_with_baseline(store::Reader& s, LoadOptions opt, u
   before.last_ns.reset();
   auto past = load_job_window(s, before);
   if (!past) return window;
-  if (auto dx = diagnose(*past); !dx.findings.empty() || !dx.unexplained.empty()) return window;
+  if (!may_join_past(diagnose(*past))) return window;
   JobBaseline baseline;
   baseline.absorb(*past);
   baseline.apply(*window);

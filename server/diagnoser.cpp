@@ -620,11 +620,8 @@ Result<std::string> Diagnoser::diagnose_job(const std::string& job) {
   if (state && !state->baseline.empty()) state->baseline.apply(*window);
   auto dx = diagnose::diagnose(*window);
   if (state) {
-    // A healthy window joins the past the next rounds compare with; a slow one never does, nor one
-    // with a straggler no layer explains. (A window that waits for late ranks' data is not healthy:
-    // it is judged again when they arrive.) A job that slowed alike with nothing to explain it
-    // (dx.note) does join: a lasting drift becomes the job's normal rather than a note forever.
-    if (dx.findings.empty() && dx.unexplained.empty() && !dx.waiting_for_data) state->baseline.absorb(*window);
+    // A healthy window joins the past the next rounds compare with; a slow one never does.
+    if (diagnose::may_join_past(dx)) state->baseline.absorb(*window);
     state->last_end_ns = std::max(state->last_end_ns, window->end_ns);
     state->last_findings = static_cast<uint32_t>(dx.findings.size());
   }

@@ -5,6 +5,8 @@
 // sim job slowed 16 s in had only that first window before it, and without it no past at all.
 #include <gtest/gtest.h>
 
+#include <set>
+
 #include "diagnose/loader.h"
 #include "store/store.h"
 #include "tests/support/run.h"
@@ -15,7 +17,10 @@ namespace {
 // A 4-rank gloo job: 120 steps of 100 ms, then 80 of 250 ms; 10 s metric windows, the first of
 // which begins `lead_s` before the first step. Every window says each rank ran 2 s on a CPU, and
 // holds 198 on-CPU samples at 99 Hz (2 s) of each rank in `work`.
-void write_job(store::Store& s, double lead_s) {
+// `hog`: a process the launcher started beside the ranks (recorded, no RANK) that renamed itself
+// right after its exec, "python3" then "strata-hog", runs 1 s of each window on rank 3's CPU; the
+// agent named it "python3" in the first window (its first slice there came before the rename).
+void write_job(store::Store& s, double lead_s, bool hog = false) {
   constexpr int kRanks = 4;
   constexpr uint64_t kT0 = 1'700'000'000'000'000'000ull;
   constexpr uint64_t kWindow = 10'000'000'000ull;
@@ -59,6 +64,16 @@ void write_job(store::Store& s, double lead_s) {
       colls.push_back(c);
     }
   }
+  if (hog) {
+    store::ProcessInfo p;
+    p.pid = 6000;
+    p.ppid = 1;
+    p.start_ns = first_window;
+    p.node = "n0";
+    p.comm = "python3";  // read at its exec, before its prctl
+    p.command = "python3 -c hog";
+    ASSERT_TRUE(s.put_process(*rec, p));
+  }
   ASSERT_TRUE(s.put_steps(*rec, steps));
   ASSERT_TRUE(s.put_collectives(*rec, colls));
   Frame f;
@@ -75,6 +90,7 @@ void write_job(store::Store& s, double lead_s) {
     for (int r = 0; r < kRanks; ++r) {
       const auto pid = static_cast<uint32_t>(5000 + r);
       m.push_back({pid, "os.cpu_time_us", "", 2e6});
+      if (hog && r == 3) m.push_back({pid, "os.neighbour_run_us", w == first_window ? "python3:6000" : "strata-hog:6000", 1e6});
       counts.push_back({pid, pid, "python3", *work, 198});
     }
     ASSERT_TRUE(s.put_metrics(*rec, w, w + kWindow, m));
@@ -83,10 +99,10 @@ void write_job(store::Store& s, double lead_s) {
   ASSERT_TRUE(s.end_recording(*rec, ends.back()));
 }
 
-Result<JobWindow> load(test::TempDir& dir, const std::string& name, double lead_s) {
+Result<JobWindow> load(test::TempDir& dir, const std::string& name, double lead_s, bool hog = false) {
   auto st = store::Store::open_sqlite(dir.file(name), store::Store::Mode::kCreateOrAppend);
   if (!st) return st.error();
-  write_job(**st, lead_s);
+  write_job(**st, lead_s, hog);
   return load_job_window(**st);
 }
 
@@ -132,6 +148,22 @@ TEST(DiagnosePastStore, AFirstWindowMostlyBeforeTheStepsIsWarmUp) {
   ASSERT_EQ(job->ranks.size(), 4u);
   for (const auto& r : job->ranks)
     EXPECT_FALSE(known(r.past.os[static_cast<size_t>(Os::kCpu)])) << "rank " << r.rank << ": warm-up taken as the past";
+}
+
+// A neighbour is named as it ran last, not as the process was recorded at its exec: a hog that
+// renamed itself was "python3" on a DDP run (ddp_train.py's cpu-contention), the name of every rank.
+TEST(DiagnosePastStore, ANeighbourIsNamedAsItRanLast) {
+  test::TempDir dir;
+  auto job = load(dir, "hog.db", 0.3, true);
+  ASSERT_TRUE(job) << job.error().message;
+  ASSERT_EQ(job->ranks.size(), 4u);
+  const RankWindow& r = job->ranks[3];
+  std::set<std::string> names;
+  for (const auto& v : r.neighbours) names.insert(job->names.name(v.name));
+  for (const auto& v : r.past.neighbours) names.insert(job->names.name(v.name));
+  EXPECT_TRUE(names.count("strata-hog")) << "neighbours of rank 3: " << names.size();
+  EXPECT_FALSE(names.count("python3")) << "the hog named by its name at exec";
+  EXPECT_TRUE(job->ranks[0].neighbours.empty());
 }
 
 }  // namespace
