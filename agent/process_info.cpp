@@ -61,6 +61,12 @@ std::string process_env(uint32_t pid, const std::string& key) {
   return "";
 }
 
+std::string process_comm(uint32_t pid) {
+  std::string comm = read_file("/proc/" + std::to_string(pid) + "/comm");
+  while (!comm.empty() && comm.back() == '\n') comm.pop_back();
+  return comm;
+}
+
 bool process_exists(uint32_t pid) { return pid > 0 && (kill(static_cast<pid_t>(pid), 0) == 0 || errno == EPERM); }
 
 // CLOCK_REALTIME once, then CLOCK_MONOTONIC: see process_info.h.
@@ -115,8 +121,7 @@ Result<store::ProcessInfo> read_process_info(uint32_t pid, const std::string& no
   static const uint64_t btime = boot_time_unix_ns();
   p.start_ns = btime + *start_ticks * 1'000'000'000ull / static_cast<uint64_t>(hz);
   std::string base = "/proc/" + std::to_string(pid);
-  p.comm = read_file(base + "/comm");
-  while (!p.comm.empty() && p.comm.back() == '\n') p.comm.pop_back();
+  p.comm = process_comm(pid);
   std::string cmdline = read_file(base + "/cmdline");
   for (char& c : cmdline) if (c == '\0') c = ' ';
   while (!cmdline.empty() && cmdline.back() == ' ') cmdline.pop_back();

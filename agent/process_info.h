@@ -18,6 +18,10 @@ std::optional<uint64_t> process_cpu_ns(uint32_t pid);
 
 bool process_exists(uint32_t pid);
 
+// The process's name now (/proc/PID/comm: its main thread's, as prctl(PR_SET_NAME) last set it);
+// "" when it is gone.
+std::string process_comm(uint32_t pid);
+
 // One variable of the process's environment ("" when unset or unreadable).
 std::string process_env(uint32_t pid, const std::string& key);
 

@@ -24,6 +24,7 @@
 #include "agent/os/offcpu_aggregator.h"
 #include "agent/os/os_metrics.h"
 #include "agent/os/proc_readers.h"
+#include "agent/process_info.h"
 #include "bpf/offcpu.skel.h"
 #include "bpf/os.skel.h"
 #include "symbolize/symbolizer.h"
@@ -565,10 +566,17 @@ class OsLayerSource final : public Source {
         k = next;
         prev = &k;
       }
+      // The kernel names a neighbour once per window, at its first slice; a process renamed
+      // since (prctl(PR_SET_NAME) right after its exec, as a hog or a worker pool does) is named
+      // as it is now, once per process. One that has gone keeps its name from the kernel.
+      std::map<uint32_t, std::string> now_named;
       for (const auto& key : keys) {
         strata_neighbour_value v{};
         if (bpf_map__lookup_and_delete_elem(sched_->maps.neighbours, &key, sizeof(key), &v, sizeof(v), 0) != 0) continue;
-        m.neighbours.push_back(Neighbour{key.cpu, key.tgid, std::string(v.comm, strnlen(v.comm, sizeof(v.comm))), v.run_ns});
+        auto [named, fresh] = now_named.try_emplace(key.tgid);
+        if (fresh) named->second = process_comm(key.tgid);
+        std::string comm = named->second.empty() ? std::string(v.comm, strnlen(v.comm, sizeof(v.comm))) : named->second;
+        m.neighbours.push_back(Neighbour{key.cpu, key.tgid, std::move(comm), v.run_ns});
       }
     }
     {

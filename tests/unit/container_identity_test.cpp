@@ -2,8 +2,13 @@
 // them (cgroup v1 and v2; cgroupfs and systemd drivers; docker, containerd, CRI-O, podman), and
 // from the pod's environment.
 #include <gtest/gtest.h>
+#include <signal.h>
+#include <sys/prctl.h>
+#include <sys/wait.h>
+#include <unistd.h>
 
 #include "agent/container_identity.h"
+#include "agent/process_info.h"
 
 using strata::agent::add_env_identity;
 using strata::agent::ContainerIdentity;
@@ -96,6 +101,31 @@ TEST(ContainerIdentity, Environment) {
   ContainerIdentity both = parse_cgroup_identity("0::/kubepods/pod" + kUid + "/" + kId + "\n");
   add_env_identity({{"POD_UID", "something-else"}}, both);
   EXPECT_EQ(both.pod_uid, kUid);
+}
+
+// A neighbour is named as it is when the agent reads its window (agent/os/os_source.cpp): a process
+// that renamed itself after its exec (prctl(PR_SET_NAME), as a hog or a worker pool does) by its new
+// name; one that has gone by none (the kernel's name stands then).
+TEST(ProcessComm, NamesAProcessAsItIsNow) {
+  int ready[2];
+  ASSERT_EQ(pipe(ready), 0);
+  pid_t child = fork();
+  ASSERT_GE(child, 0);
+  if (child == 0) {
+    prctl(PR_SET_NAME, "renamed-now", 0, 0, 0);
+    char c = 1;
+    if (write(ready[1], &c, 1) != 1) _exit(1);
+    pause();
+    _exit(0);
+  }
+  char c = 0;
+  ASSERT_EQ(read(ready[0], &c, 1), 1);
+  EXPECT_EQ(strata::agent::process_comm(static_cast<uint32_t>(child)), "renamed-now");
+  kill(child, SIGKILL);
+  waitpid(child, nullptr, 0);
+  EXPECT_EQ(strata::agent::process_comm(static_cast<uint32_t>(child)), "");
+  close(ready[0]);
+  close(ready[1]);
 }
 
 }  // namespace
