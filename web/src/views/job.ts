@@ -27,6 +27,15 @@ function markReady(section: string): void {
   document.body.dataset.ready = [...r].join(' ');
 }
 
+// Where to look next at a rank a card names: its differential profiles, its timeline, its row.
+function rankActions(job: string, rank: number): HTMLElement {
+  return h('div', { class: 'actions' },
+    h('a', { class: 'button', href: formatHash({ view: 'flame', job, rank, diff: true, kind: 'oncpu' }) }, 'differential flame graph'),
+    h('a', { class: 'button', href: formatHash({ view: 'flame', job, rank, diff: true, kind: 'offcpu' }) }, 'off-CPU differential'),
+    h('a', { class: 'button', href: formatHash({ view: 'timeline', job, rank }) }, 'timeline'),
+    h('a', { class: 'button', href: formatHash({ view: 'job', job, rank }) }, 'select rank'));
+}
+
 function findingCard(job: string, f: Finding): HTMLElement {
   return h('div', { class: 'finding', 'data-rank': f.rank, 'data-cause': f.cause },
     h('div', { class: 'finding-head' },
@@ -37,11 +46,7 @@ function findingCard(job: string, f: Finding): HTMLElement {
       f.confidence !== null ? ` · confidence ${Math.round((f.confidence ?? 0) * 100)}%` : ''),
     h('ul', { class: 'evidence' }, f.evidence.map((e) => h('li', {}, e))),
     f.advice ? h('p', { class: 'advice' }, '→ ', f.advice) : null,
-    h('div', { class: 'actions' },
-      h('a', { class: 'button', href: formatHash({ view: 'flame', job, rank: f.rank, diff: true, kind: 'oncpu' }) }, 'differential flame graph'),
-      h('a', { class: 'button', href: formatHash({ view: 'flame', job, rank: f.rank, diff: true, kind: 'offcpu' }) }, 'off-CPU differential'),
-      h('a', { class: 'button', href: formatHash({ view: 'timeline', job, rank: f.rank }) }, 'timeline'),
-      h('a', { class: 'button', href: formatHash({ view: 'job', job, rank: f.rank }) }, 'select rank')));
+    rankActions(job, f.rank));
 }
 
 // A straggler no layer explains: where the time goes, without a cause or culprit to name.
@@ -51,10 +56,7 @@ function unexplainedCard(job: string, u: Unexplained): HTMLElement {
       h('span', { class: 'badge warn' }, 'straggler, cause unknown'),
       h('strong', {}, ` rank ${u.rank}`), u.node ? ` on ${u.node}` : '', ` · ${fmtMs(u.lost_ms_per_step)} lost per step`),
     h('p', {}, u.text),
-    h('div', { class: 'actions' },
-      h('a', { class: 'button', href: formatHash({ view: 'flame', job, rank: u.rank, diff: true, kind: 'oncpu' }) }, 'differential flame graph'),
-      h('a', { class: 'button', href: formatHash({ view: 'flame', job, rank: u.rank, diff: true, kind: 'offcpu' }) }, 'off-CPU differential'),
-      h('a', { class: 'button', href: formatHash({ view: 'job', job, rank: u.rank }) }, 'select rank')));
+    rankActions(job, u.rank));
 }
 
 function findingsSection(job: string, d: Diagnosis): HTMLElement {
