@@ -1,6 +1,8 @@
 #!/usr/bin/env python3
 """Least privilege for every thread (label bpf; root): a running `strata agent` and a running
 `strata record` keep no capability outside the runtime set (agent/privileges.h) on any thread.
+And the job comes first: every one of their threads runs at nice >= AGENT_NICE (agent/pipeline.cpp),
+while the command `strata record` starts keeps the priority it was started with.
 
 Capabilities are per thread: a thread started before the drop keeps everything root had. So this
 reads CapInh, CapPrm, CapEff, CapBnd and CapAmb of every /proc/PID/task/*/status while the
@@ -28,6 +30,8 @@ SETS = ("CapInh", "CapPrm", "CapEff", "CapBnd", "CapAmb")
 AGENT_MIN_THREADS = 4
 # The recorder's: main loop, NVML poller.
 RECORD_MIN_THREADS = 2
+# agent/pipeline.cpp's kAgentNice.
+AGENT_NICE = 10
 
 
 def runtime_set():
@@ -54,6 +58,24 @@ def thread_sets(pid):
         except FileNotFoundError:
             pass
     return out
+
+
+def thread_nice(pid):
+    """{tid: nice} for every thread of pid (field 19 of /proc/PID/task/TID/stat)."""
+    out = {}
+    for tid in os.listdir(f"/proc/{pid}/task"):
+        try:
+            with open(f"/proc/{pid}/task/{tid}/stat") as f:
+                stat = f.read()
+            out[int(tid)] = int(stat[stat.rindex(")") + 2:].split()[16])
+        except (FileNotFoundError, ProcessLookupError):
+            pass
+    return out
+
+
+def check_nice(name, pid):
+    low = {tid: n for tid, n in thread_nice(pid).items() if n < AGENT_NICE}
+    check(not low, f"{name}: every thread runs at nice >= {AGENT_NICE}" + (f": {low}" if low else ""))
 
 
 def check_threads(name, pid, min_threads):
@@ -106,6 +128,7 @@ def main():
             if up:
                 wait_threads(agent.pid, AGENT_MIN_THREADS)
                 check_threads("agent", agent.pid, AGENT_MIN_THREADS)
+                check_nice("agent", agent.pid)
         finally:
             agent.terminate()
             _, err = agent.communicate(timeout=60)
@@ -119,6 +142,15 @@ def main():
             # The NVML poller starts after the drop: once it is there, start-up is over.
             wait_threads(rec.pid, RECORD_MIN_THREADS)
             check_threads("record", rec.pid, RECORD_MIN_THREADS)
+            check_nice("record", rec.pid)
+            # Its command keeps this test's priority: strata lowers its own, never the job's.
+            with open(f"/proc/{rec.pid}/task/{rec.pid}/children") as f:
+                children = [int(c) for c in f.read().split()]
+            check(len(children) == 1, f"record: one command running ({children})")
+            mine = os.getpriority(os.PRIO_PROCESS, 0)
+            for child in children:
+                check(set(thread_nice(child).values()) == {mine},
+                      f"record: its command runs at nice {mine} ({thread_nice(child)})")
         finally:
             _, err = rec.communicate(timeout=120)
         check(rec.returncode == 0, f"record: exit {rec.returncode} {err.strip()[-300:]}")
