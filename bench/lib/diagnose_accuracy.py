@@ -216,7 +216,12 @@ def culprit_named(finding, fault):
 #   - straggler: the culprit rank's busy time per iteration (step minus collective wait) beyond its
 #     peers' median, after the start minus before it. Load that slows every rank alike cancels; what
 #     the fault adds to the culprit's own work (a hotspot, a hog on its CPU, a quota, a slow read)
-#     is what its peers then wait for.
+#     is what its peers then wait for. Capped by how much further the culprit got ahead of the
+#     slowest of its peers (_lead_change): a synchronous step waits for its slowest rank, so extra
+#     work that leaves the culprit no slower than a rank already slower than the median adds nothing
+#     to the step (an 8-rank py job, ranks pinned four to a CPU: the culprit's +40 ms on the quieter
+#     CPU made it as busy as the other CPU's ranks, 117 ms against their 116, and the job's step did
+#     not change; scored as a miss before).
 #   - own CPU: the CPU time per iteration of the culprit's processes (its DataLoader workers counted)
 #     beyond its peers' median, after the start minus before it (the peers only, when no metrics
 #     window lies wholly inside the healthy stretch), capped by the job's own slowdown. Work that
@@ -276,6 +281,19 @@ def _excess_change(values, rank, others):
     return ex[1] - ex[0]
 
 
+def _lead_change(values, rank, others):
+    """values[k] = (before, after) per rank: how much further rank k got ahead of the slowest of
+    `others` (its lead, 0 when it is not the slowest), after minus before; None when a value is
+    missing."""
+    lead = []
+    for i in (0, 1):
+        theirs = [values[p][i] for p in others]
+        if values[rank][i] is None or not theirs or any(v is None for v in theirs):
+            return None
+        lead.append(max(0.0, values[rank][i] - max(theirs)))
+    return lead[1] - lead[0]
+
+
 def _peer_drift(values, peers):
     """The in-run noise of an excess change: the largest change of a peer's excess over the other peers
     (the culprit left out, so that its own change is not mirrored in them), measured the same way under
@@ -326,6 +344,9 @@ def fault_effect(db, truth, t_fault):
     if culprit in busy and len(busy) > 1:
         peers = [k for k in busy if k != culprit]
         out["straggler_ms"] = _excess_change(busy, culprit, peers)
+        lead = _lead_change(busy, culprit, peers)
+        if out["straggler_ms"] is not None and lead is not None:
+            out["straggler_ms"] = min(out["straggler_ms"], lead)
         out["straggler_noise_ms"] = _peer_drift(busy, peers)
     if len(busy) == len(pids) and busy:
         dw = _median([wait[k][1] - wait[k][0] for k in wait])
