@@ -46,7 +46,14 @@ struct RankSource {
   store::ProcessInfo proc;
   std::vector<store::StepRecord> steps;  // after warm-up, in order
   size_t all_steps = 0;
+  uint64_t first_step_ns = 0;  // its first step's start, warm-up steps included (0: no step)
+  // How much longer its warm-up steps took than its first steps after them (their median): the
+  // part of them that is start-up (first allocations, a compile), not the job's own pace.
+  uint64_t warmup_excess_ns = 0;
 };
+
+// The first steps after warm-up whose median is a rank's pace when its warm-up is weighed.
+constexpr size_t kPaceSteps = 10;
 
 PhaseStats phase(const std::vector<store::StepRecord>& steps, size_t from, size_t to) {
   PhaseStats p;
@@ -1150,10 +1157,21 @@ Result<JobWindow> load_job_window(store::Reader& s, const LoadOptions& opt) {
     auto& st = steps_by_proc[{p.node, p.pid}];
     std::sort(st.begin(), st.end(), [](const auto& a, const auto& b) { return a.step < b.step; });
     rs.all_steps = st.size();
+    if (!st.empty()) rs.first_step_ns = st.front().start_ns;
     // Start-up steps are the process's first ones (numbered from 1), also when a span starts later.
     size_t skip = 0;
     while (skip < st.size() && st[skip].step <= static_cast<uint64_t>(std::max(0, opt.warmup_steps))) ++skip;
     rs.steps.assign(st.begin() + static_cast<long>(skip), st.end());
+    if (skip > 0 && skip < st.size()) {
+      std::vector<double> pace;
+      for (size_t k = skip; k < st.size() && pace.size() < kPaceSteps; ++k)
+        pace.push_back(static_cast<double>(st[k].end_ns - std::min(st[k].end_ns, st[k].start_ns)));
+      const double typical = median(std::move(pace));
+      for (size_t k = 0; k < skip; ++k) {
+        const double dur = static_cast<double>(st[k].end_ns - std::min(st[k].end_ns, st[k].start_ns));
+        if (dur > typical) rs.warmup_excess_ns += static_cast<uint64_t>(dur - typical);
+      }
+    }
     src.push_back(std::move(rs));
   }
   // Ranks whose steps the agent cut at a fraction of the iteration are re-cut like their peers.
@@ -1337,11 +1355,24 @@ Result<JobWindow> load_job_window(store::Reader& s, const LoadOptions& opt) {
     if (!rs.steps.empty()) past_from_ns = std::min(past_from_ns, rs.steps.front().start_ns);
   }
   // A recording window of the past that began before that step holds some of the job's start, and
-  // is warm-up unless that part is a small share of it (kMaxPastWarmupShare).
+  // is warm-up unless the job's start in it is a small share of it (kMaxPastWarmupShare): the time
+  // before the first step (the processes' launch, imports, connections) and what the warm-up steps
+  // took beyond the job's pace (the slowest rank's; a first step that compiles for a minute is
+  // start-up, two steps that took 0.9 s where the job's pace is 0.33 s hold 0.55 s of it). Not
+  // the whole warm-up steps: an 8-rank sim on 2 CPUs spent 0.22 s before its first step and
+  // 0.88 s in its two warm-up steps, 11% of its first window, and its job-wide I/O stall two
+  // windows in had no OS past and went unexplained.
+  uint64_t first_step_ns = UINT64_MAX, warmup_excess_ns = 0;
+  for (const auto& rs : src) {
+    if (rs.first_step_ns) first_step_ns = std::min(first_step_ns, rs.first_step_ns);
+    warmup_excess_ns = std::max(warmup_excess_ns, rs.warmup_excess_ns);
+  }
+  if (first_step_ns > past_from_ns) first_step_ns = past_from_ns;
   auto warm_up = [&](const auto& row) {
     if (row.start_ns >= past_from_ns) return false;
     const double len = row.end_ns > row.start_ns ? static_cast<double>(row.end_ns - row.start_ns) : 0;
-    return static_cast<double>(past_from_ns - row.start_ns) > kMaxPastWarmupShare * len;
+    const double before_steps = row.start_ns < first_step_ns ? static_cast<double>(first_step_ns - row.start_ns) : 0;
+    return before_steps + static_cast<double>(warmup_excess_ns) > kMaxPastWarmupShare * len;
   };
   struct Gpu {
     double clock = 0, max_clock = 0;

@@ -20,7 +20,8 @@ namespace {
 // `hog`: a process the launcher started beside the ranks (recorded, no RANK) that renamed itself
 // right after its exec, "python3" then "strata-hog", runs 1 s of each window on rank 3's CPU; the
 // agent named it "python3" in the first window (its first slice there came before the rename).
-void write_job(store::Store& s, double lead_s, bool hog = false) {
+// `warmup_ms`: how long each rank's two warm-up steps (1 and 2) take.
+void write_job(store::Store& s, double lead_s, bool hog = false, uint64_t warmup_ms = 100) {
   constexpr int kRanks = 4;
   constexpr uint64_t kT0 = 1'700'000'000'000'000'000ull;
   constexpr uint64_t kWindow = 10'000'000'000ull;
@@ -28,7 +29,8 @@ void write_job(store::Store& s, double lead_s, bool hog = false) {
   auto rec = s.begin_recording({"n0", "strata record -- torchrun train.py", first_window, 99, 10});
   ASSERT_TRUE(rec) << rec.error().message;
   std::vector<uint64_t> ends{kT0};
-  for (int k = 1; k <= 200; ++k) ends.push_back(ends.back() + (k <= 120 ? 100'000'000ull : 250'000'000ull));
+  for (int k = 1; k <= 200; ++k)
+    ends.push_back(ends.back() + (k <= 2 ? warmup_ms * 1'000'000ull : k <= 120 ? 100'000'000ull : 250'000'000ull));
   std::vector<store::StepRecord> steps;
   std::vector<store::CollectiveRecord> colls;
   for (int r = 0; r < kRanks; ++r) {
@@ -99,10 +101,11 @@ void write_job(store::Store& s, double lead_s, bool hog = false) {
   ASSERT_TRUE(s.end_recording(*rec, ends.back()));
 }
 
-Result<JobWindow> load(test::TempDir& dir, const std::string& name, double lead_s, bool hog = false) {
+Result<JobWindow> load(test::TempDir& dir, const std::string& name, double lead_s, bool hog = false,
+                       uint64_t warmup_ms = 100) {
   auto st = store::Store::open_sqlite(dir.file(name), store::Store::Mode::kCreateOrAppend);
   if (!st) return st.error();
-  write_job(**st, lead_s, hog);
+  write_job(**st, lead_s, hog, warmup_ms);
   return load_job_window(**st);
 }
 
@@ -148,6 +151,23 @@ TEST(DiagnosePastStore, AFirstWindowMostlyBeforeTheStepsIsWarmUp) {
   ASSERT_EQ(job->ranks.size(), 4u);
   for (const auto& r : job->ranks)
     EXPECT_FALSE(known(r.past.os[static_cast<size_t>(Os::kCpu)])) << "rank " << r.rank << ": warm-up taken as the past";
+}
+
+// Slow warm-up steps are the job's start only beyond its pace: 0.15 s before the first step and two
+// warm-up steps of 500 ms where the pace is 100 ms (0.8 s beyond it) are 9.5% of the first window,
+// which stays the past (the lead counted to the baseline's first step, 1.15 s, made it warm-up: an
+// 8-rank sim's job-wide I/O stall had no OS past). A first step that compiles for 3 s is start-up.
+TEST(DiagnosePastStore, WarmUpStepsCountAsStartUpOnlyBeyondTheJobsPace) {
+  for (uint64_t warmup_ms : {500ull, 3000ull}) {
+    test::TempDir dir;
+    auto job = load(dir, "warmup.db", 0.15, false, warmup_ms);
+    ASSERT_TRUE(job) << job.error().message;
+    ASSERT_EQ(job->ranks.size(), 4u);
+    for (const auto& r : job->ranks) {
+      const bool past = known(r.past.os[static_cast<size_t>(Os::kCpu)]);
+      EXPECT_EQ(past, warmup_ms == 500) << "rank " << r.rank << ", warm-up steps of " << warmup_ms << " ms";
+    }
+  }
 }
 
 // A neighbour is named as it ran last, not as the process was recorded at its exec: a hog that
