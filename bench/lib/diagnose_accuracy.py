@@ -222,6 +222,12 @@ def culprit_named(finding, fault):
 #     to the step (an 8-rank py job, ranks pinned four to a CPU: the culprit's +40 ms on the quieter
 #     CPU made it as busy as the other CPU's ranks, 117 ms against their 116, and the job's step did
 #     not change; scored as a miss before).
+#   - device: the culprit's device compute per iteration (the device timeline's kernels, where it
+#     timed every step) beyond its peers' median and ahead of the slowest, after the start minus
+#     before. A slower GPU stretches its own rank's kernels; its host waits for them inside the
+#     step's collective (the stand-in syncs there, as NCCL's host calls wait on a stream), so the
+#     busy time above does not show it (the cpp gpu-slow runs: straggler +0.9 ms, job +91 ms:
+#     never scored before).
 #   - own CPU: the CPU time per iteration of the culprit's processes (its DataLoader workers counted)
 #     beyond its peers' median, after the start minus before it (the peers only, when no metrics
 #     window lies wholly inside the healthy stretch), capped by the job's own slowdown. Work that
@@ -316,18 +322,19 @@ def fault_effect(db, truth, t_fault):
             it[k] = (r["baseline"]["step_ms"], r["fault_window"]["step_ms"])
     pids = {k: v for k, v in truth["pids"].items() if k in it}
     out = {"base_ms": _median([b for b, _ in it.values()]),
-           "job_ms": None, "straggler_ms": None, "own_cpu_ms": None, "link_ms": None}
+           "job_ms": None, "straggler_ms": None, "own_cpu_ms": None, "device_ms": None, "link_ms": None}
     if out["base_ms"] is None:
         return out
     out["job_ms"] = _median([a for _, a in it.values()]) - out["base_ms"]
     if t_fault is None or not pids:
         return out
     con = sqlite3.connect(db)
-    busy, wait = {}, {}
+    busy, wait, device = {}, {}, {}
     first_step = None
     for k, pid in pids.items():
-        rows = con.execute("SELECT start_ns, end_ns, collective_ns FROM steps WHERE pid = ? ORDER BY start_ns",
-                           (pid,)).fetchall()[WARMUP_ROWS:]
+        full = con.execute("SELECT start_ns, end_ns, collective_ns, device_compute_ns, device_known FROM steps "
+                           "WHERE pid = ? ORDER BY start_ns", (pid,)).fetchall()[WARMUP_ROWS:]
+        rows = [x[:3] for x in full]
         if rows:
             first_step = rows[0][0] if first_step is None else min(first_step, rows[0][0])
         before = [x for x in rows if x[1] <= t_fault]
@@ -339,6 +346,14 @@ def fault_effect(db, truth, t_fault):
         b_ms, a_ms = it[k]
         wait[k] = (cb * b_ms, ca * a_ms)
         busy[k] = ((1 - cb) * b_ms, (1 - ca) * a_ms)
+        # Device compute per iteration, as a share of the time the steps cover (as the waits), where
+        # the device timeline timed every step of the phase.
+        shares = []
+        for phase in ([x for x in full if x[1] <= t_fault], [x for x in full if x[0] >= t_fault]):
+            dur = sum(e - st for st, e, *_ in phase)
+            shares.append(sum(x[3] for x in phase) / dur if dur > 0 and phase and all(x[4] for x in phase) else None)
+        if None not in shares:
+            device[k] = (shares[0] * b_ms, shares[1] * a_ms)
     rank = f.get("rank")
     culprit = str(rank) if rank is not None and rank >= 0 else None
     if culprit in busy and len(busy) > 1:
@@ -347,6 +362,13 @@ def fault_effect(db, truth, t_fault):
         lead = _lead_change(busy, culprit, peers)
         if out["straggler_ms"] is not None and lead is not None:
             out["straggler_ms"] = min(out["straggler_ms"], lead)
+    if culprit in device and len(device) == len(busy) and len(device) > 1:
+        peers = [k for k in device if k != culprit]
+        out["device_ms"] = _excess_change(device, culprit, peers)
+        lead = _lead_change(device, culprit, peers)
+        if out["device_ms"] is not None and lead is not None:
+            out["device_ms"] = min(out["device_ms"], lead)
+        out["device_noise_ms"] = _peer_drift(device, peers)
         out["straggler_noise_ms"] = _peer_drift(busy, peers)
     if len(busy) == len(pids) and busy:
         dw = _median([wait[k][1] - wait[k][0] for k in wait])
@@ -411,7 +433,8 @@ def manifest(truth, kind, db=None, t_fault=None):
         if comm:
             channels = [(e["link_ms"], None)]
         else:
-            channels = [(e["straggler_ms"], e.get("straggler_noise_ms")), (e["own_cpu_ms"], e.get("own_cpu_noise_ms"))]
+            channels = [(e["straggler_ms"], e.get("straggler_noise_ms")), (e["own_cpu_ms"], e.get("own_cpu_noise_ms")),
+                        (e["device_ms"], e.get("device_noise_ms"))]
         # A channel counts when its change passes the bar and the peers' own drift, measured the same
         # way in the same run: under a load that changes during the run, ranks drift apart by themselves
         # (healthy 4-rank DDP runs at load 10+: 70 ms of 1.4 s between a run's first steps and the rest).
@@ -432,7 +455,7 @@ def effect_text(res):
     if not e:
         return "scored whatever the step time (hang / hardware)" if res["manifest"] else "not measured"
     parts = []
-    for key in ("straggler_ms", "own_cpu_ms", "link_ms", "job_ms"):
+    for key in ("straggler_ms", "own_cpu_ms", "device_ms", "link_ms", "job_ms"):
         if e.get(key) is not None:
             noise = e.get(key[:-3] + "_noise_ms")
             parts.append(f"{key[:-3]} {e[key]:+.1f} ms" + (f" (peers drift {noise:.1f})" if noise is not None else ""))
