@@ -253,6 +253,12 @@ def culprit_named(finding, fault):
 # job is slower" (diagnose::Options::min_slowdown, 5%); an effect under it is one the diagnosis is not
 # meant to find.
 EFFECT_SHARE = 0.05
+# A strata-sim job-wide fault starts at this step at the earliest: at the sim's 130-200 ms steps,
+# 20-30 s in, so that the first 10 s window (the ranks' start-up, which the engine leaves out of
+# the job's past) is followed by a whole healthy one. 90 steps of an 8-rank run (15-17 s) left the
+# fault inside the second window: an 8-rank py run's first window held 13% start-up, and its
+# job-wide I/O stall had no OS past to be told from.
+JOB_WIDE_MIN_START = 150
 # A job-wide fault's bar: the engine's kJobWideSlowdown (15%), the drift a loaded machine's speed
 # shows with no cause at all (diagnose/engine.cpp); with no rank to compare with, a job-wide
 # slowdown under it cannot be told from that drift.
@@ -515,9 +521,10 @@ def one_run(args, case, workdir, log):
     job_wide = "rank=all" in opts or case.kind == "kernel-regression"
     if job_wide:
         # Every rank slowed alike is told from the job's own healthy past, so that past must hold
-        # at least one whole healthy 10 s window: the fault starts halfway through a run twice as long.
-        start = steps
-        steps *= 2
+        # at least one whole healthy 10 s window after the first (which holds the start-up): the
+        # fault starts after the run's usual steps, and at least JOB_WIDE_MIN_START of them.
+        start = steps if ddp else max(steps, JOB_WIDE_MIN_START)
+        steps += start
     if case.kind == "none":
         spec = "none"
     else:
