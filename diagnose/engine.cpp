@@ -62,6 +62,12 @@ std::vector<std::string_view> split_path(std::string_view path) {
   return out;
 }
 
+// "a;b;c" -> "c": a call path's last frame, without splitting the rest.
+std::string_view last_frame(std::string_view path) {
+  auto semi = path.rfind(';');
+  return semi == std::string_view::npos ? path : path.substr(semi + 1);
+}
+
 bool unresolved_frame(std::string_view f) {
   if (f.empty() || f == "[unknown]") return true;
   auto hex = [](std::string_view h) {
@@ -169,14 +175,18 @@ double peer_median(const JobWindow& job, const std::vector<size_t>& peers, F get
 // Rank i's extra busy time in its median step against `others` (their median busy time in each
 // step), over the window's latest steps that every one of them has (StepPoint::in_window),
 // aligned from the latest: the gap that most steps show. kUnknown: fewer than kMinStepsCompared.
+// Each of a rank's kept steps' busy time (its time less its own wait), in order: the window's
+// steps (`in_window`), else the baseline's.
+std::vector<double> step_busy(const RankWindow& r, bool in_window) {
+  std::vector<double> b;
+  for (const auto& p : r.series) {
+    if (p.in_window == in_window && known(p.step_ms) && known(p.wait_ms)) b.push_back(static_cast<double>(p.step_ms) - p.wait_ms);
+  }
+  return b;
+}
+
 double median_step_excess(const JobWindow& job, size_t i, const std::vector<size_t>& others) {
-  auto window_busy = [&](size_t k) {
-    std::vector<double> b;
-    for (const auto& p : job.ranks[k].series) {
-      if (p.in_window && known(p.step_ms) && known(p.wait_ms)) b.push_back(static_cast<double>(p.step_ms) - p.wait_ms);
-    }
-    return b;
-  };
+  auto window_busy = [&](size_t k) { return step_busy(job.ranks[k], true); };
   const std::vector<double> own = window_busy(i);
   std::vector<std::vector<double>> theirs;
   size_t steps = own.size();
@@ -201,10 +211,7 @@ double median_step_excess(const JobWindow& job, size_t i, const std::vector<size
 // late peer lifts the mean wait above the median step: "busy -1095 ms" on the peers of an 8-rank
 // job), a step's own difference cannot.
 double typical_busy(const RankWindow& r, bool in_window) {
-  std::vector<double> b;
-  for (const auto& p : r.series) {
-    if (p.in_window == in_window && known(p.step_ms) && known(p.wait_ms)) b.push_back(static_cast<double>(p.step_ms) - p.wait_ms);
-  }
+  std::vector<double> b = step_busy(r, in_window);
   if (b.size() >= kMinStepsCompared) return median(std::move(b));
   return in_window ? r.now.busy_ms() : r.base.busy_ms();
 }
@@ -377,7 +384,7 @@ std::optional<PathDiff> differential_profile(const JobWindow& job, size_t c, con
   if (pick && !job.python_functions.empty()) {
     std::unordered_set<std::string_view> peer_functions;
     for (const auto& t : theirs) {
-      for (const auto& [path, value] : t) peer_functions.insert(split_path(path).back());
+      for (const auto& [path, value] : t) peer_functions.insert(last_frame(path));
     }
     auto file_of = [](std::string_view frame) {
       auto colon = frame.find(':');
@@ -386,11 +393,11 @@ std::optional<PathDiff> differential_profile(const JobWindow& job, size_t c, con
     for (bool deeper = true; deeper;) {
       deeper = false;
       const std::string& at = *pick->path;
-      const std::string_view at_file = file_of(split_path(at).back());
+      const std::string_view at_file = file_of(last_frame(at));
       for (const auto& k : cands) {
         const std::string& p = *k.path;
         if (k.depth != pick->depth + 1 || p.compare(0, at.size(), at) != 0 || p[at.size()] != ';') continue;
-        const std::string_view callee = split_path(p).back();
+        const std::string_view callee = last_frame(p);
         if (k.mine < kPassThroughShare * pick->mine || peer_functions.count(callee) || at_file.empty() ||
             file_of(callee) != at_file || !job.python_functions.count(std::string(callee)))
           continue;
@@ -3546,10 +3553,8 @@ Diagnosis diagnose(const JobWindow& job, const Options& opt) {
   return dx;
 }
 
-bool healthy(const Diagnosis& dx) {
-  return dx.findings.empty() && dx.note.empty() && dx.unexplained.empty() && !dx.waiting_for_data;
-}
-
 bool may_join_past(const Diagnosis& dx) { return dx.findings.empty() && dx.unexplained.empty() && !dx.waiting_for_data; }
+
+bool healthy(const Diagnosis& dx) { return may_join_past(dx) && dx.note.empty(); }
 
 }  // namespace strata::diagnose

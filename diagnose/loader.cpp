@@ -1163,13 +1163,12 @@ Result<JobWindow> load_job_window(store::Reader& s, const LoadOptions& opt) {
     while (skip < st.size() && st[skip].step <= static_cast<uint64_t>(std::max(0, opt.warmup_steps))) ++skip;
     rs.steps.assign(st.begin() + static_cast<long>(skip), st.end());
     if (skip > 0 && skip < st.size()) {
+      auto ns = [](const store::StepRecord& x) { return static_cast<double>(x.end_ns - std::min(x.end_ns, x.start_ns)); };
       std::vector<double> pace;
-      for (size_t k = skip; k < st.size() && pace.size() < kPaceSteps; ++k)
-        pace.push_back(static_cast<double>(st[k].end_ns - std::min(st[k].end_ns, st[k].start_ns)));
+      for (size_t k = skip; k < st.size() && pace.size() < kPaceSteps; ++k) pace.push_back(ns(st[k]));
       const double typical = median(std::move(pace));
       for (size_t k = 0; k < skip; ++k) {
-        const double dur = static_cast<double>(st[k].end_ns - std::min(st[k].end_ns, st[k].start_ns));
-        if (dur > typical) rs.warmup_excess_ns += static_cast<uint64_t>(dur - typical);
+        if (ns(st[k]) > typical) rs.warmup_excess_ns += static_cast<uint64_t>(ns(st[k]) - typical);
       }
     }
     src.push_back(std::move(rs));
