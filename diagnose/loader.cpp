@@ -250,16 +250,44 @@ class ProfileCache {
     all.rank.reset();
     auto prof = s_.load_profile(all);
     if (!prof) return prof.error();
+    return (by_key_[key] = indexed(std::move(*prof))).get();
+  }
+
+  // Reads the profiles of `fs` not read yet in one go (store::Reader::load_profiles): the past of
+  // every node of a job, which get() then finds here. Each as get() would read it.
+  Status prefetch(const std::vector<store::ProfileFilter>& fs) {
+    std::vector<store::ProfileFilter> missing;
+    std::set<Key> asked;
+    for (const auto& f : fs) {
+      Key key{f.from_ns, f.to_ns, f.recording, static_cast<int>(f.kind), f.node};
+      if (by_key_.count(key) || !asked.insert(key).second) continue;
+      store::ProfileFilter all = f;
+      all.pid.reset();
+      all.tid.reset();
+      all.rank.reset();
+      missing.push_back(std::move(all));
+    }
+    if (missing.size() < 2) return {};  // get() reads it when asked
+    auto profs = s_.load_profiles(missing);
+    if (!profs) return profs.error();
+    for (size_t i = 0; i < missing.size(); ++i) {
+      const auto& f = missing[i];
+      by_key_[Key{f.from_ns, f.to_ns, f.recording, static_cast<int>(f.kind), f.node}] = indexed(std::move((*profs)[i]));
+    }
+    return {};
+  }
+
+ private:
+  static std::unique_ptr<SpanProfile> indexed(Profile&& prof) {
     auto sp = std::make_unique<SpanProfile>();
-    sp->prof = std::move(*prof);
+    sp->prof = std::move(prof);
     for (size_t i = 0; i < sp->prof.samples.size(); ++i) {
       const auto& smp = sp->prof.samples[i];
       sp->by_proc[{smp.node, smp.pid}].push_back(static_cast<uint32_t>(i));
     }
-    return (by_key_[key] = std::move(sp)).get();
+    return sp;
   }
 
- private:
   using Key = std::tuple<std::optional<uint64_t>, std::optional<uint64_t>, std::optional<int64_t>, int, std::optional<std::string>>;
   store::Reader& s_;
   std::map<Key, std::unique_ptr<SpanProfile>> by_key_;
@@ -1534,6 +1562,38 @@ Result<JobWindow> load_job_window(store::Reader& s, const LoadOptions& opt) {
 
   if (auto st = load_memory_call_sites(s, span, job.start_ns, job, by_proc, stats); !st) return st.error();
 
+  // The job's healthy past of a rank: its own node's windows wholly before the analysis window
+  // (past_acc), none without a change point.
+  auto past_span_of = [&](const RankWindow& r) -> std::optional<store::RowQuery> {
+    auto pw = past_acc.find(Proc{r.node, r.pid});
+    if (cp <= 0 || r.base.steps == 0 || pw == past_acc.end() || pw->second.windows.empty()) return std::nullopt;
+    store::RowQuery past_span = span;
+    past_span.from_ns = pw->second.windows.begin()->first;
+    uint64_t past_to = 0;
+    for (const auto& [from, to] : pw->second.windows) past_to = std::max(past_to, to);
+    past_span.to_ns = past_to;
+    return past_span;
+  };
+  {
+    // Every node's past stacks in one read where the store can (one round trip per node and kind
+    // made a ClickHouse round at 1,000 nodes take 20-30 s); load_profile below finds them read.
+    std::vector<store::ProfileFilter> pasts;
+    for (const auto& r : job.ranks) {
+      auto ps = past_span_of(r);
+      if (!ps) continue;
+      for (auto kind : {store::CountKind::kOnCpu, store::CountKind::kOffCpu}) {
+        store::ProfileFilter f;
+        f.from_ns = ps->from_ns;
+        f.to_ns = ps->to_ns;
+        f.recording = ps->recording;
+        f.kind = kind;
+        f.node = r.node;
+        pasts.push_back(std::move(f));
+      }
+    }
+    if (auto st = profiles.prefetch(pasts); !st) return st.error();
+  }
+
   for (auto& r : job.ranks) {
     if (cancelled()) return kCancelled;
     // Still there after its last progress: a metric window that began later has it.
@@ -1631,14 +1691,10 @@ Result<JobWindow> load_job_window(store::Reader& s, const LoadOptions& opt) {
     // the window that straddles its start is no past, and asking for a span that reaches into it
     // gave a past with no stacks at all, against which every function of the window "grew" (a
     // healthy DDP job's backward was named a job-wide hotspot so, its whole time counted as growth).
-    auto pw = past_acc.find(proc);
-    if (cp > 0 && r.base.steps > 0 && pw != past_acc.end() && !pw->second.windows.empty()) {
+    if (auto ps = past_span_of(r)) {
       double base_steps = static_cast<double>(r.base.steps);
-      store::RowQuery past_span = span;
-      past_span.from_ns = pw->second.windows.begin()->first;
-      uint64_t past_to = 0;
-      for (const auto& [from, to] : pw->second.windows) past_to = std::max(past_to, to);
-      past_span.to_ns = past_to;
+      const store::RowQuery& past_span = *ps;
+      const uint64_t past_to = *past_span.to_ns;
       for (auto kind : {store::CountKind::kOnCpu, store::CountKind::kOffCpu}) {
         if (auto st = load_profile(profiles, past_span, job, r, kind, base_steps, rank_steps, stats, past_to, &r.past); !st)
           return st.error();

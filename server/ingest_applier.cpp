@@ -362,6 +362,12 @@ Status IngestApplier::apply_together(std::span<GroupItem* const> items) {
   // batch of the same agent in the group finds its earlier batch's here.
   std::unordered_map<std::string, AgentMaps> added;
   std::vector<ApplyOutcome> outs(items.size());
+  {
+    std::vector<std::pair<std::string, uint64_t>> batches;
+    batches.reserve(items.size());
+    for (const GroupItem* item : items) batches.emplace_back(item->batch->agent_id(), item->batch->batch_id());
+    if (auto st = ledger_.prepare_batches(batches); !st) return fail(st.error());
+  }
   for (size_t i = 0; i < items.size(); ++i) {
     const ingest::Batch& b = *items[i]->batch;
     ApplyOutcome& o = outs[i];

@@ -690,6 +690,8 @@ class ClickHouseStore final : public Store {
     }
     buffers_.clear();
     applied_pending_.clear();
+    prepared_.clear();
+    attempted_.clear();
     batch_agent_.clear();
     batch_id_ = 0;
     return {};
@@ -701,6 +703,10 @@ class ClickHouseStore final : public Store {
   Status begin_batch(const std::string& agent, uint64_t batch_id) override {
     batch_agent_ = agent;
     batch_id_ = batch_id;
+    if (prepared_.count({agent, batch_id}) && !attempted_.count({agent, batch_id})) {
+      buf("ingest_attempts").str(agent).num(batch_id).num(wall_clock_ns());
+      return {};
+    }
     auto r = query("SELECT count() FROM " + db_ + ".ingest_attempts WHERE agent_id = " + quote(agent) +
                    " AND batch_id = " + std::to_string(batch_id));
     if (!r) return r.error();
@@ -720,11 +726,35 @@ class ClickHouseStore final : public Store {
     known_stacks_.clear();
     for (const auto& k : applied_pending_) applied_.erase(k);
     applied_pending_.clear();
+    prepared_.clear();
+    attempted_.clear();
+    return {};
+  }
+
+  Status prepare_batches(const std::vector<std::pair<std::string, uint64_t>>& batches) override {
+    prepared_.clear();
+    attempted_.clear();
+    std::string list;
+    for (const auto& [agent, id] : batches) {
+      if (applied_.count({agent, id})) continue;
+      list += (list.empty() ? "(" : ", (") + quote(agent) + ", " + std::to_string(id) + ")";
+    }
+    if (list.empty()) return {};
+    const std::string in = " WHERE (agent_id, batch_id) IN (" + list + ")";
+    auto applied = query("SELECT DISTINCT agent_id, batch_id FROM " + db_ + ".ingest_batches" + in);
+    if (!applied) return applied.error();
+    auto attempted = query("SELECT DISTINCT agent_id, batch_id FROM " + db_ + ".ingest_attempts" + in);
+    if (!attempted) return attempted.error();
+    if (applied_.size() > 100000) applied_.clear();
+    for (const auto& r : *applied) applied_.insert({r[0], u64(r[1])});
+    for (const auto& r : *attempted) attempted_.insert({r[0], u64(r[1])});
+    for (const auto& b : batches) prepared_.insert(b);
     return {};
   }
 
   Result<bool> batch_applied(const std::string& agent, uint64_t batch_id) override {
     if (applied_.count({agent, batch_id})) return true;
+    if (prepared_.count({agent, batch_id})) return false;  // read with its group (prepare_batches)
     auto r = query("SELECT count() FROM " + db_ + ".ingest_batches WHERE agent_id = " + quote(agent) +
                    " AND batch_id = " + std::to_string(batch_id));
     if (!r) return r.error();
@@ -857,20 +887,32 @@ class ClickHouseStore final : public Store {
     Profile p;
     p.kind = f.kind == CountKind::kOnCpu ? "oncpu" : "offcpu";
     p.value_unit = f.kind == CountKind::kOnCpu ? "count" : "microseconds";
+    const bool span = f.from_ns || f.to_ns;
+    // One node's profile: its recordings. By their ids too, which lead the tables' sort key after
+    // the kind: a filter on the node alone read every node's rows of the span, and a collector's
+    // round at 8,000 ranks reads the past of each of 1,000 nodes (ClickHouse answered each in a
+    // few ms, 20-30 s a round, with ingest waiting behind it).
+    const std::string node_recordings =
+        f.node && !f.recording ? " AND recording_id IN (SELECT id FROM " + db_ + ".recordings WHERE node = " + quote(*f.node) + ")"
+                               : std::string();
     std::string rw = f.recording ? " WHERE id = " + std::to_string(*f.recording) : "";
-    if (f.node) rw += std::string(rw.empty() ? " WHERE " : " AND ") + "node = " + quote(*f.node);  // one node's profile: its recordings
-    auto rec = query("SELECT min(started_ns), max(greatest(ended_ns, started_ns)), max(sample_hz), count() FROM " +
-                     db_ + ".recordings FINAL" + rw);
-    if (!rec) return rec.error();
-    if (!rec->empty() && u64((*rec)[0][3]) > 0) {
-      p.start_ns = u64((*rec)[0][0]);
-      p.duration_ns = u64((*rec)[0][1]) - p.start_ns;
-      uint64_t hz = u64((*rec)[0][2]);
-      p.period_ns = hz ? 1'000'000'000ull / hz : 0;
+    if (f.node) rw += std::string(rw.empty() ? " WHERE " : " AND ") + "node = " + quote(*f.node);
+    if (!span) {
+      // The recordings' span and rate. A profile of a span has the span of its windows, read below
+      // with the rate: one round trip fewer per node and kind a round.
+      auto rec = query("SELECT min(started_ns), max(greatest(ended_ns, started_ns)), max(sample_hz), count() FROM " +
+                       db_ + ".recordings FINAL" + rw);
+      if (!rec) return rec.error();
+      if (!rec->empty() && u64((*rec)[0][3]) > 0) {
+        p.start_ns = u64((*rec)[0][0]);
+        p.duration_ns = u64((*rec)[0][1]) - p.start_ns;
+        uint64_t hz = u64((*rec)[0][2]);
+        p.period_ns = hz ? 1'000'000'000ull / hz : 0;
+      }
     }
     // Samples per (node, pid, thread, stack): pids repeat across nodes.
     std::string filter = " WHERE kind = " + std::to_string(static_cast<int>(f.kind));
-    if (f.node) filter += " AND node = " + quote(*f.node);
+    if (f.node) filter += " AND node = " + quote(*f.node) + node_recordings;
     if (f.pid) filter += " AND pid = " + std::to_string(*f.pid);
     if (f.tid) filter += " AND tid = " + std::to_string(*f.tid);
     if (f.recording) filter += " AND recording_id = " + std::to_string(*f.recording);
@@ -886,12 +928,19 @@ class ClickHouseStore final : public Store {
       }
       if (f.to_ns) range += " AND start_ns < " + std::to_string(*f.to_ns);
       std::string rw2 = f.recording ? " AND recording_id = " + std::to_string(*f.recording) : "";
-      auto span = query("SELECT min(start_ns), max(end_ns), count() FROM " + db_ + ".stack_counts WHERE 1 = 1" +
-                        range + rw2);
-      if (!span) return span.error();
-      if (!span->empty() && u64((*span)[0][2]) > 0) {
-        p.start_ns = u64((*span)[0][0]);
-        p.duration_ns = u64((*span)[0][1]) - p.start_ns;
+      // One node's profile spans that node's windows (as SQLite's does): other nodes' windows start
+      // elsewhere.
+      if (f.node && !f.recording) rw2 += " AND node = " + quote(*f.node) + node_recordings;
+      auto windows = query("SELECT min(start_ns), max(end_ns), count(), (SELECT max(sample_hz) FROM " + db_ +
+                           ".recordings" + rw + ") FROM " + db_ + ".stack_counts WHERE 1 = 1" + range + rw2);
+      if (!windows) return windows.error();
+      if (!windows->empty()) {
+        uint64_t hz = u64((*windows)[0][3]);
+        p.period_ns = hz ? 1'000'000'000ull / hz : 0;
+      }
+      if (!windows->empty() && u64((*windows)[0][2]) > 0) {
+        p.start_ns = u64((*windows)[0][0]);
+        p.duration_ns = u64((*windows)[0][1]) - p.start_ns;
       } else {
         p.duration_ns = 0;  // no window in the range: an empty profile
       }
@@ -899,8 +948,9 @@ class ClickHouseStore final : public Store {
     }
     // ... and per window rate (WindowFidelity): a window that did not say has its recording's, so the
     // rows are read per (recording, rate) and merged here by the rate they resolve to.
-    auto rates = recording_rates();
-    if (!rates) return rates.error();
+    // Each recording's rate, read only when a row does not carry its window's (rows written before
+    // windows said): a read of the whole recordings table per profile otherwise.
+    std::optional<std::map<int64_t, unsigned>> rates;
     auto rows = query("SELECT pid, tid, thread_comm, stack_id, sum(value), node, recording_id, " + hz_column() +
                       " AS hz FROM " + db_ + ".stack_counts" + filter +
                       " GROUP BY node, pid, tid, thread_comm, stack_id, recording_id, hz"
@@ -918,7 +968,14 @@ class ClickHouseStore final : public Store {
       s.count = u64(r[4]);
       s.node = r[5];
       uint64_t hz = u64(r[7]);
-      if (hz == 0) hz = (*rates)[i64(r[6])];
+      if (hz == 0) {
+        if (!rates) {
+          auto all = recording_rates();
+          if (!all) return all.error();
+          rates = std::move(*all);
+        }
+        hz = (*rates)[i64(r[6])];
+      }
       if (f.kind == CountKind::kOnCpu && hz > 0) s.period_ns = 1'000'000'000ull / hz;
       auto [it, inserted] = index.emplace(sid, static_cast<uint32_t>(stack_ids.size()));
       if (inserted) stack_ids.push_back(sid);
@@ -938,6 +995,139 @@ class ClickHouseStore final : public Store {
     if (auto st = read_stacks("SELECT DISTINCT stack_id FROM " + db_ + ".stack_counts" + filter, stack_ids, p.stacks); !st)
       return st.error();
     return p;
+  }
+
+  // How many nodes' profiles one read takes (load_profiles): the node list is in the query's text,
+  // which the server caps at 256 KiB; 500 names of up to ~100 bytes stay well under it.
+  static constexpr size_t kNodesPerProfileRead = 500;
+
+  // Many nodes' profiles, each over its own span, in one read per kNodesPerProfileRead nodes: a
+  // collector's round at 8,000 ranks reads the past of each of 1,000 nodes, and one round trip per
+  // node and kind (four before, each a few ms of the server's time) made a round take 20-30 s with
+  // ingest waiting behind it. The rows come per window and are summed here per filter, by the same
+  // tests the one-profile read makes in its query; what each profile holds is what load_profile
+  // gives for its filter alone.
+  Result<std::vector<Profile>> load_profiles(const std::vector<ProfileFilter>& fs) override {
+    bool together = fs.size() > 1;
+    for (const auto& f : fs)
+      if (!f.node || f.pid || f.tid || f.rank || f.recording || !f.from_ns || !f.to_ns) together = false;
+    if (!together) return Reader::load_profiles(fs);
+    std::vector<Profile> out(fs.size());
+    for (size_t i = 0; i < fs.size(); ++i) {
+      out[i].kind = fs[i].kind == CountKind::kOnCpu ? "oncpu" : "offcpu";
+      out[i].value_unit = fs[i].kind == CountKind::kOnCpu ? "count" : "microseconds";
+    }
+    std::map<std::string, std::vector<size_t>> by_node;
+    for (size_t i = 0; i < fs.size(); ++i) by_node[*fs[i].node].push_back(i);
+    std::vector<const std::string*> nodes;
+    for (const auto& [node, idx] : by_node) nodes.push_back(&node);
+    for (size_t first = 0; first < nodes.size(); first += kNodesPerProfileRead) {
+      const size_t last = std::min(nodes.size(), first + kNodesPerProfileRead);
+      std::string list;
+      uint64_t from = UINT64_MAX, to = 0;
+      std::map<std::string, std::vector<size_t>> chunk;
+      for (size_t k = first; k < last; ++k) {
+        list += (list.empty() ? "" : ", ") + quote(*nodes[k]);
+        for (size_t i : by_node[*nodes[k]]) from = std::min(from, *fs[i].from_ns), to = std::max(to, *fs[i].to_ns);
+        chunk[*nodes[k]] = by_node[*nodes[k]];
+      }
+      if (auto st = read_node_profiles(fs, chunk, list, from, to, out); !st) return st.error();
+    }
+    return out;
+  }
+
+  Status read_node_profiles(const std::vector<ProfileFilter>& fs, const std::map<std::string, std::vector<size_t>>& by_node,
+                            const std::string& node_list, uint64_t from, uint64_t to, std::vector<Profile>& out) {
+    const std::string nodes = " IN (" + node_list + ")";
+    // Each node's recordings' rate (the profiles' period, as load_profile reads it).
+    auto rates = query("SELECT node, max(sample_hz) FROM " + db_ + ".recordings WHERE node" + nodes + " GROUP BY node");
+    if (!rates) return rates.error();
+    std::map<std::string, uint64_t> node_hz;
+    for (const auto& r : *rates) node_hz[r[0]] = u64(r[1]);
+    const std::string where = " WHERE node" + nodes + " AND recording_id IN (SELECT id FROM " + db_ +
+                              ".recordings WHERE node" + nodes + ") AND end_ns > " + std::to_string(from) +
+                              " AND start_ns >= " + std::to_string(from > kMaxRowSpanNs ? from - kMaxRowSpanNs : 0) +
+                              " AND start_ns < " + std::to_string(to);
+    // Both kinds: a profile spans its node's windows of either kind (as load_profile's span does).
+    auto rows = query("SELECT node, start_ns, end_ns, kind, pid, tid, thread_comm, stack_id, sum(value), recording_id, " +
+                      hz_column() + " AS hz FROM " + db_ + ".stack_counts" + where +
+                      " GROUP BY node, start_ns, end_ns, kind, pid, tid, thread_comm, stack_id, recording_id, hz"
+                      " ORDER BY node, pid, tid, stack_id, recording_id, hz, start_ns");
+    if (!rows) return rows.error();
+    std::optional<std::map<int64_t, unsigned>> recording_hz;  // rows written before windows said their rate
+    struct Building {
+      std::map<int64_t, uint32_t> index;  // stack id -> index into the profile's stacks
+      std::vector<int64_t> stack_ids;
+      std::map<std::tuple<uint32_t, uint32_t, std::string, int64_t, uint64_t>, size_t> merged;
+      uint64_t start = UINT64_MAX, end = 0;
+    };
+    std::map<size_t, Building> building;
+    std::set<int64_t> all_ids;
+    for (const auto& r : *rows) {
+      auto n = by_node.find(r[0]);
+      if (n == by_node.end()) continue;
+      const uint64_t start = u64(r[1]), end = u64(r[2]);
+      const auto kind = static_cast<CountKind>(u64(r[3]));
+      for (size_t i : n->second) {
+        const ProfileFilter& f = fs[i];
+        if (!(end > *f.from_ns && start >= (*f.from_ns > kMaxRowSpanNs ? *f.from_ns - kMaxRowSpanNs : 0) && start < *f.to_ns))
+          continue;
+        Building& b = building[i];
+        b.start = std::min(b.start, start);
+        b.end = std::max(b.end, end);
+        if (kind != f.kind) continue;
+        Profile& p = out[i];
+        ProfileSample smp;
+        smp.pid = static_cast<uint32_t>(u64(r[4]));
+        smp.tid = static_cast<uint32_t>(u64(r[5]));
+        smp.comm = r[6];
+        const int64_t sid = i64(r[7]);
+        smp.count = u64(r[8]);
+        smp.node = r[0];
+        uint64_t hz = u64(r[10]);
+        if (hz == 0) {
+          if (!recording_hz) {
+            auto all = recording_rates();
+            if (!all) return all.error();
+            recording_hz = std::move(*all);
+          }
+          hz = (*recording_hz)[i64(r[9])];
+        }
+        if (f.kind == CountKind::kOnCpu && hz > 0) smp.period_ns = 1'000'000'000ull / hz;
+        auto [it, inserted] = b.index.emplace(sid, static_cast<uint32_t>(b.stack_ids.size()));
+        if (inserted) b.stack_ids.push_back(sid);
+        smp.stack_index = it->second;
+        auto key = std::make_tuple(smp.pid, smp.tid, smp.comm, sid, smp.period_ns);
+        if (auto m = b.merged.find(key); m != b.merged.end()) {
+          p.samples[m->second].count += smp.count;
+          continue;
+        }
+        b.merged.emplace(std::move(key), p.samples.size());
+        p.samples.push_back(std::move(smp));
+        all_ids.insert(sid);
+      }
+    }
+    // The stacks every profile names, read once.
+    std::vector<int64_t> ids(all_ids.begin(), all_ids.end());
+    std::vector<Stack> stacks;
+    if (auto st = read_stacks("SELECT DISTINCT stack_id FROM " + db_ + ".stack_counts" + where, ids, stacks); !st) return st;
+    for (const auto& [node, idx] : by_node) {
+      for (size_t i : idx) {
+        Profile& p = out[i];
+        auto hz = node_hz.find(node);
+        if (hz != node_hz.end()) p.period_ns = hz->second ? 1'000'000'000ull / hz->second : 0;
+        auto b = building.find(i);
+        if (b == building.end()) continue;  // no window in the range: an empty profile
+        p.start_ns = b->second.start;
+        p.duration_ns = b->second.end - b->second.start;
+        p.stacks.reserve(b->second.stack_ids.size());
+        for (int64_t sid : b->second.stack_ids) {
+          auto at = std::lower_bound(ids.begin(), ids.end(), sid);
+          p.stacks.push_back(at != ids.end() && *at == sid ? stacks[static_cast<size_t>(at - ids.begin())] : Stack{});
+        }
+      }
+    }
+    return {};
   }
 
   // The stacks of `stack_ids`, in their order (leaf first, inlined functions expanded);
@@ -1401,6 +1591,9 @@ class ClickHouseStore final : public Store {
   uint64_t batch_id_ = 0;
   long failpoint_inserts_ = 0;
   std::vector<std::pair<std::string, uint64_t>> applied_pending_;
+  // The batches of the transaction under way whose marks were read together (prepare_batches), and
+  // those of them with an attempt on record; both forgotten at commit and rollback.
+  std::set<std::pair<std::string, uint64_t>> prepared_, attempted_;
 };
 
 }  // namespace

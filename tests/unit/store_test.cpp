@@ -85,6 +85,94 @@ void check_time_range(Store& s) {
   EXPECT_EQ(load(0, 2000).total() + load(2000, 3000).total(), load({}, {}).total());
 }
 
+// Several nodes' profiles read together (load_profiles: the past of every node of a job, one read
+// on ClickHouse) are what each filter reads alone: the same samples, periods and stacks, and each
+// profile spans its own node's windows in its own range (another node's windows start elsewhere).
+void check_profiles_together(Store& s) {
+  ASSERT_TRUE(s.begin());
+  auto r1 = s.begin_recording({"node-1", "app", 1000, 99, 10});
+  auto r2 = s.begin_recording({"node-2", "app", 1000, 49, 10});
+  auto r3 = s.begin_recording({"node-2", "app", 1000, 99, 10});  // the node's agent restarted
+  ASSERT_TRUE(r1 && r2 && r3);
+  auto a = s.intern_stack({native("leaf", 0x10), native("main", 0x20)});
+  auto b = s.intern_stack({native("other", 0x30), native("main", 0x20)});
+  auto c = s.intern_stack({native("third", 0x40)});
+  ASSERT_TRUE(a && b && c);
+  // node-1: windows at 1000, 2000 and 3000 (the last off-CPU only); node-2: at 1500 and 2500, in two
+  // recordings; the same pid on both nodes.
+  ASSERT_TRUE(s.put_window(*r1, 1000, 2000, CountKind::kOnCpu, {{42, 42, "app", *a, 5}, {42, 43, "w", *b, 7}}));
+  ASSERT_TRUE(s.put_window(*r1, 2000, 3000, CountKind::kOnCpu, {{42, 42, "app", *a, 3}}, {24, kUnwindingCfi}));
+  ASSERT_TRUE(s.put_window(*r1, 3000, 4000, CountKind::kOffCpu, {{42, 42, "app", *b, 900}}));
+  ASSERT_TRUE(s.put_window(*r2, 1500, 2500, CountKind::kOnCpu, {{42, 42, "app", *c, 11}}));
+  ASSERT_TRUE(s.put_window(*r2, 1500, 2500, CountKind::kOffCpu, {{42, 42, "app", *a, 400}}));
+  ASSERT_TRUE(s.put_window(*r3, 2500, 3500, CountKind::kOnCpu, {{42, 42, "app", *c, 2}, {42, 42, "app", *a, 1}}));
+  ASSERT_TRUE(s.end_recording(*r1, 4000));
+  ASSERT_TRUE(s.end_recording(*r2, 2500));
+  ASSERT_TRUE(s.end_recording(*r3, 3500));
+  auto committed = s.commit();
+  ASSERT_TRUE(committed) << committed.error().message;
+
+  auto filter = [](const std::string& node, uint64_t from, uint64_t to, CountKind kind) {
+    ProfileFilter f;
+    f.node = node;
+    f.from_ns = from;
+    f.to_ns = to;
+    f.kind = kind;
+    return f;
+  };
+  std::vector<ProfileFilter> fs;
+  for (auto kind : {CountKind::kOnCpu, CountKind::kOffCpu}) {
+    fs.push_back(filter("node-1", 1500, 3500, kind));
+    fs.push_back(filter("node-2", 0, 2000, kind));
+    fs.push_back(filter("node-2", 2600, 9000, kind));
+    fs.push_back(filter("node-3", 0, 9000, kind));  // no such node: empty
+  }
+  auto together = s.load_profiles(fs);
+  ASSERT_TRUE(together) << together.error().message;
+  ASSERT_EQ(together->size(), fs.size());
+  // A sample as a comparable line: where, which stack (by its frames), how many, at what period.
+  auto lines = [](const Profile& p) {
+    std::vector<std::string> out;
+    for (const auto& smp : p.samples) {
+      std::string frames;
+      if (smp.stack_index < p.stacks.size())
+        for (const auto& f : p.stacks[smp.stack_index]) frames += f.function + ";";
+      out.push_back(smp.node + " " + std::to_string(smp.pid) + " " + std::to_string(smp.tid) + " " + smp.comm + " " +
+                    frames + " " + std::to_string(smp.count) + " " + std::to_string(p.period_of(smp)));
+    }
+    std::sort(out.begin(), out.end());
+    return out;
+  };
+  for (size_t i = 0; i < fs.size(); ++i) {
+    SCOPED_TRACE("filter " + std::to_string(i) + " (" + *fs[i].node + ")");
+    auto alone = s.load_profile(fs[i]);
+    ASSERT_TRUE(alone) << alone.error().message;
+    const Profile& t = (*together)[i];
+    EXPECT_EQ(lines(t), lines(*alone));
+    EXPECT_EQ(t.kind, alone->kind);
+    EXPECT_EQ(t.period_ns, alone->period_ns);
+    EXPECT_EQ(t.duration_ns, alone->duration_ns);
+    if (alone->duration_ns > 0) {
+      EXPECT_EQ(t.start_ns, alone->start_ns);
+    }
+  }
+  // Each node's span is its own windows': node-1 from 1500 to 3500 holds its windows 1000-4000;
+  // node-2 up to 2000 holds its one window 1500-2500 of either kind.
+  EXPECT_EQ((*together)[0].start_ns, 1000u);
+  EXPECT_EQ((*together)[0].duration_ns, 3000u);
+  EXPECT_EQ((*together)[0].total(), 15u) << "node-1's on-CPU samples of 1000-3000";
+  EXPECT_EQ((*together)[1].start_ns, 1500u);
+  EXPECT_EQ((*together)[1].duration_ns, 1000u);
+  EXPECT_EQ((*together)[1].total(), 11u);
+  EXPECT_EQ((*together)[2].total(), 3u) << "node-2's second recording";
+  EXPECT_EQ((*together)[3].total(), 0u);
+  EXPECT_EQ((*together)[3].duration_ns, 0u);
+  EXPECT_EQ((*together)[4].total(), 900u);
+  EXPECT_EQ((*together)[5].total(), 400u);
+  EXPECT_EQ((*together)[6].total(), 0u) << "node-2 has no off-CPU window after 2600";
+  EXPECT_EQ((*together)[6].duration_ns, 1000u) << "... but its on-CPU window 2500-3500 is in the span";
+}
+
 // Sampled launches and memory calls read back (query_launch_samples): by the time span (the rows of
 // the windows that overlap it), by name prefix, node and page, each with its window, node and its
 // stack resolved leaf first. The same checks run on every backend.
@@ -982,6 +1070,19 @@ TEST(Store, LaunchSamplesReadBack) {
   auto st = Store::open_sqlite(d.file("s.db"), Store::Mode::kCreateOrAppend);
   ASSERT_TRUE(st) << st.error().message;
   check_launch_samples(**st);
+}
+
+TEST(Store, ProfilesReadTogetherAreEachFiltersOwn) {
+  TempDir d;
+  auto st = Store::open_sqlite(d.file("s.db"), Store::Mode::kCreateOrAppend);
+  ASSERT_TRUE(st) << st.error().message;
+  check_profiles_together(**st);
+}
+
+TEST(Store, ProfilesReadTogetherAreEachFiltersOwnOnClickHouse) {
+  auto st = clickhouse_or_skip("together");
+  if (!st) GTEST_SKIP() << "set STRATA_TEST_CLICKHOUSE=clickhouse://HOST:PORT to run against ClickHouse";
+  check_profiles_together(*st);
 }
 
 TEST(Store, LaunchSamplesOnClickHouse) {
