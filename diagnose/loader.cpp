@@ -1775,13 +1775,33 @@ Result<JobWindow> load_job_window(store::Reader& s, const LoadOptions& opt) {
   for (const auto& r : job.ranks) last_progress = std::max(last_progress, r.last_progress_ns);
   if (last_progress > 0 && job.observed_until_ns > last_progress &&
       static_cast<double>(job.observed_until_ns - last_progress) >= opt.stall_stacks_s * 1e9) {
-    for (auto& r : job.ranks) {
-      if (cancelled()) return kCancelled;
-      // The windows that began after the last progress hold the stall alone; only when none did
-      // (a stall shorter than a window) the one around it.
+    // The windows that began after the last progress hold the stall alone; only when none did (a
+    // stall shorter than a window) the one around it.
+    auto stall_from = [&](const RankWindow& r) {
       uint64_t from = last_progress;
       const auto& starts = window_starts[{r.node, r.pid}];
       if (auto w = starts.lower_bound(last_progress); w != starts.end()) from = *w + 1;
+      return from;
+    };
+    {
+      // Every node's stall stacks in one read where the store can (as the past's above).
+      std::vector<store::ProfileFilter> stalls;
+      for (const auto& r : job.ranks) {
+        for (auto kind : {store::CountKind::kOnCpu, store::CountKind::kOffCpu}) {
+          store::ProfileFilter f;
+          f.from_ns = stall_from(r);
+          f.to_ns = span.to_ns;
+          f.node = r.node;
+          f.recording = span.recording;
+          f.kind = kind;
+          stalls.push_back(std::move(f));
+        }
+      }
+      if (auto st = profiles.prefetch(stalls); !st) return st.error();
+    }
+    for (auto& r : job.ranks) {
+      if (cancelled()) return kCancelled;
+      const uint64_t from = stall_from(r);
       std::vector<uint32_t> pids{r.pid};
       pids.insert(pids.end(), r.workers.begin(), r.workers.end());
       for (uint32_t pid : pids) {

@@ -58,6 +58,20 @@ std::string insert_columns(const catalog::Column<Row, Msg> (&columns)[N], bool o
   return s + ", ingest_agent, ingest_batch";
 }
 
+// The rows read by time (a collector's rounds: the span of each job, every few seconds) are sorted
+// first by the 10 s bucket of their end (a column ClickHouse fills, `end_10s`): a span's read then
+// touches the span's granules only. Sorted by recording and process first, a time range picked no
+// granules out, and each round read the day's whole partition: at 1,000 nodes, rounds took 20-35 s
+// by a store's fifth job of the day and longer each hour (18.16 does not use a key of intDiv(end,
+// ...) for a range on `end`, so the bucket is a column). By the end, as SQLite's index: a span's
+// rows are those that end in it, and none ends in the future. 10 s: the agents' default window.
+constexpr uint64_t kEndBucketNs = 10'000'000'000ull;
+std::string end_bucket(const std::string& end_expr) {
+  // DEFAULT, not MATERIALIZED: a Distributed table (a sharded cluster) passes its rows on to the
+  // shards' tables with every column, and 18.16 refuses a MATERIALIZED one there.
+  return ", end_10s UInt32 DEFAULT intDiv(" + end_expr + ", " + std::to_string(kEndBucketNs) + ")";
+}
+
 // Tables, 18.16 syntax. PARTITION BY day of the row's time; ORDER BY what readers filter on.
 const std::string kTables[] = {
     R"(recordings (id Int64, node String, command String, started_ns UInt64, ended_ns UInt64, sample_hz UInt32,
@@ -73,20 +87,20 @@ const std::string kTables[] = {
     R"(stacks (id Int64, method UInt8, frame_ids Array(Int64)) ENGINE = ReplacingMergeTree() ORDER BY id)",
     R"(stack_counts (recording_id Int64, node String, start_ns UInt64, end_ns UInt64, kind UInt8, pid UInt32,
        tid UInt32, thread_comm String, stack_id Int64, value UInt64, ingest_agent String, ingest_batch UInt64,
-       sample_hz UInt32, unwinding String) ENGINE = MergeTree()
-       PARTITION BY toYYYYMMDD(toDateTime(intDiv(start_ns, 1000000000))) ORDER BY (kind, recording_id, pid, start_ns))",
-    "metrics (" + table_columns(catalog::kMetrics, /*of_window=*/true) + R"() ENGINE = MergeTree()
-       PARTITION BY toYYYYMMDD(toDateTime(intDiv(start_ns, 1000000000))) ORDER BY (name, recording_id, pid, start_ns))",
+       sample_hz UInt32, unwinding String)" + end_bucket("end_ns") + R"() ENGINE = MergeTree()
+       PARTITION BY toYYYYMMDD(toDateTime(intDiv(start_ns, 1000000000))) ORDER BY (end_10s, kind, recording_id, pid, start_ns))",
+    "metrics (" + table_columns(catalog::kMetrics, /*of_window=*/true) + end_bucket("end_ns") + R"() ENGINE = MergeTree()
+       PARTITION BY toYYYYMMDD(toDateTime(intDiv(start_ns, 1000000000))) ORDER BY (end_10s, name, recording_id, pid, start_ns))",
     "communicators (" + table_columns(catalog::kCommunicators) + R"() ENGINE = MergeTree()
        PARTITION BY toYYYYMMDD(toDateTime(intDiv(init_ns, 1000000000))) ORDER BY (recording_id, pid, init_ns))",
-    "collectives (" + table_columns(catalog::kCollectives) + R"() ENGINE = MergeTree()
-       PARTITION BY toYYYYMMDD(toDateTime(intDiv(enter_ns, 1000000000))) ORDER BY (recording_id, pid, enter_ns))",
-    "device_activity (" + table_columns(catalog::kDeviceActivity) + R"() ENGINE = MergeTree()
-       PARTITION BY toYYYYMMDD(toDateTime(intDiv(start_ns, 1000000000))) ORDER BY (recording_id, pid, start_ns))",
-    "steps (" + table_columns(catalog::kSteps) + R"() ENGINE = MergeTree()
-       PARTITION BY toYYYYMMDD(toDateTime(intDiv(start_ns, 1000000000))) ORDER BY (recording_id, pid, step))",
-    "launch_samples (" + table_columns(catalog::kLaunchSamples, /*of_window=*/true) + R"() ENGINE = MergeTree()
-       PARTITION BY toYYYYMMDD(toDateTime(intDiv(start_ns, 1000000000))) ORDER BY (recording_id, pid, start_ns))",
+    "collectives (" + table_columns(catalog::kCollectives) + end_bucket("greatest(exit_ns, enter_ns + 1)") + R"() ENGINE = MergeTree()
+       PARTITION BY toYYYYMMDD(toDateTime(intDiv(enter_ns, 1000000000))) ORDER BY (end_10s, recording_id, pid, enter_ns))",
+    "device_activity (" + table_columns(catalog::kDeviceActivity) + end_bucket("end_ns") + R"() ENGINE = MergeTree()
+       PARTITION BY toYYYYMMDD(toDateTime(intDiv(start_ns, 1000000000))) ORDER BY (end_10s, recording_id, pid, start_ns))",
+    "steps (" + table_columns(catalog::kSteps) + end_bucket("end_ns") + R"() ENGINE = MergeTree()
+       PARTITION BY toYYYYMMDD(toDateTime(intDiv(start_ns, 1000000000))) ORDER BY (end_10s, recording_id, pid, step))",
+    "launch_samples (" + table_columns(catalog::kLaunchSamples, /*of_window=*/true) + end_bucket("end_ns") + R"() ENGINE = MergeTree()
+       PARTITION BY toYYYYMMDD(toDateTime(intDiv(start_ns, 1000000000))) ORDER BY (end_10s, recording_id, pid, start_ns))",
     R"(agent_stats (recording_id Int64, node String, key String, value Float64, version UInt64, ingest_agent String, ingest_batch UInt64)
        ENGINE = ReplacingMergeTree(version) ORDER BY (recording_id, key))",
     R"(ingest_batches (agent_id String, batch_id UInt64, received_ns UInt64) ENGINE = MergeTree()
@@ -232,9 +246,10 @@ std::string quote(const std::string& s) {
   return o + "'";
 }
 
-// One TabSeparated field: \t \n \\ and friends escaped by ClickHouse.
-std::string unescape(const std::string& f) {
-  std::string o;
+// One TabSeparated field: \t \n \\ and friends escaped by ClickHouse; into `o`, whose memory is
+// reused from row to row.
+void unescape_into(std::string_view f, std::string& o) {
+  o.clear();
   for (size_t i = 0; i < f.size(); ++i) {
     if (f[i] != '\\' || i + 1 == f.size()) {
       o += f[i];
@@ -251,7 +266,6 @@ std::string unescape(const std::string& f) {
       default: o += c;
     }
   }
-  return o;
 }
 
 using Row = std::vector<std::string>;
@@ -450,6 +464,17 @@ class ClickHouseStore final : public Store {
       s += columns_.count({table, c.name}) ? std::string(c.name) : catalog::default_literal(c);
     }
     return s;
+  }
+
+  // The end buckets (end_10s) a span's rows lie in: rows that end after `from` and start before
+  // `to` end before to + kMaxRowSpanNs. Nothing where the table lacks the column (a database made
+  // before it: its reads go by time alone, as they did).
+  std::string end_buckets(const std::string& table, std::optional<uint64_t> from, std::optional<uint64_t> to) const {
+    if (!columns_.count({table, "end_10s"})) return "";
+    std::string w;
+    if (from) w += " AND end_10s >= " + std::to_string(*from / kEndBucketNs);
+    if (to) w += " AND end_10s <= " + std::to_string((*to > UINT64_MAX - kMaxRowSpanNs ? UINT64_MAX : *to + kMaxRowSpanNs) / kEndBucketNs);
+    return w;
   }
 
   // A column's name for a SELECT, or an empty string literal when this database lacks it.
@@ -731,6 +756,14 @@ class ClickHouseStore final : public Store {
     return {};
   }
 
+  // A transaction of batches is ~13 inserts, each a part of its table on disk that ClickHouse
+  // then merges: at 1,000 nodes (100 batches a second) groups of the batches that queued during the
+  // last commit made ~100 inserts a second, ClickHouse's CPU went to them, and agents waited for the
+  // collector (503s). A fifth of a second more gathers ~20 more batches a group on such a load and
+  // costs a batch that much latency, nothing against 10 s windows.
+  static constexpr double kGroupLingerS = 0.2;
+  double group_linger_s() const override { return kGroupLingerS; }
+
   Status prepare_batches(const std::vector<std::pair<std::string, uint64_t>>& batches) override {
     prepared_.clear();
     attempted_.clear();
@@ -927,6 +960,7 @@ class ClickHouseStore final : public Store {
         range += " AND start_ns >= " + std::to_string(*f.from_ns > kMaxRowSpanNs ? *f.from_ns - kMaxRowSpanNs : 0);
       }
       if (f.to_ns) range += " AND start_ns < " + std::to_string(*f.to_ns);
+      range += end_buckets("stack_counts", f.from_ns, f.to_ns);
       std::string rw2 = f.recording ? " AND recording_id = " + std::to_string(*f.recording) : "";
       // One node's profile spans that node's windows (as SQLite's does): other nodes' windows start
       // elsewhere.
@@ -1047,7 +1081,7 @@ class ClickHouseStore final : public Store {
     const std::string where = " WHERE node" + nodes + " AND recording_id IN (SELECT id FROM " + db_ +
                               ".recordings WHERE node" + nodes + ") AND end_ns > " + std::to_string(from) +
                               " AND start_ns >= " + std::to_string(from > kMaxRowSpanNs ? from - kMaxRowSpanNs : 0) +
-                              " AND start_ns < " + std::to_string(to);
+                              " AND start_ns < " + std::to_string(to) + end_buckets("stack_counts", from, to);
     // Both kinds: a profile spans its node's windows of either kind (as load_profile's span does).
     auto rows = query("SELECT node, start_ns, end_ns, kind, pid, tid, thread_comm, stack_id, sum(value), recording_id, " +
                       hz_column() + " AS hz FROM " + db_ + ".stack_counts" + where +
@@ -1314,14 +1348,16 @@ class ClickHouseStore final : public Store {
   Result<std::vector<Row>> read_rows(const RowQuery& q, const std::string& table, const std::string& start,
                                      const std::string& end, const char* order,
                                      const catalog::Column<Row, Msg> (&columns)[N]) {
-    auto rows = query(select(q, table, start, end, order, select_columns(table, columns)));
-    if (!rows) return rows.error();
     std::vector<Row> out;
-    for (const auto& r : *rows) {
-      Row x;
-      x.node = r[read_row(r, 0, columns, x)];
-      out.push_back(std::move(x));
-    }
+    if (auto st = query_each(select(q, table, start, end, order, select_columns(table, columns)),
+                             [&](const std::vector<std::string>& r) {
+                               Row x;
+                               x.node = r[read_row(r, 0, columns, x)];
+                               // Other processes' rows go as they are read (a job's span holds every job's).
+                               if (!q.keep_process || q.keep_process(x.node, x.pid)) out.push_back(std::move(x));
+                             });
+        !st)
+      return st.error();
     return out;
   }
 
@@ -1403,17 +1439,19 @@ class ClickHouseStore final : public Store {
     return read_metrics(q, "start_ns, node, pid, name, label");
   }
   Result<std::vector<MetricRow>> read_metrics(const RowQuery& q, const char* order) {
-    auto rows = query(select(q, "metrics", "start_ns", "end_ns", order, "start_ns, end_ns, " + select_columns("metrics", catalog::kMetrics),
-                             " AND substring(name, 1, " + std::to_string(q.prefix.size()) + ") = " + quote(q.prefix)));
-    if (!rows) return rows.error();
     std::vector<MetricRow> out;
-    for (const auto& r : *rows) {
-      MetricRow m;
-      m.start_ns = u64(r[0]);
-      m.end_ns = u64(r[1]);
-      m.node = r[read_row(r, 2, catalog::kMetrics, m.metric)];
-      out.push_back(std::move(m));
-    }
+    if (auto st = query_each(select(q, "metrics", "start_ns", "end_ns", order,
+                                    "start_ns, end_ns, " + select_columns("metrics", catalog::kMetrics),
+                                    " AND substring(name, 1, " + std::to_string(q.prefix.size()) + ") = " + quote(q.prefix)),
+                             [&](const Row& r) {
+                               MetricRow m;
+                               m.start_ns = u64(r[0]);
+                               m.end_ns = u64(r[1]);
+                               m.node = r[read_row(r, 2, catalog::kMetrics, m.metric)];
+                               if (!q.keep_process || q.keep_process(m.node, m.metric.pid)) out.push_back(std::move(m));
+                             });
+        !st)
+      return st.error();
     return out;
   }
 
@@ -1459,6 +1497,7 @@ class ClickHouseStore final : public Store {
       w += " AND " + start + " >= " + std::to_string(*q.from_ns > kMaxRowSpanNs ? *q.from_ns - kMaxRowSpanNs : 0);
     }
     if (q.to_ns) w += " AND " + start + " < " + std::to_string(*q.to_ns);
+    w += end_buckets(table, q.from_ns, q.to_ns);
     std::string sql = "SELECT " + columns + ", node FROM " + db_ + "." + table + w;
     // A reader that sums the rows (RowQuery::any_order) spares the server the sort; pages need one.
     if (!q.any_order || q.limit || q.offset) sql += " ORDER BY " + order;
@@ -1534,6 +1573,9 @@ class ClickHouseStore final : public Store {
     // The catalog's kinds name their columns (insert_columns).
     static const std::map<std::string, std::string> named = {
         {"steps", " (" + insert_columns(catalog::kSteps) + ")"},
+        // (a table with a computed column, end_10s, names the columns its rows give)
+        {"stack_counts", " (recording_id, node, start_ns, end_ns, kind, pid, tid, thread_comm, stack_id, value, ingest_agent,"
+                         " ingest_batch, sample_hz, unwinding)"},
         {"metrics", " (" + insert_columns(catalog::kMetrics, /*of_window=*/true) + ")"},
         {"launch_samples", " (" + insert_columns(catalog::kLaunchSamples, /*of_window=*/true) + ")"},
         {"communicators", " (" + insert_columns(catalog::kCommunicators) + ")"},
@@ -1553,23 +1595,40 @@ class ClickHouseStore final : public Store {
   Result<std::vector<Row>> query(const std::string& sql) { return query_at(cli_, sql); }
 
   Result<std::vector<Row>> query_at(httplib::Client& server, const std::string& sql) {
+    std::vector<Row> out;
+    if (auto st = query_each_at(server, sql, [&](const Row& r) { out.push_back(r); }); !st) return st.error();
+    return out;
+  }
+
+  // Each row of an answer, parsed a line at a time into one reused Row and handed to `fn`: a round
+  // at 8,000 ranks reads millions of rows, and every row's fields held as strings at once (~50 bytes
+  // a field, 12 fields a row) beside the typed rows made most of the collector's peak memory.
+  Status query_each(const std::string& sql, const std::function<void(const Row&)>& fn) {
+    return query_each_at(cli_, sql, fn);
+  }
+  Status query_each_at(httplib::Client& server, const std::string& sql, const std::function<void(const Row&)>& fn) {
     auto res = server.Post(settings_path(), sql + " FORMAT TabSeparated", "text/plain");
     if (!res || res->status != 200) return err(sql.substr(0, 60), res);
-    std::vector<Row> out;
-    std::stringstream ss(res->body);
-    std::string line;
-    while (std::getline(ss, line)) {
-      Row r;
-      size_t start = 0;
+    const std::string_view body = res->body;
+    Row r;
+    size_t pos = 0;
+    while (pos < body.size()) {
+      size_t nl = body.find('\n', pos);
+      if (nl == std::string_view::npos) nl = body.size();
+      const std::string_view line = body.substr(pos, nl - pos);
+      pos = nl + 1;
+      size_t fields = 0, start = 0;
       while (true) {
-        size_t tab = line.find('\t', start);
-        r.push_back(unescape(line.substr(start, tab == std::string::npos ? std::string::npos : tab - start)));
-        if (tab == std::string::npos) break;
+        const size_t tab = line.find('\t', start);
+        if (fields == r.size()) r.emplace_back();
+        unescape_into(line.substr(start, tab == std::string_view::npos ? std::string_view::npos : tab - start), r[fields++]);
+        if (tab == std::string_view::npos) break;
         start = tab + 1;
       }
-      out.push_back(std::move(r));
+      r.resize(fields);
+      fn(r);
     }
-    return out;
+    return {};
   }
 
   std::string host_;
