@@ -756,14 +756,6 @@ class ClickHouseStore final : public Store {
     return {};
   }
 
-  // A transaction of batches is ~13 inserts, each a part of its table on disk that ClickHouse
-  // then merges: at 1,000 nodes (100 batches a second) groups of the batches that queued during the
-  // last commit made ~100 inserts a second, ClickHouse's CPU went to them, and agents waited for the
-  // collector (503s). A fifth of a second more gathers ~20 more batches a group on such a load and
-  // costs a batch that much latency, nothing against 10 s windows.
-  static constexpr double kGroupLingerS = 0.2;
-  double group_linger_s() const override { return kGroupLingerS; }
-
   Status prepare_batches(const std::vector<std::pair<std::string, uint64_t>>& batches) override {
     prepared_.clear();
     attempted_.clear();

@@ -486,10 +486,6 @@ class Ledger {
   // batch before: ~20 s of a 1,000-node run's server time); the answers last until commit or
   // rollback. A store that looks each one up cheaply needs nothing.
   virtual Status prepare_batches(const std::vector<std::pair<std::string, uint64_t>>& /*batches*/) { return {}; }
-  // How long a collector holds a transaction open for more batches to join it (seconds): a store
-  // whose every insert is a new part on disk per table (ClickHouse) takes fewer, larger ones; 0:
-  // each transaction takes what waits, no more.
-  virtual double group_linger_s() const { return 0; }
   virtual Result<std::vector<std::pair<int64_t, int64_t>>> agent_ids(const std::string& /*agent*/,
                                                                      AgentIdKind /*kind*/) {
     return Error{"this store does not keep ingest bookkeeping"};
