@@ -908,6 +908,38 @@ class ClickHouseStore final : public Store {
   }
 
   // -- reading
+  // One profile's samples as its rows come (load_profile, load_profiles): one sample per (node,
+  // process, thread, stack, period), counts summed, each stack indexed once in its first row's order.
+  struct SampleMerger {
+    std::map<int64_t, uint32_t> index;  // stack id -> index into the profile's stacks
+    std::vector<int64_t> stack_ids;
+    std::map<std::tuple<std::string, uint32_t, uint32_t, std::string, int64_t, uint64_t>, size_t> merged;
+    void add(Profile& p, ProfileSample s, int64_t stack_id) {
+      auto [it, inserted] = index.emplace(stack_id, static_cast<uint32_t>(stack_ids.size()));
+      if (inserted) stack_ids.push_back(stack_id);
+      s.stack_index = it->second;
+      auto key = std::make_tuple(s.node, s.pid, s.tid, s.comm, stack_id, s.period_ns);
+      if (auto m = merged.find(key); m != merged.end()) {
+        p.samples[m->second].count += s.count;
+        return;
+      }
+      merged.emplace(std::move(key), p.samples.size());
+      p.samples.push_back(std::move(s));
+    }
+  };
+
+  // A row's rate: its window's, else (a row written before windows said) its recording's, from
+  // `rates`, which is read whole the first time one is needed.
+  Result<uint64_t> row_hz(uint64_t window_hz, int64_t recording, std::optional<std::map<int64_t, unsigned>>& rates) {
+    if (window_hz != 0) return window_hz;
+    if (!rates) {
+      auto all = recording_rates();
+      if (!all) return all.error();
+      rates = std::move(*all);
+    }
+    return static_cast<uint64_t>((*rates)[recording]);
+  }
+
   Result<Profile> load_profile(const ProfileFilter& f) override {
     Profile p;
     p.kind = f.kind == CountKind::kOnCpu ? "oncpu" : "offcpu";
@@ -982,38 +1014,20 @@ class ClickHouseStore final : public Store {
                       " GROUP BY node, pid, tid, thread_comm, stack_id, recording_id, hz"
                       " ORDER BY node, pid, tid, stack_id, recording_id, hz");
     if (!rows) return rows.error();
-    std::map<int64_t, uint32_t> index;
-    std::vector<int64_t> stack_ids;
-    std::map<std::tuple<std::string, uint32_t, uint32_t, std::string, int64_t, uint64_t>, size_t> merged;
+    SampleMerger m;
     for (const auto& r : *rows) {
       ProfileSample s;
       s.pid = static_cast<uint32_t>(u64(r[0]));
       s.tid = static_cast<uint32_t>(u64(r[1]));
       s.comm = r[2];
-      int64_t sid = i64(r[3]);
       s.count = u64(r[4]);
       s.node = r[5];
-      uint64_t hz = u64(r[7]);
-      if (hz == 0) {
-        if (!rates) {
-          auto all = recording_rates();
-          if (!all) return all.error();
-          rates = std::move(*all);
-        }
-        hz = (*rates)[i64(r[6])];
-      }
-      if (f.kind == CountKind::kOnCpu && hz > 0) s.period_ns = 1'000'000'000ull / hz;
-      auto [it, inserted] = index.emplace(sid, static_cast<uint32_t>(stack_ids.size()));
-      if (inserted) stack_ids.push_back(sid);
-      s.stack_index = it->second;
-      auto key = std::make_tuple(s.node, s.pid, s.tid, s.comm, sid, s.period_ns);
-      if (auto m = merged.find(key); m != merged.end()) {
-        p.samples[m->second].count += s.count;
-        continue;
-      }
-      merged.emplace(std::move(key), p.samples.size());
-      p.samples.push_back(std::move(s));
+      auto hz = row_hz(u64(r[7]), i64(r[6]), rates);
+      if (!hz) return hz.error();
+      if (f.kind == CountKind::kOnCpu && *hz > 0) s.period_ns = 1'000'000'000ull / *hz;
+      m.add(p, std::move(s), i64(r[3]));
     }
+    const std::vector<int64_t>& stack_ids = m.stack_ids;
     p.stacks.resize(stack_ids.size());
     if (stack_ids.empty()) return p;
     // The stacks and frames the samples name, by subquery: a list of ids in the SQL text grows past
@@ -1082,9 +1096,7 @@ class ClickHouseStore final : public Store {
     if (!rows) return rows.error();
     std::optional<std::map<int64_t, unsigned>> recording_hz;  // rows written before windows said their rate
     struct Building {
-      std::map<int64_t, uint32_t> index;  // stack id -> index into the profile's stacks
-      std::vector<int64_t> stack_ids;
-      std::map<std::tuple<uint32_t, uint32_t, std::string, int64_t, uint64_t>, size_t> merged;
+      SampleMerger samples;
       uint64_t start = UINT64_MAX, end = 0;
     };
     std::map<size_t, Building> building;
@@ -1102,35 +1114,17 @@ class ClickHouseStore final : public Store {
         b.start = std::min(b.start, start);
         b.end = std::max(b.end, end);
         if (kind != f.kind) continue;
-        Profile& p = out[i];
         ProfileSample smp;
         smp.pid = static_cast<uint32_t>(u64(r[4]));
         smp.tid = static_cast<uint32_t>(u64(r[5]));
         smp.comm = r[6];
-        const int64_t sid = i64(r[7]);
         smp.count = u64(r[8]);
         smp.node = r[0];
-        uint64_t hz = u64(r[10]);
-        if (hz == 0) {
-          if (!recording_hz) {
-            auto all = recording_rates();
-            if (!all) return all.error();
-            recording_hz = std::move(*all);
-          }
-          hz = (*recording_hz)[i64(r[9])];
-        }
-        if (f.kind == CountKind::kOnCpu && hz > 0) smp.period_ns = 1'000'000'000ull / hz;
-        auto [it, inserted] = b.index.emplace(sid, static_cast<uint32_t>(b.stack_ids.size()));
-        if (inserted) b.stack_ids.push_back(sid);
-        smp.stack_index = it->second;
-        auto key = std::make_tuple(smp.pid, smp.tid, smp.comm, sid, smp.period_ns);
-        if (auto m = b.merged.find(key); m != b.merged.end()) {
-          p.samples[m->second].count += smp.count;
-          continue;
-        }
-        b.merged.emplace(std::move(key), p.samples.size());
-        p.samples.push_back(std::move(smp));
-        all_ids.insert(sid);
+        auto hz = row_hz(u64(r[10]), i64(r[9]), recording_hz);
+        if (!hz) return hz.error();
+        if (f.kind == CountKind::kOnCpu && *hz > 0) smp.period_ns = 1'000'000'000ull / *hz;
+        b.samples.add(out[i], std::move(smp), i64(r[7]));
+        all_ids.insert(i64(r[7]));
       }
     }
     // The stacks every profile names, read once.
@@ -1146,8 +1140,8 @@ class ClickHouseStore final : public Store {
         if (b == building.end()) continue;  // no window in the range: an empty profile
         p.start_ns = b->second.start;
         p.duration_ns = b->second.end - b->second.start;
-        p.stacks.reserve(b->second.stack_ids.size());
-        for (int64_t sid : b->second.stack_ids) {
+        p.stacks.reserve(b->second.samples.stack_ids.size());
+        for (int64_t sid : b->second.samples.stack_ids) {
           auto at = std::lower_bound(ids.begin(), ids.end(), sid);
           p.stacks.push_back(at != ids.end() && *at == sid ? stacks[static_cast<size_t>(at - ids.begin())] : Stack{});
         }
