@@ -100,6 +100,12 @@ constexpr size_t kMaxPeers = 1000;
 // drifts that much without any one cause (a healthy 4-rank testbed run under load average 12 got
 // 8% slower between its halves, its loopback collectives with it), and its layers drift with it.
 constexpr double kJobWideSlowdown = 0.15;
+// ... and from 10% where what grew on every rank is the GPUs' own time: kernel time is measured on
+// the device and does not drift with the host's load (the drift above), only by kernel timing
+// jitter (kRestOfDeviceGrowth: 10% of the device time, which is less than the step). A 4-rank job
+// whose one kernel doubled (+30 ms per step, every rank) on a host that had drifted 10% slower
+// before it measured 14.6% over that slower baseline: under 15%, no finding.
+constexpr double kJobWideDeviceSlowdown = 0.10;
 // How sure a job-wide finding measured on one example rank is of where it is.
 constexpr double kJobWideLocate = 0.6;
 // A ring end stands out when its neighbours wait this share of the collectives' growth longer than
@@ -2035,11 +2041,18 @@ bool has_past(const JobWindow& job) {
 
 // The job-scope finding for a slowdown on every rank, from the job's own past; none when no layer
 // explains kMinExplainedShare of the loss.
-std::optional<Finding> job_past_finding(const JobWindow& job, double lost, double baseline_ms, std::vector<std::string> head) {
-  if (!(lost >= kJobWideSlowdown * baseline_ms)) return std::nullopt;
+// With `straggling`, some rank computes longer than its peers (an unexplained straggler): every
+// rank's longer wait in the collectives is then its peers waiting for it, no evidence of the wire,
+// and the comm layer's candidate is left out.
+std::optional<Finding> job_past_finding(const JobWindow& job, double lost, double baseline_ms, std::vector<std::string> head,
+                                        bool straggling = false) {
+  if (!(lost >= std::min(kJobWideSlowdown, kJobWideDeviceSlowdown) * baseline_ms)) return std::nullopt;
   auto cs = job_layers(job, lost);
+  if (straggling) std::erase_if(cs, [](const JobCandidate& c) { return c.cause == Cause::kNetworkSlow; });
   if (cs.empty() || cs.front().explained_ms < kMinExplainedShare * lost) return std::nullopt;
   JobCandidate& top = cs.front();
+  const bool device = top.cause == Cause::kKernelRegression || top.cause == Cause::kGpuSlow;
+  if (!(lost >= (device ? kJobWideDeviceSlowdown : kJobWideSlowdown) * baseline_ms)) return std::nullopt;
   Finding f;
   f.scope = Scope::kJob;
   f.rank = -1;
@@ -3514,6 +3527,24 @@ Diagnosis diagnose(const JobWindow& job, const Options& opt) {
         continue;
       }
       descend_on(job, k.i);
+    }
+    // Stragglers that none of their layers explains, on a job that slowed against its own past:
+    // what they add beyond their peers is no cause, and the job's loss may be the whole job's. Each
+    // layer of every rank against the job's healthy past (job_past_finding: the median rank, so one
+    // or two stragglers move it little, and the cause must explain kMinExplainedShare of the loss)
+    // is read as when no straggler stands out, less the collectives' waits (the stragglers' peers
+    // wait for them). Seen on a 4-rank job whose one kernel took twice as
+    // long on every GPU (+30 ms per step) while two ranks sharing a slower CPU computed 22-28 ms
+    // longer than the other two from before the regression on: two unexplained stragglers and no
+    // finding, where every GPU computed 30 ms more per step than before.
+    if (slow && !link_named && !cands.empty() && dx.findings.empty() && !dx.unexplained.empty() && has_past(job)) {
+      std::string who;
+      for (const auto& u : dx.unexplained) who += (who.empty() ? "" : ", ") + std::string("rank ") + std::to_string(u.rank);
+      std::vector<std::string> head{"job step time " + ms(dx.step_ms) + " vs its baseline " + ms(dx.baseline_step_ms) + "; " + who +
+                                    (dx.unexplained.size() == 1 ? " computes" : " compute") +
+                                    " longer than the peers and none of the layers says why (below), while every rank's layers, "
+                                    "against the job's healthy past, say what the whole job lost"};
+      if (auto f = job_past_finding(job, lost, dx.baseline_step_ms, std::move(head), true)) dx.findings.push_back(std::move(*f));
     }
 
     // Everyone waits longer and no one computes longer: a link, the fabric, or the job slowed

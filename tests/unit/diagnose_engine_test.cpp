@@ -841,6 +841,56 @@ INSTANTIATE_TEST_SUITE_P(EveryRank, JobWideCause,
                            return n;
                          });
 
+// A kernel twice as slow on every GPU while two ranks, on a slower CPU since before it, compute
+// longer than the other two for no reason any of their layers shows: the two are unexplained
+// stragglers, and the job's loss is still the kernel's (every rank's GPU against the job's past).
+// Before, the unexplained stragglers ended the diagnosis: no finding.
+TEST(DiagnoseEngine, UnexplainedStragglersDoNotHideWhatEveryRankLost) {
+  SyntheticSpec spec;
+  spec.ranks = 4;
+  spec.past = true;
+  spec.faults = {PlantedFault{kAllRanks, "kernel-regression", 30}};
+  JobWindow job = make_synthetic_job(spec);
+  for (size_t i : {1u, 3u}) job.ranks[i].now.wait_ms -= 20;  // busier by 20 ms, the step unchanged
+  auto dx = diagnose(job);
+  ASSERT_EQ(dx.unexplained.size(), 2u) << text_of(dx);
+  ASSERT_EQ(dx.findings.size(), 1u) << text_of(dx);
+  const Finding& f = dx.findings[0];
+  EXPECT_EQ(f.scope, Scope::kJob) << text_of(dx);
+  EXPECT_EQ(std::string(cause_name(f.cause)), "kernel-regression") << text_of(dx);
+  EXPECT_NE(f.culprit.find("ampere_sgemm_128x64_tn"), std::string::npos) << text_of(dx);
+  EXPECT_NE(evidence_of(f).find("none of the layers says why"), std::string::npos) << evidence_of(f);
+  EXPECT_FALSE(may_join_past(dx));
+
+  // The same stragglers on a job no layer of whose past grew: still no finding.
+  SyntheticSpec quiet;
+  quiet.ranks = 4;
+  quiet.past = true;
+  JobWindow slower = make_synthetic_job(quiet);
+  for (auto& r : slower.ranks) r.now.step_ms += 30, r.now.wait_ms += 30;
+  for (size_t i : {1u, 3u}) slower.ranks[i].now.wait_ms -= 20;
+  auto none = diagnose(slower);
+  EXPECT_EQ(none.unexplained.size(), 2u) << text_of(none);
+  EXPECT_TRUE(none.findings.empty()) << text_of(none);
+}
+
+// Kernel time does not drift with the host's load: a slowdown of every rank that the GPUs' own time
+// explains is named from kJobWideDeviceSlowdown (10%) on, one the host's layers explain only from
+// kJobWideSlowdown (15%).
+TEST(DiagnoseEngine, AJobWideDeviceSlowdownCountsBelowTheHostsDriftBar) {
+  auto dev = run_all("kernel-regression", 12);
+  ASSERT_EQ(dev.findings.size(), 1u) << text_of(dev);
+  // (12 ms on the synthetic kernel's past is under kKernelGrowthFactor: the GPUs', not one kernel's)
+  EXPECT_EQ(dev.findings[0].layer, "gpu") << text_of(dev);
+  EXPECT_EQ(dev.findings[0].scope, Scope::kJob) << text_of(dev);
+  auto host = run_all("io-stall", 12);
+  EXPECT_TRUE(host.findings.empty()) << text_of(host);
+  auto host_large = run_all("io-stall", 20);
+  ASSERT_EQ(host_large.findings.size(), 1u) << text_of(host_large);
+  auto dev_small = run_all("kernel-regression", 7);
+  EXPECT_TRUE(dev_small.findings.empty()) << text_of(dev_small);
+}
+
 // A straggler whose node's latest window has not reached the store: its peers' windows show every
 // rank waiting longer and none computing longer, which reads as a slow fabric. The verdict waits for
 // its data (agents ship windows as they close, each node at its own phase), unless the rank's data
