@@ -332,6 +332,12 @@ struct PathDiff {
 // lines, its other callees) is too little to be the reason it is slow. Under 0.2 also leaves room
 // for the frame's own samples that land on its lines between calls.
 constexpr double kPassThroughShare = 0.8;
+// A frame that holds this share of a rank's compared on-CPU time leaves under a fifth outside it:
+// the whole program, not a place in it, when it also holds most (kProgramFramePeerShare) of each
+// peer's time. The peers' bar is lower: a healthy rank spends more of its time outside the step
+// loop (its start-up's imports, its collective threads) than one that does 3x the work in it.
+constexpr double kProgramFrameShare = 0.8;
+constexpr double kProgramFramePeerShare = 0.5;
 
 std::optional<PathDiff> differential_profile(const JobWindow& job, size_t c, const std::vector<size_t>& peers,
                                              Values RankWindow::*field) {
@@ -421,12 +427,52 @@ std::optional<PathDiff> differential_profile(const JobWindow& job, size_t c, con
   }
   PathDiff d;
   d.path = *pick->path;
-  auto frames = split_path(d.path);
-  d.function = caller_name(frames.back());
-  if (frames.size() >= 2) d.caller = caller_name(frames[frames.size() - 2]);
   d.excess_ms = pick->excess;
   d.culprit_ms = pick->mine;
   d.peers_ms = pick->peer;
+  // A pick that holds nearly all of the rank's time and most of its peers' is the program's own
+  // frame (the step loop, `rank_main`, whose callees are every step function). More data in every
+  // step grows it most: its extra splits over its callees (forward and backward, about half each),
+  // so none of them carries most of the extra and the frame above them wins. It names no place
+  // where the rank differs, and outside it nothing is left to tell more of everything from one
+  // function (more_of_everything). Its callee with the most extra time does, down while the frame
+  // still holds the program.
+  auto share_of_time = [](const std::unordered_map<std::string, double>& m, const std::string& path) {
+    double total = 0;
+    for (const auto& [p, v] : m) total += p.find(';') == std::string::npos ? v : 0;  // the roots hold it all
+    auto it = m.find(path);
+    return total > 0 && it != m.end() ? it->second / total : 0;
+  };
+  auto peer_value = [&](const std::string& path) {
+    std::vector<double> pv;
+    for (const auto& t : theirs) {
+      auto it = t.find(path);
+      pv.push_back(it == t.end() ? 0 : it->second);
+    }
+    return median(std::move(pv));
+  };
+  auto peer_share = [&](const std::string& path) {
+    std::vector<double> pv;
+    for (const auto& t : theirs) pv.push_back(share_of_time(t, path));
+    return median(std::move(pv));
+  };
+  while (share_of_time(mine, d.path) >= kProgramFrameShare && peer_share(d.path) >= kProgramFramePeerShare) {
+    const size_t depth = static_cast<size_t>(std::count(d.path.begin(), d.path.end(), ';'));
+    std::string next;
+    double next_mine = 0, next_peer = 0, next_excess = 0;
+    for (const auto& [p, v] : mine) {
+      if (p.size() <= d.path.size() || p.compare(0, d.path.size(), d.path) != 0 || p[d.path.size()] != ';' ||
+          static_cast<size_t>(std::count(p.begin(), p.end(), ';')) != depth + 1)
+        continue;
+      double pp = peer_value(p);
+      if (v - pp > next_excess) next = p, next_mine = v, next_peer = pp, next_excess = v - pp;
+    }
+    if (next.empty()) break;
+    d.path = next, d.culprit_ms = next_mine, d.peers_ms = next_peer, d.excess_ms = next_excess;
+  }
+  auto frames = split_path(d.path);
+  d.function = caller_name(frames.back());
+  if (frames.size() >= 2) d.caller = caller_name(frames[frames.size() - 2]);
   // Most of its time in the rank's workers: it runs there.
   auto w = worker_part.find(d.path);
   d.in_worker = w != worker_part.end() && w->second >= 0.5 * d.culprit_ms;
@@ -3419,6 +3465,16 @@ Diagnosis diagnose(const JobWindow& job, const Options& opt) {
           }
           ref = median(others);
           noise = robust_sigma(others, ref);
+          // A slow job is asked what changed: the noise is the spread of the others' growth from
+          // their healthy past, not of their levels. A spread that was there before is the
+          // machine's shape, not noise: three pinned ranks on two CPUs, two of them sharing one
+          // and each 23 ms busier than the third from the first step, made a 17 ms "noise"
+          // whose 4x floor (68 ms) hid a rank that tripled its batch (+44 ms, the others +-1.5).
+          if (slow && std::all_of(others_base.begin(), others_base.end(), [](double b) { return known(b); })) {
+            std::vector<double> growth;
+            for (size_t j = 0; j < others.size(); ++j) growth.push_back(others[j] - others_base[j]);
+            noise = robust_sigma(growth, median(growth));
+          }
           base_ref = median(std::move(others_base));
         }
         double floor = straggler_floor(noise);

@@ -789,6 +789,59 @@ TEST(DiagnoseEngine, AnUnresolvedFrameIsNeverTheCulprit) {
   EXPECT_EQ(text_of(dx).find("flags rank(s) []"), std::string::npos) << text_of(dx);
 }
 
+// A 2-rank CPU-only DDP job whose rank 1 loads three times the data: each of its step functions
+// (forward, loss, backward) runs 3x as long, its optimizer step as long as before. The extra time
+// splits over the step functions, none of which carries most of it, so the step loop above them
+// (`rank_main`, nearly all of every rank's time) has the most: it is the program, not a place where
+// rank 1 differs, and outside it nothing is left to see that every step function grew (recorded on
+// a held-out shape: "host-hotspot, ddp_train.py:rank_main"). It is workload-imbalance.
+TEST(DiagnoseEngine, TheStepLoopIsNoHotspotWhenEveryStepFunctionGrew) {
+  SyntheticSpec spec;
+  spec.ranks = 2;
+  spec.step_ms = 300;
+  spec.past = true;
+  JobWindow job = make_synthetic_job(spec);
+  job.python_functions = {"process.py:BaseProcess.run", "train.py:rank_main", "train.py:forward", "train.py:loss_of",
+                          "train.py:backward", "train.py:optimizer_step"};
+  auto path = [&](const std::string& p) { return job.names.id("process.py:BaseProcess.run;train.py:rank_main" + p); };
+  for (size_t i = 0; i < job.ranks.size(); ++i) {
+    RankWindow& r = job.ranks[i];
+    r.now.device_compute_ms = r.now.gpu_idle_ms = kUnknown;
+    r.base.device_compute_ms = r.base.gpu_idle_ms = kUnknown;
+    r.past.device_compute_ms = kUnknown;
+    r.kernels.clear();
+    r.past.kernels.clear();
+    const double data = i == 1 ? 3 : 1;
+    r.oncpu = {{path(";train.py:forward;_PyEval_EvalFrameDefault;at::addmm"), 60 * data},
+               {path(";train.py:loss_of"), 60 * data},
+               {path(";train.py:backward;at::mm"), 60 * data},
+               {path(";train.py:optimizer_step"), 40},
+               {job.names.id("start_thread;gloo::transport::tcp::Loop::run()"), 10}};
+    normalize(r.oncpu);
+    r.set(Os::kCpu, 230 + 180 * (data - 1));
+    r.now.step_ms = r.base.step_ms + 360;
+    r.now.wait_ms = r.base.wait_ms + (i == 1 ? 0 : 360);
+  }
+  auto dx = diagnose(job);
+  ASSERT_EQ(dx.findings.size(), 1u) << text_of(dx);
+  const Finding& f = dx.findings[0];
+  EXPECT_EQ(f.rank, 1) << text_of(dx);
+  EXPECT_EQ(std::string(cause_name(f.cause)), "workload-imbalance") << text_of(dx);
+  EXPECT_EQ(f.culprit.find("rank_main"), std::string::npos) << text_of(dx);
+
+  // One step function 3x as long, the rest as before: a hotspot in it, not the loop above it.
+  for (auto& v : job.ranks[1].oncpu) {
+    const std::string n = job.names.name(v.name);
+    if (n.find("forward") == std::string::npos && n.find("gloo") == std::string::npos && n.find("optimizer") == std::string::npos)
+      v.ms_per_step /= 3;
+  }
+  job.ranks[1].set(Os::kCpu, 230 + 120);
+  auto one = diagnose(job);
+  ASSERT_EQ(one.findings.size(), 1u) << text_of(one);
+  EXPECT_EQ(std::string(cause_name(one.findings[0].cause)), "host-hotspot") << text_of(one);
+  EXPECT_EQ(one.findings[0].culprit, "train.py:forward") << text_of(one);
+}
+
 TEST(DiagnoseEngine, UnresolvedFramesAreRecognized) {
   for (const char* f : {"[unknown]+0x3b7a609f", "[anon]+0x7f00aa", "[heap]+0x10a0", "libfoo.so+0x1f0", "0x7f12ab", "[unknown]", ""})
     EXPECT_TRUE(unresolved_frame(f)) << f;
@@ -872,6 +925,33 @@ TEST(DiagnoseEngine, UnexplainedStragglersDoNotHideWhatEveryRankLost) {
   auto none = diagnose(slower);
   EXPECT_EQ(none.unexplained.size(), 2u) << text_of(none);
   EXPECT_TRUE(none.findings.empty()) << text_of(none);
+}
+
+// Three pinned ranks on two CPUs: ranks 0 and 2 share one and are each 25 ms busier than rank 1 from
+// the first step. That spread is the machine's shape, not noise: rank 0 computing 40 ms more is the
+// straggler (the others' busy time did not change), not a rank inside a noisy 3-rank job.
+TEST(DiagnoseEngine, AnUnevenMachineIsNotNoiseToAStragglerOfASlowJob) {
+  SyntheticSpec spec;
+  spec.ranks = 3;
+  spec.past = true;
+  spec.faults = {PlantedFault{0, "host-hotspot", 40}};
+  JobWindow job = make_synthetic_job(spec);
+  for (size_t i : {0u, 2u}) job.ranks[i].base.wait_ms -= 25, job.ranks[i].now.wait_ms -= 25;
+  auto dx = diagnose(job);
+  ASSERT_EQ(dx.findings.size(), 1u) << text_of(dx);
+  EXPECT_EQ(dx.findings[0].rank, 0) << text_of(dx);
+  EXPECT_EQ(std::string(cause_name(dx.findings[0].cause)), "host-hotspot") << text_of(dx);
+
+  // The same machine slower alike (every rank computes 30 ms longer, the uneven shape kept, no
+  // layer says why): no straggler.
+  SyntheticSpec quiet = spec;
+  quiet.faults.clear();
+  JobWindow slower = make_synthetic_job(quiet);
+  for (size_t i : {0u, 2u}) slower.ranks[i].base.wait_ms -= 25, slower.ranks[i].now.wait_ms -= 25;
+  for (auto& r : slower.ranks) r.now.step_ms += 30;
+  auto none = diagnose(slower);
+  EXPECT_TRUE(none.findings.empty()) << text_of(none);
+  EXPECT_TRUE(none.unexplained.empty()) << text_of(none);
 }
 
 // Kernel time does not drift with the host's load: a slowdown of every rank that the GPUs' own time
