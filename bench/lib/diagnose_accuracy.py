@@ -750,7 +750,7 @@ def build_matrix(args):
                 m.append(Case("ddp-heldout", "none", "none", "", v[1], 1, v[0], v[2], v[3]))
         return m
     ranks = [int(x) for x in args.ranks.split(",")]
-    for seed in range(1, args.seeds + 1):
+    for seed in range(args.first_seed, args.seeds + 1):
         for fam in ("cpp", "py"):
             if fam not in families:
                 continue
@@ -781,6 +781,8 @@ def main():
     ap.add_argument("--strata", default=None, help="the strata binary (default: BUILD/bin/strata)")
     ap.add_argument("--quick", action="store_true", help="a dozen runs over every family (~15 min on a quiet machine)")
     ap.add_argument("--seeds", type=int, default=3)
+    ap.add_argument("--first-seed", type=int, default=1,
+                    help="run seeds FIRST_SEED..SEEDS (a later seed of a matrix whose first seeds ran before)")
     ap.add_argument("--keep", action="store_true", help="keep the recorded stores")
     ap.add_argument("--out", default="bench/results/diagnose_accuracy")
     ap.add_argument("--summarize", default=None, metavar="RESULTS.json",
