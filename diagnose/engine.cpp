@@ -2773,12 +2773,20 @@ void find_slow_link(const JobWindow& job, Diagnosis& dx, double lost, double wai
   const size_t n = job.ranks.size();
   const double wait_up = wait_med - wait_base;
   auto links = find_slow_links(job);
+  // A ring end is read by how much longer each rank waits than it did in the job's healthy past,
+  // when every rank has one: what a rank waited before is the machine's shape (a rank alone on its
+  // CPU waits for the two that share one, from the first step), not the link. Read by level, three
+  // pinned ranks whose every link got 30 ms slower named "link of rank 0", the rank that waited
+  // least by design.
+  bool all_past = true;
+  for (const auto& r : job.ranks) all_past = all_past && r.base.steps > 0 && known(r.base.wait_ms);
+  auto waited = [all_past](const RankWindow& r) { return all_past ? r.now.wait_ms - r.base.wait_ms : r.now.wait_ms; };
   size_t best = 0;
   double best_score = -1e300;
   for (size_t i = 0; i < n && !links; ++i) {
     const auto& prev = job.ranks[(i + n - 1) % n];
     const auto& next = job.ranks[(i + 1) % n];
-    double score = (prev.now.wait_ms + next.now.wait_ms) / 2 - job.ranks[i].now.wait_ms;
+    double score = (waited(prev) + waited(next)) / 2 - waited(job.ranks[i]);
     if (known(score) && score > best_score) {
       best_score = score;
       best = i;
@@ -2851,8 +2859,8 @@ void find_slow_link(const JobWindow& job, Diagnosis& dx, double lost, double wai
       const auto& prev = job.ranks[(best + n - 1) % n];
       const auto& next = job.ranks[(best + 1) % n];
       f.evidence.push_back("ring neighbours rank " + std::to_string(prev.rank) + " and rank " + std::to_string(next.rank) +
-                           " wait " + ms((prev.now.wait_ms + next.now.wait_ms) / 2) + " vs " + ms(r.now.wait_ms) +
-                           " for rank " + std::to_string(r.rank));
+                           " wait " + ms((waited(prev) + waited(next)) / 2) + (all_past ? " longer than in the job's past" : "") + " vs " +
+                           ms(waited(r)) + " for rank " + std::to_string(r.rank));
       f.confidence = clamp01(0.5 + (best_score > 0 && wait_med > 0 ? best_score / wait_med : 0));
     }
     f.advice = "check the NIC / link of " + rank_name(r) + " (ethtool -S, link speed, tc qdisc) and NCCL_IB/SOCKET settings";

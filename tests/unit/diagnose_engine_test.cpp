@@ -952,6 +952,25 @@ TEST(DiagnoseEngine, AnUnevenMachineIsNotNoiseToAStragglerOfASlowJob) {
   auto none = diagnose(slower);
   EXPECT_TRUE(none.findings.empty()) << text_of(none);
   EXPECT_TRUE(none.unexplained.empty()) << text_of(none);
+
+  // The same machine, every link 30 ms slower: rank 1, alone on its CPU, always waited 25 ms
+  // longer than the two that share one. What each rank waited before is the machine's shape: no
+  // rank's link stands out (by level, rank 0's did).
+  JobWindow fabric = make_synthetic_job(quiet);
+  for (size_t i : {0u, 2u}) fabric.ranks[i].base.wait_ms -= 25, fabric.ranks[i].now.wait_ms -= 25;
+  for (auto& r : fabric.ranks) r.now.step_ms += 30, r.now.wait_ms += 30;
+  auto wire = diagnose(fabric);
+  for (const auto& f : wire.findings) EXPECT_EQ(f.scope, Scope::kJob) << text_of(wire);
+
+  // And rank 2's link slowed on it: its ring neighbours wait longer than before, it does not.
+  SyntheticSpec link = quiet;
+  link.faults = {PlantedFault{2, "network-slow", 40}};
+  JobWindow one = make_synthetic_job(link);
+  for (size_t i : {0u, 2u}) one.ranks[i].base.wait_ms -= 25, one.ranks[i].now.wait_ms -= 25;
+  auto end = diagnose(one);
+  ASSERT_FALSE(end.findings.empty()) << text_of(end);
+  EXPECT_EQ(std::string(cause_name(end.findings[0].cause)), "network-slow") << text_of(end);
+  EXPECT_EQ(end.findings[0].rank, 2) << text_of(end);
 }
 
 // Kernel time does not drift with the host's load: a slowdown of every rank that the GPUs' own time
@@ -1673,7 +1692,7 @@ TEST(DiagnoseEngine, ARankThatWaitsLongerThanItsPeersIsNotTheStraggler) {
 // CPUs): the step grew 154 ms on 676, the collectives 62.7 ms of it, and the ranks' own work and
 // their wait for a CPU grew too. Longer collectives on hosts that slowed are the hosts', not the
 // network's: no network-slow. The same collectives' growth on hosts that did not slow is.
-JobWindow hosts_slowed_job(bool hosts_slower) {
+JobWindow hosts_slowed_job(bool hosts_slower, double wait_up = 62.7) {
   SyntheticSpec spec;
   spec.ranks = 4;
   spec.step_ms = 676;
@@ -1685,7 +1704,7 @@ JobWindow hosts_slowed_job(bool hosts_slower) {
     r.past.device_compute_ms = kUnknown;
     r.kernels.clear();
     r.past.kernels.clear();
-    double wait_up = 62.7, host_up = hosts_slower ? 154 - wait_up : 0;
+    double host_up = hosts_slower ? 154 - wait_up : 0;
     r.now.step_ms = r.base.step_ms + wait_up + host_up;
     r.now.wait_ms = r.base.wait_ms + wait_up;
     if (hosts_slower) {
@@ -1700,10 +1719,15 @@ TEST(DiagnoseEngine, LongerCollectivesOnHostsThatSlowedAreNotASlowNetwork) {
   auto dx = diagnose(hosts_slowed_job(true));
   EXPECT_GT(dx.step_ms, 1.2 * dx.baseline_step_ms) << "the job did slow down";
   for (const auto& f : dx.findings) EXPECT_NE(f.cause, Cause::kNetworkSlow) << text_of(dx);
-  // The collectives alone grew, on hosts as fast as before: the network it is.
-  auto net = diagnose(hosts_slowed_job(false));
+  // The collectives alone grew, on hosts as fast as before: the network it is. Every link grew
+  // alike: the job's collectives at job scope, never one rank's link (read by the waits' levels, the
+  // rank that happened to wait least was named), from the drift bar (kJobWideSlowdown) on.
+  auto net = diagnose(hosts_slowed_job(false, 120));
   ASSERT_FALSE(net.findings.empty()) << text_of(net);
   EXPECT_EQ(net.findings[0].cause, Cause::kNetworkSlow) << text_of(net);
+  EXPECT_EQ(net.findings[0].scope, Scope::kJob) << text_of(net);
+  auto small = diagnose(hosts_slowed_job(false));
+  for (const auto& f : small.findings) EXPECT_EQ(f.scope, Scope::kJob) << text_of(small);
 }
 
 // A 2-rank CPU-only DDP job on gloo whose every link got slower (ddp_train.py network-slow:rank=all
