@@ -350,6 +350,16 @@ std::optional<PathDiff> differential_profile(const JobWindow& job, size_t c, con
   size_t stride = std::max<size_t>(1, peers.size() / 64);
   for (size_t i = 0; i < peers.size(); i += stride) theirs.push_back(inclusive(job, job.ranks[peers[i]].*field));
   if (theirs.empty()) return std::nullopt;
+  // The peers' median time under a path (0 where a peer never runs it).
+  auto peer_value = [&](const std::string& path) {
+    std::vector<double> pv;
+    pv.reserve(theirs.size());
+    for (const auto& t : theirs) {
+      auto it = t.find(path);
+      pv.push_back(it == t.end() ? 0 : it->second);
+    }
+    return median(std::move(pv));
+  };
   struct Cand {
     const std::string* path;
     double excess, mine, peer, newness;
@@ -358,13 +368,7 @@ std::optional<PathDiff> differential_profile(const JobWindow& job, size_t c, con
   std::vector<Cand> cands;
   double best_excess = 0;
   for (const auto& [path, value] : mine) {
-    std::vector<double> pv;
-    pv.reserve(theirs.size());
-    for (const auto& t : theirs) {
-      auto it = t.find(path);
-      pv.push_back(it == t.end() ? 0 : it->second);
-    }
-    double p = median(std::move(pv));
+    double p = peer_value(path);
     double e = value - p;
     if (e <= 0) continue;
     size_t depth = static_cast<size_t>(std::count(path.begin(), path.end(), ';'));
@@ -437,26 +441,26 @@ std::optional<PathDiff> differential_profile(const JobWindow& job, size_t c, con
   // where the rank differs, and outside it nothing is left to tell more of everything from one
   // function (more_of_everything). Its callee with the most extra time does, down while the frame
   // still holds the program.
-  auto share_of_time = [](const std::unordered_map<std::string, double>& m, const std::string& path) {
+  auto total_time = [](const std::unordered_map<std::string, double>& m) {
     double total = 0;
     for (const auto& [p, v] : m) total += p.find(';') == std::string::npos ? v : 0;  // the roots hold it all
+    return total;
+  };
+  auto share_of_time = [](const std::unordered_map<std::string, double>& m, double total, const std::string& path) {
     auto it = m.find(path);
     return total > 0 && it != m.end() ? it->second / total : 0;
   };
-  auto peer_value = [&](const std::string& path) {
-    std::vector<double> pv;
-    for (const auto& t : theirs) {
-      auto it = t.find(path);
-      pv.push_back(it == t.end() ? 0 : it->second);
-    }
-    return median(std::move(pv));
-  };
+  const double my_total = total_time(mine);
+  std::vector<double> their_totals;
+  their_totals.reserve(theirs.size());
+  for (const auto& t : theirs) their_totals.push_back(total_time(t));
   auto peer_share = [&](const std::string& path) {
     std::vector<double> pv;
-    for (const auto& t : theirs) pv.push_back(share_of_time(t, path));
+    pv.reserve(theirs.size());
+    for (size_t i = 0; i < theirs.size(); ++i) pv.push_back(share_of_time(theirs[i], their_totals[i], path));
     return median(std::move(pv));
   };
-  while (share_of_time(mine, d.path) >= kProgramFrameShare && peer_share(d.path) >= kProgramFramePeerShare) {
+  while (share_of_time(mine, my_total, d.path) >= kProgramFrameShare && peer_share(d.path) >= kProgramFramePeerShare) {
     const size_t depth = static_cast<size_t>(std::count(d.path.begin(), d.path.end(), ';'));
     std::string next;
     double next_mine = 0, next_peer = 0, next_excess = 0;
