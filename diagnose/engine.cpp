@@ -338,6 +338,20 @@ constexpr double kPassThroughShare = 0.8;
 // loop (its start-up's imports, its collective threads) than one that does 3x the work in it.
 constexpr double kProgramFrameShare = 0.8;
 constexpr double kProgramFramePeerShare = 0.5;
+// A path the peers run at under this share of the rank's time is new on the rank: more data per step
+// scales what every rank runs (a 3x batch leaves the peers a third), it does not make a path ten
+// times heavier. Not zero: a path the peers run briefly still draws a sample now and then.
+constexpr double kRarePathShare = 0.1;
+// Paths that carry at least this share of the most extra time are compared: the rest are too
+// small to be where the rank's extra time is.
+constexpr double kCarriesTheExtra = 0.5;
+// Under the program's frame, a callee new on the rank (kRarePathShare) that carries this share of
+// the frame's extra time is where it differs, before a callee with more extra time that the peers
+// run too: the usual work runs longer for many reasons (a shared CPU, its caches, the new work
+// running beside it), new work for one. Seen: a DataLoader worker's augmentation on a pinned rank,
+// 47% of the rank's extra time, beside its step loop, 32% longer than its peers' (the loop was
+// named). A quarter is the least share of a loss a cause must explain (kMinExplainedShare).
+constexpr double kNewWorkShareOfExtra = 0.25;
 
 std::optional<PathDiff> differential_profile(const JobWindow& job, size_t c, const std::vector<size_t>& peers,
                                              Values RankWindow::*field) {
@@ -360,6 +374,14 @@ std::optional<PathDiff> differential_profile(const JobWindow& job, size_t c, con
     }
     return median(std::move(pv));
   };
+  auto depth_of = [](const std::string& path) { return static_cast<size_t>(std::count(path.begin(), path.end(), ';')); };
+  // The paths one frame below `at` on the rank.
+  auto callees = [&](const std::string& at, auto&& each) {
+    const size_t depth = depth_of(at);
+    for (const auto& [p, v] : mine) {
+      if (p.size() > at.size() && p.compare(0, at.size(), at) == 0 && p[at.size()] == ';' && depth_of(p) == depth + 1) each(p, v);
+    }
+  };
   struct Cand {
     const std::string* path;
     double excess, mine, peer, newness;
@@ -371,58 +393,24 @@ std::optional<PathDiff> differential_profile(const JobWindow& job, size_t c, con
     double p = peer_value(path);
     double e = value - p;
     if (e <= 0) continue;
-    size_t depth = static_cast<size_t>(std::count(path.begin(), path.end(), ';'));
-    cands.push_back({&path, e, value, p, e / value, depth});
+    cands.push_back({&path, e, value, p, e / value, depth_of(path)});
     best_excess = std::max(best_excess, e);
   }
   if (cands.empty()) return std::nullopt;
-  std::erase_if(cands, [&](const Cand& k) { return k.excess < 0.5 * best_excess; });
+  std::erase_if(cands, [&](const Cand& k) { return k.excess < kCarriesTheExtra * best_excess; });
   // First choice: the shallowest frame the peers (almost) never run — where the new behaviour
   // begins (slow_augment, not the cpu_work it calls, nor main above it).
   // Frames the peers never ran at all come before frames they ran rarely: with few samples (a rank
   // that mostly waits) the root frames of the peers can look "rare" too.
   const Cand* pick = nullptr;
-  for (double rare : {0.0, 0.1}) {
+  for (double rare : {0.0, kRarePathShare}) {
     for (const auto& k : cands) {
       if (k.peer > rare * k.mine) continue;
       if (!pick || k.depth < pick->depth || (k.depth == pick->depth && k.excess > pick->excess)) pick = &k;
     }
     if (pick) break;
   }
-  // A Python function the peers never run that only passes its time on: almost all of it goes to
-  // one callee of the same source file that the peers never run on any path. The callee is where
-  // the time goes; the frame above it is new on the rank only because the peers' calls of it are
-  // too short to be sampled (a DataLoader worker's Batches.__getitem__, whose augment_sample burned
-  // the time: the peers' cheap __getitem__ had no samples). Not across files: a call into another
-  // module (torch.save from a checkpoint function) is the program's own code calling a library,
-  // and the call site is what its authors change. Not into a function the peers run elsewhere
-  // (slow_augment's cpu_work): that is their usual work, called from the new frame.
-  if (pick && !job.python_functions.empty()) {
-    std::unordered_set<std::string_view> peer_functions;
-    for (const auto& t : theirs) {
-      for (const auto& [path, value] : t) peer_functions.insert(last_frame(path));
-    }
-    auto file_of = [](std::string_view frame) {
-      auto colon = frame.find(':');
-      return colon == std::string_view::npos ? std::string_view() : frame.substr(0, colon);
-    };
-    for (bool deeper = true; deeper;) {
-      deeper = false;
-      const std::string& at = *pick->path;
-      const std::string_view at_file = file_of(last_frame(at));
-      for (const auto& k : cands) {
-        const std::string& p = *k.path;
-        if (k.depth != pick->depth + 1 || p.compare(0, at.size(), at) != 0 || p[at.size()] != ';') continue;
-        const std::string_view callee = last_frame(p);
-        if (k.mine < kPassThroughShare * pick->mine || peer_functions.count(callee) || at_file.empty() ||
-            file_of(callee) != at_file || !job.python_functions.count(std::string(callee)))
-          continue;
-        pick = &k;
-        deeper = true;
-        break;
-      }
-    }
-  }
+  const bool new_path = pick != nullptr;
   // Else: the path whose time is most of all extra, the deeper on ties.
   if (!pick) {
     for (const auto& k : cands) {
@@ -431,16 +419,13 @@ std::optional<PathDiff> differential_profile(const JobWindow& job, size_t c, con
   }
   PathDiff d;
   d.path = *pick->path;
-  d.excess_ms = pick->excess;
-  d.culprit_ms = pick->mine;
-  d.peers_ms = pick->peer;
   // A pick that holds nearly all of the rank's time and most of its peers' is the program's own
   // frame (the step loop, `rank_main`, whose callees are every step function). More data in every
   // step grows it most: its extra splits over its callees (forward and backward, about half each),
   // so none of them carries most of the extra and the frame above them wins. It names no place
   // where the rank differs, and outside it nothing is left to tell more of everything from one
-  // function (more_of_everything). Its callee with the most extra time does, down while the frame
-  // still holds the program.
+  // function (more_of_everything). Its callee new on the rank does (kNewWorkShareOfExtra), else its
+  // callee with the most extra time, down while the frame still holds the program.
   auto total_time = [](const std::unordered_map<std::string, double>& m) {
     double total = 0;
     for (const auto& [p, v] : m) total += p.find(';') == std::string::npos ? v : 0;  // the roots hold it all
@@ -460,20 +445,76 @@ std::optional<PathDiff> differential_profile(const JobWindow& job, size_t c, con
     for (size_t i = 0; i < theirs.size(); ++i) pv.push_back(share_of_time(theirs[i], their_totals[i], path));
     return median(std::move(pv));
   };
+  bool new_callee = false;
   while (share_of_time(mine, my_total, d.path) >= kProgramFrameShare && peer_share(d.path) >= kProgramFramePeerShare) {
-    const size_t depth = static_cast<size_t>(std::count(d.path.begin(), d.path.end(), ';'));
-    std::string next;
-    double next_mine = 0, next_peer = 0, next_excess = 0;
-    for (const auto& [p, v] : mine) {
-      if (p.size() <= d.path.size() || p.compare(0, d.path.size(), d.path) != 0 || p[d.path.size()] != ';' ||
-          static_cast<size_t>(std::count(p.begin(), p.end(), ';')) != depth + 1)
-        continue;
-      double pp = peer_value(p);
-      if (v - pp > next_excess) next = p, next_mine = v, next_peer = pp, next_excess = v - pp;
-    }
-    if (next.empty()) break;
-    d.path = next, d.culprit_ms = next_mine, d.peers_ms = next_peer, d.excess_ms = next_excess;
+    const double frame_excess = mine.at(d.path) - peer_value(d.path);
+    std::string most, fresh;
+    double most_excess = 0, fresh_excess = 0;
+    callees(d.path, [&](const std::string& p, double v) {
+      const double pp = peer_value(p), e = v - pp;
+      if (e > most_excess) most = p, most_excess = e;
+      if (pp <= kRarePathShare * v && e >= kNewWorkShareOfExtra * frame_excess && e > fresh_excess) fresh = p, fresh_excess = e;
+    });
+    if (most.empty()) break;
+    new_callee = !fresh.empty();
+    d.path = new_callee ? fresh : most;
+    if (new_callee) break;
   }
+  // A Python function new on the rank that only passes its time on is not where it goes.
+  // - Through a library's frames (installed code: the DataLoader's worker loop, its fetcher), down
+  //   to the first frame of the program's own code, where each passes on kPassThroughShare of its
+  //   time. A chain that ends in library code stays where it was: the program makes no call there.
+  // - Then to a callee of the same source file that holds kPassThroughShare of its time and the
+  //   peers never run on another path (on this one they may, briefly). The callee is where the time
+  //   goes; the frame above it is new on the rank only because the peers' calls of it are too short
+  //   to be sampled (a DataLoader worker's Batches.__getitem__, whose augment_sample burned the
+  //   time: the peers' cheap __getitem__ had no samples). Not across files: a call into another
+  //   module (torch.save from a checkpoint function) is the program's own code calling a library,
+  //   and the call site is what its authors change. Not into a function the peers run elsewhere
+  //   (slow_augment's cpu_work): that is their usual work, called from the new frame.
+  if ((new_path || new_callee) && !job.python_functions.empty()) {
+    // Whether a peer runs `function` on a path other than `path`: its usual work elsewhere.
+    auto peers_run_elsewhere = [&](std::string_view function, const std::string& path) {
+      for (const auto& t : theirs) {
+        for (const auto& [p, v] : t) {
+          if (last_frame(p) == function && p != path) return true;
+        }
+      }
+      return false;
+    };
+    auto python = [&](const std::string& path) { return job.python_functions.count(std::string(last_frame(path))) > 0; };
+    auto library = [&](const std::string& path) { return job.python_library_functions.count(std::string(last_frame(path))) > 0; };
+    auto file_of = [](std::string_view frame) {
+      auto colon = frame.find(':');
+      return colon == std::string_view::npos ? std::string_view() : frame.substr(0, colon);
+    };
+    // The callee of `at` that holds kPassThroughShare of its time on the rank and `also` says yes to.
+    auto passed_to = [&](const std::string& at, auto&& also) {
+      const std::string* to = nullptr;
+      const double at_ms = mine.at(at);
+      callees(at, [&](const std::string& p, double v) {
+        if (!to && v >= kPassThroughShare * at_ms && also(p)) to = &p;
+      });
+      return to;
+    };
+    if (library(d.path)) {
+      const std::string* at = &d.path;
+      while (at && library(*at)) at = passed_to(*at, [](const std::string&) { return true; });
+      if (at && python(*at)) d.path = *at;
+    }
+    while (true) {
+      const std::string_view at_file = file_of(last_frame(d.path));
+      const std::string* to = passed_to(d.path, [&](const std::string& p) {
+        const std::string_view callee = last_frame(p);
+        return !at_file.empty() && file_of(callee) == at_file && python(p) && !peers_run_elsewhere(callee, p);
+      });
+      if (!to) break;
+      d.path = *to;
+    }
+  }
+  d.culprit_ms = mine.at(d.path);
+  d.peers_ms = peer_value(d.path);
+  d.excess_ms = d.culprit_ms - d.peers_ms;
   auto frames = split_path(d.path);
   d.function = caller_name(frames.back());
   if (frames.size() >= 2) d.caller = caller_name(frames[frames.size() - 2]);
@@ -1390,10 +1431,13 @@ std::optional<Hypothesis> sync_memcpy(const RankCase& k) {
 
 // A CPU-only job (no device timeline: DDP on gloo) whose on-CPU time grew outside the top path too:
 // every step function does more of the same work, as with more data per step. A hotspot leaves the
-// rest as it was.
+// rest as it was. Not when the top path is one the peers (almost) never run (kRarePathShare): more
+// data makes no new work, and the rest of the rank then grew beside the new work (on the CPUs
+// they share, through their caches: seen as a pinned rank's step loop 32% longer beside its
+// DataLoader worker's augmentation).
 bool more_of_everything(const RankCase& k) {
   return !known(k.r.now.device_compute_ms) && k.hot && k.rest_peers > 0 &&
-         k.rest_mine / k.rest_peers - 1 >= kImbalanceRestGrowth;
+         k.rest_mine / k.rest_peers - 1 >= kImbalanceRestGrowth && k.hot->peers_ms > kRarePathShare * k.hot->culprit_ms;
 }
 
 Hypothesis cpu_hypothesis(const RankCase& k) {
@@ -3308,6 +3352,7 @@ JobWindow with_own_past(const JobWindow& job, size_t c) {
   alone.communicator = job.communicator;
   alone.names = job.names;
   alone.python_functions = job.python_functions;
+  alone.python_library_functions = job.python_library_functions;
   alone.cuda_runtime_frames = job.cuda_runtime_frames;
   const RankWindow& r = job.ranks[c];
   RankWindow before;

@@ -134,6 +134,17 @@ std::string python_key(const Frame& f) {
   return f.file.substr(slash == std::string::npos ? 0 : slash + 1) + ":" + f.function;
 }
 
+// A Python source file installed with the interpreter or a package, not the program's own: the
+// standard library ("/usr/lib/python3.11/...", a virtualenv's or conda's ".../lib/python3.10/..."),
+// packages ("site-packages", Debian's "dist-packages") and the interpreter's frozen modules
+// ("<frozen runpy>").
+bool python_library_file(std::string_view file) {
+  for (std::string_view dir : {"/site-packages/", "/dist-packages/", "/lib/python2", "/lib/python3"}) {
+    if (file.find(dir) != std::string_view::npos) return true;
+  }
+  return file.rfind("<frozen ", 0) == 0;
+}
+
 // The CUDA runtime's own libraries (runtime and driver API, by file name): a memory call's frames
 // inside them are the call itself, not where the program makes it.
 bool cuda_runtime_module(std::string_view module) {
@@ -165,7 +176,10 @@ std::string call_path(const Stack& stack, bool keep_syscall, JobWindow* job) {
     for (char& ch : name) {
       if (ch == ';') ch = ':';
     }
-    if (job && it->kind == FrameKind::kPython && !unresolved_frame(name)) job->python_functions.insert(name);
+    if (job && it->kind == FrameKind::kPython && !unresolved_frame(name)) {
+      job->python_functions.insert(name);
+      if (python_library_file(it->file)) job->python_library_functions.insert(name);
+    }
     if (job && it->kind == FrameKind::kNative)
       (cuda_runtime_module(it->module) ? job->cuda_runtime_frames : job->frames_outside_runtime).insert(name);
     if (!path.empty()) path += ';';

@@ -268,6 +268,10 @@ struct JobWindow {
   // Names in call paths that are Python functions: a path's deepest one is where the program's
   // time goes (the frames below it are the interpreter's).
   std::unordered_set<std::string> python_functions;
+  // Of them, those defined in installed code (the interpreter's own library, site- and
+  // dist-packages: loader.cpp's python_library_file), not in the program being trained: a library
+  // frame that passes its time on to the program's function is not where the program's time goes.
+  std::unordered_set<std::string> python_library_functions;
   // Names in call paths that are frames of the CUDA runtime or driver (libcudart, libcuda: known by
   // the frame's module, loader.cpp's cuda_runtime_module): time under one is inside a CUDA call,
   // whatever the library's own function is called there (a stripped libcudart's frames are

@@ -842,6 +842,75 @@ TEST(DiagnoseEngine, TheStepLoopIsNoHotspotWhenEveryStepFunctionGrew) {
   EXPECT_EQ(one.findings[0].culprit, "train.py:forward") << text_of(one);
 }
 
+// A 4-rank CPU-only DDP job (Python) whose rank 2's DataLoader worker burns 52 ms per step in an
+// augmentation its peers' workers run briefly (their samples land in the worker loop), reached
+// through the library's worker loop and fetcher. Pinned, the rank's step loop beside it ran 32%
+// longer too (the held-out run r4-large-w1-pin: "workload-imbalance, more work in
+// ddp_train.py:rank_main" before, since the worker's path carried under half of the extra time and
+// the step loop's growth looked like more data; before that "worker.py:_worker_loop", the library's
+// frame above the program's function). The augmentation is the hotspot, named as the program's
+// function. The same shape with three times the data on rank 2 (its worker running the peers'
+// augmentation three times as long) stays workload-imbalance.
+TEST(DiagnoseEngine, AWorkersNewFunctionIsTheHotspotBesideALongerStepLoop) {
+  struct Variant {
+    double loop_growth;  // rank 2's step functions, x its peers'
+    double peer_augment_ms;  // the peers' workers' time sampled in augment_sample
+    double data;  // rank 2's data per step, x its peers' (workload imbalance)
+  };
+  for (const Variant& v : {Variant{1.32, 0, 1}, Variant{1.32, 0.3, 1}, Variant{1, 0.3, 1}, Variant{3, 10, 3}}) {
+    SyntheticSpec spec;
+    spec.ranks = 4;
+    spec.step_ms = 300;
+    spec.past = true;
+    JobWindow job = make_synthetic_job(spec);
+    job.python_functions = {"process.py:BaseProcess.run", "worker.py:_worker_loop", "fetch.py:_MapDatasetFetcher.fetch",
+                            "train.py:rank_main", "train.py:forward", "train.py:loss_of", "train.py:backward",
+                            "train.py:optimizer_step", "train.py:Batches.__getitem__", "train.py:augment_sample"};
+    job.python_library_functions = {"process.py:BaseProcess.run", "worker.py:_worker_loop", "fetch.py:_MapDatasetFetcher.fetch"};
+    auto path = [&](const std::string& p) { return job.names.id("process.py:BaseProcess.run;train.py:rank_main" + p); };
+    const std::string loop = std::string(kWorkerFrame) + ";process.py:BaseProcess.run;worker.py:_worker_loop";
+    const std::string augment = loop + ";fetch.py:_MapDatasetFetcher.fetch;train.py:Batches.__getitem__;train.py:augment_sample";
+    const double hot_ms = v.data > 1 ? 0 : 52;
+    const double extra = 180 * (v.loop_growth - 1) + hot_ms + v.peer_augment_ms * (v.data - 1);
+    for (size_t i = 0; i < job.ranks.size(); ++i) {
+      RankWindow& r = job.ranks[i];
+      r.now.device_compute_ms = r.now.gpu_idle_ms = kUnknown;
+      r.base.device_compute_ms = r.base.gpu_idle_ms = kUnknown;
+      r.past.device_compute_ms = kUnknown;
+      r.kernels.clear();
+      r.past.kernels.clear();
+      const bool hot = i == 2;
+      const double g = hot ? v.loop_growth : 1;
+      r.workers = {20000 + r.pid % 100};
+      r.oncpu = {{path(";train.py:forward;_PyEval_EvalFrameDefault;at::addmm"), 60 * g},
+                 {path(";train.py:loss_of"), 60 * g},
+                 {path(";train.py:backward;at::mm"), 60 * g},
+                 {path(";train.py:optimizer_step"), 40},
+                 {job.names.id("start_thread;gloo::transport::tcp::Loop::run()"), 10},
+                 {job.names.id(loop), 0.5}};
+      if (v.peer_augment_ms > 0) r.oncpu.push_back({job.names.id(augment), v.peer_augment_ms * (hot ? v.data : 1)});
+      if (hot && hot_ms > 0) r.oncpu.push_back({job.names.id(augment), hot_ms});
+      normalize(r.oncpu);
+      r.set(Os::kCpu, 230 + (hot ? extra : 0));
+      r.now.step_ms = r.base.step_ms + extra;
+      r.now.wait_ms = r.base.wait_ms + (hot ? 0 : extra);
+    }
+    auto dx = diagnose(job);
+    const std::string which = "loop x" + std::to_string(v.loop_growth) + ", peers' augment " + std::to_string(v.peer_augment_ms) + " ms, data x" +
+                              std::to_string(v.data) + "\n";
+    ASSERT_EQ(dx.findings.size(), 1u) << which << text_of(dx);
+    const Finding& f = dx.findings[0];
+    EXPECT_EQ(f.rank, 2) << which << text_of(dx);
+    if (v.data > 1) {
+      EXPECT_EQ(std::string(cause_name(f.cause)), "workload-imbalance") << which << text_of(dx);
+      continue;
+    }
+    EXPECT_EQ(std::string(cause_name(f.cause)), "host-hotspot") << which << text_of(dx);
+    EXPECT_EQ(f.culprit, "train.py:augment_sample") << which << text_of(dx);
+    EXPECT_NE(evidence_of(f).find("worker process of rank 2"), std::string::npos) << which << text_of(dx);
+  }
+}
+
 TEST(DiagnoseEngine, UnresolvedFramesAreRecognized) {
   for (const char* f : {"[unknown]+0x3b7a609f", "[anon]+0x7f00aa", "[heap]+0x10a0", "libfoo.so+0x1f0", "0x7f12ab", "[unknown]", ""})
     EXPECT_TRUE(unresolved_frame(f)) << f;

@@ -303,5 +303,27 @@ TEST(MemoryCallSites, AWrapperOverTheRuntimesOwnFramesIsNamedWithItsCaller) {
   EXPECT_NE(f.culprit.find("(called from churn_step through dev_free)"), std::string::npos) << text_of(dx);
 }
 
+// Which Python functions are installed code (the interpreter's library, site- and dist-packages,
+// frozen modules) and which are the program's own: read from each frame's source file by the loader.
+TEST(PythonFrames, TheLoaderTellsInstalledLibrariesFromTheProgram) {
+  Stack stack{python("augment_sample", "/srv/train.py"), python("Batches.__getitem__", "/srv/train.py"),
+                    python("_MapDatasetFetcher.fetch", "/usr/lib/python3/dist-packages/torch/utils/data/_utils/fetch.py"),
+                    python("_worker_loop", "/opt/venv/lib/python3.11/site-packages/torch/utils/data/_utils/worker.py"),
+                    python("BaseProcess.run", "/usr/lib/python3.11/multiprocessing/process.py"), python("_run_code", "<frozen runpy>"),
+                    python("main", "/home/u/lib/python_helpers/main.py")};
+  // The store keeps one frame per (kind, build id, module, offset): the agent's Python frames differ by offset.
+  for (size_t i = 0; i < stack.size(); ++i) stack[i].offset = 0x1000 + i;
+  MemoryJob j({}, std::vector<Stack>{stack});
+  auto jw = load_job_window(*j.st);
+  ASSERT_TRUE(jw) << jw.error().message;
+  for (const char* f : {"train.py:augment_sample", "train.py:Batches.__getitem__", "fetch.py:_MapDatasetFetcher.fetch", "worker.py:_worker_loop",
+                        "process.py:BaseProcess.run", "<frozen runpy>:_run_code", "main.py:main"})
+    EXPECT_EQ(jw->python_functions.count(f), 1u) << f;
+  std::vector<std::string> library(jw->python_library_functions.begin(), jw->python_library_functions.end());
+  std::sort(library.begin(), library.end());
+  EXPECT_EQ(library, (std::vector<std::string>{"<frozen runpy>:_run_code", "fetch.py:_MapDatasetFetcher.fetch", "process.py:BaseProcess.run",
+                                               "worker.py:_worker_loop"}));
+}
+
 }  // namespace
 }  // namespace strata::diagnose
