@@ -5,6 +5,7 @@
 #include <cmath>
 #include <cstdio>
 #include <map>
+#include <numeric>
 #include <optional>
 #include <set>
 #include <string_view>
@@ -3482,6 +3483,30 @@ Diagnosis diagnose(const JobWindow& job, const Options& opt) {
       }
       return it->second;
     };
+    // A slow job is asked what changed: the noise a straggler's excess must clear is the spread of
+    // the other ranks' growth from their healthy past, not of their levels. A spread that was there
+    // before is the machine's shape, not noise: three pinned ranks on two CPUs, two of them sharing
+    // one and each 23 ms busier than the third from the first step, made a 17 ms "noise" whose 4x
+    // floor (68 ms) hid a rank that tripled its batch (+44 ms, the others +-1.5). The same holds for
+    // a group or a large job (nodes of two CPU generations). kUnknown: the job is not slow, or a
+    // rank among them has no past.
+    auto growth_noise = [&](const std::vector<size_t>& among) {
+      if (!slow || among.empty()) return kUnknown;
+      std::vector<double> growth;
+      growth.reserve(among.size());
+      for (size_t k : among) {
+        if (!known(busy[k]) || !known(base_busy[k])) return kUnknown;
+        growth.push_back(busy[k] - base_busy[k]);
+      }
+      return robust_sigma(growth, median(growth));
+    };
+    std::vector<size_t> all_ranks(n);
+    std::iota(all_ranks.begin(), all_ranks.end(), size_t{0});
+    const double job_growth_noise = n > kSmallGroup && !grouped ? growth_noise(all_ranks) : kUnknown;
+    std::map<int, double> group_growth_noise;
+    for (const auto& [g, members] : group_members) {
+      if (members.size() > kSmallGroup) group_growth_noise[g] = growth_noise(members);
+    }
     // The least extra busy time that makes a straggler, above its reference's noise.
     auto straggler_floor = [&](double noise) {
       return slow ? std::max({0.25 * lost, 0.03 * dx.step_ms, 4 * noise, 2.0}) : std::max({opt.min_spatial * dx.step_ms, 6 * noise, 5.0});
@@ -3491,17 +3516,20 @@ Diagnosis diagnose(const JobWindow& job, const Options& opt) {
         if (!known(busy[i])) continue;
         // Small jobs: compare with the others only, so the culprit pulls neither the median nor
         // the noise (with 4 ranks, one straggler and one long waiter would double the MAD).
-        double ref = busy_med, noise = busy_noise;
+        double ref = busy_med, noise = known(job_growth_noise) ? job_growth_noise : busy_noise;
         double base_ref = base_busy_med;  // the same reference's busy time in the job's past
         if (grouped && group_members[job.peer_group[i]].size() > kSmallGroup) {
           // A large group, as a large job: its own median and noise (linear in ranks, not square).
-          ref = group_med[job.peer_group[i]];
-          noise = rank_noise[i] = group_noise[job.peer_group[i]];
-          base_ref = group_base_med[job.peer_group[i]];
+          const int g = job.peer_group[i];
+          ref = group_med[g];
+          noise = rank_noise[i] = group_noise[g];
+          if (known(group_growth_noise[g])) noise = group_growth_noise[g];
+          base_ref = group_base_med[g];
         } else if (grouped) {
           std::vector<double> others, others_base;
+          std::vector<size_t> other_ranks;
           for (size_t k : group_members[job.peer_group[i]]) {
-            if (k != i && known(busy[k])) others.push_back(busy[k]), others_base.push_back(base_busy[k]);
+            if (k != i && known(busy[k])) others.push_back(busy[k]), others_base.push_back(base_busy[k]), other_ranks.push_back(k);
           }
           base_ref = median(std::move(others_base));
           if (others.empty()) {
@@ -3515,23 +3543,16 @@ Diagnosis diagnose(const JobWindow& job, const Options& opt) {
           if (!known(ref)) continue;
           noise = others.size() >= kMinGroupNoise ? robust_sigma(others, ref) : pooled_noise(job.peer_group[i]);
           rank_noise[i] = noise;
-        } else if (n <= 64) {
+          if (const double g = growth_noise(other_ranks); others.size() >= kMinGroupNoise && known(g)) noise = g;
+        } else if (n <= kSmallGroup) {
           std::vector<double> others, others_base;
+          std::vector<size_t> other_ranks;
           for (size_t k = 0; k < n; ++k) {
-            if (k != i) others.push_back(busy[k]), others_base.push_back(base_busy[k]);
+            if (k != i) others.push_back(busy[k]), others_base.push_back(base_busy[k]), other_ranks.push_back(k);
           }
           ref = median(others);
           noise = robust_sigma(others, ref);
-          // A slow job is asked what changed: the noise is the spread of the others' growth from
-          // their healthy past, not of their levels. A spread that was there before is the
-          // machine's shape, not noise: three pinned ranks on two CPUs, two of them sharing one
-          // and each 23 ms busier than the third from the first step, made a 17 ms "noise"
-          // whose 4x floor (68 ms) hid a rank that tripled its batch (+44 ms, the others +-1.5).
-          if (slow && std::all_of(others_base.begin(), others_base.end(), [](double b) { return known(b); })) {
-            std::vector<double> growth;
-            for (size_t j = 0; j < others.size(); ++j) growth.push_back(others[j] - others_base[j]);
-            noise = robust_sigma(growth, median(growth));
-          }
+          if (const double g = growth_noise(other_ranks); known(g)) noise = g;
           base_ref = median(std::move(others_base));
         }
         double floor = straggler_floor(noise);

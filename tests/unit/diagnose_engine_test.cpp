@@ -1042,6 +1042,45 @@ TEST(DiagnoseEngine, AnUnevenMachineIsNotNoiseToAStragglerOfASlowJob) {
   EXPECT_EQ(end.findings[0].rank, 2) << text_of(end);
 }
 
+// The same in a large job (128 ranks, compared with the job's median) and in large peer groups (two
+// pipeline stages of 80): half the nodes' CPUs are slower, their ranks 25 ms per step busier from
+// the first step. The two levels are the cluster's shape, not noise (their spread made a 4x floor
+// of 74 ms, over the straggler's 40 ms): rank 5 (and rank 125, in stage 1) computing 40 ms more is
+// the straggler; every rank 30 ms slower alike is none.
+TEST(DiagnoseEngine, AnUnevenClusterIsNotNoiseToAStragglerOfASlowJob) {
+  for (bool stages : {false, true}) {
+    const size_t straggler = stages ? 125 : 5;
+    SyntheticSpec spec;
+    spec.ranks = stages ? 160 : 128;
+    spec.past = true;
+    spec.faults = {PlantedFault{static_cast<int>(straggler), "host-hotspot", 40}};
+    auto shape = [&](JobWindow& job) {
+      for (size_t i = 0; i < job.ranks.size(); ++i) {
+        if (i % 2 == 1) job.ranks[i].base.wait_ms -= 25, job.ranks[i].now.wait_ms -= 25;
+      }
+      if (stages) {
+        job.peer_group.assign(job.ranks.size(), 0);
+        for (size_t i = 80; i < job.ranks.size(); ++i) job.peer_group[i] = 1;
+      }
+    };
+    JobWindow job = make_synthetic_job(spec);
+    shape(job);
+    auto dx = diagnose(job);
+    ASSERT_EQ(dx.findings.size(), 1u) << "stages " << stages << "\n" << text_of(dx);
+    EXPECT_EQ(dx.findings[0].rank, static_cast<int>(straggler)) << text_of(dx);
+    EXPECT_EQ(std::string(cause_name(dx.findings[0].cause)), "host-hotspot") << text_of(dx);
+
+    SyntheticSpec quiet = spec;
+    quiet.faults.clear();
+    JobWindow slower = make_synthetic_job(quiet);
+    shape(slower);
+    for (auto& r : slower.ranks) r.now.step_ms += 30;
+    auto none = diagnose(slower);
+    EXPECT_TRUE(none.findings.empty()) << "stages " << stages << "\n" << text_of(none);
+    EXPECT_TRUE(none.unexplained.empty()) << "stages " << stages << "\n" << text_of(none);
+  }
+}
+
 // Kernel time does not drift with the host's load: a slowdown of every rank that the GPUs' own time
 // explains is named from kJobWideDeviceSlowdown (10%) on, one the host's layers explain only from
 // kJobWideSlowdown (15%).
