@@ -789,6 +789,15 @@ TEST(DiagnoseEngine, AnUnresolvedFrameIsNeverTheCulprit) {
   EXPECT_EQ(text_of(dx).find("flags rank(s) []"), std::string::npos) << text_of(dx);
 }
 
+// A rank of a CPU-only job (DDP on gloo): no device timeline, no kernels, now or in its past.
+void cpu_only(RankWindow& r) {
+  r.now.device_compute_ms = r.now.gpu_idle_ms = kUnknown;
+  r.base.device_compute_ms = r.base.gpu_idle_ms = kUnknown;
+  r.past.device_compute_ms = kUnknown;
+  r.kernels.clear();
+  r.past.kernels.clear();
+}
+
 // A 2-rank CPU-only DDP job whose rank 1 loads three times the data: each of its step functions
 // (forward, loss, backward) runs 3x as long, its optimizer step as long as before. The extra time
 // splits over the step functions, none of which carries most of it, so the step loop above them
@@ -806,11 +815,7 @@ TEST(DiagnoseEngine, TheStepLoopIsNoHotspotWhenEveryStepFunctionGrew) {
   auto path = [&](const std::string& p) { return job.names.id("process.py:BaseProcess.run;train.py:rank_main" + p); };
   for (size_t i = 0; i < job.ranks.size(); ++i) {
     RankWindow& r = job.ranks[i];
-    r.now.device_compute_ms = r.now.gpu_idle_ms = kUnknown;
-    r.base.device_compute_ms = r.base.gpu_idle_ms = kUnknown;
-    r.past.device_compute_ms = kUnknown;
-    r.kernels.clear();
-    r.past.kernels.clear();
+    cpu_only(r);
     const double data = i == 1 ? 3 : 1;
     r.oncpu = {{path(";train.py:forward;_PyEval_EvalFrameDefault;at::addmm"), 60 * data},
                {path(";train.py:loss_of"), 60 * data},
@@ -874,11 +879,7 @@ TEST(DiagnoseEngine, AWorkersNewFunctionIsTheHotspotBesideALongerStepLoop) {
     const double extra = 180 * (v.loop_growth - 1) + hot_ms + v.peer_augment_ms * (v.data - 1);
     for (size_t i = 0; i < job.ranks.size(); ++i) {
       RankWindow& r = job.ranks[i];
-      r.now.device_compute_ms = r.now.gpu_idle_ms = kUnknown;
-      r.base.device_compute_ms = r.base.gpu_idle_ms = kUnknown;
-      r.past.device_compute_ms = kUnknown;
-      r.kernels.clear();
-      r.past.kernels.clear();
+      cpu_only(r);
       const bool hot = i == 2;
       const double g = hot ? v.loop_growth : 1;
       r.workers = {20000 + r.pid % 100};
@@ -1807,11 +1808,7 @@ JobWindow hosts_slowed_job(bool hosts_slower, double wait_up = 62.7) {
   spec.past = true;
   JobWindow job = make_synthetic_job(spec);
   for (auto& r : job.ranks) {
-    r.now.device_compute_ms = r.now.gpu_idle_ms = kUnknown;
-    r.base.device_compute_ms = r.base.gpu_idle_ms = kUnknown;
-    r.past.device_compute_ms = kUnknown;
-    r.kernels.clear();
-    r.past.kernels.clear();
+    cpu_only(r);
     double host_up = hosts_slower ? 154 - wait_up : 0;
     r.now.step_ms = r.base.step_ms + wait_up + host_up;
     r.now.wait_ms = r.base.wait_ms + wait_up;
@@ -1853,11 +1850,7 @@ JobWindow overlapped_wire_job(double wait_up, double busy_up) {
   spec.past = true;
   JobWindow job = make_synthetic_job(spec);
   for (auto& r : job.ranks) {
-    r.now.device_compute_ms = r.now.gpu_idle_ms = kUnknown;
-    r.base.device_compute_ms = r.base.gpu_idle_ms = kUnknown;
-    r.past.device_compute_ms = kUnknown;
-    r.kernels.clear();
-    r.past.kernels.clear();
+    cpu_only(r);
     r.past.os.fill(kUnknown);
     r.now.step_ms = r.base.step_ms + wait_up + busy_up;
     r.now.wait_ms = r.base.wait_ms + wait_up;
