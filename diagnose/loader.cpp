@@ -581,6 +581,42 @@ size_t find_change_point(const std::vector<double>& s, double min_rise) {
   return best;
 }
 
+// Steps so long that fewer than find_change_point's three slow steps fill a window: a fault that
+// makes a 250 ms step take 15-20 s (two CPU hogs on a rank's CPU, measured on a held-out PyTorch
+// DDP job) gave three slow steps after 55 s, and a finding a minute after the fault began. The
+// step in flight at the data's end is evidence too: it has lasted at least as long as the data
+// shows past the rank's last step. A single long step is a one-off (a checkpoint's save, a long
+// GC pause) when the step after it is back to normal; when the step in flight has already run long
+// too, the slowness persists. So a change is also where the last one or two completed steps and
+// the step in flight are each at least kLongStepFactor times the median of the steps before (and
+// clear of those steps' noise), and together have lasted at least a window (the time three
+// slow steps of a job whose steps are short fill well within; for short steps, the three-step rule
+// is as fast).
+constexpr double kLongStepFactor = 3.0;  // beyond the 2x this machine's speed drifts within minutes
+constexpr size_t kLongStepMinBase = 5;   // steps before the change: a median that a stray step cannot move
+
+size_t find_long_step_change(const std::vector<double>& s, double in_flight_ms, double window_ms) {
+  constexpr size_t kMinSide = 3;  // find_change_point's: from three slow steps, that rule decides
+  if (window_ms <= 0) return 0;
+  for (size_t k = 1; k < kMinSide && k + kLongStepMinBase <= s.size(); ++k) {
+    const size_t first = s.size() - k;
+    std::vector<double> before(s.begin(), s.begin() + static_cast<long>(first));
+    const double mb = median(before);
+    const double bar = std::max(kLongStepFactor * mb, mb + 4 * robust_sigma(before, mb));
+    if (!(in_flight_ms >= bar)) return 0;
+    double lasted = in_flight_ms;
+    bool slow = true;
+    for (size_t i = first; i < s.size(); ++i) {
+      slow = slow && s[i] >= bar;
+      lasted += s[i];
+    }
+    if (!slow) return 0;
+    if (s[first - 1] >= bar) continue;  // the slow run began earlier: one more step
+    return lasted >= window_ms ? first : 0;
+  }
+  return 0;
+}
+
 // A synchronous job's ranks finish every iteration together (each waits for the others in the
 // iteration's collectives), so over the time they all cover they complete the same number of
 // iterations, give or take the one cut by either end of that time. The agent finds each process's
@@ -1246,6 +1282,23 @@ Result<JobWindow> load_job_window(store::Reader& s, const LoadOptions& opt) {
     job_steps.push_back(median(v));
   }
   size_t cp = find_change_point(job_steps);
+  {
+    // The step in flight at the data's end (median over the ranks, as the job's steps are), and
+    // the recording's window: from the latest metrics, which say how far the store has seen.
+    uint64_t seen_until = 0, window_ns = 0;
+    for (const auto& m : rows) {
+      if (m.end_ns > seen_until) {
+        seen_until = m.end_ns;
+        window_ns = m.end_ns - std::min(m.end_ns, m.start_ns);
+      }
+    }
+    std::vector<double> in_flight;
+    for (const auto& rs : src) {
+      if (!rs.steps.empty()) in_flight.push_back(ms_of(seen_until - std::min(seen_until, rs.steps.back().end_ns)));
+    }
+    if (size_t lcp = in_flight.empty() ? 0 : find_long_step_change(job_steps, median(in_flight), ms_of(window_ns)); lcp > cp)
+      cp = lcp;
+  }
 
   JobWindow job;
   job.data_notes = std::move(data_notes);

@@ -202,6 +202,11 @@ Result<std::vector<store::ProcessInfo>> processes_with_ranks(store::Reader& stor
 // or 0 when no rise stands out from the noise before it. Exposed for tests.
 size_t find_change_point(const std::vector<double>& step_ms, double min_rise = 0.05);
 
+// Where steps that became so long that fewer than three fill a window began: the last one or two
+// completed steps and the step in flight (`in_flight_ms` so far) each far above the steps before,
+// lasting a window (`window_ms`) together; 0 when they do not. Exposed for tests.
+size_t find_long_step_change(const std::vector<double>& step_ms, double in_flight_ms, double window_ms);
+
 // The ranks of a synchronous job complete the same iterations in the same time; a rank whose steps
 // (per rank, in order, after warm-up) number clearly more than the others' over the time they all
 // cover was cut at a fraction of the iteration by the agent's step detector, and is re-cut at the
