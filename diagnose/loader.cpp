@@ -1283,20 +1283,42 @@ Result<JobWindow> load_job_window(store::Reader& s, const LoadOptions& opt) {
   }
   size_t cp = find_change_point(job_steps);
   {
-    // The step in flight at the data's end (median over the ranks, as the job's steps are), and
-    // the recording's window: from the latest metrics, which say how far the store has seen.
-    uint64_t seen_until = 0, window_ns = 0;
+    // The step in flight at the data's end: from each rank's last step to the end of its latest
+    // metric window (median over the ranks, as the job's steps are), counted only while a rank of
+    // the job is inside a collective there (its peers wait for the step to finish). A job done
+    // training is inside none: its teardown after a long last step (a final checkpoint's save)
+    // is no step in flight.
+    ByProc<size_t> rank_of;
+    for (size_t i = 0; i < src.size(); ++i) rank_of[{src[i].proc.node, src[i].proc.pid}] = i;
+    std::vector<uint64_t> seen_until(src.size(), 0);
+    uint64_t window_ns = 0;
+    std::vector<std::pair<size_t, uint64_t>> inside;  // (rank, the window end where it was inside a collective)
+    const store::Store::MetricRow* group = nullptr;   // the first row of the current window's rows
+    size_t group_rank = SIZE_MAX;
     for (const auto& m : rows) {
-      if (m.end_ns > seen_until) {
-        seen_until = m.end_ns;
-        window_ns = m.end_ns - std::min(m.end_ns, m.start_ns);
+      if (!group || m.start_ns != group->start_ns || m.end_ns != group->end_ns || m.metric.pid != group->metric.pid ||
+          m.node != group->node) {
+        group = &m;
+        auto it = rank_of.find({m.node, m.metric.pid});
+        group_rank = it == rank_of.end() ? SIZE_MAX : it->second;
+        if (group_rank != SIZE_MAX && m.end_ns > seen_until[group_rank]) {
+          seen_until[group_rank] = m.end_ns;
+          window_ns = std::max(window_ns, m.end_ns - std::min(m.end_ns, m.start_ns));
+        }
+      }
+      if (group_rank != SIZE_MAX && m.metric.name == store::kInFlightMetric) {
+        auto call = store::parse_in_flight_label(m.metric.label);
+        if (call && call->library != "cuda") inside.emplace_back(group_rank, m.end_ns);
       }
     }
+    const bool in_step = std::any_of(inside.begin(), inside.end(), [&](const auto& x) { return x.second == seen_until[x.first]; });
     std::vector<double> in_flight;
-    for (const auto& rs : src) {
-      if (!rs.steps.empty()) in_flight.push_back(ms_of(seen_until - std::min(seen_until, rs.steps.back().end_ns)));
+    for (size_t i = 0; i < src.size(); ++i) {
+      if (!src[i].steps.empty() && seen_until[i] > 0)
+        in_flight.push_back(ms_of(seen_until[i] - std::min(seen_until[i], src[i].steps.back().end_ns)));
     }
-    if (size_t lcp = in_flight.empty() ? 0 : find_long_step_change(job_steps, median(in_flight), ms_of(window_ns)); lcp > cp)
+    if (size_t lcp = in_step && !in_flight.empty() ? find_long_step_change(job_steps, median(in_flight), ms_of(window_ns)) : 0;
+        lcp > cp)
       cp = lcp;
   }
 

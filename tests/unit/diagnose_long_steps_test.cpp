@@ -51,8 +51,10 @@ TEST(LongSteps, TheSlowStepsMustClearTheStepsNoiseAndFew) {
 
 // Through the store and the loader: a 3-rank job of 40 steps of 250 ms whose rank 1 then takes 15 s
 // over one step (its peers wait in the step's collective), with 10 s metric windows; the data goes
-// on `in_flight_s` past that step's end without another step.
-Result<JobWindow> load_long_step(test::TempDir& dir, const std::string& name, double in_flight_s) {
+// on `in_flight_s` past that step's end without another step, with ranks 0 and 2 inside the next
+// step's allreduce at its end when `waiting` (the agent's in-flight rows), else inside nothing (the
+// job's teardown).
+Result<JobWindow> load_long_step(test::TempDir& dir, const std::string& name, double in_flight_s, bool waiting = true) {
   auto st = store::Store::open_sqlite(dir.file(name), store::Store::Mode::kCreateOrAppend);
   if (!st) return st.error();
   store::Store& s = **st;
@@ -92,7 +94,13 @@ Result<JobWindow> load_long_step(test::TempDir& dir, const std::string& name, do
   const uint64_t seen_until = ends.back() + static_cast<uint64_t>(in_flight_s * 1e9);
   for (uint64_t w = kT0; w < seen_until; w += kWindow) {
     std::vector<store::Metric> m;
-    for (int r = 0; r < kRanks; ++r) m.push_back({static_cast<uint32_t>(7000 + r), "os.cpu_time_us", "", 2e6});
+    const bool last = w + kWindow >= seen_until;
+    for (int r = 0; r < kRanks; ++r) {
+      m.push_back({static_cast<uint32_t>(7000 + r), "os.cpu_time_us", "", 2e6});
+      if (last && waiting && r != 1)
+        m.push_back({static_cast<uint32_t>(7000 + r), store::kInFlightMetric,
+                     store::in_flight_label({"gloo", "allreduce", "", 42}), in_flight_s * 0.9});
+    }
     if (auto put = s.put_metrics(*rec, w, std::min(w + kWindow, seen_until), m); !put) return put.error();
   }
   return load_job_window(s);
@@ -111,6 +119,10 @@ TEST(LongSteps, TheLoaderComparesTheLongStepWithThePaceBeforeIt) {
   ASSERT_TRUE(one_off) << one_off.error().message;
   for (const auto& r : one_off->ranks)
     EXPECT_GT(r.now.steps, 1u) << "rank " << r.rank << ": one long step with nothing after it is no change";
+  auto teardown = load_long_step(dir, "teardown.db", 6.0, false);
+  ASSERT_TRUE(teardown) << teardown.error().message;
+  for (const auto& r : teardown->ranks)
+    EXPECT_GT(r.now.steps, 1u) << "rank " << r.rank << ": no rank inside a collective, no step in flight";
 }
 
 }  // namespace
