@@ -533,6 +533,10 @@ bool add_os(Acc& a, const std::string& n, const std::string& label, double value
   return true;
 }
 
+// Each side of a change in the job's step time holds at least this many steps (find_change_point):
+// a median of three is not moved by one stray step (a GC pause).
+constexpr size_t kChangeMinSide = 3;
+
 }  // namespace
 
 size_t find_change_point(const std::vector<double>& s, double min_rise) {
@@ -545,11 +549,10 @@ size_t find_change_point(const std::vector<double>& s, double min_rise) {
   // job of 2 ranks whose links all slowed at iteration 25 of 60 got its change point at iteration
   // 7, its baseline the 4 steps of 47 ms before it, and a window of 18 healthy steps of 55-106 ms
   // and the 35 slow ones; its collectives' growth then read as hosts that slowed (no finding).
-  constexpr size_t kMinSide = 3;
-  if (s.size() < 2 * kMinSide + 1) return 0;
+  if (s.size() < 2 * kChangeMinSide + 1) return 0;
   size_t best = 0;
   double best_rise = 0, best_cost = 0;
-  for (size_t k = kMinSide; k + kMinSide <= s.size(); ++k) {
+  for (size_t k = kChangeMinSide; k + kChangeMinSide <= s.size(); ++k) {
     std::vector<double> before(s.begin(), s.begin() + static_cast<long>(k));
     std::vector<double> after(s.begin() + static_cast<long>(k), s.end());
     double mb = median(before), ma = median(after);
@@ -577,7 +580,7 @@ size_t find_change_point(const std::vector<double>& s, double min_rise) {
   // The median split lands anywhere in the first slow run: walk back to its first slow step.
   std::vector<double> before(s.begin(), s.begin() + static_cast<long>(best));
   double mb = median(before);
-  while (best > kMinSide && s[best - 1] > mb + 0.5 * best_rise) --best;
+  while (best > kChangeMinSide && s[best - 1] > mb + 0.5 * best_rise) --best;
   return best;
 }
 
@@ -596,9 +599,9 @@ constexpr double kLongStepFactor = 3.0;  // beyond the 2x this machine's speed d
 constexpr size_t kLongStepMinBase = 5;   // steps before the change: a median that a stray step cannot move
 
 size_t find_long_step_change(const std::vector<double>& s, double in_flight_ms, double window_ms) {
-  constexpr size_t kMinSide = 3;  // find_change_point's: from three slow steps, that rule decides
   if (window_ms <= 0) return 0;
-  for (size_t k = 1; k < kMinSide && k + kLongStepMinBase <= s.size(); ++k) {
+  // From kChangeMinSide slow steps on, find_change_point decides.
+  for (size_t k = 1; k < kChangeMinSide && k + kLongStepMinBase <= s.size(); ++k) {
     const size_t first = s.size() - k;
     std::vector<double> before(s.begin(), s.begin() + static_cast<long>(first));
     const double mb = median(before);
@@ -616,6 +619,51 @@ size_t find_long_step_change(const std::vector<double>& s, double in_flight_ms, 
   }
   return 0;
 }
+
+namespace {
+
+// find_long_step_change over the job's steps, with the step in flight at the data's end: from
+// each rank's last step to the end of its latest metric window (median over the ranks, as the
+// job's steps are), counted only while a rank of the job is inside a collective there (its peers
+// wait for the step to finish). A job done training is inside none: its teardown after a long
+// last step (a final checkpoint's save) is no step in flight. 0: no such change.
+size_t long_step_change(const std::vector<RankSource>& src, std::span<const store::Store::MetricRow> rows,
+                        const std::vector<double>& job_steps) {
+  ByProc<size_t> rank_of;
+  for (size_t i = 0; i < src.size(); ++i) rank_of[{src[i].proc.node, src[i].proc.pid}] = i;
+  std::vector<uint64_t> seen_until(src.size(), 0);
+  uint64_t window_ns = 0;
+  std::vector<std::pair<size_t, uint64_t>> inside;  // (rank, the window end where it was inside a collective)
+  // A process's rows of one window are adjacent (the span's order): one lookup per window.
+  const store::Store::MetricRow* group = nullptr;
+  size_t group_rank = SIZE_MAX;
+  for (const auto& m : rows) {
+    if (!group || m.start_ns != group->start_ns || m.end_ns != group->end_ns || m.metric.pid != group->metric.pid ||
+        m.node != group->node) {
+      group = &m;
+      auto it = rank_of.find({m.node, m.metric.pid});
+      group_rank = it == rank_of.end() ? SIZE_MAX : it->second;
+      if (group_rank != SIZE_MAX && m.end_ns > seen_until[group_rank]) {
+        seen_until[group_rank] = m.end_ns;
+        window_ns = std::max(window_ns, m.end_ns - std::min(m.end_ns, m.start_ns));
+      }
+    }
+    if (group_rank != SIZE_MAX && m.metric.name == store::kInFlightMetric) {
+      auto call = store::parse_in_flight_label(m.metric.label);
+      if (call && call->library != "cuda") inside.emplace_back(group_rank, m.end_ns);
+    }
+  }
+  const bool in_step = std::any_of(inside.begin(), inside.end(), [&](const auto& x) { return x.second == seen_until[x.first]; });
+  if (!in_step) return 0;
+  std::vector<double> in_flight;
+  for (size_t i = 0; i < src.size(); ++i) {
+    if (!src[i].steps.empty() && seen_until[i] > 0)
+      in_flight.push_back(ms_of(seen_until[i] - std::min(seen_until[i], src[i].steps.back().end_ns)));
+  }
+  return in_flight.empty() ? 0 : find_long_step_change(job_steps, median(in_flight), ms_of(window_ns));
+}
+
+}  // namespace
 
 // A synchronous job's ranks finish every iteration together (each waits for the others in the
 // iteration's collectives), so over the time they all cover they complete the same number of
@@ -1282,45 +1330,7 @@ Result<JobWindow> load_job_window(store::Reader& s, const LoadOptions& opt) {
     job_steps.push_back(median(v));
   }
   size_t cp = find_change_point(job_steps);
-  {
-    // The step in flight at the data's end: from each rank's last step to the end of its latest
-    // metric window (median over the ranks, as the job's steps are), counted only while a rank of
-    // the job is inside a collective there (its peers wait for the step to finish). A job done
-    // training is inside none: its teardown after a long last step (a final checkpoint's save)
-    // is no step in flight.
-    ByProc<size_t> rank_of;
-    for (size_t i = 0; i < src.size(); ++i) rank_of[{src[i].proc.node, src[i].proc.pid}] = i;
-    std::vector<uint64_t> seen_until(src.size(), 0);
-    uint64_t window_ns = 0;
-    std::vector<std::pair<size_t, uint64_t>> inside;  // (rank, the window end where it was inside a collective)
-    const store::Store::MetricRow* group = nullptr;   // the first row of the current window's rows
-    size_t group_rank = SIZE_MAX;
-    for (const auto& m : rows) {
-      if (!group || m.start_ns != group->start_ns || m.end_ns != group->end_ns || m.metric.pid != group->metric.pid ||
-          m.node != group->node) {
-        group = &m;
-        auto it = rank_of.find({m.node, m.metric.pid});
-        group_rank = it == rank_of.end() ? SIZE_MAX : it->second;
-        if (group_rank != SIZE_MAX && m.end_ns > seen_until[group_rank]) {
-          seen_until[group_rank] = m.end_ns;
-          window_ns = std::max(window_ns, m.end_ns - std::min(m.end_ns, m.start_ns));
-        }
-      }
-      if (group_rank != SIZE_MAX && m.metric.name == store::kInFlightMetric) {
-        auto call = store::parse_in_flight_label(m.metric.label);
-        if (call && call->library != "cuda") inside.emplace_back(group_rank, m.end_ns);
-      }
-    }
-    const bool in_step = std::any_of(inside.begin(), inside.end(), [&](const auto& x) { return x.second == seen_until[x.first]; });
-    std::vector<double> in_flight;
-    for (size_t i = 0; i < src.size(); ++i) {
-      if (!src[i].steps.empty() && seen_until[i] > 0)
-        in_flight.push_back(ms_of(seen_until[i] - std::min(seen_until[i], src[i].steps.back().end_ns)));
-    }
-    if (size_t lcp = in_step && !in_flight.empty() ? find_long_step_change(job_steps, median(in_flight), ms_of(window_ns)) : 0;
-        lcp > cp)
-      cp = lcp;
-  }
+  if (size_t lcp = long_step_change(src, rows, job_steps); lcp > cp) cp = lcp;
 
   JobWindow job;
   job.data_notes = std::move(data_notes);
