@@ -18,6 +18,7 @@
 #include "store/store.h"
 #include "testbed/synth/job.h"
 #include "tests/support/forwarding_reader.h"
+#include "tests/support/rank_process.h"
 #include "tests/support/run.h"
 
 namespace strata::diagnose {
@@ -444,18 +445,7 @@ struct GlooJob {
     auto rec = s.begin_recording({"n0", "strata record -- torchrun train.py", kT0, 99, 5});
     ASSERT_TRUE(rec) << rec.error().message;
     for (int r = 0; r < kRanks; ++r) {
-      store::ProcessInfo p;
-      p.pid = static_cast<uint32_t>(pid(r));
-      p.ppid = 1;
-      p.start_ns = kT0 - 10'000'000'000ull;
-      p.node = "n0";
-      p.comm = "python3";
-      p.command = "python3 train.py";
-      p.job = "ddp";
-      p.rank = r;
-      p.local_rank = r;
-      p.world_size = kRanks;
-      ASSERT_TRUE(s.put_process(*rec, p));
+      ASSERT_TRUE(s.put_process(*rec, test::rank_process(static_cast<uint32_t>(pid(r)), r, kRanks, kT0 - 10'000'000'000ull)));
     }
     std::vector<store::StepRecord> steps_out;
     std::vector<store::CollectiveRecord> colls;

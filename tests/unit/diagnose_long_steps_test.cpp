@@ -6,6 +6,7 @@
 
 #include "diagnose/loader.h"
 #include "store/store.h"
+#include "tests/support/rank_process.h"
 #include "tests/support/run.h"
 
 namespace strata::diagnose {
@@ -67,17 +68,7 @@ Result<JobWindow> load_long_step(test::TempDir& dir, const std::string& name, do
   for (int k = 1; k <= 41; ++k) ends.push_back(ends.back() + (k <= 40 ? 250'000'000ull : 15'000'000'000ull));
   std::vector<store::StepRecord> steps;
   for (int r = 0; r < kRanks; ++r) {
-    store::ProcessInfo p;
-    p.pid = static_cast<uint32_t>(7000 + r);
-    p.ppid = 1;
-    p.start_ns = kT0;
-    p.node = "n0";
-    p.comm = "python3";
-    p.command = "python3 train.py";
-    p.job = "ddp";
-    p.rank = r;
-    p.local_rank = r;
-    p.world_size = kRanks;
+    const store::ProcessInfo p = test::rank_process(static_cast<uint32_t>(7000 + r), r, kRanks, kT0);
     if (auto put = s.put_process(*rec, p); !put) return put.error();
     for (int k = 1; k <= 41; ++k) {
       store::StepRecord x;

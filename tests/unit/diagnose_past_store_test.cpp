@@ -9,6 +9,7 @@
 
 #include "diagnose/loader.h"
 #include "store/store.h"
+#include "tests/support/rank_process.h"
 #include "tests/support/run.h"
 
 namespace strata::diagnose {
@@ -34,17 +35,7 @@ void write_job(store::Store& s, double lead_s, bool hog = false, uint64_t warmup
   std::vector<store::StepRecord> steps;
   std::vector<store::CollectiveRecord> colls;
   for (int r = 0; r < kRanks; ++r) {
-    store::ProcessInfo p;
-    p.pid = static_cast<uint32_t>(5000 + r);
-    p.ppid = 1;
-    p.start_ns = first_window;
-    p.node = "n0";
-    p.comm = "python3";
-    p.command = "python3 train.py";
-    p.job = "ddp";
-    p.rank = r;
-    p.local_rank = r;
-    p.world_size = kRanks;
+    const store::ProcessInfo p = test::rank_process(static_cast<uint32_t>(5000 + r), r, kRanks, first_window);
     ASSERT_TRUE(s.put_process(*rec, p));
     for (int k = 1; k <= 200; ++k) {
       store::StepRecord st;
