@@ -8,6 +8,7 @@
 #include <cstdlib>
 #include <functional>
 #include <map>
+#include <set>
 #include <memory>
 #include <string>
 #include <type_traits>
@@ -608,6 +609,70 @@ TEST(Store, WindowFidelityColumnsAreAddedToAnOlderFile) {
   ASSERT_EQ(runs->size(), 1u);
   EXPECT_EQ(runs->front().start_ns, 2 * kSecond);
   EXPECT_EQ(runs->front().sample_hz, 24u);
+}
+
+// The names of the indexes SQLite keeps on a table of the file at `path`.
+std::set<std::string> indexes_of(const std::string& path, const char* table) {
+  std::set<std::string> out;
+  sqlite3* db = nullptr;
+  if (sqlite3_open_v2(path.c_str(), &db, SQLITE_OPEN_READONLY, nullptr) != SQLITE_OK) {
+    sqlite3_close(db);
+    return out;
+  }
+  sqlite3_stmt* s = nullptr;
+  std::string sql = std::string("SELECT name FROM sqlite_master WHERE type='index' AND tbl_name='") + table + "'";
+  if (sqlite3_prepare_v2(db, sql.c_str(), -1, &s, nullptr) == SQLITE_OK) {
+    while (sqlite3_step(s) == SQLITE_ROW) out.insert(reinterpret_cast<const char*>(sqlite3_column_text(s, 0)));
+  }
+  sqlite3_finalize(s);
+  sqlite3_close(db);
+  return out;
+}
+
+// Metric rows are two thirds of a collector's rows. An index that sends each one to its name's
+// place (no read used it) made ingest cost grow with the job's age; the time index appends.
+TEST(Store, MetricsAreIndexedByTheirEndAloneAndAnOlderFileLosesItsNameIndex) {
+  TempDir d;
+  const std::string path = d.file("m.db");
+  auto put = [&](uint64_t start) {
+    auto st = Store::open_sqlite(path, Store::Mode::kCreateOrAppend);
+    ASSERT_TRUE(st) << st.error().message;
+    auto& s = **st;
+    ASSERT_TRUE(s.begin());
+    auto rec = s.begin_recording({"node-1", "app", kSecond, 99, 10});
+    ASSERT_TRUE(rec);
+    ASSERT_TRUE(s.put_metrics(*rec, start, start + kSecond, {{42, "os.cpu_ns", "", 5}, {42, "os.runq_ns", "", 7}}));
+    ASSERT_TRUE(s.commit());
+  };
+  put(kSecond);
+  EXPECT_EQ(indexes_of(path, "metrics"), (std::set<std::string>{"metrics_by_end"}));
+
+  // A file written before: the name index is there.
+  sqlite3* db = nullptr;
+  ASSERT_EQ(sqlite3_open(path.c_str(), &db), SQLITE_OK);
+  ASSERT_EQ(sqlite3_exec(db, "CREATE INDEX metrics_by_name ON metrics(name, recording_id)", nullptr, nullptr, nullptr),
+            SQLITE_OK) << sqlite3_errmsg(db);
+  sqlite3_close(db);
+  {
+    auto st = Store::open_sqlite(path, Store::Mode::kReadOnly);
+    ASSERT_TRUE(st) << st.error().message;
+    auto rows = (*st)->query_metrics({});
+    ASSERT_TRUE(rows) << rows.error().message;
+    EXPECT_EQ(rows->size(), 2u);
+  }
+  EXPECT_TRUE(indexes_of(path, "metrics").count("metrics_by_name")) << "a read-only open changes nothing";
+
+  put(3 * kSecond);  // opened for writing: dropped, and every row is still there
+  EXPECT_EQ(indexes_of(path, "metrics"), (std::set<std::string>{"metrics_by_end"}));
+  auto st = Store::open_sqlite(path, Store::Mode::kReadOnly);
+  ASSERT_TRUE(st) << st.error().message;
+  RowQuery q;
+  q.prefix = "os.runq";
+  auto rows = (*st)->query_metrics(q);
+  ASSERT_TRUE(rows) << rows.error().message;
+  ASSERT_EQ(rows->size(), 2u);
+  EXPECT_EQ((*rows)[0].metric.value, 7);
+  EXPECT_EQ((*rows)[1].start_ns, 3 * kSecond);
 }
 
 TEST(Store, NodeQualifiedIdentity) {
