@@ -140,6 +140,7 @@ struct ProcState {
   uint64_t last_scan = 0;
   uint64_t exec_mono = 0;
   bool maps_changed = false;
+  bool loader_probed = false;  // its dynamic loader's _dl_debug_state probe is attached: dlopens are reported
   int device = -1;
   // Device busy intervals of the last minutes (monotonic): steps span windows.
   struct Busy {
@@ -204,6 +205,14 @@ int link_create_uprobe_multi(int prog_fd, const std::string& path, const std::ve
 }
 
 constexpr uint64_t kNs = 1'000'000'000ull;
+// How often a process's maps are read again for runtime libraries it loaded without telling us.
+// Reading a PyTorch rank's maps (~1,700 mappings) costs ~1 ms of the kernel's time and as much to
+// parse. A process whose dynamic loader is probed reports every dlopen (maps_changed), so its
+// rescan is only a safety net (a library mapped by hand, not through the loader): every five
+// minutes. Without that probe (a static binary, a loader we did not recognize): every 30 s, so a
+// runtime loaded late is probed within half a minute.
+constexpr uint64_t kRescanNs = 30 * kNs;
+constexpr uint64_t kProbedLoaderRescanNs = 300 * kNs;
 
 // Device records, as a capture keeps them (agent/capture.h).
 void encode_timeline(ByteWriter& w, uint32_t pid, uint64_t lost, const std::vector<TimelineRecord>& recs) {
@@ -415,8 +424,9 @@ class GpuCommSource final : public Source {
     uint64_t now = tape().mono_ns();
     for (auto& [pid, st] : procs_) {
       // Libraries loaded late (dlopen): the loader's _dl_debug_state probe says when; a slow
-      // rescan covers processes without a dynamic loader.
-      bool due = st.maps_changed ? now - st.last_scan > kNs / 10 : now - st.last_scan > 30 * kNs;
+      // rescan covers processes without a dynamic loader, and a slower one those with.
+      const uint64_t rescan_ns = st.loader_probed ? kProbedLoaderRescanNs : kRescanNs;
+      bool due = st.maps_changed ? now - st.last_scan > kNs / 10 : now - st.last_scan > rescan_ns;
       if (st.alive && due && !tape().replaying()) {
         st.maps_changed = false;
         scan(st);
@@ -776,6 +786,10 @@ class GpuCommSource final : public Source {
     }
     it->second.users.insert(st.pid);
     st_files_[st.pid].insert(key);
+    if (!it->second.always.empty()) {
+      for (const auto& rf : it->second.runtimes)
+        if (rf.kind == RuntimeKind::kDynamicLoader) st.loader_probed = true;
+    }
   }
 
   static std::string file_key(const std::string& path) {

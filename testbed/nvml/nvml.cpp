@@ -380,10 +380,10 @@ bool events_supported() {
 constexpr unsigned long long kSupportedEvents = nvmlEventTypeXidCriticalError;
 // How often a waiting nvmlEventSetWait_v2 looks at the shared state. The real call blocks in the
 // driver and wakes once per event or timeout; each look here is a wake-up of the caller's thread
-// (~40 us of CPU in this VM, billed to the agent that called it: at 20 ms it was 14% of the agent's
-// CPU on the sim), so it looks five times a second (the agent waits 200 ms a round: one look per
-// round); an Xid is seen within 200 ms.
-constexpr auto kEventPoll = std::chrono::milliseconds(200);
+// (~40-100 us of CPU in this VM, billed to the agent that called it: at 20 ms it was 14% of the
+// agent's CPU on the sim), so it looks once a second (the agent waits 1 s a round: one look per
+// round, as the real call wakes once); an Xid is seen within a second.
+constexpr auto kEventPoll = std::chrono::milliseconds(1000);
 }  // namespace
 }  // namespace testbed::nvml
 

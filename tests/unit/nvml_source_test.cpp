@@ -440,7 +440,8 @@ TEST_F(NvmlSourceTest, PollsOnItsOwnThreadAndStopsPromptly) {
   EXPECT_EQ(at(m, "gpu0", "gpu.sm_clock_mhz"), 1980);
   auto t0 = std::chrono::steady_clock::now();
   src->reset();
-  EXPECT_LT(std::chrono::steady_clock::now() - t0, std::chrono::milliseconds(500)) << "joins its thread";
+  // The Xid thread stops after its round: NVML's event wait (1 s a round) cannot be interrupted.
+  EXPECT_LT(std::chrono::steady_clock::now() - t0, std::chrono::milliseconds(2500)) << "joins its thread";
 }
 
 TEST_F(NvmlSourceTest, FailsSafeWithoutNvml) {
