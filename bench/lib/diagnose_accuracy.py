@@ -801,6 +801,8 @@ def main():
     ap.add_argument("--steps-8", dest="steps_8", type=int, default=90, help="steps of an 8-rank strata-sim run")
     ap.add_argument("--steps-ddp", dest="steps_ddp", type=int, default=150, help="steps of a DDP run")
     ap.add_argument("--list", action="store_true", help="print the runs of the matrix and exit")
+    ap.add_argument("--only", help="only the runs whose name holds one of these comma-separated strings "
+                    "(a matrix's part that did not run, say --only r4-w2)")
     ap.add_argument("--run-timeout", dest="run_timeout", type=int, default=900,
                     help="seconds a run may take before it is left out (default 900)")
     args = ap.parse_args()
@@ -843,6 +845,11 @@ def main():
     if args.quick:
         args.steps_4 = min(args.steps_4, 110)
     matrix = build_matrix(args)
+    if args.only:
+        wanted = [w for w in args.only.split(",") if w]
+        matrix = [c for c in matrix if any(w in c.name() for w in wanted)]
+        if not matrix:
+            raise SystemExit("diagnose_accuracy: no run of the matrix matches --only " + args.only)
     if args.list:
         for c in matrix:
             print(c.name(), c.kind, c.opts, " ".join(c.flags))
