@@ -615,13 +615,17 @@ TEST(Store, WindowFidelityColumnsAreAddedToAnOlderFile) {
 std::set<std::string> indexes_of(const std::string& path, const char* table) {
   std::set<std::string> out;
   sqlite3* db = nullptr;
-  if (sqlite3_open_v2(path.c_str(), &db, SQLITE_OPEN_READONLY, nullptr) != SQLITE_OK) {
+  const int opened = sqlite3_open_v2(path.c_str(), &db, SQLITE_OPEN_READONLY, nullptr);
+  EXPECT_EQ(opened, SQLITE_OK) << path << ": " << sqlite3_errmsg(db);
+  if (opened != SQLITE_OK) {
     sqlite3_close(db);
     return out;
   }
   sqlite3_stmt* s = nullptr;
   std::string sql = std::string("SELECT name FROM sqlite_master WHERE type='index' AND tbl_name='") + table + "'";
-  if (sqlite3_prepare_v2(db, sql.c_str(), -1, &s, nullptr) == SQLITE_OK) {
+  const int prepared = sqlite3_prepare_v2(db, sql.c_str(), -1, &s, nullptr);
+  EXPECT_EQ(prepared, SQLITE_OK) << sqlite3_errmsg(db);
+  if (prepared == SQLITE_OK) {
     while (sqlite3_step(s) == SQLITE_ROW) out.insert(reinterpret_cast<const char*>(sqlite3_column_text(s, 0)));
   }
   sqlite3_finalize(s);
@@ -673,6 +677,119 @@ TEST(Store, MetricsAreIndexedByTheirEndAloneAndAnOlderFileLosesItsNameIndex) {
   ASSERT_EQ(rows->size(), 2u);
   EXPECT_EQ((*rows)[0].metric.value, 7);
   EXPECT_EQ((*rows)[1].start_ns, 3 * kSecond);
+}
+
+// One process's collectives and device activity are found by the hour they began in (an index led
+// by the process made ingest cost grow with the file), its stacks by window; a span's rows that began
+// in the hour before it are still found, and an older file loses its process-led indexes.
+TEST(Store, OneProcessesRowsAreFoundHourByHourAndAnOlderFileLosesItsProcessIndexes) {
+  constexpr uint64_t kHour = 3600 * kSecond;
+  TempDir d;
+  const std::string path = d.file("h.db");
+  auto put = [&](const std::string& node, uint32_t pid, uint64_t enter, uint64_t exit) {
+    auto st = Store::open_sqlite(path, Store::Mode::kCreateOrAppend);
+    ASSERT_TRUE(st) << st.error().message;
+    auto& s = **st;
+    ASSERT_TRUE(s.begin());
+    auto rec = s.begin_recording({node, "app", enter, 99, 10});
+    ASSERT_TRUE(rec);
+    CollectiveRecord c;
+    c.pid = pid;
+    c.op = "allreduce";
+    c.enter_ns = enter;
+    c.exit_ns = exit;
+    DeviceActivity a;
+    a.pid = pid;
+    a.kind = "kernel";
+    a.start_ns = enter;
+    a.end_ns = exit;
+    ASSERT_TRUE(s.put_collectives(*rec, {c}));
+    ASSERT_TRUE(s.put_device_activity(*rec, {a}));
+    auto stack = s.intern_stack({native("leaf", 0x10)});
+    ASSERT_TRUE(stack);
+    ASSERT_TRUE(s.put_window(*rec, enter, exit, CountKind::kOnCpu, {{pid, pid, "app", *stack, pid}}));
+    ASSERT_TRUE(s.commit());
+  };
+  put("node-1", 7, kSecond, 2 * kSecond);                        // hour 0
+  put("node-1", 7, 2 * kHour - kSecond, 2 * kHour + kSecond);    // began in hour 1, ends in hour 2
+  put("node-1", 7, 5 * kHour, 5 * kHour + kSecond);              // hour 5
+  put("node-1", 8, 2 * kHour, 2 * kHour + kSecond);              // another process
+  put("node-2", 7, 2 * kHour, 2 * kHour + kSecond);              // the same pid on another node
+  EXPECT_EQ(indexes_of(path, "collectives"), (std::set<std::string>{"collectives_by_end", "collectives_by_hour_pid"}));
+  EXPECT_EQ(indexes_of(path, "device_activity"),
+            (std::set<std::string>{"device_activity_by_end", "device_activity_by_hour_pid"}));
+  EXPECT_EQ(indexes_of(path, "stack_counts"), (std::set<std::string>{"stack_counts_by_window"}));
+
+  auto check = [&](const char* when) {
+    SCOPED_TRACE(when);
+    auto st = Store::open_sqlite(path, Store::Mode::kReadOnly);
+    ASSERT_TRUE(st) << st.error().message;
+    auto& s = **st;
+    auto starts = [&](std::optional<uint64_t> from, std::optional<uint64_t> to, const char* node = "node-1") {
+      RowQuery q;
+      q.node = node;
+      q.pid = 7;
+      q.from_ns = from;
+      q.to_ns = to;
+      auto colls = s.query_collectives(q);
+      auto dev = s.query_device_activity(q);
+      EXPECT_TRUE(colls && dev);
+      std::vector<uint64_t> out, dev_out;
+      if (!colls || !dev) return out;
+      for (const auto& c : *colls) out.push_back(c.enter_ns);
+      for (const auto& a : *dev) dev_out.push_back(a.start_ns);
+      EXPECT_EQ(out, dev_out);
+      return out;
+    };
+    EXPECT_EQ(starts({}, {}), (std::vector<uint64_t>{kSecond, 2 * kHour - kSecond, 5 * kHour}));
+    EXPECT_EQ(starts(2 * kHour, 3 * kHour), (std::vector<uint64_t>{2 * kHour - kSecond}));
+    EXPECT_EQ(starts({}, kHour), (std::vector<uint64_t>{kSecond}));
+    EXPECT_EQ(starts(3 * kHour, {}), (std::vector<uint64_t>{5 * kHour}));
+    EXPECT_EQ(starts(6 * kHour, {}), (std::vector<uint64_t>{}));
+    EXPECT_EQ(starts({}, {}, "node-2"), (std::vector<uint64_t>{2 * kHour}));
+    auto old = s.collectives(std::nullopt, 7);  // both nodes' pid 7
+    ASSERT_TRUE(old) << old.error().message;
+    EXPECT_EQ(old->size(), 4u);
+
+    ProfileFilter f;
+    f.pid = 7;
+    f.node = "node-1";
+    auto p = s.load_profile(f);
+    ASSERT_TRUE(p) << p.error().message;
+    uint64_t samples = 0;
+    for (const auto& x : p->samples) {
+      EXPECT_EQ(x.pid, 7u);
+      samples += x.count;
+    }
+    EXPECT_EQ(samples, 21u);  // three windows of node-1's pid 7
+    f.node.reset();
+    p = s.load_profile(f);
+    ASSERT_TRUE(p) << p.error().message;
+    samples = 0;
+    for (const auto& x : p->samples) samples += x.count;
+    EXPECT_EQ(samples, 28u);
+  };
+  check("a new file");
+
+  // A file written before: indexes led by the process.
+  sqlite3* db = nullptr;
+  ASSERT_EQ(sqlite3_open(path.c_str(), &db), SQLITE_OK);
+  for (const char* sql : {"DROP INDEX collectives_by_hour_pid", "DROP INDEX device_activity_by_hour_pid",
+                          "CREATE INDEX collectives_by_pid ON collectives(recording_id, pid, enter_ns)",
+                          "CREATE INDEX device_activity_by_pid ON device_activity(recording_id, pid, start_ns)",
+                          "CREATE INDEX stack_counts_by_pid ON stack_counts(recording_id, pid)"}) {
+    ASSERT_EQ(sqlite3_exec(db, sql, nullptr, nullptr, nullptr), SQLITE_OK) << sql << ": " << sqlite3_errmsg(db);
+  }
+  sqlite3_close(db);
+  check("an older file, read only");
+  EXPECT_TRUE(indexes_of(path, "collectives").count("collectives_by_pid")) << "a read-only open changes nothing";
+
+  put("node-3", 9, 6 * kHour, 6 * kHour + kSecond);  // opened for writing: replaced
+  EXPECT_EQ(indexes_of(path, "collectives"), (std::set<std::string>{"collectives_by_end", "collectives_by_hour_pid"}));
+  EXPECT_EQ(indexes_of(path, "device_activity"),
+            (std::set<std::string>{"device_activity_by_end", "device_activity_by_hour_pid"}));
+  EXPECT_EQ(indexes_of(path, "stack_counts"), (std::set<std::string>{"stack_counts_by_window"}));
+  check("an older file, opened for writing");
 }
 
 TEST(Store, NodeQualifiedIdentity) {
