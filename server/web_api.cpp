@@ -446,10 +446,8 @@ class WebApi {
         if (wanted(p.node, p.pid)) d.processes.push_back(p);
       }
       auto comms = ctx_.store.communicators();
-      auto threads = ctx_.store.thread_windows();
       auto hz = ctx_.store.sample_hz();
       if (!comms) return reply_error(res, 503, comms.error().message);
-      if (!threads) return reply_error(res, 503, threads.error().message);
       if (!hz) return reply_error(res, 503, hz.error().message);
       // The rank's own rows, read per process (node, pid): never the whole tables.
       for (const auto& [node, pid] : keep) {
@@ -461,6 +459,9 @@ class WebApi {
         auto steps = ctx_.store.query_steps(q);
         q.prefix = "os.";
         auto counters = ctx_.store.query_metrics(q);
+        auto threads = ctx_.store.thread_windows(q);
+        if (!threads) return reply_error(res, 503, threads.error().message);
+        for (auto& t : *threads) d.threads.push_back({t.start_ns, t.end_ns, t.pid, t.tid, t.comm, t.samples, t.node, t.sample_hz});
         if (!colls) return reply_error(res, 503, colls.error().message);
         if (!dev) return reply_error(res, 503, dev.error().message);
         if (!steps) return reply_error(res, 503, steps.error().message);
@@ -471,9 +472,6 @@ class WebApi {
         for (auto& m : *counters) d.counters.push_back(std::move(m));
       }
       for (auto& c : *comms) if (wanted(c.node, c.pid)) d.communicators.push_back(std::move(c));
-      for (auto& t : *threads) {
-        if (wanted(t.node, t.pid)) d.threads.push_back({t.start_ns, t.end_ns, t.pid, t.tid, t.comm, t.samples, t.node, t.sample_hz});
-      }
       d.sample_hz = *hz ? *hz : 99;
     }
     std::ostringstream out;

@@ -1356,10 +1356,18 @@ class ClickHouseStore final : public Store {
     return std::optional<uint64_t>{u64((*rows)[0][0])};
   }
 
-  Result<std::vector<ThreadWindow>> thread_windows(std::optional<int64_t> rec) override {
+  Result<std::vector<ThreadWindow>> thread_windows(const RowQuery& q) override {
     auto rates = recording_rates();
     if (!rates) return rates.error();
-    std::string w = " WHERE kind = 0" + std::string(rec ? " AND recording_id = " + std::to_string(*rec) : "");
+    std::string w = " WHERE kind = 0" + std::string(q.recording ? " AND recording_id = " + std::to_string(*q.recording) : "");
+    if (q.node) w += " AND node = " + quote(*q.node);
+    if (q.pid) w += " AND pid = " + std::to_string(*q.pid);
+    if (q.from_ns) {
+      w += " AND end_ns > " + std::to_string(*q.from_ns);
+      w += " AND start_ns >= " + std::to_string(*q.from_ns > kMaxRowSpanNs ? *q.from_ns - kMaxRowSpanNs : 0);  // partitions
+    }
+    if (q.to_ns) w += " AND start_ns < " + std::to_string(*q.to_ns);
+    w += end_buckets("stack_counts", q.from_ns, q.to_ns);
     auto rows = query("SELECT start_ns, end_ns, pid, tid, thread_comm, sum(value), node, recording_id, " + hz_column() +
                       " AS hz FROM " + db_ + ".stack_counts" + w +
                       " GROUP BY start_ns, end_ns, node, pid, tid, thread_comm, recording_id, hz"

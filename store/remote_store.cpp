@@ -175,7 +175,7 @@ class RemoteStore final : public Reader {
     return not_yet();
   }
   Result<std::vector<StepRecord>> steps(std::optional<int64_t>, std::optional<uint32_t>) override { return not_yet(); }
-  Result<std::vector<ThreadWindow>> thread_windows(std::optional<int64_t>) override { return not_yet(); }
+  Result<std::vector<ThreadWindow>> thread_windows(const RowQuery&) override { return not_yet(); }
 
  private:
   static Error not_yet() {

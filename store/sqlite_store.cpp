@@ -881,14 +881,27 @@ class SqliteStore final : public Store {
     return {};
   }
 
-  Result<std::vector<ThreadWindow>> thread_windows(std::optional<int64_t> rec) override {
+  Result<std::vector<ThreadWindow>> thread_windows(const RowQuery& q) override {
     std::string sql =
         std::string("SELECT w.start_ns, w.end_ns, sc.pid, sc.tid, sc.thread_comm, SUM(sc.value), r.node, ") +
         window_hz() + " FROM stack_counts sc"
         " JOIN windows w ON w.id = sc.window_id JOIN recordings r ON r.id = sc.recording_id WHERE sc.kind = 0";
-    if (rec) sql += " AND sc.recording_id=" + std::to_string(*rec);
+    if (q.recording) sql += " AND sc.recording_id=" + std::to_string(*q.recording);
+    if (q.pid) sql += " AND sc.pid=" + std::to_string(*q.pid);
+    if (q.node || q.pid || q.from_ns || q.to_ns) {
+      // The windows of the node's (or every) recording in the span, each looked up by window and
+      // process (stack_counts_by_window): a timeline's few processes, never the whole table.
+      auto ns = [](uint64_t v) { return std::to_string(std::min<uint64_t>(v, INT64_MAX)); };  // SQLite's integers
+      sql += " AND sc.window_id IN (SELECT id FROM windows WHERE 1=1";
+      if (q.recording) sql += " AND recording_id=" + std::to_string(*q.recording);
+      if (q.node) sql += " AND recording_id IN (SELECT id FROM recordings WHERE node=?)";
+      if (q.from_ns) sql += " AND end_ns > " + ns(*q.from_ns);
+      if (q.to_ns) sql += " AND start_ns < " + ns(*q.to_ns);
+      sql += ")";
+    }
     sql += " GROUP BY sc.window_id, sc.pid, sc.tid, sc.thread_comm ORDER BY w.start_ns, r.node, sc.pid, sc.tid";
     Stmt s(db_, sql.c_str());
+    if (q.node) s.bind(1, *q.node);
     std::vector<ThreadWindow> out;
     int rc;
     while ((rc = s.step()) == SQLITE_ROW) {

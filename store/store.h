@@ -452,8 +452,9 @@ class Reader {
   // it, "[" for the memory calls), in time order (then node, pid, tid, name, stack). A collector's
   // REST reader asks its /api/v1/launch_samples; a store that does not keep them says none.
   virtual Result<LaunchSamples> query_launch_samples(const RowQuery& /*q*/) { return LaunchSamples{}; }
-  // On-CPU samples per window and thread (the CPU thread tracks of a timeline).
-  virtual Result<std::vector<ThreadWindow>> thread_windows(std::optional<int64_t> recording = std::nullopt) = 0;
+  // On-CPU samples per window and thread (the CPU thread tracks of a timeline), of the recording,
+  // node, process and windows overlapping [from_ns, to_ns) that `q` names (the rest of it unused).
+  virtual Result<std::vector<ThreadWindow>> thread_windows(const RowQuery& q = {}) = 0;
   virtual Result<unsigned> sample_hz(std::optional<int64_t> recording = std::nullopt) = 0;
   // Where fidelity was reduced (WindowFidelity): runs of on-CPU windows below their recording's
   // configured rate or unwinding, in time order (then node). Stores that do not keep it say none.

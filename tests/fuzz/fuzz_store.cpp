@@ -29,7 +29,7 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
     (void)s.steps();
     (void)s.communicators();
     (void)s.device_activity();
-    (void)s.thread_windows(std::nullopt);
+    (void)s.thread_windows();
     (void)s.sample_hz(std::nullopt);
     if (latest && *latest) (void)s.stats(**latest);
   }

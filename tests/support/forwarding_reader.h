@@ -46,7 +46,7 @@ class ForwardingReader : public store::Reader {
   Result<store::LaunchSamples> query_launch_samples(const store::RowQuery& q) override {
     return s_.query_launch_samples(q);
   }
-  Result<std::vector<ThreadWindow>> thread_windows(std::optional<int64_t> rec) override { return s_.thread_windows(rec); }
+  Result<std::vector<ThreadWindow>> thread_windows(const store::RowQuery& q) override { return s_.thread_windows(q); }
   Result<unsigned> sample_hz(std::optional<int64_t> rec) override { return s_.sample_hz(rec); }
   Result<std::vector<store::ReducedFidelity>> reduced_fidelity(std::optional<int64_t> rec) override {
     return s_.reduced_fidelity(rec);

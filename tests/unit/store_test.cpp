@@ -374,6 +374,32 @@ void check_node_identity(Store& s) {
   ASSERT_TRUE(threads);
   ASSERT_EQ(threads->size(), 2u);
   EXPECT_NE((*threads)[0].node, (*threads)[1].node);
+  // One process's thread tracks (a rank's timeline), by node and pid, in a span or not.
+  for (const std::string node : {"node-a", "node-b"}) {
+    RowQuery one;
+    one.node = node;
+    one.pid = 42;
+    auto mine = s.thread_windows(one);
+    ASSERT_TRUE(mine) << mine.error().message;
+    ASSERT_EQ(mine->size(), 1u) << node;
+    EXPECT_EQ((*mine)[0].node, node);
+    EXPECT_EQ((*mine)[0].samples, node == "node-a" ? 5u : 10u);
+    one.from_ns = 1500;
+    one.to_ns = 1600;
+    mine = s.thread_windows(one);
+    ASSERT_TRUE(mine) << mine.error().message;
+    EXPECT_EQ(mine->size(), 1u) << "the window overlaps the span";
+    one.from_ns = 2000;  // the window ended then
+    one.to_ns.reset();
+    mine = s.thread_windows(one);
+    ASSERT_TRUE(mine) << mine.error().message;
+    EXPECT_TRUE(mine->empty());
+  }
+  RowQuery other;
+  other.pid = 43;
+  auto none = s.thread_windows(other);
+  ASSERT_TRUE(none) << none.error().message;
+  EXPECT_TRUE(none->empty());
   // Paging: in time order, a page at a time.
   RowQuery page;
   page.limit = 2;

@@ -439,6 +439,10 @@ async function main() {
     const tracePids = new Set((trace?.traceEvents ?? []).filter((e) => e.cat === 'step').map((e) => e.pid));
     check(Array.isArray(trace?.traceEvents) && tracePids.size === 4,
       `timeline: the chrome-trace download (${saved.name}) has the shown ranks' steps (${tracePids.size} processes)`);
+    // Their on-CPU thread tracks too, and no other process's.
+    const cpuPids = new Set((trace?.traceEvents ?? []).filter((e) => e.ph === 'C' && String(e.name).startsWith('on-CPU ')).map((e) => e.pid));
+    check(cpuPids.size === 4 && [...cpuPids].every((p) => tracePids.has(p)),
+      `timeline: the download's on-CPU thread tracks are the shown ranks' (${cpuPids.size} processes)`);
     await page.screenshot({ path: path.join(ARTIFACTS, 'timeline.png'), fullPage: true });
 
     await page.goto(`${url}/#/nodes`);
