@@ -333,6 +333,17 @@ class SqliteStore final : public Store {
   // (they only add to a table, so the schema version stays); a read-only older file reads them as
   // their defaults.
   Status added_columns(bool add) {
+    // The hour-and-process indexes (hour_pid_indexes): an older file read without writing lacks them,
+    // and a read of one process there goes the old way (a hour list's first and last would each scan
+    // the table).
+    hour_pid_tables_.clear();
+    {
+      Stmt s(db_, "SELECT tbl_name FROM sqlite_master WHERE type='index' AND name IN "
+                  "('collectives_by_hour_pid','device_activity_by_hour_pid')");
+      int rc;
+      while ((rc = s.step()) == SQLITE_ROW) hour_pid_tables_.insert(s.text(0));
+      if (rc != SQLITE_DONE) return err("reading the indexes");
+    }
     if (auto s = identity_columns(add); !s) return s;
     return catalog_columns(add);
   }
@@ -699,8 +710,6 @@ class SqliteStore final : public Store {
     return walk;
   }
 
-  // One bounded read of a table whose rows belong to a recording: the row's node is its
-  // recording's (joined in as the last column), and the RowQuery's filters become the WHERE clause.
   // " AND <hour> IN (...)": the hours (kPidBucketNs) in which a row of `table` that a read of the
   // span `q` returns began: from the longest row's length before the span's start to its end, within
   // the table's first and last hour (no span: all of those).
@@ -717,11 +726,15 @@ class SqliteStore final : public Store {
            " UNION ALL SELECT h + 1 FROM hour WHERE h < " + last + ") SELECT h FROM hour)";
   }
 
+  // One bounded read of a table whose rows belong to a recording: the row's node is its
+  // recording's (joined in as the last column), and the RowQuery's filters become the WHERE clause.
   struct Select {
     const RowQuery& q;
     std::string table, start, end, order;
     std::string where = " WHERE 1=1";
-    Select(const RowQuery& query, std::string t, std::string start_col, std::string end_col, std::string order_by)
+    // `by_hour`: the table has its index by hour and process (hour_pid_indexes).
+    Select(const RowQuery& query, std::string t, std::string start_col, std::string end_col, std::string order_by,
+           bool by_hour = false)
         : q(query), table(std::move(t)), start(std::move(start_col)), end(std::move(end_col)), order(std::move(order_by)) {
       auto ns = [](uint64_t v) { return std::to_string(std::min<uint64_t>(v, INT64_MAX)); };  // SQLite's integers
       if (q.recording) where += " AND x.recording_id=" + std::to_string(*q.recording);
@@ -731,7 +744,7 @@ class SqliteStore final : public Store {
       if (q.pid) where += " AND x.pid=" + std::to_string(*q.pid);
       // One process's collectives or device activity: by the hour index (hour_pid_indexes), hour by
       // hour. (Rows written since a read, below, are few: the rowid range finds them.)
-      if (q.pid && !q.after_seq && (table == "collectives" || table == "device_activity")) where += pid_hours(table, start, q);
+      if (q.pid && !q.after_seq && by_hour) where += pid_hours(table, start, q);
       // Rows written since a reader's last read (after_seq): the rowid range finds them, and the time
       // index would walk the whole span. A read of a span bounded by rowid alone (upto_seq): the
       // time index finds the span, and a rowid range would walk the whole table (the planner took
@@ -784,8 +797,8 @@ class SqliteStore final : public Store {
     return read_rows(collectives_select(*walk, order), catalog::kCollectives);
   }
 
-  static Select collectives_select(const RowQuery& q, const char* order) {
-    return Select(q, "collectives", "x.enter_ns", kCollectivesEnd, order);
+  Select collectives_select(const RowQuery& q, const char* order) const {
+    return Select(q, "collectives", "x.enter_ns", kCollectivesEnd, order, hour_pid_tables_.count("collectives") > 0);
   }
 
   Result<std::vector<DeviceActivity>> device_activity(std::optional<int64_t> rec, std::optional<uint32_t> pid) override {
@@ -811,8 +824,8 @@ class SqliteStore final : public Store {
     return read_rows(device_activity_select(*walk, order), catalog::kDeviceActivity);
   }
 
-  static Select device_activity_select(const RowQuery& q, const char* order) {
-    return Select(q, "device_activity", "x.start_ns", "x.end_ns", order);
+  Select device_activity_select(const RowQuery& q, const char* order) const {
+    return Select(q, "device_activity", "x.start_ns", "x.end_ns", order, hour_pid_tables_.count("device_activity") > 0);
   }
 
   Result<std::vector<StepRecord>> steps(std::optional<int64_t> rec, std::optional<uint32_t> pid) override {
@@ -1546,6 +1559,7 @@ class SqliteStore final : public Store {
   }
 
   bool has_identity_ = false;  // the processes table has the pod / container columns
+  std::set<std::string> hour_pid_tables_;  // the tables indexed by hour and process (hour_pid_indexes)
   std::set<std::string> missing_;  // "table.column" of catalog columns a read-only older file lacks
   bool has_fidelity_ = false;  // the windows table has sample_hz and unwinding
   std::unordered_map<std::string, int64_t> frame_ids_;
