@@ -154,27 +154,43 @@ Result<report::TimelineData> load_timeline(store::Reader& st, const store::Profi
   auto wanted = [&](const std::string& node, uint32_t pid) { return !keep || keep->count({node, pid}) > 0; };
   d.processes = *procs;
   auto comms = st.communicators();
-  auto colls = st.collectives();
-  auto dev = st.device_activity();
-  auto steps = st.steps();
-  auto threads = st.thread_windows();
-  auto counters = st.metrics("os.");
   auto hz = st.sample_hz();
   if (!comms) return comms.error();
-  if (!colls) return colls.error();
-  if (!dev) return dev.error();
-  if (!steps) return steps.error();
-  if (!threads) return threads.error();
-  if (!counters) return counters.error();
   if (!hz) return hz.error();
   for (auto& c : *comms) if (wanted(c.node, c.pid)) d.communicators.push_back(std::move(c));
-  for (auto& c : *colls) if (wanted(c.node, c.pid)) d.collectives.push_back(std::move(c));
-  for (auto& a : *dev) if (wanted(a.node, a.pid)) d.device.push_back(std::move(a));
-  for (auto& s : *steps) if (wanted(s.node, s.pid)) d.steps.push_back(std::move(s));
-  for (auto& t : *threads) {
-    if (wanted(t.node, t.pid)) d.threads.push_back({t.start_ns, t.end_ns, t.pid, t.tid, t.comm, t.samples, t.node, t.sample_hz});
+  if (keep) {
+    // A rank's or a process's rows, read per process (node, pid): a collector's file holds every
+    // node's history, and read whole it would all be in memory at once.
+    for (const auto& [node, pid] : *keep) {
+      store::RowQuery q;
+      q.node = node;
+      q.pid = pid;
+      if (auto read = st.append_collectives(q, d.collectives); !read) return read.error();
+      if (auto read = st.append_device_activity(q, d.device); !read) return read.error();
+      if (auto read = st.append_steps(q, d.steps); !read) return read.error();
+      auto threads = st.thread_windows(q);
+      if (!threads) return threads.error();
+      for (auto& t : *threads) d.threads.push_back({t.start_ns, t.end_ns, t.pid, t.tid, t.comm, t.samples, t.node, t.sample_hz});
+      q.prefix = "os.";
+      if (auto read = st.append_metrics(q, d.counters); !read) return read.error();
+    }
+  } else {
+    auto colls = st.collectives();
+    auto dev = st.device_activity();
+    auto steps = st.steps();
+    auto threads = st.thread_windows();
+    auto counters = st.metrics("os.");
+    if (!colls) return colls.error();
+    if (!dev) return dev.error();
+    if (!steps) return steps.error();
+    if (!threads) return threads.error();
+    if (!counters) return counters.error();
+    d.collectives = std::move(*colls);
+    d.device = std::move(*dev);
+    d.steps = std::move(*steps);
+    for (auto& t : *threads) d.threads.push_back({t.start_ns, t.end_ns, t.pid, t.tid, t.comm, t.samples, t.node, t.sample_hz});
+    d.counters = std::move(*counters);
   }
-  for (auto& m : *counters) if (wanted(m.node, m.metric.pid)) d.counters.push_back(std::move(m));
   d.sample_hz = *hz ? *hz : 99;
   return d;
 }

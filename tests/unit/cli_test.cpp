@@ -206,6 +206,19 @@ TEST(Cli, ReportRankFilterOnAFile) {
   TempDir d;
   write_four_rank_store(d.file("job.db"));
   expect_rank_filter(d.file("job.db"));
+  // One rank's timeline: its process's thread tracks and OS counters, no other's (read per process).
+  for (const char* filter : {"--rank 2", "--pid 102"}) {
+    auto r = run(strata_bin() + " report " + d.file("job.db") + " " + filter + " --format chrome-trace -o " + d.file("t.json"));
+    ASSERT_EQ(r.exit_code, 0) << filter << " " << describe(r);
+    const std::string trace = slurp(d.file("t.json"));
+    EXPECT_NE(trace.find("\"on-CPU train (102)\""), std::string::npos) << filter << "\n" << trace;
+    EXPECT_NE(trace.find("involuntary_switches"), std::string::npos) << filter << "\n" << trace;
+    for (const char* other : {"(100)", "(101)", "(103)"}) EXPECT_EQ(trace.find(other), std::string::npos) << other;
+  }
+  auto r = run(strata_bin() + " report " + d.file("job.db") + " --format chrome-trace -o " + d.file("all.json"));
+  ASSERT_EQ(r.exit_code, 0) << describe(r);
+  const std::string all = slurp(d.file("all.json"));
+  for (const char* each : {"(100)", "(101)", "(102)", "(103)"}) EXPECT_NE(all.find(each), std::string::npos) << each;
 }
 
 TEST(Cli, ReportRankFilterAgainstAServer) {
