@@ -159,20 +159,8 @@ Result<report::TimelineData> load_timeline(store::Reader& st, const store::Profi
   if (!hz) return hz.error();
   for (auto& c : *comms) if (wanted(c.node, c.pid)) d.communicators.push_back(std::move(c));
   if (keep) {
-    // A rank's or a process's rows, read per process (node, pid): a collector's file holds every
-    // node's history, and read whole it would all be in memory at once.
     for (const auto& [node, pid] : *keep) {
-      store::RowQuery q;
-      q.node = node;
-      q.pid = pid;
-      if (auto read = st.append_collectives(q, d.collectives); !read) return read.error();
-      if (auto read = st.append_device_activity(q, d.device); !read) return read.error();
-      if (auto read = st.append_steps(q, d.steps); !read) return read.error();
-      auto threads = st.thread_windows(q);
-      if (!threads) return threads.error();
-      for (auto& t : *threads) d.threads.push_back({t.start_ns, t.end_ns, t.pid, t.tid, t.comm, t.samples, t.node, t.sample_hz});
-      q.prefix = "os.";
-      if (auto read = st.append_metrics(q, d.counters); !read) return read.error();
+      if (auto read = report::append_process(st, node, pid, d); !read) return read.error();
     }
   } else {
     auto colls = st.collectives();
@@ -188,7 +176,7 @@ Result<report::TimelineData> load_timeline(store::Reader& st, const store::Profi
     d.collectives = std::move(*colls);
     d.device = std::move(*dev);
     d.steps = std::move(*steps);
-    for (auto& t : *threads) d.threads.push_back({t.start_ns, t.end_ns, t.pid, t.tid, t.comm, t.samples, t.node, t.sample_hz});
+    report::add_threads(*threads, d);
     d.counters = std::move(*counters);
   }
   d.sample_hz = *hz ? *hz : 99;

@@ -159,6 +159,24 @@ std::optional<TimelineData> with_unique_pids(const TimelineData& d, std::map<uin
 
 }  // namespace
 
+void add_threads(const std::vector<store::Reader::ThreadWindow>& windows, TimelineData& d) {
+  for (const auto& t : windows) d.threads.push_back({t.start_ns, t.end_ns, t.pid, t.tid, t.comm, t.samples, t.node, t.sample_hz});
+}
+
+Status append_process(store::Reader& store, const std::string& node, uint32_t pid, TimelineData& d) {
+  store::RowQuery q;
+  q.node = node;
+  q.pid = pid;
+  if (auto read = store.append_collectives(q, d.collectives); !read) return read.error();
+  if (auto read = store.append_device_activity(q, d.device); !read) return read.error();
+  if (auto read = store.append_steps(q, d.steps); !read) return read.error();
+  auto threads = store.thread_windows(q);
+  if (!threads) return threads.error();
+  add_threads(*threads, d);
+  q.prefix = "os.";
+  return store.append_metrics(q, d.counters);
+}
+
 void write_chrome_trace(const TimelineData& data, std::ostream& out) {
   std::map<uint32_t, RealPid> real;
   const std::optional<TimelineData> remapped = with_unique_pids(data, real);

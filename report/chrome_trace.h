@@ -32,6 +32,14 @@ struct TimelineData {
   unsigned sample_hz = 99;
 };
 
+// Appends a store's on-CPU thread windows to `d` as thread tracks.
+void add_threads(const std::vector<store::Reader::ThreadWindow>& windows, TimelineData& d);
+
+// Appends one process's rows (node, pid) to `d`: its collectives, device activity, steps, on-CPU
+// thread tracks and OS counters, each read for that process alone (a collector's store holds every
+// node's history; read whole and filtered, it would all be in memory at once).
+Status append_process(store::Reader& store, const std::string& node, uint32_t pid, TimelineData& d);
+
 // Writes {"traceEvents":[...],"displayTimeUnit":"ms"}; timestamps in µs from the earliest event.
 // With `pid` set, only that process. Threads are named by their comm ("comm (tid)") where the
 // samples know it. A histogram metric (name ending ".hist", one label "le=N" per bucket) is one

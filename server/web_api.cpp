@@ -451,25 +451,7 @@ class WebApi {
       if (!hz) return reply_error(res, 503, hz.error().message);
       // The rank's own rows, read per process (node, pid): never the whole tables.
       for (const auto& [node, pid] : keep) {
-        store::RowQuery q;
-        q.node = node;
-        q.pid = pid;
-        auto colls = ctx_.store.query_collectives(q);
-        auto dev = ctx_.store.query_device_activity(q);
-        auto steps = ctx_.store.query_steps(q);
-        q.prefix = "os.";
-        auto counters = ctx_.store.query_metrics(q);
-        auto threads = ctx_.store.thread_windows(q);
-        if (!threads) return reply_error(res, 503, threads.error().message);
-        for (auto& t : *threads) d.threads.push_back({t.start_ns, t.end_ns, t.pid, t.tid, t.comm, t.samples, t.node, t.sample_hz});
-        if (!colls) return reply_error(res, 503, colls.error().message);
-        if (!dev) return reply_error(res, 503, dev.error().message);
-        if (!steps) return reply_error(res, 503, steps.error().message);
-        if (!counters) return reply_error(res, 503, counters.error().message);
-        for (auto& c : *colls) d.collectives.push_back(std::move(c));
-        for (auto& a : *dev) d.device.push_back(std::move(a));
-        for (auto& x : *steps) d.steps.push_back(std::move(x));
-        for (auto& m : *counters) d.counters.push_back(std::move(m));
+        if (auto read = report::append_process(ctx_.store, node, pid, d); !read) return reply_error(res, 503, read.error().message);
       }
       for (auto& c : *comms) if (wanted(c.node, c.pid)) d.communicators.push_back(std::move(c));
       d.sample_hz = *hz ? *hz : 99;
