@@ -163,10 +163,13 @@ void add_threads(const std::vector<store::Reader::ThreadWindow>& windows, Timeli
   for (const auto& t : windows) d.threads.push_back({t.start_ns, t.end_ns, t.pid, t.tid, t.comm, t.samples, t.node, t.sample_hz});
 }
 
-Status append_process(store::Reader& store, const std::string& node, uint32_t pid, TimelineData& d) {
+Status append_process(store::Reader& store, const std::string& node, uint32_t pid, TimelineData& d,
+                      std::optional<uint64_t> from_ns, std::optional<uint64_t> to_ns) {
   store::RowQuery q;
   q.node = node;
   q.pid = pid;
+  q.from_ns = from_ns;
+  q.to_ns = to_ns;
   if (auto read = store.append_collectives(q, d.collectives); !read) return read.error();
   if (auto read = store.append_device_activity(q, d.device); !read) return read.error();
   if (auto read = store.append_steps(q, d.steps); !read) return read.error();

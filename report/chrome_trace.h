@@ -3,6 +3,7 @@
 // collective kernels), communicators (collectives), steps, and counter tracks for OS and GPU metrics.
 #pragma once
 
+#include <optional>
 #include <ostream>
 #include <string>
 #include <vector>
@@ -37,8 +38,11 @@ void add_threads(const std::vector<store::Reader::ThreadWindow>& windows, Timeli
 
 // Appends one process's rows (node, pid) to `d`: its collectives, device activity, steps, on-CPU
 // thread tracks and OS counters, each read for that process alone (a collector's store holds every
-// node's history; read whole and filtered, it would all be in memory at once).
-Status append_process(store::Reader& store, const std::string& node, uint32_t pid, TimelineData& d);
+// node's history; read whole and filtered, it would all be in memory at once). With `from_ns` /
+// `to_ns`, only the rows whose time overlaps [from_ns, to_ns): a rank's timeline in a collector that
+// has run for a week reads the span asked, not the week.
+Status append_process(store::Reader& store, const std::string& node, uint32_t pid, TimelineData& d,
+                      std::optional<uint64_t> from_ns = std::nullopt, std::optional<uint64_t> to_ns = std::nullopt);
 
 // Writes {"traceEvents":[...],"displayTimeUnit":"ms"}; timestamps in µs from the earliest event.
 // With `pid` set, only that process. Threads are named by their comm ("comm (tid)") where the

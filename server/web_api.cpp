@@ -101,6 +101,16 @@ void reply_json(const httplib::Request& req, httplib::Response& res, const std::
 // has one per stretch, and the page needs where and when, not every stretch.
 constexpr size_t kMaxFidelityRuns = 200;
 
+// A timeline asked without a span shows the store's latest kTimelineDefaultSpanNs (ending at its
+// latest step): ten minutes are hundreds of steps at the usual 0.1-2 s, more than a trace viewer
+// shows readably, and a read bounded by them costs the same in a job's first hour and its sixth
+// week (a week of one rank is ~600k steps, with their collectives and kernels).
+constexpr uint64_t kTimelineDefaultSpanNs = 10ull * 60 * 1'000'000'000;
+// The longest span one request may ask: an hour of one rank at a few hundred kernels and
+// collectives a step is ~10^6 events, ~100 MB of trace JSON, about what a trace viewer opens; a
+// longer stretch is read in several requests.
+constexpr uint64_t kTimelineMaxSpanNs = 60ull * 60 * 1'000'000'000;
+
 struct RankProc {
   int rank = -1;
   uint32_t pid = 0;
@@ -428,11 +438,29 @@ class WebApi {
     } else if (!rank) {
       rank = *wanted_ranks.begin();
     }
+    // The span: `from` and `to` (unix ns), one of them (the other kTimelineDefaultSpanNs away), or
+    // neither (the latest kTimelineDefaultSpanNs of the store); never the whole history.
+    store::ProfileFilter range;
+    if (auto st = time_range_of(req, range); !st) return reply_error(res, 400, st.error().message);
+    if (range.from_ns && range.to_ns && *range.to_ns - *range.from_ns > kTimelineMaxSpanNs)
+      return reply_error(res, 400, "from, to: a timeline spans at most 1h; ask for a shorter span, or several");
+    if (range.from_ns && !range.to_ns) range.to_ns = *range.from_ns + std::min(kTimelineDefaultSpanNs, UINT64_MAX - *range.from_ns);
+    if (range.to_ns && !range.from_ns) range.from_ns = *range.to_ns - std::min(kTimelineDefaultSpanNs, *range.to_ns);
     report::TimelineData d;
     std::vector<RankProc> ranks;
     std::string job;
     {
       std::lock_guard lock(ctx_.store_mu);
+      if (!range.to_ns) {
+        auto latest = ctx_.store.latest_step_ns();
+        if (!latest) return reply_error(res, 503, latest.error().message);
+        // A store without steps: the span up to now.
+        const uint64_t end = latest->value_or(static_cast<uint64_t>(
+                                 std::chrono::duration_cast<std::chrono::nanoseconds>(std::chrono::system_clock::now().time_since_epoch()).count())) +
+                             1;
+        range.to_ns = end;
+        range.from_ns = end - std::min(kTimelineDefaultSpanNs, end);
+      }
       auto procs = processes();
       if (!procs) return reply_error(res, 503, procs.error().message);
       job = job_ranks(*procs, req.get_param_value("job"), req.has_param("job"), ranks);
@@ -451,7 +479,8 @@ class WebApi {
       if (!hz) return reply_error(res, 503, hz.error().message);
       // The rank's own rows, read per process (node, pid): never the whole tables.
       for (const auto& [node, pid] : keep) {
-        if (auto read = report::append_process(ctx_.store, node, pid, d); !read) return reply_error(res, 503, read.error().message);
+        if (auto read = report::append_process(ctx_.store, node, pid, d, range.from_ns, range.to_ns); !read)
+          return reply_error(res, 503, read.error().message);
       }
       for (auto& c : *comms) if (wanted(c.node, c.pid)) d.communicators.push_back(std::move(c));
       d.sample_hz = *hz ? *hz : 99;
@@ -465,6 +494,9 @@ class WebApi {
       }
       res.set_header("Content-Disposition", "attachment; filename=\"" + file + "\"");
     }
+    // The span read (unix ns, [from, to)): a trace's times are relative to its first event.
+    res.set_header("X-Strata-Span-From-Ns", std::to_string(*range.from_ns));
+    res.set_header("X-Strata-Span-To-Ns", std::to_string(*range.to_ns));
     reply_json(req, res, out.str());
   }
 

@@ -10,6 +10,7 @@
 #include <sys/socket.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <atomic>
 #include <chrono>
 #include <iostream>
@@ -317,6 +318,69 @@ TEST(ServeDiagnosis, AJobWhoseRanksHaveNoRankIsDiagnosed) {
   std::string diff = c.get("/api/v1/diff?job=" + job + "&rank=3");
   EXPECT_EQ(diff.find("\"error\""), std::string::npos) << diff.substr(0, 300);
   EXPECT_NE(diff.find("cpu_work"), std::string::npos) << diff.substr(0, 600);
+  w->reset();
+}
+
+// A rank's timeline reads a span, never the rank's whole history: `from`/`to` keep the rows of that
+// span; one of them alone reads 10 minutes from it, neither the store's latest 10 minutes (up to its
+// latest step); the span read comes back in headers; a span past an hour, or backwards, is refused
+// with its reason.
+TEST(ServeTimeline, ARanksTimelineReadsItsSpanAndNeverTheWholeHistoryUnasked) {
+  TempDir tmp;
+  Recorded r = load(std::string(STRATA_SOURCE_DIR) + "/tests/data/diagnose/host-hotspot.db");
+  uint32_t pid = 0;
+  for (const auto& p : r.procs)
+    if (p.rank == 3) pid = p.pid;
+  std::vector<store::StepRecord> mine;
+  for (const auto& s : r.steps)
+    if (s.pid == pid) mine.push_back(s);
+  std::sort(mine.begin(), mine.end(), [](const auto& a, const auto& b) { return a.start_ns < b.start_ns; });
+  ASSERT_GE(mine.size(), 20u);
+  server::ServeOptions o;
+  o.store = "sqlite:" + tmp.file("server.db");
+  Collector c(o, free_port());
+  auto w = node_writer(c.url(), "vm", "replay-1", tmp.file("spool"));
+  ASSERT_TRUE(w) << w.error().message;
+  auto rec = begin_replay(**w, r, "vm", "replay of host-hotspot.db");
+  ASSERT_TRUE(rec);
+  ship_slice(**w, *rec, r, 0, 1);
+
+  httplib::Client cli("127.0.0.1", c.port());
+  cli.set_read_timeout(60, 0);
+  const std::string base = "/api/v1/timeline?job=strata-sim-19106&rank=3";
+  auto steps_in = [&](const std::string& query, uint64_t* from = nullptr, uint64_t* to = nullptr) -> size_t {
+    auto res = cli.Get((base + query).c_str());
+    EXPECT_TRUE(res && res->status == 200) << query << ": " << (res ? res->body.substr(0, 300) : "no answer");
+    if (!res || res->status != 200) return SIZE_MAX;
+    if (from) *from = std::stoull(res->get_header_value("X-Strata-Span-From-Ns"));
+    if (to) *to = std::stoull(res->get_header_value("X-Strata-Span-To-Ns"));
+    size_t n = 0;
+    for (size_t at = 0; (at = res->body.find("\"cat\":\"step\"", at)) != std::string::npos; ++at) ++n;
+    return n;
+  };
+  auto ns = [](uint64_t t) { return std::to_string(t); };
+  const size_t k = mine.size() / 2;
+  // Three steps from the middle of the run: those three, and at most a neighbour that touches the span.
+  const size_t middle = steps_in("&from=" + ns(mine[k].start_ns) + "&to=" + ns(mine[k + 2].end_ns));
+  EXPECT_GE(middle, 3u);
+  EXPECT_LE(middle, 5u);
+  // Neither: the latest 10 minutes up to the latest step; this run is shorter, so all of it.
+  uint64_t from = 0, to = 0;
+  EXPECT_EQ(steps_in("", &from, &to), mine.size());
+  uint64_t latest = 0;
+  for (const auto& s : r.steps) latest = std::max(latest, s.end_ns);
+  EXPECT_EQ(to, latest + 1);
+  EXPECT_EQ(to - from, 600'000'000'000ull);
+  // `from` alone: 10 minutes on from there (the rest of the run); `to` alone: 10 minutes up to it.
+  EXPECT_EQ(steps_in("&from=" + ns(mine[k].start_ns)), mine.size() - k);
+  EXPECT_EQ(steps_in("&to=" + ns(mine[k].end_ns)), k + 1);
+  // Refused, with the reason: more than an hour, backwards, not a number.
+  for (const std::string& q : std::vector<std::string>{"&from=1000&to=" + ns(1000 + 3'600'000'000'001ull), "&from=2000&to=1000", "&from=yesterday"}) {
+    auto res = cli.Get((base + q).c_str());
+    ASSERT_TRUE(res);
+    EXPECT_EQ(res->status, 400) << q;
+    EXPECT_NE(res->body.find("\"error\""), std::string::npos) << q << ": " << res->body;
+  }
   w->reset();
 }
 

@@ -439,6 +439,17 @@ async function main() {
     const tracePids = new Set((trace?.traceEvents ?? []).filter((e) => e.cat === 'step').map((e) => e.pid));
     check(Array.isArray(trace?.traceEvents) && tracePids.size === 4,
       `timeline: the chrome-trace download (${saved.name}) has the shown ranks' steps (${tracePids.size} processes)`);
+    // Only the span of the shown steps (3, a step more each side) was read, not the rank's history.
+    const heat4 = await (await fetch(`${url}/api/v1/heatmap?job=${encodeURIComponent(jobName)}&series=step_ms`)).json();
+    const stepsPerPid = new Map();
+    for (const e of trace?.traceEvents ?? []) if (e.cat === 'step') stepsPerPid.set(e.pid, (stepsPerPid.get(e.pid) ?? 0) + 1);
+    const most = Math.max(0, ...stepsPerPid.values());
+    const asked = await page.evaluate(() => {
+      const c = document.querySelector('#timeline-canvas');
+      return { from: c.dataset.spanFromNs, to: c.dataset.spanToNs };
+    });
+    check(heat4.steps > 8 && most >= 2 && most <= 7 && /^\d+$/.test(asked.from ?? '') && /^\d+$/.test(asked.to ?? ''),
+      `timeline: the page reads the span of its steps (${asked.from}..${asked.to}): at most ${most} of the rank's ${heat4.steps} steps`);
     // Their on-CPU thread tracks too, and no other process's.
     const cpuPids = new Set((trace?.traceEvents ?? []).filter((e) => e.ph === 'C' && String(e.name).startsWith('on-CPU ')).map((e) => e.pid));
     check(cpuPids.size === 4 && [...cpuPids].every((p) => tracePids.has(p)),

@@ -89,8 +89,11 @@ export const api = {
     json<DiffProfile>('diff', { job, rank, kind, from: range.from, to: range.to }),
   profile: async (rank: number, kind: string) => (await get('profile', { rank, kind })).text(),
   // One rank, or several on one time axis (`ranks=`, the cross-rank timeline).
-  timeline: (job: string, ranks: number | number[]) =>
-    json<{ traceEvents: import('./shape').TraceEvent[] }>('timeline', Array.isArray(ranks) ? { job, ranks: ranks.join(',') } : { job, rank: ranks }),
+  // `span`: the time range to read (unix ns); without it the server's default, its latest 10 minutes.
+  timeline: (job: string, ranks: number | number[], span?: import('./shape').TimeRange | null) =>
+    json<{ traceEvents: import('./shape').TraceEvent[] }>('timeline', {
+      job, ...(Array.isArray(ranks) ? { ranks: ranks.join(',') } : { rank: ranks }), from: span?.from, to: span?.to,
+    }),
   metrics: (prefix: string) => json<{ metrics: MetricRow[] }>('metrics', { prefix }).then((r) => r.metrics),
   nodes: () => json<{ nodes: NodeStatus[] }>('nodes').then((r) => r.nodes),
   fidelity: (job: string) => json<{ reduced: ReducedFidelity[]; truncated: boolean }>('fidelity', { job }),

@@ -6,7 +6,7 @@ import { api, download } from '../api';
 import { cssVar, errorBox, h } from '../dom';
 import {
   computeMatrix, defaultTimelineRanks, deviationMatrix, fmtMs, jobStepMs, markedRows, niceTicks, rankLanes,
-  stepWindow, worstStep, type RankLane,
+  stepsRange, stepWindow, worstStep, type RankLane, type TimeRange,
 } from '../shape';
 import { formatHash, type UiState } from '../state';
 import { fidelitySlot } from './fidelity';
@@ -138,6 +138,9 @@ export async function timelineView(main: HTMLElement, s: UiState, go: (s: UiStat
   let ranks = s.ranks ?? [];
   let step = s.step;
   const nodes = new Map<number, string>();
+  // The time the shown steps take, a step more on each side: the only rows the page asks for (a
+  // rank's whole history in a collector that has run for weeks would be millions of events).
+  let span: TimeRange | null = null;
   try {
     const [hm] = await Promise.all([api.heatmap(job, false, ['step_ms', 'collective_ms']), fidelity.ready]);
     for (const r of hm.ranks) nodes.set(r.rank, r.node);
@@ -153,6 +156,8 @@ export async function timelineView(main: HTMLElement, s: UiState, go: (s: UiStat
       const row = hm.ranks.findIndex((r) => r.rank === rank);
       step = Math.max(1, worstStep(dev[row] ?? []) - Math.floor(WINDOW_STEPS / 2));
     }
+    const columns = hm.step_start_ns.length;
+    if (columns > 0) span = stepsRange(hm, Math.min(columns - 1, Math.max(0, step - 2)), Math.min(columns - 1, step + WINDOW_STEPS - 1));
   } catch (e) {
     slot.append(errorBox(e));
     return;
@@ -168,7 +173,7 @@ export async function timelineView(main: HTMLElement, s: UiState, go: (s: UiStat
     save.disabled = true;
     saveNote.textContent = ' preparing…';
     const file = `strata-${(job || 'job').replace(/[^A-Za-z0-9._-]/g, '_')}-ranks${ranks.join('_')}.json`;
-    download('timeline', { job, ranks: ranks.join(','), download: 1 }, file)
+    download('timeline', { job, ranks: ranks.join(','), from: span?.from, to: span?.to, download: 1 }, file)
       .then(() => { saveNote.textContent = ` saved ${file}`; })
       .catch((e) => { saveNote.textContent = ` ${e instanceof Error ? e.message : e}`; })
       .finally(() => { save.disabled = false; });
@@ -186,7 +191,7 @@ export async function timelineView(main: HTMLElement, s: UiState, go: (s: UiStat
 
   let lanes: RankLane[];
   try {
-    lanes = rankLanes(await api.timeline(job, ranks));
+    lanes = rankLanes(await api.timeline(job, ranks, span));
   } catch (e) {
     slot.append(errorBox(e));
     return;
@@ -198,6 +203,9 @@ export async function timelineView(main: HTMLElement, s: UiState, go: (s: UiStat
   canvas.dataset.ranks = lanes.map((l) => l.rank).join(',');
   canvas.dataset.fromUs = String(from);
   canvas.dataset.toUs = String(to);
+  // The span asked of the server (unix ns), empty where the page asked for its default.
+  canvas.dataset.spanFromNs = span?.from ?? '';
+  canvas.dataset.spanToNs = span?.to ?? '';
   // What is drawn, for the reader of the DOM (and the end-to-end test): per rank, its tracks.
   const list = h('ul', { class: 'timeline-ranks', id: 'timeline-ranks' }, lanes.map((l) => h('li', {
     'data-rank': l.rank, 'data-tracks': l.tl.tracks.length + l.cpu.length,
@@ -207,7 +215,7 @@ export async function timelineView(main: HTMLElement, s: UiState, go: (s: UiStat
     `; steps ${first}–${last} ${fmtMs((Math.max(...l.tl.steps.filter((x) => x.step === last).map((x) => x.end)) - Math.min(...l.tl.steps.filter((x) => x.step === first).map((x) => x.start))) / 1000)}`)));
   slot.append(
     win ? h('p', { class: 'muted' }, `Window: steps ${first}–${last}, ${fmtMs((to - from) / 1000)} on one time axis for every rank.`)
-      : h('p', { class: 'muted' }, `Steps ${first}–${last} are not in this recording: the whole recording is shown.`),
+      : h('p', { class: 'muted' }, `Steps ${first}–${last} are not in what was read: all of it is shown.`),
     canvas,
     h('p', { class: 'muted' }, 'Colours: ', Object.entries(COLORS).map(([k, c]) => h('span', { class: 'swatch', style: `background:${c}` }, k === 'cpu' ? 'on-CPU share' : k))),
     list);
