@@ -37,26 +37,6 @@ const char* kDiagnoseFooter = "Without a span, the latest 10 minutes of the file
 constexpr uint64_t kDefaultLatestNs = 600ull * 1'000'000'000ull;
 constexpr uint64_t kDefaultBaselineNs = kDefaultLatestNs;
 
-// "90s", "10m", "2h", "1d" (also "500ms"), in ns: a whole number and a unit, one of them.
-Result<uint64_t> parse_duration(const std::string& flag, const std::string& text) {
-  auto bad = [&] {
-    return Error{"diagnose: " + flag + " " + text + ": expected a duration: a whole number and a unit (90s, 10m, 2h, 1d)"};
-  };
-  size_t digits = 0;
-  while (digits < text.size() && std::isdigit(static_cast<unsigned char>(text[digits]))) ++digits;
-  if (digits == 0 || digits > 9) return bad();  // at most 999,999,999 of a unit: no overflow below
-  const uint64_t n = std::stoull(text.substr(0, digits));
-  const std::string unit = text.substr(digits);
-  uint64_t ns_per = 0;
-  if (unit == "ms") ns_per = 1'000'000ull;
-  else if (unit == "s") ns_per = 1'000'000'000ull;
-  else if (unit == "m") ns_per = 60ull * 1'000'000'000ull;
-  else if (unit == "h") ns_per = 3600ull * 1'000'000'000ull;
-  else if (unit == "d") ns_per = 86400ull * 1'000'000'000ull;
-  else return bad();
-  if (n == 0) return Error{"diagnose: " + flag + " " + text + ": the span must be longer than 0"};
-  return n * ns_per;
-}
 
 // The collector's kept diagnosis (GET /api/v1/findings): the server made it, this prints it.
 int diagnose_remote(std::string server, const std::string& token, const std::string& job, bool json) {
@@ -134,7 +114,7 @@ int diagnose_main(std::vector<std::string> argv) {
 
   std::optional<uint64_t> last_ns;
   if (!last_text.empty()) {
-    auto d = parse_duration("--last", last_text);
+    auto d = parse_duration("diagnose: --last", last_text);
     if (!d) return fail(d.error().message, 1);
     last_ns = *d;
     if (load.from_ns || load.to_ns) return fail("diagnose: --last or --from/--to, not both", 1);

@@ -1,9 +1,11 @@
+#include <algorithm>
 #include <fstream>
 #include <iomanip>
 #include <iostream>
 #include <map>
 #include <optional>
 #include <set>
+#include <tuple>
 #include <utility>
 
 #include "cli/cli_app.h"
@@ -18,7 +20,7 @@ namespace strata::cli {
 
 namespace {
 const char* kReportUsage = R"(usage: strata report (FILE.db | --server URL [--token-file F]) [--rank R] [--pid P] [--tid T] [--kind oncpu|offcpu]
-                     [--format text|folded|pprof|chrome-trace] [-o OUT]
+                     [--last DURATION | --from NS [--to NS]] [--format text|folded|pprof|chrome-trace] [-o OUT]
 )";
 const char* kReportAbout = R"(Prints or exports what a store holds.
 
@@ -30,7 +32,8 @@ formats:
             threads, GPU streams, communicators and steps (written to -o, default trace.json)
 
 A filter (--rank, --pid, --tid) that matches nothing in the store is an error (exit 1), not an
-empty report.
+empty report. A span (--last, --from/--to) keeps the samples of the windows that overlap it and the
+timeline rows inside it: a file a collector has written for weeks is read for that span only.
 )";
 const char* kReportFooter = "Exit codes: 0 ok, 1 bad input (no such store, a filter that matches nothing), 2 environment\n"
                             "(collector unreachable).\n";
@@ -160,8 +163,21 @@ Result<report::TimelineData> load_timeline(store::Reader& st, const store::Profi
   for (auto& c : *comms) if (wanted(c.node, c.pid)) d.communicators.push_back(std::move(c));
   if (keep) {
     for (const auto& [node, pid] : *keep) {
-      if (auto read = report::append_process(st, node, pid, d); !read) return read.error();
+      if (auto read = report::append_process(st, node, pid, d, f.from_ns, f.to_ns); !read) return read.error();
     }
+  } else if (f.from_ns || f.to_ns) {
+    // Every process's rows of the span, by the tables' time indexes.
+    store::RowQuery q;
+    q.from_ns = f.from_ns;
+    q.to_ns = f.to_ns;
+    if (auto read = st.append_collectives(q, d.collectives); !read) return read.error();
+    if (auto read = st.append_device_activity(q, d.device); !read) return read.error();
+    if (auto read = st.append_steps(q, d.steps); !read) return read.error();
+    auto threads = st.thread_windows(q);
+    if (!threads) return threads.error();
+    report::add_threads(*threads, d);
+    q.prefix = "os.";
+    if (auto read = st.append_metrics(q, d.counters); !read) return read.error();
   } else {
     auto colls = st.collectives();
     auto dev = st.device_activity();
@@ -202,7 +218,26 @@ int report_main(std::vector<std::string> argv) {
   app.add_option("--pid", pid, "only process P")->type_name("P");
   app.add_option("--tid", tid, "only thread T")->type_name("T");
   app.add_option("--kind", kind, "oncpu (default) or offcpu samples")->type_name("oncpu|offcpu");
+  std::string from_text, to_text, last_text;
+  app.add_option("--from", from_text, "only what the file holds from NS on (unix nanoseconds)")->type_name("NS");
+  app.add_option("--to", to_text, "only what the file holds before NS (unix nanoseconds)")->type_name("NS");
+  app.add_option("--last", last_text, "only the latest DURATION the file holds, up to its latest step (90s, 10m, 2h, 1d)")
+      ->type_name("DURATION");
   if (auto done = parse(app, std::move(argv))) return *done;
+  for (auto [text, flag, out] : {std::tuple{&from_text, "--from", &filter.from_ns}, std::tuple{&to_text, "--to", &filter.to_ns}}) {
+    if (text->empty()) continue;
+    auto n = parse_uint(std::string("report: ") + flag, *text, 0, UINT64_MAX);
+    if (!n) return fail(n.error().message, 1);
+    *out = *n;
+  }
+  std::optional<uint64_t> last_ns;
+  if (!last_text.empty()) {
+    auto d = parse_duration("report: --last", last_text);
+    if (!d) return fail(d.error().message, 1);
+    if (filter.from_ns || filter.to_ns) return fail("report: --last or --from/--to, not both", 1);
+    last_ns = *d;
+  }
+  if (filter.from_ns && filter.to_ns && *filter.from_ns >= *filter.to_ns) return fail("report: --from must come before --to", 1);
 
   std::string token;
   if (!token_file.empty()) {
@@ -224,6 +259,8 @@ int report_main(std::vector<std::string> argv) {
     return fail("report: which store? (strata report FILE.db, or strata report --server URL)", 1);
   if (format != "text" && format != "folded" && format != "pprof" && format != "chrome-trace")
     return fail("report: unknown format '" + format + "' (text, folded, pprof, chrome-trace)", 1);
+  if (!server.empty() && (last_ns || filter.from_ns || filter.to_ns))
+    return fail("report: --last and --from/--to read a file (the collector's web UI and API take a span)", 1);
 
   auto st = [&]() -> Result<std::unique_ptr<store::Reader>> {
     if (!server.empty()) return store::Store::open_remote(server, token);
@@ -233,6 +270,13 @@ int report_main(std::vector<std::string> argv) {
   }();
   if (!st) return fail(st.error().message, st.error().exit_code);
   const std::string where = server.empty() ? file : server;
+  if (last_ns) {
+    auto latest = (*st)->latest_step_ns();
+    if (!latest) return fail(latest.error().message, latest.error().exit_code);
+    if (!*latest) return fail("report: --last: " + where + " holds no steps to count back from; give --from/--to", 1);
+    filter.to_ns = **latest + 1;
+    filter.from_ns = *filter.to_ns - std::min(*last_ns, *filter.to_ns);
+  }
   if (format == "chrome-trace") {
     if (auto kept = filtered_processes(**st, filter, where); !kept) return fail(kept.error().message, kept.error().exit_code);
     if (output.empty()) output = "trace.json";

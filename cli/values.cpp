@@ -1,5 +1,6 @@
 #include "cli/values.h"
 
+#include <cctype>
 #include <cmath>
 #include <cstdlib>
 #include <sstream>
@@ -22,6 +23,27 @@ Result<double> parse_seconds(const std::string& flag, const std::string& text) {
   if (text.empty() || !end || *end != '\0' || !std::isfinite(v) || v <= 0 || v > 1e7)
     return Error{flag + ": expected a positive number of seconds, got '" + text + "'"};
   return v;
+}
+
+// "90s", "10m", "2h", "1d" (also "500ms"), in ns: a whole number and a unit, one of them.
+Result<uint64_t> parse_duration(const std::string& flag, const std::string& text) {
+  auto bad = [&] {
+    return Error{flag + " " + text + ": expected a duration: a whole number and a unit (90s, 10m, 2h, 1d)"};
+  };
+  size_t digits = 0;
+  while (digits < text.size() && std::isdigit(static_cast<unsigned char>(text[digits]))) ++digits;
+  if (digits == 0 || digits > 9) return bad();  // at most 999,999,999 of a unit: no overflow below
+  const uint64_t n = std::stoull(text.substr(0, digits));
+  const std::string unit = text.substr(digits);
+  uint64_t ns_per = 0;
+  if (unit == "ms") ns_per = 1'000'000ull;
+  else if (unit == "s") ns_per = 1'000'000'000ull;
+  else if (unit == "m") ns_per = 60ull * 1'000'000'000ull;
+  else if (unit == "h") ns_per = 3600ull * 1'000'000'000ull;
+  else if (unit == "d") ns_per = 86400ull * 1'000'000'000ull;
+  else return bad();
+  if (n == 0) return Error{flag + " " + text + ": the span must be longer than 0"};
+  return n * ns_per;
 }
 
 Result<double> parse_percent(const std::string& flag, const std::string& text, double max_percent) {

@@ -4,6 +4,7 @@
 #include <signal.h>
 #include <sys/socket.h>
 
+#include <algorithm>
 #include <filesystem>
 #include <map>
 #include <set>
@@ -219,6 +220,52 @@ TEST(Cli, ReportRankFilterOnAFile) {
   ASSERT_EQ(r.exit_code, 0) << describe(r);
   const std::string all = slurp(d.file("all.json"));
   for (const char* each : {"(100)", "(101)", "(102)", "(103)"}) EXPECT_NE(all.find(each), std::string::npos) << each;
+}
+
+// A span (--from/--to, --last): the chrome trace holds the steps inside it, not the file's whole
+// history; --last counts back from the file's latest step; a span that cannot be read is refused
+// with its reason (exit 1).
+TEST(Cli, ReportReadsTheSpanItIsGiven) {
+  TempDir d;
+  const std::string db = std::string(STRATA_SOURCE_DIR) + "/tests/data/diagnose/host-hotspot.db";
+  std::vector<store::StepRecord> mine;
+  {
+    auto s = store::Store::open_sqlite(db, store::Store::Mode::kReadOnly);
+    ASSERT_TRUE(s) << s.error().message;
+    auto steps = (*s)->steps();
+    ASSERT_TRUE(steps);
+    auto procs = (*s)->processes();
+    ASSERT_TRUE(procs);
+    uint32_t pid = 0;
+    for (const auto& p : *procs)
+      if (p.rank == 3) pid = p.pid;
+    for (const auto& x : *steps)
+      if (x.pid == pid) mine.push_back(x);
+  }
+  std::sort(mine.begin(), mine.end(), [](const auto& a, const auto& b) { return a.start_ns < b.start_ns; });
+  ASSERT_GE(mine.size(), 20u);
+  auto steps_in = [&](const std::string& span) -> size_t {
+    auto r = run(strata_bin() + " report " + db + " --rank 3 " + span + " --format chrome-trace -o " + d.file("t.json"));
+    EXPECT_EQ(r.exit_code, 0) << span << " " << describe(r);
+    const std::string trace = slurp(d.file("t.json"));
+    size_t n = 0;
+    for (size_t at = 0; (at = trace.find("\"cat\":\"step\"", at)) != std::string::npos; ++at) ++n;
+    return n;
+  };
+  const size_t k = mine.size() / 2;
+  // Back-to-back steps: the span from one's start to the third's end holds those three.
+  EXPECT_EQ(steps_in("--from " + std::to_string(mine[k].start_ns) + " --to " + std::to_string(mine[k + 2].end_ns)), 3u);
+  EXPECT_EQ(steps_in(""), mine.size());
+  EXPECT_EQ(steps_in("--last 1h"), mine.size());
+  // The latest second: the steps that end in it, fewer than the run's.
+  const size_t latest = steps_in("--last 1s");
+  EXPECT_GT(latest, 0u);
+  EXPECT_LT(latest, mine.size());
+  for (const char* bad : {"--last 10x", "--last 0s", "--last 1m --from 5", "--from 9 --to 3", "--from soon"}) {
+    auto r = run(strata_bin() + " report " + db + " --rank 3 " + bad + " --format chrome-trace -o " + d.file("bad.json"));
+    EXPECT_EQ(r.exit_code, 1) << bad << " " << describe(r);
+    EXPECT_NE(r.err.find("report: "), std::string::npos) << bad << " " << describe(r);
+  }
 }
 
 TEST(Cli, ReportRankFilterAgainstAServer) {
