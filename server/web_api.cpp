@@ -101,15 +101,17 @@ void reply_json(const httplib::Request& req, httplib::Response& res, const std::
 // has one per stretch, and the page needs where and when, not every stretch.
 constexpr size_t kMaxFidelityRuns = 200;
 
-// A timeline asked without a span shows the store's latest kTimelineDefaultSpanNs (ending at its
-// latest step): ten minutes are hundreds of steps at the usual 0.1-2 s, more than a trace viewer
-// shows readably, and a read bounded by them costs the same in a job's first hour and its sixth
-// week (a week of one rank is ~600k steps, with their collectives and kernels).
-constexpr uint64_t kTimelineDefaultSpanNs = 10ull * 60 * 1'000'000'000;
+// The pages that read rows by time (the heatmap, the timeline) read a span: asked without one, the
+// store's latest kDefaultSpanNs (ending at its latest step), the stretch `strata diagnose` reads by
+// default. Ten minutes are hundreds of steps at the usual 0.1-2 s, as many columns as a heatmap
+// shows and more than a trace viewer shows readably, and a read bounded by them costs the same in a
+// job's first hour and its sixth week (a week of one rank is ~600k steps, with their collectives
+// and kernels; of a 1,000-rank job, 600M step rows).
+constexpr uint64_t kDefaultSpanNs = 10ull * 60 * 1'000'000'000;
 // The longest span one request may ask: an hour of one rank at a few hundred kernels and
-// collectives a step is ~10^6 events, ~100 MB of trace JSON, about what a trace viewer opens; a
-// longer stretch is read in several requests.
-constexpr uint64_t kTimelineMaxSpanNs = 60ull * 60 * 1'000'000'000;
+// collectives a step is ~10^6 events, ~100 MB of trace JSON, about what a trace viewer opens; an
+// hour of a 1,000-rank job's steps is 3.6M heatmap cells. A longer stretch is read in several requests.
+constexpr uint64_t kMaxSpanNs = 60ull * 60 * 1'000'000'000;
 
 struct RankProc {
   int rank = -1;
@@ -164,6 +166,34 @@ class WebApi {
     return ctx_.processes ? ctx_.processes->get() : job_processes(ctx_.store);
   }
 
+  // The span a page reads: `from` and `to` (unix ns, at most kMaxSpanNs apart), one of them (the
+  // other kDefaultSpanNs away), or neither: the latest kDefaultSpanNs up to the store's latest step
+  // (up to now in a store without steps). Never the whole history. Called with store_mu held.
+  Status span_of(const httplib::Request& req, store::ProfileFilter& range) {
+    if (auto st = time_range_of(req, range); !st) return st;
+    if (range.from_ns && range.to_ns && *range.to_ns - *range.from_ns > kMaxSpanNs)
+      return Error{"from, to: a span of at most 1h; ask for a shorter one, or several"};
+    if (range.from_ns && !range.to_ns) range.to_ns = *range.from_ns + std::min(kDefaultSpanNs, UINT64_MAX - *range.from_ns);
+    if (range.to_ns && !range.from_ns) range.from_ns = *range.to_ns - std::min(kDefaultSpanNs, *range.to_ns);
+    if (!range.to_ns) {
+      auto latest = ctx_.store.latest_step_ns();
+      if (!latest) return latest.error().environment();
+      const uint64_t end =
+          latest->value_or(static_cast<uint64_t>(
+              std::chrono::duration_cast<std::chrono::nanoseconds>(std::chrono::system_clock::now().time_since_epoch()).count())) +
+          1;
+      range.to_ns = end;
+      range.from_ns = end - std::min(kDefaultSpanNs, end);
+    }
+    return {};
+  }
+
+  // The span read, for the reader (a trace's and a heatmap's times are relative).
+  static void span_headers(const store::ProfileFilter& range, httplib::Response& res) {
+    res.set_header("X-Strata-Span-From-Ns", std::to_string(*range.from_ns));
+    res.set_header("X-Strata-Span-To-Ns", std::to_string(*range.to_ns));
+  }
+
   // The diagnosis strata serve keeps (server/diagnoser.h): the latest round's report and the
   // findings' history; &format=text for `strata diagnose --server`.
   void findings(const httplib::Request& req, httplib::Response& res) {
@@ -194,6 +224,7 @@ class WebApi {
     span.to_ns = 0;
     for (const auto& v : per_row) {
       for (size_t c = v.size() > kPeerGroupSteps ? v.size() - kPeerGroupSteps : 0; c < v.size(); ++c) {
+        if (!v[c]) continue;
         span.from_ns = std::min(*span.from_ns, v[c]->start_ns);
         span.to_ns = std::max(*span.to_ns, v[c]->end_ns);
       }
@@ -212,23 +243,54 @@ class WebApi {
 #endif
   }
 
-  // One row per rank, one column per step (the n-th step of every rank: ranks of a data-parallel job
-  // step together), so the UI draws a rank x time heatmap without a request per rank.
+  // Rows are aligned on time, not on their first step in the span: the span's start cuts one rank's
+  // step and not its peer's (their boundaries differ by the collective's spread), and the n-th step
+  // of each would then be a step apart. Each row starts at the column of the earliest-starting
+  // row's step that began nearest its own first step; the columns before it hold none (null).
+  static void align_rows(std::vector<std::vector<const store::StepRecord*>>& per_row) {
+    const std::vector<const store::StepRecord*>* ref = nullptr;
+    for (const auto& v : per_row) {
+      if (!v.empty() && (!ref || v.front()->start_ns < ref->front()->start_ns)) ref = &v;
+    }
+    if (!ref) return;
+    const std::vector<const store::StepRecord*> grid = *ref;
+    for (auto& v : per_row) {
+      if (v.empty() || &v == ref) continue;
+      const uint64_t t = v.front()->start_ns;
+      auto it = std::lower_bound(grid.begin(), grid.end(), t, [](const store::StepRecord* s, uint64_t x) { return s->start_ns < x; });
+      size_t c = static_cast<size_t>(it - grid.begin());
+      auto gap = [&](size_t i) { return i < grid.size() ? (grid[i]->start_ns > t ? grid[i]->start_ns - t : t - grid[i]->start_ns) : UINT64_MAX; };
+      if (c > 0 && gap(c - 1) <= gap(c)) --c;
+      v.insert(v.begin(), c, nullptr);
+    }
+  }
+
+  // One row per rank, one column per step (the n-th step of every rank in the span: ranks of a
+  // data-parallel job step together), so the UI draws a rank x time heatmap without a request per
+  // rank. The steps of a span (span_of: by default the latest 10 minutes), the job's alone.
   void heatmap(const httplib::Request& req, httplib::Response& res) {
     ctx_.count_request("heatmap");
     std::vector<store::ProcessInfo> procs;
     std::vector<store::StepRecord> steps;
+    std::vector<RankProc> ranks;
+    std::string job;
+    store::ProfileFilter range;
     {
       std::lock_guard lock(ctx_.store_mu);
+      if (auto st = span_of(req, range); !st) return reply_error(res, st.error().exit_code == 2 ? 503 : 400, st.error().message);
       auto p = processes();
       if (!p) return reply_error(res, 503, p.error().message);
-      auto s = ctx_.store.steps();
-      if (!s) return reply_error(res, 503, s.error().message);
       procs = std::move(*p);
-      steps = std::move(*s);
+      job = job_ranks(procs, req.get_param_value("job"), req.has_param("job"), ranks);
+      std::set<ProcKey> mine;
+      for (const auto& r : ranks) mine.insert({r.node, r.pid});
+      store::RowQuery q;
+      q.from_ns = range.from_ns;
+      q.to_ns = range.to_ns;
+      q.any_order = true;  // sorted per rank below
+      q.keep_process = [&mine](std::string_view node, uint32_t pid) { return mine.count({std::string(node), pid}) > 0; };
+      if (auto read = ctx_.store.append_steps(q, steps); !read) return reply_error(res, 503, read.error().message);
     }
-    std::vector<RankProc> ranks;
-    const std::string job = job_ranks(procs, req.get_param_value("job"), req.has_param("job"), ranks);
     // A rank restarted under a new pid keeps its row: its processes' steps follow each other.
     std::map<int, size_t> row_of;
     std::vector<RankProc> rows;
@@ -243,19 +305,20 @@ class WebApi {
       auto it = proc_row.find({s.node, s.pid});
       if (it != proc_row.end() && s.end_ns > s.start_ns) per_row[it->second].push_back(&s);
     }
+    for (auto& v : per_row) std::sort(v.begin(), v.end(), [](auto* a, auto* b) { return a->start_ns < b->start_ns; });
+    align_rows(per_row);
     size_t columns = 0;
-    for (auto& v : per_row) {
-      std::sort(v.begin(), v.end(), [](auto* a, auto* b) { return a->start_ns < b->start_ns; });
-      columns = std::max(columns, v.size());
-    }
+    for (const auto& v : per_row) columns = std::max(columns, v.size());
     const bool only_trend = req.get_param_value("only") == "trend";
-    std::string o = "{\"job\":" + json_str(job) + ",\"steps\":" + json_num(static_cast<uint64_t>(columns));
+    span_headers(range, res);
+    std::string o = "{\"job\":" + json_str(job) + ",\"from_ns\":" + json_num(*range.from_ns) + ",\"to_ns\":" + json_num(*range.to_ns) +
+                    ",\"steps\":" + json_num(static_cast<uint64_t>(columns));
     // Column start: the earliest start among ranks (ns, as JSON numbers; exact to ~µs, enough here).
     o += ",\"step_start_ns\":[";
     for (size_t c = 0; c < columns; ++c) {
       uint64_t t = 0;
       for (const auto& v : per_row) {
-        if (c < v.size() && (t == 0 || v[c]->start_ns < t)) t = v[c]->start_ns;
+        if (c < v.size() && v[c] && (t == 0 || v[c]->start_ns < t)) t = v[c]->start_ns;
       }
       o += (c ? "," : "") + json_num(t);
     }
@@ -264,7 +327,7 @@ class WebApi {
     for (size_t c = 0; c < columns; ++c) {
       uint64_t t = 0;
       for (const auto& v : per_row) {
-        if (c < v.size()) t = std::max(t, v[c]->end_ns);
+        if (c < v.size() && v[c]) t = std::max(t, v[c]->end_ns);
       }
       o += (c ? "," : "") + json_num(t);
     }
@@ -307,6 +370,7 @@ class WebApi {
         double sum = 0;
         size_t n = 0;
         for (const auto* step : per_row[r]) {
+          if (!step) continue;
           double v = kAll[k].value(*step);
           if (std::isfinite(v)) {
             sum += v;
@@ -338,7 +402,8 @@ class WebApi {
       first_series = false;
       for (size_t r = 0; r < per_row.size(); ++r) {
         o += r ? ",[" : "[";
-        for (size_t c = 0; c < per_row[r].size(); ++c) o += (c ? "," : "") + ms3(series.value(*per_row[r][c]));
+        for (size_t c = 0; c < per_row[r].size(); ++c)
+          o += (c ? "," : "") + ms3(per_row[r][c] ? series.value(*per_row[r][c]) : std::nan(""));
         o += "]";
       }
       o += "]";
@@ -356,11 +421,12 @@ class WebApi {
     store::ProfileFilter f;
     if (kind == "offcpu") f.kind = store::CountKind::kOffCpu;
     else if (kind != "oncpu") return reply_error(res, 400, "kind: expected oncpu or offcpu");
-    if (auto st = time_range_of(req, f); !st) return reply_error(res, 400, st.error().message);
     std::vector<store::ProcessInfo> procs;
     Result<Profile> profile = Error{""};
     {
       std::lock_guard lock(ctx_.store_mu);
+      // A span (span_of: by default the latest 10 minutes), never the job's whole history.
+      if (auto st = span_of(req, f); !st) return reply_error(res, st.error().exit_code == 2 ? 503 : 400, st.error().message);
       auto p = processes();
       if (!p) return reply_error(res, 503, p.error().message);
       procs = std::move(*p);
@@ -403,8 +469,9 @@ class WebApi {
     std::string o = "{\"job\":" + json_str(job) + ",\"rank\":" + json_num(*rank) + ",\"kind\":" + json_str(kind) +
                     ",\"unit\":" + json_str(profile->value_unit) +
                     ",\"peers\":" + json_num(static_cast<uint64_t>(peers.size()));
-    // With a time range: the span the counts cover (whole windows), so the UI can say what it shows.
-    if (f.from_ns || f.to_ns) {
+    // The span asked and the span the counts cover (whole windows), so the UI can say what it shows.
+    span_headers(f, res);
+    {
       o += ",\"window\":{\"from_ns\":" + json_num(f.from_ns.value_or(0)) + ",\"to_ns\":" +
            (f.to_ns ? json_num(*f.to_ns) : std::string("null")) + ",\"start_ns\":" + json_num(profile->start_ns) +
            ",\"end_ns\":" + json_num(profile->start_ns + profile->duration_ns) + "}";
@@ -438,29 +505,13 @@ class WebApi {
     } else if (!rank) {
       rank = *wanted_ranks.begin();
     }
-    // The span: `from` and `to` (unix ns), one of them (the other kTimelineDefaultSpanNs away), or
-    // neither (the latest kTimelineDefaultSpanNs of the store); never the whole history.
     store::ProfileFilter range;
-    if (auto st = time_range_of(req, range); !st) return reply_error(res, 400, st.error().message);
-    if (range.from_ns && range.to_ns && *range.to_ns - *range.from_ns > kTimelineMaxSpanNs)
-      return reply_error(res, 400, "from, to: a timeline spans at most 1h; ask for a shorter span, or several");
-    if (range.from_ns && !range.to_ns) range.to_ns = *range.from_ns + std::min(kTimelineDefaultSpanNs, UINT64_MAX - *range.from_ns);
-    if (range.to_ns && !range.from_ns) range.from_ns = *range.to_ns - std::min(kTimelineDefaultSpanNs, *range.to_ns);
     report::TimelineData d;
     std::vector<RankProc> ranks;
     std::string job;
     {
       std::lock_guard lock(ctx_.store_mu);
-      if (!range.to_ns) {
-        auto latest = ctx_.store.latest_step_ns();
-        if (!latest) return reply_error(res, 503, latest.error().message);
-        // A store without steps: the span up to now.
-        const uint64_t end = latest->value_or(static_cast<uint64_t>(
-                                 std::chrono::duration_cast<std::chrono::nanoseconds>(std::chrono::system_clock::now().time_since_epoch()).count())) +
-                             1;
-        range.to_ns = end;
-        range.from_ns = end - std::min(kTimelineDefaultSpanNs, end);
-      }
+      if (auto st = span_of(req, range); !st) return reply_error(res, st.error().exit_code == 2 ? 503 : 400, st.error().message);
       auto procs = processes();
       if (!procs) return reply_error(res, 503, procs.error().message);
       job = job_ranks(*procs, req.get_param_value("job"), req.has_param("job"), ranks);
@@ -494,9 +545,7 @@ class WebApi {
       }
       res.set_header("Content-Disposition", "attachment; filename=\"" + file + "\"");
     }
-    // The span read (unix ns, [from, to)): a trace's times are relative to its first event.
-    res.set_header("X-Strata-Span-From-Ns", std::to_string(*range.from_ns));
-    res.set_header("X-Strata-Span-To-Ns", std::to_string(*range.to_ns));
+    span_headers(range, res);
     reply_json(req, res, out.str());
   }
 

@@ -6,6 +6,7 @@
 #include <arpa/inet.h>
 #include <gtest/gtest.h>
 #include <httplib.h>
+#include <nlohmann/json.hpp>
 #include <netinet/in.h>
 #include <sys/socket.h>
 #include <unistd.h>
@@ -381,6 +382,76 @@ TEST(ServeTimeline, ARanksTimelineReadsItsSpanAndNeverTheWholeHistoryUnasked) {
     EXPECT_EQ(res->status, 400) << q;
     EXPECT_NE(res->body.find("\"error\""), std::string::npos) << q << ": " << res->body;
   }
+  w->reset();
+}
+
+// The heatmap reads a span of steps (by default the latest 10 minutes up to the store's latest
+// step), the job's alone, and lines its rows up on time: a span that starts between one rank's end
+// of a step and its peer's (their ends differ by the all-reduce's spread) gives the first rank no
+// cell in the first column, not a row one step ahead of the others.
+TEST(ServeHeatmap, ASpanOfStepsWithRanksLinedUpOnTime) {
+  TempDir tmp;
+  Recorded r = load(std::string(STRATA_SOURCE_DIR) + "/tests/data/diagnose/host-hotspot.db");
+  std::map<uint32_t, std::vector<store::StepRecord>> by_pid;
+  for (const auto& p : r.procs)
+    if (p.rank >= 0) by_pid[p.pid];
+  for (const auto& s : r.steps)
+    if (by_pid.count(s.pid)) by_pid[s.pid].push_back(s);
+  ASSERT_EQ(by_pid.size(), 4u);
+  const size_t k = 20;
+  uint64_t lo = UINT64_MAX, hi = 0, latest = 0;
+  for (auto& [pid, v] : by_pid) {
+    std::sort(v.begin(), v.end(), [](const auto& a, const auto& b) { return a.start_ns < b.start_ns; });
+    ASSERT_GT(v.size(), k + 10);
+    lo = std::min(lo, v[k].end_ns);
+    hi = std::max(hi, v[k].end_ns);
+    latest = std::max(latest, v.back().end_ns);
+  }
+  ASSERT_LT(lo, hi) << "the ranks' step ends must differ for a span to cut between them";
+  server::ServeOptions o;
+  o.store = "sqlite:" + tmp.file("server.db");
+  Collector c(o, free_port());
+  auto w = node_writer(c.url(), "vm", "replay-1", tmp.file("spool"));
+  ASSERT_TRUE(w) << w.error().message;
+  auto rec = begin_replay(**w, r, "vm", "replay of host-hotspot.db");
+  ASSERT_TRUE(rec);
+  ship_slice(**w, *rec, r, 0, 1);
+
+  const std::string base = "/api/v1/heatmap?job=strata-sim-19106&series=step_ms";
+  // No span: the latest 10 minutes up to the latest step; this run is shorter, so all of its steps.
+  auto all = nlohmann::json::parse(c.get(base), nullptr, false);
+  ASSERT_FALSE(all.is_discarded());
+  EXPECT_EQ(all["steps"].get<size_t>(), by_pid.begin()->second.size());
+  EXPECT_EQ(all["to_ns"].get<uint64_t>(), latest + 1);
+  EXPECT_EQ(all["to_ns"].get<uint64_t>() - all["from_ns"].get<uint64_t>(), 600'000'000'000ull);
+
+  // A span from between the ranks' ends of step k.
+  const uint64_t from = lo + (hi - lo) / 2;
+  const uint64_t to = from + 2'000'000'000ull;
+  auto cut = nlohmann::json::parse(c.get(base + "&from=" + std::to_string(from) + "&to=" + std::to_string(to)), nullptr, false);
+  ASSERT_FALSE(cut.is_discarded());
+  const size_t columns = cut["steps"].get<size_t>();
+  ASSERT_GE(columns, 8u);
+  const auto& starts = cut["step_start_ns"];
+  const auto& ends = cut["step_end_ns"];
+  std::vector<uint64_t> lengths;
+  for (const auto& [pid, v] : by_pid)
+    for (const auto& s : v) lengths.push_back(s.end_ns - s.start_ns);
+  std::sort(lengths.begin(), lengths.end());
+  const uint64_t median = lengths[lengths.size() / 2];
+  // Each column holds one step of every rank: from its earliest start to its latest end, about one
+  // step long (two, where a row was a step ahead).
+  for (size_t i = 0; i < columns; ++i)
+    EXPECT_LT(ends[i].get<uint64_t>() - starts[i].get<uint64_t>(), median * 3 / 2) << "column " << i;
+  size_t first_empty = 0, first_full = 0;
+  for (const auto& row : cut["series"]["step_ms"]) {
+    ASSERT_FALSE(row.empty());
+    (row[0].is_null() ? first_empty : first_full)++;
+  }
+  EXPECT_GT(first_empty, 0u) << "a rank whose step ended before the span has no cell in its first column";
+  EXPECT_GT(first_full, 0u);
+  // Refused with the reason: a span longer than an hour.
+  EXPECT_EQ(c.get(base + "&from=1&to=" + std::to_string(1 + 3'600'000'000'001ull)), "");
   w->reset();
 }
 

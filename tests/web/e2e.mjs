@@ -227,6 +227,11 @@ async function bigJobRest(page) {
   await page.screenshot({ path: path.join(ARTIFACTS, 'job-1000-ranks.png'), fullPage: true });
   await page.locator('#heatmap').screenshot({ path: path.join(ARTIFACTS, 'heatmap-1000-ranks.png') });
 
+  // The heatmap says which span its steps are of (by default the latest 10 minutes) and offers earlier ones.
+  const spanText = await page.$eval('#span', (e) => e.textContent ?? '');
+  const earlier = await page.$eval('#span-earlier', (a) => a.getAttribute('href') ?? '');
+  check(/Steps of .* UTC/.test(spanText) && /at=\d+/.test(earlier), `job page: the heatmap's span is said ("${spanText.slice(0, 70)}…") and an earlier one is a link`);
+
   // The cross-rank timeline from the straggler's "timeline beside peers".
   await page.click(`#standout .standout[data-rank="${STRAGGLER}"] a.button`);
   await waitReady(page, 'timeline');
@@ -239,7 +244,8 @@ async function bigJobRest(page) {
   check(shownRanks.includes(String(STRAGGLER)) && shownRanks.length >= 3 && tl.lanes.every((k) => /step/.test(k ?? '')),
     `cross-rank timeline: rank ${STRAGGLER} beside peers (${tl.ranks}), each with its steps in the window`);
   check(tl.ticks >= 4 && tl.to > tl.from, `cross-rank timeline: one axis labelled along its length (${tl.ticks} ticks over ${((tl.to - tl.from) / 1000).toFixed(0)} ms)`);
-  check(/step=\d+/.test(page.url()) && /ranks=/.test(page.url()), `cross-rank timeline URL carries ranks and step (${new URL(page.url()).hash})`);
+  check(/step=\d+/.test(page.url()) && /ranks=/.test(page.url()) && /at=\d+/.test(page.url()),
+    `cross-rank timeline URL carries ranks, step and the job page's span (${new URL(page.url()).hash})`);
   await page.screenshot({ path: path.join(ARTIFACTS, 'timeline-1000-ranks.png'), fullPage: true });
   await page.close();
 }

@@ -11,6 +11,8 @@ describe('URL state', () => {
       { view: 'job', job: 'j', rank: 137, step: 31 },
       { view: 'timeline', job: '', rank: 0, step: 12 },
       { view: 'timeline', job: 'j', ranks: [137, 0, 1, 2], step: 31 },
+      { view: 'timeline', job: 'j', ranks: [137, 0], step: 31, at: '1700000600000000001' },
+      { view: 'job', job: 'j', rank: 137, step: 4, at: '1700000600000000001' },
       { view: 'flame', job: 'j', rank: 2, diff: true, from: '1700000000200000000', to: '1700000000400000000', bfrom: '1700000000000000000', bto: '1700000000100000000' },
       { view: 'job', job: 'j', metric: 'compute_ms', heat: 'abs' },
       { view: 'nodes' },
@@ -26,5 +28,6 @@ describe('URL state', () => {
     // A time range is digits only (unix ns); anything else is dropped, not passed to the API.
     expect(parseHash('#/flame?from=12&to=1e9')).toEqual({ view: 'flame', from: '12' });
     expect(parseHash('#/flame?from=-1&to=99999999999999999999')).toEqual({ view: 'flame' });
+    expect(parseHash('#/job?at=soon')).toEqual({ view: 'job' });
   });
 });

@@ -82,8 +82,9 @@ const json = async <T>(path: string, params: Record<string, string | number | un
 export const api = {
   jobs: () => json<{ jobs: Job[] }>('jobs').then((r) => r.jobs),
   findings: (job: string) => json<Diagnosis>('findings', { job }),
-  heatmap: (job: string, onlyTrend = false, series?: string[]) =>
-    json<Heatmap>('heatmap', { job, only: onlyTrend ? 'trend' : undefined, series: series?.join(',') }),
+  // The steps of the 10 minutes up to `at` (unix ns), or of the latest 10 minutes.
+  heatmap: (job: string, onlyTrend = false, series?: string[], at?: string) =>
+    json<Heatmap>('heatmap', { job, only: onlyTrend ? 'trend' : undefined, series: series?.join(','), to: at }),
   // `range`: from/to in unix ns (decimal strings); the profile of the windows that overlap it.
   diff: (job: string, rank: number, kind: string, range: { from?: string; to?: string } = {}) =>
     json<DiffProfile>('diff', { job, rank, kind, from: range.from, to: range.to }),

@@ -80,6 +80,10 @@ export interface HeatmapRank {
 
 export interface Heatmap {
   job: string;
+  // The span whose steps the columns are (unix ns; step 1 is its first): by default the latest 10
+  // minutes the store holds. Absent from servers before it.
+  from_ns?: number;
+  to_ns?: number;
   steps: number;
   step_start_ns: number[];
   step_end_ns?: number[];  // per column, the latest rank's end (servers before it: absent)

@@ -8,6 +8,8 @@
 //   #/flame?job=J&rank=R&diff=1&from=NS&to=NS&bfrom=NS&bto=NS   ... against itself in [bfrom, bto)
 //   #/timeline?job=J&rank=R&step=N       one rank
 //   #/timeline?job=J&ranks=137,0,1&step=N  ranks side by side on one time axis (steps N..N+span-1)
+//   ...&at=NS                            the pages' span of steps ends at NS (unix ns): its 10 minutes
+//                                        before; without it, the latest 10 minutes the store holds
 //   #/nodes
 
 export type View = 'jobs' | 'job' | 'flame' | 'timeline' | 'nodes';
@@ -29,6 +31,10 @@ export interface UiState {
   // The baseline range of a differential flame graph against the rank itself (unix ns strings).
   bfrom?: string;
   bto?: string;
+  // The end of the span of steps the pages read (unix ns string; the server reads the 10 minutes
+  // before it): step numbers count from the span's first step, so a link from one page to another
+  // carries it, and a live job's steps do not shift under it. Absent: the latest 10 minutes.
+  at?: string;
 }
 
 const VIEWS: View[] = ['jobs', 'job', 'flame', 'timeline', 'nodes'];
@@ -59,7 +65,7 @@ export function parseHash(hash: string): UiState {
   if (ranks && /^\d{1,9}(,\d{1,9}){0,31}$/.test(ranks)) s.ranks = ranks.split(',').map(Number);
   const step = intOf(params.get('step'));
   if (step !== undefined) s.step = step;
-  for (const k of ['from', 'to', 'bfrom', 'bto'] as const) {
+  for (const k of ['from', 'to', 'bfrom', 'bto', 'at'] as const) {
     const v = params.get(k);
     if (v !== null && /^\d{1,19}$/.test(v)) s[k] = v;
   }
@@ -80,6 +86,7 @@ export function formatHash(s: UiState): string {
   if (s.to !== undefined) p.set('to', s.to);
   if (s.bfrom !== undefined) p.set('bfrom', s.bfrom);
   if (s.bto !== undefined) p.set('bto', s.bto);
+  if (s.at !== undefined) p.set('at', s.at);
   const q = p.toString();
   return '#/' + (s.view === 'jobs' ? '' : s.view) + (q ? '?' + q : '');
 }

@@ -81,7 +81,7 @@ export async function flameView(main: HTMLElement, s: UiState, go: (s: UiState) 
   const baseline = diff && (s.bfrom !== undefined || s.bto !== undefined) ? { from: s.bfrom, to: s.bto } : null;
   const other = baseline ? 'baseline' : 'average peer';
   main.append(h('nav', { class: 'crumbs' }, h('a', { href: '#/' }, 'jobs'), ' / ',
-    h('a', { href: formatHash({ view: 'job', job, rank }) }, job || '(unnamed)'), ' / ', `rank ${rank}`));
+    h('a', { href: formatHash({ view: 'job', job, rank, at: s.at }) }, job || '(unnamed)'), ' / ', `rank ${rank}`));
   main.append(h('h1', {}, (diff ? `Differential flame graph: rank ${rank} vs ${baseline ? 'its own baseline steps' : 'its peers'}` : `Flame graph: rank ${rank}`) +
     (windowed ? ' (time window)' : '')));
   const rankIn = h('input', { type: 'number', min: 0, value: rank, id: 'rank', onchange: () => go({ ...s, rank: Number(rankIn.value) }) });
@@ -95,7 +95,7 @@ export async function flameView(main: HTMLElement, s: UiState, go: (s: UiState) 
     h('option', { value: 'self', selected: !!baseline }, 'vs itself in baseline steps'));
   const basePick = h('span', { class: 'window-pick', id: 'baseline' });
   const search = h('input', { type: 'search', id: 'search', placeholder: 'search frames' });
-  // The window: whole run, or steps A..B (the job's step starts), kept in the URL as from/to ns.
+  // The window: the whole span (the job page's 10 minutes), or steps A..B (the job's step starts), kept in the URL as from/to ns.
   const win = h('span', { class: 'window-pick', id: 'window' }, h('span', { class: 'muted' }, 'window: …'));
   main.append(h('div', { class: 'controls' }, h('label', {}, 'rank ', rankIn), h('label', {}, kindSel),
     h('label', {}, diffBox, ' differential'), diff ? vsSel : null, win, baseline ? basePick : null, search,
@@ -133,7 +133,7 @@ export async function flameView(main: HTMLElement, s: UiState, go: (s: UiState) 
   });
   main.append(fidelity.el, ...(legend ? [legend] : []), span, downloads, h('div', { class: 'flame-layout' }, slot, tableSlot), side);
   // Steps for the picker; the flame graph does not wait for them.
-  void api.heatmap(job, false, ['none']).then((hm) => {
+  void api.heatmap(job, false, ['none'], s.at).then((hm) => {
     windowPicker(win, hm, s, go);
     const n = hm.step_start_ns.length;
     // Against itself by default: the steps before the window as the baseline; without a window (or
@@ -153,10 +153,11 @@ export async function flameView(main: HTMLElement, s: UiState, go: (s: UiState) 
     });
     if (baseline) basePicker(basePick, hm, s, go);
   })
-    .catch(() => win.replaceChildren(windowed ? h('a', { href: formatHash({ ...s, from: undefined, to: undefined }) }, 'whole run') : ''));
+    .catch(() => win.replaceChildren(windowed ? h('a', { href: formatHash({ ...s, from: undefined, to: undefined }) }, 'whole span') : ''));
   try {
     const unit = kind === 'oncpu' ? 'samples' : 'µs';
-    const [d0] = await Promise.all([api.diff(job, rank, kind, range), fidelity.ready]);
+    // Without a window: the span of the job page's steps (`at`), or the server's latest 10 minutes.
+    const [d0] = await Promise.all([api.diff(job, rank, kind, windowed ? range : { to: s.at }), fidelity.ready]);
     const b = baseline ? await api.diff(job, rank, kind, baseline) : null;
     const d = b ? selfDiff(d0, b) : d0;
     const total = rankTotal(d);
@@ -209,11 +210,11 @@ export async function flameView(main: HTMLElement, s: UiState, go: (s: UiState) 
   }
 }
 
-// "window: step [A] to [B] | whole run": picking steps sets from/to (ns) in the URL.
+// "window: step [A] to [B] | whole span": picking steps sets from/to (ns) in the URL.
 function windowPicker(slot: HTMLElement, hm: Heatmap, s: UiState, go: (s: UiState) => void): void {
   const n = hm.step_start_ns.length;
   if (n === 0) {
-    slot.replaceChildren(h('span', { class: 'muted' }, 'window: whole run (no steps recorded)'));
+    slot.replaceChildren(h('span', { class: 'muted' }, 'window: whole span (no steps in it)'));
     return;
   }
   const cur = s.from !== undefined || s.to !== undefined ? rangeSteps(hm, { from: s.from, to: s.to }) : null;
@@ -231,7 +232,7 @@ function windowPicker(slot: HTMLElement, hm: Heatmap, s: UiState, go: (s: UiStat
   a.addEventListener('change', apply);
   b.addEventListener('change', apply);
   slot.replaceChildren('window: ', a, ' to ', b, ' ',
-    cur ? h('a', { href: formatHash({ ...s, from: undefined, to: undefined }), id: 'whole-run' }, 'whole run') : h('span', { class: 'muted' }, '(whole run)'));
+    cur ? h('a', { href: formatHash({ ...s, from: undefined, to: undefined }), id: 'whole-run' }, 'whole span') : h('span', { class: 'muted' }, '(whole span)'));
 }
 
 // "baseline: step [A] to [B]": the baseline range of the rank against itself (bfrom/bto in the URL).

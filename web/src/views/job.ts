@@ -4,7 +4,7 @@ import { lineChart } from '../chart';
 import { errorBox, h } from '../dom';
 import { heatmapCanvas } from '../heatmap';
 import {
-  cellRange, computeMatrix, defaultTimelineRanks, deviationMatrix, fmtMs, fmtNum, jobStepMs, OS_METRICS, osTotalsByPid,
+  cellRange, computeMatrix, defaultTimelineRanks, deviationMatrix, fmtMs, fmtNum, fmtRange, jobStepMs, nsString, OS_METRICS, osTotalsByPid,
   diagnosisVerdict, rankBreakdown, robustZ, stepTrend, worstStep,
   type Diagnosis, type Finding, type Heatmap, type RankBreakdown, type Unexplained,
 } from '../shape';
@@ -138,10 +138,23 @@ export async function jobView(main: HTMLElement, s: UiState, go: (s: UiState) =>
 
   let hm: Heatmap;
   try {
-    [hm] = await Promise.all([api.heatmap(job), fidelity.ready]);
+    [hm] = await Promise.all([api.heatmap(job, false, undefined, s.at), fidelity.ready]);
   } catch (e) {
     heatSlot.replaceChildren(errorBox(e));
     return;
+  }
+  // The span the steps are of, pinned in the links out of this page (and on a pick): a live job's
+  // latest 10 minutes move on, and step N of the next page must be this page's step N.
+  const at = s.at ?? (hm.to_ns !== undefined ? nsString(hm.to_ns) : undefined);
+  const spanLine = h('p', { class: 'muted', id: 'span' });
+  if (hm.from_ns !== undefined && hm.to_ns !== undefined) {
+    const tenMin = 600e9;
+    spanLine.append(`Steps of ${fmtRange(hm.from_ns, hm.to_ns)}${s.at === undefined ? ', the latest the collector holds' : ''}. `,
+      h('a', { id: 'span-earlier', href: formatHash({ ...s, at: nsString(hm.from_ns), step: undefined }) }, '← 10 minutes earlier'));
+    if (s.at !== undefined) {
+      spanLine.append(' · ', h('a', { id: 'span-later', href: formatHash({ ...s, at: nsString(hm.to_ns + tenMin), step: undefined }) }, 'later →'),
+        ' · ', h('a', { id: 'span-latest', href: formatHash({ ...s, at: undefined, step: undefined }) }, 'latest'));
+    }
   }
   const rowOf = new Map(hm.ranks.map((r, i) => [r.rank, i]));
   const selRow = s.rank !== undefined ? rowOf.get(s.rank) : undefined;
@@ -149,7 +162,7 @@ export async function jobView(main: HTMLElement, s: UiState, go: (s: UiState) =>
   const matrix = metric === 'compute_ms' ? computeMatrix(step, hm.series.collective_ms) : hm.series[metric] ?? [];
   const stepMs = jobStepMs(step);
   const nodes = new Set(hm.ranks.map((r) => r.node)).size;
-  summary.textContent = `Step time ${fmtMs(stepMs)} (median over ranks of each rank's median step, whole recording) · ` +
+  summary.textContent = `Step time ${fmtMs(stepMs)} (median over ranks of each rank's median step in the span) · ` +
     `${hm.ranks.length} ranks on ${nodes} node${nodes === 1 ? '' : 's'} · ${hm.steps} steps`;
   summary.dataset.stepMs = String(stepMs);
   const trend = stepTrend(step);
@@ -179,14 +192,14 @@ export async function jobView(main: HTMLElement, s: UiState, go: (s: UiState) =>
       h('a', { class: 'button', id: 'cell-flame', href: formatHash(flameOf(selRow, selCol, {})) }, 'flame graph of this step'),
       h('a', { class: 'button', id: 'cell-diff', href: formatHash(flameOf(selRow, selCol, { diff: true })) }, 'differential'),
       h('a', { class: 'button', id: 'cell-offcpu', href: formatHash(flameOf(selRow, selCol, { kind: 'offcpu' })) }, 'off-CPU'),
-      h('a', { class: 'button', href: formatHash({ view: 'timeline', job, rank: s.rank, step: selCol + 1 }) }, 'timeline of this step beside peers'));
+      h('a', { class: 'button', href: formatHash({ view: 'timeline', job, rank: s.rank, step: selCol + 1, at }) }, 'timeline of this step beside peers'));
   } else {
     cellBar.append(h('span', { class: 'muted' }, 'Pick a cell for its rank\'s flame graphs in that step\'s time window.'));
   }
   const view = heatmapCanvas({
     matrix, ranks: hm.ranks, unit: 'ms', metricLabel: METRICS[metric], mode: mode === 'peer' && !hasGroups ? 'dev' : mode, groups, stepMs,
     selected: selRow, selectedCol: selCol,
-    onPick: (row, col) => go({ ...s, rank: hm.ranks[row].rank, step: col + 1 }),
+    onPick: (row, col) => go({ ...s, rank: hm.ranks[row].rank, step: col + 1, at }),
     onOpen: (row, col) => go(flameOf(row, col, {})),
   });
   // The ranks that stand out, named under the heatmap with their cross-rank timeline.
@@ -196,11 +209,11 @@ export async function jobView(main: HTMLElement, s: UiState, go: (s: UiState) =>
       const rk = hm.ranks[m.row];
       const worst = worstStep(dev[m.row] ?? []);
       return h('span', { class: 'standout', 'data-rank': rk.rank }, i ? ' · ' : '',
-        h('a', { href: formatHash({ view: 'job', job, rank: rk.rank, metric: s.metric, heat: s.heat }) }, `rank ${rk.rank}`), ` on ${rk.node}, ${fmtMs(m.score)} ${m.sign > 0 ? 'above' : 'below'} its steps' medians (${METRICS[metric]}) `,
-        h('a', { class: 'button', href: formatHash({ view: 'timeline', job, ranks: defaultTimelineRanks(hm, rk.rank), step: worst }) }, 'timeline beside peers'));
+        h('a', { href: formatHash({ view: 'job', job, rank: rk.rank, metric: s.metric, heat: s.heat, at: s.at }) }, `rank ${rk.rank}`), ` on ${rk.node}, ${fmtMs(m.score)} ${m.sign > 0 ? 'above' : 'below'} its steps' medians (${METRICS[metric]}) `,
+        h('a', { class: 'button', href: formatHash({ view: 'timeline', job, ranks: defaultTimelineRanks(hm, rk.rank), step: worst, at }) }, 'timeline beside peers'));
     }))
     : h('p', { class: 'muted', id: 'standout' }, 'No rank stands out of its steps.');
-  heatSlot.replaceChildren(h('h2', {}, 'Ranks × steps: ', select, ' ', modeSel), view.el, standout, cellBar);
+  heatSlot.replaceChildren(h('h2', {}, 'Ranks × steps: ', select, ' ', modeSel), spanLine, view.el, standout, cellBar);
   markReady('heatmap');
 
   const rows = rankBreakdown(hm);

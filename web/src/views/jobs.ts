@@ -21,7 +21,7 @@ export async function jobsView(main: HTMLElement): Promise<void> {
   const tbody = h('tbody');
   main.append(h('table', { class: 'jobs' },
     h('thead', {}, h('tr', {}, h('th', {}, 'job'), h('th', {}, 'status'), h('th', {}, 'ranks'), h('th', {}, 'nodes'),
-      h('th', { title: "median over ranks of each rank's median step, whole recording (as on the job page)" }, 'step time'), h('th', {}, 'findings'))),
+      h('th', { title: "median over ranks of each rank's median step, in the latest 10 minutes (as on the job page)" }, 'step time'), h('th', {}, 'findings'))),
     tbody));
   for (const j of jobs) {
     const href = formatHash({ view: 'job', job: j.job });

@@ -125,7 +125,7 @@ function draw(canvas: HTMLCanvasElement, lanes: RankLane[], nodes: Map<number, s
 export async function timelineView(main: HTMLElement, s: UiState, go: (s: UiState) => void): Promise<void> {
   const job = s.job ?? '';
   main.append(h('nav', { class: 'crumbs' }, h('a', { href: '#/' }, 'jobs'), ' / ',
-    h('a', { href: formatHash({ view: 'job', job, rank: s.rank }) }, job || '(unnamed)'), ' / ', 'timeline'));
+    h('a', { href: formatHash({ view: 'job', job, rank: s.rank, at: s.at }) }, job || '(unnamed)'), ' / ', 'timeline'));
   const title = h('h1', {}, 'Timeline');
   main.append(title);
   // Its CPU tracks come from samples: where the rate was lowered or CFI turned off, it says so.
@@ -142,7 +142,7 @@ export async function timelineView(main: HTMLElement, s: UiState, go: (s: UiStat
   // rank's whole history in a collector that has run for weeks would be millions of events).
   let span: TimeRange | null = null;
   try {
-    const [hm] = await Promise.all([api.heatmap(job, false, ['step_ms', 'collective_ms']), fidelity.ready]);
+    const [hm] = await Promise.all([api.heatmap(job, false, ['step_ms', 'collective_ms'], s.at), fidelity.ready]);
     for (const r of hm.ranks) nodes.set(r.rank, r.node);
     const compute = computeMatrix(hm.series.step_ms ?? [], hm.series.collective_ms);
     const dev = deviationMatrix(compute).dev;
