@@ -272,9 +272,21 @@ class WebApi {
     ctx_.count_request("heatmap");
     std::vector<store::ProcessInfo> procs;
     std::vector<store::StepRecord> steps;
+    std::vector<store::Reader::MetricRow> os_rows;
     std::vector<RankProc> ranks;
     std::string job;
     store::ProfileFilter range;
+    // `os=NAME,NAME`: those OS metrics (os.*) summed per rank over the span, for the per-rank
+    // breakdown: what the page read before was the first page of every os.* row of the store.
+    std::set<std::string> os_names;
+    if (req.has_param("os")) {
+      std::stringstream list(req.get_param_value("os"));
+      for (std::string item; std::getline(list, item, ',');) {
+        if (item.size() < 4 || item.size() > 64 || item.rfind("os.", 0) != 0 || os_names.size() == 32)
+          return reply_error(res, 400, "os: expected up to 32 metric names that start with os., separated by commas");
+        os_names.insert(item);
+      }
+    }
     {
       std::lock_guard lock(ctx_.store_mu);
       if (auto st = span_of(req, range); !st) return reply_error(res, st.error().exit_code == 2 ? 503 : 400, st.error().message);
@@ -290,6 +302,10 @@ class WebApi {
       q.any_order = true;  // sorted per rank below
       q.keep_process = [&mine](std::string_view node, uint32_t pid) { return mine.count({std::string(node), pid}) > 0; };
       if (auto read = ctx_.store.append_steps(q, steps); !read) return reply_error(res, 503, read.error().message);
+      if (!os_names.empty()) {
+        q.prefix = "os.";
+        if (auto read = ctx_.store.append_metrics(q, os_rows); !read) return reply_error(res, 503, read.error().message);
+      }
     }
     // A rank restarted under a new pid keeps its row: its processes' steps follow each other.
     std::map<int, size_t> row_of;
@@ -382,6 +398,29 @@ class WebApi {
       o += "]";
     }
     o += "}";
+    if (!os_names.empty()) {
+      // Each window's value prorated by how much of it lies in the span (windows are 10 s; a span's
+      // edges cut them).
+      std::map<std::string, std::vector<double>> sums;
+      for (const auto& name : os_names) sums[name].assign(rows.size(), 0.0);
+      for (const auto& m : os_rows) {
+        auto sum = sums.find(m.metric.name);
+        auto row = proc_row.find({m.node, m.metric.pid});
+        if (sum == sums.end() || row == proc_row.end() || m.end_ns <= m.start_ns || !std::isfinite(m.metric.value)) continue;
+        const uint64_t lo = std::max(m.start_ns, *range.from_ns), hi = std::min(m.end_ns, *range.to_ns);
+        if (hi <= lo) continue;
+        sum->second[row->second] += m.metric.value * static_cast<double>(hi - lo) / static_cast<double>(m.end_ns - m.start_ns);
+      }
+      o += ",\"os\":{";
+      bool first_name = true;
+      for (const auto& [name, v] : sums) {
+        o += (first_name ? "" : ",") + json_str(name) + ":[";
+        first_name = false;
+        for (size_t r = 0; r < v.size(); ++r) o += (r ? "," : "") + ms3(v[r]);
+        o += "]";
+      }
+      o += "}";
+    }
     const std::string wanted = only_trend ? "step_ms" : req.get_param_value("series");
     auto is_wanted = [&](const std::string& name) {
       if (wanted.empty()) return true;

@@ -452,6 +452,43 @@ TEST(ServeHeatmap, ASpanOfStepsWithRanksLinedUpOnTime) {
   EXPECT_GT(first_full, 0u);
   // Refused with the reason: a span longer than an hour.
   EXPECT_EQ(c.get(base + "&from=1&to=" + std::to_string(1 + 3'600'000'000'001ull)), "");
+
+  // os=: OS metrics summed per rank over the span (the per-rank breakdown's columns), each window
+  // prorated by its share in the span: the whole of every window here, then half of the run.
+  uint64_t m_lo = UINT64_MAX, m_hi = 0;
+  std::map<uint32_t, double> cpu_us;  // pid -> os.cpu_time_us over the run
+  for (const auto& m : r.metrics) {
+    m_lo = std::min(m_lo, m.start_ns);
+    m_hi = std::max(m_hi, m.end_ns);
+    if (m.metric.name == "os.cpu_time_us") cpu_us[m.metric.pid] += m.metric.value;
+  }
+  auto with_os = nlohmann::json::parse(
+      c.get(base + "&os=os.cpu_time_us,os.blocked_us&from=" + std::to_string(m_lo) + "&to=" + std::to_string(m_hi)), nullptr, false);
+  ASSERT_FALSE(with_os.is_discarded());
+  ASSERT_TRUE(with_os["summary"].contains("os")) << with_os["summary"].dump().substr(0, 300);
+  const auto& ranks = with_os["ranks"];
+  for (size_t i = 0; i < ranks.size(); ++i) {
+    const uint32_t pid = ranks[i]["pid"].get<uint32_t>();
+    ASSERT_GT(cpu_us[pid], 0) << "pid " << pid;
+    EXPECT_NEAR(with_os["summary"]["os"]["os.cpu_time_us"][i].get<double>(), cpu_us[pid], 0.01) << "rank " << ranks[i]["rank"];
+  }
+  const uint64_t half = m_lo + (m_hi - m_lo) / 2;
+  std::map<uint32_t, double> cpu_half;
+  for (const auto& m : r.metrics) {
+    if (m.metric.name != "os.cpu_time_us" || m.end_ns <= m.start_ns) continue;
+    const uint64_t hi = std::min(m.end_ns, half);
+    if (hi > m.start_ns) cpu_half[m.metric.pid] += m.metric.value * static_cast<double>(hi - m.start_ns) / static_cast<double>(m.end_ns - m.start_ns);
+  }
+  auto first_half = nlohmann::json::parse(
+      c.get(base + "&os=os.cpu_time_us&from=" + std::to_string(m_lo) + "&to=" + std::to_string(half)), nullptr, false);
+  ASSERT_FALSE(first_half.is_discarded());
+  for (size_t i = 0; i < first_half["ranks"].size(); ++i) {
+    const uint32_t pid = first_half["ranks"][i]["pid"].get<uint32_t>();
+    EXPECT_LT(cpu_half[pid], cpu_us[pid]);
+    EXPECT_NEAR(first_half["summary"]["os"]["os.cpu_time_us"][i].get<double>(), cpu_half[pid], 0.01) << "rank " << first_half["ranks"][i]["rank"];
+  }
+  EXPECT_FALSE(all["summary"].contains("os")) << "only when asked";
+  EXPECT_EQ(c.get(base + "&os=cpu_time_us"), "") << "a name outside os. is refused";
   w->reset();
 }
 

@@ -306,6 +306,9 @@ async function main() {
     check((await page.$$('table.breakdown tbody tr')).length === 4, 'job page: per-rank breakdown of 4 ranks');
     const topRank = await page.getAttribute('table.breakdown tbody tr', 'data-rank');
     check(topRank === '2', `breakdown: the busiest rank is rank 2 (got ${topRank})`);
+    // Its OS columns come from the heatmap's span (summed per rank by the server; all-zero columns are left out).
+    const heads = await page.$$eval('table.breakdown thead th', (ths) => ths.map((t) => t.textContent ?? ''));
+    check(heads.some((t) => t.startsWith('on-CPU/step')), `breakdown: OS columns from the span's metrics (${heads.filter((t) => t.includes('/step')).join(', ')})`);
     const marks4 = await page.$$eval('.heatmap-mark', (ms) => ms.map((m) => m.getAttribute('data-rank')));
     check(marks4[0] === '2', `heatmap: rank 2's row is marked, unclicked (marks: ${marks4.join(', ') || 'none'})`);
     const status4 = await (await fetch(`${url}/api/v1/jobs`)).json();

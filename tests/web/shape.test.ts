@@ -1,7 +1,7 @@
 // Unit tests of the web UI's data shaping (web/src/shape.ts): run by `npm test` in web/ and by CTest
 // (label "web").
 import {
-  buildFlameTree, cellRange, colorDomain, diffTree, fmtRange, functionDeltas, median, nsString, osTotalsByPid,
+  buildFlameTree, cellRange, colorDomain, diffTree, fmtRange, functionDeltas, median, nsString, osTotalsOf,
   parseFolded, quantile, rampColor, rampTable, rangeSteps, rankBreakdown, rankTotal, robustZ, stepsRange, stepTrend,
   traceTracks, fmtMs, fmtNum, type DiffProfile, type Heatmap,
   computeMatrix, defaultTimelineRanks, deviationDomain, deviationMatrix, diffColor, divergingColor, downsampleExtreme,
@@ -135,11 +135,8 @@ describe('per-rank breakdown', () => {
     },
   };
   it('splits step time into compute and collective wait, per step', () => {
-    const os = osTotalsByPid([
-      { start_ns: 0, end_ns: 1, pid: 11, name: 'os.runq_wait_us', label: '', value: 30000 },
-      { start_ns: 1, end_ns: 2, pid: 11, name: 'os.runq_wait_us', label: '', value: 10000 },
-      { start_ns: 0, end_ns: 1, pid: 11, name: 'os.runq_latency_us.hist', label: '8', value: 99 },
-    ]);
+    // The server's sums per row (summary.os); a name the page does not show is left out.
+    const os = osTotalsOf({ summary: { means: {}, os: { 'os.runq_wait_us': [null, 40000], 'os.runq_latency_us.hist': [99, 99] } } });
     const rows = rankBreakdown(h, os);
     expect(rows[0]).toMatchObject({ rank: 0, node: 'a', steps: 2, step_ms: 105, collective_ms: 65, compute_ms: 40 });
     expect(rows[0].gpu_idle_ms).toBeNaN();

@@ -82,9 +82,10 @@ const json = async <T>(path: string, params: Record<string, string | number | un
 export const api = {
   jobs: () => json<{ jobs: Job[] }>('jobs').then((r) => r.jobs),
   findings: (job: string) => json<Diagnosis>('findings', { job }),
-  // The steps of the 10 minutes up to `at` (unix ns), or of the latest 10 minutes.
-  heatmap: (job: string, onlyTrend = false, series?: string[], at?: string) =>
-    json<Heatmap>('heatmap', { job, only: onlyTrend ? 'trend' : undefined, series: series?.join(','), to: at }),
+  // The steps of the 10 minutes up to `at` (unix ns), or of the latest 10 minutes; `os`: OS metrics
+  // to sum per rank over that span (summary.os).
+  heatmap: (job: string, onlyTrend = false, series?: string[], at?: string, os?: string[]) =>
+    json<Heatmap>('heatmap', { job, only: onlyTrend ? 'trend' : undefined, series: series?.join(','), to: at, os: os?.join(',') }),
   // `range`: from/to in unix ns (decimal strings); the profile of the windows that overlap it.
   diff: (job: string, rank: number, kind: string, range: { from?: string; to?: string } = {}) =>
     json<DiffProfile>('diff', { job, rank, kind, from: range.from, to: range.to }),

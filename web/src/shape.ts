@@ -88,7 +88,10 @@ export interface Heatmap {
   step_start_ns: number[];
   step_end_ns?: number[];  // per column, the latest rank's end (servers before it: absent)
   ranks: HeatmapRank[];
-  summary?: { means: Record<string, (number | null)[]> };  // per-rank means of every series
+  summary?: {
+    means: Record<string, (number | null)[]>;  // per-rank means of every series
+    os?: Record<string, (number | null)[]>;     // per rank, the OS metrics asked (os=) summed over the span
+  };
   series: Record<string, (number | null)[][]>;              // the matrices asked for
 }
 
@@ -572,16 +575,19 @@ export const OS_METRICS: { name: string; label: string; scale: number; unit: str
   { name: 'os.involuntary_switches', label: 'invol. switches', scale: 1, unit: '' },
 ];
 
-// Sums the OS metrics of each pid (over windows and labels).
-export function osTotalsByPid(rows: readonly MetricRow[]): Map<number, Record<string, number>> {
-  const wanted = new Map(OS_METRICS.map((m) => [m.name, m.scale]));
+// The OS metrics of each heatmap row (by row index: pids repeat across nodes), in the units of
+// OS_METRICS, from the sums over the heatmap's span the server added (`os=`).
+export function osTotalsOf(h: Pick<Heatmap, 'summary'>): Map<number, Record<string, number>> {
   const out = new Map<number, Record<string, number>>();
-  for (const r of rows) {
-    const scale = wanted.get(r.name);
-    if (scale === undefined || !Number.isFinite(r.value)) continue;
-    let o = out.get(r.pid);
-    if (!o) out.set(r.pid, (o = {}));
-    o[r.name] = (o[r.name] ?? 0) + r.value * scale;
+  for (const m of OS_METRICS) {
+    const row = h.summary?.os?.[m.name];
+    if (!row) continue;
+    row.forEach((v, i) => {
+      if (typeof v !== 'number' || !Number.isFinite(v)) return;
+      let o = out.get(i);
+      if (!o) out.set(i, (o = {}));
+      o[m.name] = v * m.scale;
+    });
   }
   return out;
 }
@@ -603,7 +609,7 @@ export function rankBreakdown(h: Heatmap, os?: Map<number, Record<string, number
     const steps = step ? (step[i] ?? []).filter((x) => typeof x === 'number').length : h.steps;
     const step_ms = typical('step_ms', i);
     const collective_ms = typical('collective_ms', i);
-    const totals = os?.get(r.pid) ?? {};
+    const totals = os?.get(i) ?? {};
     const perStep: Record<string, number> = {};
     for (const [k, v] of Object.entries(totals)) perStep[k] = steps ? v / steps : NaN;
     return {

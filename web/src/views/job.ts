@@ -4,7 +4,7 @@ import { lineChart } from '../chart';
 import { errorBox, h } from '../dom';
 import { heatmapCanvas } from '../heatmap';
 import {
-  cellRange, computeMatrix, defaultTimelineRanks, deviationMatrix, fmtMs, fmtNum, fmtRange, jobStepMs, nsString, OS_METRICS, osTotalsByPid,
+  cellRange, computeMatrix, defaultTimelineRanks, deviationMatrix, fmtMs, fmtNum, fmtRange, jobStepMs, nsString, OS_METRICS, osTotalsOf,
   diagnosisVerdict, rankBreakdown, robustZ, stepTrend, worstStep,
   type Diagnosis, type Finding, type Heatmap, type RankBreakdown, type Unexplained,
 } from '../shape';
@@ -138,7 +138,7 @@ export async function jobView(main: HTMLElement, s: UiState, go: (s: UiState) =>
 
   let hm: Heatmap;
   try {
-    [hm] = await Promise.all([api.heatmap(job, false, undefined, s.at), fidelity.ready]);
+    [hm] = await Promise.all([api.heatmap(job, false, undefined, s.at, OS_METRICS.map((m) => m.name)), fidelity.ready]);
   } catch (e) {
     heatSlot.replaceChildren(errorBox(e));
     return;
@@ -216,17 +216,16 @@ export async function jobView(main: HTMLElement, s: UiState, go: (s: UiState) =>
   heatSlot.replaceChildren(h('h2', {}, 'Ranks × steps: ', select, ' ', modeSel), spanLine, view.el, standout, cellBar);
   markReady('heatmap');
 
-  const rows = rankBreakdown(hm);
   const limit = 50;
   const draw = (os?: Map<number, Record<string, number>>) => {
-    const r = os ? rankBreakdown(hm, os) : rows;
+    const r = rankBreakdown(hm, os);
     tableSlot.replaceChildren(h('h2', {}, 'Per-rank breakdown'),
       h('p', { class: 'muted' }, `${r.length} ranks; ${Math.min(limit, r.length)} that compute longest shown. Each column is the rank's median per step; ` +
         '* OS times are per step summed over all the rank\'s threads, so they can exceed the step time; OS columns that are zero on every rank are left out.'),
       breakdownTable(job, r, s.rank, limit));
   };
-  draw();
+  // OS columns from the heatmap's own span (summed per rank by the server).
+  draw(osTotalsOf(hm));
   markReady('breakdown');
-  api.metrics('os.').then((m) => draw(osTotalsByPid(m))).catch(() => undefined);
   await findings;
 }
