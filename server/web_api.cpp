@@ -167,8 +167,10 @@ class WebApi {
   }
 
   // The span a page reads: `from` and `to` (unix ns, at most kMaxSpanNs apart), one of them (the
-  // other kDefaultSpanNs away), or neither: the latest kDefaultSpanNs up to the store's latest step
-  // (up to now in a store without steps). Never the whole history. Called with store_mu held.
+  // other kDefaultSpanNs away), or neither: the latest kDefaultSpanNs up to the store's latest step.
+  // Never the whole history of a job, except in a store without steps (a recording of processes
+  // that are no training job: no step to count back from, and no job's weeks of history), which is
+  // read whole as before; the range then stays unset. Called with store_mu held.
   Status span_of(const httplib::Request& req, store::ProfileFilter& range) {
     if (auto st = time_range_of(req, range); !st) return st;
     if (range.from_ns && range.to_ns && *range.to_ns - *range.from_ns > kMaxSpanNs)
@@ -178,10 +180,8 @@ class WebApi {
     if (!range.to_ns) {
       auto latest = ctx_.store.latest_step_ns();
       if (!latest) return latest.error().environment();
-      const uint64_t end =
-          latest->value_or(static_cast<uint64_t>(
-              std::chrono::duration_cast<std::chrono::nanoseconds>(std::chrono::system_clock::now().time_since_epoch()).count())) +
-          1;
+      if (!*latest) return {};
+      const uint64_t end = **latest + 1;
       range.to_ns = end;
       range.from_ns = end - std::min(kDefaultSpanNs, end);
     }
@@ -190,6 +190,7 @@ class WebApi {
 
   // The span read, for the reader (a trace's and a heatmap's times are relative).
   static void span_headers(const store::ProfileFilter& range, httplib::Response& res) {
+    if (!range.from_ns || !range.to_ns) return;
     res.set_header("X-Strata-Span-From-Ns", std::to_string(*range.from_ns));
     res.set_header("X-Strata-Span-To-Ns", std::to_string(*range.to_ns));
   }
@@ -327,8 +328,9 @@ class WebApi {
     for (const auto& v : per_row) columns = std::max(columns, v.size());
     const bool only_trend = req.get_param_value("only") == "trend";
     span_headers(range, res);
-    std::string o = "{\"job\":" + json_str(job) + ",\"from_ns\":" + json_num(*range.from_ns) + ",\"to_ns\":" + json_num(*range.to_ns) +
-                    ",\"steps\":" + json_num(static_cast<uint64_t>(columns));
+    std::string o = "{\"job\":" + json_str(job);
+    if (range.from_ns && range.to_ns) o += ",\"from_ns\":" + json_num(*range.from_ns) + ",\"to_ns\":" + json_num(*range.to_ns);
+    o += ",\"steps\":" + json_num(static_cast<uint64_t>(columns));
     // Column start: the earliest start among ranks (ns, as JSON numbers; exact to ~µs, enough here).
     o += ",\"step_start_ns\":[";
     for (size_t c = 0; c < columns; ++c) {
@@ -407,7 +409,7 @@ class WebApi {
         auto sum = sums.find(m.metric.name);
         auto row = proc_row.find({m.node, m.metric.pid});
         if (sum == sums.end() || row == proc_row.end() || m.end_ns <= m.start_ns || !std::isfinite(m.metric.value)) continue;
-        const uint64_t lo = std::max(m.start_ns, *range.from_ns), hi = std::min(m.end_ns, *range.to_ns);
+        const uint64_t lo = std::max(m.start_ns, range.from_ns.value_or(0)), hi = std::min(m.end_ns, range.to_ns.value_or(UINT64_MAX));
         if (hi <= lo) continue;
         sum->second[row->second] += m.metric.value * static_cast<double>(hi - lo) / static_cast<double>(m.end_ns - m.start_ns);
       }
@@ -596,12 +598,15 @@ class WebApi {
     ctx_.count_request("fidelity");
     std::vector<store::ProcessInfo> procs;
     std::vector<store::ReducedFidelity> runs;
+    store::ProfileFilter range;
     {
       std::lock_guard lock(ctx_.store_mu);
+      // The runs of a span (span_of: by default the latest 10 minutes): a page says what it shows.
+      if (auto st = span_of(req, range); !st) return reply_error(res, st.error().exit_code == 2 ? 503 : 400, st.error().message);
       auto p = processes();
       if (!p) return reply_error(res, 503, p.error().message);
       procs = std::move(*p);
-      auto r = ctx_.store.reduced_fidelity();
+      auto r = ctx_.store.reduced_fidelity(std::nullopt, range.from_ns, range.to_ns);
       if (!r) return reply_error(res, 503, r.error().message);
       runs = std::move(*r);
     }
@@ -625,6 +630,7 @@ class WebApi {
       first = false;
     }
     o += "],\"truncated\":" + std::string(shown > kMaxFidelityRuns ? "true" : "false") + "}\n";
+    span_headers(range, res);
     reply_json(req, res, o);
   }
 

@@ -1382,7 +1382,8 @@ class ClickHouseStore final : public Store {
     return out;
   }
 
-  Result<std::vector<ReducedFidelity>> reduced_fidelity(std::optional<int64_t> rec) override {
+  Result<std::vector<ReducedFidelity>> reduced_fidelity(std::optional<int64_t> rec, std::optional<uint64_t> from_ns,
+                                                        std::optional<uint64_t> to_ns) override {
     std::vector<ReducedFidelity> out;
     if (!columns_.count({"stack_counts", "sample_hz"}) || !columns_.count({"stack_counts", "unwinding"})) return out;
     auto rates = recording_rates();
@@ -1393,7 +1394,9 @@ class ClickHouseStore final : public Store {
     for (const auto& [id, hz] : *rates) top_hz = std::max(top_hz, hz);
     std::string w = " WHERE kind = 0 AND sample_hz > 0 AND (sample_hz < " + std::to_string(top_hz) +
                     " OR unwinding = " + quote(kUnwindingFramePointers) + ")" +
-                    std::string(rec ? " AND recording_id = " + std::to_string(*rec) : "");
+                    std::string(rec ? " AND recording_id = " + std::to_string(*rec) : "") +
+                    std::string(from_ns ? " AND end_ns > " + std::to_string(*from_ns) : "") +
+                    std::string(to_ns ? " AND start_ns < " + std::to_string(*to_ns) : "");
     auto rows = query("SELECT recording_id, any(node), start_ns, end_ns, any(sample_hz), any(unwinding) FROM " + db_ +
                       ".stack_counts" + w + " GROUP BY recording_id, start_ns, end_ns ORDER BY recording_id, start_ns");
     if (!rows) return rows.error();

@@ -89,12 +89,13 @@ class RemoteStore final : public Reader {
     return std::optional<int64_t>{(*e)->latest_recording()};
   }
 
-  Result<std::vector<ReducedFidelity>> reduced_fidelity(std::optional<int64_t>) override {
+  Result<std::vector<ReducedFidelity>> reduced_fidelity(std::optional<int64_t>, std::optional<uint64_t> from_ns,
+                                                        std::optional<uint64_t> to_ns) override {
     auto e = cached();
     if (!e) return e.error();
     std::vector<ReducedFidelity> out;
     for (const auto& r : (*e)->reduced_fidelity())
-      out.push_back({r.recording(), r.node(), r.start_ns(), r.end_ns(), r.windows(), r.configured_hz(), r.sample_hz(),
+      if ((!from_ns || r.end_ns() > *from_ns) && (!to_ns || r.start_ns() < *to_ns)) out.push_back({r.recording(), r.node(), r.start_ns(), r.end_ns(), r.windows(), r.configured_hz(), r.sample_hz(),
                      r.unwinding()});
     return out;
   }

@@ -941,7 +941,8 @@ class SqliteStore final : public Store {
     return static_cast<unsigned>(s.is_null(0) ? 0 : s.i64(0));
   }
 
-  Result<std::vector<ReducedFidelity>> reduced_fidelity(std::optional<int64_t> rec) override {
+  Result<std::vector<ReducedFidelity>> reduced_fidelity(std::optional<int64_t> rec, std::optional<uint64_t> from_ns,
+                                                        std::optional<uint64_t> to_ns) override {
     std::vector<ReducedFidelity> out;
     if (!has_fidelity_) return out;  // a file from before: nothing was said
     // The reduced windows, in order per recording. Off-CPU windows (measured, not sampled) say no
@@ -951,6 +952,9 @@ class SqliteStore final : public Store {
         " JOIN recordings r ON r.id = w.recording_id WHERE w.sample_hz > 0 AND (w.sample_hz < r.sample_hz OR "
         "w.unwinding = '" + std::string(kUnwindingFramePointers) + "')";
     if (rec) sql += " AND w.recording_id=" + std::to_string(*rec);
+    // By the windows' end index: a page's span, not the whole table.
+    if (from_ns) sql += " AND w.end_ns > " + std::to_string(static_cast<int64_t>(std::min<uint64_t>(*from_ns, INT64_MAX)));
+    if (to_ns) sql += " AND w.start_ns < " + std::to_string(static_cast<int64_t>(std::min<uint64_t>(*to_ns, INT64_MAX)));
     sql += " ORDER BY w.recording_id, w.start_ns";
     Stmt s(db_, sql.c_str());
     std::vector<FidelityWindow> rows;

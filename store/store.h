@@ -457,8 +457,12 @@ class Reader {
   virtual Result<std::vector<ThreadWindow>> thread_windows(const RowQuery& q = {}) = 0;
   virtual Result<unsigned> sample_hz(std::optional<int64_t> recording = std::nullopt) = 0;
   // Where fidelity was reduced (WindowFidelity): runs of on-CPU windows below their recording's
-  // configured rate or unwinding, in time order (then node). Stores that do not keep it say none.
-  virtual Result<std::vector<ReducedFidelity>> reduced_fidelity(std::optional<int64_t> /*recording*/ = std::nullopt) {
+  // configured rate or unwinding, in time order (then node); with `from_ns` / `to_ns`, of the
+  // windows that overlap [from_ns, to_ns) (a page's span: not every window a collector holds).
+  // Stores that do not keep it say none.
+  virtual Result<std::vector<ReducedFidelity>> reduced_fidelity(std::optional<int64_t> /*recording*/ = std::nullopt,
+                                                                std::optional<uint64_t> /*from_ns*/ = std::nullopt,
+                                                                std::optional<uint64_t> /*to_ns*/ = std::nullopt) {
     return std::vector<ReducedFidelity>{};
   }
   // Metrics whose name starts with `prefix` ("" for all), in time order.

@@ -48,8 +48,9 @@ class ForwardingReader : public store::Reader {
   }
   Result<std::vector<ThreadWindow>> thread_windows(const store::RowQuery& q) override { return s_.thread_windows(q); }
   Result<unsigned> sample_hz(std::optional<int64_t> rec) override { return s_.sample_hz(rec); }
-  Result<std::vector<store::ReducedFidelity>> reduced_fidelity(std::optional<int64_t> rec) override {
-    return s_.reduced_fidelity(rec);
+  Result<std::vector<store::ReducedFidelity>> reduced_fidelity(std::optional<int64_t> rec, std::optional<uint64_t> from_ns,
+                                                               std::optional<uint64_t> to_ns) override {
+    return s_.reduced_fidelity(rec, from_ns, to_ns);
   }
   Result<std::vector<MetricRow>> metrics(const std::string& prefix, std::optional<int64_t> rec) override {
     return s_.metrics(prefix, rec);

@@ -518,6 +518,20 @@ void check_fidelity(Store& s) {
   EXPECT_EQ(describe_reduced_fidelity(q, *procs),
             "node-1 (rank 0), 1970-01-01 00:00:11 - 00:00:31 UTC, 2 windows: 24 Hz instead of 99 Hz; frame pointers only "
             "(CFI unwinding off)");
+  // A span keeps the reduced windows that overlap it: a page's, not every window the store holds.
+  auto late = s.reduced_fidelity(std::nullopt, 32 * kSecond, 40 * kSecond);
+  ASSERT_TRUE(late) << late.error().message;
+  ASSERT_EQ(late->size(), 1u);
+  EXPECT_EQ(late->front().sample_hz, 49u);
+  auto early = s.reduced_fidelity(std::nullopt, 0, 12 * kSecond);
+  ASSERT_TRUE(early) << early.error().message;
+  ASSERT_EQ(early->size(), 1u);
+  EXPECT_EQ(early->front().start_ns, 11 * kSecond);
+  EXPECT_EQ(early->front().end_ns, 21 * kSecond);
+  EXPECT_EQ(early->front().windows, 1u);
+  auto none = s.reduced_fidelity(std::nullopt, 45 * kSecond, 50 * kSecond);
+  ASSERT_TRUE(none) << none.error().message;
+  EXPECT_TRUE(none->empty());
 
   auto threads = s.thread_windows();
   ASSERT_TRUE(threads) << threads.error().message;

@@ -98,7 +98,9 @@ export const api = {
     }),
   metrics: (prefix: string) => json<{ metrics: MetricRow[] }>('metrics', { prefix }).then((r) => r.metrics),
   nodes: () => json<{ nodes: NodeStatus[] }>('nodes').then((r) => r.nodes),
-  fidelity: (job: string) => json<{ reduced: ReducedFidelity[]; truncated: boolean }>('fidelity', { job }),
+  // Reduced fidelity in a span (unix ns strings; without one, the server's latest 10 minutes).
+  fidelity: (job: string, span: { from?: string; to?: string } = {}) =>
+    json<{ reduced: ReducedFidelity[]; truncated: boolean }>('fidelity', { job, from: span.from, to: span.to }),
   overhead: () => json<{ stats: Record<string, number> }>('overhead').then((r) => r.stats),
   processes: (job?: string) => json<{ processes: ProcessRow[] }>('processes', { job }).then((r) => r.processes),
 };

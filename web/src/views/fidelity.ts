@@ -8,10 +8,12 @@ import { FIDELITY_HEADING, fidelityNotice } from '../shape';
 // where it was not, a muted line where the collector could not say. `ready` resolves once it is
 // filled (never rejects): the pages draw what is below it after that, so the notice never moves a
 // chart under the pointer.
-export function fidelitySlot(job: string, opts: { rank?: number; fromNs?: number; toNs?: number } = {}):
+// `span`: what the page shows (unix ns strings, as its other reads ask; without one, the server's
+// latest 10 minutes); `fromNs`/`toNs` narrow the notice to a window of it.
+export function fidelitySlot(job: string, opts: { rank?: number; fromNs?: number; toNs?: number; span?: { from?: string; to?: string } } = {}):
 { el: HTMLElement; ready: Promise<void> } {
   const slot = h('div', { id: 'fidelity-notice' });
-  const ready = api.fidelity(job).then((r) => {
+  const ready = api.fidelity(job, opts.span).then((r) => {
     const lines = fidelityNotice(r.reduced, opts);
     if (!lines.length) return;
     if (r.truncated) lines.push('(the collector listed the first runs only)');

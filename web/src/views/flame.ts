@@ -126,10 +126,19 @@ export async function flameView(main: HTMLElement, s: UiState, go: (s: UiState) 
   const tableSlot = h('div', { id: 'function-table', class: 'function-table' });
   const side = h('div', { id: 'deltas' });
   // Reduced fidelity in what this graph shows: the rank's windows (and its peers', against them).
+  // Read for the span the graph covers: its window (with a baseline, from the earlier start to the
+  // later end of the two), else the job page's span.
+  const ns = (v?: string) => (v === undefined ? undefined : BigInt(v));
+  const lo = [ns(range.from), ns(baseline?.from)].filter((v): v is bigint => v !== undefined);
+  const hi = [ns(range.to), ns(baseline?.to)].filter((v): v is bigint => v !== undefined);
+  const fidelitySpan = windowed && range.from !== undefined && range.to !== undefined
+    ? { from: String(lo.reduce((a, b) => (b < a ? b : a))), to: String(hi.reduce((a, b) => (b > a ? b : a))) }
+    : { to: s.at };
   const fidelity = fidelitySlot(job, {
     rank: diff && !baseline ? undefined : rank,
     fromNs: range.from !== undefined ? Number(range.from) : undefined,
     toNs: range.to !== undefined ? Number(range.to) : undefined,
+    span: fidelitySpan,
   });
   main.append(fidelity.el, ...(legend ? [legend] : []), span, downloads, h('div', { class: 'flame-layout' }, slot, tableSlot), side);
   // Steps for the picker; the flame graph does not wait for them.

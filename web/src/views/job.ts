@@ -128,7 +128,7 @@ export async function jobView(main: HTMLElement, s: UiState, go: (s: UiState) =>
   const trendSlot = h('section', { id: 'trend' });
   const heatSlot = h('section', { id: 'heatmap' }, h('p', { class: 'muted' }, 'loading steps…'));
   const tableSlot = h('section', { id: 'breakdown' });
-  const fidelity = fidelitySlot(job);
+  const fidelity = fidelitySlot(job, { span: { to: s.at } });
   main.append(fidelity.el, findingsSlot, trendSlot, heatSlot, tableSlot);
 
   const findings = api.findings(job).then((d) => {

@@ -129,7 +129,7 @@ export async function timelineView(main: HTMLElement, s: UiState, go: (s: UiStat
   const title = h('h1', {}, 'Timeline');
   main.append(title);
   // Its CPU tracks come from samples: where the rate was lowered or CFI turned off, it says so.
-  const fidelity = fidelitySlot(job);
+  const fidelity = fidelitySlot(job, { span: { to: s.at } });
   main.append(fidelity.el);
   const slot = h('div', { class: 'timeline' });
   main.append(slot);
