@@ -101,7 +101,8 @@ void reply_json(const httplib::Request& req, httplib::Response& res, const std::
 // has one per stretch, and the page needs where and when, not every stretch.
 constexpr size_t kMaxFidelityRuns = 200;
 
-// The pages that read rows by time (the heatmap, the timeline) read a span: asked without one, the
+// The pages that read rows by time (the heatmap, the differential profile, the timeline, the
+// fidelity notice) read a span: asked without one, the
 // store's latest kDefaultSpanNs (ending at its latest step), the stretch `strata diagnose` reads by
 // default. Ten minutes are hundreds of steps at the usual 0.1-2 s, as many columns as a heatmap
 // shows and more than a trace viewer shows readably, and a read bounded by them costs the same in a
@@ -187,6 +188,9 @@ class WebApi {
     }
     return {};
   }
+
+  // A span that cannot be read: 400 for a bad request, 503 where the store failed.
+  static void reply_span_error(httplib::Response& res, const Error& e) { reply_error(res, e.exit_code == 2 ? 503 : 400, e.message); }
 
   // The span read, for the reader (a trace's and a heatmap's times are relative).
   static void span_headers(const store::ProfileFilter& range, httplib::Response& res) {
@@ -290,7 +294,7 @@ class WebApi {
     }
     {
       std::lock_guard lock(ctx_.store_mu);
-      if (auto st = span_of(req, range); !st) return reply_error(res, st.error().exit_code == 2 ? 503 : 400, st.error().message);
+      if (auto st = span_of(req, range); !st) return reply_span_error(res, st.error());
       auto p = processes();
       if (!p) return reply_error(res, 503, p.error().message);
       procs = std::move(*p);
@@ -467,7 +471,7 @@ class WebApi {
     {
       std::lock_guard lock(ctx_.store_mu);
       // A span (span_of: by default the latest 10 minutes), never the job's whole history.
-      if (auto st = span_of(req, f); !st) return reply_error(res, st.error().exit_code == 2 ? 503 : 400, st.error().message);
+      if (auto st = span_of(req, f); !st) return reply_span_error(res, st.error());
       auto p = processes();
       if (!p) return reply_error(res, 503, p.error().message);
       procs = std::move(*p);
@@ -552,7 +556,7 @@ class WebApi {
     std::string job;
     {
       std::lock_guard lock(ctx_.store_mu);
-      if (auto st = span_of(req, range); !st) return reply_error(res, st.error().exit_code == 2 ? 503 : 400, st.error().message);
+      if (auto st = span_of(req, range); !st) return reply_span_error(res, st.error());
       auto procs = processes();
       if (!procs) return reply_error(res, 503, procs.error().message);
       job = job_ranks(*procs, req.get_param_value("job"), req.has_param("job"), ranks);
@@ -602,7 +606,7 @@ class WebApi {
     {
       std::lock_guard lock(ctx_.store_mu);
       // The runs of a span (span_of: by default the latest 10 minutes): a page says what it shows.
-      if (auto st = span_of(req, range); !st) return reply_error(res, st.error().exit_code == 2 ? 503 : 400, st.error().message);
+      if (auto st = span_of(req, range); !st) return reply_span_error(res, st.error());
       auto p = processes();
       if (!p) return reply_error(res, 503, p.error().message);
       procs = std::move(*p);

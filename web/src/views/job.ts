@@ -75,7 +75,8 @@ function findingsSection(job: string, d: Diagnosis): HTMLElement {
   return sec;
 }
 
-function breakdownTable(job: string, rows: RankBreakdown[], selected: number | undefined, limit: number): HTMLElement {
+// `at`: the span the rows are of (the job page's), carried by the links.
+function breakdownTable(job: string, rows: RankBreakdown[], selected: number | undefined, limit: number, at?: string): HTMLElement {
   // Ranks that compute longest (and so wait least) first: the straggler tops the table.
   const z = robustZ(rows.map((r) => r.compute_ms));
   const order = rows.map((r, i) => ({ r, z: z[i] })).sort((a, b) => b.r.compute_ms - a.r.compute_ms);
@@ -91,7 +92,7 @@ function breakdownTable(job: string, rows: RankBreakdown[], selected: number | u
   for (const { r, z: zi } of shown) {
     const cw = Number.isFinite(r.collective_ms) ? r.collective_ms : 0;
     tbody.append(h('tr', { 'data-rank': r.rank, class: r.rank === selected ? 'selected' : zi > 3.5 ? 'outlier' : '' },
-      h('td', {}, h('a', { href: formatHash({ view: 'job', job, rank: r.rank }) }, String(r.rank))),
+      h('td', {}, h('a', { href: formatHash({ view: 'job', job, rank: r.rank, at }) }, String(r.rank))),
       h('td', {}, r.node),
       h('td', { class: 'bar-cell' },
         h('div', { class: 'bar' },
@@ -101,9 +102,9 @@ function breakdownTable(job: string, rows: RankBreakdown[], selected: number | u
       h('td', {}, fmtMs(r.gpu_compute_ms)), h('td', {}, fmtMs(r.gpu_idle_ms)),
       osCols.map((m) => h('td', {}, m.unit === 'ms' ? fmtMs(r.os[m.name]) : fmtNum(r.os[m.name]))),
       h('td', { class: 'links' },
-        h('a', { href: formatHash({ view: 'flame', job, rank: r.rank, kind: 'oncpu' }) }, 'flame'), ' ',
-        h('a', { href: formatHash({ view: 'flame', job, rank: r.rank, kind: 'oncpu', diff: true }) }, 'diff'), ' ',
-        h('a', { href: formatHash({ view: 'timeline', job, rank: r.rank }) }, 'timeline'))));
+        h('a', { href: formatHash({ view: 'flame', job, rank: r.rank, kind: 'oncpu', at }) }, 'flame'), ' ',
+        h('a', { href: formatHash({ view: 'flame', job, rank: r.rank, kind: 'oncpu', diff: true, at }) }, 'diff'), ' ',
+        h('a', { href: formatHash({ view: 'timeline', job, rank: r.rank, at }) }, 'timeline'))));
   }
   // OS columns are per step but summed over all the rank's threads (a data loader's blocked
   // threads add up), so they can exceed the step time: the header says so.
@@ -183,7 +184,7 @@ export async function jobView(main: HTMLElement, s: UiState, go: (s: UiState) =>
   // A picked cell (rank, step) opens that rank's flame graphs for that step's time window.
   const selCol = s.step !== undefined && s.step >= 1 && s.step <= hm.steps ? s.step - 1 : undefined;
   const flameOf = (row: number, col: number, extra: Partial<UiState>): UiState =>
-    ({ view: 'flame', job, rank: hm.ranks[row].rank, kind: 'oncpu', ...(cellRange(hm, row, col) ?? {}), ...extra });
+    ({ view: 'flame', job, rank: hm.ranks[row].rank, kind: 'oncpu', ...(cellRange(hm, row, col) ?? {}), at, ...extra });
   const cellBar = h('div', { class: 'controls cell-actions', id: 'cell-actions' });
   if (selRow !== undefined && selCol !== undefined) {
     const v = matrix[selRow]?.[selCol];
@@ -222,7 +223,7 @@ export async function jobView(main: HTMLElement, s: UiState, go: (s: UiState) =>
     tableSlot.replaceChildren(h('h2', {}, 'Per-rank breakdown'),
       h('p', { class: 'muted' }, `${r.length} ranks; ${Math.min(limit, r.length)} that compute longest shown. Each column is the rank's median per step; ` +
         '* OS times are per step summed over all the rank\'s threads, so they can exceed the step time; OS columns that are zero on every rank are left out.'),
-      breakdownTable(job, r, s.rank, limit));
+      breakdownTable(job, r, s.rank, limit, at));
   };
   // OS columns from the heatmap's own span (summed per rank by the server).
   draw(osTotalsOf(hm));
