@@ -322,6 +322,19 @@ TEST(ServeDiagnosis, AJobWhoseRanksHaveNoRankIsDiagnosed) {
   w->reset();
 }
 
+// Ships the whole recorded job to `c` as one agent on node "vm", in one slice; the writer is the
+// caller's to keep until it is done with the collector (none where the writer could not start).
+std::unique_ptr<agent::shipper::BatchingWriter> ship_whole(const Collector& c, const Recorded& r, const TempDir& tmp) {
+  auto w = node_writer(c.url(), "vm", "replay-1", tmp.file("spool"));
+  EXPECT_TRUE(w) << (w ? "" : w.error().message);
+  if (!w) return nullptr;
+  auto rec = begin_replay(**w, r, "vm", "replay of host-hotspot.db");
+  EXPECT_TRUE(rec);
+  if (!rec) return nullptr;
+  ship_slice(**w, *rec, r, 0, 1);
+  return std::move(*w);
+}
+
 // A rank's timeline reads a span, never the rank's whole history: `from`/`to` keep the rows of that
 // span; one of them alone reads 10 minutes from it, neither the store's latest 10 minutes (up to its
 // latest step); the span read comes back in headers; a span past an hour, or backwards, is refused
@@ -340,11 +353,8 @@ TEST(ServeTimeline, ARanksTimelineReadsItsSpanAndNeverTheWholeHistoryUnasked) {
   server::ServeOptions o;
   o.store = "sqlite:" + tmp.file("server.db");
   Collector c(o, free_port());
-  auto w = node_writer(c.url(), "vm", "replay-1", tmp.file("spool"));
-  ASSERT_TRUE(w) << w.error().message;
-  auto rec = begin_replay(**w, r, "vm", "replay of host-hotspot.db");
-  ASSERT_TRUE(rec);
-  ship_slice(**w, *rec, r, 0, 1);
+  auto w = ship_whole(c, r, tmp);
+  ASSERT_TRUE(w);
 
   httplib::Client cli("127.0.0.1", c.port());
   cli.set_read_timeout(60, 0);
@@ -382,7 +392,7 @@ TEST(ServeTimeline, ARanksTimelineReadsItsSpanAndNeverTheWholeHistoryUnasked) {
     EXPECT_EQ(res->status, 400) << q;
     EXPECT_NE(res->body.find("\"error\""), std::string::npos) << q << ": " << res->body;
   }
-  w->reset();
+  w.reset();
 }
 
 // The heatmap reads a span of steps (by default the latest 10 minutes up to the store's latest
@@ -411,11 +421,8 @@ TEST(ServeHeatmap, ASpanOfStepsWithRanksLinedUpOnTime) {
   server::ServeOptions o;
   o.store = "sqlite:" + tmp.file("server.db");
   Collector c(o, free_port());
-  auto w = node_writer(c.url(), "vm", "replay-1", tmp.file("spool"));
-  ASSERT_TRUE(w) << w.error().message;
-  auto rec = begin_replay(**w, r, "vm", "replay of host-hotspot.db");
-  ASSERT_TRUE(rec);
-  ship_slice(**w, *rec, r, 0, 1);
+  auto w = ship_whole(c, r, tmp);
+  ASSERT_TRUE(w);
 
   const std::string base = "/api/v1/heatmap?job=strata-sim-19106&series=step_ms";
   // No span: the latest 10 minutes up to the latest step; this run is shorter, so all of its steps.
@@ -489,7 +496,7 @@ TEST(ServeHeatmap, ASpanOfStepsWithRanksLinedUpOnTime) {
   }
   EXPECT_FALSE(all["summary"].contains("os")) << "only when asked";
   EXPECT_EQ(c.get(base + "&os=cpu_time_us"), "") << "a name outside os. is refused";
-  w->reset();
+  w.reset();
 }
 
 // Jobs whose ranks are still joining: the recorded 4-rank job (world size 4) comes from two agents,
