@@ -247,6 +247,12 @@ async function bigJobRest(page) {
   check(/step=\d+/.test(page.url()) && /ranks=/.test(page.url()) && /at=\d+/.test(page.url()),
     `cross-rank timeline URL carries ranks, step and the job page's span (${new URL(page.url()).hash})`);
   await page.screenshot({ path: path.join(ARTIFACTS, 'timeline-1000-ranks.png'), fullPage: true });
+  // A span before the job began: no steps, said so, with the way to another span.
+  await page.goto(`${new URL(page.url()).origin}/#/job?job=bench-1k&at=1000`);
+  await waitReady(page, 'heatmap');
+  const empty = await page.$eval('#span', (e) => e.textContent ?? '');
+  check(/No steps of this job in this span/.test(empty) && (await page.$('#span-latest')) !== null,
+    `job page: a span without the job's steps says so and links the latest ("${empty.slice(0, 60)}…")`);
   await page.close();
 }
 

@@ -150,6 +150,9 @@ export async function jobView(main: HTMLElement, s: UiState, go: (s: UiState) =>
   const spanLine = h('p', { class: 'muted', id: 'span' });
   if (hm.from_ns !== undefined && hm.to_ns !== undefined) {
     const tenMin = 600e9;
+    // A job that ended before the span (the collector holds newer jobs) has no steps in it: said,
+    // with the way back.
+    if (hm.steps === 0) spanLine.append(h('strong', {}, 'No steps of this job in this span: it may have ended earlier. '));
     spanLine.append(`Steps of ${fmtRange(hm.from_ns, hm.to_ns)}${s.at === undefined ? ', the latest the collector holds' : ''}. `,
       h('a', { id: 'span-earlier', href: formatHash({ ...s, at: nsString(hm.from_ns), step: undefined }) }, '← 10 minutes earlier'));
     if (s.at !== undefined) {
