@@ -170,14 +170,7 @@ Result<report::TimelineData> load_timeline(store::Reader& st, const store::Profi
     store::RowQuery q;
     q.from_ns = f.from_ns;
     q.to_ns = f.to_ns;
-    if (auto read = st.append_collectives(q, d.collectives); !read) return read.error();
-    if (auto read = st.append_device_activity(q, d.device); !read) return read.error();
-    if (auto read = st.append_steps(q, d.steps); !read) return read.error();
-    auto threads = st.thread_windows(q);
-    if (!threads) return threads.error();
-    report::add_threads(*threads, d);
-    q.prefix = "os.";
-    if (auto read = st.append_metrics(q, d.counters); !read) return read.error();
+    if (auto read = report::append_rows(st, std::move(q), d); !read) return read.error();
   } else {
     auto colls = st.collectives();
     auto dev = st.device_activity();

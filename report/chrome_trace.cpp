@@ -163,13 +163,7 @@ void add_threads(const std::vector<store::Reader::ThreadWindow>& windows, Timeli
   for (const auto& t : windows) d.threads.push_back({t.start_ns, t.end_ns, t.pid, t.tid, t.comm, t.samples, t.node, t.sample_hz});
 }
 
-Status append_process(store::Reader& store, const std::string& node, uint32_t pid, TimelineData& d,
-                      std::optional<uint64_t> from_ns, std::optional<uint64_t> to_ns) {
-  store::RowQuery q;
-  q.node = node;
-  q.pid = pid;
-  q.from_ns = from_ns;
-  q.to_ns = to_ns;
+Status append_rows(store::Reader& store, store::RowQuery q, TimelineData& d) {
   if (auto read = store.append_collectives(q, d.collectives); !read) return read.error();
   if (auto read = store.append_device_activity(q, d.device); !read) return read.error();
   if (auto read = store.append_steps(q, d.steps); !read) return read.error();
@@ -178,6 +172,16 @@ Status append_process(store::Reader& store, const std::string& node, uint32_t pi
   add_threads(*threads, d);
   q.prefix = "os.";
   return store.append_metrics(q, d.counters);
+}
+
+Status append_process(store::Reader& store, const std::string& node, uint32_t pid, TimelineData& d,
+                      std::optional<uint64_t> from_ns, std::optional<uint64_t> to_ns) {
+  store::RowQuery q;
+  q.node = node;
+  q.pid = pid;
+  q.from_ns = from_ns;
+  q.to_ns = to_ns;
+  return append_rows(store, std::move(q), d);
 }
 
 void write_chrome_trace(const TimelineData& data, std::ostream& out) {

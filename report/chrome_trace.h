@@ -36,6 +36,10 @@ struct TimelineData {
 // Appends a store's on-CPU thread windows to `d` as thread tracks.
 void add_threads(const std::vector<store::Reader::ThreadWindow>& windows, TimelineData& d);
 
+// Appends the rows `q` selects (its recording, node, pid and span) to `d`: collectives, device
+// activity, steps, on-CPU thread tracks and OS counters (`q.prefix` is set to "os." for them).
+Status append_rows(store::Reader& store, store::RowQuery q, TimelineData& d);
+
 // Appends one process's rows (node, pid) to `d`: its collectives, device activity, steps, on-CPU
 // thread tracks and OS counters, each read for that process alone (a collector's store holds every
 // node's history; read whole and filtered, it would all be in memory at once). With `from_ns` /
