@@ -19,6 +19,9 @@
 namespace strata::cli {
 
 namespace {
+// What a collector reads a request at most and by default (server/web_api.cpp kMaxSpanNs, kDefaultSpanNs).
+constexpr uint64_t kServerMaxSpanNs = 3600ull * 1'000'000'000;
+constexpr uint64_t kServerDefaultSpanNs = 600ull * 1'000'000'000;
 const char* kReportUsage = R"(usage: strata report (FILE.db | --server URL [--token-file F]) [--rank R] [--pid P] [--tid T] [--kind oncpu|offcpu]
                      [--last DURATION | --from NS [--to NS]] [--format text|folded|pprof|chrome-trace] [-o OUT]
 )";
@@ -34,6 +37,8 @@ formats:
 A filter (--rank, --pid, --tid) that matches nothing in the store is an error (exit 1), not an
 empty report. A span (--last, --from/--to) keeps the samples of the windows that overlap it and the
 timeline rows inside it: a file a collector has written for weeks is read for that span only.
+With --server the span is at most 1h (--from alone: the 10 minutes from NS; --to alone: the 10
+minutes before it) and, given none, the collector's latest 10 minutes up to its latest step.
 )";
 const char* kReportFooter = "Exit codes: 0 ok, 1 bad input (no such store, a filter that matches nothing), 2 environment\n"
                             "(collector unreachable).\n";
@@ -252,8 +257,15 @@ int report_main(std::vector<std::string> argv) {
     return fail("report: which store? (strata report FILE.db, or strata report --server URL)", 1);
   if (format != "text" && format != "folded" && format != "pprof" && format != "chrome-trace")
     return fail("report: unknown format '" + format + "' (text, folded, pprof, chrome-trace)", 1);
-  if (!server.empty() && (last_ns || filter.from_ns || filter.to_ns))
-    return fail("report: --last and --from/--to read a file (the collector's web UI and API take a span)", 1);
+  // A collector reads a span of at most an hour a request (server/web_api.h read_span), and by
+  // default its latest 10 minutes: the same here, said before the read rather than after it.
+  if (!server.empty()) {
+    if (filter.from_ns && filter.to_ns && *filter.to_ns - *filter.from_ns > kServerMaxSpanNs)
+      return fail("report: --server reads at most 1h at a time; ask for a shorter span, or several", 1);
+    if (last_ns && *last_ns > kServerMaxSpanNs)
+      return fail("report: --server reads at most 1h at a time (--last " + last_text + "); ask for a shorter span, or several", 1);
+    if (!last_ns && !filter.from_ns && !filter.to_ns) last_ns = kServerDefaultSpanNs;
+  }
 
   auto st = [&]() -> Result<std::unique_ptr<store::Reader>> {
     if (!server.empty()) return store::Store::open_remote(server, token);
@@ -266,10 +278,16 @@ int report_main(std::vector<std::string> argv) {
   if (last_ns) {
     auto latest = (*st)->latest_step_ns();
     if (!latest) return fail(latest.error().message, latest.error().exit_code);
-    if (!*latest) return fail("report: --last: " + where + " holds no steps to count back from; give --from/--to", 1);
-    filter.to_ns = **latest + 1;
-    filter.from_ns = *filter.to_ns - std::min(*last_ns, *filter.to_ns);
+    if (*latest) {
+      filter.to_ns = **latest + 1;
+      filter.from_ns = *filter.to_ns - std::min(*last_ns, *filter.to_ns);
+    } else if (!last_text.empty()) {
+      return fail("report: --last: " + where + " holds no steps to count back from; give --from/--to", 1);
+    }  // else the collector's default span of a store without steps: read whole, as the server does
   }
+  if (!server.empty() && filter.from_ns && filter.to_ns)
+    std::cerr << "strata: " << server << ": " << (*filter.to_ns - *filter.from_ns) / 1'000'000'000 << " s, from "
+              << *filter.from_ns << " to " << *filter.to_ns << " ns (--last, --from/--to for another span)\n";
   if (format == "chrome-trace") {
     if (auto kept = filtered_processes(**st, filter, where); !kept) return fail(kept.error().message, kept.error().exit_code);
     if (output.empty()) output = "trace.json";

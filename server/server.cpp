@@ -316,7 +316,7 @@ class Server {
     svr_.Get("/api/v1/launch_samples", [this](const httplib::Request& req, httplib::Response& res) { launch_samples(req, res); });
     // The web UI's views: findings (the diagnosis), heatmap, diff, timeline, overhead (web_api.h).
     add_web_api(svr_, WebApiContext{*store_, store_mu_, [this](const std::string& r) { count_request(r); },
-                                    &diagnoser_, &job_processes_});
+                                    &diagnoser_, &job_processes_, store_.get()});
     // A node agent's flight recorder, asked through the collector (drilldown.h).
     add_drilldown_api(svr_, DrilldownContext{*store_, store_mu_, peers_, opts_.drilldown_allow, opts_.max_drilldown_bytes,
                                              [this](const std::string& r) { count_request(r); }});
@@ -584,8 +584,15 @@ class Server {
     if (kind == "oncpu") f.kind = store::CountKind::kOnCpu;
     else if (kind == "offcpu") f.kind = store::CountKind::kOffCpu;
     else return Error{"kind: expected oncpu or offcpu"};
-    if (auto st = time_range_of(req, f); !st) return st.error();
     return f;
+  }
+
+  // The span of a profile read (read_span: by default the store's latest 10 minutes, never its whole
+  // history); called with store_mu_ held. Replies the reason when there is none to read.
+  bool profile_span(const httplib::Request& req, store::ProfileFilter& f, httplib::Response& res) {
+    auto st = read_span(req, *store_, store_.get(), nullptr, f);
+    if (!st) reply_error(res, st.error().exit_code == 2 ? 503 : 400, st.error().message);
+    return static_cast<bool>(st);
   }
 
   void profile(const httplib::Request& req, httplib::Response& res) {
@@ -595,9 +602,14 @@ class Server {
     Result<Profile> p = Error{""};
     {
       std::lock_guard lock(store_mu_);
+      if (!profile_span(req, *f, res)) return;
       p = store_->load_profile(*f);
     }
     if (!p) return reply_error(res, 503, p.error().message);
+    if (f->from_ns && f->to_ns) {
+      res.set_header("X-Strata-Span-From-Ns", std::to_string(*f->from_ns));
+      res.set_header("X-Strata-Span-To-Ns", std::to_string(*f->to_ns));
+    }
     // &format=pprof: the gzipped profile.proto `strata report --format pprof` writes (the web UI's
     // download). The exporter writes a file: a private temporary one, read back and removed.
     const std::string format = req.has_param("format") ? req.get_param_value("format") : "folded";
@@ -662,6 +674,12 @@ class Server {
     e.set_schema_version(ingest::kIngestVersion);
     {
       std::lock_guard lock(store_mu_);
+      if (!profile_span(req, *f, res)) return;
+      auto latest_step = store_->latest_step_ns();
+      if (!latest_step) return reply_error(res, 503, latest_step.error().message);
+      e.set_latest_step_ns(latest_step->value_or(0));
+      e.set_span_from_ns(f->from_ns.value_or(0));
+      e.set_span_to_ns(f->to_ns.value_or(0));
       auto p = store_->load_profile(*f);
       if (!p) return reply_error(res, 503, p.error().message);
       auto procs = store_->processes();
@@ -695,7 +713,7 @@ class Server {
         c->set_value(smp.count);
         c->set_period_ns(smp.period_ns);
       }
-      auto reduced = store_->reduced_fidelity();
+      auto reduced = store_->reduced_fidelity(std::nullopt, f->from_ns, f->to_ns);
       if (!reduced) return reply_error(res, 503, reduced.error().message);
       for (const auto& r : *reduced) {
         auto* x = e.add_reduced_fidelity();

@@ -114,6 +114,16 @@ constexpr uint64_t kDefaultSpanNs = 10ull * 60 * 1'000'000'000;
 // hour of a 1,000-rank job's steps is 3.6M heatmap cells. A longer stretch is read in several requests.
 constexpr uint64_t kMaxSpanNs = 60ull * 60 * 1'000'000'000;
 
+// A job's latest step is where its default span ends. A running job's is the store's latest step;
+// a job that ended before it is found by its kept diagnosis (Ledger::latest_diagnosis, one row per
+// job): the steps table has no index by job, and a scan back from the store's end for the job's
+// processes would read every later job's steps. A round's window ends at the latest step it read,
+// which trails the job's last step by up to a round and a batch; the span ends this long after it,
+// so it keeps the job's last steps. While the rounds keep up (every window, 10 s by default) a
+// running job's kept window ends within this of the store's latest step, which then stays the end;
+// a quarter of the default span keeps three quarters of it on a job that ended.
+constexpr uint64_t kKeptWindowTrailNs = kDefaultSpanNs / 4;
+
 struct RankProc {
   int rank = -1;
   uint32_t pid = 0;
@@ -167,26 +177,9 @@ class WebApi {
     return ctx_.processes ? ctx_.processes->get() : job_processes(ctx_.store);
   }
 
-  // The span a page reads: `from` and `to` (unix ns, at most kMaxSpanNs apart), one of them (the
-  // other kDefaultSpanNs away), or neither: the latest kDefaultSpanNs up to the store's latest step.
-  // Never the whole history of a job, except in a store without steps (a recording of processes
-  // that are no training job: no step to count back from, and no job's weeks of history), which is
-  // read whole as before; the range then stays unset. Called with store_mu held.
-  Status span_of(const httplib::Request& req, store::ProfileFilter& range) {
-    if (auto st = time_range_of(req, range); !st) return st;
-    if (range.from_ns && range.to_ns && *range.to_ns - *range.from_ns > kMaxSpanNs)
-      return Error{"from, to: a span of at most 1h; ask for a shorter one, or several"};
-    if (range.from_ns && !range.to_ns) range.to_ns = *range.from_ns + std::min(kDefaultSpanNs, UINT64_MAX - *range.from_ns);
-    if (range.to_ns && !range.from_ns) range.from_ns = *range.to_ns - std::min(kDefaultSpanNs, *range.to_ns);
-    if (!range.to_ns) {
-      auto latest = ctx_.store.latest_step_ns();
-      if (!latest) return latest.error().environment();
-      if (!*latest) return {};
-      const uint64_t end = **latest + 1;
-      range.to_ns = end;
-      range.from_ns = end - std::min(kDefaultSpanNs, end);
-    }
-    return {};
+  // The span a page reads (read_span): the job's, when the request names no span.
+  Status span_of(const httplib::Request& req, store::ProfileFilter& range, const std::string& job) {
+    return read_span(req, ctx_.store, ctx_.ledger, &job, range);
   }
 
   // A span that cannot be read: 400 for a bad request, 503 where the store failed.
@@ -294,11 +287,11 @@ class WebApi {
     }
     {
       std::lock_guard lock(ctx_.store_mu);
-      if (auto st = span_of(req, range); !st) return reply_span_error(res, st.error());
       auto p = processes();
       if (!p) return reply_error(res, 503, p.error().message);
       procs = std::move(*p);
       job = job_ranks(procs, req.get_param_value("job"), req.has_param("job"), ranks);
+      if (auto st = span_of(req, range, job); !st) return reply_span_error(res, st.error());
       std::set<ProcKey> mine;
       for (const auto& r : ranks) mine.insert({r.node, r.pid});
       store::RowQuery q;
@@ -468,18 +461,19 @@ class WebApi {
     else if (kind != "oncpu") return reply_error(res, 400, "kind: expected oncpu or offcpu");
     std::vector<store::ProcessInfo> procs;
     Result<Profile> profile = Error{""};
+    std::vector<RankProc> ranks;
+    std::string job;
     {
       std::lock_guard lock(ctx_.store_mu);
-      // A span (span_of: by default the latest 10 minutes), never the job's whole history.
-      if (auto st = span_of(req, f); !st) return reply_span_error(res, st.error());
       auto p = processes();
       if (!p) return reply_error(res, 503, p.error().message);
       procs = std::move(*p);
+      job = job_ranks(procs, req.get_param_value("job"), req.has_param("job"), ranks);
+      // A span (span_of: by default the job's latest 10 minutes), never the job's whole history.
+      if (auto st = span_of(req, f, job); !st) return reply_span_error(res, st.error());
       profile = ctx_.store.load_profile(f);
     }
     if (!profile) return reply_error(res, 503, profile.error().message);
-    std::vector<RankProc> ranks;
-    const std::string job = job_ranks(procs, req.get_param_value("job"), req.has_param("job"), ranks);
     std::map<ProcKey, int> rank_of;
     std::set<int> peers;
     bool found = false;
@@ -556,10 +550,10 @@ class WebApi {
     std::string job;
     {
       std::lock_guard lock(ctx_.store_mu);
-      if (auto st = span_of(req, range); !st) return reply_span_error(res, st.error());
       auto procs = processes();
       if (!procs) return reply_error(res, 503, procs.error().message);
       job = job_ranks(*procs, req.get_param_value("job"), req.has_param("job"), ranks);
+      if (auto st = span_of(req, range, job); !st) return reply_span_error(res, st.error());
       std::set<ProcKey> keep;
       for (const auto& r : ranks) {
         if (wanted_ranks.count(r.rank)) keep.insert({r.node, r.pid});
@@ -603,19 +597,20 @@ class WebApi {
     std::vector<store::ProcessInfo> procs;
     std::vector<store::ReducedFidelity> runs;
     store::ProfileFilter range;
+    std::vector<RankProc> ranks;
+    std::string job;
     {
       std::lock_guard lock(ctx_.store_mu);
-      // The runs of a span (span_of: by default the latest 10 minutes): a page says what it shows.
-      if (auto st = span_of(req, range); !st) return reply_span_error(res, st.error());
       auto p = processes();
       if (!p) return reply_error(res, 503, p.error().message);
       procs = std::move(*p);
+      job = job_ranks(procs, req.get_param_value("job"), req.has_param("job"), ranks);
+      // The runs of a span (span_of: by default the job's latest 10 minutes): a page says what it shows.
+      if (auto st = span_of(req, range, job); !st) return reply_span_error(res, st.error());
       auto r = ctx_.store.reduced_fidelity(std::nullopt, range.from_ns, range.to_ns);
       if (!r) return reply_error(res, 503, r.error().message);
       runs = std::move(*r);
     }
-    std::vector<RankProc> ranks;
-    const std::string job = job_ranks(procs, req.get_param_value("job"), req.has_param("job"), ranks);
     std::map<std::string, std::set<int>> ranks_of;  // node -> the job's ranks on it
     for (const auto& r : ranks) ranks_of[r.node].insert(r.rank);
     std::string o = "{\"job\":" + json_str(job) + ",\"reduced\":[";
@@ -679,6 +674,28 @@ Status time_range_of(const httplib::Request& req, store::ProfileFilter& f) {
   if (*from && *to && **from >= **to) return Error{"from, to: expected from < to"};
   f.from_ns = *from;
   f.to_ns = *to;
+  return {};
+}
+
+Status read_span(const httplib::Request& req, store::Reader& store, store::Ledger* ledger, const std::string* job,
+                 store::ProfileFilter& range) {
+  if (auto st = time_range_of(req, range); !st) return st;
+  if (range.from_ns && range.to_ns && *range.to_ns - *range.from_ns > kMaxSpanNs)
+    return Error{"from, to: a span of at most 1h; ask for a shorter one, or several"};
+  if (range.from_ns && !range.to_ns) range.to_ns = *range.from_ns + std::min(kDefaultSpanNs, UINT64_MAX - *range.from_ns);
+  if (range.to_ns && !range.from_ns) range.from_ns = *range.to_ns - std::min(kDefaultSpanNs, *range.to_ns);
+  if (range.to_ns) return {};
+  auto latest = store.latest_step_ns();
+  if (!latest) return latest.error().environment();
+  if (!*latest) return {};
+  uint64_t end = **latest + 1;
+  if (job && ledger) {
+    auto kept = ledger->latest_diagnosis(*job);
+    if (!kept) return kept.error().environment();
+    if (*kept && (*kept)->window_end_ns < end - std::min(end, kKeptWindowTrailNs)) end = (*kept)->window_end_ns + kKeptWindowTrailNs;
+  }
+  range.to_ns = end;
+  range.from_ns = end - std::min(kDefaultSpanNs, end);
   return {};
 }
 

@@ -33,6 +33,7 @@ struct WebApiContext {
   std::function<void(const std::string&)> count_request;
   Diagnoser* diagnoser = nullptr;  // the kept findings; null: none kept
   JobProcesses* processes = nullptr;  // job_processes of `store`, kept; null: read per request
+  store::Ledger* ledger = nullptr;  // `store`'s kept diagnoses (where a job's default span ends); null: none
 };
 
 void add_web_api(httplib::Server& svr, WebApiContext ctx);
@@ -68,6 +69,16 @@ class JobProcesses {
 // `from=NS&to=NS` (unix ns, either may be left out) of a profile query (/api/v1/profile, /export,
 // /diff): the time range of `f`. An error names the bad parameter.
 Status time_range_of(const httplib::Request& req, store::ProfileFilter& f);
+
+// The span a read covers: `from` and `to` (unix ns, at most an hour apart), one of them (the other
+// ten minutes away), or neither: the latest ten minutes up to the latest step, of `job` where a job
+// is named and `ledger` keeps its diagnoses (a job that ended earlier), else of the store. Never
+// the whole history of a job, except in a store without steps (a recording of processes that are
+// no training job: no step to count back from, and no job's weeks of history), which is read whole
+// as before; the range then stays unset. An error with exit code 2 is the store's (503), else the
+// request's (400). Called with the store lock held.
+Status read_span(const httplib::Request& req, store::Reader& store, store::Ledger* ledger, const std::string* job,
+                 store::ProfileFilter& range);
 
 // A page of rows is at most this many (`limit=`), so one request never copies a whole table out of
 // the store while ingest waits for it: 100k steps or collectives are ~15 MB of JSON.

@@ -89,6 +89,15 @@ class RemoteStore final : public Reader {
     return std::optional<int64_t>{(*e)->latest_recording()};
   }
 
+  // The collector's latest step, as its latest export said (its default span ends there).
+  Result<std::optional<uint64_t>> latest_step_ns(std::optional<int64_t> recording) override {
+    if (recording) return Error{"a remote store's latest step is of every recording"};
+    auto e = cached();
+    if (!e) return e.error();
+    if ((*e)->latest_step_ns() == 0) return std::optional<uint64_t>{};
+    return std::optional<uint64_t>{(*e)->latest_step_ns()};
+  }
+
   Result<std::vector<ReducedFidelity>> reduced_fidelity(std::optional<int64_t>, std::optional<uint64_t> from_ns,
                                                         std::optional<uint64_t> to_ns) override {
     auto e = cached();

@@ -499,6 +499,91 @@ TEST(ServeHeatmap, ASpanOfStepsWithRanksLinedUpOnTime) {
   w.reset();
 }
 
+// A job that ended before the store's latest 10 minutes (another job ran on since) opens on its own
+// latest steps, found by its kept diagnosis: the heatmap, the timeline, the differential profile and
+// the fidelity notice read the span that ends a quarter of the default span after its last
+// diagnosed window. The later job's pages read the store's latest 10 minutes, as before.
+TEST(ServeHeatmap, AJobThatEndedEarlierOpensOnItsOwnLatestSteps) {
+  TempDir tmp;
+  Recorded r = load(std::string(STRATA_SOURCE_DIR) + "/tests/data/diagnose/host-hotspot.db");
+  const std::string job = "strata-sim-19106";
+  size_t rank3_steps = 0;
+  uint32_t rank3 = 0;
+  for (const auto& p : r.procs)
+    if (p.rank == 3) rank3 = p.pid;
+  for (const auto& s : r.steps) rank3_steps += s.pid == rank3;
+  ASSERT_GT(rank3_steps, 10u);
+  Collector c(diagnosing(tmp.file("server.db")), free_port());
+  auto w = ship_whole(c, r, tmp);
+  ASSERT_TRUE(w);
+  std::string found;
+  for (int k = 0; k < 300 && found.find("\"window_end_ns\"") == std::string::npos; ++k) {
+    found = c.get("/api/v1/findings?job=" + job);
+    std::this_thread::sleep_for(std::chrono::milliseconds(100));
+  }
+  const uint64_t window_end = number_after(found, "window_end_ns");
+  ASSERT_GT(window_end, 0u) << found.substr(0, 300);
+
+  // Half an hour after it ended, another job on another node: five steps of a second.
+  constexpr uint64_t kS = 1'000'000'000ull;
+  const uint64_t later0 = r.end_ns + 1800 * kS;
+  auto w2 = node_writer(c.url(), "vm2", "later-agent", tmp.file("spool-later"));
+  ASSERT_TRUE(w2) << w2.error().message;
+  auto rec = (*w2)->begin_recording({"vm2", "train.py", later0, 99, 10});
+  ASSERT_TRUE(rec);
+  store::ProcessInfo p;
+  p.pid = 7;
+  p.node = "vm2";
+  p.comm = "python";
+  p.job = "later";
+  p.rank = 0;
+  p.world_size = 1;
+  ASSERT_TRUE((*w2)->put_process(*rec, p));
+  std::vector<store::StepRecord> steps;
+  for (uint64_t i = 0; i < 5; ++i) {
+    store::StepRecord s;
+    s.node = "vm2";
+    s.pid = 7;
+    s.step = i + 1;
+    s.start_ns = later0 + i * kS;
+    s.end_ns = later0 + (i + 1) * kS;
+    steps.push_back(s);
+  }
+  ASSERT_TRUE((*w2)->put_steps(*rec, steps));
+  ASSERT_TRUE((*w2)->commit());
+  ASSERT_TRUE((*w2)->drain(30));
+
+  auto later = nlohmann::json::parse(c.get("/api/v1/heatmap?job=later&series=step_ms"), nullptr, false);
+  ASSERT_FALSE(later.is_discarded());
+  EXPECT_EQ(later["steps"].get<size_t>(), 5u);
+  EXPECT_EQ(later["to_ns"].get<uint64_t>(), later0 + 5 * kS + 1) << "a running job's span ends at the store's latest step";
+
+  // The job that ended: all of its steps, in the 10 minutes that end 150 s after its kept window.
+  auto ended = nlohmann::json::parse(c.get("/api/v1/heatmap?job=" + job + "&series=step_ms"), nullptr, false);
+  ASSERT_FALSE(ended.is_discarded());
+  EXPECT_EQ(ended["steps"].get<size_t>(), rank3_steps) << "before, its page read the later job's span: no step of it";
+  const uint64_t to = ended["to_ns"].get<uint64_t>();
+  EXPECT_EQ(to, window_end + 150 * kS);
+  EXPECT_EQ(to - ended["from_ns"].get<uint64_t>(), 600 * kS);
+  EXPECT_GE(to, r.end_ns);
+  // The other pages of the job read the same span.
+  httplib::Client cli("127.0.0.1", c.port());
+  cli.set_read_timeout(60, 0);
+  for (const std::string& page : {"/api/v1/timeline?job=" + job + "&rank=3", "/api/v1/diff?job=" + job + "&rank=3",
+                                 "/api/v1/fidelity?job=" + job}) {
+    auto res = cli.Get(page.c_str());
+    ASSERT_TRUE(res && res->status == 200) << page;
+    EXPECT_EQ(res->get_header_value("X-Strata-Span-To-Ns"), std::to_string(to)) << page;
+  }
+  auto trace = cli.Get(("/api/v1/timeline?job=" + job + "&rank=3").c_str());
+  ASSERT_TRUE(trace);
+  size_t in_trace = 0;
+  for (size_t at = 0; (at = trace->body.find("\"cat\":\"step\"", at)) != std::string::npos; ++at) ++in_trace;
+  EXPECT_EQ(in_trace, rank3_steps);
+  w.reset();
+  w2->reset();
+}
+
 // Jobs whose ranks are still joining: the recorded 4-rank job (world size 4) comes from two agents,
 // ranks 0-1 from node-a first. The background rounds wait for the other two (a round of half a job
 // says little, and each round that finds new ranks reads the job's span whole again), and diagnose
@@ -749,6 +834,94 @@ TEST(ServeFidelity, WindowRatesAndUnwindingReachTheApiAndTheRemoteReader) {
   EXPECT_EQ(runs->front().windows, 2u);
 }
 
+
+// The flame graph's downloads (/api/v1/profile), the remote reader's export and `strata report
+// --server` read a span, by default the store's latest 10 minutes up to its latest step, never its
+// whole history: a window from an hour before the latest step is out of them unless asked for.
+TEST(ServeProfile, TheProfileAndTheExportReadTheLatestTenMinutesUnasked) {
+  TempDir tmp;
+  Collector c(diagnosing(tmp.file("server.db")), free_port());
+  auto w = node_writer(c.url(), "node-a", "node-a-agent", tmp.file("spool"));
+  ASSERT_TRUE(w) << w.error().message;
+  constexpr uint64_t kS = 1'000'000'000ull;
+  const uint64_t t0 = 1'700'000'000 * kS;
+  const uint64_t t1 = t0 + 3600 * kS;  // an hour on
+  auto rec = (*w)->begin_recording({"node-a", "train.py", t0, 99, 10});
+  ASSERT_TRUE(rec);
+  store::ProcessInfo p;
+  p.pid = 42;
+  p.node = "node-a";
+  p.comm = "python";
+  p.job = "job-p";
+  p.rank = 0;
+  ASSERT_TRUE((*w)->put_process(*rec, p));
+  std::vector<store::StepRecord> steps;
+  for (uint64_t at : {t0, t1}) {
+    store::StepRecord st;
+    st.pid = 42;
+    st.step = steps.size() + 1;
+    st.start_ns = at;
+    st.end_ns = at + 10 * kS;
+    steps.push_back(st);
+  }
+  ASSERT_TRUE((*w)->put_steps(*rec, steps));
+  Frame old_fn, new_fn;
+  old_fn.module = new_fn.module = "/usr/bin/app";
+  old_fn.function = "old_work";
+  old_fn.offset = 0x10;
+  new_fn.function = "new_work";
+  new_fn.offset = 0x20;
+  auto old_id = (*w)->intern_stack({old_fn}, store::UnwindMethod::kFramePointer);
+  auto new_id = (*w)->intern_stack({new_fn}, store::UnwindMethod::kFramePointer);
+  ASSERT_TRUE(old_id && new_id);
+  ASSERT_TRUE((*w)->put_window(*rec, t0, t0 + 10 * kS, store::CountKind::kOnCpu, {{42, 42, "python", *old_id, 100}},
+                               {99, store::kUnwindingFramePointers}));
+  ASSERT_TRUE((*w)->put_window(*rec, t1, t1 + 10 * kS, store::CountKind::kOnCpu, {{42, 42, "python", *new_id, 50}},
+                               {99, store::kUnwindingFramePointers}));
+  ASSERT_TRUE((*w)->commit());
+  ASSERT_TRUE((*w)->drain(30));
+
+  httplib::Client cli("127.0.0.1", c.port());
+  cli.set_read_timeout(60, 0);
+  auto res = cli.Get("/api/v1/profile?pid=42");
+  ASSERT_TRUE(res && res->status == 200);
+  EXPECT_EQ(res->body, "new_work 50\n") << "the latest 10 minutes alone";
+  EXPECT_EQ(res->get_header_value("X-Strata-Span-To-Ns"), std::to_string(t1 + 10 * kS + 1));
+  EXPECT_EQ(res->get_header_value("X-Strata-Span-From-Ns"), std::to_string(t1 + 10 * kS + 1 - 600 * kS));
+  const std::string early = "&from=" + std::to_string(t0) + "&to=" + std::to_string(t0 + 600 * kS);
+  EXPECT_EQ(c.get("/api/v1/profile?pid=42" + early), "old_work 100\n");
+  res = cli.Get(("/api/v1/profile?pid=42&from=" + std::to_string(t0) + "&to=" + std::to_string(t1 + 1)).c_str());
+  ASSERT_TRUE(res);
+  EXPECT_EQ(res->status, 400) << "a span past an hour: " << res->body;
+  EXPECT_NE(res->body.find("at most 1h"), std::string::npos) << res->body;
+
+  // The export (the remote reader): the same span, and the store's latest step.
+  auto remote = store::Store::open_remote(c.url(), "");
+  ASSERT_TRUE(remote) << remote.error().message;
+  auto latest = (*remote)->latest_step_ns();
+  ASSERT_TRUE(latest && *latest) << (latest ? "none" : latest.error().message);
+  EXPECT_EQ(**latest, t1 + 10 * kS);
+  auto prof = (*remote)->load_profile({});
+  ASSERT_TRUE(prof) << prof.error().message;
+  EXPECT_EQ(prof->total(), 50u);
+
+  // strata report --server: by default the latest 10 minutes, said on stderr; --from/--to and
+  // --last another span; past an hour refused before a request.
+  const std::string report = strata_bin() + " report --server " + c.url() + " --format folded";
+  auto out = run(report);
+  EXPECT_EQ(out.exit_code, 0) << test::describe(out);
+  EXPECT_EQ(out.out, "new_work 50\n") << test::describe(out);
+  EXPECT_NE(out.err.find("600 s, from " + std::to_string(t1 + 10 * kS + 1 - 600 * kS)), std::string::npos) << out.err;
+  out = run(report + " --from " + std::to_string(t0) + " --to " + std::to_string(t0 + 600 * kS));
+  EXPECT_EQ(out.out, "old_work 100\n") << test::describe(out);
+  out = run(report + " --last 59m");
+  EXPECT_EQ(out.exit_code, 0) << test::describe(out);
+  EXPECT_EQ(out.out, "new_work 50\n") << test::describe(out);
+  out = run(report + " --last 2h");
+  EXPECT_EQ(out.exit_code, 1) << test::describe(out);
+  EXPECT_NE(out.err.find("at most 1h"), std::string::npos) << out.err;
+  w->reset();
+}
 }  // namespace
 }  // namespace strata
 

@@ -150,10 +150,10 @@ export async function jobView(main: HTMLElement, s: UiState, go: (s: UiState) =>
   const spanLine = h('p', { class: 'muted', id: 'span' });
   if (hm.from_ns !== undefined && hm.to_ns !== undefined) {
     const tenMin = 600e9;
-    // A job that ended before the span (the collector holds newer jobs) has no steps in it: said,
-    // with the way back.
+    // A span with no steps of the job (one pinned before it began, or after it ended) says so, with
+    // the way back. Unpinned, the span is the job's latest: one that ended opens on its last steps.
     if (hm.steps === 0) spanLine.append(h('strong', {}, 'No steps of this job in this span: it may have ended earlier. '));
-    spanLine.append(`Steps of ${fmtRange(hm.from_ns, hm.to_ns)}${s.at === undefined ? ', the latest the collector holds' : ''}. `,
+    spanLine.append(`Steps of ${fmtRange(hm.from_ns, hm.to_ns)}${s.at === undefined ? ', the job\'s latest' : ''}. `,
       h('a', { id: 'span-earlier', href: formatHash({ ...s, at: nsString(hm.from_ns), step: undefined }) }, '← 10 minutes earlier'));
     if (s.at !== undefined) {
       spanLine.append(' · ', h('a', { id: 'span-later', href: formatHash({ ...s, at: nsString(hm.to_ns + tenMin), step: undefined }) }, 'later →'),
