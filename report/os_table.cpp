@@ -77,7 +77,14 @@ void write_os_table(const std::vector<OsProcess>& processes, const std::vector<O
     if (p.rank >= 0) out << "rank " << p.rank << "  ";
     out << "pid " << p.pid << "  " << p.comm << "\n";
     const auto& rq = l["os.runq_latency_us.hist"];
-    out << "    cpu " << fmt_us(s["os.cpu_time_us"]) << "; run-queue wait " << fmt_us(s["os.runq_wait_us"]);
+    out << "    cpu " << fmt_us(s["os.cpu_time_us"]);
+    // Where it ran ("CPU 3 1.2 s, CPU 0 80 ms"): a straggler confined to one CPU beside peers on others.
+    if (s["os.cpu_time_by_cpu_us"] > 0) {
+      std::map<std::string, double> on;
+      for (const auto& [cpu, us] : l["os.cpu_time_by_cpu_us"]) on[cpu == "other" ? "other CPUs" : "CPU " + cpu] = us;
+      out << " (" << top_labels(on, 3) << ")";
+    }
+    out << "; run-queue wait " << fmt_us(s["os.runq_wait_us"]);
     if (s["os.runq_latency_us.count"] > 0) {
       out << " (latency p50 " << fmt_us(quantile(rq, 0.5)) << ", p99 " << fmt_us(quantile(rq, 0.99)) << ", max "
           << fmt_us(quantile(rq, 1.0)) << " over " << fmt_n(s["os.runq_latency_us.count"]) << " waits)";

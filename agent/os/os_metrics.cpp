@@ -38,6 +38,30 @@ void histogram_metrics(Out& out, const std::string& name, const __u64* before, c
   }
 }
 
+// Where the process ran (os.cpu_time_by_cpu_us, label the CPU's number): the CPUs that held at
+// least kPlacementMinShare of its run time, at most kPlacementCpus of them, most first, and the rest
+// summed as "other". A rank confined to one CPU (pinned, or left there by the scheduler) is one row;
+// one spread over a 128-CPU node is five, not 128. What the diagnosis needs is whether the ranks
+// that run the same work slower share one CPU (a slower core: its clock, its SMT sibling, a
+// hypervisor's steal), which the largest shares say.
+constexpr double kPlacementMinShare = 0.05;  // a twentieth: under it a CPU is a migration's visit
+constexpr size_t kPlacementCpus = 4;         // a process confined to a few CPUs names them all
+void cpu_placement(Out& out, const std::vector<double>& cpu_ns, uint64_t total_ns) {
+  if (total_ns == 0) return;
+  std::vector<std::pair<double, unsigned>> by_time;
+  for (unsigned c = 0; c < cpu_ns.size(); ++c)
+    if (cpu_ns[c] >= kPlacementMinShare * static_cast<double>(total_ns)) by_time.push_back({cpu_ns[c], c});
+  std::sort(by_time.begin(), by_time.end(), [](const auto& a, const auto& b) { return a.first != b.first ? a.first > b.first : a.second < b.second; });
+  if (by_time.size() > kPlacementCpus) by_time.resize(kPlacementCpus);
+  double named = 0;
+  for (const auto& [ns, c] : by_time) {
+    out.add("os.cpu_time_by_cpu_us", ns / 1000, std::to_string(c));
+    named += ns;
+  }
+  const double rest = static_cast<double>(total_ns) - named;
+  if (rest > 0) out.add("os.cpu_time_by_cpu_us", rest / 1000, "other");
+}
+
 }  // namespace
 
 const char* reason_name(unsigned reason) {
@@ -66,8 +90,9 @@ std::vector<store::Metric> process_metrics(uint32_t pid, const ProcSnapshot& bef
       cpu_share[c] = static_cast<double>(d);
       cpu_total += d;
     }
-    for (auto& s : cpu_share) s = cpu_total ? s / static_cast<double>(cpu_total) : 0;
     out.add("os.cpu_time_us", static_cast<double>(cpu_total) / 1000);
+    cpu_placement(out, cpu_share, cpu_total);
+    for (auto& s : cpu_share) s = cpu_total ? s / static_cast<double>(cpu_total) : 0;
     out.add("os.runq_wait_us", static_cast<double>(delta(b ? b->runq_ns : 0, n.runq_ns)) / 1000);
     histogram_metrics(out, "os.runq_latency_us", b ? b->runq_hist : nullptr, n.runq_hist,
                       static_cast<double>(delta(b ? b->runq_ns : 0, n.runq_ns)) / 1000);

@@ -4,6 +4,8 @@
 // Metrics written to the store (store::Metric; value per window; pid = the process). For any name,
 // the process's total is the sum over its labels.
 //   os.cpu_time_us                     run time of the process's threads (sched_switch)
+//   os.cpu_time_by_cpu_us              label = a CPU's number, or "other": the same run time by the
+//                                      CPUs that held 5% of it or more (4 at most), the rest "other"
 //   os.runq_wait_us                    total time its threads waited runnable on a run queue
 //   os.runq_latency_us.count/.mean     run slices measured and their mean run-queue wait
 //   os.runq_latency_us.p50/.p90/.p99/.max  percentiles of that wait (bucket upper bounds, <25% error)

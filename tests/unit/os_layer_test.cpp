@@ -122,6 +122,36 @@ TEST(OsMetrics, NeighboursAreWeightedByTheProcessesShareOfEachCpu) {
   EXPECT_EQ(m.count("os.neighbour_run_us{self:42}"), 0u) << "itself";
 }
 
+// Where a process ran: the CPUs with a twentieth of its run time or more, four at most, the rest as
+// "other"; the parts add up to os.cpu_time_us.
+TEST(OsMetrics, PlacementNamesTheCpusThatHeldTheRunTime) {
+  ProcSnapshot before, now;
+  before.sched = strata_sched_stats{};
+  now.sched = strata_sched_stats{};
+  before.sched->cpu_ns[3] = 5'000'000;
+  now.sched->cpu_ns[3] = 95'000'000;  // 90 ms of this window on CPU 3
+  now.sched->cpu_ns[0] = 6'000'000;
+  now.sched->cpu_ns[1] = 4'000'000;   // 4%: a visit
+  auto m = by_name(process_metrics(42, before, now, {}));
+  EXPECT_DOUBLE_EQ(m["os.cpu_time_us"], 100'000);
+  EXPECT_DOUBLE_EQ(m["os.cpu_time_by_cpu_us{3}"], 90'000);
+  EXPECT_DOUBLE_EQ(m["os.cpu_time_by_cpu_us{0}"], 6'000);
+  EXPECT_DOUBLE_EQ(m["os.cpu_time_by_cpu_us{other}"], 4'000);
+  EXPECT_EQ(m.count("os.cpu_time_by_cpu_us{1}"), 0u);
+  // Spread over ten CPUs alike: the first four by number, the rest "other".
+  ProcSnapshot spread;
+  spread.sched = strata_sched_stats{};
+  for (unsigned c = 0; c < 10; ++c) spread.sched->cpu_ns[c] = 1'000'000;
+  auto s = process_metrics(7, ProcSnapshot{}, spread, {});
+  std::vector<std::string> labels;
+  for (const auto& x : s)
+    if (x.name == "os.cpu_time_by_cpu_us") labels.push_back(x.label);
+  EXPECT_EQ(labels, (std::vector<std::string>{"0", "1", "2", "3", "other"}));
+  EXPECT_DOUBLE_EQ(by_name(s)["os.cpu_time_by_cpu_us{other}"], 6'000);
+  // No run time: no rows.
+  EXPECT_EQ(by_name(process_metrics(8, ProcSnapshot{}, ProcSnapshot{}, {})).count("os.cpu_time_by_cpu_us{other}"), 0u);
+}
+
 TEST(OsMetrics, IrqLabelsNameTheVector) {
   ProcSnapshot before, now;
   now.irq_ns[{STRATA_IRQ_SOFT, 3}] = 2'000'000;
@@ -317,6 +347,8 @@ namespace {
 TEST(OsTable, SumsWindowsAndReadsPercentilesFromHistograms) {
   std::vector<OsMetricRow> rows = {
       {7, "os.cpu_time_us", "", 1'000'000}, {7, "os.cpu_time_us", "", 500'000},
+      {7, "os.cpu_time_by_cpu_us", "3", 1'000'000}, {7, "os.cpu_time_by_cpu_us", "3", 400'000},
+      {7, "os.cpu_time_by_cpu_us", "other", 100'000},
       {7, "os.runq_wait_us", "", 2000},     {7, "os.runq_latency_us.count", "", 100},
       {7, "os.runq_latency_us.hist", "le=10", 98}, {7, "os.runq_latency_us.hist", "le=4000", 2},
       {7, "os.involuntary_switches", "", 12}, {7, "os.neighbour_run_us", "strata-hog:4411", 900'000},
@@ -328,7 +360,7 @@ TEST(OsTable, SumsWindowsAndReadsPercentilesFromHistograms) {
   write_os_table({{7, 3, "train"}, {8, 4, "other"}}, rows, out);
   std::string s = out.str();
   EXPECT_NE(s.find("rank 3  pid 7  train"), std::string::npos) << s;
-  EXPECT_NE(s.find("cpu 1.50 s"), std::string::npos) << s;
+  EXPECT_NE(s.find("cpu 1.50 s (CPU 3 1.40 s, other CPUs 100.0 ms)"), std::string::npos) << s;
   EXPECT_NE(s.find("p50 10 us, p99 4.0 ms"), std::string::npos) << s;
   EXPECT_NE(s.find("12 involuntary"), std::string::npos) << s;
   EXPECT_NE(s.find("neighbours: strata-hog:4411 900.0 ms, kworker/1:1:33 1.5 ms"), std::string::npos) << s;
