@@ -31,6 +31,7 @@ constexpr CauseName kCauses[] = {
     // waits for it, and the fix is in the program (its allocator, its copies).
     {Cause::kMemoryAllocChurn, "memory-alloc-churn", "cpu"},
     {Cause::kSyncMemcpy, "sync-memcpy", "cpu"},
+    {Cause::kSlowCpu, "slow-cpu", "os"},
 };
 static_assert(sizeof kCauses / sizeof kCauses[0] == kCauseCount, "one name per cause");
 

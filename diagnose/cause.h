@@ -30,6 +30,9 @@ enum class Cause : int {
   // (the caching allocator off, or fragmented so that it frees and retries), or synchronous copies.
   kMemoryAllocChurn,
   kSyncMemcpy,
+  // The rank's usual work runs slower on the one CPU it is confined to than its node's peers' on
+  // theirs: a slower core (its clock, its SMT sibling, a hypervisor's steal).
+  kSlowCpu,
   kCount,
 };
 inline constexpr size_t kCauseCount = static_cast<size_t>(Cause::kCount);

@@ -1503,6 +1503,56 @@ std::string usual_work_note(const RankCase& k) {
          "): the same work slower (a slower or shared CPU) or more data in it, not a function of its own";
 }
 
+// A slower CPU (slow-cpu): the rank's usual work runs slower (usual_work_slower), the rank ran on
+// one CPU (at least kConfinedShare of its run time there), and a peer on its node ran the same work
+// on another CPU, none on that one. The same code, the same data, another core: the core's speed
+// (its clock held down, a busy SMT sibling, a hypervisor's steal) is what differs. Seen on this
+// project's VM: its two vCPUs ran the same pure-Python loop 1.6-1.7x apart, and every healthy run
+// with ranks pinned one to a CPU had the ranks of the slower one as unexplained stragglers. A peer
+// confined to the same CPU (two ranks sharing it) is contention's case, not this; a rank spread over
+// CPUs, or no peer on its node to hold against it, says nothing of one CPU.
+constexpr double kConfinedShare = 0.9;  // nine tenths: a core's speed is then within a tenth the rank's speed
+std::optional<std::string> confined_cpu(const RankWindow& r) {
+  if (r.cpu_placement.empty() || r.cpu_placement.front().first == "other" || r.cpu_placement.front().second < kConfinedShare)
+    return std::nullopt;
+  return r.cpu_placement.front().first;
+}
+
+std::optional<Hypothesis> slow_cpu(const RankCase& k) {
+  if (!usual_work_slower(k)) return std::nullopt;
+  auto mine = confined_cpu(k.r);
+  if (!mine) return std::nullopt;
+  // Something else ran on its CPU beyond what ran on its peers' (another process, or strata's own
+  // start-up): the core was shared, its caches and its time, not slower. A quarter of the extra
+  // CPU time is more than a share noise reaches (a kworker's few ms) and less than a neighbour
+  // that slows the work by sharing the core takes.
+  constexpr double kSharedCpuShare = 0.25;
+  const double agent_extra = known(k.r.agent_ms)
+                                 ? k.r.agent_ms - peer_median(k.job, k.peers, [](const RankWindow& q) { return known(q.agent_ms) ? q.agent_ms : 0.0; })
+                                 : 0;
+  if ((k.nb ? k.nb->excess_ms : 0) + agent_extra >= kSharedCpuShare * k.cpu) return std::nullopt;
+  std::vector<std::string> elsewhere;  // "rank 1 on CPU 0 (97%)"
+  for (size_t p : k.peers) {
+    const RankWindow& q = k.job.ranks[p];
+    if (q.node != k.r.node || q.cpu_placement.empty()) continue;
+    const auto& [cpu, share] = q.cpu_placement.front();
+    if (cpu == *mine) return std::nullopt;  // a peer on the same CPU: shared, not slower
+    if (cpu != "other" && elsewhere.size() < 3) elsewhere.push_back(rank_name(q) + " on CPU " + cpu + " (" + fmt("%.0f%%", 100 * share) + ")");
+  }
+  if (elsewhere.empty()) return std::nullopt;
+  std::string list;
+  for (const auto& e : elsewhere) list += (list.empty() ? "" : ", ") + e;
+  Hypothesis h;
+  h.cause = Cause::kSlowCpu;
+  h.culprit = "CPU " + *mine + " of " + k.r.node;
+  // The whole of its extra CPU time is the core's, and the wait for a CPU that this time predicts.
+  h.explained_ms = k.cpu + k.own_queue_ms;
+  h.evidence.push_back(k.who + " ran " + fmt("%.0f%%", 100 * k.r.cpu_placement.front().second) + " of its CPU time on CPU " + *mine +
+                       "; its peers on " + k.r.node + " ran elsewhere: " + list);
+  h.evidence.push_back(usual_work_note(k));
+  return h;
+}
+
 std::optional<Hypothesis> host_hotspot(const RankCase& k) {
   if (k.cpu <= 0 || more_of_everything(k) || usual_work_slower(k)) return std::nullopt;
   Hypothesis h = cpu_hypothesis(k);
@@ -1543,6 +1593,9 @@ constexpr CauseRule kRules[] = {
      "once per step or less on {rank}"},
     {Cause::kWorkloadImbalance, imbalance_on_cpu, true, 0.85,
      "balance the work across ranks: check the sampler / sharding and batch sizes of {rank}"},
+    {Cause::kSlowCpu, slow_cpu, true, 0.7,
+     "check {culprit}: its clock (cpupower frequency-info, thermal throttling), what shares its core (SMT sibling), "
+     "the hypervisor's steal; move {rank} to another CPU or drain the node"},
     {Cause::kHostHotspot, host_hotspot, true, 0.85,
      "optimize or move off the critical path: {culprit} (prefetch in a data-loader worker)"},
 };

@@ -390,6 +390,7 @@ struct Acc {
   std::set<std::pair<uint64_t, uint64_t>> windows;
   std::map<std::string, double> neighbours, kernels;
   std::map<std::string, TcpLink> links;  // by "local>remote"
+  std::map<std::string, double> placement;  // os.cpu_time_by_cpu_us by CPU (the process's own, not its workers')
   double bio_lat_sum = 0;
   int bio_lat_n = 0;
   double agent_ms = 0;  // the agent's own run time on the rank's CPUs
@@ -1625,6 +1626,8 @@ Result<JobWindow> load_job_window(store::Reader& s, const LoadOptions& opt) {
       auto& latest = neighbour_name[neighbour];
       if (row.end_ns >= latest.first) latest = {row.end_ns, comm};
       neighbour_time.push_back({proc, neighbour, comm, m.value / 1e3, win.before});
+    } else if (n == "os.cpu_time_by_cpu_us") {
+      a.placement[m.label] += m.value;
     } else if (n == "gpu.kernel_us") {
       a.kernels[m.label] += m.value / 1e3;
     } else if (n.rfind("net.tcp_", 0) == 0) {
@@ -1727,6 +1730,11 @@ Result<JobWindow> load_job_window(store::Reader& s, const LoadOptions& opt) {
       if (a.agent_seen) r.agent_ms = a.agent_ms * per_step;
       fill_memory(a, r.now.step_ms, job.start_ns, r.os, &r.memory_api_ms, &r.memory_api_calls, &r.memory_api_mb, job.names);
       for (auto& [label, l] : a.links) r.links.push_back(std::move(l));
+      double placed = 0;
+      for (const auto& [cpu, us] : a.placement) placed += us;
+      for (const auto& [cpu, us] : a.placement)
+        if (placed > 0) r.cpu_placement.push_back({cpu, us / placed});
+      std::sort(r.cpu_placement.begin(), r.cpu_placement.end(), [](const auto& x, const auto& y) { return x.second > y.second; });
     }
     size_t index = static_cast<size_t>(&r - job.ranks.data());
     auto per_kernel = [&](const std::map<std::string, double>& m, uint32_t steps, Values& out) {

@@ -227,6 +227,10 @@ struct RankWindow {
   // count of sampled calls in the window, not per step: only their shares say anything.
   Values memory_call_sites;
   std::vector<TcpLink> links;  // TCP connections that moved data (empty: not recorded)
+  // Where the rank's own process ran in the window (os.cpu_time_by_cpu_us): each CPU that held a
+  // large share of its run time ("3"; "other" for the rest) with that share of it (0-1), largest
+  // first. Empty: not recorded.
+  std::vector<std::pair<std::string, double>> cpu_placement;
   std::string process;  // the rank's process name (comm)
   // The agent's own run time on the rank's CPUs per step (kUnknown: not seen): its budgeted cost,
   // reported apart and never a neighbour or a culprit.

@@ -151,6 +151,9 @@ JobWindow make_synthetic_job(const SyntheticSpec& spec) {
     // Off-CPU summaries hold blocking in I/O and D state only (see loader.cpp).
     r.offcpu = {{p_load, 0.002 * s}};
     r.neighbours = {{n_kworker, noisy(0.001 * s)}};
+    // Rank i pinned to CPU i % 8 of its node, with a few visits elsewhere. No draw of the generator:
+    // the rest stays as it was.
+    r.cpu_placement = {{std::to_string(i % 8), 0.97}, {"other", 0.03}};
     r.last_progress_ns = job.end_ns;
     r.last_device_ns = job.end_ns;
     CommProgress cp;

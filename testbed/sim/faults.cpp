@@ -168,6 +168,8 @@ FaultInjector::FaultInjector(const Options& opts, std::string run_dir, strata_gp
   switch (f.kind) {
     case FaultKind::kCpuContention: culprit_ = "strata-hog"; break;
     case FaultKind::kHostHotspot: culprit_ = "slow_augment"; break;
+    // The rank's CPU (rank_setup pins rank r to CPU r % CPUs); the diagnosis says "CPU N of NODE".
+    case FaultKind::kSlowCpu: culprit_ = "CPU " + std::to_string(f.rank % ncpu_); break;
     case FaultKind::kIoStall: culprit_ = "load_batch"; break;
     // Its reads: the data pages load_batch reads are charged to the full cgroup, which reclaims
     // inside the read (try_to_free_mem_cgroup_pages under pread64 in the recorded stacks).
@@ -359,6 +361,7 @@ Status FaultInjector::prepare() {
     case FaultKind::kPcieDegraded: mechanism_ = "NVML stand-in: PCIe x4 of x16, replays climb; stand-in GPU slowdown"; return {};
     case FaultKind::kNvlinkErrors: mechanism_ = "NVML stand-in: NVLink errors climb; stand-in GPU slowdown"; return {};
     case FaultKind::kHostHotspot: mechanism_ = "extra CPU work in slow_augment()"; return {};
+    case FaultKind::kSlowCpu: mechanism_ = "the rank's CPU work runs longer (a slower core, in process)"; return {};
     case FaultKind::kWorkloadImbalance: mechanism_ = "larger batches on the rank"; return {};
     case FaultKind::kAllocChurn: mechanism_ = "cudaMalloc/cudaFree of every layer's temporaries (libcudart stand-in)"; return {};
     case FaultKind::kSyncCopy: mechanism_ = "synchronous cudaMemcpy reads after every layer (libcudart stand-in)"; return {};
@@ -382,7 +385,7 @@ RankSetup FaultInjector::rank_setup(int rank) const {
   if (!culprit) return s;
   for (const auto& [ctrl, dir] : cgroups_) s.cgroup_procs.push_back(dir + "/cgroup.procs");
   if (f.kind == FaultKind::kHostHotspot || f.kind == FaultKind::kWorkloadImbalance || f.kind == FaultKind::kAllocChurn ||
-      f.kind == FaultKind::kSyncCopy) {
+      f.kind == FaultKind::kSyncCopy || f.kind == FaultKind::kSlowCpu) {
     std::string spec = f.name + ":start_step=" + std::to_string(f.start_step);
     for (const auto& [k, v] : f.params) spec += "," + k + "=" + std::to_string(v);
     s.env["STRATA_SIM_FAULT"] = spec;
@@ -530,6 +533,7 @@ Status FaultInjector::activate(pid_t culprit_pid) {
     }
     case FaultKind::kHostHotspot:
     case FaultKind::kWorkloadImbalance:
+    case FaultKind::kSlowCpu:
     case FaultKind::kAllocChurn:
     case FaultKind::kSyncCopy:
     case FaultKind::kNone:

@@ -121,7 +121,7 @@ struct Fault {
   std::string kind;
   int start_step = 1 << 30;
   double ms = 0;      // host-hotspot
-  double factor = 1;  // workload-imbalance
+  double factor = 1;  // workload-imbalance, slow-cpu
   int tensors = 0;    // alloc-churn
   int copies = 0;     // sync-copy: copies per layer
   double kb = 0;      // sync-copy: KiB per copy
@@ -627,7 +627,9 @@ int main() {
     const auto batch_samples = static_cast<size_t>(static_cast<double>(samples) * batch_scale);
     auto batch = worker.pid > 0 ? load_via(worker, step, batch_bytes, batch_samples)
                                 : load_batch(data, step, rank, batch_bytes, batch_samples);
-    sink = sink + preprocess(batch, static_cast<long>(kLoadUnits * batch_scale), scratch_mb);
+    // slow-cpu: the same work, longer (a slower core).
+    const double cpu_scale = (faulty && fault.kind == "slow-cpu") ? fault.factor : 1.0;
+    sink = sink + preprocess(batch, static_cast<long>(kLoadUnits * batch_scale * cpu_scale), scratch_mb);
     if (faulty && fault.kind == "host-hotspot") {
       sink = sink + slow_augment(batch, static_cast<long>(fault.ms * units_per_ms));
     }

@@ -53,6 +53,10 @@ const std::vector<KindInfo>& kinds() {
       {"pcie-degraded", FaultKind::kPcieDegraded, "gpu", "pcie-degraded", {{"factor", 1.5}}},
       // factor: device slowdown from NVLink replays and CRC errors on one link
       {"nvlink-errors", FaultKind::kNvlinkErrors, "gpu", "nvlink-degraded", {{"factor", 1.3}}},
+      // factor: how much longer the rank's CPU work (preprocess's cpu_work, the bulk of its on-CPU
+      // time) takes, as on a slower core: the same functions, longer. The rank stays pinned to its
+      // CPU (rank % CPUs), as every rank is; run it with one rank to a CPU
+      {"slow-cpu", FaultKind::kSlowCpu, "os", "slow-cpu", {{"factor", 1.6}}},
       // tensors: temporary buffers each layer of the forward and the backward allocates before its
       // kernels and frees after them through cudaMalloc / cudaFree, as PyTorch does with its caching
       // allocator off (PYTORCH_NO_CUDA_MEMORY_CACHING=1): every free synchronizes the device first

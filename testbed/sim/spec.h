@@ -31,6 +31,9 @@ enum class FaultKind {
   // The rank's host thread in device-memory calls (through the libcudart stand-in, real ABI).
   kAllocChurn,
   kSyncCopy,
+  // The rank's CPU is slower than its peers' (a core's clock held down, a busy SMT sibling, a
+  // hypervisor's steal), which no VM here can make: the rank's CPU work runs longer in process.
+  kSlowCpu,
 };
 
 struct FaultSpec {

@@ -145,6 +145,15 @@ def test_workload_imbalance():
     assert t["fault"]["cause"] == "workload-imbalance"
 
 
+def test_slow_cpu():
+    # The culprit's CPU work runs 1.6x longer in process, as on a slower core; 2 ranks, pinned one
+    # to a CPU (rank r on CPU r): its load_ms stretches, its peer waits for it in every collective.
+    t = ok_run(["--ranks", "2", "--steps", "25", "--fault", "slow-cpu:rank=1,start_step=5"])
+    straggler_pattern(t, 1, "load_ms", margin=1.2)
+    f = t["fault"]
+    assert (f["layer"], f["cause"], f["culprit"]) == ("os", "slow-cpu", "CPU 1"), f
+
+
 def test_cpu_contention():
     # Two hogs of higher priority share the culprit's CPU (its peers keep the other): the culprit's
     # threads wait on the run queue many times longer than its peers', its fixed CPU work per step

@@ -2,6 +2,8 @@
 // rank with its cause and culprit, two at once are both reported by cost, a healthy job gets nothing.
 #include <gtest/gtest.h>
 
+#include <functional>
+
 #include <cmath>
 #include <limits>
 #include <sstream>
@@ -1685,6 +1687,7 @@ TEST(DiagnoseEngine, TheUsualWorkSlowerNamesNoFunction) {
       r.oncpu.push_back({fwd, ms});
       normalize(r.oncpu);
     }
+    for (auto& x : job.ranks) x.cpu_placement.clear();  // where the ranks ran: not recorded (see below)
     auto dx = diagnose(job);
     if (fresh) {
       ASSERT_FALSE(dx.findings.empty()) << text_of(dx);
@@ -1697,6 +1700,49 @@ TEST(DiagnoseEngine, TheUsualWorkSlowerNamesNoFunction) {
     ASSERT_EQ(dx.unexplained.size(), 1u) << text_of(dx);
     EXPECT_NE(dx.unexplained[0].text.find("in work they run as well (forward"), std::string::npos) << dx.unexplained[0].text;
   }
+}
+
+// The usual work slower on a rank confined to one CPU, beside peers of its node on other CPUs: that
+// CPU is slower (slow-cpu, culprit the CPU and its node). Not when another process or strata itself
+// ran on that CPU more than on its peers' (shared, not slower), when a peer ran on the same CPU, or
+// when the rank was spread over CPUs.
+TEST(DiagnoseEngine, TheUsualWorkSlowerOnOneCpuNamesTheCpu) {
+  auto job_with = [](const std::function<void(JobWindow&)>& change) {
+    // As in TheUsualWorkSlowerNamesNoFunction: rank 3's forward path (10 ms a step on every rank)
+    // runs 8 ms longer, the rest of its work as on its peers.
+    SyntheticSpec spec;
+    spec.ranks = 4;
+    spec.faults = {PlantedFault{3, "host-hotspot", 8}};
+    JobWindow job = make_synthetic_job(spec);
+    RankWindow& r = job.ranks[3];
+    NameId hot = job.names.id("main;train;slow_augment;cpu_work");
+    NameId fwd = job.names.id("main;train;train_step;forward");
+    const double ms = value_of(r.oncpu, hot);
+    std::erase_if(r.oncpu, [&](const Value& v) { return v.name == hot; });
+    r.oncpu.push_back({fwd, ms});
+    normalize(r.oncpu);
+    change(job);
+    return diagnose(job);
+  };
+  auto dx = job_with([](JobWindow&) {});
+  ASSERT_FALSE(dx.findings.empty()) << text_of(dx);
+  EXPECT_EQ(std::string(cause_name(dx.findings[0].cause)), "slow-cpu") << text_of(dx);
+  EXPECT_EQ(dx.findings[0].rank, 3);
+  EXPECT_EQ(dx.findings[0].culprit, "CPU 3 of node-0");
+  bool said = false;
+  for (const auto& e : dx.findings[0].evidence) said = said || e.find("ran 97% of its CPU time on CPU 3") != std::string::npos;
+  EXPECT_TRUE(said) << text_of(dx);
+
+  auto unexplained_on_3 = [&](const Diagnosis& d, const std::string& why) {
+    for (const auto& f : d.findings) EXPECT_NE(std::string(cause_name(f.cause)), "slow-cpu") << why << "\n" << text_of(d);
+    EXPECT_EQ(straggler_rank(d), 3) << why << "\n" << text_of(d);
+  };
+  unexplained_on_3(job_with([](JobWindow& j) { j.ranks[3].agent_ms = 12; }), "strata ran on its CPU");
+  unexplained_on_3(job_with([](JobWindow& j) { j.ranks[1].cpu_placement = j.ranks[3].cpu_placement; }), "a peer on the same CPU");
+  unexplained_on_3(job_with([](JobWindow& j) { j.ranks[3].cpu_placement = {{"3", 0.6}, {"5", 0.4}}; }), "spread over two CPUs");
+  unexplained_on_3(job_with([](JobWindow& j) {
+    for (size_t i = 0; i < 4; ++i) j.ranks[i].node = "node-" + std::to_string(i);
+  }), "no peer on its node");
 }
 
 // Every rank's CPU grew alike (a drifting machine): no one rank stands out.

@@ -83,6 +83,9 @@ void write_job(store::Store& s, double lead_s, bool hog = false, uint64_t warmup
     for (int r = 0; r < kRanks; ++r) {
       const auto pid = static_cast<uint32_t>(5000 + r);
       m.push_back({pid, "os.cpu_time_us", "", 2e6});
+      // Where it ran: 95% on CPU r, the rest elsewhere.
+      m.push_back({pid, "os.cpu_time_by_cpu_us", std::to_string(r), 1.9e6});
+      m.push_back({pid, "os.cpu_time_by_cpu_us", "other", 0.1e6});
       if (hog && r == 3) m.push_back({pid, "os.neighbour_run_us", w == first_window ? "python3:6000" : "strata-hog:6000", 1e6});
       counts.push_back({pid, pid, "python3", *work, 198});
     }
@@ -111,6 +114,20 @@ TEST(DiagnosePastStore, AFirstWindowThatBeganJustBeforeTheStepsIsThePast) {
     ASSERT_TRUE(known(cpu)) << "rank " << r.rank << " has no OS past";
     // 2 s of CPU over the window's 100 baseline steps' worth of time: 20 ms a step.
     EXPECT_NEAR(cpu, 20.0, 2.0) << "rank " << r.rank;
+  }
+}
+
+// Where each rank ran comes from its process's os.cpu_time_by_cpu_us, as shares, largest first.
+TEST(DiagnosePastStore, WhereEachRankRanIsItsShareOfRunTimeByCpu) {
+  test::TempDir dir;
+  auto job = load(dir, "placement.db", 0.3);
+  ASSERT_TRUE(job) << job.error().message;
+  ASSERT_EQ(job->ranks.size(), 4u);
+  for (const auto& r : job->ranks) {
+    ASSERT_EQ(r.cpu_placement.size(), 2u) << "rank " << r.rank;
+    EXPECT_EQ(r.cpu_placement[0].first, std::to_string(r.rank));
+    EXPECT_NEAR(r.cpu_placement[0].second, 0.95, 1e-9);
+    EXPECT_EQ(r.cpu_placement[1].first, "other");
   }
 }
 
