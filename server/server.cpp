@@ -589,8 +589,10 @@ class Server {
 
   // The span of a profile read (read_span: by default the store's latest 10 minutes, never its whole
   // history); called with store_mu_ held. Replies the reason when there is none to read.
+  // `job=J` (the flame page's download) ends it at that job's latest step, as its pages' spans.
   bool profile_span(const httplib::Request& req, store::ProfileFilter& f, httplib::Response& res) {
-    auto st = read_span(req, *store_, store_.get(), nullptr, f);
+    const std::string job = req.has_param("job") ? req.get_param_value("job") : "";
+    auto st = read_span(req, *store_, store_.get(), req.has_param("job") ? &job : nullptr, f);
     if (!st) reply_error(res, st.error().exit_code == 2 ? 503 : 400, st.error().message);
     return static_cast<bool>(st);
   }

@@ -566,11 +566,11 @@ TEST(ServeHeatmap, AJobThatEndedEarlierOpensOnItsOwnLatestSteps) {
   EXPECT_EQ(to, window_end + 150 * kS);
   EXPECT_EQ(to - ended["from_ns"].get<uint64_t>(), 600 * kS);
   EXPECT_GE(to, r.end_ns);
-  // The other pages of the job read the same span.
+  // The other pages of the job read the same span, and so does the flame page's download.
   httplib::Client cli("127.0.0.1", c.port());
   cli.set_read_timeout(60, 0);
   for (const std::string& page : {"/api/v1/timeline?job=" + job + "&rank=3", "/api/v1/diff?job=" + job + "&rank=3",
-                                 "/api/v1/fidelity?job=" + job}) {
+                                 "/api/v1/fidelity?job=" + job, "/api/v1/profile?job=" + job + "&rank=3"}) {
     auto res = cli.Get(page.c_str());
     ASSERT_TRUE(res && res->status == 200) << page;
     EXPECT_EQ(res->get_header_value("X-Strata-Span-To-Ns"), std::to_string(to)) << page;

@@ -113,7 +113,9 @@ export async function flameView(main: HTMLElement, s: UiState, go: (s: UiState) 
     const b = h('button', { class: 'button', id, type: 'button' }, label);
     b.addEventListener('click', () => {
       b.disabled = true;
-      download('profile', { rank, kind, from: range.from, to: range.to, format }, file)
+      // The span the graph shows: the window, else the job page's (`at`), else the job's latest.
+      const dlSpan = windowed ? range : { from: undefined, to: s.at };
+      download('profile', { job, rank, kind, from: dlSpan.from, to: dlSpan.to, format }, file)
         .then(() => { dlNote.textContent = ` saved ${file}`; })
         .catch((e) => { dlNote.textContent = ` ${e instanceof Error ? e.message : e}`; })
         .finally(() => { b.disabled = false; });
