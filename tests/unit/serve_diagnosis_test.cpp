@@ -68,6 +68,17 @@ uint64_t number_after(const std::string& json, const std::string& key) {
   return std::regex_search(json, m, re) ? std::stoull(m[1]) : 0;
 }
 
+// A rank's process as an agent announces it: pid on node, of job.
+store::ProcessInfo rank_on(uint32_t pid, const std::string& node, const std::string& job, int rank) {
+  store::ProcessInfo p;
+  p.pid = pid;
+  p.node = node;
+  p.comm = "python";
+  p.job = job;
+  p.rank = rank;
+  return p;
+}
+
 // Everything of the recorded job, ready to be cut in time slices.
 struct Recorded {
   std::vector<store::ProcessInfo> procs;
@@ -531,12 +542,7 @@ TEST(ServeHeatmap, AJobThatEndedEarlierOpensOnItsOwnLatestSteps) {
   ASSERT_TRUE(w2) << w2.error().message;
   auto rec = (*w2)->begin_recording({"vm2", "train.py", later0, 99, 10});
   ASSERT_TRUE(rec);
-  store::ProcessInfo p;
-  p.pid = 7;
-  p.node = "vm2";
-  p.comm = "python";
-  p.job = "later";
-  p.rank = 0;
+  store::ProcessInfo p = rank_on(7, "vm2", "later", 0);
   p.world_size = 1;
   ASSERT_TRUE((*w2)->put_process(*rec, p));
   std::vector<store::StepRecord> steps;
@@ -789,13 +795,7 @@ TEST(ServeFidelity, WindowRatesAndUnwindingReachTheApiAndTheRemoteReader) {
   const uint64_t t0 = 1'700'000'000 * kS;
   auto rec = (*w)->begin_recording({"node-a", "train.py", t0, 99, 10});
   ASSERT_TRUE(rec);
-  store::ProcessInfo p;
-  p.pid = 42;
-  p.node = "node-a";
-  p.comm = "python";
-  p.job = "job-f";
-  p.rank = 0;
-  ASSERT_TRUE((*w)->put_process(*rec, p));
+  ASSERT_TRUE((*w)->put_process(*rec, rank_on(42, "node-a", "job-f", 0)));
   Frame f;
   f.kind = FrameKind::kNative;
   f.module = "/usr/bin/app";
@@ -848,13 +848,7 @@ TEST(ServeProfile, TheProfileAndTheExportReadTheLatestTenMinutesUnasked) {
   const uint64_t t1 = t0 + 3600 * kS;  // an hour on
   auto rec = (*w)->begin_recording({"node-a", "train.py", t0, 99, 10});
   ASSERT_TRUE(rec);
-  store::ProcessInfo p;
-  p.pid = 42;
-  p.node = "node-a";
-  p.comm = "python";
-  p.job = "job-p";
-  p.rank = 0;
-  ASSERT_TRUE((*w)->put_process(*rec, p));
+  ASSERT_TRUE((*w)->put_process(*rec, rank_on(42, "node-a", "job-p", 0)));
   std::vector<store::StepRecord> steps;
   for (uint64_t at : {t0, t1}) {
     store::StepRecord st;
