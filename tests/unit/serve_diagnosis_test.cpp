@@ -510,6 +510,27 @@ TEST(ServeHeatmap, ASpanOfStepsWithRanksLinedUpOnTime) {
   w.reset();
 }
 
+// What `strata record` diagnoses, the collector diagnoses from what agents ship: the recorded
+// slow-cpu case (os.cpu_time_by_cpu_us, where each rank ran) replayed through an agent's shipper
+// names the same rank and CPU.
+TEST(ServeDiagnosis, ASlowerCpuIsNamedFromWhatTheAgentShips) {
+  TempDir tmp;
+  Recorded r = load(std::string(STRATA_SOURCE_DIR) + "/tests/data/diagnose/slow-cpu.db");
+  ASSERT_FALSE(r.steps.empty());
+  Collector c(diagnosing(tmp.file("server.db")), free_port());
+  auto w = ship_whole(c, r, tmp);
+  ASSERT_TRUE(w);
+  std::string found;
+  for (int k = 0; k < 300 && found.find("\"cause\":\"slow-cpu\"") == std::string::npos; ++k) {
+    found = c.get("/api/v1/findings?job=strata-sim-2816");
+    std::this_thread::sleep_for(std::chrono::milliseconds(100));
+  }
+  EXPECT_NE(found.find("\"cause\":\"slow-cpu\""), std::string::npos) << found.substr(0, 600);
+  EXPECT_NE(found.find("\"culprit\":\"CPU 1 of vm\""), std::string::npos) << found.substr(0, 600);
+  EXPECT_NE(found.find("\"rank\":1,\"node\":\"vm\""), std::string::npos) << found.substr(0, 600);
+  w.reset();
+}
+
 // A job that ended before the store's latest 10 minutes (another job ran on since) opens on its own
 // latest steps, found by its kept diagnosis: the heatmap, the timeline, the differential profile and
 // the fidelity notice read the span that ends a quarter of the default span after its last
