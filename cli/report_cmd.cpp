@@ -14,14 +14,12 @@
 #include "report/chrome_trace.h"
 #include "report/exporters.h"
 #include "report/os_table.h"
+#include "server/web_api.h"
 #include "store/store.h"
 
 namespace strata::cli {
 
 namespace {
-// What a collector reads a request at most and by default (server/web_api.cpp kMaxSpanNs, kDefaultSpanNs).
-constexpr uint64_t kServerMaxSpanNs = 3600ull * 1'000'000'000;
-constexpr uint64_t kServerDefaultSpanNs = 600ull * 1'000'000'000;
 const char* kReportUsage = R"(usage: strata report (FILE.db | --server URL [--token-file F]) [--rank R] [--pid P] [--tid T] [--kind oncpu|offcpu]
                      [--last DURATION | --from NS [--to NS]] [--format text|folded|pprof|chrome-trace] [-o OUT]
 )";
@@ -260,11 +258,11 @@ int report_main(std::vector<std::string> argv) {
   // A collector reads a span of at most an hour a request (server/web_api.h read_span), and by
   // default its latest 10 minutes: the same here, said before the read rather than after it.
   if (!server.empty()) {
-    if (filter.from_ns && filter.to_ns && *filter.to_ns - *filter.from_ns > kServerMaxSpanNs)
+    if (filter.from_ns && filter.to_ns && *filter.to_ns - *filter.from_ns > server::kMaxSpanNs)
       return fail("report: --server reads at most 1h at a time; ask for a shorter span, or several", 1);
-    if (last_ns && *last_ns > kServerMaxSpanNs)
+    if (last_ns && *last_ns > server::kMaxSpanNs)
       return fail("report: --server reads at most 1h at a time (--last " + last_text + "); ask for a shorter span, or several", 1);
-    if (!last_ns && !filter.from_ns && !filter.to_ns) last_ns = kServerDefaultSpanNs;
+    if (!last_ns && !filter.from_ns && !filter.to_ns) last_ns = server::kDefaultSpanNs;
   }
 
   auto st = [&]() -> Result<std::unique_ptr<store::Reader>> {

@@ -608,10 +608,7 @@ class Server {
       p = store_->load_profile(*f);
     }
     if (!p) return reply_error(res, 503, p.error().message);
-    if (f->from_ns && f->to_ns) {
-      res.set_header("X-Strata-Span-From-Ns", std::to_string(*f->from_ns));
-      res.set_header("X-Strata-Span-To-Ns", std::to_string(*f->to_ns));
-    }
+    span_headers(*f, res);
     // &format=pprof: the gzipped profile.proto `strata report --format pprof` writes (the web UI's
     // download). The exporter writes a file: a private temporary one, read back and removed.
     const std::string format = req.has_param("format") ? req.get_param_value("format") : "folded";

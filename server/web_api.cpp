@@ -101,19 +101,6 @@ void reply_json(const httplib::Request& req, httplib::Response& res, const std::
 // has one per stretch, and the page needs where and when, not every stretch.
 constexpr size_t kMaxFidelityRuns = 200;
 
-// The pages that read rows by time (the heatmap, the differential profile, the timeline, the
-// fidelity notice) read a span: asked without one, the
-// store's latest kDefaultSpanNs (ending at its latest step), the stretch `strata diagnose` reads by
-// default. Ten minutes are hundreds of steps at the usual 0.1-2 s, as many columns as a heatmap
-// shows and more than a trace viewer shows readably, and a read bounded by them costs the same in a
-// job's first hour and its sixth week (a week of one rank is ~600k steps, with their collectives
-// and kernels; of a 1,000-rank job, 600M step rows).
-constexpr uint64_t kDefaultSpanNs = 10ull * 60 * 1'000'000'000;
-// The longest span one request may ask: an hour of one rank at a few hundred kernels and
-// collectives a step is ~10^6 events, ~100 MB of trace JSON, about what a trace viewer opens; an
-// hour of a 1,000-rank job's steps is 3.6M heatmap cells. A longer stretch is read in several requests.
-constexpr uint64_t kMaxSpanNs = 60ull * 60 * 1'000'000'000;
-
 // A job's latest step is where its default span ends. A running job's is the store's latest step;
 // a job that ended before it is found by its kept diagnosis (Ledger::latest_diagnosis, one row per
 // job): the steps table has no index by job, and a scan back from the store's end for the job's
@@ -184,13 +171,6 @@ class WebApi {
 
   // A span that cannot be read: 400 for a bad request, 503 where the store failed.
   static void reply_span_error(httplib::Response& res, const Error& e) { reply_error(res, e.exit_code == 2 ? 503 : 400, e.message); }
-
-  // The span read, for the reader (a trace's and a heatmap's times are relative).
-  static void span_headers(const store::ProfileFilter& range, httplib::Response& res) {
-    if (!range.from_ns || !range.to_ns) return;
-    res.set_header("X-Strata-Span-From-Ns", std::to_string(*range.from_ns));
-    res.set_header("X-Strata-Span-To-Ns", std::to_string(*range.to_ns));
-  }
 
   // The diagnosis strata serve keeps (server/diagnoser.h): the latest round's report and the
   // findings' history; &format=text for `strata diagnose --server`.
@@ -675,6 +655,12 @@ Status time_range_of(const httplib::Request& req, store::ProfileFilter& f) {
   f.from_ns = *from;
   f.to_ns = *to;
   return {};
+}
+
+void span_headers(const store::ProfileFilter& range, httplib::Response& res) {
+  if (!range.from_ns || !range.to_ns) return;
+  res.set_header("X-Strata-Span-From-Ns", std::to_string(*range.from_ns));
+  res.set_header("X-Strata-Span-To-Ns", std::to_string(*range.to_ns));
 }
 
 Status read_span(const httplib::Request& req, store::Reader& store, store::Ledger* ledger, const std::string* job,

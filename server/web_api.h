@@ -21,6 +21,7 @@
 namespace httplib {
 class Server;
 struct Request;
+struct Response;
 }
 
 namespace strata::server {
@@ -70,6 +71,19 @@ class JobProcesses {
 // /diff): the time range of `f`. An error names the bad parameter.
 Status time_range_of(const httplib::Request& req, store::ProfileFilter& f);
 
+// Every read by time (the pages: heatmap, differential profile, timeline, fidelity notice; the
+// profile and the export, so `strata report --server` too) reads a span: asked without one, the
+// store's latest kDefaultSpanNs (ending at its latest step), the stretch `strata diagnose` reads by
+// default. Ten minutes are hundreds of steps at the usual 0.1-2 s, as many columns as a heatmap
+// shows and more than a trace viewer shows readably, and a read bounded by them costs the same in a
+// job's first hour and its sixth week (a week of one rank is ~600k steps, with their collectives
+// and kernels; of a 1,000-rank job, 600M step rows).
+inline constexpr uint64_t kDefaultSpanNs = 10ull * 60 * 1'000'000'000;
+// The longest span one request may ask: an hour of one rank at a few hundred kernels and
+// collectives a step is ~10^6 events, ~100 MB of trace JSON, about what a trace viewer opens; an
+// hour of a 1,000-rank job's steps is 3.6M heatmap cells. A longer stretch is read in several requests.
+inline constexpr uint64_t kMaxSpanNs = 60ull * 60 * 1'000'000'000;
+
 // The span a read covers: `from` and `to` (unix ns, at most an hour apart), one of them (the other
 // ten minutes away), or neither: the latest ten minutes up to the latest step, of `job` where a job
 // is named and `ledger` keeps its diagnoses (a job that ended earlier), else of the store. Never
@@ -79,6 +93,9 @@ Status time_range_of(const httplib::Request& req, store::ProfileFilter& f);
 // request's (400). Called with the store lock held.
 Status read_span(const httplib::Request& req, store::Reader& store, store::Ledger* ledger, const std::string* job,
                  store::ProfileFilter& range);
+// The span read (its range once read_span set it), for the reader in the answer's headers
+// X-Strata-Span-From-Ns / -To-Ns: a trace's and a heatmap's times are relative. None when unset.
+void span_headers(const store::ProfileFilter& range, httplib::Response& res);
 
 // A page of rows is at most this many (`limit=`), so one request never copies a whole table out of
 // the store while ingest waits for it: 100k steps or collectives are ~15 MB of JSON.
