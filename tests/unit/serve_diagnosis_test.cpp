@@ -923,7 +923,10 @@ TEST(ServeProfile, TheProfileAndTheExportReadTheLatestTenMinutesUnasked) {
   // strata report --server: by default the latest 10 minutes, said on stderr; --from/--to and
   // --last another span; past an hour refused before a request.
   const std::string report = strata_bin() + " report --server " + c.url() + " --format folded";
+  const uint64_t exports = c.metric("strata_serve_requests_total{route=\"export\"}");
   auto out = run(report);
+  EXPECT_EQ(c.metric("strata_serve_requests_total{route=\"export\"}"), exports + 1)
+      << "the first read (the latest step) was of the default span: read once";
   EXPECT_EQ(out.exit_code, 0) << test::describe(out);
   EXPECT_EQ(out.out, "new_work 50\n") << test::describe(out);
   EXPECT_NE(out.err.find("600 s, from " + std::to_string(t1 + 10 * kS + 1 - 600 * kS)), std::string::npos) << out.err;
