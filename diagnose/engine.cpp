@@ -3604,8 +3604,19 @@ Diagnosis diagnose(const JobWindow& job, const Options& opt) {
             if (k != i) others.push_back(busy[k]), others_base.push_back(base_busy[k]), other_ranks.push_back(k);
           }
           ref = median(others);
-          noise = robust_sigma(others, ref);
-          if (const double g = growth_noise(other_ranks); known(g)) noise = g;
+          // Two other ranks' spread is no noise (kMinGroupNoise): they can differ by placement
+          // (three pinned ranks on two CPUs: the two that share one are each 2x busier than the
+          // third), and one of them can move with the straggler (the rank that shares its CPU
+          // finishes sooner once the CPU's other half is the straggler's alone). Its own steps say
+          // it instead (median_step_excess below), as for a rank with one peer. Seen: rank 0 of a
+          // held-out 3-rank DDP job tripled its batch (+56 ms busy per step over its peers, who
+          // waited 62 ms for it) under a 110 ms "noise" made of its two peers' growths (-1, -38).
+          if (others.size() >= kMinGroupNoise) {
+            noise = robust_sigma(others, ref);
+            if (const double g = growth_noise(other_ranks); known(g)) noise = g;
+          } else {
+            noise = 0;
+          }
           base_ref = median(std::move(others_base));
         }
         double floor = straggler_floor(noise);

@@ -1045,6 +1045,34 @@ TEST(DiagnoseEngine, AnUnevenMachineIsNotNoiseToAStragglerOfASlowJob) {
   EXPECT_EQ(end.findings[0].rank, 2) << text_of(end);
 }
 
+// Two other ranks' spread is no noise: one of them can move with the straggler. Three pinned
+// ranks on two CPUs, ranks 0 and 2 sharing one; rank 0 takes a larger share of the work, and
+// rank 2, whose CPU is rank 0's alone once its own part is done, is 38 ms less busy per step than
+// before (its growth against rank 1's made a 4x floor over 100 ms). Rank 0 is what both wait for.
+TEST(DiagnoseEngine, AStragglerWhosePeerGotFasterIsStillTheStraggler) {
+  SyntheticSpec spec;
+  spec.ranks = 3;
+  spec.past = true;
+  spec.faults = {PlantedFault{0, "workload-imbalance", 50}};
+  JobWindow job = make_synthetic_job(spec);
+  for (size_t i : {0u, 2u}) job.ranks[i].base.wait_ms -= 25, job.ranks[i].now.wait_ms -= 25;
+  job.ranks[2].now.wait_ms += 38;
+  auto dx = diagnose(job);
+  ASSERT_FALSE(dx.findings.empty()) << text_of(dx);
+  EXPECT_EQ(dx.findings[0].rank, 0) << text_of(dx);
+  EXPECT_EQ(std::string(cause_name(dx.findings[0].cause)), "workload-imbalance") << text_of(dx);
+
+  // Healthy, the CPU that ranks 0 and 2 share got faster (both 38 ms less busy per step, the
+  // step as before): no finding, and no straggler.
+  SyntheticSpec quiet = spec;
+  quiet.faults.clear();
+  JobWindow calm = make_synthetic_job(quiet);
+  for (size_t i : {0u, 2u}) calm.ranks[i].base.wait_ms -= 25, calm.ranks[i].now.wait_ms += 38 - 25;
+  auto none = diagnose(calm);
+  EXPECT_TRUE(none.findings.empty()) << text_of(none);
+  EXPECT_TRUE(none.unexplained.empty()) << text_of(none);
+}
+
 // The same in a large job (128 ranks, compared with the job's median) and in large peer groups (two
 // pipeline stages of 80): half the nodes' CPUs are slower, their ranks 25 ms per step busier from
 // the first step. The two levels are the cluster's shape, not noise (their spread made a 4x floor
