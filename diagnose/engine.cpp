@@ -2191,9 +2191,9 @@ bool has_past(const JobWindow& job) {
 // explains kMinExplainedShare of the loss.
 // With `straggling`, some rank computes longer than its peers (an unexplained straggler): every
 // rank's longer wait in the collectives is then its peers waiting for it, no evidence of the wire,
-// and the comm layer's candidate is left out.
+// and the comm layer's candidate is left out. *explained: what the finding's layer explains.
 std::optional<Finding> job_past_finding(const JobWindow& job, double lost, double baseline_ms, std::vector<std::string> head,
-                                        bool straggling = false) {
+                                        bool straggling = false, double* explained = nullptr) {
   if (!(lost >= std::min(kJobWideSlowdown, kJobWideDeviceSlowdown) * baseline_ms)) return std::nullopt;
   auto cs = job_layers(job, lost);
   if (straggling) std::erase_if(cs, [](const JobCandidate& c) { return c.cause == Cause::kNetworkSlow; });
@@ -2216,6 +2216,7 @@ std::optional<Finding> job_past_finding(const JobWindow& job, double lost, doubl
       f.evidence.push_back(std::string("also: ") + cause_name(cs[i].cause) + " (" + cs[i].culprit + ") explains " + ms(cs[i].explained_ms) + " per step");
   }
   f.advice = top.advice;
+  if (explained) *explained = top.explained_ms;
   return f;
 }
 
@@ -3735,14 +3736,38 @@ Diagnosis diagnose(const JobWindow& job, const Options& opt) {
     // long on every GPU (+30 ms per step) while two ranks sharing a slower CPU computed 22-28 ms
     // longer than the other two from before the regression on: two unexplained stragglers and no
     // finding, where every GPU computed 30 ms more per step than before.
-    if (slow && !link_named && !cands.empty() && dx.findings.empty() && !dx.unexplained.empty() && has_past(job)) {
+    // Or they wait for CPUs that another rank's own processes take (shared_cpu_finding: its
+    // DataLoader workers, prefetching, so its own loop never waits): the job's own processes are no
+    // neighbour of the stragglers, so no layer of theirs names them. Said when every unexplained
+    // straggler is on that rank's node, and the rank explains at least as much as the job's layers.
+    // Seen on a 3-rank job pinned on two CPUs: rank 0's worker burned the CPU that rank 2 shares
+    // with it; rank 2 computed 55 ms longer than its peers, its layers saying only that it waited
+    // for a CPU.
+    if (slow && !link_named && !cands.empty() && dx.findings.empty() && !dx.unexplained.empty()) {
       std::string who;
       for (const auto& u : dx.unexplained) who += (who.empty() ? "" : ", ") + std::string("rank ") + std::to_string(u.rank);
-      std::vector<std::string> head{"job step time " + ms(dx.step_ms) + " vs its baseline " + ms(dx.baseline_step_ms) + "; " + who +
-                                    (dx.unexplained.size() == 1 ? " computes" : " compute") +
-                                    " longer than the peers and none of the layers says why (below), while every rank's layers, "
-                                    "against the job's healthy past, say what the whole job lost"};
-      if (auto f = job_past_finding(job, lost, dx.baseline_step_ms, std::move(head), true)) dx.findings.push_back(std::move(*f));
+      const std::string step_line = "job step time " + ms(dx.step_ms) + " vs its baseline " + ms(dx.baseline_step_ms) + "; " + who +
+                                    (dx.unexplained.size() == 1 ? " computes" : " compute") + " longer than the peers and none of ";
+      double hog_ms = 0;
+      auto hog = shared_cpu_finding(job, lost, dx.baseline_step_ms,
+                                    {step_line + "the layers says why (they see no neighbour: the processes on their CPUs are the job's own)"},
+                                    &hog_ms);
+      if (hog && !std::all_of(dx.unexplained.begin(), dx.unexplained.end(),
+                              [&](const Diagnosis::Unexplained& u) { return u.node == hog->node && u.rank != hog->rank; }))
+        hog.reset();
+      std::optional<Finding> whole;
+      double whole_ms = 0;
+      if (has_past(job)) {
+        std::vector<std::string> head{step_line + "the layers says why (below), while every rank's layers, against the job's "
+                                                  "healthy past, say what the whole job lost"};
+        whole = job_past_finding(job, lost, dx.baseline_step_ms, std::move(head), true, &whole_ms);
+      }
+      if (hog && (!whole || whole_ms <= hog_ms)) {
+        dx.findings.push_back(std::move(*hog));
+        dx.unexplained.clear();  // they waited for its CPUs: explained
+      } else if (whole) {
+        dx.findings.push_back(std::move(*whole));
+      }
     }
 
     // Everyone waits longer and no one computes longer: a link, the fabric, or the job slowed

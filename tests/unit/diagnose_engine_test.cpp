@@ -1581,6 +1581,45 @@ TEST(DiagnoseEngine, ARanksWorkersThatTakeTheSharedCpusAreItsHotspot) {
   }
 }
 
+// Three ranks pinned on two CPUs, ranks 0 and 2 sharing one: rank 0's worker burns that CPU
+// (augment_sample, 45 ms per step), so rank 2 waits for it and computes 50 ms longer than its
+// peers, who wait for it. Rank 2 is a straggler none of whose layers says why (the processes on its
+// CPU are the job's own, no neighbour): the finding is rank 0's worker, and rank 2 is explained.
+// (Where nothing at all else ran on rank 2's CPU, its layers say its CPU is oversubscribed instead.)
+TEST(DiagnoseEngine, AStragglerWaitingForAnotherRanksWorkerNamesThatWorker) {
+  for (bool past : {true, false}) {
+    SyntheticSpec spec;
+    spec.ranks = 3;
+    spec.past = past;
+    JobWindow job = make_synthetic_job(spec);
+    const std::string worker = std::string(kWorkerFrame) + ";_worker_loop;Batches.__getitem__;";
+    for (auto& r : job.ranks) {
+      r.now.step_ms += 50;
+      r.workers = {20000 + r.pid % 100};
+      r.oncpu.push_back({job.names.id(worker + "load_batch"), 1});
+      normalize(r.oncpu);
+    }
+    job.ranks[0].now.wait_ms += 50;
+    job.ranks[1].now.wait_ms += 50;
+    job.ranks[2].set(Os::kRunqWait, job.ranks[2].get(Os::kRunqWait) + 48);
+    // What else ran on its CPU, as the recorded run had it: a shell now and then (the job's own
+    // processes are no neighbour).
+    job.ranks[2].neighbours.push_back({job.names.id("bash"), 0.05});
+    RankWindow& h = job.ranks[0];
+    h.set(Os::kCpu, h.get(Os::kCpu) + 45);
+    h.oncpu.push_back({job.names.id(worker + "augment_sample"), 45});
+    normalize(h.oncpu);
+    auto dx = diagnose(job);
+    ASSERT_EQ(dx.findings.size(), 1u) << "past " << past << "\n" << text_of(dx);
+    const Finding& f = dx.findings[0];
+    EXPECT_EQ(f.rank, 0) << text_of(dx);
+    EXPECT_EQ(std::string(cause_name(f.cause)), "host-hotspot") << text_of(dx);
+    EXPECT_EQ(f.culprit, "augment_sample") << text_of(dx);
+    EXPECT_NE(evidence_of(f).find("rank 2 computes longer than the peers"), std::string::npos) << text_of(dx);
+    EXPECT_TRUE(dx.unexplained.empty()) << text_of(dx);
+  }
+}
+
 // The same job as the held-out DDP run r3-w2-pin saw it, a Python program: the peers' workers load
 // their batches too fast to be sampled in Batches.__getitem__ (their samples land in the worker
 // loop), so on rank 2 __getitem__ is as new as augment_sample, which holds almost all of its time.
