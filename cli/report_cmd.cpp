@@ -30,7 +30,9 @@ formats:
   folded    one line per stack, root first: "frame;frame;...;leaf COUNT" (flamegraph.pl input)
   pprof     gzipped profile.proto for go tool pprof, Pyroscope, Parca (written to -o, default profile.pb.gz)
   chrome-trace  Trace Event JSON for Perfetto / chrome://tracing: a process per rank with its CPU
-            threads, GPU streams, communicators and steps (written to -o, default trace.json)
+            threads, GPU streams, communicators and steps (written to -o, default trace.json);
+            with --server, the ranks of the job with the most ranks (--rank: one), at most 1h of
+            rank time (six ranks' 10 minutes)
 
 A filter (--rank, --pid, --tid) that matches nothing in the store is an error (exit 1), not an
 empty report. A span (--last, --from/--to) keeps the samples of the windows that overlap it and the
@@ -141,6 +143,30 @@ Result<std::vector<store::ProcessInfo>> filtered_processes(store::Reader& st, co
                                 (ranks.size() > 1 ? ".." + std::to_string(*ranks.rbegin()) : "") + ")";
   }
   return Error{"report: no " + what + " in " + where + known};
+}
+
+// A collector's trace of the ranks of `procs` (the processes the filters keep) over the span of `f`:
+// its GET /api/v1/timeline, which reads each rank's rows for the span (the export carries profiles,
+// not timelines), for the job with the most ranks. A trace holds at most kMaxSpanNs of rank time
+// (one rank's hour, six ranks' default 10 minutes): the size the span's bound is set by, about what
+// a trace viewer opens; more ranks are asked for with --rank or a shorter span.
+Result<std::string> remote_trace(std::string server, const std::string& token,
+                                 const std::vector<store::ProcessInfo>& procs, const store::ProfileFilter& f) {
+  std::set<int> ranks;
+  for (const auto& p : procs) {
+    if (p.rank >= 0) ranks.insert(p.rank);
+  }
+  if (ranks.empty()) return Error{"report: " + server + " holds no ranked processes here: a trace is of training ranks"};
+  const uint64_t span = f.from_ns && f.to_ns ? *f.to_ns - *f.from_ns : server::kDefaultSpanNs;
+  if (ranks.size() > 1 && ranks.size() * span > server::kMaxSpanNs)
+    return Error{"report: a trace holds at most 1h of rank time; " + std::to_string(ranks.size()) + " ranks x " +
+                 std::to_string(span / 1'000'000'000) + " s is more: give --rank R, or a shorter span (--last)"};
+  std::string path = "/api/v1/timeline?ranks=";
+  for (int r : ranks) path += std::to_string(r) + (r == *ranks.rbegin() ? "" : ",");
+  if (f.from_ns) path += "&from=" + std::to_string(*f.from_ns);
+  if (f.to_ns) path += "&to=" + std::to_string(*f.to_ns);
+  while (!server.empty() && server.back() == '/') server.pop_back();
+  return store::remote_get(server, token, path);
 }
 
 Result<report::TimelineData> load_timeline(store::Reader& st, const store::ProfileFilter& f) {
@@ -286,6 +312,22 @@ int report_main(std::vector<std::string> argv) {
   if (!server.empty() && filter.from_ns && filter.to_ns)
     std::cerr << "strata: " << server << ": " << (*filter.to_ns - *filter.from_ns) / 1'000'000'000 << " s, from "
               << *filter.from_ns << " to " << *filter.to_ns << " ns (--last, --from/--to for another span)\n";
+  if (format == "chrome-trace" && !server.empty()) {
+    if (filter.pid || filter.tid) return fail("report: --server --format chrome-trace reads ranks: give --rank R, not --pid/--tid", 1);
+    auto kept = filtered_processes(**st, filter, where);
+    if (!kept) return fail(kept.error().message, kept.error().exit_code);
+    if (output.empty()) output = "trace.json";
+    auto trace = remote_trace(server, token, *kept, filter);
+    if (!trace) return fail(trace.error().message, trace.error().exit_code);
+    std::ofstream f(output);
+    if (!f) return fail("cannot write " + output, 1);
+    f << *trace;
+    f.flush();
+    if (!f) return fail("writing " + output + " failed", 1);
+    std::cerr << "strata: wrote " << output << " (open it in https://ui.perfetto.dev or chrome://tracing)\n";
+    print_fidelity(**st, *kept, "strata: ", std::cerr);
+    return 0;
+  }
   if (format == "chrome-trace") {
     if (auto kept = filtered_processes(**st, filter, where); !kept) return fail(kept.error().message, kept.error().exit_code);
     if (output.empty()) output = "trace.json";

@@ -220,20 +220,7 @@ class RemoteStore final : public Reader {
     return out;
   }
 
-  // The body of a 200 answer to GET `path`; the reason otherwise.
-  Result<std::string> get(const std::string& path) {
-    httplib::Client cli(url_);
-    cli.set_connection_timeout(5, 0);
-    cli.set_read_timeout(120, 0);
-    httplib::Headers h;
-    if (!token_.empty()) h.emplace("Authorization", "Bearer " + token_);
-    auto res = cli.Get(path, h);
-    if (!res) return Error{"cannot reach the server at " + url_ + ": " + http_error_text(res.error())}.environment();
-    if (res->status == 401) return Error{url_ + ": 401 unauthorized (give the server's token with --token-file)"};
-    if (res->status != 200)
-      return Error{url_ + path + ": HTTP " + std::to_string(res->status) + ": " + res->body.substr(0, 200)};
-    return std::move(res->body);
-  }
+  Result<std::string> get(const std::string& path) { return remote_get(url_, token_, path); }
 
   Result<const ingest::Export*> fetch(const ProfileFilter& f) {
     std::string path = "/api/v1/export?kind=" + std::string(f.kind == CountKind::kOnCpu ? "oncpu" : "offcpu");
@@ -265,6 +252,19 @@ class RemoteStore final : public Reader {
 };
 
 }  // namespace
+
+Result<std::string> remote_get(const std::string& url, const std::string& token, const std::string& path) {
+  httplib::Client cli(url);
+  cli.set_connection_timeout(5, 0);
+  cli.set_read_timeout(120, 0);
+  httplib::Headers h;
+  if (!token.empty()) h.emplace("Authorization", "Bearer " + token);
+  auto res = cli.Get(path, h);
+  if (!res) return Error{"cannot reach the server at " + url + ": " + http_error_text(res.error())}.environment();
+  if (res->status == 401) return Error{url + ": 401 unauthorized (give the server's token with --token-file)"};
+  if (res->status != 200) return Error{url + path + ": HTTP " + std::to_string(res->status) + ": " + res->body.substr(0, 200)};
+  return std::move(res->body);
+}
 
 Result<std::unique_ptr<Reader>> Store::open_remote(const std::string& url, const std::string& token) {
   if (url.rfind("http://", 0) != 0) return Error{"--server " + url + ": expected http://HOST:PORT"};

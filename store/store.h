@@ -592,4 +592,10 @@ class Store : public Writer, public Reader, public Ledger {
   ~Store() override = default;
 };
 
+// The body of a 200 answer to GET `path` (with its query) from the collector at `url`
+// (http://HOST:PORT), with the bearer token when not empty; else the reason, an unreachable collector
+// as the environment. What the remote reader reads its rows with, for the answers that are no rows
+// (a rank's timeline, GET /api/v1/timeline).
+Result<std::string> remote_get(const std::string& url, const std::string& token, const std::string& path);
+
 }  // namespace strata::store

@@ -14,6 +14,7 @@
 #include <algorithm>
 #include <atomic>
 #include <chrono>
+#include <fstream>
 #include <iostream>
 #include <map>
 #include <regex>
@@ -938,6 +939,39 @@ TEST(ServeProfile, TheProfileAndTheExportReadTheLatestTenMinutesUnasked) {
   out = run(report + " --last 2h");
   EXPECT_EQ(out.exit_code, 1) << test::describe(out);
   EXPECT_NE(out.err.find("at most 1h"), std::string::npos) << out.err;
+
+  // --format chrome-trace: the collector's timeline of the span's ranks (by default the latest 10
+  // minutes: the step at t1, not the one at t0).
+  const std::string trace_file = tmp.file("trace.json");
+  const std::string trace = strata_bin() + " report --server " + c.url() + " --format chrome-trace -o " + trace_file;
+  auto slurp = [&] {
+    std::ifstream in(trace_file);
+    std::stringstream ss;
+    ss << in.rdbuf();
+    return ss.str();
+  };
+  out = run(trace);
+  EXPECT_EQ(out.exit_code, 0) << test::describe(out);
+  std::string body = slurp();
+  EXPECT_NE(body.find("\"step 2\""), std::string::npos) << body.substr(0, 2000);
+  EXPECT_EQ(body.find("\"step 1\""), std::string::npos) << body.substr(0, 2000);
+  out = run(trace + " --rank 0 --from " + std::to_string(t0) + " --to " + std::to_string(t0 + 600 * kS));
+  EXPECT_EQ(out.exit_code, 0) << test::describe(out);
+  body = slurp();
+  EXPECT_NE(body.find("\"step 1\""), std::string::npos) << body.substr(0, 2000);
+  EXPECT_EQ(body.find("\"step 2\""), std::string::npos) << body.substr(0, 2000);
+  out = run(trace + " --pid 42");
+  EXPECT_EQ(out.exit_code, 1) << test::describe(out);
+  EXPECT_NE(out.err.find("--rank"), std::string::npos) << out.err;
+  // Seven ranks: 70 minutes of rank time in the default span, past the hour a trace holds.
+  for (int r = 1; r < 7; ++r) ASSERT_TRUE((*w)->put_process(*rec, rank_on(42 + r, "node-a", "job-p", r)));
+  ASSERT_TRUE((*w)->commit());
+  ASSERT_TRUE((*w)->drain(30));
+  out = run(trace);
+  EXPECT_EQ(out.exit_code, 1) << test::describe(out);
+  EXPECT_NE(out.err.find("7 ranks x 600 s"), std::string::npos) << out.err;
+  out = run(trace + " --last 8m");
+  EXPECT_EQ(out.exit_code, 0) << test::describe(out);
   w->reset();
 }
 }  // namespace
