@@ -110,11 +110,20 @@ static __always_inline struct irq_start* irq_start_here(void) {
   return bpf_map_lookup_elem(&irq_starts, &zero);
 }
 
+/* The start of an interrupt, or 0 when it did not interrupt a watched process: softirqs run tens of
+ * thousands of times a second on a busy node, nearly all of them in processes strata does not watch,
+ * and those leave before reading the clock. An interrupt runs in the context of the task it
+ * interrupted from its entry to its exit, so the check at the entry holds for the exit. */
+static __always_inline __u64 watched_start(void) {
+  __u32 tgid = bpf_get_current_pid_tgid() >> 32;
+  return watched(tgid) ? bpf_ktime_get_ns() : 0;
+}
+
+/* start: from watched_start, so the interrupted process is watched. */
 static __always_inline void add_irq_time(__u16 kind, __u16 vector, __u64 start) {
   if (!start) return;
   __u64 now = bpf_ktime_get_ns();
   __u32 tgid = bpf_get_current_pid_tgid() >> 32;
-  if (!watched(tgid)) return;
   struct strata_irq_key k = {.tgid = tgid, .kind = kind, .vector = vector};
   __u64* v = bpf_map_lookup_elem(&irq_time, &k);
   if (v) {
@@ -128,7 +137,7 @@ static __always_inline void add_irq_time(__u16 kind, __u16 vector, __u64 start) 
 SEC("tp_btf/irq_handler_entry")
 int BPF_PROG(on_irq_entry, int irq, struct irqaction* action) {
   struct irq_start* s = irq_start_here();
-  if (s) s->hard_ns = bpf_ktime_get_ns();
+  if (s) s->hard_ns = watched_start();
   return 0;
 }
 
@@ -145,7 +154,7 @@ int BPF_PROG(on_irq_exit, int irq, struct irqaction* action, int ret) {
 SEC("tp_btf/softirq_entry")
 int BPF_PROG(on_softirq_entry, unsigned int vec) {
   struct irq_start* s = irq_start_here();
-  if (s) s->soft_ns = bpf_ktime_get_ns();
+  if (s) s->soft_ns = watched_start();
   return 0;
 }
 
