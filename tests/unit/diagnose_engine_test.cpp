@@ -1000,26 +1000,28 @@ TEST(DiagnoseEngine, UnexplainedStragglersDoNotHideWhatEveryRankLost) {
 }
 
 // Three pinned ranks on two CPUs: ranks 0 and 2 share one and are each 25 ms busier than rank 1 from
-// the first step. That spread is the machine's shape, not noise: rank 0 computing 40 ms more is the
-// straggler (the others' busy time did not change), not a rank inside a noisy 3-rank job.
-TEST(DiagnoseEngine, AnUnevenMachineIsNotNoiseToAStragglerOfASlowJob) {
+// the first step (they wait 25 ms less in the collectives), with `faults` planted.
+JobWindow three_ranks_on_two_cpus(std::vector<PlantedFault> faults) {
   SyntheticSpec spec;
   spec.ranks = 3;
   spec.past = true;
-  spec.faults = {PlantedFault{0, "host-hotspot", 40}};
+  spec.faults = std::move(faults);
   JobWindow job = make_synthetic_job(spec);
   for (size_t i : {0u, 2u}) job.ranks[i].base.wait_ms -= 25, job.ranks[i].now.wait_ms -= 25;
-  auto dx = diagnose(job);
+  return job;
+}
+
+// That spread is the machine's shape, not noise: rank 0 computing 40 ms more is the straggler (the
+// others' busy time did not change), not a rank inside a noisy 3-rank job.
+TEST(DiagnoseEngine, AnUnevenMachineIsNotNoiseToAStragglerOfASlowJob) {
+  auto dx = diagnose(three_ranks_on_two_cpus({PlantedFault{0, "host-hotspot", 40}}));
   ASSERT_EQ(dx.findings.size(), 1u) << text_of(dx);
   EXPECT_EQ(dx.findings[0].rank, 0) << text_of(dx);
   EXPECT_EQ(std::string(cause_name(dx.findings[0].cause)), "host-hotspot") << text_of(dx);
 
   // The same machine slower alike (every rank computes 30 ms longer, the uneven shape kept, no
   // layer says why): no straggler.
-  SyntheticSpec quiet = spec;
-  quiet.faults.clear();
-  JobWindow slower = make_synthetic_job(quiet);
-  for (size_t i : {0u, 2u}) slower.ranks[i].base.wait_ms -= 25, slower.ranks[i].now.wait_ms -= 25;
+  JobWindow slower = three_ranks_on_two_cpus({});
   for (auto& r : slower.ranks) r.now.step_ms += 30;
   auto none = diagnose(slower);
   EXPECT_TRUE(none.findings.empty()) << text_of(none);
@@ -1028,34 +1030,24 @@ TEST(DiagnoseEngine, AnUnevenMachineIsNotNoiseToAStragglerOfASlowJob) {
   // The same machine, every link 30 ms slower: rank 1, alone on its CPU, always waited 25 ms
   // longer than the two that share one. What each rank waited before is the machine's shape: no
   // rank's link stands out (by level, rank 0's did).
-  JobWindow fabric = make_synthetic_job(quiet);
-  for (size_t i : {0u, 2u}) fabric.ranks[i].base.wait_ms -= 25, fabric.ranks[i].now.wait_ms -= 25;
+  JobWindow fabric = three_ranks_on_two_cpus({});
   for (auto& r : fabric.ranks) r.now.step_ms += 30, r.now.wait_ms += 30;
   auto wire = diagnose(fabric);
   for (const auto& f : wire.findings) EXPECT_EQ(f.scope, Scope::kJob) << text_of(wire);
 
   // And rank 2's link slowed on it: its ring neighbours wait longer than before, it does not.
-  SyntheticSpec link = quiet;
-  link.faults = {PlantedFault{2, "network-slow", 40}};
-  JobWindow one = make_synthetic_job(link);
-  for (size_t i : {0u, 2u}) one.ranks[i].base.wait_ms -= 25, one.ranks[i].now.wait_ms -= 25;
-  auto end = diagnose(one);
+  auto end = diagnose(three_ranks_on_two_cpus({PlantedFault{2, "network-slow", 40}}));
   ASSERT_FALSE(end.findings.empty()) << text_of(end);
   EXPECT_EQ(std::string(cause_name(end.findings[0].cause)), "network-slow") << text_of(end);
   EXPECT_EQ(end.findings[0].rank, 2) << text_of(end);
 }
 
-// Two other ranks' spread is no noise: one of them can move with the straggler. Three pinned
-// ranks on two CPUs, ranks 0 and 2 sharing one; rank 0 takes a larger share of the work, and
-// rank 2, whose CPU is rank 0's alone once its own part is done, is 38 ms less busy per step than
-// before (its growth against rank 1's made a 4x floor over 100 ms). Rank 0 is what both wait for.
+// Two other ranks' spread is no noise: one of them can move with the straggler. Rank 0 takes a
+// larger share of the work, and rank 2, whose CPU is rank 0's alone once its own part is done, is
+// 38 ms less busy per step than before (its growth against rank 1's made a 4x floor over 100 ms).
+// Rank 0 is what both wait for.
 TEST(DiagnoseEngine, AStragglerWhosePeerGotFasterIsStillTheStraggler) {
-  SyntheticSpec spec;
-  spec.ranks = 3;
-  spec.past = true;
-  spec.faults = {PlantedFault{0, "workload-imbalance", 50}};
-  JobWindow job = make_synthetic_job(spec);
-  for (size_t i : {0u, 2u}) job.ranks[i].base.wait_ms -= 25, job.ranks[i].now.wait_ms -= 25;
+  JobWindow job = three_ranks_on_two_cpus({PlantedFault{0, "workload-imbalance", 50}});
   job.ranks[2].now.wait_ms += 38;
   auto dx = diagnose(job);
   ASSERT_FALSE(dx.findings.empty()) << text_of(dx);
@@ -1064,10 +1056,8 @@ TEST(DiagnoseEngine, AStragglerWhosePeerGotFasterIsStillTheStraggler) {
 
   // Healthy, the CPU that ranks 0 and 2 share got faster (both 38 ms less busy per step, the
   // step as before): no finding, and no straggler.
-  SyntheticSpec quiet = spec;
-  quiet.faults.clear();
-  JobWindow calm = make_synthetic_job(quiet);
-  for (size_t i : {0u, 2u}) calm.ranks[i].base.wait_ms -= 25, calm.ranks[i].now.wait_ms += 38 - 25;
+  JobWindow calm = three_ranks_on_two_cpus({});
+  for (size_t i : {0u, 2u}) calm.ranks[i].now.wait_ms += 38;
   auto none = diagnose(calm);
   EXPECT_TRUE(none.findings.empty()) << text_of(none);
   EXPECT_TRUE(none.unexplained.empty()) << text_of(none);
