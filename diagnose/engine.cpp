@@ -1037,6 +1037,9 @@ std::optional<Hypothesis> cpu_throttling(const RankCase& k) {
   return h;
 }
 
+// The culprit of a rank whose CPUs are oversubscribed with no one process to name.
+constexpr const char* kOversubscribed = "other work on the node's CPUs";
+
 std::optional<Hypothesis> cpu_contention(const RankCase& k) {
   if (!waits_for_cpu(k)) return std::nullopt;
   if (k.thr > 0 && k.thr >= kShareOfRunq * k.runq) return std::nullopt;  // the quota's
@@ -1064,7 +1067,7 @@ std::optional<Hypothesis> cpu_contention(const RankCase& k) {
     h.evidence.push_back("process `" + k.nb->name + "` runs " + ms(k.nb->culprit_ms) + " per step on " + k.who + "'s CPUs (+" +
                          ms(k.nb->excess_ms) + " vs peers) of its " + ms(k.runq) + " more wait; the rest is other work on a busy node");
   } else {
-    h.culprit = "other work on the node's CPUs";
+    h.culprit = kOversubscribed;
     h.explained_ms = k.runq;
     h.certainty = kBusyNode;
     h.evidence.push_back("its cgroup was not throttled and no one process on its CPUs accounts for it: the node's CPUs are oversubscribed");
@@ -3738,31 +3741,46 @@ Diagnosis diagnose(const JobWindow& job, const Options& opt) {
     // finding, where every GPU computed 30 ms more per step than before.
     // Or they wait for CPUs that another rank's own processes take (shared_cpu_finding: its
     // DataLoader workers, prefetching, so its own loop never waits): the job's own processes are no
-    // neighbour of the stragglers, so no layer of theirs names them. Said when every unexplained
-    // straggler is on that rank's node, and the rank explains at least as much as the job's layers.
-    // Seen on a 3-rank job pinned on two CPUs: rank 0's worker burned the CPU that rank 2 shares
-    // with it; rank 2 computed 55 ms longer than its peers, its layers saying only that it waited
-    // for a CPU.
-    if (slow && !link_named && !cands.empty() && dx.findings.empty() && !dx.unexplained.empty()) {
+    // neighbour of the stragglers, so no layer of theirs names them; they are unexplained, or their
+    // CPUs read as oversubscribed with no one process to name (kOversubscribed). Said when every
+    // such straggler is on that rank's node, and the rank explains at least as much as the job's
+    // layers. Seen on a 3-rank job pinned on two CPUs: rank 0's worker burned the CPU that rank 2
+    // shares with it; rank 2 computed 55 ms longer than its peers, its layers saying only that it
+    // waited for a CPU.
+    const bool only_oversubscribed =
+        !dx.findings.empty() && std::all_of(dx.findings.begin(), dx.findings.end(), [](const Finding& f) {
+          return f.cause == Cause::kCpuContention && f.culprit == kOversubscribed;
+        });
+    if (slow && !link_named && !cands.empty() && (only_oversubscribed || (dx.findings.empty() && !dx.unexplained.empty()))) {
+      std::vector<std::pair<int, std::string>> waiting;  // (rank, node) of those stragglers
+      for (const auto& f : dx.findings) waiting.emplace_back(f.rank, f.node);
+      for (const auto& u : dx.unexplained) waiting.emplace_back(u.rank, u.node);
       std::string who;
-      for (const auto& u : dx.unexplained) who += (who.empty() ? "" : ", ") + std::string("rank ") + std::to_string(u.rank);
+      for (const auto& [rank, node] : waiting) who += (who.empty() ? "" : ", ") + std::string("rank ") + std::to_string(rank);
       const std::string step_line = "job step time " + ms(dx.step_ms) + " vs its baseline " + ms(dx.baseline_step_ms) + "; " + who +
-                                    (dx.unexplained.size() == 1 ? " computes" : " compute") + " longer than the peers and none of ";
+                                    (waiting.size() == 1 ? " computes" : " compute") + " longer than the peers and none of ";
       double hog_ms = 0;
       auto hog = shared_cpu_finding(job, lost, dx.baseline_step_ms,
-                                    {step_line + "the layers says why (they see no neighbour: the processes on their CPUs are the job's own)"},
+                                    {step_line + "the layers names what takes their CPUs (they see no neighbour: the "
+                                                 "processes on their CPUs are the job's own)"},
                                     &hog_ms);
-      if (hog && !std::all_of(dx.unexplained.begin(), dx.unexplained.end(),
-                              [&](const Diagnosis::Unexplained& u) { return u.node == hog->node && u.rank != hog->rank; }))
+      if (hog && !std::all_of(waiting.begin(), waiting.end(), [&](const auto& w) { return w.second == hog->node && w.first != hog->rank; }))
         hog.reset();
       std::optional<Finding> whole;
       double whole_ms = 0;
-      if (has_past(job)) {
+      if (has_past(job) && !only_oversubscribed) {
         std::vector<std::string> head{step_line + "the layers says why (below), while every rank's layers, against the job's "
                                                   "healthy past, say what the whole job lost"};
         whole = job_past_finding(job, lost, dx.baseline_step_ms, std::move(head), true, &whole_ms);
       }
       if (hog && (!whole || whole_ms <= hog_ms)) {
+        // The wait its layers measured (runq_evidence), as theirs.
+        for (const auto& f : dx.findings) {
+          for (const auto& e : f.evidence) {
+            if (e.find("runnable but not running") != std::string::npos) hog->evidence.push_back(e);
+          }
+        }
+        dx.findings.clear();
         dx.findings.push_back(std::move(*hog));
         dx.unexplained.clear();  // they waited for its CPUs: explained
       } else if (whole) {

@@ -1575,9 +1575,8 @@ TEST(DiagnoseEngine, ARanksWorkersThatTakeTheSharedCpusAreItsHotspot) {
 // (augment_sample, 45 ms per step), so rank 2 waits for it and computes 50 ms longer than its
 // peers, who wait for it. Rank 2 is a straggler none of whose layers says why (the processes on its
 // CPU are the job's own, no neighbour): the finding is rank 0's worker, and rank 2 is explained.
-// (Where nothing at all else ran on rank 2's CPU, its layers say its CPU is oversubscribed instead.)
 TEST(DiagnoseEngine, AStragglerWaitingForAnotherRanksWorkerNamesThatWorker) {
-  for (bool past : {true, false}) {
+  for (auto [past, shell] : {std::pair{true, true}, std::pair{false, true}, std::pair{true, false}, std::pair{false, false}}) {
     SyntheticSpec spec;
     spec.ranks = 3;
     spec.past = past;
@@ -1593,14 +1592,15 @@ TEST(DiagnoseEngine, AStragglerWaitingForAnotherRanksWorkerNamesThatWorker) {
     job.ranks[1].now.wait_ms += 50;
     job.ranks[2].set(Os::kRunqWait, job.ranks[2].get(Os::kRunqWait) + 48);
     // What else ran on its CPU, as the recorded run had it: a shell now and then (the job's own
-    // processes are no neighbour).
-    job.ranks[2].neighbours.push_back({job.names.id("bash"), 0.05});
+    // processes are no neighbour); or nothing at all, where its layers read the CPU as
+    // oversubscribed with no one process to name.
+    if (shell) job.ranks[2].neighbours.push_back({job.names.id("bash"), 0.05});
     RankWindow& h = job.ranks[0];
     h.set(Os::kCpu, h.get(Os::kCpu) + 45);
     h.oncpu.push_back({job.names.id(worker + "augment_sample"), 45});
     normalize(h.oncpu);
     auto dx = diagnose(job);
-    ASSERT_EQ(dx.findings.size(), 1u) << "past " << past << "\n" << text_of(dx);
+    ASSERT_EQ(dx.findings.size(), 1u) << "past " << past << " shell " << shell << "\n" << text_of(dx);
     const Finding& f = dx.findings[0];
     EXPECT_EQ(f.rank, 0) << text_of(dx);
     EXPECT_EQ(std::string(cause_name(f.cause)), "host-hotspot") << text_of(dx);
