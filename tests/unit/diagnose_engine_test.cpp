@@ -1535,19 +1535,28 @@ TEST(DiagnoseEngine, AWorkersTimeCountsForItsRankAndIsNamedAsSuch) {
 // Four ranks on one node, every rank's step 40% longer alike (no straggler: they all wait for a
 // CPU) and 30 ms more run-queue wait each; rank 2's worker runs augment_sample, 30 ms of CPU per
 // step, which its peers' workers never run. `past`: with the job's past per layer (else steps only).
-JobWindow shared_cpu_job(bool past) {
+const std::string kWorkerPath = std::string(kWorkerFrame) + ";_worker_loop;Batches.__getitem__;";
+
+// A job whose every rank loads its batches in a DataLoader worker of its own.
+JobWindow job_with_workers(size_t ranks, bool past) {
   SyntheticSpec spec;
-  spec.ranks = 4;
+  spec.ranks = ranks;
   spec.past = past;
   JobWindow job = make_synthetic_job(spec);
-  const std::string worker = std::string(kWorkerFrame) + ";_worker_loop;Batches.__getitem__;";
+  for (auto& r : job.ranks) {
+    r.workers = {20000 + r.pid % 100};
+    r.oncpu.push_back({job.names.id(kWorkerPath + "load_batch"), 1});
+    normalize(r.oncpu);
+  }
+  return job;
+}
+
+JobWindow shared_cpu_job(bool past) {
+  JobWindow job = job_with_workers(4, past);
+  const std::string& worker = kWorkerPath;
   for (auto& r : job.ranks) {
     r.now.step_ms *= 1.4;
     r.set(Os::kRunqWait, r.get(Os::kRunqWait) + 30);
-    // Every rank loads its batches in a worker of its own.
-    r.workers = {20000 + r.pid % 100};
-    r.oncpu.push_back({job.names.id(worker + "load_batch"), 1});
-    normalize(r.oncpu);
   }
   RankWindow& h = job.ranks[2];
   h.set(Os::kCpu, h.get(Os::kCpu) + 30);
@@ -1577,17 +1586,9 @@ TEST(DiagnoseEngine, ARanksWorkersThatTakeTheSharedCpusAreItsHotspot) {
 // CPU are the job's own, no neighbour): the finding is rank 0's worker, and rank 2 is explained.
 TEST(DiagnoseEngine, AStragglerWaitingForAnotherRanksWorkerNamesThatWorker) {
   for (auto [past, shell] : {std::pair{true, true}, std::pair{false, true}, std::pair{true, false}, std::pair{false, false}}) {
-    SyntheticSpec spec;
-    spec.ranks = 3;
-    spec.past = past;
-    JobWindow job = make_synthetic_job(spec);
-    const std::string worker = std::string(kWorkerFrame) + ";_worker_loop;Batches.__getitem__;";
-    for (auto& r : job.ranks) {
-      r.now.step_ms += 50;
-      r.workers = {20000 + r.pid % 100};
-      r.oncpu.push_back({job.names.id(worker + "load_batch"), 1});
-      normalize(r.oncpu);
-    }
+    JobWindow job = job_with_workers(3, past);
+    const std::string& worker = kWorkerPath;
+    for (auto& r : job.ranks) r.now.step_ms += 50;
     job.ranks[0].now.wait_ms += 50;
     job.ranks[1].now.wait_ms += 50;
     job.ranks[2].set(Os::kRunqWait, job.ranks[2].get(Os::kRunqWait) + 48);
