@@ -3743,10 +3743,11 @@ Diagnosis diagnose(const JobWindow& job, const Options& opt) {
     // DataLoader workers, prefetching, so its own loop never waits): the job's own processes are no
     // neighbour of the stragglers, so no layer of theirs names them; they are unexplained, or their
     // CPUs read as oversubscribed with no one process to name (kOversubscribed). Said when every
-    // such straggler is on that rank's node, and the rank explains at least as much as the job's
-    // layers. Seen on a 3-rank job pinned on two CPUs: rank 0's worker burned the CPU that rank 2
-    // shares with it; rank 2 computed 55 ms longer than its peers, its layers saying only that it
-    // waited for a CPU.
+    // such straggler is on that rank's node and the rank explains kMinExplainedShare of the loss
+    // (shared_cpu_finding's own bar), and, where the stragglers are unexplained, at least as much
+    // as the job's layers against its past. Seen on a 3-rank job pinned on two CPUs: rank 0's
+    // worker burned the CPU that rank 2 shares with it; rank 2 computed 55 ms longer than its
+    // peers, its layers saying only that it waited for a CPU.
     const bool only_oversubscribed =
         !dx.findings.empty() && std::all_of(dx.findings.begin(), dx.findings.end(), [](const Finding& f) {
           return f.cause == Cause::kCpuContention && f.culprit == kOversubscribed;
