@@ -312,34 +312,32 @@ int report_main(std::vector<std::string> argv) {
   if (!server.empty() && filter.from_ns && filter.to_ns)
     std::cerr << "strata: " << server << ": " << (*filter.to_ns - *filter.from_ns) / 1'000'000'000 << " s, from "
               << *filter.from_ns << " to " << *filter.to_ns << " ns (--last, --from/--to for another span)\n";
-  if (format == "chrome-trace" && !server.empty()) {
-    if (filter.pid || filter.tid) return fail("report: --server --format chrome-trace reads ranks: give --rank R, not --pid/--tid", 1);
+  if (format == "chrome-trace") {
+    if (!server.empty() && (filter.pid || filter.tid))
+      return fail("report: --server --format chrome-trace reads ranks: give --rank R, not --pid/--tid", 1);
     auto kept = filtered_processes(**st, filter, where);
     if (!kept) return fail(kept.error().message, kept.error().exit_code);
     if (output.empty()) output = "trace.json";
-    auto trace = remote_trace(server, token, *kept, filter);
-    if (!trace) return fail(trace.error().message, trace.error().exit_code);
+    // A file's rows are made into the trace here; a collector's trace comes made (its timeline).
+    std::optional<report::TimelineData> data;
+    std::string made;
+    if (server.empty()) {
+      auto d = load_timeline(**st, filter);
+      if (!d) return fail(d.error().message, 1);
+      data = std::move(*d);
+    } else {
+      auto t = remote_trace(server, token, *kept, filter);
+      if (!t) return fail(t.error().message, t.error().exit_code);
+      made = std::move(*t);
+    }
     std::ofstream f(output);
     if (!f) return fail("cannot write " + output, 1);
-    f << *trace;
+    if (data) report::write_chrome_trace(*data, f);
+    else f << made;
     f.flush();
     if (!f) return fail("writing " + output + " failed", 1);
     std::cerr << "strata: wrote " << output << " (open it in https://ui.perfetto.dev or chrome://tracing)\n";
     print_fidelity(**st, *kept, "strata: ", std::cerr);
-    return 0;
-  }
-  if (format == "chrome-trace") {
-    if (auto kept = filtered_processes(**st, filter, where); !kept) return fail(kept.error().message, kept.error().exit_code);
-    if (output.empty()) output = "trace.json";
-    auto data = load_timeline(**st, filter);
-    if (!data) return fail(data.error().message, 1);
-    std::ofstream f(output);
-    if (!f) return fail("cannot write " + output, 1);
-    report::write_chrome_trace(*data, f);
-    f.flush();
-    if (!f) return fail("writing " + output + " failed", 1);
-    std::cerr << "strata: wrote " << output << " (open it in https://ui.perfetto.dev or chrome://tracing)\n";
-    if (auto kept = filtered_processes(**st, filter, where); kept) print_fidelity(**st, *kept, "strata: ", std::cerr);
     return 0;
   }
   auto profile = (*st)->load_profile(filter);
