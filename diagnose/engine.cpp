@@ -3143,6 +3143,73 @@ std::optional<Finding> absolute_finding(const JobWindow& job, const Diagnosis& d
   return to_finding(job, c, lost, std::move(hs), std::move(head), kJobWideLocate, Scope::kJob);
 }
 
+// A rank found slow for its own CPU work (host-hotspot, workload-imbalance) takes CPUs that other
+// ranks on its node share; a rank beside it then computes longer too, and no layer of its own
+// names why: the process that takes its CPUs is the job's own (never a neighbour). Its layers say
+// nothing (the rank that owns the work waits for those CPUs as long as it does, so it waits no
+// longer than "its peers": an unexplained straggler) or that its CPUs are oversubscribed with no
+// one process to name (cpu-contention, kOversubscribed). Such a straggler is the found rank's
+// victim, not a second cause: it is folded into that finding as evidence when find_shared_cpu_hog
+// names the same rank as the one whose CPU time takes the node's CPUs, and the victim's own wait
+// for a CPU (its growth against the job's past where the OS layer has one) is at least
+// kMinExplainedShare of what it adds (the share every cause must explain). Seen live on a 3-rank
+// job pinned on two CPUs: rank 0's DataLoader workers burned the CPU that rank 2 shares with it;
+// rank 0 was named (augment_sample), and rank 2, waiting 50 ms more per step for that CPU, was
+// printed as an unexplained straggler.
+void fold_cpu_victims(const JobWindow& job, Diagnosis& dx, double lost) {
+  if (dx.findings.empty()) return;
+  const bool past = os_past(job);
+  auto hog = find_shared_cpu_hog(job, past);
+  if (!hog) return;
+  const RankWindow& h = job.ranks[hog->c];
+  auto owner = [&](const Finding& x) {
+    return x.scope == Scope::kRank && x.rank == h.rank && x.node == h.node &&
+           (x.cause == Cause::kHostHotspot || x.cause == Cause::kWorkloadImbalance);
+  };
+  if (std::none_of(dx.findings.begin(), dx.findings.end(), owner)) return;
+  // Whether the straggler (rank, node) that adds `extra` per step waited for the hog's CPUs; if
+  // so, the line that says so.
+  auto victim = [&](int rank, const std::string& node, double extra) -> std::optional<std::string> {
+    if (node != h.node || rank == h.rank) return std::nullopt;
+    auto v = std::find_if(job.ranks.begin(), job.ranks.end(), [&](const RankWindow& x) { return x.rank == rank && x.node == node; });
+    if (v == job.ranks.end()) return std::nullopt;
+    const double now = v->get(Os::kRunqWait);
+    const double before = v->past.windows > 0 ? v->past.get(Os::kRunqWait) : kUnknown;
+    const double wait = past ? (known(now) && known(before) ? now - before : kUnknown) : now;
+    if (!known(wait) || !(wait > 0) || wait < kMinExplainedShare * std::min(extra, lost)) return std::nullopt;
+    return rank_name(*v) + " computes " + ms(extra) + " per step longer than its peers too: it waits " + ms(now) +
+           " per step runnable but not running" + (past ? " (+" + ms(wait) + " vs the job's past)" : "") + " on the CPUs of " +
+           rank_name(h) + "'s node, which " + rank_name(h) + "'s processes take (the job's own processes: no neighbour of its own names them)";
+  };
+  std::vector<std::string> lines;
+  std::vector<Finding> kept;
+  for (auto& f : dx.findings) {
+    std::optional<std::string> line;
+    if (f.scope == Scope::kRank && f.cause == Cause::kCpuContention && f.culprit == kOversubscribed)
+      line = victim(f.rank, f.node, f.lost_ms_per_step);
+    if (!line) {
+      kept.push_back(std::move(f));
+      continue;
+    }
+    lines.push_back(std::move(*line));
+    dx.victims.push_back(f.rank);
+  }
+  std::vector<Diagnosis::Unexplained> left;
+  for (auto& u : dx.unexplained) {
+    auto line = victim(u.rank, u.node, u.lost_ms_per_step);
+    if (!line) {
+      left.push_back(std::move(u));
+      continue;
+    }
+    lines.push_back(std::move(*line));
+    dx.victims.push_back(u.rank);
+  }
+  dx.findings = std::move(kept);
+  dx.unexplained = std::move(left);
+  auto f = std::find_if(dx.findings.begin(), dx.findings.end(), owner);
+  f->evidence.insert(f->evidence.end(), lines.begin(), lines.end());
+}
+
 // Every rank got slower by itself (no straggler, collective waits did not grow). One rank whose own
 // CPU work takes the CPUs the others share (shared_cpu_finding) is reported when it explains at
 // least as much as the job-wide reading does. That reading is each layer against the job's own past
@@ -3342,6 +3409,7 @@ void compare_opinions(Diagnosis& dx) {
   }
   // A straggler no layer explains is still where the time goes: the models agree when they flag it.
   for (const auto& u : dx.unexplained) mine.push_back(u.rank);
+  for (int v : dx.victims) mine.push_back(v);
   std::sort(mine.begin(), mine.end());
   mine.erase(std::unique(mine.begin(), mine.end()), mine.end());
   bool job_level = !dx.findings.empty() && mine.empty();
@@ -3788,6 +3856,9 @@ Diagnosis diagnose(const JobWindow& job, const Options& opt) {
         dx.findings.push_back(std::move(*whole));
       }
     }
+
+    // A straggler whose own work takes the CPUs may slow another rank on its node beside it.
+    if (slow && !link_named) fold_cpu_victims(job, dx, lost);
 
     // Everyone waits longer and no one computes longer: a link, the fabric, or the job slowed
     // alike. That reads "no one" over the ranks whose data is in; with some still on their way, the

@@ -76,6 +76,9 @@ struct Diagnosis {
     std::string text;  // where the time goes, what was ruled out, what to look at
   };
   std::vector<Unexplained> unexplained;
+  // Stragglers a finding explains as its victims (another rank's own work took their CPUs): their
+  // evidence is in that finding; the second opinions may flag them without disagreeing.
+  std::vector<int> victims;
   // The job slowed with no straggler among the ranks whose data is in, and some ranks' latest data
   // has not reached the store yet (late_ranks): the verdict waits for it (`note` says whose). Not a
   // healthy window: the collector does not fold it into the job's past.

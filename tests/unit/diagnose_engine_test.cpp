@@ -1611,6 +1611,43 @@ TEST(DiagnoseEngine, AStragglerWaitingForAnotherRanksWorkerNamesThatWorker) {
   }
 }
 
+// The same three ranks as the live agent's run of r3-w2-pin saw them: rank 0 is a straggler too
+// (its loop waits for the batches its worker computes, 40 ms longer per step than its peers) and
+// is named; rank 2, waiting 48 ms more per step for the CPU it shares with rank 0's worker, is its
+// victim: the finding's evidence, not a second straggler. Its layers say nothing where rank 0
+// waits for that CPU as long as it does (the live run), or that its CPUs are oversubscribed with
+// no one process to name where rank 0 does not. A rank that waits for no CPU stays unexplained
+// (nothing says rank 0 took its time).
+TEST(DiagnoseEngine, AStragglerBesideTheNamedHogIsItsVictim) {
+  for (bool past : {true, false}) {
+    for (auto [waits, owner_waits] : {std::pair{true, true}, std::pair{true, false}, std::pair{false, false}}) {
+      JobWindow job = job_with_workers(3, past);
+      for (auto& r : job.ranks) r.now.step_ms += 50;
+      job.ranks[0].now.wait_ms += 10;
+      job.ranks[1].now.wait_ms += 50;
+      job.ranks[2].now.wait_ms += 10;
+      if (waits) job.ranks[2].set(Os::kRunqWait, job.ranks[2].get(Os::kRunqWait) + 48);
+      if (owner_waits) job.ranks[0].set(Os::kRunqWait, job.ranks[0].get(Os::kRunqWait) + 48);
+      RankWindow& h = job.ranks[0];
+      h.set(Os::kCpu, h.get(Os::kCpu) + 45);
+      h.oncpu.push_back({job.names.id(kWorkerPath + "augment_sample"), 45});
+      normalize(h.oncpu);
+      auto dx = diagnose(job);
+      const std::string which = std::string("past ") + (past ? "yes" : "no") + ", waits " + (waits ? "yes" : "no") + ", rank 0 waits " +
+                                (owner_waits ? "yes" : "no") + "\n";
+      ASSERT_EQ(dx.findings.size(), 1u) << which << text_of(dx);
+      const Finding& f = dx.findings[0];
+      EXPECT_EQ(f.rank, 0) << which << text_of(dx);
+      EXPECT_EQ(std::string(cause_name(f.cause)), "host-hotspot") << which << text_of(dx);
+      EXPECT_EQ(f.culprit, "augment_sample") << which << text_of(dx);
+      const bool folded = evidence_of(f).find("rank 2 computes") != std::string::npos;
+      EXPECT_EQ(folded, waits) << which << text_of(dx);
+      EXPECT_EQ(dx.unexplained.size(), waits ? 0u : 1u) << which << text_of(dx);
+      EXPECT_EQ(dx.victims, waits ? std::vector<int>{2} : std::vector<int>{}) << which << text_of(dx);
+    }
+  }
+}
+
 // The same job as the held-out DDP run r3-w2-pin saw it, a Python program: the peers' workers load
 // their batches too fast to be sampled in Batches.__getitem__ (their samples land in the worker
 // loop), so on rank 2 __getitem__ is as new as augment_sample, which holds almost all of its time.
