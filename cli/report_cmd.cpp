@@ -1,3 +1,5 @@
+#include <httplib.h>
+
 #include <algorithm>
 #include <fstream>
 #include <iomanip>
@@ -20,7 +22,7 @@
 namespace strata::cli {
 
 namespace {
-const char* kReportUsage = R"(usage: strata report (FILE.db | --server URL [--token-file F]) [--rank R] [--pid P] [--tid T] [--kind oncpu|offcpu]
+const char* kReportUsage = R"(usage: strata report (FILE.db | --server URL [--token-file F]) [--job J] [--rank R] [--pid P] [--tid T] [--kind oncpu|offcpu]
                      [--last DURATION | --from NS [--to NS]] [--format text|folded|pprof|chrome-trace] [-o OUT]
 )";
 const char* kReportAbout = R"(Prints or exports what a store holds.
@@ -31,10 +33,10 @@ formats:
   pprof     gzipped profile.proto for go tool pprof, Pyroscope, Parca (written to -o, default profile.pb.gz)
   chrome-trace  Trace Event JSON for Perfetto / chrome://tracing: a process per rank with its CPU
             threads, GPU streams, communicators and steps (written to -o, default trace.json);
-            with --server, the ranks of the job with the most ranks (--rank: one), at most 1h of
-            rank time (six ranks' 10 minutes)
+            with --server, the ranks of the job with the most ranks (--job: that job's; --rank:
+            one), at most 1h of rank time (six ranks' 10 minutes)
 
-A filter (--rank, --pid, --tid) that matches nothing in the store is an error (exit 1), not an
+A filter (--job, --rank, --pid, --tid) that matches nothing in the store is an error (exit 1), not an
 empty report. A span (--last, --from/--to) keeps the samples of the windows that overlap it and the
 timeline rows inside it: a file a collector has written for weeks is read for that span only.
 With --server the span is at most 1h (--from alone: the 10 minutes from NS; --to alone: the 10
@@ -125,14 +127,22 @@ Result<std::vector<store::ProcessInfo>> filtered_processes(store::Reader& st, co
                                                            const std::string& where) {
   auto procs = st.processes();
   if (!procs) return procs.error();
-  if (!f.rank && !f.pid) return std::move(*procs);
+  if (!f.rank && !f.pid && !f.job) return std::move(*procs);
   std::vector<store::ProcessInfo> kept;
   std::set<int> ranks;
+  std::set<std::string> jobs;
   for (auto& p : *procs) {
+    if (!p.job.empty()) jobs.insert(p.job);
+    if (f.job && p.job != *f.job) continue;
     if (p.rank >= 0) ranks.insert(p.rank);
     if ((!f.rank || p.rank == *f.rank) && (!f.pid || p.pid == *f.pid)) kept.push_back(std::move(p));
   }
   if (!kept.empty()) return kept;
+  if (f.job && !jobs.count(*f.job)) {
+    std::string known;
+    for (const auto& j : jobs) known += (known.empty() ? "" : ", ") + j;
+    return Error{"report: no job '" + *f.job + "' in " + where + (jobs.empty() ? " (it names no job)" : " (its jobs: " + known + ")")};
+  }
   std::string what = f.rank && f.pid ? "process " + std::to_string(*f.pid) + " of rank " + std::to_string(*f.rank)
                      : f.rank       ? "process of rank " + std::to_string(*f.rank)
                                     : "process " + std::to_string(*f.pid);
@@ -142,12 +152,12 @@ Result<std::vector<store::ProcessInfo>> filtered_processes(store::Reader& st, co
                           : " (its ranks: " + std::to_string(*ranks.begin()) +
                                 (ranks.size() > 1 ? ".." + std::to_string(*ranks.rbegin()) : "") + ")";
   }
-  return Error{"report: no " + what + " in " + where + known};
+  return Error{"report: no " + what + " in " + (f.job ? "job '" + *f.job + "' of " : "") + where + known};
 }
 
 // A collector's trace of the ranks of `procs` (the processes the filters keep) over the span of `f`:
 // its GET /api/v1/timeline, which reads each rank's rows for the span (the export carries profiles,
-// not timelines), for the job with the most ranks. A trace holds at most kMaxSpanNs of rank time
+// not timelines), for the job of --job, else the job with the most ranks. A trace holds at most kMaxSpanNs of rank time
 // (one rank's hour, six ranks' default 10 minutes): the size the span's bound is set by, about what
 // a trace viewer opens; more ranks are asked for with --rank or a shorter span.
 Result<std::string> remote_trace(std::string server, const std::string& token,
@@ -163,6 +173,7 @@ Result<std::string> remote_trace(std::string server, const std::string& token,
                  std::to_string(span / 1'000'000'000) + " s is more: give --rank R, or a shorter span (--last)"};
   std::string path = "/api/v1/timeline?ranks=";
   for (int r : ranks) path += std::to_string(r) + (r == *ranks.rbegin() ? "" : ",");
+  if (f.job) path += "&job=" + httplib::detail::encode_query_param(*f.job);
   if (f.from_ns) path += "&from=" + std::to_string(*f.from_ns);
   if (f.to_ns) path += "&to=" + std::to_string(*f.to_ns);
   while (!server.empty() && server.back() == '/') server.pop_back();
@@ -176,11 +187,11 @@ Result<report::TimelineData> load_timeline(store::Reader& st, const store::Profi
   // The rank filter picks processes; everything else filters by process, (node, pid): pids repeat
   // across nodes in a collector's store.
   std::optional<std::set<std::pair<std::string, uint32_t>>> keep;
-  if (f.pid || f.rank) {
+  if (f.pid || f.rank || f.job) {
     keep.emplace();
     for (const auto& p : *procs) {
-      if ((f.node && p.node != *f.node)) continue;
-      if ((f.pid && p.pid == *f.pid) || (f.rank && p.rank == *f.rank)) keep->insert({p.node, p.pid});
+      if ((f.node && p.node != *f.node) || (f.job && p.job != *f.job)) continue;
+      if ((!f.pid && !f.rank) || (f.pid && p.pid == *f.pid) || (f.rank && p.rank == *f.rank)) keep->insert({p.node, p.pid});
     }
   }
   auto wanted = [&](const std::string& node, uint32_t pid) { return !keep || keep->count({node, pid}) > 0; };
@@ -226,7 +237,7 @@ Result<report::TimelineData> load_timeline(store::Reader& st, const store::Profi
 int report_main(std::vector<std::string> argv) {
   CLI::App app{kReportAbout, "report"};
   configure(app, kReportUsage, kReportFooter);
-  std::string file, format = "text", output, server, token_file, kind, pid, tid, rank;
+  std::string file, format = "text", output, server, token_file, kind, pid, tid, rank, job;
   store::ProfileFilter filter;
   app.add_option("store", file, "the store to read (a file that strata record or strata agent -o wrote)")
       ->type_name("FILE.db");
@@ -236,6 +247,10 @@ int report_main(std::vector<std::string> argv) {
   app.add_option("-f,--format", format, "text (default), folded, pprof or chrome-trace")->type_name("FORMAT");
   app.add_option("-o,--output", output, "where to write (default: stdout; profile.pb.gz, trace.json)")
       ->type_name("OUT");
+  app.add_option("--job", job,
+                 "only the processes of job J (its TORCHELASTIC_RUN_ID or STRATA_JOB; `strata diagnose` names it): a "
+                 "collector holds many jobs, and --rank R is rank R of each")
+      ->type_name("J");
   app.add_option("--rank", rank, "only processes of training rank R")->type_name("R");
   app.add_option("--pid", pid, "only process P")->type_name("P");
   app.add_option("--tid", tid, "only thread T")->type_name("T");
@@ -277,6 +292,7 @@ int report_main(std::vector<std::string> argv) {
     if (text == &tid) filter.tid = static_cast<uint32_t>(*n);
     if (text == &rank) filter.rank = static_cast<int>(*n);
   }
+  if (!job.empty()) filter.job = job;
   if (file.empty() == server.empty())
     return fail("report: which store? (strata report FILE.db, or strata report --server URL)", 1);
   if (format != "text" && format != "folded" && format != "pprof" && format != "chrome-trace")

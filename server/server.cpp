@@ -571,6 +571,12 @@ class Server {
       if (!v || *v > 1u << 22) return Error{"pid: expected a number"};
       f.pid = static_cast<uint32_t>(*v);
     }
+    // `job=J`: only that job's processes (and its span, profile_span).
+    if (req.has_param("job")) {
+      std::string job = req.get_param_value("job");
+      if (job.size() > kMaxJobName) return Error{"job: expected a job name of at most " + std::to_string(kMaxJobName) + " characters"};
+      f.job = std::move(job);
+    }
     // A pid names a process only on its node: node=N with pid=P is that one process.
     auto node = node_of(req);
     if (!node) return node.error();

@@ -103,6 +103,8 @@ inline constexpr uint64_t kMaxPageRows = 100'000;
 inline constexpr uint64_t kDefaultPageRows = 10'000;
 // Node names are at most this long, as in an ingest batch.
 inline constexpr size_t kMaxNodeName = 256;
+// A job name in a query (`job=`): as long as a node name at most; no job's id is longer.
+inline constexpr size_t kMaxJobName = 256;
 
 // `node=N&pid=P&recording=R&from=NS&to=NS&offset=K&limit=L` of a row query (/api/v1/steps,
 // /collectives, /metrics, /launch_samples): a pid names a process only together with its node (pids

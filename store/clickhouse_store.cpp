@@ -973,9 +973,10 @@ class ClickHouseStore final : public Store {
     if (f.pid) filter += " AND pid = " + std::to_string(*f.pid);
     if (f.tid) filter += " AND tid = " + std::to_string(*f.tid);
     if (f.recording) filter += " AND recording_id = " + std::to_string(*f.recording);
-    if (f.rank)
-      filter += " AND (recording_id, pid) IN (SELECT recording_id, pid FROM " + db_ + ".processes WHERE rank = " +
-             std::to_string(*f.rank) + ")";
+    if (f.rank || f.job)
+      filter += " AND (recording_id, pid) IN (SELECT recording_id, pid FROM " + db_ + ".processes WHERE 1 = 1" +
+                (f.rank ? " AND rank = " + std::to_string(*f.rank) : std::string()) + (f.job ? " AND job = " + quote(*f.job) : std::string()) +
+                ")";
     if (f.from_ns || f.to_ns) {
       // The windows that overlap [from, to) (each row carries its window); the profile then spans them.
       std::string range;

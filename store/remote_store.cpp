@@ -225,6 +225,7 @@ class RemoteStore final : public Reader {
   Result<const ingest::Export*> fetch(const ProfileFilter& f) {
     std::string path = "/api/v1/export?kind=" + std::string(f.kind == CountKind::kOnCpu ? "oncpu" : "offcpu");
     if (f.rank) path += "&rank=" + std::to_string(*f.rank);
+    if (f.job) path += "&job=" + httplib::detail::encode_query_param(*f.job);
     if (f.pid) path += "&pid=" + std::to_string(*f.pid);
     if (f.tid) path += "&tid=" + std::to_string(*f.tid);
     // The export held already covers this span when it was asked with the same filter and the

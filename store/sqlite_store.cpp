@@ -18,6 +18,14 @@
 namespace strata::store {
 namespace {
 
+// A string as an SQL literal, quoted by SQLite itself (%Q): for a clause built as text.
+std::string sql_text(const std::string& v) {
+  char* q = sqlite3_mprintf("%Q", v.c_str());
+  std::string out = q ? q : "''";
+  sqlite3_free(q);
+  return out;
+}
+
 // Id caches in front of the frames and stacks tables. A long-running writer (`strata agent` with a
 // local file, `strata serve`) meets new stacks forever: past these sizes a cache starts over, and
 // the unique indexes answer the lookups it no longer can. ~150 bytes a frame entry, ~400 bytes a
@@ -1188,9 +1196,11 @@ class SqliteStore final : public Store {
     if (f.pid) sql += " AND sc.pid=" + std::to_string(*f.pid);
     if (f.tid) sql += " AND sc.tid=" + std::to_string(*f.tid);
     if (f.recording) sql += " AND sc.recording_id=" + std::to_string(*f.recording);
-    if (f.rank) {
-      sql += " AND EXISTS (SELECT 1 FROM processes pr WHERE pr.recording_id=sc.recording_id AND pr.pid=sc.pid"
-             " AND pr.rank=" + std::to_string(*f.rank) + ")";
+    if (f.rank || f.job) {
+      sql += " AND EXISTS (SELECT 1 FROM processes pr WHERE pr.recording_id=sc.recording_id AND pr.pid=sc.pid";
+      if (f.rank) sql += " AND pr.rank=" + std::to_string(*f.rank);
+      if (f.job) sql += " AND pr.job=" + sql_text(*f.job);
+      sql += ")";
     }
     if (f.from_ns || f.to_ns) {
       // The windows that overlap [from, to); the profile then spans exactly those windows.

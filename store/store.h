@@ -236,6 +236,9 @@ struct ProfileFilter {
   std::optional<uint32_t> tid;
   std::optional<std::string> node;  // with pid: one process (pids repeat across nodes)
   std::optional<int> rank;
+  // Only the processes of this job (ProcessInfo::job: TORCHELASTIC_RUN_ID / STRATA_JOB): a collector
+  // holds many jobs, and rank R of each is another process.
+  std::optional<std::string> job;
   std::optional<int64_t> recording;  // default: all recordings
   CountKind kind = CountKind::kOnCpu;
   // A time range [from_ns, to_ns) (unix ns; either end may be open): the windows that overlap it.

@@ -97,23 +97,27 @@ TEST(Cli, ServeRefusesAStoreSchemeItDoesNotSpeak) {
 }
 
 // A store of a 4-rank job (pids 100..103, ranks 0..3), each rank with a stack of its own
-// (work_rank<R>) and an OS metric, as strata record would write it.
-void write_four_rank_store(const std::string& path) {
+// (work_rank<R>) and an OS metric, as strata record would write it. `second_job`: and a job-2 of
+// four ranks on node-2 with the same pids (comm train2, functions other_rank<R>), as a collector
+// holds two jobs.
+void write_four_rank_store(const std::string& path, bool second_job = false) {
   auto st = store::Store::open_sqlite(path, store::Store::Mode::kCreateOrAppend);
   ASSERT_TRUE(st) << st.error().message;
   store::Store& s = **st;
   ASSERT_TRUE(s.begin());
-  auto rec = s.begin_recording({"node-1", "job", 1000, 99, 10});
+  for (int job = 1; job <= (second_job ? 2 : 1); ++job) {
+  const std::string node = "node-" + std::to_string(job);
+  auto rec = s.begin_recording({node, "job", 1000, 99, 10});
   ASSERT_TRUE(rec) << rec.error().message;
   std::vector<store::StackCount> counts;
   std::vector<store::Metric> metrics;
   for (int r = 0; r < 4; ++r) {
     store::ProcessInfo p;
     p.pid = 100 + static_cast<uint32_t>(r);
-    p.node = "node-1";
-    p.comm = "train";
+    p.node = node;
+    p.comm = job == 1 ? "train" : "train2";
     p.command = "train.py";
-    p.job = "job-1";
+    p.job = "job-" + std::to_string(job);
     p.rank = r;
     p.world_size = 4;
     ASSERT_TRUE(s.put_process(*rec, p));
@@ -123,17 +127,19 @@ void write_four_rank_store(const std::string& path) {
     leaf.build_id = root.build_id = "abcd";
     leaf.module = root.module = "/usr/bin/train";
     leaf.offset = 0x1000 + 0x100 * static_cast<uint64_t>(r);
-    leaf.function = "work_rank" + std::to_string(r);
+    leaf.function = (job == 1 ? "work_rank" : "other_rank") + std::to_string(r);
+    if (job == 2) leaf.offset += 0x10000;
     root.offset = 0x10;
     root.function = "main";
     auto id = s.intern_stack({leaf, root});
     ASSERT_TRUE(id) << id.error().message;
-    counts.push_back({p.pid, p.pid, "train", *id, 10u + static_cast<uint64_t>(r)});
+    counts.push_back({p.pid, p.pid, p.comm, *id, 10u + static_cast<uint64_t>(r)});
     metrics.push_back({p.pid, "os.involuntary_switches", "", 5.0 + r});
   }
   ASSERT_TRUE(s.put_window(*rec, 1000, 2000, store::CountKind::kOnCpu, counts));
   ASSERT_TRUE(s.put_metrics(*rec, 1000, 2000, metrics));
   ASSERT_TRUE(s.end_recording(*rec, 2000));
+  }
   ASSERT_TRUE(s.commit());
 }
 
@@ -225,6 +231,51 @@ TEST(Cli, ReportRankFilterOnAFile) {
 // A span (--from/--to, --last): the chrome trace holds the steps inside it, not the file's whole
 // history; --last counts back from the file's latest step; a span that cannot be read is refused
 // with its reason (exit 1).
+// Issue 16: `--job J` keeps job J's processes: rank R of another job (here with the same pids, on
+// another node) is another process. Its profile, its text report and its chrome trace; a job the
+// store does not hold is an error that lists the jobs it does.
+void expect_job_filter(const std::string& source) {
+  auto both = run(strata_bin() + " report " + source + " --rank 2 --format folded");
+  ASSERT_EQ(both.exit_code, 0) << describe(both);
+  EXPECT_EQ(both.out, "main;other_rank2 12\nmain;work_rank2 12\n") << "rank 2 of each job";
+  for (auto [job, line] : {std::pair{"job-1", "main;work_rank2 12\n"}, std::pair{"job-2", "main;other_rank2 12\n"}}) {
+    auto r = run(strata_bin() + " report " + source + " --job " + job + " --rank 2 --format folded");
+    ASSERT_EQ(r.exit_code, 0) << job << " " << describe(r);
+    EXPECT_EQ(r.out, line) << job;
+  }
+  auto whole = run(strata_bin() + " report " + source + " --job job-2 --format folded");
+  ASSERT_EQ(whole.exit_code, 0) << describe(whole);
+  EXPECT_EQ(whole.out.find("work_rank"), std::string::npos) << whole.out;
+  for (int r = 0; r < 4; ++r) EXPECT_NE(whole.out.find("other_rank" + std::to_string(r)), std::string::npos) << whole.out;
+  auto text = run(strata_bin() + " report " + source + " --job job-2");
+  ASSERT_EQ(text.exit_code, 0) << describe(text);
+  EXPECT_NE(text.out.find("other_rank1"), std::string::npos) << text.out;
+  EXPECT_EQ(text.out.find("work_rank1"), std::string::npos) << text.out;
+  TempDir d;
+  auto trace = run(strata_bin() + " report " + source + " --job job-2 --rank 2 --format chrome-trace -o " + d.file("t.json"));
+  ASSERT_EQ(trace.exit_code, 0) << describe(trace);
+  const std::string t = slurp(d.file("t.json"));
+  EXPECT_NE(t.find("\"on-CPU train2 (102)\""), std::string::npos) << t;
+  EXPECT_EQ(t.find("\"on-CPU train (102)\""), std::string::npos) << t;
+  expect_one_line_error(run(strata_bin() + " report " + source + " --job nope --format folded"), 1,
+                        "no job 'nope' in " + source.substr(source.find_last_of(" ") + 1) + " (its jobs: job-1, job-2)");
+  expect_one_line_error(run(strata_bin() + " report " + source + " --job job-1 --rank 7"), 1, "no process of rank 7 in job 'job-1'");
+}
+
+TEST(Cli, ReportJobFilterOnAFileAndAServer) {
+  TempDir d;
+  write_four_rank_store(d.file("jobs.db"), true);
+  expect_job_filter(d.file("jobs.db"));
+  const std::string listen = "127.0.0.1:" + std::to_string(free_port());
+  run("cd " + d.path() + " && (" + strata_bin() + " serve --diagnose-every 0 --listen " + listen +
+      " --store sqlite:jobs.db >serve.log 2>&1 & echo $! >serve.pid)");
+  const pid_t server = std::stoi(slurp(d.file("serve.pid")));
+  for (int i = 0; i < 600 && slurp(d.file("serve.log")).find("serving on") == std::string::npos; ++i) usleep(100000);
+  ASSERT_NE(slurp(d.file("serve.log")).find("serving on"), std::string::npos) << slurp(d.file("serve.log"));
+  expect_job_filter("--server http://" + listen);
+  kill(server, SIGTERM);
+}
+
 TEST(Cli, ReportReadsTheSpanItIsGiven) {
   TempDir d;
   const std::string db = std::string(STRATA_SOURCE_DIR) + "/tests/data/diagnose/host-hotspot.db";
