@@ -1512,9 +1512,17 @@ std::string usual_work_note(const RankCase& k) {
 // (its clock held down, a busy SMT sibling, a hypervisor's steal) is what differs. Seen on this
 // project's VM: its two vCPUs ran the same pure-Python loop 1.6-1.7x apart, and every healthy run
 // with ranks pinned one to a CPU had the ranks of the slower one as unexplained stragglers. A peer
-// confined to the same CPU (two ranks sharing it) is contention's case, not this; a rank spread over
-// CPUs, or no peer on its node to hold against it, says nothing of one CPU.
+// on the same CPU (two ranks sharing it) says which: sharing a core costs each rank its turns (a
+// wait for the CPU), not CPU time in the same work, so a peer there whose CPU time is as its peers'
+// elsewhere says the core is not slower (contention's case), and one that runs as much longer says
+// it is (kSameCpuAlike). A rank spread over CPUs, or no peer on its node on another CPU to hold
+// against it, says nothing of one CPU.
 constexpr double kConfinedShare = 0.9;  // nine tenths: a core's speed is then within a tenth the rank's speed
+// A peer on the same CPU is as slow when its CPU time per step exceeds its node's peers' elsewhere
+// by at least half the rank's own extra: the same work on the same core slows alike, and half leaves
+// room for the ranks' uneven shares of the work (~10%, kImbalanceCpuGrowth) and sampling noise,
+// while a core that is only shared adds (nearly) none.
+constexpr double kSameCpuAlike = 0.5;
 std::optional<std::string> confined_cpu(const RankWindow& r) {
   if (r.cpu_placement.empty() || r.cpu_placement.front().first == "other" || r.cpu_placement.front().second < kConfinedShare)
     return std::nullopt;
@@ -1535,16 +1543,30 @@ std::optional<Hypothesis> slow_cpu(const RankCase& k) {
                                  : 0;
   if ((k.nb ? k.nb->excess_ms : 0) + agent_extra >= kSharedCpuShare * k.cpu) return std::nullopt;
   std::vector<std::string> elsewhere;  // "rank 1 on CPU 0 (97%)"
+  std::vector<double> cpu_elsewhere;   // their CPU time per step
+  std::vector<const RankWindow*> beside;  // peers on the same CPU
   for (size_t p : k.peers) {
     const RankWindow& q = k.job.ranks[p];
     if (q.node != k.r.node || q.cpu_placement.empty()) continue;
     const auto& [cpu, share] = q.cpu_placement.front();
-    if (cpu == *mine) return std::nullopt;  // a peer on the same CPU: shared, not slower
-    if (cpu != "other" && elsewhere.size() < 3) elsewhere.push_back(rank_name(q) + " on CPU " + cpu + " (" + fmt("%.0f%%", 100 * share) + ")");
+    if (cpu == *mine) {
+      beside.push_back(&q);
+      continue;
+    }
+    if (cpu == "other") continue;
+    cpu_elsewhere.push_back(q.get(Os::kCpu));
+    if (elsewhere.size() < 3) elsewhere.push_back(rank_name(q) + " on CPU " + cpu + " (" + fmt("%.0f%%", 100 * share) + ")");
   }
   if (elsewhere.empty()) return std::nullopt;
   std::string list;
   for (const auto& e : elsewhere) list += (list.empty() ? "" : ", ") + e;
+  const double ref = median(cpu_elsewhere);
+  std::string alike;  // "rank 1 (+7.50 ms)"
+  for (const RankWindow* q : beside) {
+    const double extra = known(ref) ? q->get(Os::kCpu) - ref : kUnknown;
+    if (!known(extra) || extra < kSameCpuAlike * k.cpu) return std::nullopt;  // shared, not slower
+    alike += (alike.empty() ? "" : ", ") + rank_name(*q) + " (+" + ms(extra) + ")";
+  }
   Hypothesis h;
   h.cause = Cause::kSlowCpu;
   h.culprit = "CPU " + *mine + " of " + k.r.node;
@@ -1552,6 +1574,9 @@ std::optional<Hypothesis> slow_cpu(const RankCase& k) {
   h.explained_ms = k.cpu + k.own_queue_ms;
   h.evidence.push_back(k.who + " ran " + fmt("%.0f%%", 100 * k.r.cpu_placement.front().second) + " of its CPU time on CPU " + *mine +
                        "; its peers on " + k.r.node + " ran elsewhere: " + list);
+  if (!alike.empty())
+    h.evidence.push_back("the peers that ran on CPU " + *mine + " too run longer on the CPU per step than those elsewhere: " + alike +
+                         " (sharing a core costs turns, not CPU time: the core is slower)");
   h.evidence.push_back(usual_work_note(k));
   return h;
 }

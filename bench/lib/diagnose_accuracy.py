@@ -189,12 +189,12 @@ def named_cause(finding):
 
 
 def located(finding, fault, world):
-    """The finding points at the fault's rank. A job of two ranks has one link: a slow end of it and
+    """The finding points at the fault's rank (or at one of the ranks it acts on: "ranks"). A job of two ranks has one link: a slow end of it and
     the other end's slow receive stretch the same connections alike, so the engine names "the link
     between rank 0 and rank 1" at job scope (engine.cpp, find_slow_link) and no rank can be singled
     out. That finding locates a network fault on either rank: the link it names is the faulty one."""
-    if finding["rank"] == fault.get("rank"):
-        return True
+    if finding["rank"] == fault.get("rank") or finding["rank"] in fault.get("ranks", []):
+        return True  # "ranks": every rank the fault acts on (slow-cpu: all on the slower core)
     return (world == 2 and finding.get("scope") == "job" and finding["cause"] == "network-slow" == fault.get("cause")
             and "the link between rank 0 and rank 1" in finding.get("culprit", ""))
 

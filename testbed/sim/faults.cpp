@@ -370,10 +370,21 @@ Status FaultInjector::prepare() {
   return {};
 }
 
+std::vector<int> FaultInjector::acted_on(int ranks) const {
+  const FaultSpec& f = opts_.fault;
+  std::vector<int> out;
+  if (f.all_ranks || f.kind == FaultKind::kNone) return out;
+  for (int r = 0; r < ranks; ++r) {
+    if (r == f.rank || (f.kind == FaultKind::kSlowCpu && r % ncpu_ == f.rank % ncpu_)) out.push_back(r);
+  }
+  return out;
+}
+
 RankSetup FaultInjector::rank_setup(int rank) const {
   RankSetup s;
   const FaultSpec& f = opts_.fault;
-  bool culprit = rank == f.rank || f.all_ranks;
+  // slow-cpu: a slower core slows every rank pinned to it (acted_on), not only the one named.
+  bool culprit = rank == f.rank || f.all_ranks || (f.kind == FaultKind::kSlowCpu && rank % ncpu_ == f.rank % ncpu_);
   // Ranks are bound to CPUs like a launcher would (cpu-contention re-pins them when it starts).
   s.cpus.push_back(rank % ncpu_);
   // memory-reclaim: every rank reads more samples per step than one batch (the same work on all

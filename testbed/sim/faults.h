@@ -45,6 +45,9 @@ class FaultInjector {
   // For the truth file: how the fault was realized ("mechanism") and its culprit name.
   std::string mechanism() const { return mechanism_; }
   std::string culprit() const { return culprit_; }
+  // The ranks the fault acts on: its rank, and for slow-cpu every rank pinned to that rank's CPU (a
+  // slower core slows all that run on it). Empty for a job-wide fault.
+  std::vector<int> acted_on(int ranks) const;
   std::string master_addr() const { return master_addr_; }
   std::vector<pid_t> hog_pids() const { return hogs_; }
   std::map<std::string, std::string> details() const { return details_; }

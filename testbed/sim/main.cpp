@@ -488,7 +488,14 @@ class Sim {
     std::ostringstream o;
     o << "{\n  \"fault\": {\"kind\": \"" << f.name << "\"";
     if (f.kind != FaultKind::kNone) {
-      o << ", \"scope\": \"" << (f.all_ranks ? "job" : "rank") << "\", \"rank\": " << (f.all_ranks ? -1 : f.rank) << ", \"layer\": \"" << fault_layer(f.kind) << "\", \"cause\": \""
+      o << ", \"scope\": \"" << (f.all_ranks ? "job" : "rank") << "\", \"rank\": " << (f.all_ranks ? -1 : f.rank);
+      // Every rank it acts on (slow-cpu: all on the slower core); a finding on any of them locates it.
+      if (auto on = injector_->acted_on(opts_.ranks); on.size() > 1) {
+        o << ", \"ranks\": [";
+        for (size_t i = 0; i < on.size(); ++i) o << (i ? ", " : "") << on[i];
+        o << "]";
+      }
+      o << ", \"layer\": \"" << fault_layer(f.kind) << "\", \"cause\": \""
         << fault_cause(f) << "\", \"culprit\": \"" << json_escape(injector_->culprit())
         << "\", \"start_step\": " << f.start_step << ", \"mechanism\": \"" << json_escape(injector_->mechanism())
         << "\", \"activated\": " << (injector_->active() ? "true" : "false");

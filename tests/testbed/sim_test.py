@@ -152,6 +152,20 @@ def test_slow_cpu():
     straggler_pattern(t, 1, "load_ms", margin=1.2)
     f = t["fault"]
     assert (f["layer"], f["cause"], f["culprit"]) == ("os", "slow-cpu", "CPU 1"), f
+    # A slower core slows every rank on it: with more ranks than CPUs, the named rank and the ranks
+    # pinned with it (rank r on CPU r % CPUs) run longer, and the truth lists them all.
+    ncpu = os.cpu_count()
+    if ncpu >= 4 or ncpu < 2:
+        print("    slow-cpu: %d CPUs, no 4-rank run with a shared slower core" % ncpu)
+        return  # 4 ranks share no CPU, or all share the one
+    t = ok_run(["--ranks", "4", "--steps", "25", "--fault", "slow-cpu:rank=1,start_step=5"])
+    on = [r for r in range(4) if r % ncpu == 1 % ncpu]
+    assert t["fault"].get("ranks", [1]) == on, t["fault"]
+    load = medians(t, "load_ms")
+    slow = min(load[r] for r in on)
+    fast = max(load[r] for r in range(4) if r not in on)
+    assert slow > 1.2 * fast, (load, on)
+    print("    slow-cpu: ranks %s on CPU 1, load_ms %.1f vs %.1f elsewhere" % (on, slow, fast))
 
 
 def test_cpu_contention():

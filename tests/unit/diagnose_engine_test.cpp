@@ -1840,6 +1840,39 @@ TEST(DiagnoseEngine, TheUsualWorkSlowerOnOneCpuNamesTheCpu) {
   }), "no peer on its node");
 }
 
+// Two ranks on one slower CPU: ranks 1 and 3 share CPU 3 and both run their forward path 8 ms
+// longer than ranks 0 and 2 on their own CPUs. Sharing a core costs turns, not CPU time in the
+// same work: the core is slower, and each is named with it. Where only rank 3 runs longer (rank 1
+// shares its CPU at its peers' speed) the core is shared, not slower (TheUsualWorkSlowerOnOneCpu).
+TEST(DiagnoseEngine, TwoRanksOnOneSlowerCpuNameTheCpu) {
+  SyntheticSpec spec;
+  spec.ranks = 4;
+  spec.faults = {PlantedFault{3, "host-hotspot", 8}, PlantedFault{1, "host-hotspot", 8}};
+  JobWindow job = make_synthetic_job(spec);
+  NameId hot = job.names.id("main;train;slow_augment;cpu_work");
+  NameId fwd = job.names.id("main;train;train_step;forward");
+  for (size_t i : {1u, 3u}) {
+    RankWindow& r = job.ranks[i];
+    const double ms = value_of(r.oncpu, hot);
+    ASSERT_GT(ms, 0);
+    std::erase_if(r.oncpu, [&](const Value& v) { return v.name == hot; });
+    r.oncpu.push_back({fwd, ms});
+    normalize(r.oncpu);
+  }
+  job.ranks[1].cpu_placement = job.ranks[3].cpu_placement;
+  auto dx = diagnose(job);
+  ASSERT_FALSE(dx.findings.empty()) << text_of(dx);
+  std::set<int> named;
+  for (const auto& f : dx.findings) {
+    EXPECT_EQ(std::string(cause_name(f.cause)), "slow-cpu") << text_of(dx);
+    EXPECT_EQ(f.culprit, "CPU 3 of node-0") << text_of(dx);
+    named.insert(f.rank);
+  }
+  EXPECT_EQ(named, (std::set<int>{1, 3})) << text_of(dx);
+  EXPECT_NE(evidence_of(dx.findings[0]).find("the peers that ran on CPU 3 too run longer"), std::string::npos) << text_of(dx);
+  EXPECT_TRUE(dx.unexplained.empty()) << text_of(dx);
+}
+
 // Every rank's CPU grew alike (a drifting machine): no one rank stands out.
 TEST(DiagnoseEngine, CpuThatGrewOnEveryRankAlikeBlamesNoRank) {
   for (bool past : {true, false}) {
