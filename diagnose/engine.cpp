@@ -530,9 +530,14 @@ std::optional<PathDiff> differential_profile(const JobWindow& job, size_t c, con
 // Off-CPU, the function to name is the one that made the blocking call: on the blocked path that
 // grew most, the deepest frame that is neither the system call ("pread64()") nor a libc wrapper
 // ("__libc_pread64"). A thread blocked in I/O may have no user stack: then the system call.
-std::optional<PathDiff> blocking_caller(const JobWindow& job, size_t c, const std::vector<size_t>& peers) {
+// Whether a blocked path waited in a page fault (kPageFaultCall), not in a call the program made.
+bool in_page_fault(std::string_view path) { return path.find(kPageFaultCall) != std::string_view::npos; }
+
+// `faults`: only the paths blocked in page faults (the function that touched the memory).
+std::optional<PathDiff> blocking_caller(const JobWindow& job, size_t c, const std::vector<size_t>& peers, bool faults = false) {
   std::optional<PathDiff> best;
   for (const auto& v : job.ranks[c].offcpu) {
+    if (faults && !in_page_fault(job.names.name(v.name))) continue;
     double p = peer_median(job, peers, [&](const RankWindow& r) { return value_of(r.offcpu, v.name); });
     double e = v.ms_per_step - p;
     if (e <= 0 || (best && e <= best->excess_ms)) continue;
@@ -876,6 +881,8 @@ struct RankCase {
   // part of what the work costs (never contention: it is set apart from `runq` before the rules).
   double own_queue_ms = 0;
   double rec = 0, io = 0, irq = 0, pf = 0, launch = 0;
+  double fault_io = 0;                   // blocked in page faults beyond the peers (part of io's wait)
+  double fault_cpu = 0;                  // on-CPU in page faults beyond the peers
   double alloc = 0, sync_copy = 0;       // host time in memory calls beyond the peers'
   std::optional<PathDiff> hot;           // the differential on-CPU profile's top path
   double rest_mine = 0, rest_peers = 0;  // on-CPU time outside `hot`'s function
@@ -1100,13 +1107,16 @@ std::optional<Hypothesis> memory_reclaim(const RankCase& k) {
 }
 
 std::optional<Hypothesis> io_stall(const RankCase& k) {
-  if (k.io <= 0) return std::nullopt;
+  // The wait in page faults is page-faults' (the rank read memory, not a file): what is left.
+  const double io = k.io - std::min(k.io, k.fault_io);
+  if (io <= 0) return std::nullopt;
   const RankWindow& r = k.r;
   Hypothesis h;
   h.cause = Cause::kIoStall;
   auto d = blocking_caller(k.job, k.c, k.peers);
+  if (d && in_page_fault(d->path)) d.reset();  // no call of its own to name
   h.culprit = d ? d->function : "block I/O";
-  h.explained_ms = k.io;
+  h.explained_ms = io;
   h.evidence.push_back(k.who + " is blocked on I/O " + ms(r.get(Os::kBlockedIo)) + " per step (+" + ms(k.io) + " vs peers)");
   if (known(r.get(Os::kBioLatency))) {
     double lat_peers = peer_median(k.job, k.peers, [](const RankWindow& x) { return x.get(Os::kBioLatency); });
@@ -1138,15 +1148,28 @@ std::optional<Hypothesis> irq_softirq(const RankCase& k) {
   return h;
 }
 
+// Major faults beyond the peers': each waits for a page read from disk. What they cost is the time
+// the rank was blocked in them (its off-CPU paths through kPageFaultCall) where the off-CPU layer
+// saw it, else the faults times the block I/O latency (the disk's part only: the estimate without
+// stacks). Named with the function that touched the memory.
 std::optional<Hypothesis> page_faults(const RankCase& k) {
   if (k.pf <= 0) return std::nullopt;
   Hypothesis h;
   h.cause = Cause::kPageFaults;
   double lat = known(k.r.get(Os::kBioLatency)) ? k.r.get(Os::kBioLatency) : kDefaultFaultMs;
-  h.culprit = "major page faults";
-  h.explained_ms = k.pf * lat;
+  // Where: the function whose on-CPU stacks are inside the faults, else the one on the blocked paths.
+  auto site = call_site(k.job, k.c, kPageFaultCall);
+  auto d = !site ? blocking_caller(k.job, k.c, k.peers, true) : std::nullopt;
+  if (d && d->function.ends_with("()")) d.reset();  // blocked paths with no user frame name no one
+  const std::string where = site ? site->caller : d ? d->function : "";
+  h.culprit = "major page faults" + (where.empty() ? "" : " in " + where);
+  h.explained_ms = std::max(k.pf * lat, k.fault_io) + k.fault_cpu;
   h.evidence.push_back(k.who + fmt(" takes %.1f more major faults per step than its peers", k.pf) + ", " + ms(lat) +
                        " each (block I/O latency" + (known(k.r.get(Os::kBioLatency)) ? ")" : " not recorded: an SSD read)"));
+  if (k.fault_io > 0) h.evidence.push_back("they hold " + ms(k.fault_io) + " per step of its wait for I/O: it reads memory, not a file");
+  if (k.fault_cpu > 0) h.evidence.push_back("and " + ms(k.fault_cpu) + " per step on the CPU in the kernel's fault handling, beyond its peers'");
+  if (!where.empty())
+    h.evidence.push_back(where + " touches the memory that faults: it was out of memory (a memory-mapped file's pages reclaimed, or swapped out)");
   return h;
 }
 
@@ -1683,6 +1706,29 @@ void measure(RankCase& k) {
   k.io = os_excess(job, k.c, peers, Os::kBlockedIo);
   k.irq = os_excess(job, k.c, peers, Os::kIrq);
   k.pf = os_excess(job, k.c, peers, Os::kMajorFaults);
+  // The blocked time in page faults (their paths, kPageFaultCall) beyond the peers': a wait for memory
+  // the rank touched, which the kernel counts as I/O wait when it reads the page from disk.
+  auto fault_blocked = [&](const RankWindow& x) {
+    double t = 0;
+    for (const auto& v : x.offcpu) {
+      if (in_page_fault(job.names.name(v.name))) t += v.ms_per_step;
+    }
+    return t;
+  };
+  // Each major fault waits for one read from the device: without stacks of every short block (the
+  // off-CPU layer sends blocks of min_block_us and longer), the faults times the block I/O latency.
+  const double lat = known(r.get(Os::kBioLatency)) ? r.get(Os::kBioLatency) : kDefaultFaultMs;
+  k.fault_io = std::min(std::max(0.0, k.io),
+                        std::max(fault_blocked(r) - peer_median(job, peers, fault_blocked), std::max(0.0, k.pf) * lat));
+  // And the kernel's own work in them, on-CPU (the sampled stacks inside kPageFaultCall).
+  auto fault_cpu = [&](const RankWindow& x) {
+    double t = 0;
+    for (const auto& v : x.syscall_callers) {
+      if (job.names.name(v.name).rfind(std::string(kPageFaultCall) + "|", 0) == 0) t += v.ms_per_step;
+    }
+    return t;
+  };
+  k.fault_cpu = std::max(0.0, fault_cpu(r) - peer_median(job, peers, fault_cpu));
   k.launch = os_excess(job, k.c, peers, Os::kLaunchApi);
   k.alloc = os_excess(job, k.c, peers, Os::kAllocApi);
   k.sync_copy = os_excess(job, k.c, peers, Os::kSyncCopyApi);

@@ -108,8 +108,12 @@ void append_series(std::vector<StepPoint>& out, const std::vector<store::StepRec
 
 // The system call a kernel frame enters ("__x64_sys_pread64" -> "pread64()"), else empty. Some
 // entries are tail calls that leave no __x64_sys_ frame (preadv enters as do_preadv, read as
-// ksys_read): their helpers name the call too.
+// ksys_read): their helpers name the call too. A page fault's entry is named as a call too
+// (kPageFaultCall): a thread blocked in one waits for memory it touched, not for a call it made.
 std::string syscall_of(const std::string& fn) {
+  for (std::string_view entry : {"asm_exc_page_fault", "exc_page_fault", "do_page_fault", "do_mem_abort"}) {
+    if (fn == entry) return kPageFaultCall;
+  }
   for (const char* prefix : {"__x64_sys_", "__arm64_sys_", "__se_sys_", "ksys_"}) {
     std::string p = prefix;
     if (fn.rfind(p, 0) == 0) return fn.substr(p.size()) + "()";
@@ -163,12 +167,14 @@ bool cuda_runtime_module(std::string_view module) {
 // cuda_runtime_frames): a path is names only, and only the frame's module says the second.
 std::string call_path(const Stack& stack, bool keep_syscall, JobWindow* job) {
   std::string path;
+  std::string last_call;
   for (auto it = stack.rbegin(); it != stack.rend(); ++it) {
     if (it->kind == FrameKind::kKernel) {
       std::string sc = keep_syscall ? syscall_of(it->function) : std::string();
-      if (sc.empty()) continue;
+      if (sc.empty() || last_call == sc) continue;  // one entry per call (x86's fault has two frames)
       if (!path.empty()) path += ';';
       path += sc;
+      last_call = sc;
       continue;
     }
     if (it->module.rfind("[uprobes", 0) == 0) continue;
@@ -184,6 +190,7 @@ std::string call_path(const Stack& stack, bool keep_syscall, JobWindow* job) {
       (cuda_runtime_module(it->module) ? job->cuda_runtime_frames : job->frames_outside_runtime).insert(name);
     if (!path.empty()) path += ';';
     path += name;
+    last_call.clear();
   }
   return path.empty() ? "[kernel]" : path;
 }
@@ -202,7 +209,11 @@ std::string syscall_caller(const Stack& stack) {
   std::string sc;
   size_t i = 0;
   for (; i < stack.size() && stack[i].kind == FrameKind::kKernel; ++i) {
-    if (sc.empty()) sc = syscall_of(stack[i].function);
+    // A fault inside a system call (copying to the user's buffer) is in that call.
+    if (sc.empty() || sc == kPageFaultCall) {
+      std::string s = syscall_of(stack[i].function);
+      if (!s.empty()) sc = s;
+    }
   }
   if (sc.empty()) return {};
   size_t native = stack.size(), python = stack.size();

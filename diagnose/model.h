@@ -45,6 +45,9 @@ inline bool is_agent(std::string_view process) { return process == kAgentProcess
 // The root frame of a call path sampled in one of a rank's worker processes (a DataLoader worker):
 // its time counts for the rank, and the evidence says where it ran.
 inline constexpr std::string_view kWorkerFrame = "[worker]";
+// An off-CPU path's entry for a page fault, as "pread64()" is a system call's: the thread touched
+// memory that was not there (the user frame before it touched it).
+inline constexpr const char* kPageFaultCall = "page fault()";
 
 struct Value {
   NameId name = 0;

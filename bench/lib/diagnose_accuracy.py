@@ -61,6 +61,10 @@ SIM_KINDS = [
     # cudaMemcpy; run with --memory-calls (SIM_FLAGS), so every rank makes a few such calls per step.
     ("alloc-churn", "alloc-churn", ""),
     ("sync-copy", "sync-copy", ""),
+    # A slower core slows every rank pinned to it (the truth's "ranks"); memory-mapped data paged
+    # out from outside (session 41).
+    ("slow-cpu", "slow-cpu", ""),
+    ("page-faults", "page-faults", ""),
 ]
 # strata-sim flags of a kind's runs (C++ rank only), and the healthy runs made with them too.
 SIM_FLAGS = {"alloc-churn": ["--memory-calls"], "sync-copy": ["--memory-calls"]}
@@ -69,8 +73,8 @@ MEMORY_CALLS_HEALTHY = ["--memory-calls"]
 # nothing until it does), so "did it slow the job" does not gate their score.
 HARDWARE = {"gpu-ecc", "gpu-xid", "pcie-degraded", "nvlink-errors"}
 # Python ranks: the kinds strata-sim's rank.py runs (no data-loader worker there, no device-memory
-# calls of its own).
-PY_SKIP = {"io-stall/worker", "alloc-churn", "sync-copy"}
+# calls, no slower CPU work and no memory-mapped data of its own: strata-sim refuses those).
+PY_SKIP = {"io-stall/worker", "alloc-churn", "sync-copy", "slow-cpu", "page-faults"}
 
 # PyTorch DDP (gloo, CPU): the faults that apply to a CPU job, each sized to stand out on a shared
 # 2-core machine.

@@ -3,7 +3,10 @@
 #include <fcntl.h>
 #include <sched.h>
 #include <signal.h>
+#include <sys/mman.h>
 #include <sys/prctl.h>
+#include <sys/syscall.h>
+#include <sys/uio.h>
 #include <sys/resource.h>
 #include <sys/stat.h>
 #include <sys/sysmacros.h>
@@ -13,11 +16,13 @@
 #include <algorithm>
 #include <atomic>
 #include <cerrno>
+#include <chrono>
 #include <cmath>
 #include <cstdio>
 #include <cstring>
 #include <filesystem>
 #include <fstream>
+#include <optional>
 #include <sstream>
 
 #include "testbed/common/testbed_env.h"
@@ -136,6 +141,26 @@ pid_t spawn_hog(int cpu, int nice) {
   ::_exit(127);
 }
 
+// The address range [start, end) where process `pid` maps `path` (from /proc/PID/maps).
+std::optional<std::pair<uintptr_t, uintptr_t>> mapping_of(pid_t pid, const std::string& path) {
+  std::ifstream maps("/proc/" + std::to_string(pid) + "/maps");
+  for (std::string line; std::getline(maps, line);) {
+    if (line.size() < path.size() || line.compare(line.size() - path.size(), path.size(), path) != 0) continue;
+    uintptr_t start = 0, end = 0;
+    if (std::sscanf(line.c_str(), "%lx-%lx", &start, &end) == 2 && end > start) return std::pair{start, end};
+  }
+  return std::nullopt;
+}
+
+// Pages `range` of the process behind `pidfd` out (MADV_PAGEOUT: its clean file pages leave the
+// page cache, as reclaim under memory pressure takes them).
+Status page_out(int pidfd, std::pair<uintptr_t, uintptr_t> range) {
+  iovec io{reinterpret_cast<void*>(range.first), range.second - range.first};
+  if (::syscall(SYS_process_madvise, pidfd, &io, 1, MADV_PAGEOUT, 0) < 0)
+    return Error{std::string("page-faults: process_madvise(MADV_PAGEOUT): ") + std::strerror(errno)};
+  return {};
+}
+
 }  // namespace
 
 [[noreturn]] void run_hog(int cpu, int nice) {
@@ -170,6 +195,7 @@ FaultInjector::FaultInjector(const Options& opts, std::string run_dir, strata_gp
     case FaultKind::kHostHotspot: culprit_ = "slow_augment"; break;
     // The rank's CPU (rank_setup pins rank r to CPU r % CPUs); the diagnosis says "CPU N of NODE".
     case FaultKind::kSlowCpu: culprit_ = "CPU " + std::to_string(f.rank % ncpu_); break;
+    case FaultKind::kPageFaults: culprit_ = "major page faults"; break;
     case FaultKind::kIoStall: culprit_ = "load_batch"; break;
     // Its reads: the data pages load_batch reads are charged to the full cgroup, which reclaims
     // inside the read (try_to_free_mem_cgroup_pages under pread64 in the recorded stacks).
@@ -362,6 +388,26 @@ Status FaultInjector::prepare() {
     case FaultKind::kNvlinkErrors: mechanism_ = "NVML stand-in: NVLink errors climb; stand-in GPU slowdown"; return {};
     case FaultKind::kHostHotspot: mechanism_ = "extra CPU work in slow_augment()"; return {};
     case FaultKind::kSlowCpu: mechanism_ = "the rank's CPU work runs longer (a slower core, in process)"; return {};
+    case FaultKind::kPageFaults: {
+      mechanism_ = "the rank's memory-mapped data, read every step, paged out from outside (process_madvise MADV_PAGEOUT) from start_step";
+      // Its own file on disk (clean pages: fadvise can drop them), one page per page read a step.
+      std::string mapped = run_dir_ + "/mapped-r" + std::to_string(f.rank) + ".bin";
+      std::ofstream out(mapped, std::ios::binary);
+      std::vector<char> page(4096);
+      const int pages = std::max(1, static_cast<int>(f.param("pages")));
+      for (int i = 0; i < pages; ++i) {
+        for (size_t j = 0; j < page.size(); j += 64) page[j] = static_cast<char>(i + j);
+        out.write(page.data(), static_cast<std::streamsize>(page.size()));
+      }
+      out.close();
+      if (!out) return Error{"cannot write " + mapped};
+      if (int fd = ::open(mapped.c_str(), O_RDONLY | O_CLOEXEC); fd >= 0) {
+        ::fdatasync(fd);
+        ::close(fd);
+      }
+      details_["mapped"] = mapped;
+      return {};
+    }
     case FaultKind::kWorkloadImbalance: mechanism_ = "larger batches on the rank"; return {};
     case FaultKind::kAllocChurn: mechanism_ = "cudaMalloc/cudaFree of every layer's temporaries (libcudart stand-in)"; return {};
     case FaultKind::kSyncCopy: mechanism_ = "synchronous cudaMemcpy reads after every layer (libcudart stand-in)"; return {};
@@ -396,11 +442,12 @@ RankSetup FaultInjector::rank_setup(int rank) const {
   if (!culprit) return s;
   for (const auto& [ctrl, dir] : cgroups_) s.cgroup_procs.push_back(dir + "/cgroup.procs");
   if (f.kind == FaultKind::kHostHotspot || f.kind == FaultKind::kWorkloadImbalance || f.kind == FaultKind::kAllocChurn ||
-      f.kind == FaultKind::kSyncCopy || f.kind == FaultKind::kSlowCpu) {
+      f.kind == FaultKind::kSyncCopy || f.kind == FaultKind::kSlowCpu || f.kind == FaultKind::kPageFaults) {
     std::string spec = f.name + ":start_step=" + std::to_string(f.start_step);
     for (const auto& [k, v] : f.params) spec += "," + k + "=" + std::to_string(v);
     s.env["STRATA_SIM_FAULT"] = spec;
   }
+  if (f.kind == FaultKind::kPageFaults) s.env["STRATA_SIM_MAPPED"] = run_dir_ + "/mapped-r" + std::to_string(rank) + ".bin";
   if (f.kind == FaultKind::kMemoryReclaim) {
     s.env["STRATA_SIM_DATA"] = run_dir_ + "/shard-r" + std::to_string(rank) + ".bin";
   }
@@ -545,6 +592,30 @@ Status FaultInjector::activate(pid_t culprit_pid) {
     case FaultKind::kHostHotspot:
     case FaultKind::kWorkloadImbalance:
     case FaultKind::kSlowCpu:
+    case FaultKind::kPageFaults: {
+      // Memory pressure from outside the rank, as the node's other work makes it (kswapd
+      // reclaiming its clean file pages): its mapped data is paged out (process_madvise
+      // MADV_PAGEOUT on the rank's mapping) every kEvictEveryMs, so the pages it reads each step
+      // are out of memory again, each read a major fault from disk.
+      const std::string mapped = details_["mapped"];
+      auto range = mapping_of(culprit_pid, mapped);
+      if (!range) return Error{"page-faults: no mapping of " + mapped + " in rank " + std::to_string(f.rank)};
+      int pidfd = static_cast<int>(::syscall(SYS_pidfd_open, culprit_pid, 0));
+      if (pidfd < 0) return Error{std::string("page-faults: pidfd_open: ") + std::strerror(errno)};
+      if (auto st = page_out(pidfd, *range); !st.ok()) {
+        ::close(pidfd);
+        return st;
+      }
+      evictor_ = std::thread([this, pidfd, r = *range] {
+        constexpr int kEvictEveryMs = 10;  // a few times a step: each step finds its pages out
+        while (!stop_evicting_.load()) {
+          (void)page_out(pidfd, r);
+          std::this_thread::sleep_for(std::chrono::milliseconds(kEvictEveryMs));
+        }
+        ::close(pidfd);
+      });
+      return {};
+    }
     case FaultKind::kAllocChurn:
     case FaultKind::kSyncCopy:
     case FaultKind::kNone:
@@ -555,6 +626,8 @@ Status FaultInjector::activate(pid_t culprit_pid) {
 }
 
 void FaultInjector::teardown() {
+  stop_evicting_.store(true);
+  if (evictor_.joinable()) evictor_.join();
   for (pid_t pid : hogs_) ::kill(pid, SIGKILL);
   for (pid_t pid : hogs_) ::waitpid(pid, nullptr, 0);
   hogs_.clear();

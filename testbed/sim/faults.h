@@ -7,8 +7,10 @@
 
 #include <sys/types.h>
 
+#include <atomic>
 #include <map>
 #include <string>
+#include <thread>
 #include <utility>
 #include <vector>
 
@@ -77,6 +79,9 @@ class FaultInjector {
   std::vector<std::pair<std::string, std::string>> slowed_ends_;  // (namespace, device): the culprit's link
   std::string loop_dev_;
   std::vector<pid_t> rank_pids_;
+  // page-faults: the thread that keeps pushing the culprit's mapped data out of memory.
+  std::thread evictor_;
+  std::atomic<bool> stop_evicting_{false};
 };
 
 // The hog process body (strata-sim __hog CPU NICE).

@@ -26,6 +26,7 @@
 #include <fcntl.h>
 #include <nccl.h>
 #include <netinet/in.h>
+#include <sys/mman.h>
 #include <sys/prctl.h>
 #include <sys/socket.h>
 #include <sys/wait.h>
@@ -125,6 +126,7 @@ struct Fault {
   int tensors = 0;    // alloc-churn
   int copies = 0;     // sync-copy: copies per layer
   double kb = 0;      // sync-copy: KiB per copy
+  int pages = 0;      // page-faults: pages of mapped data read per step
 };
 
 Fault parse_fault_env() {
@@ -148,6 +150,7 @@ Fault parse_fault_env() {
     if (key == "tensors") f.tensors = static_cast<int>(v);
     if (key == "copies") f.copies = static_cast<int>(v);
     if (key == "kb") f.kb = v;
+    if (key == "pages") f.pages = static_cast<int>(v);
   }
   return f;
 }
@@ -261,6 +264,40 @@ __attribute__((noinline)) std::vector<unsigned char> load_batch(DataSource& d, i
     at += kSample;
   }
   return batch;
+}
+
+// The rank's memory-mapped data (page-faults: STRATA_SIM_MAPPED), as a dataset in np.memmap or an
+// Arrow file: mapped once, read page by page.
+struct MappedData {
+  int fd = -1;
+  unsigned char* base = nullptr;
+  size_t size = 0;
+};
+
+MappedData map_data() {
+  MappedData m;
+  std::string path = env_str("STRATA_SIM_MAPPED", "");
+  if (path.empty()) return m;
+  m.fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
+  if (m.fd < 0) die("cannot open mapped data " + path + ": " + std::strerror(errno));
+  m.size = static_cast<size_t>(::lseek(m.fd, 0, SEEK_END));
+  void* p = m.size ? ::mmap(nullptr, m.size, PROT_READ, MAP_SHARED, m.fd, 0) : MAP_FAILED;
+  if (p == MAP_FAILED) die("cannot map " + path + ": " + std::strerror(errno));
+  m.base = static_cast<unsigned char*>(p);
+  ::madvise(m.base, m.size, MADV_RANDOM);  // one page a fault: no read-around
+  return m;
+}
+
+// Reads `pages` pages of the mapped data, every step: from memory, cheap; once the node's memory
+// pressure pages them out (page-faults: strata-sim's evictor), each read is a major fault that
+// waits for the disk, in this function.
+__attribute__((noinline)) uint64_t read_mapped(MappedData& m, int pages) {
+  constexpr size_t kPage = 4096;
+  if (m.base == nullptr) return 0;
+  uint64_t h = 0;
+  const size_t n = std::min(m.size / kPage, static_cast<size_t>(std::max(0, pages)));
+  for (size_t i = 0; i < n; ++i) h += *static_cast<volatile unsigned char*>(m.base + i * kPage);
+  return h;
 }
 
 // A data-loader worker (STRATA_SIM_LOAD_WORKER=1), as a PyTorch DataLoader with num_workers=1
@@ -619,6 +656,7 @@ int main() {
   double units_per_ms = 8.0 / std::max(0.05, best_ms);
 
   DataSource data = worker.pid > 0 ? DataSource{} : open_data();
+  MappedData mapped = map_data();
   for (int step = 0; step < steps; ++step) {
     const bool faulty = step >= fault.start_step;
     const double batch_scale = (faulty && fault.kind == "workload-imbalance") ? fault.factor : 1.0;
@@ -630,6 +668,7 @@ int main() {
     // slow-cpu: the same work, longer (a slower core).
     const double cpu_scale = (faulty && fault.kind == "slow-cpu") ? fault.factor : 1.0;
     sink = sink + preprocess(batch, static_cast<long>(kLoadUnits * batch_scale * cpu_scale), scratch_mb);
+    if (fault.kind == "page-faults") sink = sink + read_mapped(mapped, fault.pages);  // from the first step
     if (faulty && fault.kind == "host-hotspot") {
       sink = sink + slow_augment(batch, static_cast<long>(fault.ms * units_per_ms));
     }

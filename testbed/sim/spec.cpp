@@ -55,8 +55,13 @@ const std::vector<KindInfo>& kinds() {
       {"nvlink-errors", FaultKind::kNvlinkErrors, "gpu", "nvlink-degraded", {{"factor", 1.3}}},
       // factor: how much longer the rank's CPU work (preprocess's cpu_work, the bulk of its on-CPU
       // time) takes, as on a slower core: the same functions, longer. The rank stays pinned to its
-      // CPU (rank % CPUs), as every rank is; run it with one rank to a CPU
+      // CPU (rank % CPUs), as every rank is, and so do the ranks pinned with it (a slower core slows
+      // every rank on it; the truth lists them)
       {"slow-cpu", FaultKind::kSlowCpu, "os", "slow-cpu", {{"factor", 1.6}}},
+      // pages: how many 4 KiB pages of its memory-mapped data the rank reads per step (from its first
+      // step); from start_step they are paged out from outside between its reads, as memory
+      // pressure reclaims them, so each read is a major fault from disk
+      {"page-faults", FaultKind::kPageFaults, "os", "page-faults", {{"pages", 256}}},
       // tensors: temporary buffers each layer of the forward and the backward allocates before its
       // kernels and frees after them through cudaMalloc / cudaFree, as PyTorch does with its caching
       // allocator off (PYTORCH_NO_CUDA_MEMORY_CACHING=1): every free synchronizes the device first
@@ -287,6 +292,10 @@ Result<Options> finish_run(const RunArgs& a) {
   o.driver_api = a.driver_api;
   if (o.python && (a.fault.rfind("alloc-churn", 0) == 0 || a.fault.rfind("sync-copy", 0) == 0))
     return Error{"--fault " + a.fault.substr(0, a.fault.find(':')) + ": only the C++ rank makes device-memory calls (drop --python)"};
+  if (o.python && a.fault.rfind("page-faults", 0) == 0)
+    return Error{"--fault page-faults: only the C++ rank reads memory-mapped data (drop --python)"};
+  if (o.python && a.fault.rfind("slow-cpu", 0) == 0)
+    return Error{"--fault slow-cpu: only the C++ rank runs its CPU work slower (drop --python)"};
   o.memory_calls = a.memory_calls;
   if (model_parallel && !a.mode.empty() && a.mode != "ddp") return Error{"--pp/--tp: the replicas of a stage are ddp; drop --mode"};
   o.python_exe = a.python_exe;

@@ -34,6 +34,10 @@ enum class FaultKind {
   // The rank's CPU is slower than its peers' (a core's clock held down, a busy SMT sibling, a
   // hypervisor's steal), which no VM here can make: the rank's CPU work runs longer in process.
   kSlowCpu,
+  // The rank's memory-mapped data is out of memory when it reads it (a dataset in np.memmap or an
+  // Arrow file whose page cache the node's other work evicted, or swapped-out memory): every page it
+  // touches is a major fault that waits for the disk.
+  kPageFaults,
 };
 
 struct FaultSpec {

@@ -168,6 +168,19 @@ def test_slow_cpu():
     print("    slow-cpu: ranks %s on CPU 1, load_ms %.1f vs %.1f elsewhere" % (on, slow, fast))
 
 
+def test_page_faults():
+    # The culprit's memory-mapped data, read every step, is paged out from outside from start_step
+    # on: each page it reads is a major fault from disk, in its load phase; its peers wait for it.
+    t = ok_run(["--ranks", "2", "--steps", "25", "--fault", "page-faults:rank=1,start_step=5"])
+    f = t["fault"]
+    assert (f["layer"], f["cause"], f["culprit"]) == ("os", "page-faults", "major page faults"), f
+    assert f["activated"], f
+    straggler_pattern(t, 1, "load_ms", margin=1.2)
+    # Only the C++ rank maps its data: the Python rank is refused, not silently healthy.
+    p, _ = run_sim(["--ranks", "2", "--steps", "5", "--python", "--fault", "page-faults:rank=1"])
+    assert p.returncode != 0 and "only the C++ rank" in p.stderr, (p.returncode, p.stderr)
+
+
 def test_cpu_contention():
     # Two hogs of higher priority share the culprit's CPU (its peers keep the other): the culprit's
     # threads wait on the run queue many times longer than its peers', its fixed CPU work per step
