@@ -1163,11 +1163,16 @@ std::optional<Hypothesis> page_faults(const RankCase& k) {
   if (d && d->function.ends_with("()")) d.reset();  // blocked paths with no user frame name no one
   const std::string where = site ? site->caller : d ? d->function : "";
   h.culprit = "major page faults" + (where.empty() ? "" : " in " + where);
-  h.explained_ms = std::max(k.pf * lat, k.fault_io) + k.fault_cpu;
+  // Their CPU time queues on a busy node as any extra CPU time does (cpu_hypothesis: the wait its
+  // CPU demand predicts, and the wait to run it on), in the same proportion.
+  const double queue = k.cpu > 0 ? std::min(k.fault_cpu, k.cpu) / k.cpu * (k.own_queue_ms + k.queued_ms) : 0;
+  h.explained_ms = std::max(k.pf * lat, k.fault_io) + k.fault_cpu + queue;
   h.evidence.push_back(k.who + fmt(" takes %.1f more major faults per step than its peers", k.pf) + ", " + ms(lat) +
                        " each (block I/O latency" + (known(k.r.get(Os::kBioLatency)) ? ")" : " not recorded: an SSD read)"));
   if (k.fault_io > 0) h.evidence.push_back("they hold " + ms(k.fault_io) + " per step of its wait for I/O: it reads memory, not a file");
-  if (k.fault_cpu > 0) h.evidence.push_back("and " + ms(k.fault_cpu) + " per step on the CPU in the kernel's fault handling, beyond its peers'");
+  if (k.fault_cpu > 0)
+    h.evidence.push_back("and " + ms(k.fault_cpu) + " per step on the CPU in the kernel's fault handling, beyond its peers'" +
+                         (queue > 0 ? " (and " + ms(queue) + " waiting for a CPU to run it on, as its extra CPU time predicts)" : ""));
   if (!where.empty())
     h.evidence.push_back(where + " touches the memory that faults: it was out of memory (a memory-mapped file's pages reclaimed, or swapped out)");
   return h;

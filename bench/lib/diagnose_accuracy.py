@@ -383,14 +383,16 @@ def fault_effect(db, truth, t_fault):
             device[k] = (shares[0] * b_ms, shares[1] * a_ms)
     rank = f.get("rank")
     culprit = str(rank) if rank is not None and rank >= 0 else None
+    # The other ranks the fault acts on (slow-cpu: those on the slower core) are no peers to hold it against.
+    acted = {str(r) for r in f.get("ranks", [])} - {culprit}
     if culprit in busy and len(busy) > 1:
-        peers = [k for k in busy if k != culprit]
+        peers = [k for k in busy if k != culprit and k not in acted]
         out["straggler_ms"] = _excess_change(busy, culprit, peers)
         lead = _lead_change(busy, culprit, peers)
         if out["straggler_ms"] is not None and lead is not None:
             out["straggler_ms"] = min(out["straggler_ms"], lead)
     if culprit in device and len(device) == len(busy) and len(device) > 1:
-        peers = [k for k in device if k != culprit]
+        peers = [k for k in device if k != culprit and k not in acted]
         out["device_ms"] = _excess_change(device, culprit, peers)
         lead = _lead_change(device, culprit, peers)
         if out["device_ms"] is not None and lead is not None:
@@ -425,7 +427,7 @@ def fault_effect(db, truth, t_fault):
                 span_ms = sum(e - s for s, e in spans) / 1e6
                 vals.append(cpu_ms / span_ms * it[k][i] if span_ms > 0 else None)
             per_iter[k] = vals
-        peers = [k for k in per_iter if k != culprit]
+        peers = [k for k in per_iter if k != culprit and k not in acted]
         ex = [None, None]
         for i in (0, 1):
             mine, theirs = per_iter[culprit][i], _median([per_iter[p][i] for p in peers])

@@ -390,22 +390,25 @@ Status FaultInjector::prepare() {
     case FaultKind::kSlowCpu: mechanism_ = "the rank's CPU work runs longer (a slower core, in process)"; return {};
     case FaultKind::kPageFaults: {
       mechanism_ = "the rank's memory-mapped data, read every step, paged out from outside (process_madvise MADV_PAGEOUT) from start_step";
-      // Its own file on disk (clean pages: fadvise can drop them), one page per page read a step.
-      std::string mapped = run_dir_ + "/mapped-r" + std::to_string(f.rank) + ".bin";
-      std::ofstream out(mapped, std::ios::binary);
+      // Every rank reads its own mapped file, the same work (on disk, clean pages: reclaim can drop
+      // them), one page per page read a step; only the culprit's are paged out (activate).
       std::vector<char> page(4096);
       const int pages = std::max(1, static_cast<int>(f.param("pages")));
-      for (int i = 0; i < pages; ++i) {
-        for (size_t j = 0; j < page.size(); j += 64) page[j] = static_cast<char>(i + j);
-        out.write(page.data(), static_cast<std::streamsize>(page.size()));
+      for (int r = 0; r < opts_.ranks; ++r) {
+        std::string mapped = run_dir_ + "/mapped-r" + std::to_string(r) + ".bin";
+        std::ofstream out(mapped, std::ios::binary);
+        for (int i = 0; i < pages; ++i) {
+          for (size_t j = 0; j < page.size(); j += 64) page[j] = static_cast<char>(i + j);
+          out.write(page.data(), static_cast<std::streamsize>(page.size()));
+        }
+        out.close();
+        if (!out) return Error{"cannot write " + mapped};
+        if (int fd = ::open(mapped.c_str(), O_RDONLY | O_CLOEXEC); fd >= 0) {
+          ::fdatasync(fd);
+          ::close(fd);
+        }
+        if (r == f.rank) details_["mapped"] = mapped;
       }
-      out.close();
-      if (!out) return Error{"cannot write " + mapped};
-      if (int fd = ::open(mapped.c_str(), O_RDONLY | O_CLOEXEC); fd >= 0) {
-        ::fdatasync(fd);
-        ::close(fd);
-      }
-      details_["mapped"] = mapped;
       return {};
     }
     case FaultKind::kWorkloadImbalance: mechanism_ = "larger batches on the rank"; return {};
@@ -439,6 +442,12 @@ RankSetup FaultInjector::rank_setup(int rank) const {
   // io-stall where=worker: every rank loads its batches through a data-loader worker process.
   if (f.in_worker) s.env["STRATA_SIM_LOAD_WORKER"] = "1";
   if (static_cast<size_t>(rank) < rank_netns_.size()) s.netns = rank_netns_[static_cast<size_t>(rank)];
+  // page-faults: every rank reads memory-mapped data of its own each step (only the culprit's is
+  // paged out), so reading it is the usual work of every rank.
+  if (f.kind == FaultKind::kPageFaults) {
+    s.env["STRATA_SIM_MAPPED"] = run_dir_ + "/mapped-r" + std::to_string(rank) + ".bin";
+    s.env["STRATA_SIM_MAPPED_PAGES"] = std::to_string(static_cast<int>(f.param("pages")));
+  }
   if (!culprit) return s;
   for (const auto& [ctrl, dir] : cgroups_) s.cgroup_procs.push_back(dir + "/cgroup.procs");
   if (f.kind == FaultKind::kHostHotspot || f.kind == FaultKind::kWorkloadImbalance || f.kind == FaultKind::kAllocChurn ||
@@ -447,7 +456,6 @@ RankSetup FaultInjector::rank_setup(int rank) const {
     for (const auto& [k, v] : f.params) spec += "," + k + "=" + std::to_string(v);
     s.env["STRATA_SIM_FAULT"] = spec;
   }
-  if (f.kind == FaultKind::kPageFaults) s.env["STRATA_SIM_MAPPED"] = run_dir_ + "/mapped-r" + std::to_string(rank) + ".bin";
   if (f.kind == FaultKind::kMemoryReclaim) {
     s.env["STRATA_SIM_DATA"] = run_dir_ + "/shard-r" + std::to_string(rank) + ".bin";
   }

@@ -126,7 +126,6 @@ struct Fault {
   int tensors = 0;    // alloc-churn
   int copies = 0;     // sync-copy: copies per layer
   double kb = 0;      // sync-copy: KiB per copy
-  int pages = 0;      // page-faults: pages of mapped data read per step
 };
 
 Fault parse_fault_env() {
@@ -150,7 +149,6 @@ Fault parse_fault_env() {
     if (key == "tensors") f.tensors = static_cast<int>(v);
     if (key == "copies") f.copies = static_cast<int>(v);
     if (key == "kb") f.kb = v;
-    if (key == "pages") f.pages = static_cast<int>(v);
   }
   return f;
 }
@@ -266,8 +264,8 @@ __attribute__((noinline)) std::vector<unsigned char> load_batch(DataSource& d, i
   return batch;
 }
 
-// The rank's memory-mapped data (page-faults: STRATA_SIM_MAPPED), as a dataset in np.memmap or an
-// Arrow file: mapped once, read page by page.
+// The rank's memory-mapped data (page-faults: STRATA_SIM_MAPPED, every rank its own file), as a
+// dataset in np.memmap or an Arrow file: mapped once, read page by page.
 struct MappedData {
   int fd = -1;
   unsigned char* base = nullptr;
@@ -657,6 +655,7 @@ int main() {
 
   DataSource data = worker.pid > 0 ? DataSource{} : open_data();
   MappedData mapped = map_data();
+  const int mapped_pages = env_int("STRATA_SIM_MAPPED_PAGES", 0);
   for (int step = 0; step < steps; ++step) {
     const bool faulty = step >= fault.start_step;
     const double batch_scale = (faulty && fault.kind == "workload-imbalance") ? fault.factor : 1.0;
@@ -668,7 +667,7 @@ int main() {
     // slow-cpu: the same work, longer (a slower core).
     const double cpu_scale = (faulty && fault.kind == "slow-cpu") ? fault.factor : 1.0;
     sink = sink + preprocess(batch, static_cast<long>(kLoadUnits * batch_scale * cpu_scale), scratch_mb);
-    if (fault.kind == "page-faults") sink = sink + read_mapped(mapped, fault.pages);  // from the first step
+    sink = sink + read_mapped(mapped, mapped_pages);  // page-faults: every rank, every step
     if (faulty && fault.kind == "host-hotspot") {
       sink = sink + slow_augment(batch, static_cast<long>(fault.ms * units_per_ms));
     }
