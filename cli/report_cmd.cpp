@@ -50,14 +50,14 @@ void print_os_metrics(store::Reader& st, const std::vector<store::ProcessInfo>& 
   auto rows = st.metrics("os.");
   if (!rows || rows->empty()) return;
   std::vector<report::OsProcess> ps;
-  std::set<uint32_t> shown;
+  std::set<std::pair<std::string, uint32_t>> shown;  // (node, pid): pids repeat across nodes
   for (const auto& p : procs) {
     ps.push_back({p.pid, p.rank, p.comm});
-    shown.insert(p.pid);
+    shown.insert({p.node, p.pid});
   }
   std::vector<report::OsMetricRow> rs;
   for (const auto& r : *rows) {
-    if (shown.count(r.metric.pid)) rs.push_back({r.metric.pid, r.metric.name, r.metric.label, r.metric.value});
+    if (shown.count({r.node, r.metric.pid})) rs.push_back({r.metric.pid, r.metric.name, r.metric.label, r.metric.value});
   }
   out << "\n";
   report::write_os_table(ps, rs, out);
