@@ -221,7 +221,8 @@ void add_run_options(CLI::App& app, RunArgs& a) {
                  "memory-reclaim[headroom_mb] io-stall[rate_mbps] host-hotspot[ms] gpu-slow[factor] "
                  "network-slow[rate_mbit] hang workload-imbalance[factor] kernel-regression[kernel,factor] (every rank); "
                  "NVML: gpu-ecc gpu-xid[code=79|48|74] pcie-degraded[factor] nvlink-errors[factor]; "
-                 "CUDA memory calls: alloc-churn[tensors] sync-copy[copies,kb] (C++ rank only); "
+                 "CUDA memory calls: alloc-churn[tensors] sync-copy[copies,kb] (C++ rank only); slow-cpu[factor] (every rank on "
+                 "the rank's CPU), page-faults[pages] (C++ rank only); "
                  "rank=all: gpu-slow, io-stall and network-slow on every rank alike; io-stall where=worker: "
                  "through a data-loader worker process")
       ->type_name("KIND[:rank=R,start_step=K,key=value...]");
