@@ -96,6 +96,20 @@ TEST(Cli, ServeRefusesAStoreSchemeItDoesNotSpeak) {
   EXPECT_TRUE(std::filesystem::is_empty(d.path())) << "nothing created";
 }
 
+// `strata serve` on sqlite:DB in `d`, in the background (its log: serve.log there), waited for until
+// it serves (up to a minute on a loaded machine; no time is asserted): its pid and host:port, or
+// pid -1 when it never served.
+std::pair<pid_t, std::string> serve_in(const TempDir& d, const std::string& db) {
+  const std::string listen = "127.0.0.1:" + std::to_string(free_port());
+  run("cd " + d.path() + " && (" + strata_bin() + " serve --diagnose-every 0 --listen " + listen + " --store sqlite:" + db +
+      " >serve.log 2>&1 & echo $! >serve.pid)");
+  const pid_t pid = std::stoi(slurp(d.file("serve.pid")));
+  for (int i = 0; i < 600 && slurp(d.file("serve.log")).find("serving on") == std::string::npos; ++i) usleep(100000);
+  if (slurp(d.file("serve.log")).find("serving on") != std::string::npos) return {pid, listen};
+  kill(pid, SIGTERM);
+  return {-1, listen};
+}
+
 // A store of a 4-rank job (pids 100..103, ranks 0..3), each rank with a stack of its own
 // (work_rank<R>) and an OS metric, as strata record would write it. `second_job`: and a job-2 of
 // four ranks on node-2 with the same pids (comm train2, functions other_rank<R>), as a collector
@@ -266,12 +280,8 @@ TEST(Cli, ReportJobFilterOnAFileAndAServer) {
   TempDir d;
   write_four_rank_store(d.file("jobs.db"), true);
   expect_job_filter(d.file("jobs.db"));
-  const std::string listen = "127.0.0.1:" + std::to_string(free_port());
-  run("cd " + d.path() + " && (" + strata_bin() + " serve --diagnose-every 0 --listen " + listen +
-      " --store sqlite:jobs.db >serve.log 2>&1 & echo $! >serve.pid)");
-  const pid_t server = std::stoi(slurp(d.file("serve.pid")));
-  for (int i = 0; i < 600 && slurp(d.file("serve.log")).find("serving on") == std::string::npos; ++i) usleep(100000);
-  ASSERT_NE(slurp(d.file("serve.log")).find("serving on"), std::string::npos) << slurp(d.file("serve.log"));
+  const auto [server, listen] = serve_in(d, "jobs.db");
+  ASSERT_GT(server, 0) << slurp(d.file("serve.log"));
   expect_job_filter("--server http://" + listen);
   kill(server, SIGTERM);
 }
@@ -322,12 +332,8 @@ TEST(Cli, ReportReadsTheSpanItIsGiven) {
 TEST(Cli, ReportRankFilterAgainstAServer) {
   TempDir d;
   write_four_rank_store(d.file("job.db"));
-  const std::string listen = "127.0.0.1:" + std::to_string(free_port());
-  run("cd " + d.path() + " && (" + strata_bin() + " serve --diagnose-every 0 --listen " + listen +
-      " --store sqlite:job.db >serve.log 2>&1 & echo $! >serve.pid)");
-  const pid_t server = std::stoi(slurp(d.file("serve.pid")));
-  for (int i = 0; i < 600 && slurp(d.file("serve.log")).find("serving on") == std::string::npos; ++i) usleep(100000);
-  ASSERT_NE(slurp(d.file("serve.log")).find("serving on"), std::string::npos) << slurp(d.file("serve.log"));
+  const auto [server, listen] = serve_in(d, "job.db");
+  ASSERT_GT(server, 0) << slurp(d.file("serve.log"));
   expect_rank_filter("--server http://" + listen);
   kill(server, SIGTERM);
 }
@@ -336,12 +342,8 @@ TEST(Cli, ReportRankFilterAgainstAServer) {
 // request-duration families are there.
 TEST(Cli, ServeMetricsFollowPrometheusConventions) {
   TempDir d;
-  const std::string listen = "127.0.0.1:" + std::to_string(free_port());
-  run("cd " + d.path() + " && (" + strata_bin() + " serve --diagnose-every 0 --listen " + listen +
-      " --store sqlite:m.db >serve.log 2>&1 & echo $! >serve.pid)");
-  const pid_t server = std::stoi(slurp(d.file("serve.pid")));
-  for (int i = 0; i < 600 && slurp(d.file("serve.log")).find("serving on") == std::string::npos; ++i) usleep(100000);
-  ASSERT_NE(slurp(d.file("serve.log")).find("serving on"), std::string::npos) << slurp(d.file("serve.log"));
+  const auto [server, listen] = serve_in(d, "m.db");
+  ASSERT_GT(server, 0) << slurp(d.file("serve.log"));
   const std::string get = "python3 -c 'import sys,urllib.request; print(urllib.request.urlopen(sys.argv[1]).read().decode())' ";
   run(get + "http://" + listen + "/api/v1/jobs");
   auto page = run(get + "http://" + listen + "/metrics");
