@@ -925,6 +925,8 @@ constexpr double kUsualWorkShare = 0.5;
 constexpr double kLaunchShareOfHost = 0.5;
 // A major fault without measured block I/O latency costs about an SSD read (0.5 ms).
 constexpr double kDefaultFaultMs = 0.5;
+// What one major fault of rank `r` waits: its measured block I/O latency, else kDefaultFaultMs.
+double fault_ms(const RankWindow& r) { return known(r.get(Os::kBioLatency)) ? r.get(Os::kBioLatency) : kDefaultFaultMs; }
 // Device-memory calls (memory-alloc-churn, sync-memcpy) name the cause only when the program makes
 // more of them than its reference (peers, or its own healthy past) by this factor: the program
 // changed (the caching allocator off or fragmented, a copy made synchronous), not the same calls
@@ -1156,7 +1158,7 @@ std::optional<Hypothesis> page_faults(const RankCase& k) {
   if (k.pf <= 0) return std::nullopt;
   Hypothesis h;
   h.cause = Cause::kPageFaults;
-  double lat = known(k.r.get(Os::kBioLatency)) ? k.r.get(Os::kBioLatency) : kDefaultFaultMs;
+  const double lat = fault_ms(k.r);
   // Where: the function whose on-CPU stacks are inside the faults, else the one on the blocked paths.
   auto site = call_site(k.job, k.c, kPageFaultCall);
   auto d = !site ? blocking_caller(k.job, k.c, k.peers, true) : std::nullopt;
@@ -1722,7 +1724,7 @@ void measure(RankCase& k) {
   };
   // Each major fault waits for one read from the device: without stacks of every short block (the
   // off-CPU layer sends blocks of min_block_us and longer), the faults times the block I/O latency.
-  const double lat = known(r.get(Os::kBioLatency)) ? r.get(Os::kBioLatency) : kDefaultFaultMs;
+  const double lat = fault_ms(r);
   k.fault_io = std::min(std::max(0.0, k.io),
                         std::max(fault_blocked(r) - peer_median(job, peers, fault_blocked), std::max(0.0, k.pf) * lat));
   // And the kernel's own work in them, on-CPU (the sampled stacks inside kPageFaultCall).
