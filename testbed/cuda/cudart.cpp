@@ -270,6 +270,9 @@ double kernel_slowdown(strata_gpu_device_state* ds, const Op& op) {
   return want[0] != 0 && rt().timeline.name_of(op).find(want) != std::string::npos ? f : 1.0;
 }
 
+// How far ahead of real time the device's modeled clock may run before the worker sleeps it off.
+constexpr uint64_t kSleepSlackNs = 50'000;
+
 void add_busy(strata_gpu_device_state* ds, uint64_t ns) {
   if (ds != nullptr) std::atomic_ref<uint64_t>(ds->busy_ns).fetch_add(ns, std::memory_order_relaxed);
 }
@@ -301,7 +304,11 @@ void execute(CUstream_st* s, Op& op) {
         cost += op.bytes * 1000 / STRATA_COST_HBM_BYTES_PER_US;
       }
       uint64_t end = ready + static_cast<uint64_t>(static_cast<double>(cost) * slowdown(ds) * kernel_slowdown(ds, op));
-      sleep_until_ns(end);
+      // The modeled clock is exact either way (the next op starts at `end`); only when the work
+      // completes in real time moves. A sleep per tiny kernel would cost the host a wake-up each,
+      // CPU time a real GPU never takes from its process (thousands per step when a rank launches
+      // tiny kernels one by one): work that ends within kSleepSlackNs completes at once.
+      if (end > monotonic_ns() + kSleepSlackNs) sleep_until_ns(end);
       s->device_time = end;
       add_busy(ds, end - ready);
       rt().timeline.append(op, s->device, ready, end, kind);
@@ -458,6 +465,15 @@ void device_sync() {
       if (!rt().streams.count(s)) continue;
     }
     wait_stream(s, ticket);
+  }
+}
+
+// A launch's host side takes CPU time on the calling thread, as the runtime's and the driver's do
+// (STRATA_COST_LAUNCH_HOST_NS, spinning: a profiler sees it on the CPU inside the launch call). Many
+// tiny kernels then leave the device waiting for the host: a launch-bound step.
+void launch_host_work() {
+  const uint64_t until = monotonic_ns() + STRATA_COST_LAUNCH_HOST_NS;
+  while (monotonic_ns() < until) {
   }
 }
 
@@ -627,6 +643,7 @@ cudaError_t cudaLaunchKernel(const void* func, dim3 gridDim, dim3 blockDim, void
   if (func == nullptr) return set_error(cudaErrorInvalidValue);  // cudaErrorInvalidDeviceFunction on a GPU
   CUstream_st* s = resolve(stream);
   if (s == nullptr) return set_error(cudaErrorInvalidResourceHandle);
+  launch_host_work();
   Op op = api_op(OpKind::kKernel);
   op.func = func;
   op.threads = uint64_t{gridDim.x} * gridDim.y * gridDim.z * blockDim.x * blockDim.y * blockDim.z;
@@ -796,6 +813,7 @@ cudaError_t strataTestbedLaunchNamed(cudaStream_t stream, const void* func, cons
   if (func == nullptr || name == nullptr) return set_error(cudaErrorInvalidValue);
   CUstream_st* s = resolve(stream);
   if (s == nullptr) return set_error(cudaErrorInvalidResourceHandle);
+  launch_host_work();
   Op op = api_op(OpKind::kKernel);
   op.func = func;
   op.name = name;

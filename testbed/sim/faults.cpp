@@ -216,6 +216,8 @@ FaultInjector::FaultInjector(const Options& opts, std::string run_dir, strata_gp
     // The calls that churn: every layer's cudaMalloc (and the cudaFree that syncs after it).
     case FaultKind::kAllocChurn: culprit_ = "cudaMalloc"; break;
     case FaultKind::kSyncCopy: culprit_ = "cudaMemcpy"; break;
+    // The function that launches the extra kernels (rank_main.cpp, rank.py).
+    case FaultKind::kLaunchBound: culprit_ = "optimizer_step_per_tensor"; break;
     case FaultKind::kNone: break;
   }
   // Every rank alike: the culprit is what they share.
@@ -414,6 +416,7 @@ Status FaultInjector::prepare() {
     case FaultKind::kWorkloadImbalance: mechanism_ = "larger batches on the rank"; return {};
     case FaultKind::kAllocChurn: mechanism_ = "cudaMalloc/cudaFree of every layer's temporaries (libcudart stand-in)"; return {};
     case FaultKind::kSyncCopy: mechanism_ = "synchronous cudaMemcpy reads after every layer (libcudart stand-in)"; return {};
+    case FaultKind::kLaunchBound: mechanism_ = "the optimizer stepped tensor by tensor: tiny kernels launched one by one"; return {};
     case FaultKind::kNone: return {};
   }
   return {};
@@ -448,10 +451,14 @@ RankSetup FaultInjector::rank_setup(int rank) const {
     s.env["STRATA_SIM_MAPPED"] = run_dir_ + "/mapped-r" + std::to_string(rank) + ".bin";
     s.env["STRATA_SIM_MAPPED_PAGES"] = std::to_string(static_cast<int>(f.param("pages")));
   }
+  // launch-bound: every rank reads its gradients' inf flag before its optimizer step (a sync), so
+  // only the culprit's optimizer differs.
+  if (f.kind == FaultKind::kLaunchBound) s.env["STRATA_SIM_INF_CHECK"] = "1";
   if (!culprit) return s;
   for (const auto& [ctrl, dir] : cgroups_) s.cgroup_procs.push_back(dir + "/cgroup.procs");
   if (f.kind == FaultKind::kHostHotspot || f.kind == FaultKind::kWorkloadImbalance || f.kind == FaultKind::kAllocChurn ||
-      f.kind == FaultKind::kSyncCopy || f.kind == FaultKind::kSlowCpu || f.kind == FaultKind::kPageFaults) {
+      f.kind == FaultKind::kSyncCopy || f.kind == FaultKind::kSlowCpu || f.kind == FaultKind::kPageFaults ||
+      f.kind == FaultKind::kLaunchBound) {
     std::string spec = f.name + ":start_step=" + std::to_string(f.start_step);
     for (const auto& [k, v] : f.params) spec += "," + k + "=" + std::to_string(v);
     s.env["STRATA_SIM_FAULT"] = spec;
@@ -626,6 +633,7 @@ Status FaultInjector::activate(pid_t culprit_pid) {
     }
     case FaultKind::kAllocChurn:
     case FaultKind::kSyncCopy:
+    case FaultKind::kLaunchBound:
     case FaultKind::kNone:
       return {};  // in-process, from the rank's own start_step
   }

@@ -107,6 +107,11 @@ K = {r: kernel(r) for r in ("gemm_fwd", "gemm_bwd_data", "gemm_bwd_weight", "rel
                             "layer_norm", "softmax", "nll_loss", "adam")}
 
 
+ADAM_OPS_PER_TENSOR = 5  # as rank_main.cpp's kAdamOpsPerTensor
+OP_HOST_US = 8  # the framework's checks and dispatch per operation, as rank_main.cpp's kOpHostUs
+INF_CHECK = os.environ.get("STRATA_SIM_INF_CHECK", "") == "1"
+
+
 def launch(role, us, stream):
     threads = int(max(us, 1) * 1000000 // PS_PER_THREAD)
     grid = Dim3(max(1, threads // 256), 1, 1)
@@ -162,7 +167,7 @@ def exchange_unique_id():
 
 def parse_fault():
     spec = os.environ.get("STRATA_SIM_FAULT", "")
-    fault = {"kind": "", "start_step": 1 << 30, "ms": 0.0, "factor": 1.0}
+    fault = {"kind": "", "start_step": 1 << 30, "ms": 0.0, "factor": 1.0, "tensors": 0.0}
     if not spec:
         return fault
     kind, _, rest = spec.partition(":")
@@ -320,15 +325,34 @@ class Model:
                         g, g, BUCKET_ELEMS, NCCL_FLOAT, NCCL_SUM, self.comm, self.comm_stream), "ncclAllReduce"))
         cuda(cudart.cudaEventRecord(self.c1, self.compute), "cudaEventRecord")
 
-    def optimizer_step(self):
+    def optimizer_step(self, per_tensor=0):
         cudart.cudaEventRecord(self.comm_done, self.comm_stream)
         cudart.cudaStreamWaitEvent(self.compute, self.comm_done, 0)
-        launch("adam", 3000 * SCALE, self.compute)
+        # The host waits for the gradients first, as AMP's GradScaler does to read found_inf (every
+        # rank of a launch-bound run; rank_main.cpp's inf_check).
+        if INF_CHECK:
+            cuda(cudart.cudaStreamSynchronize(self.compute), "cudaStreamSynchronize")
+        if per_tensor:
+            self.optimizer_step_per_tensor(per_tensor)
+        else:
+            launch("adam", 3000 * SCALE, self.compute)
         cuda(cudart.cudaStreamSynchronize(self.compute), "cudaStreamSynchronize")
         err = ctypes.c_int()
         nccl.ncclCommGetAsyncError(self.comm, ctypes.byref(err))
         if err.value != 0:
             die("NCCL communicator failed: %s" % nccl.ncclGetLastError(self.comm).decode())
+
+    def optimizer_step_per_tensor(self, tensors):
+        """The launch-bound fault: Adam stepped tensor by tensor (foreach and fused off), each of its
+        elementwise operations a tiny kernel whose launch costs the host more than the device needs
+        to run it (rank_main.cpp's optimizer_step_per_tensor): the framework's work per operation,
+        then the launch."""
+        for _ in range(tensors):
+            for _ in range(ADAM_OPS_PER_TENSOR):
+                until = time.perf_counter() + OP_HOST_US / 1e6
+                while time.perf_counter() < until:
+                    pass
+                launch("add", 1, self.compute)
 
     def times(self):
         comm_ms = sum(elapsed(self.cs[i], self.ce[i]) for i in range(self.ncomm))
@@ -372,7 +396,7 @@ def train():
         load_ms = (time.perf_counter() - t0) * 1000
         model.forward(batch, scale)
         model.backward(scale)
-        model.optimizer_step()
+        model.optimizer_step(int(fault["tensors"]) if faulty and fault["kind"] == "launch-bound" else 0)
         compute_ms, comm_ms = model.times()
         step_ms = (time.perf_counter() - t0) * 1000
         cpu_ms, runq_ms = (time.process_time() - cpu0) * 1000, runqueue_wait_ms() - wait0

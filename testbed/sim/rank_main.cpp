@@ -412,6 +412,26 @@ void launch(const void* k, double us, cudaStream_t s) {
 // What the rank did that a profiler should see, by name: reported at the end (see the top).
 std::map<std::string, long> g_calls;
 
+// launch-bound: the optimizer steps its parameters tensor by tensor, as torch.optim does with
+// foreach and fused off (or when it falls back for tensors of mixed dtypes or devices): per tensor,
+// Adam's elementwise operations one by one, each a tiny kernel. Each costs the host the framework's
+// work per operation (kOpHostUs: checks and dispatch, in PyTorch tens of us with Python) and the
+// launch (the stand-in's STRATA_COST_LAUNCH_HOST_NS), more than the device needs to run it: the
+// device waits for the host. Not inlined: a profiler sees the program's own function.
+constexpr int kAdamOpsPerTensor = 5;  // lerp_ (exp_avg), mul_ + addcmul_ (exp_avg_sq), sqrt + addcdiv_
+constexpr double kOpHostUs = 8;
+__attribute__((noinline)) void optimizer_step_per_tensor(const void* elementwise, int tensors, cudaStream_t s) {
+  for (int t = 0; t < tensors; ++t) {
+    for (int i = 0; i < kAdamOpsPerTensor; ++i) {
+      const double until = now_ms() + kOpHostUs / 1e3;
+      while (now_ms() < until) {
+      }
+      launch(elementwise, 1, s);
+    }
+  }
+  g_calls["cudaLaunchKernel"] += static_cast<long>(tensors) * kAdamOpsPerTensor;
+}
+
 // Device memory through the runtime, counted.
 void dev_malloc(void** p, size_t bytes) {
   CUDA_CHECK(cudaMalloc(p, bytes));
@@ -656,6 +676,7 @@ int main() {
   DataSource data = worker.pid > 0 ? DataSource{} : open_data();
   MappedData mapped = map_data();
   const int mapped_pages = env_int("STRATA_SIM_MAPPED_PAGES", 0);
+  const bool inf_check = env_int("STRATA_SIM_INF_CHECK", 0) != 0;
   for (int step = 0; step < steps; ++step) {
     const bool faulty = step >= fault.start_step;
     const double batch_scale = (faulty && fault.kind == "workload-imbalance") ? fault.factor : 1.0;
@@ -800,7 +821,15 @@ int main() {
     // optimizer: needs every reduced gradient
     CUDA_CHECK(cudaEventRecord(comm_done, comm_stream));
     CUDA_CHECK(cudaStreamWaitEvent(compute, comm_done, 0));
-    launch(k.adam, opt_us, compute);
+    // The host waits for the gradients before the optimizer step, as AMP's GradScaler does to read
+    // found_inf (STRATA_SIM_INF_CHECK, every rank of a launch-bound run): the device then idles
+    // until the host launches the step's kernels.
+    if (inf_check) CUDA_CHECK(cudaStreamSynchronize(compute));
+    if (faulty && fault.kind == "launch-bound") {
+      optimizer_step_per_tensor(k.add, fault.tensors, compute);
+    } else {
+      launch(k.adam, opt_us, compute);
+    }
     CUDA_CHECK(cudaStreamSynchronize(compute));
     sync_copies();
     if (memory_calls) {

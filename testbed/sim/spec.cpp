@@ -70,6 +70,10 @@ const std::vector<KindInfo>& kinds() {
       // each, as a loop that logs activations with .cpu() / .item(): the host waits for every copy
       // (kb / PCIe bandwidth of modeled device time, plus the stand-in's copy and round trip)
       {"sync-copy", FaultKind::kSyncCopy, "cpu", "sync-memcpy", {{"copies", 256}, {"kb", 64}}},
+      // tensors: parameter tensors the rank's optimizer steps one by one (5 elementwise kernels
+      // each, launched after the host waited for the gradients) where its peers run one fused
+      // kernel, as torch.optim.Adam(foreach=False) does: the host's work per launch is the step
+      {"launch-bound", FaultKind::kLaunchBound, "cpu", "launch-bound", {{"tensors", 300}}},
   };
   return k;
 }
@@ -222,7 +226,7 @@ void add_run_options(CLI::App& app, RunArgs& a) {
                  "network-slow[rate_mbit] hang workload-imbalance[factor] kernel-regression[kernel,factor] (every rank); "
                  "NVML: gpu-ecc gpu-xid[code=79|48|74] pcie-degraded[factor] nvlink-errors[factor]; "
                  "CUDA memory calls: alloc-churn[tensors] sync-copy[copies,kb] (C++ rank only); slow-cpu[factor] (every rank on "
-                 "the rank's CPU), page-faults[pages] (C++ rank only); "
+                 "the rank's CPU), page-faults[pages] (C++ rank only); launch-bound[tensors] (the optimizer stepped tensor by tensor); "
                  "rank=all: gpu-slow, io-stall and network-slow on every rank alike; io-stall where=worker: "
                  "through a data-loader worker process")
       ->type_name("KIND[:rank=R,start_step=K,key=value...]");

@@ -38,6 +38,9 @@ enum class FaultKind {
   // Arrow file whose page cache the node's other work evicted, or swapped-out memory): every page it
   // touches is a major fault that waits for the disk.
   kPageFaults,
+  // The rank's optimizer steps tensor by tensor (foreach and fused off): thousands of tiny kernels,
+  // each costing the host more than the device; the device waits for the host's launches.
+  kLaunchBound,
 };
 
 struct FaultSpec {

@@ -19,6 +19,11 @@
  * driver maps pages; tens of microseconds on a real GPU for small allocations. */
 #define STRATA_COST_MALLOC_NS 50000ull
 #define STRATA_COST_FREE_NS 20000ull
+/* Host time of a kernel launch (cudaLaunchKernel, cuLaunchKernel): the runtime and the driver check
+ * the arguments and write the launch into the device's queue, on the calling thread's CPU. A few
+ * microseconds on a real system (the launch overhead NVIDIA quotes, 2-5 us); the framework's own
+ * work per operation (PyTorch's dispatcher, Python) comes on top, in the caller. */
+#define STRATA_COST_LAUNCH_HOST_NS 4000ull
 
 /* gridDim.x for a kernel of `duration_us` with `block_threads` threads per block. */
 static inline uint32_t strata_cost_grid_for_us(uint64_t duration_us, uint32_t block_threads) {
