@@ -923,6 +923,18 @@ constexpr double kFreshPathShare = 0.5;
 constexpr double kUsualWorkShare = 0.5;
 // Launch calls explain the host's extra time when they are half of it.
 constexpr double kLaunchShareOfHost = 0.5;
+// A rank launches more when its device runs this factor more kernels per step than its peers': the
+// device timeline counts every kernel, and a program that runs the same code runs the same count
+// step after step (the counts of healthy peers differ by the odd collective); an optimizer stepped
+// tensor by tensor multiplies its launches by the tensors (hundreds).
+constexpr double kMoreKernels = 1.5;
+// ... and by at least this many per step: a launch costs the host a few us (2-5 us in the driver,
+// tens of us with an eager framework's dispatch), so fewer than 100 more cost well under a ms.
+constexpr double kMinExtraKernels = 100;
+// The top path launches kernels when this share of its on-CPU time is inside the launch calls: in
+// an eager framework the call is the smaller part of an operation's host time (Python and the
+// dispatcher hold the rest), and code that launches nothing has none of it.
+constexpr double kLaunchInHotPathShare = 0.1;
 // A major fault without measured block I/O latency costs about an SSD read (0.5 ms).
 constexpr double kDefaultFaultMs = 0.5;
 // What one major fault of rank `r` waits: its measured block I/O latency, else kDefaultFaultMs.
@@ -1180,16 +1192,6 @@ std::optional<Hypothesis> page_faults(const RankCase& k) {
   return h;
 }
 
-std::optional<Hypothesis> launch_bound(const RankCase& k) {
-  if (!(k.launch > 0 && k.launch >= kLaunchShareOfHost * k.host)) return std::nullopt;
-  Hypothesis h;
-  h.cause = Cause::kLaunchBound;
-  h.culprit = "kernel launches";
-  h.explained_ms = k.launch;
-  h.evidence.push_back(k.who + " spends " + ms(k.r.get(Os::kLaunchApi)) + " per step launching kernels (+" + ms(k.launch) + " vs peers)");
-  return h;
-}
-
 // Where a rank's host thread calls a memory API from: on its on-CPU and off-CPU stacks, the frame
 // that calls the API's own frame, by the time under it (a real cudaMemcpy or cudaFree spins or
 // blocks there). Empty when no stack passes through the API (a call that sleeps is in neither).
@@ -1383,30 +1385,48 @@ std::string memory_share(const RankCase& k, double explained) {
          ms(k.extra) + " per step " + k.who + " is busier than its peers (its extra busy time)";
 }
 
+// The share of the CPU profile's top path's time (the stacks under it) whose frames, from its own
+// function down, include one `in_call` accepts. The top path is a comparable path (a Python stack's
+// Python frames only): a stack is under it when its comparable path is, and its own frames below
+// the top function (native ones too: the launch or copy a Python function makes) are searched.
+template <typename InCall>
+double hot_share_in(const RankCase& k, InCall in_call) {
+  if (!k.hot) return 0;
+  const std::string& hot = k.hot->path;
+  const auto hot_frames = split_path(hot);
+  double all = 0, inside = 0;
+  for (const auto& v : k.r.oncpu) {
+    const std::string& raw = k.job.names.name(v.name);
+    bool broken = false, worker = false;
+    const std::string path = comparable_path(k.job, raw, &broken, &worker);
+    if (path != hot && path.rfind(hot + ";", 0) != 0) continue;
+    all += v.ms_per_step;
+    size_t matched = 0;  // the top path's frames found in order; its last one begins the search
+    for (auto f : split_path(raw)) {
+      if (matched < hot_frames.size() && f == hot_frames[matched]) ++matched;
+      if (matched < hot_frames.size() || !in_call(f)) continue;
+      inside += v.ms_per_step;
+      break;
+    }
+  }
+  return all > 0 ? inside / all : 0;
+}
+
 // Whether the CPU profile's top path is in the rank's memory calls of one kind: most of its time is
 // inside one of the APIs (a real runtime spins on the CPU in a synchronous copy or in a cudaFree's
 // device sync), or its function is where most of the calls sampled with their stacks are made (the
 // loop around them: the probes' traps on each call, the bookkeeping per call).
 bool hot_path_in_memory_calls(const RankCase& k, bool (*kind)(std::string_view)) {
   if (!k.hot) return false;
-  const std::string& hot = k.hot->path;
-  double all = 0, inside = 0;
-  for (const auto& v : k.r.oncpu) {
-    const std::string& path = k.job.names.name(v.name);
-    if (path != hot && path.rfind(hot + ";", 0) != 0) continue;
-    all += v.ms_per_step;
-    auto below = split_path(std::string_view(path).substr(std::min(path.size(), hot.size() + 1)));
-    bool in_api = false;
-    for (auto f : below) {
-      for (const auto& a : k.r.memory_api_ms) {
-        const std::string& api = k.job.names.name(a.name);
-        in_api = in_api || (kind(api) && short_function(f) == api);
-      }
+  auto in_api = [&](std::string_view f) {
+    for (const auto& a : k.r.memory_api_ms) {
+      const std::string& api = k.job.names.name(a.name);
+      if (kind(api) && short_function(f) == api) return true;
     }
-    if (in_api) inside += v.ms_per_step;
-  }
-  if (all > 0 && inside >= kHotPathInCallsShare * all) return true;
-  auto frames = split_path(hot);
+    return false;
+  };
+  if (hot_share_in(k, in_api) >= kHotPathInCallsShare) return true;
+  auto frames = split_path(k.hot->path);
   const SampledSite site = sampled_call_site(k.job, k.r, kind);
   return !frames.empty() && !site.site.empty() && caller_name(frames.back()) == site.site;
 }
@@ -1461,6 +1481,64 @@ std::optional<Hypothesis> memory_alloc_churn(const RankCase& k) {
 
 std::optional<Hypothesis> sync_memcpy(const RankCase& k) {
   return memory_calls_hypothesis(k, Cause::kSyncMemcpy, k.sync_copy, Os::kSyncCopyApi, Os::kSyncCopyCalls, Os::kSyncCopyMb, is_copy_api);
+}
+
+// The kernel-launch entry points of the CUDA runtime and driver, by a frame's name.
+bool is_launch_api(std::string_view frame) {
+  const std::string f = short_function(frame);
+  for (std::string_view api : {"cudaLaunchKernel", "cudaLaunchKernel_ptsz", "cudaLaunchKernelExC", "cudaLaunchKernelExC_ptsz",
+                               "cuLaunchKernel", "cuLaunchKernel_ptsz", "cuLaunchKernelEx", "cuLaunchKernelEx_ptsz"}) {
+    if (f == api) return true;
+  }
+  return false;
+}
+
+// The rank's device runs many more kernels per step than its peers' (the device timeline counts
+// each): it launches more (an optimizer stepped tensor by tensor, a model run unfused or no longer
+// captured in a CUDA graph), and says how many and how long they run.
+struct MoreKernels {
+  bool more = false;
+  std::string evidence;
+};
+MoreKernels more_kernels(const RankCase& k) {
+  MoreKernels m;
+  const double mine = k.r.get(Os::kKernels);
+  const double peers = peer_median(k.job, k.peers, [](const RankWindow& x) { return x.get(Os::kKernels); });
+  if (!known(mine) || !known(peers)) return m;
+  m.more = mine >= kMoreKernels * peers && mine - peers >= kMinExtraKernels;
+  auto each = [](double dev, double n) { return known(dev) && n > 0 ? fmt(" (%.3f ms each on average)", dev / n) : std::string(); };
+  m.evidence = k.who + fmt(" runs %.0f kernels per step", mine) + each(k.r.now.device_compute_ms, mine) + fmt(" vs %.0f", peers) +
+               each(k.dev_peers, peers) + " on its peers (the device timeline's count)";
+  return m;
+}
+
+// Launch-bound: the device waits for the host while the host launches kernels. Either the launch
+// calls' own time (the agent's probes) holds the host's extra time, or the rank runs many more
+// kernels than its peers and its extra CPU time is in code that launches them (the differential
+// profile's top path runs launch calls; in an eager framework most of an operation's host time is
+// its Python and dispatch around the launch, which is why the whole path counts). Named with the
+// function that launches them.
+std::optional<Hypothesis> launch_bound(const RankCase& k) {
+  const bool by_calls = k.launch > 0 && k.launch >= kLaunchShareOfHost * k.host;
+  const MoreKernels more = more_kernels(k);
+  const double in_launches = hot_share_in(k, is_launch_api);
+  const bool by_path = more.more && k.cpu > 0 && k.hot && !more_of_everything(k) && in_launches >= kLaunchInHotPathShare;
+  if (!by_calls && !by_path) return std::nullopt;
+  Hypothesis h;
+  h.cause = Cause::kLaunchBound;
+  const Hypothesis work = by_path ? cpu_hypothesis(k) : Hypothesis{};
+  h.explained_ms = std::max(by_calls ? k.launch : 0.0, by_path ? work.explained_ms : 0.0);
+  const std::string from = by_path ? k.hot->function : memory_call_site(k.job, k.r, "cudaLaunchKernel");
+  h.culprit = "kernel launches" + (from.empty() ? "" : " from " + from);
+  if (!more.evidence.empty()) h.evidence.push_back(more.evidence);
+  if (known(k.r.get(Os::kLaunchApi)))
+    h.evidence.push_back(k.who + " spends " + ms(k.r.get(Os::kLaunchApi)) + " per step in launch calls where the agent timed them (+" +
+                         ms(k.launch) + " vs peers)");
+  if (by_path) {
+    h.evidence.push_back(fmt("%.0f%%", 100 * in_launches) + " of " + from + "'s on-CPU time is inside the launch calls; the rest is the work around each launch");
+    for (const auto& e : work.evidence) h.evidence.push_back(e);
+  }
+  return h;
 }
 
 // A CPU-only job (no device timeline: DDP on gloo) whose on-CPU time grew outside the top path too:
@@ -1642,7 +1720,9 @@ constexpr CauseRule kRules[] = {
      "read the training data from faster storage, cache it locally, or prefetch with more loader workers"},
     {Cause::kIrqSoftirq, irq_softirq, true, 0.7, "move IRQ affinity (NIC queues) away from the training CPUs"},
     {Cause::kPageFaults, page_faults, true, 0.6, "keep the working set in memory (mlock, larger memory limit, no swap)"},
-    {Cause::kLaunchBound, launch_bound, true, 0.6, "batch small kernels (CUDA graphs, fused ops)"},
+    {Cause::kLaunchBound, launch_bound, true, 0.8,
+     "launch fewer, larger kernels on {rank}: fused or foreach optimizers (torch.optim foreach=True / fused=True), "
+     "torch.compile, CUDA graphs"},
     {Cause::kMemoryAllocChurn, memory_alloc_churn, true, 0.8,
      "keep PyTorch's caching allocator on (unset PYTORCH_NO_CUDA_MEMORY_CACHING) and cut fragmentation "
      "(PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True, fewer shape changes); allocate {rank}'s buffers once, outside the step"},
@@ -1760,7 +1840,7 @@ void measure(RankCase& k) {
 
 // A host hotspot in the memory calls a memory rule found grown is their cost, which that rule
 // counts (memory_calls_hypothesis): the hotspot's own hypothesis goes.
-void fold_hotspot_into_memory_calls(const RankCase& k, std::vector<Ranked>& hs);
+void fold_hotspot_into_calls(const RankCase& k, std::vector<Ranked>& hs);
 
 // Descends the layers on rank c, whose busy time exceeds its peers' by `extra` ms per step: every
 // rule of the table that finds its evidence, most explained first.
@@ -1777,21 +1857,23 @@ std::vector<Ranked> descend(const JobWindow& job, size_t c, double extra, bool j
     if (rule.host && !k.idle_ev.empty()) h->evidence.push_back(k.idle_ev);
     hs.push_back({std::move(*h), &rule});
   }
-  fold_hotspot_into_memory_calls(k, hs);
+  fold_hotspot_into_calls(k, hs);
   // Nothing explains more than the time there is to explain.
   for (auto& x : hs) x.h.explained_ms = std::min(x.h.explained_ms, extra);
   std::stable_sort(hs.begin(), hs.end(), [](const Ranked& a, const Ranked& b) { return a.h.explained_ms > b.h.explained_ms; });
   return hs;
 }
 
-void fold_hotspot_into_memory_calls(const RankCase& k, std::vector<Ranked>& hs) {
+void fold_hotspot_into_calls(const RankCase& k, std::vector<Ranked>& hs) {
   auto hotspot = std::find_if(hs.begin(), hs.end(), [](const Ranked& x) { return x.rule->cause == Cause::kHostHotspot; });
   if (hotspot == hs.end()) return;
   for (const auto& x : hs) {
     bool (*kind)(std::string_view) = x.rule->cause == Cause::kSyncMemcpy        ? is_copy_api
                                      : x.rule->cause == Cause::kMemoryAllocChurn ? is_alloc_api
                                                                                   : nullptr;
-    if (kind && hot_path_in_memory_calls(k, kind)) {
+    // Launch-bound names the same top path when it runs the launches: one cause, the launches'.
+    const bool launches = x.rule->cause == Cause::kLaunchBound && k.hot && x.h.culprit == "kernel launches from " + k.hot->function;
+    if (launches || (kind && hot_path_in_memory_calls(k, kind))) {
       hs.erase(hotspot);
       return;
     }

@@ -1641,6 +1641,10 @@ Result<JobWindow> load_job_window(store::Reader& s, const LoadOptions& opt) {
       a.placement[m.label] += m.value;
     } else if (n == "gpu.kernel_us") {
       a.kernels[m.label] += m.value / 1e3;
+    } else if (n == "gpu.kernel_count") {
+      // Kernels only: the timeline names copies and sets "[CUDA memcpy]", "[CUDA memset]".
+      a.seen[static_cast<size_t>(Os::kKernels)] = true;
+      if (m.label.rfind('[', 0) != 0) a.sum[static_cast<size_t>(Os::kKernels)] += m.value;
     } else if (n.rfind("net.tcp_", 0) == 0) {
       auto gt = m.label.find('>');
       if (gt == std::string::npos) continue;

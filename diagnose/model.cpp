@@ -39,6 +39,7 @@ const char* os_name(Os m) {
     case Os::kSyncCopyApi: return "synchronous-copy API time";
     case Os::kSyncCopyCalls: return "synchronous copies";
     case Os::kSyncCopyMb: return "synchronously copied MB";
+    case Os::kKernels: return "kernels run";
     case Os::kCount: break;
   }
   return "?";
@@ -51,6 +52,7 @@ bool os_is_time(Os m) {
     case Os::kAllocCalls:
     case Os::kSyncCopyCalls:
     case Os::kSyncCopyMb:
+    case Os::kKernels:
     case Os::kCount: return false;
     default: return true;
   }

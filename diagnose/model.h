@@ -91,6 +91,7 @@ enum class Os : int {
   kSyncCopyApi,   // host time in synchronous copies (cudaMemcpy: the host waits for the copy)
   kSyncCopyCalls, // those copies, count per step
   kSyncCopyMb,    // bytes they moved, MB per step
+  kKernels,       // kernels the device ran, count per step (the device timeline's; copies and sets not counted)
   kCount,
 };
 inline constexpr size_t kOsCount = static_cast<size_t>(Os::kCount);

@@ -35,7 +35,7 @@ std::vector<Feature> features() {
     Os os = static_cast<Os>(m);
     if (os == Os::kBioLatency) continue;  // a latency, not time per step
     // Memory-call counts and sizes: their time per step (kAllocApi, kSyncCopyApi) is the feature.
-    if (os == Os::kAllocCalls || os == Os::kSyncCopyCalls || os == Os::kSyncCopyMb) continue;
+    if (os == Os::kAllocCalls || os == Os::kSyncCopyCalls || os == Os::kSyncCopyMb || os == Os::kKernels) continue;
     f.push_back({os_name(os), [os](const RankWindow& r) { return r.get(os); }, os == Os::kMajorFaults ? 1.0 : 1.0});
   }
   return f;
