@@ -181,6 +181,20 @@ def test_page_faults():
     assert p.returncode != 0 and "only the C++ rank" in p.stderr, (p.returncode, p.stderr)
 
 
+def test_launch_bound():
+    # From start_step the culprit's optimizer steps its tensors one by one (5 tiny kernels each, as
+    # Adam with foreach off): its host time per step grows by the launches, its peers wait for it.
+    # The Python rank does the same in Python (its own work per call around the launch).
+    for extra in ([], ["--python"]):
+        t = ok_run(["--ranks", "2", "--steps", "16", "--fault", "launch-bound:rank=1,start_step=5,tensors=200"] + extra)
+        f = t["fault"]
+        assert (f["layer"], f["cause"], f["culprit"]) == ("cpu", "launch-bound", "optimizer_step_per_tensor"), f
+        straggler_pattern(t, 1, "cpu_ms", margin=1.5)
+        if not extra:  # the C++ rank counts its calls: only the culprit, 1,000 per faulty step
+            calls = {r["rank"]: r["calls"].get("cudaLaunchKernel", 0) for r in t["per_rank"]}
+            assert calls == {0: 0, 1: 200 * 5 * (16 - 5)}, calls
+
+
 def test_cpu_contention():
     # Two hogs of higher priority share the culprit's CPU (its peers keep the other): the culprit's
     # threads wait on the run queue many times longer than its peers', its fixed CPU work per step
