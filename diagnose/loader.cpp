@@ -1941,6 +1941,37 @@ Result<JobWindow> load_job_window(store::Reader& s, const LoadOptions& opt) {
   return job;
 }
 
+namespace {
+
+// The end of job `job`'s latest step (none: it has no step, or no process of that name). Read
+// from `from_ns` on first (the store's latest stretch: a running job's latest step is there), then,
+// for a job that ended before it, over the job's whole history (steps are one row per rank and step).
+Result<std::optional<uint64_t>> job_latest_step_ns(store::Reader& s, std::optional<int64_t> recording, const std::string& job,
+                                                   uint64_t from_ns) {
+  auto procs = s.processes(recording);
+  if (!procs) return procs.error();
+  std::set<std::pair<std::string, uint32_t>> mine;
+  for (const auto& p : *procs) {
+    if (p.job == job) mine.insert({p.node, p.pid});
+  }
+  if (mine.empty()) return std::optional<uint64_t>{};
+  store::RowQuery q;
+  q.recording = recording;
+  q.any_order = true;
+  q.keep_process = [&](std::string_view node, uint32_t pid) { return mine.count({std::string(node), pid}) > 0; };
+  for (uint64_t from : {from_ns, uint64_t{0}}) {
+    q.from_ns = from;
+    auto steps = s.query_steps(q);
+    if (!steps) return steps.error();
+    std::optional<uint64_t> latest;
+    for (const auto& st : *steps) latest = std::max(latest.value_or(0), st.end_ns);
+    if (latest || from == 0) return latest;
+  }
+  return std::optional<uint64_t>{};
+}
+
+}  // namespace
+
 Result<JobWindow> load_latest_with_baseline(store::Reader& s, LoadOptions opt, uint64_t latest_ns, uint64_t baseline_ns) {
   auto rec = s.latest_recording();
   if (!rec) return rec.error();
@@ -1949,6 +1980,13 @@ Result<JobWindow> load_latest_with_baseline(store::Reader& s, LoadOptions opt, u
   auto latest = s.latest_step_ns(which);
   if (!latest) return latest.error();
   if (!*latest) return no_step_error(s, which);
+  if (!opt.job.empty()) {
+    // A job named: the span counts back from its own latest step. One that ended before another
+    // began has no step in the store's latest stretch (it read as healthy, with no step at all).
+    auto own = job_latest_step_ns(s, which, opt.job, **latest > latest_ns ? **latest - latest_ns : 0);
+    if (!own) return own.error();
+    if (*own) latest = own;
+  }
   const uint64_t now_from = **latest > latest_ns ? **latest - latest_ns : 0;
   LoadOptions now = opt;
   now.from_ns = now_from;

@@ -65,7 +65,8 @@ Frame fn(const std::string& name) {
 // ranks (default kRanks on two nodes), named `job`, on nodes "<node_prefix>N" with pids from
 // pid_base (a second job into the same store takes others).
 uint64_t make_store(const std::string& path, int steps, int slow_last, int nodes = 2, int per_node = kRanks / 2,
-                    const std::string& job = "rounds", uint32_t pid_base = 10000, const std::string& node_prefix = "node-") {
+                    const std::string& job = "rounds", uint32_t pid_base = 10000, const std::string& node_prefix = "node-",
+                    uint64_t end = kEnd) {
   const int ranks = nodes * per_node;
   const int slow_from = steps - slow_last;
   auto st = open_at(path, store::Store::Mode::kCreateOrAppend);
@@ -84,7 +85,7 @@ uint64_t make_store(const std::string& path, int steps, int slow_last, int nodes
   // The job's steps, from the last one back: every rank waits for the slowest, so they share the
   // boundaries. Noise of 0-4 ms that depends on the distance from the end.
   std::vector<std::pair<uint64_t, uint64_t>> bounds(static_cast<size_t>(steps));
-  uint64_t cursor = kEnd;
+  uint64_t cursor = end;
   for (int k = steps - 1; k >= 0; --k) {
     const uint64_t j = static_cast<uint64_t>(steps - 1 - k);
     const uint64_t extra = k >= slow_from ? 40'000'000 : 0;
@@ -96,7 +97,7 @@ uint64_t make_store(const std::string& path, int steps, int slow_last, int nodes
   std::vector<int64_t> recs;
   for (int n = 0; n < nodes; ++n) {
     recs.push_back(*s.begin_recording({node_prefix + std::to_string(n), "synthetic", t0, 99, 10}));
-    EXPECT_TRUE(s.end_recording(recs.back(), kEnd));
+    EXPECT_TRUE(s.end_recording(recs.back(), end));
   }
   for (int r = 0; r < ranks; ++r) {
     const uint32_t pid = pid_base + static_cast<uint32_t>(r);
@@ -130,7 +131,7 @@ uint64_t make_store(const std::string& path, int steps, int slow_last, int nodes
     }
     EXPECT_TRUE(s.put_steps(rec, rows));
     // Windows: samples at 99 Hz of what the rank did in them (10 ms a sample).
-    for (uint64_t w = kEnd + 1; w > t0; w -= kWindowNs) {  // [w - 10 s, w), the latest first
+    for (uint64_t w = end + 1; w > t0; w -= kWindowNs) {  // [w - 10 s, w), the latest first
       uint64_t slow_ns = 0, n = 0;
       for (int k = 0; k < steps; ++k) {
         const auto& [a, b] = bounds[static_cast<size_t>(k)];
@@ -1177,6 +1178,27 @@ TEST(DiagnoseRounds, TheCulpritDoesNotFadeWithAge) {
     ASSERT_EQ(cli.exit_code, 0) << cli.err;
     EXPECT_NE(cli.out.find("slow_augment"), std::string::npos) << steps << " steps: " << cli.out.substr(0, 600);
   }
+}
+
+// `--job J` counts its span back from J's own latest step: a job that ended an hour before another
+// began is diagnosed at its end, not in the other job's latest stretch, where it has no step.
+TEST(DiagnoseRounds, AJobIsDiagnosedAtItsOwnEnd) {
+  TempDir tmp;
+  const std::string db = tmp.file("two-jobs.db");
+  make_store(db, 600, 100, 2, kRanks / 2, "early", 10000, "node-", kEnd - 3'600'000'000'000ull);
+  make_store(db, 120, 0, 2, kRanks / 2, "late", 20000);
+  for (const char* span : {"", " --last 5m"}) {
+    auto early = run(strata_bin() + " diagnose " + db + " --job early --json" + span);
+    ASSERT_EQ(early.exit_code, 0) << span << ": " << early.err;
+    EXPECT_NE(early.out.find("\"job\":\"early\""), std::string::npos) << span << ": " << early.out.substr(0, 300);
+    EXPECT_NE(early.out.find("slow_augment"), std::string::npos) << span << ": " << early.out.substr(0, 600);
+    auto late = run(strata_bin() + " diagnose " + db + " --job late --json" + span);
+    ASSERT_EQ(late.exit_code, 0) << span << ": " << late.err;
+    EXPECT_EQ(late.out.find("slow_augment"), std::string::npos) << span << ": " << late.out.substr(0, 600);
+  }
+  auto none = run(strata_bin() + " diagnose " + db + " --job nope");
+  EXPECT_EQ(none.exit_code, 1);
+  EXPECT_NE(none.err.find("early"), std::string::npos) << none.err;
 }
 
 TEST(DiagnoseRounds, LastTakesADurationAndRefusesAnythingElse) {
