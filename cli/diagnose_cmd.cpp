@@ -39,32 +39,17 @@ constexpr uint64_t kDefaultBaselineNs = kDefaultLatestNs;
 
 
 // The collector's kept diagnosis (GET /api/v1/findings): the server made it, this prints it.
-int diagnose_remote(std::string server, const std::string& token, const std::string& job, bool json) {
-  while (!server.empty() && server.back() == '/') server.pop_back();
-  httplib::Client cli(server);
-  if (!cli.is_valid()) return fail("diagnose: --server " + server + ": expected http://HOST:PORT", 1);
-  cli.set_connection_timeout(5, 0);
-  cli.set_read_timeout(120, 0);  // a job nothing was kept for is diagnosed on the first request
-  httplib::Headers headers;
-  if (!token.empty()) headers.emplace("Authorization", "Bearer " + token);
+int diagnose_remote(const std::string& server, const std::string& token, const std::string& job, bool json) {
   std::string path = std::string("/api/v1/findings?format=") + (json ? "json" : "text");
   if (!job.empty()) path += "&job=" + httplib::detail::encode_query_param(job);
-  auto res = cli.Get(path.c_str(), headers);
-  if (!res) return fail("diagnose: cannot reach the collector at " + server + ": " + http_error_text(res.error()), 2);
-  if (res->status != 200) {
-    std::string why = res->body;
-    while (!why.empty() && why.back() == '\n') why.pop_back();
-    if (why.size() > 300) why = why.substr(0, 300) + "...";
-    return fail("diagnose: " + server + ": HTTP " + std::to_string(res->status) + ": " + why, res->status == 503 ? 2 : 1);
-  }
+  // A job nothing was kept for is diagnosed on the first request: the read may take a while.
+  auto body = store::remote_get(server, token, path, 120);
+  if (!body) return fail("diagnose: " + body.error().message, body.error().exit_code);
+  std::cout << *body;
   // JSON: an error is in the body ("no such job"), as the web UI reads it.
-  if (json && res->body.find("\"error\":") != std::string::npos && res->body.find("\"findings\":[]") != std::string::npos &&
-      res->body.find("\"kept\":") == std::string::npos) {
-    std::cout << res->body;
-    return 1;
-  }
-  std::cout << res->body;
-  return 0;
+  const bool refused = json && body->find("\"error\":") != std::string::npos &&
+                       body->find("\"findings\":[]") != std::string::npos && body->find("\"kept\":") == std::string::npos;
+  return refused ? 1 : 0;
 }
 
 }  // namespace

@@ -13,6 +13,7 @@
 #include "cli/commands.h"
 #include "common/http_error.h"
 #include "cli/values.h"
+#include "store/store.h"
 
 namespace strata::cli {
 namespace {
@@ -107,7 +108,6 @@ int drilldown_main(std::vector<std::string> argv) {
   app.add_flag("--json", json, "print the agent's JSON as it is");
   if (auto done = parse(app, std::move(argv))) return *done;
 
-  while (!server.empty() && server.back() == '/') server.pop_back();
   for (auto [text, flag, max] : {std::tuple{&rank, "--rank", uint64_t{1u << 22}},
                                  std::tuple{&pid, "--pid", uint64_t{1u << 22}},
                                  std::tuple{&from_ns, "--from-ns", uint64_t{UINT64_MAX}},
@@ -144,27 +144,14 @@ int drilldown_main(std::vector<std::string> argv) {
   add("to_ns", to_ns);
   add("kinds", kinds);
   add("limit", limit);
-  httplib::Client cli(server);
-  if (!cli.is_valid()) return fail("--server " + server + ": expected http://HOST:PORT", 1);
-  cli.set_connection_timeout(5, 0);
-  cli.set_read_timeout(30, 0);
-  httplib::Headers headers;
-  if (!token.empty()) headers.emplace("Authorization", "Bearer " + token);
-  auto res = cli.Get(("/api/v1/nodes/" + httplib::detail::encode_query_param(node) + "/drilldown" + query).c_str(),
-                     headers);
-  if (!res) return fail("cannot reach the collector at " + server + ": " + http_error_text(res.error()), 2);
-  if (res->status != 200) {
-    std::string why = res->body;
-    while (!why.empty() && why.back() == '\n') why.pop_back();
-    // The collector's refusal says why; an agent that did not answer is the environment.
-    return fail("drilldown: HTTP " + std::to_string(res->status) + ": " + why, res->status == 502 ? 2 : 1);
-  }
+  auto body = store::remote_get(server, token, "/api/v1/nodes/" + httplib::detail::encode_query_param(node) + "/drilldown" + query, 30);
+  if (!body) return fail("drilldown: " + body.error().message, body.error().exit_code);
   if (json) {
-    std::cout << res->body;
+    std::cout << *body;
     return 0;
   }
   google::protobuf::Struct root;
-  if (!google::protobuf::util::JsonStringToMessage(res->body, &root).ok())
+  if (!google::protobuf::util::JsonStringToMessage(*body, &root).ok())
     return fail("drilldown: the answer is not the agent's JSON (use --json to see it)", 1);
   print_text(root);
   return 0;

@@ -176,7 +176,6 @@ Result<std::string> remote_trace(std::string server, const std::string& token,
   if (f.job) path += "&job=" + httplib::detail::encode_query_param(*f.job);
   if (f.from_ns) path += "&from=" + std::to_string(*f.from_ns);
   if (f.to_ns) path += "&to=" + std::to_string(*f.to_ns);
-  while (!server.empty() && server.back() == '/') server.pop_back();
   return store::remote_get(server, token, path);
 }
 

@@ -254,17 +254,23 @@ class RemoteStore final : public Reader {
 
 }  // namespace
 
-Result<std::string> remote_get(const std::string& url, const std::string& token, const std::string& path) {
+Result<std::string> remote_get(std::string url, const std::string& token, const std::string& path, int read_timeout_s) {
+  while (!url.empty() && url.back() == '/') url.pop_back();
   httplib::Client cli(url);
+  if (!cli.is_valid()) return Error{"--server " + url + ": expected http://HOST:PORT"};
   cli.set_connection_timeout(5, 0);
-  cli.set_read_timeout(120, 0);
+  cli.set_read_timeout(read_timeout_s, 0);
   httplib::Headers h;
   if (!token.empty()) h.emplace("Authorization", "Bearer " + token);
   auto res = cli.Get(path, h);
-  if (!res) return Error{"cannot reach the server at " + url + ": " + http_error_text(res.error())}.environment();
-  if (res->status == 401) return Error{url + ": 401 unauthorized (give the server's token with --token-file)"};
-  if (res->status != 200) return Error{url + path + ": HTTP " + std::to_string(res->status) + ": " + res->body.substr(0, 200)};
-  return std::move(res->body);
+  if (!res) return Error{"cannot reach the collector at " + url + ": " + http_error_text(res.error())}.environment();
+  if (res->status == 200) return std::move(res->body);
+  if (res->status == 401) return Error{url + ": 401 unauthorized (give the collector's token with --token-file)"};
+  // The collector's refusal says why, on one line.
+  std::string why = res->body.substr(0, std::min(res->body.find('\n'), size_t{300}));
+  Error e{url + ": HTTP " + std::to_string(res->status) + (why.empty() ? "" : ": " + why)};
+  // Busy, or a node's agent that did not answer: the environment, not the request.
+  return res->status == 502 || res->status == 503 ? e.environment() : e;
 }
 
 Result<std::unique_ptr<Reader>> Store::open_remote(const std::string& url, const std::string& token) {

@@ -596,9 +596,10 @@ class Store : public Writer, public Reader, public Ledger {
 };
 
 // The body of a 200 answer to GET `path` (with its query) from the collector at `url`
-// (http://HOST:PORT), with the bearer token when not empty; else the reason, an unreachable collector
-// as the environment. What the remote reader reads its rows with, for the answers that are no rows
-// (a rank's timeline, GET /api/v1/timeline).
-Result<std::string> remote_get(const std::string& url, const std::string& token, const std::string& path);
+// (http://HOST:PORT; a trailing '/' is ignored), with the bearer token when not empty; else the
+// reason on one line, an unreachable or busy collector (or an agent behind it that did not answer:
+// 502, 503) as the environment. What the remote reader reads its rows with, and the commands that
+// print an answer of the collector's (a rank's timeline, the kept diagnosis, a node's drilldown).
+Result<std::string> remote_get(std::string url, const std::string& token, const std::string& path, int read_timeout_s = 120);
 
 }  // namespace strata::store
