@@ -1626,8 +1626,9 @@ std::string usual_work_note(const RankCase& k) {
 // it is (kSameCpuAlike). A rank spread over CPUs, or no peer on its node on another CPU to hold
 // against it, says nothing of one CPU.
 constexpr double kConfinedShare = 0.9;  // nine tenths: a core's speed is then within a tenth the rank's speed
-// A peer on the same CPU is as slow when its CPU time per step exceeds its node's peers' elsewhere
-// by at least half the rank's own extra: the same work on the same core slows alike, and half leaves
+// A peer on the same CPU is as slow when its time in the work that grew (the rank's top path) exceeds
+// its node's peers' elsewhere by at least half the rank's own extra there: the same work on the same
+// core slows alike (a peer's own other work, a hotspot of its own, is not compared), and half leaves
 // room for the ranks' uneven shares of the work (~10%, kImbalanceCpuGrowth) and sampling noise,
 // while a core that is only shared adds (nearly) none.
 constexpr double kSameCpuAlike = 0.5;
@@ -1650,8 +1651,19 @@ std::optional<Hypothesis> slow_cpu(const RankCase& k) {
                                  ? k.r.agent_ms - peer_median(k.job, k.peers, [](const RankWindow& q) { return known(q.agent_ms) ? q.agent_ms : 0.0; })
                                  : 0;
   if ((k.nb ? k.nb->excess_ms : 0) + agent_extra >= kSharedCpuShare * k.cpu) return std::nullopt;
+  // The work that grew: the time under the differential profile's top path (the usual work), on
+  // each rank. A peer's own other work (a hotspot of its own) says nothing of the core.
+  auto work_ms = [&](const RankWindow& q) {
+    double t = 0;
+    for (const auto& v : q.oncpu) {
+      bool broken = false, worker = false;
+      const std::string path = comparable_path(k.job, k.job.names.name(v.name), &broken, &worker);
+      if (path == k.hot->path || path.rfind(k.hot->path + ";", 0) == 0) t += v.ms_per_step;
+    }
+    return t;
+  };
   std::vector<std::string> elsewhere;  // "rank 1 on CPU 0 (97%)"
-  std::vector<double> cpu_elsewhere;   // their CPU time per step
+  std::vector<double> work_elsewhere;  // their time in that work per step
   std::vector<const RankWindow*> beside;  // peers on the same CPU
   for (size_t p : k.peers) {
     const RankWindow& q = k.job.ranks[p];
@@ -1662,17 +1674,18 @@ std::optional<Hypothesis> slow_cpu(const RankCase& k) {
       continue;
     }
     if (cpu == "other") continue;
-    cpu_elsewhere.push_back(q.get(Os::kCpu));
+    work_elsewhere.push_back(work_ms(q));
     if (elsewhere.size() < 3) elsewhere.push_back(rank_name(q) + " on CPU " + cpu + " (" + fmt("%.0f%%", 100 * share) + ")");
   }
   if (elsewhere.empty()) return std::nullopt;
   std::string list;
   for (const auto& e : elsewhere) list += (list.empty() ? "" : ", ") + e;
-  const double ref = median(cpu_elsewhere);
+  const double ref = median(work_elsewhere);
+  const double my_extra = known(ref) ? work_ms(k.r) - ref : kUnknown;
   std::string alike;  // "rank 1 (+7.50 ms)"
   for (const RankWindow* q : beside) {
-    const double extra = known(ref) ? q->get(Os::kCpu) - ref : kUnknown;
-    if (!known(extra) || extra < kSameCpuAlike * k.cpu) return std::nullopt;  // shared, not slower
+    const double extra = known(ref) ? work_ms(*q) - ref : kUnknown;
+    if (!known(extra) || !known(my_extra) || extra < kSameCpuAlike * my_extra) return std::nullopt;  // shared, not slower
     alike += (alike.empty() ? "" : ", ") + rank_name(*q) + " (+" + ms(extra) + ")";
   }
   Hypothesis h;
@@ -1683,8 +1696,8 @@ std::optional<Hypothesis> slow_cpu(const RankCase& k) {
   h.evidence.push_back(k.who + " ran " + fmt("%.0f%%", 100 * k.r.cpu_placement.front().second) + " of its CPU time on CPU " + *mine +
                        "; its peers on " + k.r.node + " ran elsewhere: " + list);
   if (!alike.empty())
-    h.evidence.push_back("the peers that ran on CPU " + *mine + " too run longer on the CPU per step than those elsewhere: " + alike +
-                         " (sharing a core costs turns, not CPU time: the core is slower)");
+    h.evidence.push_back("the peers that ran on CPU " + *mine + " too run " + k.hot->function + " longer per step than those elsewhere: " +
+                         alike + " (sharing a core costs turns, not CPU time: the core is slower)");
   h.evidence.push_back(usual_work_note(k));
   return h;
 }

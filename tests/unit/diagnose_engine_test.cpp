@@ -1869,8 +1869,31 @@ TEST(DiagnoseEngine, TwoRanksOnOneSlowerCpuNameTheCpu) {
     named.insert(f.rank);
   }
   EXPECT_EQ(named, (std::set<int>{1, 3})) << text_of(dx);
-  EXPECT_NE(evidence_of(dx.findings[0]).find("the peers that ran on CPU 3 too run longer"), std::string::npos) << text_of(dx);
+  EXPECT_NE(evidence_of(dx.findings[0]).find("the peers that ran on CPU 3 too run "), std::string::npos) << text_of(dx);
   EXPECT_TRUE(dx.unexplained.empty()) << text_of(dx);
+}
+
+// A peer on the same CPU that runs longer for work of its own (a hotspot only it runs) says nothing
+// of the core: only the work that grew on the rank, run longer there too, does. Seen: a launch-bound
+// rank's own loop read as "the peer on CPU 0 runs longer too", and its neighbour was named slow-cpu.
+TEST(DiagnoseEngine, APeersOwnHotspotOnTheSameCpuIsNoSlowerCore) {
+  SyntheticSpec spec;
+  spec.ranks = 4;
+  spec.faults = {PlantedFault{3, "host-hotspot", 8}, PlantedFault{1, "host-hotspot", 8}};
+  JobWindow job = make_synthetic_job(spec);
+  NameId hot = job.names.id("main;train;slow_augment;cpu_work");
+  NameId fwd = job.names.id("main;train;train_step;forward");
+  RankWindow& r = job.ranks[3];  // its usual work slower; rank 1 keeps its own hotspot
+  const double ms = value_of(r.oncpu, hot);
+  ASSERT_GT(ms, 0);
+  std::erase_if(r.oncpu, [&](const Value& v) { return v.name == hot; });
+  r.oncpu.push_back({fwd, ms});
+  normalize(r.oncpu);
+  job.ranks[1].cpu_placement = job.ranks[3].cpu_placement;
+  auto dx = diagnose(job);
+  for (const auto& f : dx.findings) {
+    EXPECT_NE(std::string(cause_name(f.cause)), "slow-cpu") << text_of(dx);
+  }
 }
 
 // Every rank's CPU grew alike (a drifting machine): no one rank stands out.
