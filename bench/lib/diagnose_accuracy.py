@@ -65,6 +65,8 @@ SIM_KINDS = [
     # out from outside (session 41).
     ("slow-cpu", "slow-cpu", ""),
     ("page-faults", "page-faults", ""),
+    # The optimizer stepped tensor by tensor: tiny kernels launched one by one (session 42).
+    ("launch-bound", "launch-bound", ""),
 ]
 # strata-sim flags of a kind's runs (C++ rank only), and the healthy runs made with them too.
 SIM_FLAGS = {"alloc-churn": ["--memory-calls"], "sync-copy": ["--memory-calls"]}
