@@ -1152,13 +1152,32 @@ std::optional<Hypothesis> io_stall(const RankCase& k) {
   return h;
 }
 
+std::optional<std::string> confined_cpu(const RankWindow& r);
+
+// Interrupt work on the rank's CPUs beyond its peers'. Named by its source (the softirq or IRQ that
+// grew most against the same source on the peers: "NET_RX softirq", "IRQ 24:virtio0-input") and by
+// the CPU when the rank runs on one ("on CPU 1 of node-3"), else its CPUs.
 std::optional<Hypothesis> irq_softirq(const RankCase& k) {
   if (k.irq <= 0) return std::nullopt;
   Hypothesis h;
   h.cause = Cause::kIrqSoftirq;
-  h.culprit = "interrupts on " + k.who + "'s CPUs";
+  std::string source;
+  double most = 0, source_ms = 0, source_peers = 0;
+  for (const auto& v : k.r.irq_sources) {
+    const double peers = peer_median(k.job, k.peers, [&](const RankWindow& x) { return value_of(x.irq_sources, v.name); });
+    if (!known(peers) || v.ms_per_step - peers <= most) continue;
+    most = v.ms_per_step - peers;
+    source = k.job.names.name(v.name);
+    source_ms = v.ms_per_step;
+    source_peers = peers;
+  }
+  const auto cpu = confined_cpu(k.r);
+  h.culprit = (source.empty() ? std::string("interrupts") : source) + (cpu ? " on CPU " + *cpu + " of " + k.r.node : " on " + k.who + "'s CPUs");
   h.explained_ms = k.irq;
   h.evidence.push_back(k.who + "'s CPUs spend " + ms(k.r.get(Os::kIrq)) + " per step in IRQ/softirq (+" + ms(k.irq) + " vs peers)");
+  if (!source.empty())
+    h.evidence.push_back(source + " holds " + ms(source_ms) + " per step of it vs " + ms(source_peers) + " on its peers' CPUs" +
+                         (cpu ? "; " + k.who + " runs on CPU " + *cpu : ""));
   return h;
 }
 

@@ -402,6 +402,7 @@ struct Acc {
   std::map<std::string, double> neighbours, kernels;
   std::map<std::string, TcpLink> links;  // by "local>remote"
   std::map<std::string, double> placement;  // os.cpu_time_by_cpu_us by CPU (the process's own, not its workers')
+  std::map<std::string, double> irq_sources;  // ms by RankWindow::irq_sources' names
   double bio_lat_sum = 0;
   int bio_lat_n = 0;
   double agent_ms = 0;  // the agent's own run time on the rank's CPUs
@@ -538,7 +539,10 @@ bool add_os(Acc& a, const std::string& n, const std::string& label, double value
   else if (n == "os.blocked_us") {
     if (label == "io" || label == "uninterruptible") add(Os::kBlockedIo, value / 1e3);
     else a.seen[static_cast<size_t>(Os::kBlockedIo)] = true;
-  } else if (n == "os.irq_time_us" || n == "os.softirq_time_us") add(Os::kIrq, value / 1e3);
+  } else if (n == "os.irq_time_us" || n == "os.softirq_time_us") {
+    add(Os::kIrq, value / 1e3);
+    a.irq_sources[n == "os.irq_time_us" ? "IRQ " + label : label + " softirq"] += value / 1e3;
+  }
   else if (n == "os.major_faults") add(Os::kMajorFaults, value);
   else if (n == "os.bio_latency_us.mean") a.bio_lat_sum += value / 1e3, ++a.bio_lat_n;
   else return false;
@@ -1741,6 +1745,8 @@ Result<JobWindow> load_job_window(store::Reader& s, const LoadOptions& opt) {
       Acc& a = it->second;
       double per_step = per_step_of(a, r.now.step_ms);
       fill(a, per_step, r.os, r.neighbours, r.kernels);
+      for (const auto& [source, v] : a.irq_sources) r.irq_sources.push_back({job.names.id(source), v * per_step});
+      normalize(r.irq_sources);
       if (a.bio_lat_n > 0) r.set(Os::kBioLatency, a.bio_lat_sum / a.bio_lat_n);
       if (a.agent_seen) r.agent_ms = a.agent_ms * per_step;
       fill_memory(a, r.now.step_ms, job.start_ns, r.os, &r.memory_api_ms, &r.memory_api_calls, &r.memory_api_mb, job.names);

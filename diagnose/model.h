@@ -220,6 +220,9 @@ struct RankWindow {
   // call, from on-CPU stacks (unwound with CFI through libc). A thread blocked in I/O often has
   // no usable user stack off-CPU; the same call seen on-CPU says where the rank blocks.
   Values syscall_callers;
+  // IRQ and softirq time on the rank's CPUs per step, by source: "NET_RX softirq", "IRQ 24:virtio0-input"
+  // (the agent's os.softirq_time_us and os.irq_time_us labels). Empty: not recorded.
+  Values irq_sources;
   // Device-memory calls by API name ("cudaFree", "cudaMemcpy", ...): host time (ms), calls and MB
   // per step, for the evidence of which call grew (the Os sums above compare ranks).
   Values memory_api_ms;

@@ -29,7 +29,7 @@ std::string planted_culprit(const PlantedFault& f) {
   if (f.cause == "launch-bound") return "kernel launches";
   if (f.cause == "memory-alloc-churn") return "cudaFree";
   if (f.cause == "sync-memcpy") return "cudaMemcpy";
-  if (f.cause == "irq-softirq") return "interrupts on rank " + std::to_string(f.rank);
+  if (f.cause == "irq-softirq") return "interrupts on CPU " + std::to_string(f.rank % 8);  // its CPU: make_synthetic_job places rank i on CPU i % 8
   return "";
 }
 

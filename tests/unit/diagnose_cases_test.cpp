@@ -147,6 +147,33 @@ TEST(RecordedCases, ARankReCutByTheLoaderIsSaid) {
   EXPECT_TRUE(load("healthy").data_notes.empty());
 }
 
+// The loader keeps each rank's interrupt time by source (the agent's os.softirq_time_us and
+// os.irq_time_us labels), as its sum per step: a real run's NET_RX softirq is there by name.
+TEST(RecordedCases, InterruptTimeIsKeptBySource) {
+  fs::path tmp = fs::temp_directory_path() / ("strata-diagnose-irq-" + std::to_string(::getpid()) + ".db");
+  fs::copy_file(cases_dir() / "healthy.db", tmp, fs::copy_options::overwrite_existing);
+  {
+    auto st = store::Store::open_sqlite(tmp.string(), store::Store::Mode::kReadOnly);
+    ASSERT_TRUE(st.ok()) << st.error().message;
+    auto job = load_job_window(**st);
+    ASSERT_TRUE(job.ok()) << job.error().message;
+    bool net_rx = false;
+    for (const auto& r : job->ranks) {
+      if (!known(r.get(Os::kIrq))) continue;
+      double sum = 0;
+      for (const auto& v : r.irq_sources) {
+        sum += v.ms_per_step;
+        net_rx = net_rx || (job->names.name(v.name) == "NET_RX softirq" && v.ms_per_step > 0);
+      }
+      EXPECT_NEAR(sum, r.get(Os::kIrq), 1e-6 + 1e-9 * r.get(Os::kIrq)) << "rank " << r.rank;
+    }
+    EXPECT_TRUE(net_rx) << "no rank's interrupt time names NET_RX softirq";
+  }
+  fs::remove(tmp);
+  fs::remove(tmp.string() + "-wal");
+  fs::remove(tmp.string() + "-shm");
+}
+
 TEST(RecordedCases, AreFound) { EXPECT_GE(case_names().size(), 10u) << "no cases in " << cases_dir() << " (STRATA_SOURCE?)"; }
 
 // Every cause the engine can name has a recorded case whose expected findings name it, except the

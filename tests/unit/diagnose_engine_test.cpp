@@ -1873,6 +1873,34 @@ TEST(DiagnoseEngine, TwoRanksOnOneSlowerCpuNameTheCpu) {
   EXPECT_TRUE(dx.unexplained.empty()) << text_of(dx);
 }
 
+// Interrupt work on a rank's CPU is named by its source (the softirq or IRQ that grew against the
+// same source on the peers) and the CPU the rank runs on, not "interrupts": a NIC queue's NET_RX
+// steered to a training CPU is what the operator moves.
+TEST(DiagnoseEngine, InterruptsAreNamedBySourceAndCpu) {
+  for (bool sources : {true, false}) {
+    SyntheticSpec spec;
+    spec.ranks = 4;
+    spec.faults = {PlantedFault{3, "irq-softirq", 30}};
+    JobWindow job = make_synthetic_job(spec);
+    if (sources) {
+      const NameId net_rx = job.names.id("NET_RX softirq"), timer = job.names.id("TIMER softirq");
+      for (auto& r : job.ranks) {
+        r.irq_sources = {{net_rx, r.get(Os::kIrq) - 0.3}, {timer, 0.3}};  // the planted fault's time is NET_RX's
+        normalize(r.irq_sources);
+      }
+    }
+    auto dx = diagnose(job);
+    ASSERT_FALSE(dx.findings.empty()) << text_of(dx);
+    const Finding& f = dx.findings[0];
+    EXPECT_EQ(f.rank, 3) << text_of(dx);
+    EXPECT_EQ(std::string(cause_name(f.cause)), "irq-softirq") << text_of(dx);
+    EXPECT_EQ(f.culprit, sources ? "NET_RX softirq on CPU 3 of node-0" : "interrupts on CPU 3 of node-0") << text_of(dx);
+    if (sources) {
+      EXPECT_NE(evidence_of(f).find("NET_RX softirq holds"), std::string::npos) << text_of(dx);
+    }
+  }
+}
+
 // A peer on the same CPU that runs longer for work of its own (a hotspot only it runs) says nothing
 // of the core: only the work that grew on the rank, run longer there too, does. Seen: a launch-bound
 // rank's own loop read as "the peer on CPU 0 runs longer too", and its neighbour was named slow-cpu.
