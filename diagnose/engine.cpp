@@ -1871,7 +1871,8 @@ void measure(RankCase& k) {
 }
 
 // A host hotspot in the memory calls a memory rule found grown is their cost, which that rule
-// counts (memory_calls_hypothesis): the hotspot's own hypothesis goes.
+// counts (memory_calls_hypothesis), and one launch-bound names (its top path runs the launches):
+// the hotspot's own hypothesis goes.
 void fold_hotspot_into_calls(const RankCase& k, std::vector<Ranked>& hs);
 
 // Descends the layers on rank c, whose busy time exceeds its peers' by `extra` ms per step: every
