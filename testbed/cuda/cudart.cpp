@@ -307,8 +307,9 @@ void execute(CUstream_st* s, Op& op) {
       // The modeled clock is exact either way (the next op starts at `end`); only when the work
       // completes in real time moves. A sleep per tiny kernel would cost the host a wake-up each,
       // CPU time a real GPU never takes from its process (thousands per step when a rank launches
-      // tiny kernels one by one): work that ends within kSleepSlackNs completes at once.
-      if (end > monotonic_ns() + kSleepSlackNs) sleep_until_ns(end);
+      // tiny kernels one by one): a kernel that ends within kSleepSlackNs completes at once. Copies
+      // and sets keep their time exactly: a synchronous copy's host waits for each one.
+      if (op.kind != OpKind::kKernel || end > monotonic_ns() + kSleepSlackNs) sleep_until_ns(end);
       s->device_time = end;
       add_busy(ds, end - ready);
       rt().timeline.append(op, s->device, ready, end, kind);
