@@ -1844,22 +1844,29 @@ TEST(DiagnoseEngine, TheUsualWorkSlowerOnOneCpuNamesTheCpu) {
 // longer than ranks 0 and 2 on their own CPUs. Sharing a core costs turns, not CPU time in the
 // same work: the core is slower, and each is named with it. Where only rank 3 runs longer (rank 1
 // shares its CPU at its peers' speed) the core is shared, not slower (TheUsualWorkSlowerOnOneCpu).
-TEST(DiagnoseEngine, TwoRanksOnOneSlowerCpuNameTheCpu) {
+// Ranks 1 and 3 with an 8 ms hotspot each, on CPU 3 (rank 1 placed where rank 3 runs); the ranks in
+// `usual` run that time in their forward path instead, the usual work slower.
+JobWindow two_ranks_on_cpu3(std::initializer_list<size_t> usual) {
   SyntheticSpec spec;
   spec.ranks = 4;
   spec.faults = {PlantedFault{3, "host-hotspot", 8}, PlantedFault{1, "host-hotspot", 8}};
   JobWindow job = make_synthetic_job(spec);
   NameId hot = job.names.id("main;train;slow_augment;cpu_work");
   NameId fwd = job.names.id("main;train;train_step;forward");
-  for (size_t i : {1u, 3u}) {
+  for (size_t i : usual) {
     RankWindow& r = job.ranks[i];
     const double ms = value_of(r.oncpu, hot);
-    ASSERT_GT(ms, 0);
+    EXPECT_GT(ms, 0);
     std::erase_if(r.oncpu, [&](const Value& v) { return v.name == hot; });
     r.oncpu.push_back({fwd, ms});
     normalize(r.oncpu);
   }
   job.ranks[1].cpu_placement = job.ranks[3].cpu_placement;
+  return job;
+}
+
+TEST(DiagnoseEngine, TwoRanksOnOneSlowerCpuNameTheCpu) {
+  JobWindow job = two_ranks_on_cpu3({1, 3});
   auto dx = diagnose(job);
   ASSERT_FALSE(dx.findings.empty()) << text_of(dx);
   std::set<int> named;
@@ -1905,19 +1912,7 @@ TEST(DiagnoseEngine, InterruptsAreNamedBySourceAndCpu) {
 // of the core: only the work that grew on the rank, run longer there too, does. Seen: a launch-bound
 // rank's own loop read as "the peer on CPU 0 runs longer too", and its neighbour was named slow-cpu.
 TEST(DiagnoseEngine, APeersOwnHotspotOnTheSameCpuIsNoSlowerCore) {
-  SyntheticSpec spec;
-  spec.ranks = 4;
-  spec.faults = {PlantedFault{3, "host-hotspot", 8}, PlantedFault{1, "host-hotspot", 8}};
-  JobWindow job = make_synthetic_job(spec);
-  NameId hot = job.names.id("main;train;slow_augment;cpu_work");
-  NameId fwd = job.names.id("main;train;train_step;forward");
-  RankWindow& r = job.ranks[3];  // its usual work slower; rank 1 keeps its own hotspot
-  const double ms = value_of(r.oncpu, hot);
-  ASSERT_GT(ms, 0);
-  std::erase_if(r.oncpu, [&](const Value& v) { return v.name == hot; });
-  r.oncpu.push_back({fwd, ms});
-  normalize(r.oncpu);
-  job.ranks[1].cpu_placement = job.ranks[3].cpu_placement;
+  JobWindow job = two_ranks_on_cpu3({3});  // rank 3's usual work slower; rank 1 keeps its own hotspot
   auto dx = diagnose(job);
   for (const auto& f : dx.findings) {
     EXPECT_NE(std::string(cause_name(f.cause)), "slow-cpu") << text_of(dx);
