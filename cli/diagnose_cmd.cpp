@@ -9,7 +9,6 @@
 #include "cli/cli_app.h"
 #include "cli/commands.h"
 #include "cli/values.h"
-#include "common/http_error.h"
 #include "diagnose/engine.h"
 #include "diagnose/loader.h"
 #include "diagnose/render.h"

@@ -11,7 +11,6 @@
 #include "agent/flight_recorder.h"
 #include "cli/cli_app.h"
 #include "cli/commands.h"
-#include "common/http_error.h"
 #include "cli/values.h"
 #include "store/store.h"
 

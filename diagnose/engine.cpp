@@ -1404,6 +1404,11 @@ std::string memory_share(const RankCase& k, double explained) {
          ms(k.extra) + " per step " + k.who + " is busier than its peers (its extra busy time)";
 }
 
+// Whether comparable path `path` is `top` or runs under it (a callee's path).
+bool under_path(const std::string& path, const std::string& top) {
+  return path.size() >= top.size() && path.compare(0, top.size(), top) == 0 && (path.size() == top.size() || path[top.size()] == ';');
+}
+
 // The share of the CPU profile's top path's time (the stacks under it) whose frames, from its own
 // function down, include one `in_call` accepts. The top path is a comparable path (a Python stack's
 // Python frames only): a stack is under it when its comparable path is, and its own frames below
@@ -1418,7 +1423,7 @@ double hot_share_in(const RankCase& k, InCall in_call) {
     const std::string& raw = k.job.names.name(v.name);
     bool broken = false, worker = false;
     const std::string path = comparable_path(k.job, raw, &broken, &worker);
-    if (path != hot && path.rfind(hot + ";", 0) != 0) continue;
+    if (!under_path(path, hot)) continue;
     all += v.ms_per_step;
     size_t matched = 0;  // the top path's frames found in order; its last one begins the search
     for (auto f : split_path(raw)) {
@@ -1677,7 +1682,7 @@ std::optional<Hypothesis> slow_cpu(const RankCase& k) {
     for (const auto& v : q.oncpu) {
       bool broken = false, worker = false;
       const std::string path = comparable_path(k.job, k.job.names.name(v.name), &broken, &worker);
-      if (path == k.hot->path || path.rfind(k.hot->path + ";", 0) == 0) t += v.ms_per_step;
+      if (under_path(path, k.hot->path)) t += v.ms_per_step;
     }
     return t;
   };
