@@ -11,7 +11,7 @@
 
 #include "abi/oncpu.h" /* STRATA_MAX_STACK_DEPTH, STRATA_COMM_LEN */
 
-#define STRATA_OFFCPU_ABI_VERSION 4
+#define STRATA_OFFCPU_ABI_VERSION 5
 #define STRATA_OS_MAX_CPUS 256        /* per-CPU run time is kept for CPUs below this */
 #define STRATA_HIST_BUCKETS 128       /* a power of two; see bpf/strata_hist.bpf.h */
 #define STRATA_HIST_SUB 4             /* sub-buckets per power of two */
@@ -24,6 +24,15 @@ enum strata_offcpu_reason {
   STRATA_OFFCPU_UNINTERRUPTIBLE = 3, /* D otherwise: mutexes, reclaim waits, ... */
   STRATA_OFFCPU_OTHER = 4,           /* stopped, traced, ... */
   STRATA_OFFCPU_REASONS = 5,
+};
+
+/* Sampling classes, each with its own per-CPU target (capture_target_per_sec): a node's many
+ * sleeps cannot crowd out the few blocks on I/O and in D state, the ones the diagnosis weighs. */
+enum strata_offcpu_class {
+  STRATA_OFFCPU_CLASS_SLEEP = 0,   /* captures at switch-out of sleeping (and other) threads */
+  STRATA_OFFCPU_CLASS_BLOCKED = 1, /* captures at switch-out of threads in D state (I/O or not) */
+  STRATA_OFFCPU_CLASS_BARE = 2,    /* long blocks without a capture, sent with the kernel stack only */
+  STRATA_OFFCPU_CLASSES = 3,
 };
 
 enum strata_offcpu_counter {
@@ -43,6 +52,7 @@ enum strata_offcpu_counter {
   STRATA_OFFCPU_CNT_SNAPSHOT_SENT, /* long blocks sent with their stack copy */
   STRATA_OFFCPU_CNT_SNAPSHOT_DROPPED, /* ... sent without it: no room in the ring buffer */
   STRATA_OFFCPU_CNT_SAMPLED_OUT,   /* captures wanted but sampled out (capture_target_per_sec) */
+  STRATA_OFFCPU_CNT_BARE_SAMPLED_OUT, /* long blocks without a capture, sampled out (capture_target_per_sec) */
   STRATA_OFFCPU_CNT__COUNT,
 };
 
@@ -85,8 +95,8 @@ struct strata_offcpu_cpu_state {
   __u64 watched_seen_ns; /* a watched thread ran here */
   __u64 period;          /* ~1 s periods of the rate caps */
   __u32 events, captures, explores, snapshots;
-  __u32 wanted;        /* captures wanted this period */
-  __u32 capture_shift; /* this period takes 1 in 2^capture_shift of them */
+  __u32 wanted[STRATA_OFFCPU_CLASSES]; /* per sampling class: captures (or bare blocks) wanted this period */
+  __u32 shift[STRATA_OFFCPU_CLASSES];  /* this period takes 1 in 2^shift of them */
   __u64 counters[STRATA_OFFCPU_CNT__COUNT];
 };
 

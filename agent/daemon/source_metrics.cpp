@@ -74,6 +74,8 @@ const std::vector<SourceMetric>& source_metrics() {
        "Stack captures wanted but skipped: the per-CPU capture cap was reached."},
       {"offcpu_sampled_out", "strata_agent_offcpu_sampled_out_total", "counter", 1,
        "Stack captures wanted but sampled out (over the per-CPU target); the sampled blocks are weighted to stand for them."},
+      {"offcpu_bare_sampled_out", "strata_agent_offcpu_bare_sampled_out_total", "counter", 1,
+       "Long blocks without a captured stack, sampled out (over the per-CPU target); the sent ones are weighted to stand for them."},
       {"offcpu_no_user_stack", "strata_agent_offcpu_no_user_stack_total", "counter", 1,
        "Long blocks sent with the kernel stack only."},
       {"offcpu_snapshots", "strata_agent_offcpu_snapshots_total", "counter", 1,

@@ -394,6 +394,7 @@ class OsLayerSource final : public Source {
       out.push_back({"offcpu_captures", d(c[STRATA_OFFCPU_CNT_CAPTURES])});
       out.push_back({"offcpu_capture_skipped", d(c[STRATA_OFFCPU_CNT_CAPTURE_SKIPPED])});
       out.push_back({"offcpu_sampled_out", d(c[STRATA_OFFCPU_CNT_SAMPLED_OUT])});
+      out.push_back({"offcpu_bare_sampled_out", d(c[STRATA_OFFCPU_CNT_BARE_SAMPLED_OUT])});
       out.push_back({"offcpu_no_user_stack", d(c[STRATA_OFFCPU_CNT_NO_USER_STACK])});
       out.push_back({"offcpu_snapshots", d(c[STRATA_OFFCPU_CNT_SNAPSHOTS])});
       out.push_back({"offcpu_snapshot_skipped", d(c[STRATA_OFFCPU_CNT_SNAPSHOT_SKIPPED])});

@@ -29,15 +29,19 @@ struct OsLayerOptions {
   uint64_t min_block_us = 1000;
   uint32_t max_events_per_sec = 1000;
   uint32_t max_captures_per_sec = 1000;
-  // Above this many wanted captures per CPU per second, one in 2^k is taken and weighted 2^k
-  // (bpf/offcpu.bpf.c). 100: a capture costs ~6-8 us here (a user stack walk, a 16 KB copy, the
-  // event and its unwinding), so the captures of one CPU stay under ~0.08% of it at full budget,
-  // inside the agent's whole 0.2%. At 400 they were 70% of the sched_switch program's cost on the
-  // sim job, more than the rest of the agent (bench/switch_cost.sh: 2,080 ns a switch, 620 ns without
-  // the off-CPU layer, 793 ns at 100). A 10 s window still gets ~1,000 captured blocks per busy CPU:
-  // a stack holding 5% of the blocked time is placed within about +-1.4% (two binomial s.d.), and
-  // the weights keep every stack's blocked time unbiased whatever the rate.
-  uint32_t capture_target_per_sec = 100;
+  // Above this many wanted captures per CPU per second in a class (sleeps; D state; long blocks
+  // sent without a capture: abi/offcpu.h), one in 2^k of the class is taken and weighted 2^k
+  // (bpf/offcpu.bpf.c). A capture costs ~6-8 us here (a user stack walk, a 16 KB copy, the event and
+  // its unwinding). 25: at 100, once preempted threads were no longer captured (their cheap
+  // frame-pointer-only captures had taken half the target), every capture carried a copy and the
+  // sched_switch program cost 1.3-1.9 us a switch on the 4-rank sim job, more than before; at 25 it
+  // cost 0.74x what the old program did at 100 (bench/switch_cost.sh, side by side; 0.55x of the new
+  // one at 100), and without the off-CPU layer it is ~0.55 us. A 10 s window still gets ~250
+  // captured sleeps per busy CPU (a stack holding 5% of the blocked time placed within about +-2.8%,
+  // two binomial s.d.), and D-state blocks, the ones the diagnosis weighs, get 250 of their own
+  // instead of sharing the target with a node's many futex waits. The weights keep every stack's
+  // blocked time unbiased whatever the rate.
+  uint32_t capture_target_per_sec = 25;
   uint32_t explore_per_sec = 50;
   uint32_t snapshot_pages = 4;           // user stack copy at switch-out; 0: frame pointers only
   uint32_t max_snapshots_per_sec = 500;  // per CPU

@@ -4,7 +4,12 @@
 //   nanosleep_us N / pipe_us N / futex_us N
 // The blocking call sits one frame below the named function (libc's syscall wrappers keep no frame
 // pointer, so the frame-pointer unwinder skips their direct caller; the named function stays visible).
-// usage: sleeper [SECONDS]
+// With `bursty`, a fourth thread (sl-bursty) sleeps 50 us twelve times, then 4 ms, over and over: a
+// thread that blocks long now and then among many short blocks (a communication library's helper),
+// whose long blocks are not wanted for a capture at switch-out and go with the kernel stack only.
+// It adds, for its long sleeps only:
+//   bursty_long_us N
+// usage: sleeper [SECONDS] [bursty]
 #define _GNU_SOURCE
 #include <linux/futex.h>
 #include <pthread.h>
@@ -12,6 +17,7 @@
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
+#include <string.h>
 #include <sys/prctl.h>
 #include <sys/syscall.h>
 #include <time.h>
@@ -21,7 +27,7 @@ static double g_seconds = 2;
 static int g_pipe[2];
 static atomic_int g_futex;
 static atomic_int g_stop;
-static uint64_t g_nanosleep_ns, g_pipe_ns, g_futex_ns;
+static uint64_t g_nanosleep_ns, g_pipe_ns, g_futex_ns, g_bursty_long_ns;
 
 static uint64_t now_ns(void) {
   struct timespec ts;
@@ -70,6 +76,23 @@ __attribute__((noinline)) void wait_on_futex(void) {
   }
 }
 
+static void sleep_us(long us) {
+  struct timespec ts = {0, us * 1000};
+  nanosleep(&ts, NULL);
+}
+
+static void* bursty_thread(void* arg) {
+  (void)arg;
+  prctl(PR_SET_NAME, "sl-bursty");
+  while (!atomic_load(&g_stop)) {
+    for (int i = 0; i < 12; i++) sleep_us(50);
+    uint64_t t0 = now_ns();
+    sleep_us(4000);
+    g_bursty_long_ns += now_ns() - t0;
+  }
+  return NULL;
+}
+
 static void* nanosleep_thread(void* arg) {
   (void)arg;
   prctl(PR_SET_NAME, "sl-nanosleep");
@@ -116,7 +139,9 @@ static void drive(void) {
 int main(int argc, char** argv) {
   if (argc > 1) g_seconds = atof(argv[1]);
   if (pipe(g_pipe) != 0) return 1;
-  pthread_t a, b, c;
+  int bursty = argc > 2 && strcmp(argv[2], "bursty") == 0;
+  pthread_t a, b, c, d;
+  if (bursty) pthread_create(&d, NULL, bursty_thread, NULL);
   pthread_create(&a, NULL, nanosleep_thread, NULL);
   pthread_create(&b, NULL, pipe_thread, NULL);
   pthread_create(&c, NULL, futex_thread, NULL);
@@ -128,6 +153,10 @@ int main(int argc, char** argv) {
   pthread_join(a, NULL);
   pthread_join(b, NULL);
   pthread_join(c, NULL);
+  if (bursty) {
+    pthread_join(d, NULL);
+    printf("bursty_long_us %llu\n", (unsigned long long)(g_bursty_long_ns / 1000));
+  }
   printf("nanosleep_us %llu\npipe_us %llu\nfutex_us %llu\n", (unsigned long long)(g_nanosleep_ns / 1000),
          (unsigned long long)(g_pipe_ns / 1000), (unsigned long long)(g_futex_ns / 1000));
   return 0;
