@@ -3341,8 +3341,9 @@ std::optional<Finding> absolute_finding(const JobWindow& job, const Diagnosis& d
   return to_finding(job, c, lost, std::move(hs), std::move(head), kJobWideLocate, Scope::kJob);
 }
 
-// A rank found slow for its own CPU work (host-hotspot, workload-imbalance) takes CPUs that other
-// ranks on its node share; a rank beside it then computes longer too, and no layer of its own
+// A rank found slow for its own CPU work (host-hotspot, workload-imbalance, launch-bound: a launch
+// loop is CPU work too) takes CPUs that other ranks on its node share; a rank beside it then
+// computes longer too, and no layer of its own
 // names why: the process that takes its CPUs is the job's own (never a neighbour). Its layers say
 // nothing (the rank that owns the work waits for those CPUs as long as it does, so it waits no
 // longer than "its peers": an unexplained straggler) or that its CPUs are oversubscribed with no
@@ -3362,7 +3363,7 @@ void fold_cpu_victims(const JobWindow& job, Diagnosis& dx, double lost) {
   const RankWindow& h = job.ranks[hog->c];
   auto owner = [&](const Finding& x) {
     return x.scope == Scope::kRank && x.rank == h.rank && x.node == h.node &&
-           (x.cause == Cause::kHostHotspot || x.cause == Cause::kWorkloadImbalance);
+           (x.cause == Cause::kHostHotspot || x.cause == Cause::kWorkloadImbalance || x.cause == Cause::kLaunchBound);
   };
   if (std::none_of(dx.findings.begin(), dx.findings.end(), owner)) return;
   // Whether the straggler (rank, node) that adds `extra` per step waited for the hog's CPUs; if

@@ -1648,6 +1648,44 @@ TEST(DiagnoseEngine, AStragglerBesideTheNamedHogIsItsVictim) {
   }
 }
 
+// The same victim beside a rank whose extra CPU time is a kernel launch loop (launch-bound: an
+// optimizer stepped tensor by tensor, 1,300 kernels per step where its peers run 42): the loop takes
+// the CPU that rank 2 shares with it as a worker's augmentation does, and rank 2, waiting 48 ms more
+// per step for it, is the launch-bound rank's victim, not a straggler of its own.
+TEST(DiagnoseEngine, AStragglerBesideALaunchBoundRankIsItsVictim) {
+  for (bool past : {true, false}) {
+    JobWindow job = job_with_workers(3, past);
+    const std::string loop = "train.py:train_step;train.py:optimizer_step_per_tensor";
+    for (auto& r : job.ranks) {
+      r.now.step_ms += 50;
+      r.oncpu.push_back({job.names.id("train.py:train_step"), 5});
+      normalize(r.oncpu);
+      r.set(Os::kKernels, 42);
+      if (r.past.windows > 0) r.past.os[static_cast<size_t>(Os::kKernels)] = 42;
+    }
+    job.ranks[0].now.wait_ms += 10;
+    job.ranks[1].now.wait_ms += 50;
+    job.ranks[2].now.wait_ms += 10;
+    job.ranks[2].set(Os::kRunqWait, job.ranks[2].get(Os::kRunqWait) + 48);
+    RankWindow& h = job.ranks[0];
+    h.set(Os::kKernels, 1300);
+    h.set(Os::kCpu, h.get(Os::kCpu) + 45);
+    h.oncpu.push_back({job.names.id(loop), 33});
+    h.oncpu.push_back({job.names.id(loop + ";cudaLaunchKernel"), 12});
+    normalize(h.oncpu);
+    auto dx = diagnose(job);
+    const std::string which = std::string("past ") + (past ? "yes" : "no") + "\n";
+    ASSERT_EQ(dx.findings.size(), 1u) << which << text_of(dx);
+    const Finding& f = dx.findings[0];
+    EXPECT_EQ(f.rank, 0) << which << text_of(dx);
+    EXPECT_EQ(std::string(cause_name(f.cause)), "launch-bound") << which << text_of(dx);
+    EXPECT_EQ(f.culprit, "kernel launches from train.py:optimizer_step_per_tensor") << which << text_of(dx);
+    EXPECT_NE(evidence_of(f).find("rank 2 computes"), std::string::npos) << which << text_of(dx);
+    EXPECT_TRUE(dx.unexplained.empty()) << which << text_of(dx);
+    EXPECT_EQ(dx.victims, std::vector<int>{2}) << which << text_of(dx);
+  }
+}
+
 // The same job as the held-out DDP run r3-w2-pin saw it, a Python program: the peers' workers load
 // their batches too fast to be sampled in Batches.__getitem__ (their samples land in the worker
 // loop), so on rank 2 __getitem__ is as new as augment_sample, which holds almost all of its time.
