@@ -493,7 +493,6 @@ static __always_inline void switch_in(struct task_struct* next, __u32 tgid, __u3
     return;
   }
   cs->events++;
-  if (k > MAX_CAPTURE_SHIFT) k = MAX_CAPTURE_SHIFT;
   emit(next, ts, tgid, cpu, now, blocked << k, cs);
 }
 

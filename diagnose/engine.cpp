@@ -3343,8 +3343,8 @@ std::optional<Finding> absolute_finding(const JobWindow& job, const Diagnosis& d
 
 // A rank found slow for its own CPU work (host-hotspot, workload-imbalance, launch-bound: a launch
 // loop is CPU work too) takes CPUs that other ranks on its node share; a rank beside it then
-// computes longer too, and no layer of its own
-// names why: the process that takes its CPUs is the job's own (never a neighbour). Its layers say
+// computes longer too, and no layer of its own names why: the process that takes its CPUs is the
+// job's own (never a neighbour). Its layers say
 // nothing (the rank that owns the work waits for those CPUs as long as it does, so it waits no
 // longer than "its peers": an unexplained straggler) or that its CPUs are oversubscribed with no
 // one process to name (cpu-contention, kOversubscribed). Such a straggler is the found rank's
