@@ -639,11 +639,22 @@ std::optional<NeighbourDiff> top_neighbour(const JobWindow& job, size_t c, const
   std::optional<NeighbourDiff> best;
   for (const auto& v : job.ranks[c].neighbours) {
     if (is_agent(job.names.name(v.name))) continue;  // its cost is reported apart
+    if (is_interrupt_thread(job.names.name(v.name))) continue;  // interrupt work: irq-softirq's
     double p = absolute ? 0 : peer_median(job, peers, [&](const RankWindow& r) { return value_of(r.neighbours, v.name); });
     double e = v.ms_per_step - p;
     if (e > 0 && (!best || e > best->excess_ms)) best = NeighbourDiff{job.names.name(v.name), e, v.ms_per_step};
   }
   return best;
+}
+
+// The kernel's interrupt threads' run time on a rank's CPUs per step (ksoftirqd/1 on one rank's CPU,
+// ksoftirqd/0 on a peer's: summed, not matched by name).
+double interrupt_thread_ms(const JobWindow& job, const RankWindow& r) {
+  double t = 0;
+  for (const auto& v : r.neighbours) {
+    if (is_interrupt_thread(job.names.name(v.name))) t += v.ms_per_step;
+  }
+  return t;
 }
 
 std::string rank_name(const RankWindow& r) { return "rank " + std::to_string(r.rank); }
@@ -881,6 +892,9 @@ struct RankCase {
   // part of what the work costs (never contention: it is set apart from `runq` before the rules).
   double own_queue_ms = 0;
   double rec = 0, io = 0, irq = 0, pf = 0, launch = 0;
+  // Run-queue wait behind the kernel's interrupt threads (ksoftirqd) beyond the peers': interrupt
+  // work, set apart from `runq` (irq-softirq counts it, cpu-contention does not).
+  double irq_wait = 0, irq_threads_ms = 0, irq_threads_peers = 0;
   double fault_io = 0;                   // blocked in page faults beyond the peers (part of io's wait)
   double fault_cpu = 0;                  // on-CPU in page faults beyond the peers
   double alloc = 0, sync_copy = 0;       // host time in memory calls beyond the peers'
@@ -1158,7 +1172,8 @@ std::optional<std::string> confined_cpu(const RankWindow& r);
 // grew most against the same source on the peers: "NET_RX softirq", "IRQ 24:virtio0-input") and by
 // the CPU when the rank runs on one ("on CPU 1 of node-3"), else its CPUs.
 std::optional<Hypothesis> irq_softirq(const RankCase& k) {
-  if (k.irq <= 0) return std::nullopt;
+  const double stolen = std::max(0.0, k.irq);
+  if (stolen <= 0 && k.irq_wait <= 0) return std::nullopt;
   Hypothesis h;
   h.cause = Cause::kIrqSoftirq;
   std::string source;
@@ -1172,12 +1187,37 @@ std::optional<Hypothesis> irq_softirq(const RankCase& k) {
     source_peers = peers;
   }
   const auto cpu = confined_cpu(k.r);
-  h.culprit = (source.empty() ? std::string("interrupts") : source) + (cpu ? " on CPU " + *cpu + " of " + k.r.node : " on " + k.who + "'s CPUs");
-  h.explained_ms = k.irq;
-  h.evidence.push_back(k.who + "'s CPUs spend " + ms(k.r.get(Os::kIrq)) + " per step in IRQ/softirq (+" + ms(k.irq) + " vs peers)");
+  // Interrupt time stolen from the ranks that share its CPU delays it too: it waits for that CPU
+  // while they run longer. Counted up to its own run-queue wait beyond its peers'.
+  double behind = 0;
+  std::string beside;
+  if (cpu && known(k.r.get(Os::kIrq))) {
+    const double base = k.r.get(Os::kIrq) - k.irq;  // its peers' median
+    for (size_t p : k.peers) {
+      const RankWindow& q = k.job.ranks[p];
+      if (q.node != k.r.node || confined_cpu(q) != cpu || !known(q.get(Os::kIrq)) || q.get(Os::kIrq) <= base) continue;
+      behind += q.get(Os::kIrq) - base;
+      beside += (beside.empty() ? "" : ", ") + rank_name(q) + " (+" + ms(q.get(Os::kIrq) - base) + ")";
+    }
+  }
+  const double wait_behind = std::min(behind, std::max(0.0, k.runq));
+  const std::string what = !source.empty() ? source : stolen > 0 ? std::string("interrupts") : std::string("softirq work");
+  h.culprit = what + (cpu ? " on CPU " + *cpu + " of " + k.r.node : " on " + k.who + "'s CPUs");
+  // What it takes from the rank: the interrupt time that ran while the rank was current, and the
+  // wait for its CPUs while the kernel's softirq thread ran the work deferred to it.
+  h.explained_ms = stolen + k.irq_wait + wait_behind;
+  if (stolen > 0)
+    h.evidence.push_back(k.who + "'s CPUs spend " + ms(k.r.get(Os::kIrq)) + " per step in IRQ/softirq (+" + ms(k.irq) + " vs peers)");
   if (!source.empty())
     h.evidence.push_back(source + " holds " + ms(source_ms) + " per step of it vs " + ms(source_peers) + " on its peers' CPUs" +
                          (cpu ? "; " + k.who + " runs on CPU " + *cpu : ""));
+  if (k.irq_wait > 0)
+    h.evidence.push_back("the kernel's interrupt threads (ksoftirqd) run " + ms(k.irq_threads_ms) + " per step on " + k.who +
+                         "'s CPUs (" + ms(k.irq_threads_peers) + " on its peers'): softirq work deferred to them, which " + k.who +
+                         " waits " + ms(k.irq_wait) + " per step for");
+  if (wait_behind > 0)
+    h.evidence.push_back("the ranks that share CPU " + *cpu + " lose time to interrupts too: " + beside + " per step; " + k.who +
+                         " waits " + ms(wait_behind) + " per step more than its peers for that CPU while they run longer");
   return h;
 }
 
@@ -1666,15 +1706,19 @@ std::optional<Hypothesis> slow_cpu(const RankCase& k) {
   if (!usual_work_slower(k)) return std::nullopt;
   auto mine = confined_cpu(k.r);
   if (!mine) return std::nullopt;
-  // Something else ran on its CPU beyond what ran on its peers' (another process, or strata's own
-  // start-up): the core was shared, its caches and its time, not slower. A quarter of the extra
+  // Something else ran on its CPU beyond what ran on its peers' (another process, interrupts, or
+  // strata's own start-up): the core was shared, its caches and its time, not slower. A quarter of the extra
   // CPU time is more than a share noise reaches (a kworker's few ms) and less than a neighbour
   // that slows the work by sharing the core takes.
   constexpr double kSharedCpuShare = 0.25;
   const double agent_extra = known(k.r.agent_ms)
                                  ? k.r.agent_ms - peer_median(k.job, k.peers, [](const RankWindow& q) { return known(q.agent_ms) ? q.agent_ms : 0.0; })
                                  : 0;
-  if ((k.nb ? k.nb->excess_ms : 0) + agent_extra >= kSharedCpuShare * k.cpu) return std::nullopt;
+  // Interrupts that ran on its CPU (in the rank's time, or in the kernel's softirq thread) shared
+  // it the same way; where the kernel charges interrupt time to the task it interrupts (without
+  // CONFIG_IRQ_TIME_ACCOUNTING), they even look like the rank's own CPU time in its usual work.
+  const double interrupts = std::max(0.0, k.irq) + std::max(0.0, k.irq_threads_ms - (known(k.irq_threads_peers) ? k.irq_threads_peers : 0.0));
+  if ((k.nb ? k.nb->excess_ms : 0) + agent_extra + interrupts >= kSharedCpuShare * k.cpu) return std::nullopt;
   // The work that grew: the time under the differential profile's top path (the usual work), on
   // each rank. A peer's own other work (a hotspot of its own) says nothing of the core.
   auto work_ms = [&](const RankWindow& q) {
@@ -1815,6 +1859,12 @@ void measure(RankCase& k) {
   }
   k.thr = os_excess(job, k.c, peers, Os::kThrottled);
   k.nb = top_neighbour(job, k.c, peers, k.job_wide);
+  k.irq_threads_ms = interrupt_thread_ms(job, r);
+  k.irq_threads_peers = k.job_wide ? 0 : peer_median(job, peers, [&](const RankWindow& x) { return interrupt_thread_ms(job, x); });
+  if (k.runq > 0 && known(k.irq_threads_peers)) {
+    k.irq_wait = std::clamp(k.irq_threads_ms - k.irq_threads_peers, 0.0, k.runq);
+    k.runq -= k.irq_wait;
+  }
   // Job-wide, peers are no reference: a neighbour on the rank's CPUs explains at most its own run
   // time (never the whole run-queue wait of a busy node).
   if (k.job_wide && k.nb) k.runq = std::max(k.runq, k.nb->excess_ms);
@@ -2071,6 +2121,12 @@ std::vector<std::pair<std::string, double>> named_growth(const JobWindow& job, V
 
 std::string same_name(const JobWindow&, const std::string& n) { return n; }
 
+// The kernel's interrupt threads under one key (each rank's CPU has its own ksoftirqd/N).
+constexpr std::string_view kInterruptThreads = "[interrupt threads]";
+std::string interrupt_threads_as_one(const JobWindow&, const std::string& n) {
+  return is_interrupt_thread(n) ? std::string(kInterruptThreads) : n;
+}
+
 // A slower machine (a CPU clocked down, a busier host, a VM's drift) makes the same code take longer
 // everywhere: every function's on-CPU time grows by about one factor. A function the job's own code
 // made costlier grows beyond it. So a function's growth over the job's past counts only beyond the
@@ -2249,8 +2305,14 @@ std::vector<JobCandidate> job_layers(const JobWindow& job, double lost) {
     out.push_back(std::move(c));
   }
   double runq = os_growth(Os::kRunqWait);
-  auto nbs = named_growth(job, &RankWindow::neighbours, &RankPast::neighbours, same_name);
+  auto nbs = named_growth(job, &RankWindow::neighbours, &RankPast::neighbours, interrupt_threads_as_one);
   std::erase_if(nbs, [](const auto& x) { return is_agent(x.first); });  // its cost is said apart
+  // The kernel's interrupt threads' growth is interrupt work (irq-softirq below), no neighbour.
+  double irq_threads = 0;
+  for (const auto& [name, g] : nbs) {
+    if (name == kInterruptThreads) irq_threads = std::max(0.0, g);
+  }
+  std::erase_if(nbs, [](const auto& x) { return x.first == kInterruptThreads; });
   if (known(runq) && runq > 0 && !nbs.empty() && nbs[0].second > 0) {
     // Named for what the process explains: its own extra run time on the ranks' CPUs.
     JobCandidate c;
@@ -2286,13 +2348,18 @@ std::vector<JobCandidate> job_layers(const JobWindow& job, double lost) {
     out.push_back(std::move(c));
   }
   double irq = os_growth(Os::kIrq);
-  if (known(irq) && irq > 0) {
+  const double irq_wait = known(runq) && runq > 0 ? std::min(runq, irq_threads) : 0;
+  if ((known(irq) && irq > 0) || irq_wait > 0) {
     JobCandidate c;
     c.cause = Cause::kIrqSoftirq;
     c.culprit = "interrupts on the ranks' CPUs";
-    c.explained_ms = irq;
+    c.explained_ms = std::max(0.0, known(irq) ? irq : 0) + irq_wait;
     c.confidence = 0.6;
-    c.evidence.push_back("every rank's CPUs spend " + ms(irq) + " more per step in IRQ/softirq than in the job's healthy past");
+    if (known(irq) && irq > 0)
+      c.evidence.push_back("every rank's CPUs spend " + ms(irq) + " more per step in IRQ/softirq than in the job's healthy past");
+    if (irq_wait > 0)
+      c.evidence.push_back("the kernel's interrupt threads (ksoftirqd) run " + ms(irq_threads) +
+                           " more per step on the ranks' CPUs than before: softirq work deferred to them");
     c.advice = "move IRQ affinity (NIC queues) away from the training CPUs";
     out.push_back(std::move(c));
   }

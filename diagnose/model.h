@@ -42,6 +42,13 @@ class Names {
 // The agent's process name: never a neighbour, never a culprit (RankWindow::agent_ms holds its cost).
 inline constexpr std::string_view kAgentProcess = "strata";
 inline bool is_agent(std::string_view process) { return process == kAgentProcess; }
+// The kernel's interrupt work that runs as threads: softirq work deferred to the per-CPU
+// ksoftirqd/N when it runs long (a NIC queue's receive work past a few ms), and threaded IRQ
+// handlers (irq/N-name). On a rank's CPUs it is interrupt load, not a process anyone can move to
+// another CPU: irq-softirq's, never cpu-contention's.
+inline bool is_interrupt_thread(std::string_view process) {
+  return process.starts_with("ksoftirqd/") || process.starts_with("irq/");
+}
 // The root frame of a call path sampled in one of a rank's worker processes (a DataLoader worker):
 // its time counts for the rank, and the evidence says where it ran.
 inline constexpr std::string_view kWorkerFrame = "[worker]";

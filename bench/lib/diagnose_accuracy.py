@@ -67,6 +67,9 @@ SIM_KINDS = [
     ("page-faults", "page-faults", ""),
     # The optimizer stepped tensor by tensor: tiny kernels launched one by one (session 42).
     ("launch-bound", "launch-bound", ""),
+    # Network receive work steered (RPS) to the culprit's CPU, NET_RX softirq stealing from every
+    # rank there (session 44).
+    ("irq-softirq", "irq-softirq", ""),
 ]
 # strata-sim flags of a kind's runs (C++ rank only), and the healthy runs made with them too.
 SIM_FLAGS = {"alloc-churn": ["--memory-calls"], "sync-copy": ["--memory-calls"]}

@@ -11,6 +11,9 @@
 #include <sys/stat.h>
 #include <sys/sysmacros.h>
 #include <sys/wait.h>
+#include <arpa/inet.h>
+#include <netinet/in.h>
+#include <sys/socket.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -36,10 +39,19 @@ std::string sim_tag() { return "strata-" + std::to_string(::getpid()); }
 
 namespace {
 
+// irq-softirq: the sender's destination port (nothing listens; no filter matches) and the first of
+// the filters' ports.
+constexpr uint16_t kIrqTargetPort = 9;
+constexpr int kIrqFirstPort = 10000;
+
 // memory-reclaim: the culprit's data file and the samples every rank reads per step (4 KiB each).
 // With the limit leaving a few MiB of page cache, most of the culprit's reads miss.
 constexpr int kReclaimShardMb = 48;
 constexpr int kReclaimSamples = 4096;
+
+// Faults of a CPU rather than a rank: every rank pinned to the culprit's CPU suffers them (a slower
+// core; receive work steered to a core).
+bool shares_cpu(FaultKind k) { return k == FaultKind::kSlowCpu || k == FaultKind::kIrqSoftirq; }
 
 // Runs a command, waits; on failure returns its stderr's first line.
 Status run_cmd(const std::vector<std::string>& argv, std::string* out = nullptr) {
@@ -218,6 +230,8 @@ FaultInjector::FaultInjector(const Options& opts, std::string run_dir, strata_gp
     case FaultKind::kSyncCopy: culprit_ = "cudaMemcpy"; break;
     // The function that launches the extra kernels (rank_main.cpp, rank.py).
     case FaultKind::kLaunchBound: culprit_ = "optimizer_step_per_tensor"; break;
+    // The source the OS layer names (agent/os/proc_readers.cpp's softirq names).
+    case FaultKind::kIrqSoftirq: culprit_ = "NET_RX softirq"; break;
     case FaultKind::kNone: break;
   }
   // Every rank alike: the culprit is what they share.
@@ -417,9 +431,102 @@ Status FaultInjector::prepare() {
     case FaultKind::kAllocChurn: mechanism_ = "cudaMalloc/cudaFree of every layer's temporaries (libcudart stand-in)"; return {};
     case FaultKind::kSyncCopy: mechanism_ = "synchronous cudaMemcpy reads after every layer (libcudart stand-in)"; return {};
     case FaultKind::kLaunchBound: mechanism_ = "the optimizer stepped tensor by tensor: tiny kernels launched one by one"; return {};
+    case FaultKind::kIrqSoftirq:
+      mechanism_ = "UDP packets received in a private network namespace, steered by RPS to the rank's CPU, each walking "
+                   "tc u32 filters on ingress (NET_RX softirq work on that CPU)";
+      return prepare_irq();
     case FaultKind::kNone: return {};
   }
   return {};
+}
+
+// irq-softirq: a network namespace of our own (its loopback is the "NIC"), RPS sending every packet
+// it receives to the rank's CPU, and an ingress filter chain that makes each packet cost what a busy
+// NIC queue's receive work does. The sender runs on another CPU (activate), so what lands on the
+// rank's CPU is the receive work alone, in softirq, as when a NIC queue's interrupts and RPS are
+// aimed at the cores the training process runs on.
+Status FaultInjector::prepare_irq() {
+  if (ncpu_ < 2) return Error{"irq-softirq needs 2 CPUs (the sender runs beside the rank's CPU)"};
+  const int cpu = opts_.fault.rank % ncpu_;  // rank_setup pins rank r to CPU r % CPUs
+  std::string ns = sim_tag() + "-irq";
+  namespaces_.push_back(ns);
+  if (auto st = run_cmd({"ip", "netns", "add", ns}); !st.ok()) return st.error().context("irq-softirq needs network namespaces (root)");
+  if (auto st = run_cmd({"ip", "netns", "exec", ns, "ip", "link", "set", "lo", "up"}); !st.ok()) return st;
+  // A CPU mask in hex words of 32 bits, comma-separated from the highest (the sysfs format).
+  std::string mask;
+  for (int w = (ncpu_ - 1) / 32; w >= 0; --w) {
+    char word[16];
+    std::snprintf(word, sizeof word, "%08x", cpu / 32 == w ? 1u << (cpu % 32) : 0u);
+    mask += (mask.empty() ? "" : ",") + std::string(word);
+  }
+  // `ip netns exec` mounts the namespace's own sysfs: this is its loopback's queue.
+  if (auto st = run_cmd({"ip", "netns", "exec", ns, "sh", "-c", "echo " + mask + " > /sys/class/net/lo/queues/rx-0/rps_cpus"});
+      !st.ok()) {
+    return st.error().context("irq-softirq needs RPS (CONFIG_RPS)");
+  }
+  if (auto st = run_cmd({"ip", "netns", "exec", ns, "tc", "qdisc", "add", "dev", "lo", "ingress"}); !st.ok()) return st;
+  // Filters no packet matches (destination ports the sender never uses): each packet walks them all.
+  const std::string batch = run_dir_ + "/irq-filters.tc";
+  {
+    std::ofstream out(batch);
+    const int filters = static_cast<int>(opts_.fault.param("filters"));
+    for (int i = 0; i < filters; ++i)
+      out << "filter add dev lo parent ffff: protocol ip prio 1 u32 match ip dport " << (kIrqFirstPort + i % 50000)
+          << " 0xffff classid 1:1\n";
+    out.close();
+    if (!out) return Error{"cannot write " + batch};
+  }
+  if (auto st = run_cmd({"ip", "netns", "exec", ns, "tc", "-batch", batch}); !st.ok()) return st.error().context("irq-softirq filters");
+  irq_netns_ = ns;
+  details_["netns"] = ns;
+  details_["cpu"] = std::to_string(cpu);
+  details_["rps_cpus"] = mask;
+  return {};
+}
+
+// The sender: UDP to a port no filter matches and nothing listens on, paced to `rate` packets a
+// second in batches of sendmmsg, from a CPU that is not the rank's.
+void FaultInjector::send_packets(int ns_fd, int cpu, double rate) {
+  cpu_set_t set;
+  CPU_ZERO(&set);
+  CPU_SET(cpu, &set);
+  ::sched_setaffinity(0, sizeof(set), &set);
+  // Only this thread enters the namespace (a thread's network namespace is its own).
+  if (::setns(ns_fd, CLONE_NEWNET) != 0) {
+    std::fprintf(stderr, "strata-sim: irq-softirq: setns: %s\n", std::strerror(errno));
+    ::close(ns_fd);
+    return;
+  }
+  ::close(ns_fd);
+  int sock = ::socket(AF_INET, SOCK_DGRAM | SOCK_CLOEXEC, 0);
+  if (sock < 0) {
+    std::fprintf(stderr, "strata-sim: irq-softirq: socket: %s\n", std::strerror(errno));
+    return;
+  }
+  sockaddr_in to{};
+  to.sin_family = AF_INET;
+  to.sin_port = htons(kIrqTargetPort);
+  to.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  constexpr int kBatch = 32;
+  char payload[16] = {};
+  iovec iov{payload, sizeof payload};
+  mmsghdr msgs[kBatch] = {};
+  for (auto& m : msgs) {
+    m.msg_hdr.msg_name = &to;
+    m.msg_hdr.msg_namelen = sizeof to;
+    m.msg_hdr.msg_iov = &iov;
+    m.msg_hdr.msg_iovlen = 1;
+  }
+  const auto start = std::chrono::steady_clock::now();
+  uint64_t sent = 0;
+  while (!stop_sending_.load(std::memory_order_relaxed)) {
+    int n = ::sendmmsg(sock, msgs, kBatch, 0);
+    sent += n > 0 ? static_cast<uint64_t>(n) : kBatch;  // a refused batch still counts against the pace
+    auto due = start + std::chrono::duration_cast<std::chrono::steady_clock::duration>(std::chrono::duration<double>(sent / rate));
+    std::this_thread::sleep_until(due);
+  }
+  packets_sent_.store(sent);
+  ::close(sock);
 }
 
 std::vector<int> FaultInjector::acted_on(int ranks) const {
@@ -427,7 +534,7 @@ std::vector<int> FaultInjector::acted_on(int ranks) const {
   std::vector<int> out;
   if (f.all_ranks || f.kind == FaultKind::kNone) return out;
   for (int r = 0; r < ranks; ++r) {
-    if (r == f.rank || (f.kind == FaultKind::kSlowCpu && r % ncpu_ == f.rank % ncpu_)) out.push_back(r);
+    if (r == f.rank || (shares_cpu(f.kind) && r % ncpu_ == f.rank % ncpu_)) out.push_back(r);
   }
   return out;
 }
@@ -631,6 +738,16 @@ Status FaultInjector::activate(pid_t culprit_pid) {
       });
       return {};
     }
+    case FaultKind::kIrqSoftirq: {
+      const std::string path = "/run/netns/" + irq_netns_;
+      int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
+      if (fd < 0) return Error::from_errno("irq-softirq: opening " + path, errno);
+      const int rank_cpu = f.rank % ncpu_;
+      const int cpu = rank_cpu == 0 ? 1 : 0;
+      details_["sender_cpu"] = std::to_string(cpu);
+      sender_ = std::thread([this, fd, cpu, rate = f.param("rate")] { send_packets(fd, cpu, rate); });
+      return {};
+    }
     case FaultKind::kAllocChurn:
     case FaultKind::kSyncCopy:
     case FaultKind::kLaunchBound:
@@ -644,6 +761,11 @@ Status FaultInjector::activate(pid_t culprit_pid) {
 void FaultInjector::teardown() {
   stop_evicting_.store(true);
   if (evictor_.joinable()) evictor_.join();
+  stop_sending_.store(true);
+  if (sender_.joinable()) {
+    sender_.join();
+    details_["packets_sent"] = std::to_string(packets_sent_.load());
+  }
   for (pid_t pid : hogs_) ::kill(pid, SIGKILL);
   for (pid_t pid : hogs_) ::waitpid(pid, nullptr, 0);
   hogs_.clear();

@@ -47,8 +47,9 @@ class FaultInjector {
   // For the truth file: how the fault was realized ("mechanism") and its culprit name.
   std::string mechanism() const { return mechanism_; }
   std::string culprit() const { return culprit_; }
-  // The ranks the fault acts on: its rank, and for slow-cpu every rank pinned to that rank's CPU (a
-  // slower core slows all that run on it). Empty for a job-wide fault.
+  // The ranks the fault acts on: its rank, and for slow-cpu and irq-softirq every rank pinned to that
+  // rank's CPU (a slower core, or receive work on a core, slows all that run on it). Empty for a
+  // job-wide fault.
   std::vector<int> acted_on(int ranks) const;
   std::string master_addr() const { return master_addr_; }
   std::vector<pid_t> hog_pids() const { return hogs_; }
@@ -58,6 +59,8 @@ class FaultInjector {
   strata::Status prepare_cgroup(const std::string& controller);
   strata::Status prepare_netns();
   strata::Status prepare_loop();
+  strata::Status prepare_irq();
+  void send_packets(int ns_fd, int cpu, double rate);
   std::string cgroup_file(const std::string& controller, const std::string& file) const;
 
   Options opts_;
@@ -82,6 +85,11 @@ class FaultInjector {
   // page-faults: the thread that keeps pushing the culprit's mapped data out of memory.
   std::thread evictor_;
   std::atomic<bool> stop_evicting_{false};
+  // irq-softirq: the namespace whose loopback receives for the rank's CPU, and its sender.
+  std::string irq_netns_;
+  std::thread sender_;
+  std::atomic<bool> stop_sending_{false};
+  std::atomic<uint64_t> packets_sent_{0};
 };
 
 // The hog process body (strata-sim __hog CPU NICE).

@@ -74,6 +74,10 @@ const std::vector<KindInfo>& kinds() {
       // each, launched after the host waited for the gradients) where its peers run one fused
       // kernel, as torch.optim.Adam(foreach=False) does: the host's work per launch is the step
       {"launch-bound", FaultKind::kLaunchBound, "cpu", "launch-bound", {{"tensors", 300}}},
+      // rate: UDP packets a second received for the rank's CPU (RPS on a private loopback); filters:
+      // tc u32 filters each packet walks on ingress, the per-packet receive cost (~4 ns a filter
+      // here: 2,000 filters at 20,000 packets a second take ~15% of the CPU)
+      {"irq-softirq", FaultKind::kIrqSoftirq, "os", "irq-softirq", {{"rate", 20000}, {"filters", 2000}}},
   };
   return k;
 }
@@ -210,6 +214,9 @@ Result<FaultSpec> parse_fault(const std::string& text, int ranks, int steps) {
       spec.params["factor"] < 1.0) {
     return Error{spec.name + " factor must be >= 1 (a slowdown)"};
   }
+  if (spec.kind == FaultKind::kIrqSoftirq && (spec.params["filters"] > 50000 || spec.params["rate"] > 1e6)) {
+    return Error{"irq-softirq: at most filters=50000 and rate=1000000 (packets a second)"};
+  }
   if (spec.kind == FaultKind::kCpuThrottling && spec.params["quota_pct"] >= 100) {
     return Error{"cpu-throttling quota_pct must be below 100"};
   }
@@ -227,6 +234,7 @@ void add_run_options(CLI::App& app, RunArgs& a) {
                  "NVML: gpu-ecc gpu-xid[code=79|48|74] pcie-degraded[factor] nvlink-errors[factor]; "
                  "CUDA memory calls: alloc-churn[tensors] sync-copy[copies,kb] (C++ rank only); slow-cpu[factor] (every rank on "
                  "the rank's CPU), page-faults[pages] (C++ rank only); launch-bound[tensors] (the optimizer stepped tensor by tensor); "
+                 "irq-softirq[rate,filters] (network receive work steered to the rank's CPU; every rank on that CPU); "
                  "rank=all: gpu-slow, io-stall and network-slow on every rank alike; io-stall where=worker: "
                  "through a data-loader worker process")
       ->type_name("KIND[:rank=R,start_step=K,key=value...]");

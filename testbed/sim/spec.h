@@ -41,6 +41,10 @@ enum class FaultKind {
   // The rank's optimizer steps tensor by tensor (foreach and fused off): thousands of tiny kernels,
   // each costing the host more than the device; the device waits for the host's launches.
   kLaunchBound,
+  // Network receive work steered onto the rank's CPU (a NIC queue's interrupts and RPS aimed at
+  // the cores the training process runs on): NET_RX softirq runs on that CPU, stealing from
+  // whatever is current there, and overflows into its ksoftirqd thread when it runs long.
+  kIrqSoftirq,
 };
 
 struct FaultSpec {

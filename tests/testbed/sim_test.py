@@ -168,6 +168,36 @@ def test_slow_cpu():
     print("    slow-cpu: ranks %s on CPU 1, load_ms %.1f vs %.1f elsewhere" % (on, slow, fast))
 
 
+def net_rx_per_cpu():
+    """NET_RX softirqs run so far, per CPU (/proc/softirqs)."""
+    with open("/proc/softirqs") as f:
+        for line in f:
+            if line.split(":")[0].strip() == "NET_RX":
+                return [int(x) for x in line.split(":")[1].split()]
+    raise AssertionError("no NET_RX line in /proc/softirqs")
+
+
+def test_irq_softirq():
+    # Receive work steered by RPS to the culprit's CPU (a private namespace's loopback, each packet
+    # walking tc filters): NET_RX softirq runs on that CPU, stealing from the ranks there, whose CPU
+    # work per step (load_ms) stretches while their peers wait for them in every collective.
+    before = net_rx_per_cpu()
+    t = ok_run(["--ranks", "2", "--steps", "25", "--fault", "irq-softirq:rank=1,start_step=5"])
+    after = net_rx_per_cpu()
+    f = t["fault"]
+    assert (f["layer"], f["cause"], f["culprit"]) == ("os", "irq-softirq", "NET_RX softirq"), f
+    assert f["details"]["cpu"] == "1" and f["details"]["sender_cpu"] == "0", f["details"]
+    sent = int(f["details"]["packets_sent"])
+    assert sent > 20000, f["details"]  # 20,000 a second for the ~2 s of faulty steps
+    # The receive work ran on the culprit's CPU: its NET_RX count grew by thousands (the packets
+    # come in batches, a softirq each), beyond what the rest of the machine adds meanwhile.
+    grown = [a - b for a, b in zip(after, before)]
+    assert grown[1] > 1000, grown
+    straggler_pattern(t, 1, "load_ms", margin=1.2)
+    load = medians(t, "load_ms")
+    print("    irq-softirq: %d packets, NET_RX per CPU +%s, load_ms rank 1 %.1f vs %.1f" % (sent, grown, load[1], load[0]))
+
+
 def test_page_faults():
     # The culprit's memory-mapped data, read every step, is paged out from outside from start_step
     # on: each page it reads is a major fault from disk, in its load phase; its peers wait for it.
@@ -420,7 +450,7 @@ def test_sync_copy():
 
 def test_teardown_after_runs():
     for fault in ("cpu-contention:rank=1", "network-slow:rank=2", "cpu-throttling:rank=0",
-                  "io-stall:rank=3", "memory-reclaim:rank=1"):
+                  "io-stall:rank=3", "memory-reclaim:rank=1", "irq-softirq:rank=1"):
         p = subprocess.Popen([SIM, "run", "--ranks", "4", "--steps", "12", "--fault", fault, "--quiet"],
                              stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
         out, err = p.communicate(timeout=120)
@@ -431,7 +461,7 @@ def test_teardown_after_runs():
 
 def test_teardown_on_sigint():
     for fault in ("cpu-contention:rank=1,start_step=1", "network-slow:rank=2,start_step=1",
-                  "cpu-throttling:rank=0,start_step=1"):
+                  "cpu-throttling:rank=0,start_step=1", "irq-softirq:rank=1,start_step=1"):
         p = subprocess.Popen([SIM, "run", "--ranks", "4", "--steps", "500", "--fault", fault],
                              stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
         time.sleep(3)
@@ -469,6 +499,7 @@ def test_bad_specs_exit_1():
                  ["--python", "--driver-api"], ["--python", "--memory-calls"],
                  ["--python", "--fault", "alloc-churn:rank=1"], ["--python", "--fault", "sync-copy:rank=1"],
                  ["--fault", "alloc-churn:rank=1,tensors=0"], ["--fault", "sync-copy:rank=1,kb=-1"],
+                 ["--fault", "irq-softirq:rank=1,filters=100000"], ["--fault", "irq-softirq:rank=all"],
                  ["--bogus"]):
         p = subprocess.run([SIM, "run", "--ranks", "4", "--steps", "10"] + args, capture_output=True, text=True,
                            timeout=30)

@@ -2247,5 +2247,54 @@ TEST(DiagnoseEngine, ARankAloneInItsStageIsComparedWithItsOwnPast) {
   for (const auto& g : drift.findings) EXPECT_EQ(g.scope, Scope::kJob) << text_of(drift);
 }
 
+
+// Softirq work the kernel deferred to its per-CPU thread (ksoftirqd/N, as a NIC queue's receive
+// work is past a few ms) runs on the rank's CPUs like a process would, but no one can move it: it is
+// interrupt load, named irq-softirq with the wait it causes, never cpu-contention with the kernel
+// thread as the process to move. The thread's name differs per CPU (ksoftirqd/3 here, another on
+// each peer's CPU): the rule sums the kernel's interrupt threads, it does not match them by name.
+TEST(DiagnoseEngine, WorkDeferredToKsoftirqdIsInterruptLoadNotANeighbour) {
+  SyntheticSpec spec;
+  spec.faults = {PlantedFault{3, "cpu-contention", 40}};
+  JobWindow job = make_synthetic_job(spec);
+  const NameId hog = job.names.id(planted_culprit({3, "cpu-contention", 40}));
+  for (auto& r : job.ranks) {
+    for (auto& v : r.neighbours) {
+      if (v.name == hog) v.name = job.names.id("ksoftirqd/" + std::to_string(r.rank));
+    }
+    r.neighbours.push_back({job.names.id("ksoftirqd/" + std::to_string(r.rank)), 0.2});  // the usual trickle on every CPU
+    normalize(r.neighbours);
+  }
+  auto dx = diagnose(job);
+  ASSERT_EQ(dx.findings.size(), 1u) << text_of(dx);
+  const Finding& f = dx.findings[0];
+  EXPECT_EQ(f.rank, 3) << text_of(dx);
+  EXPECT_EQ(f.cause, Cause::kIrqSoftirq) << text_of(dx);
+  EXPECT_EQ(f.culprit.find("ksoftirqd"), std::string::npos) << "a kernel thread is no culprit to move\n" << text_of(dx);
+  const std::string all = evidence_of(f);
+  EXPECT_NE(all.find("the kernel's interrupt threads (ksoftirqd) run"), std::string::npos) << all;
+  EXPECT_EQ(all.find("`ksoftirqd/3`"), std::string::npos) << "not even as 'also'\n" << all;
+}
+
+// The same on every rank against the job's healthy past: a job-scope irq-softirq finding.
+TEST(DiagnoseEngine, KsoftirqdGrowingOnEveryRanksCpuIsAJobWideInterruptLoad) {
+  SyntheticSpec spec;
+  spec.past = true;
+  spec.faults = {PlantedFault{kAllRanks, "cpu-contention", 30}};
+  JobWindow job = make_synthetic_job(spec);
+  const NameId hog = job.names.id(planted_culprit({kAllRanks, "cpu-contention", 30}));
+  for (auto& r : job.ranks) {
+    for (auto& v : r.neighbours) {
+      if (v.name == hog) v.name = job.names.id("ksoftirqd/" + std::to_string(r.rank % 2));
+    }
+    normalize(r.neighbours);
+  }
+  auto dx = diagnose(job);
+  ASSERT_EQ(dx.findings.size(), 1u) << text_of(dx);
+  EXPECT_EQ(dx.findings[0].scope, Scope::kJob) << text_of(dx);
+  EXPECT_EQ(dx.findings[0].cause, Cause::kIrqSoftirq) << text_of(dx);
+  EXPECT_NE(evidence_of(dx.findings[0]).find("softirq work deferred to them"), std::string::npos) << text_of(dx);
+}
+
 }  // namespace
 }  // namespace strata::diagnose
