@@ -85,7 +85,10 @@ PY_SKIP = {"io-stall/worker", "alloc-churn", "sync-copy", "slow-cpu", "page-faul
 # 2-core machine.
 DDP_KINDS = [("host-hotspot", "host-hotspot", "ms=150"), ("workload-imbalance", "workload-imbalance", "factor=3"),
              ("cpu-contention", "cpu-contention", "hogs=2"), ("cpu-throttling", "cpu-throttling", "quota_pct=10"),
-             ("network-slow", "network-slow", "rate_mbit=40")]
+             ("network-slow", "network-slow", "rate_mbit=40"),
+             # Network receive work steered to the culprit's CPU (session 44, never run on DDP before
+             # it was added here): ddp_train.py's IrqSteer, the same mechanism as strata-sim's.
+             ("irq-softirq", "irq-softirq", "")]
 # Job-wide DDP faults (truth rank -1, scope job): a slow fabric, every rank's link limited alike
 # (ddp_train.py's network-slow:rank=all: each rank in a namespace of its own behind a veth, tbf on
 # both ends of every link), at the single-rank row's rate. Held in: run on the DDP_SEEN variants only,

@@ -518,14 +518,15 @@ void FaultInjector::send_packets(int ns_fd, int cpu, double rate) {
     m.msg_hdr.msg_iovlen = 1;
   }
   const auto start = std::chrono::steady_clock::now();
-  uint64_t sent = 0;
+  uint64_t paced = 0, sent = 0;
   while (!stop_sending_.load(std::memory_order_relaxed)) {
     int n = ::sendmmsg(sock, msgs, kBatch, 0);
-    sent += n > 0 ? static_cast<uint64_t>(n) : kBatch;  // a refused batch still counts against the pace
-    auto due = start + std::chrono::duration_cast<std::chrono::steady_clock::duration>(std::chrono::duration<double>(sent / rate));
+    if (n > 0) sent += static_cast<uint64_t>(n);
+    paced += n > 0 ? static_cast<uint64_t>(n) : kBatch;  // a refused batch still counts against the pace
+    auto due = start + std::chrono::duration_cast<std::chrono::steady_clock::duration>(std::chrono::duration<double>(paced / rate));
     std::this_thread::sleep_until(due);
   }
-  packets_sent_.store(sent);
+  packets_sent_.store(sent);  // what the kernel took (the truth's packets_sent)
   ::close(sock);
 }
 

@@ -6,7 +6,7 @@
         [--fault host-hotspot:rank=1,start_step=5,ms=40[,where=loop|loss|worker] |
          workload-imbalance:rank=1,factor=2 | cpu-contention:rank=1,hogs=2 |
          cpu-throttling:rank=1,quota_pct=30 | network-slow:rank=1,rate_mbit=40 |
-         network-slow:rank=all,rate_mbit=40] [--truth FILE.json]
+         network-slow:rank=all,rate_mbit=40 | irq-softirq:rank=1,rate=20000,filters=2000] [--truth FILE.json]
 
 Spawns its ranks with torch.multiprocessing (RANK, LOCAL_RANK, WORLD_SIZE, MASTER_ADDR, MASTER_PORT
 and STRATA_JOB in each rank's environment from its start, as torchrun sets them, so an agent reads
@@ -30,7 +30,9 @@ whose other ends are ports of one bridge (in a namespace of its own, the fabric'
 rank's gloo traffic goes over the veth addresses (GLOO_SOCKET_IFNAME), and at start_step a tc tbf
 limits both directions of the culprit's link (rank=R) or of every rank's link (rank=all: a slow
 fabric, whose truth is job-wide, scope job and rank -1, as strata-sim's rank=all). The namespaces and veths
-go when the job ends, however it ends (SlowLink).
+go when the job ends, however it ends (SlowLink). irq-softirq needs root as well: network receive work
+steered by RPS to the culprit's CPU (IrqSteer, as strata-sim's); unpinned, the culprit alone runs on
+that CPU and its peers on the others.
 """
 import argparse
 import json
@@ -53,7 +55,9 @@ LAYERS = {"host-hotspot": ("cpu", "host-hotspot", "slow_augment"),  # where=loop
           "workload-imbalance": ("cpu", "workload-imbalance", "larger batches"),
           "cpu-contention": ("os", "cpu-contention", "strata-hog"),
           "cpu-throttling": ("os", "cpu-throttling", "cgroup cpu quota"),
-          "network-slow": ("comm", "network-slow", "link of rank %(rank)d")}
+          "network-slow": ("comm", "network-slow", "link of rank %(rank)d"),
+          # The source the agent names (agent/os/proc_readers.cpp), as strata-sim's irq-softirq.
+          "irq-softirq": ("os", "irq-softirq", "NET_RX softirq")}
 # Faults that take rank=all (every rank alike: a job-wide truth, rank -1), with the culprit they
 # name then: what the ranks share, as strata-sim names it (testbed/sim/faults.cpp).
 JOB_WIDE = {"network-slow": "communicator"}
@@ -72,7 +76,7 @@ def parse_fault(text, ranks, steps, num_workers=0):
     if kind not in LAYERS:
         raise ValueError("unknown or unsupported fault kind '%s' (here: none, %s)" % (kind, ", ".join(LAYERS)))
     f = {"kind": kind, "rank": None, "start_step": max(1, steps // 10), "ms": 40.0, "factor": 2.0, "hogs": 2,
-         "quota_pct": 30, "rate_mbit": 40, "where": "loop"}
+         "quota_pct": 30, "rate_mbit": 40, "where": "loop", "rate": 20000, "filters": 2000}
     for item in filter(None, rest.split(",")):
         key, _, value = item.partition("=")
         if key not in f or key == "kind" or (key == "where" and kind != "host-hotspot"):
@@ -89,6 +93,8 @@ def parse_fault(text, ranks, steps, num_workers=0):
                 f[key] = value
             else:
                 f[key] = float(value) if key in ("ms", "factor", "quota_pct", "rate_mbit") else int(value)
+                if key in ("rate", "filters") and not 0 < f[key] <= (1000000 if key == "rate" else 50000):
+                    raise ValueError
         except ValueError:
             raise ValueError("fault %s: bad value '%s' for %s" % (kind, value, key)) from None
     if f["rank"] is None or not (0 <= f["rank"] < ranks or f["rank"] == ALL_RANKS):
@@ -262,14 +268,8 @@ class SlowLink:
         return [["ip", "netns", "del", n] for n in self.namespaces]
 
     def _watch(self):
-        """Starts the watcher: it reads its stdin, whose only writer is this process, to the end (this
-        process closed it or died), then runs cleanup_cmds. In a session of its own: a kill of the
-        job's session spares it."""
-        script = ("import json, subprocess, sys\nsys.stdin.buffer.read()\n"
-                  "for c in json.loads(sys.argv[1]):\n"
-                  "    subprocess.run(c, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)\n")
-        self.watcher = subprocess.Popen([sys.executable, "-c", script, json.dumps(self.cleanup_cmds())],
-                                        stdin=subprocess.PIPE, start_new_session=True)
+        """Starts the watcher (watch_cleanup) of cleanup_cmds."""
+        self.watcher = watch_cleanup(self.cleanup_cmds())
 
     def of_rank(self, rank):
         """What rank `rank` runs with: (MASTER_ADDR: rank 0's address, where the store is; its namespace;
@@ -284,6 +284,94 @@ class SlowLink:
     def close(self):
         for cmd in self.cleanup_cmds():
             subprocess.run(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        if self.watcher:
+            self.watcher.stdin.close()
+            self.watcher.wait()
+            self.watcher = None
+
+
+def watch_cleanup(cmds):
+    """A watcher process that reads its stdin, whose only writer is this process, to the end (this
+    process closed it or died), then runs `cmds`. In a session of its own: a kill of the job's session
+    spares it."""
+    script = ("import json, subprocess, sys\nsys.stdin.buffer.read()\n"
+              "for c in json.loads(sys.argv[1]):\n"
+              "    subprocess.run(c, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)\n")
+    return subprocess.Popen([sys.executable, "-c", script, json.dumps(cmds)], stdin=subprocess.PIPE, start_new_session=True)
+
+
+# The sender of irq-softirq: small UDP packets to a port nothing listens on and no filter matches,
+# paced to argv[1] a second, 64 to a sendmmsg(2) call (through ctypes: the Python around each
+# packet would cost the sender's CPU, the culprit's peers' CPU, more than the receive work costs the
+# culprit's); it dies with the job (PR_SET_PDEATHSIG).
+IRQ_SENDER = """
+import ctypes, signal, socket, struct, sys, time
+libc = ctypes.CDLL(None, use_errno=True)
+libc.prctl(1, signal.SIGKILL, 0, 0, 0)
+rate = float(sys.argv[1])
+class IoVec(ctypes.Structure):
+    _fields_ = [("base", ctypes.c_void_p), ("len", ctypes.c_size_t)]
+class MsgHdr(ctypes.Structure):
+    _fields_ = [("name", ctypes.c_void_p), ("namelen", ctypes.c_uint32), ("iov", ctypes.POINTER(IoVec)),
+                ("iovlen", ctypes.c_size_t), ("control", ctypes.c_void_p), ("controllen", ctypes.c_size_t),
+                ("flags", ctypes.c_int)]
+class MMsgHdr(ctypes.Structure):
+    _fields_ = [("hdr", MsgHdr), ("len", ctypes.c_uint)]
+BATCH = 64
+payload = ctypes.create_string_buffer(16)
+iov = IoVec(ctypes.cast(payload, ctypes.c_void_p), 16)
+to = ctypes.create_string_buffer(struct.pack("=HH4s8x", socket.AF_INET, socket.htons(9), socket.inet_aton("127.0.0.1")), 16)
+msgs = (MMsgHdr * BATCH)()
+for m in msgs:
+    m.hdr.name, m.hdr.namelen, m.hdr.iov, m.hdr.iovlen = ctypes.cast(to, ctypes.c_void_p), 16, ctypes.pointer(iov), 1
+s = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+n, t0 = 0, time.monotonic()
+while True:
+    got = libc.sendmmsg(s.fileno(), msgs, BATCH, 0)
+    n += got if got > 0 else BATCH
+    d = t0 + n / rate - time.monotonic()
+    if d > 0:
+        time.sleep(d)
+"""
+
+
+class IrqSteer:
+    """The receive work of irq-softirq, as strata-sim's (testbed/sim/faults.cpp): a network namespace
+    whose loopback steers every packet it receives to CPU `cpu` with RPS, each packet walking
+    `filters` tc u32 filters on ingress, so NET_RX softirq runs on that CPU, stealing from whatever
+    is current there (a NIC queue's interrupts and RPS aimed at a training core). start() runs the
+    sender on another CPU; close() (or the watcher, if this process dies first) removes it all."""
+
+    def __init__(self, cpu, filters):
+        self.netns = "strata-ddp-%d-irq" % os.getpid()
+        self.cpu = cpu
+        self.sender = None
+        self.watcher = watch_cleanup([["ip", "netns", "del", self.netns]])
+        try:
+            mask = "%x" % (1 << cpu)
+            batch = "".join("filter add dev lo parent ffff: protocol ip prio 1 u32 match ip dport %d 0xffff classid 1:1\n"
+                            % (10000 + i % 50000) for i in range(filters))
+            for cmd in (["ip", "netns", "add", self.netns], in_netns(self.netns, ["ip", "link", "set", "lo", "up"]),
+                        in_netns(self.netns, ["sh", "-c", "echo %s > /sys/class/net/lo/queues/rx-0/rps_cpus" % mask]),
+                        in_netns(self.netns, ["tc", "qdisc", "add", "dev", "lo", "ingress"])):
+                subprocess.run(cmd, check=True, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+            subprocess.run(in_netns(self.netns, ["tc", "-batch", "-"]), input=batch.encode(), check=True,
+                           stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+        except BaseException:
+            self.close()
+            raise
+
+    def start(self, rate):
+        other = 0 if self.cpu != 0 else 1
+        self.sender = subprocess.Popen(in_netns(self.netns, ["taskset", "-c", str(other), sys.executable, "-c", IRQ_SENDER,
+                                                             str(rate)]))
+
+    def close(self):
+        if self.sender:
+            self.sender.kill()
+            self.sender.wait()
+            self.sender = None
+        subprocess.run(["ip", "netns", "del", self.netns], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
         if self.watcher:
             self.watcher.stdin.close()
             self.watcher.wait()
@@ -313,6 +401,11 @@ def rank_main(rank, world, steps, fault, port, queue, cgroup=None, link=None, va
     ncpu = os.cpu_count()
     if variant["pin"] and fault["kind"] != "cpu-contention":
         os.sched_setaffinity(0, {rank % ncpu})
+    if fault["kind"] == "irq-softirq" and not variant["pin"] and ncpu > 1:
+        # The culprit on the CPU the receive work is steered to (as a launcher binds a rank to a
+        # core), its peers on the others: unpinned, every rank would take turns on that CPU.
+        irq_cpu = fault["rank"] % ncpu
+        os.sched_setaffinity(0, {irq_cpu} if rank == fault["rank"] else set(range(ncpu)) - {irq_cpu})
     if fault["kind"] == "cpu-contention":
         # The culprit alone on the hogs' CPU, its peers on the others: else a peer sharing that CPU
         # is a victim too.
@@ -416,6 +509,17 @@ def main():
             print("ddp_train: network-slow needs root and network namespaces (ip netns, veth, bridge): %s" % why,
                   file=sys.stderr)
             return 2
+    irq = None
+    if fault["kind"] == "irq-softirq":
+        if os.cpu_count() < 2:
+            print("ddp_train: irq-softirq needs 2 CPUs (the sender runs beside the culprit's CPU)", file=sys.stderr)
+            return 2
+        try:
+            irq = IrqSteer(fault["rank"] % os.cpu_count(), fault["filters"])
+        except (OSError, subprocess.CalledProcessError) as e:
+            why = e.stderr.decode(errors="replace").strip() if getattr(e, "stderr", None) else str(e)
+            print("ddp_train: irq-softirq needs root, network namespaces, tc and RPS: %s" % why, file=sys.stderr)
+            return 2
     links = [slow_link.of_rank(r) if slow_link else None for r in range(a.ranks)]
     # The rank whose step start_step - 1 starts the fault: the culprit, or rank 0 when every rank is.
     trigger = 0 if fault.get("rank") == ALL_RANKS else fault.get("rank")
@@ -444,6 +548,8 @@ def main():
                 slow_link.limit(fault["rate_mbit"])
             if fault["kind"] == "cpu-contention":
                 start_hogs()
+            if irq:
+                irq.start(fault["rate"])
         stats = {r: [] for r in range(a.ranks)}
         for _ in range(a.ranks * a.steps):
             r, step, step_ms, load_ms = queue.get(timeout=300)
@@ -453,6 +559,8 @@ def main():
                     slow_link.limit(fault["rate_mbit"])
                 if fault["kind"] == "cpu-contention":
                     start_hogs()
+                if irq:
+                    irq.start(fault["rate"])
         for p in procs:
             p.join()
     finally:
@@ -464,6 +572,8 @@ def main():
                 p.kill()
         if slow_link:
             slow_link.close()
+        if irq:
+            irq.close()
         if cgroup:
             try:
                 os.rmdir(cgroup[0])
@@ -493,6 +603,12 @@ def main():
                               culprit=JOB_WIDE[fault["kind"]] if job_wide else culprit % {"rank": fault["rank"]},
                               start_step=fault["start_step"],
                               params={k: fault[k] for k in ("ms", "factor", "hogs", "quota_pct", "rate_mbit", "where")})
+        if fault["kind"] == "irq-softirq":
+            # Every rank on the CPU the work is steered to suffers it (pinned: rank r on r % CPUs).
+            ncpu = os.cpu_count()
+            on = [r for r in range(a.ranks) if r % ncpu == fault["rank"] % ncpu] if a.pin else [fault["rank"]]
+            truth["fault"].update(ranks=on, params={k: fault[k] for k in ("rate", "filters")},
+                                  details={"cpu": str(fault["rank"] % ncpu), "netns": irq.netns})
     if a.truth:
         with open(a.truth, "w") as f:
             json.dump(truth, f, indent=1)
