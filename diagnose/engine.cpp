@@ -1723,9 +1723,9 @@ std::optional<Hypothesis> slow_cpu(const RankCase& k) {
   auto mine = confined_cpu(k.r);
   if (!mine) return std::nullopt;
   // Something else ran on its CPU beyond what ran on its peers' (another process, interrupts, or
-  // strata's own start-up): the core was shared, its caches and its time, not slower. A quarter of the extra
-  // CPU time is more than a share noise reaches (a kworker's few ms) and less than a neighbour
-  // that slows the work by sharing the core takes.
+  // strata's own start-up): the core was shared, its caches and its time, not slower. A quarter of
+  // the extra CPU time is more than a share noise reaches (a kworker's few ms) and less than a
+  // neighbour that slows the work by sharing the core takes.
   constexpr double kSharedCpuShare = 0.25;
   const double agent_extra = known(k.r.agent_ms)
                                  ? k.r.agent_ms - peer_median(k.job, k.peers, [](const RankWindow& q) { return known(q.agent_ms) ? q.agent_ms : 0.0; })
