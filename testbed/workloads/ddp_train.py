@@ -348,7 +348,10 @@ class IrqSteer:
         self.sender = None
         self.watcher = watch_cleanup([["ip", "netns", "del", self.netns]])
         try:
-            mask = "%x" % (1 << cpu)
+            # The sysfs cpumask format (as strata-sim writes it): 32-bit hex words, highest first,
+            # comma-separated; one word of more than 8 digits is refused past CPU 31.
+            words = [(1 << cpu % 32) if w == cpu // 32 else 0 for w in range((os.cpu_count() - 1) // 32, -1, -1)]
+            mask = ",".join("%08x" % w for w in words)
             batch = "".join("filter add dev lo parent ffff: protocol ip prio 1 u32 match ip dport %d 0xffff classid 1:1\n"
                             % (10000 + i % 50000) for i in range(filters))
             for cmd in (["ip", "netns", "add", self.netns], in_netns(self.netns, ["ip", "link", "set", "lo", "up"]),
